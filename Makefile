@@ -1,0 +1,110 @@
+# gshare — top-level build.
+#
+# Each directory contributes a fragment (*/module.mk) that appends to the
+# variables below; this file holds only what is common.  Outputs go to
+# $(B) (build/, or build-asan/ / build-tsan/ for sanitizer builds), never
+# into the source tree.
+#
+#   make deps            install build and test dependencies (Debian 12)
+#   make / make all      build everything
+#   make test            build and run every test (plus the ASan+UBSan pass)
+#   make test-unit       run the tests of one build only (SANITIZE=... selects it)
+#   make asan | tsan     the tests under ASan+UBSan / ThreadSanitizer
+#   make valgrind        the unit tests under valgrind memcheck
+#   make bench           build and run the benchmarks (not part of make test)
+
+CUDA_HOME ?= /usr/local/cuda
+SANITIZE  ?=
+WERROR    ?= 1
+CC        ?= gcc
+PYTHON    ?= /usr/bin/python3
+
+ifeq ($(SANITIZE),)
+B := build
+else
+B := build-$(SANITIZE)
+endif
+
+WARNINGS := -Wall -Wextra -Wformat=2 -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Wpointer-arith -Wwrite-strings \
+	-Wimplicit-fallthrough -fno-common
+ifeq ($(WERROR),1)
+WARNINGS += -Werror
+endif
+
+SAN_FLAGS :=
+ifeq ($(SANITIZE),asan)
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+endif
+ifeq ($(SANITIZE),tsan)
+SAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+endif
+
+OPT      ?= -O2
+CPPFLAGS += -D_GNU_SOURCE -Icommon -I$(B)/proto -I$(CUDA_HOME)/include
+CFLAGS   := -std=gnu11 $(OPT) -g -fPIC $(WARNINGS) $(SAN_FLAGS) $(EXTRA_CFLAGS)
+LDFLAGS  := $(SAN_FLAGS) -Wl,-z,relro,-z,now
+
+PKG_GRPC  = $(shell pkg-config --libs grpc 2>/dev/null)
+PKG_PBC   = $(shell pkg-config --libs libprotobuf-c 2>/dev/null)
+PKG_YAML  = $(shell pkg-config --libs yaml-0.1 2>/dev/null)
+PKG_CURL  = $(shell pkg-config --libs libcurl 2>/dev/null)
+PKG_CHECK = $(shell pkg-config --libs check 2>/dev/null)
+
+# Filled in by the fragments.
+BINS    :=   # programs that ship
+LIBS    :=   # shared libraries that ship
+TESTS   :=   # test executables and scripts, run in order by test/run-tests.sh
+BENCHES :=   # benchmark executables and scripts, run by make bench
+TEST_DEPS :=  # anything else the tests need built (fake driver, test programs)
+
+.PHONY: all test test-unit asan tsan valgrind bench deps clean cuda-check
+.DEFAULT_GOAL := all
+
+# cuda.h is the only header not from a Debian package; say so plainly.
+cuda-check:
+	@test -f $(CUDA_HOME)/include/cuda.h || { \
+	  echo "error: $(CUDA_HOME)/include/cuda.h not found; install the CUDA toolkit" \
+	       "(headers only are needed) or run make CUDA_HOME=/path/to/cuda" >&2; exit 1; }
+
+include proto/module.mk
+
+# Generated protobuf headers are order-only prerequisites of every object:
+# a first build has no .d files to say which object includes which.
+$(B)/%.o: %.c | cuda-check $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+include common/module.mk
+-include agent/module.mk
+-include hook/module.mk
+-include plugin/module.mk
+-include test/module.mk
+-include bench/module.mk
+
+all: $(BINS) $(LIBS) | cuda-check
+
+test: test-unit asan
+
+test-unit: $(BINS) $(LIBS) $(TESTS) $(TEST_DEPS)
+	@B=$(B) PYTHON=$(PYTHON) SANITIZE=$(SANITIZE) test/run-tests.sh $(TESTS)
+
+asan:
+	$(MAKE) SANITIZE=asan test-unit
+
+tsan:
+	$(MAKE) SANITIZE=tsan OPT=-O1 test-unit
+
+valgrind: $(TESTS) $(TEST_DEPS)
+	@B=$(B) PYTHON=$(PYTHON) VALGRIND=1 test/run-tests.sh $(filter $(B)/test/check_%,$(TESTS))
+
+bench: $(BINS) $(LIBS) $(BENCHES) $(TEST_DEPS)
+	@set -e; for b in $(BENCHES); do echo "== $$b"; B=$(B) PYTHON=$(PYTHON) $$b; done
+
+deps:
+	./scripts/deps.sh
+
+clean:
+	rm -rf build build-asan build-tsan
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -1,0 +1,146 @@
+/* gs_alloc.h — the agent's three-level allocator for one GPU, as the rest
+ * of the agent sees it (DESIGN.md "Memory path"; built by gs_gsm, gs_buddy
+ * and gs_slab underneath).
+ *
+ * Addresses are integers: offsets in a process's virtual range of that GPU
+ * (slot * chunk_bytes + offset in the chunk).  Nothing here touches device
+ * memory or depends on CUDA, so it runs and is tested anywhere.
+ *
+ * Objects:
+ *   gs_pool    one GPU's pool: nchunks chunks of chunk_bytes, chunk ids
+ *              0..nchunks-1, and the system free list.
+ *   gs_palloc  an allocation's part on that GPU: quota_chunks taken from the
+ *              system list at creation (its own free list), and the right
+ *              to borrow up to balloon_cap_chunks more (ballooning).
+ *   gs_pproc   a process of an allocation on that GPU: the chunks it holds,
+ *              each placed at a slot of its virtual range of nslots slots,
+ *              and the blocks carved from them.
+ *
+ * Not thread-safe: the caller serializes all calls on one pool.  Every call
+ * that fails returns a negative errno and leaves the state exactly as it was.
+ * Debug builds (GS_ALLOC_DEBUG) run gs_pool_validate after each mutation and
+ * abort on a violation. */
+#ifndef GS_ALLOC_H
+#define GS_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_util.h"
+
+struct gs_pool;
+struct gs_palloc;
+struct gs_pproc;
+
+/* Requests at most this size may be served by the slab level. */
+#define GS_SLAB_MAX (64u * 1024u)
+
+struct gs_grant {
+        uint32_t chunk; /* chunk id in the pool */
+        uint32_t slot;  /* where the process must map it */
+};
+
+struct gs_release {
+        uint32_t first_slot; /* chunks now empty that the process should unmap */
+        uint32_t count;      /* and then give back with gs_pproc_release; 0: none */
+};
+
+struct gs_pool_stats {
+        uint64_t chunk_bytes;
+        uint32_t nchunks;         /* usable chunks (retired ones excluded) */
+        uint32_t chunks_free;     /* on the system free list */
+        uint32_t chunks_reserved; /* quota chunks of all allocations */
+        uint32_t chunks_borrowed; /* lent to allocations by ballooning */
+        uint32_t nallocs;
+};
+
+struct gs_palloc_stats {
+        uint32_t quota_chunks;
+        uint32_t balloon_cap_chunks;
+        uint32_t chunks_free;      /* on the allocation's own free list */
+        uint32_t chunks_held;      /* held by its processes (own + borrowed) */
+        uint32_t chunks_borrowed;  /* of those, borrowed from the system list */
+        uint32_t nprocs;
+        uint64_t bytes_requested;  /* sum of sizes asked for by its processes */
+        uint64_t bytes_in_blocks;  /* sum of the blocks handed out for them */
+};
+
+struct gs_pproc_stats {
+        uint32_t nslots;
+        uint32_t chunks_held;
+        uint32_t chunks_empty;     /* held but with no live block */
+        uint64_t nblocks;          /* live blocks */
+        uint64_t bytes_requested;
+        uint64_t bytes_in_blocks;
+        uint64_t bytes_obtainable; /* what one more request could still get
+                                      at most, roughly: free bytes in held
+                                      chunks + free chunks it may still take */
+};
+
+/* Called when a chunk that has been granted to a process goes back to the
+ * system free list (an allocation was deleted, or a borrowed chunk was
+ * returned): the agent recycles its physical memory before any other
+ * allocation can be given it, since the process it was granted to may have
+ * kept the chunk's file descriptor.  Return 0, or a negative errno to have
+ * the pool retire the chunk (no longer handed out, nchunks drops by one). */
+typedef int (*gs_pool_return_fn)(void *ctx, uint32_t chunk);
+
+/* pre: chunk_bytes is a power of two >= 64 KiB; nchunks >= 1.
+ * Returns NULL on bad arguments or out of memory. */
+struct gs_pool *gs_pool_new(uint32_t nchunks, uint64_t chunk_bytes);
+/* Frees the pool and every allocation and process in it.  NULL is fine. */
+void gs_pool_free(struct gs_pool *pool);
+void gs_pool_set_return_fn(struct gs_pool *pool, gs_pool_return_fn fn, void *ctx);
+/* Takes a free chunk out of service for good (e.g. its memory could not be
+ * recreated).  -EBUSY if the chunk is not on the system free list. */
+int gs_pool_retire_chunk(struct gs_pool *pool, uint32_t chunk) GS_WUR;
+void gs_pool_stats(const struct gs_pool *pool, struct gs_pool_stats *ret);
+/* Walks every structure of the pool and checks its invariants.  Returns 0,
+ * or -EUCLEAN and writes what is wrong into why (if non-NULL). */
+int gs_pool_validate(const struct gs_pool *pool, char *why, size_t whylen) GS_WUR;
+
+/* Creates an allocation part holding quota_chunks chunks moved from the
+ * system list.  -ENOSPC if fewer than quota_chunks are free; -EINVAL if
+ * quota_chunks is 0. */
+int gs_palloc_new(struct gs_pool *pool, uint32_t quota_chunks, uint32_t balloon_cap_chunks,
+                  struct gs_palloc **ret) GS_WUR;
+/* Deletes it; all its chunks go back to the system list.  -EBUSY if it still
+ * has processes. */
+int gs_palloc_del(struct gs_palloc *a) GS_WUR;
+void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret);
+
+/* A new process with a virtual range of nslots chunk slots.  -EINVAL if
+ * nslots is 0 or over 1<<20. */
+int gs_pproc_new(struct gs_palloc *a, uint32_t nslots, struct gs_pproc **ret) GS_WUR;
+/* The process is gone: every block is freed and every chunk it held goes
+ * back to its allocation (borrowed ones to the system list first).  NULL ok. */
+void gs_pproc_del(struct gs_pproc *p);
+void gs_pproc_stats(const struct gs_pproc *p, struct gs_pproc_stats *ret);
+
+/* Allocates size bytes.  On success *ret_off is the block's offset (aligned
+ * to at least GS_MIN_ALIGN), and ret_grants[0..*ret_ngrants) lists the
+ * chunks newly given to the process with their slots, which the caller must
+ * send to it.  A request over chunk_bytes takes k whole chunks at k
+ * consecutive slots (coalescing).  Errors: -EINVAL (size 0, or larger than
+ * the pool), -ENOMEM (quota and balloon cap used up), -ENOSPC (no k
+ * consecutive free slots), -E2BIG (it would need more than max_grants new
+ * chunks). */
+int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
+                    struct gs_grant *ret_grants, uint32_t max_grants,
+                    uint32_t *ret_ngrants) GS_WUR;
+/* Frees the block that starts at off.  -ENOENT if no live block starts
+ * there (never allocated, already freed, or inside a block).  *ret_release
+ * (if non-NULL) says which now-empty chunks the process should give back;
+ * the process keeps one empty chunk cached so that alloc/free cycles do not
+ * re-grant. */
+int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_release) GS_WUR;
+/* The process unmapped slots [first_slot, first_slot+count): their chunks go
+ * back to the allocation (borrowed ones to the system list).  -ENOENT if a
+ * slot holds no chunk, -EBUSY if a chunk still has a live block.  All or
+ * nothing. */
+int gs_pproc_release(struct gs_pproc *p, uint32_t first_slot, uint32_t count) GS_WUR;
+/* The live block containing off: its start and requested size.  -ENOENT. */
+int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base,
+                   uint64_t *ret_size) GS_WUR;
+
+#endif

@@ -1,0 +1,82 @@
+/* gs_config.h — the YAML configuration shared by gshare-agent and
+ * gshare-device-plugin (rendered by the Helm chart into one ConfigMap).
+ *
+ * Example (every key optional; these are the defaults):
+ *
+ *   resourceName: gshare.io/gpumem
+ *   unitSize: 1Gi            # one unit of the resource
+ *   chunkSize: 256Mi         # GSM size: a power of two, multiple of 2Mi
+ *   reserve: 1Gi             # per GPU, left to the driver (contexts, modules)
+ *   balloonCap: 0            # per allocation, borrowable from the system list
+ *   devices: all             # or a list of GPU UUIDs / indices
+ *   agentSocket: /run/gshare/agent.sock
+ *   socketRoot: /run/gshare/alloc        # allocations' socket directories
+ *   stateDir: /var/lib/gshare            # agent checkpoint
+ *   kubeletDir: /var/lib/kubelet/device-plugins
+ *   hookPath: /usr/local/lib/gshare/libgshare.so   # host path, mounted into pods
+ *   preloadPath: /usr/local/lib/gshare/ld.so.preload
+ *   inject: preload          # preload (/etc/ld.so.preload) | env (LD_PRELOAD)
+ *   deviceNodes: false       # also hand /dev/nvidia* to containers
+ *   cudaLibrary: libcuda.so.1
+ *   metricsAddress: ""       # e.g. 0.0.0.0:9400; empty: off
+ *   logLevel: info           # error | warn | info | debug
+ *
+ * Sizes take a plain byte count or a suffix Ki, Mi, Gi, Ti (powers of 1024).
+ * Unknown keys and bad values are errors naming the file, line and key. */
+#ifndef GS_CONFIG_H
+#define GS_CONFIG_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_util.h"
+
+#define GS_CONFIG_MAX_DEVICES 64
+#define GS_CONFIG_DEFAULT_PATH "/etc/gshare/config.yaml"
+
+enum gs_inject { GS_INJECT_PRELOAD = 0, GS_INJECT_ENV = 1 };
+
+struct gs_config {
+        char resource_name[256];
+        uint64_t unit_bytes;
+        uint64_t chunk_bytes;
+        uint64_t reserve_bytes;
+        uint64_t balloon_cap_bytes;
+        /* ndevices == 0 means all GPUs; else each entry a UUID or an index. */
+        unsigned ndevices;
+        char devices[GS_CONFIG_MAX_DEVICES][64];
+        char agent_socket[PATH_MAX];
+        char socket_root[PATH_MAX];
+        char state_dir[PATH_MAX];
+        char kubelet_dir[PATH_MAX];
+        char hook_path[PATH_MAX];
+        char preload_path[PATH_MAX];
+        enum gs_inject inject;
+        int device_nodes;
+        char cuda_library[PATH_MAX];
+        char metrics_address[256];
+        int log_level; /* enum gs_log_level */
+};
+
+/* Fills c with the defaults above. */
+void gs_config_defaults(struct gs_config *c);
+
+/* Reads the YAML file at path on top of what c holds (call
+ * gs_config_defaults first).  Returns 0, or a negative errno with a message
+ * in err like "config.yaml:7: chunkSize: must be a power of two, got 3Mi";
+ * on failure c is left exactly as it was. */
+int gs_config_load(struct gs_config *c, const char *path, char *err, size_t errlen) GS_WUR;
+
+/* Checks the relations between values (unit a multiple of the chunk, ...).
+ * Returns 0 or -EINVAL with a message in err. */
+int gs_config_validate(const struct gs_config *c, char *err, size_t errlen) GS_WUR;
+
+/* "256Mi" -> 268435456.  -EINVAL for anything else (negative, empty, junk,
+ * unknown suffix); -ERANGE on overflow. */
+int gs_parse_size(const char *s, uint64_t *ret_bytes) GS_WUR;
+
+/* 268435456 -> "256Mi" (the largest exact suffix). */
+void gs_format_size(uint64_t bytes, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,44 @@
+/* gs_util.h — small helpers shared by every gshare component.
+ *
+ * Header-only and libc-only, so the hook may include it too. */
+#ifndef GS_UTIL_H
+#define GS_UTIL_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#define GS_WUR      __attribute__((warn_unused_result))
+#define GS_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define GS_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define GS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define GS_KiB (UINT64_C(1) << 10)
+#define GS_MiB (UINT64_C(1) << 20)
+#define GS_GiB (UINT64_C(1) << 30)
+
+/* Every pointer gshare hands out is aligned to at least this (CUDA's
+ * documented guarantee for its allocation routines). */
+#define GS_MIN_ALIGN 256u
+
+static inline uint64_t gs_align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+static inline int gs_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+
+/* Closes *fd if open and marks it closed; safe to call twice. */
+static inline void gs_closep(int *fd)
+{
+        if (fd && *fd >= 0) {
+                int saved = errno;
+                (void)close(*fd);
+                *fd = -1;
+                errno = saved;
+        }
+}
+
+/* Negative errno from the current errno, never 0 (a failing call that forgot
+ * to set errno still reports failure). */
+static inline int gs_neg_errno(void) { return errno > 0 ? -errno : -EIO; }
+
+#endif

@@ -1,0 +1,177 @@
+/* gs_wire.h — the protocol between the hook (libgshare.so, in a container's
+ * process) and the agent.  Header-only, libc-only: the hook includes it.
+ *
+ * Transport, per process:
+ *   1. The hook connects to <socket_dir>/agent.sock (AF_UNIX, SOCK_SEQPACKET,
+ *      SOCK_CLOEXEC).  The socket directory is the allocation's private
+ *      directory, bind-mounted into the container by the device plugin: being
+ *      able to connect is the capability.  The agent identifies the peer with
+ *      SO_PEERCRED (never with what the hook says) and watches it with a pidfd.
+ *   2. hook -> agent: struct gs_sock_hello.
+ *      agent -> hook: struct gs_sock_welcome with one fd (SCM_RIGHTS): a sealed
+ *      memfd of struct gs_shm (size fixed: F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL,
+ *      so the hook cannot SIGBUS the agent by truncating it), or
+ *      struct gs_sock_error and close.
+ *   3. Requests and replies then travel on the two SPSC rings in the segment
+ *      (see gs_ring.h).  The hook keeps one request outstanding at a time
+ *      (its own mutex), so replies come back in order.
+ *   4. Chunk grants need file descriptors, which rings cannot carry: a reply
+ *      to GS_OP_ALLOC whose ret[1] = k > 0 means that k struct gs_sock_grant
+ *      messages, each with one chunk fd, were sent on the socket *before* the
+ *      reply was published.  The hook reads them, imports each fd
+ *      (cuMemImportFromShareableHandle, POSIX fd type), maps it at
+ *      va_base[gpu] + slot * chunk_bytes, closes the fd, and only then hands
+ *      the address to the caller.
+ *   5. The socket stays open for the process's life.  EOF means the process
+ *      closed it; the agent returns the process's memory once the process
+ *      has exited (pidfd readable), since a live process that merely closed
+ *      the socket still has its chunks mapped.
+ *
+ * Addresses on the wire are offsets into the process's reserved virtual
+ * range of that GPU, never device pointers: offset = slot * chunk_bytes +
+ * offset in the chunk.  The hook adds its own va_base.
+ *
+ * Everything the hook sends is hostile input to the agent: the agent copies
+ * each message out of shared memory before validating it, bounds every
+ * index and size, and drops the connection on a protocol violation.
+ */
+#ifndef GS_WIRE_H
+#define GS_WIRE_H
+
+#include <stdint.h>
+
+#define GS_WIRE_MAGIC   0x52485347u /* "GSHR" little-endian */
+#define GS_WIRE_VERSION 1u
+#define GS_SOCKET_NAME  "agent.sock"
+#define GS_MAX_GPUS_PER_ALLOC 8
+#define GS_RING_SLOTS   64u     /* power of two */
+/* Most chunks one reply may grant (one GRANT message, one fd each). */
+#define GS_MAX_GRANTS_PER_REPLY 4096u
+
+enum gs_sock_type {
+        GS_SOCK_HELLO   = 1, /* hook -> agent */
+        GS_SOCK_WELCOME = 2, /* agent -> hook, with the segment's memfd */
+        GS_SOCK_GRANT   = 3, /* agent -> hook, with one chunk fd */
+        GS_SOCK_ERROR   = 4, /* agent -> hook, then close */
+};
+
+struct gs_sock_hdr {
+        uint32_t magic;    /* GS_WIRE_MAGIC */
+        uint16_t version;  /* GS_WIRE_VERSION */
+        uint16_t type;     /* enum gs_sock_type */
+        uint32_t len;      /* whole message, header included */
+        uint32_t reserved; /* 0 */
+};
+_Static_assert(sizeof(struct gs_sock_hdr) == 16, "gs_sock_hdr layout");
+
+struct gs_sock_hello {
+        struct gs_sock_hdr h;
+        uint32_t pid;      /* informational only; the agent uses SO_PEERCRED */
+        uint32_t flags;    /* 0 */
+        char comm[16];     /* informational, for gsharectl; need not be NUL-terminated */
+};
+_Static_assert(sizeof(struct gs_sock_hello) == 40, "gs_sock_hello layout");
+
+struct gs_wire_gpu {
+        uint8_t uuid[16];      /* as cuDeviceGetUuid reports it */
+        uint64_t quota_bytes;  /* the allocation's limit on this GPU */
+        uint64_t chunk_bytes;  /* GSM size; slots are this far apart */
+        uint32_t max_slots;    /* the hook reserves max_slots * chunk_bytes of VA */
+        uint32_t reserved;
+};
+_Static_assert(sizeof(struct gs_wire_gpu) == 40, "gs_wire_gpu layout");
+
+struct gs_sock_welcome {
+        struct gs_sock_hdr h;
+        uint32_t ngpus;        /* <= GS_MAX_GPUS_PER_ALLOC */
+        uint32_t shm_bytes;    /* size of the memfd segment */
+        uint64_t proc_id;      /* the agent's id for this process (for logs) */
+        struct gs_wire_gpu gpus[GS_MAX_GPUS_PER_ALLOC];
+};
+_Static_assert(sizeof(struct gs_sock_welcome) == 16 + 16 + 40 * GS_MAX_GPUS_PER_ALLOC,
+               "gs_sock_welcome layout");
+
+struct gs_sock_grant {
+        struct gs_sock_hdr h;
+        uint64_t seq;          /* seq of the ring request this grant belongs to */
+        uint32_t gpu;          /* index into welcome.gpus */
+        uint32_t slot;         /* map at va_base + slot * chunk_bytes */
+        uint64_t chunk_bytes;
+};
+_Static_assert(sizeof(struct gs_sock_grant) == 40, "gs_sock_grant layout");
+
+struct gs_sock_error {
+        struct gs_sock_hdr h;
+        int32_t err;           /* negative errno */
+        char msg[236];         /* NUL-terminated */
+};
+_Static_assert(sizeof(struct gs_sock_error) == 256, "gs_sock_error layout");
+
+/* Ring operations.  arg[] in the request, ret[] in the reply; status is 0 or
+ * a negative errno (-ENOMEM: over the quota; -EINVAL: bad argument; -ENOENT:
+ * no such allocation at that offset; -EPROTO: malformed request). */
+enum gs_op {
+        /* arg0 = size (bytes, > 0), arg1 = flags (0).
+         * ret0 = offset, ret1 = k, the GRANT messages sent before this reply. */
+        GS_OP_ALLOC = 1,
+        /* arg0 = offset as returned by ALLOC.
+         * ret0 = first slot the hook should unmap and RELEASE, ret1 = count of
+         * consecutive slots (0: nothing to release).  The agent asks for this
+         * when a chunk became empty and the process already caches one. */
+        GS_OP_FREE = 2,
+        /* ret0 = bytes this process can still obtain, ret1 = the quota. */
+        GS_OP_MEMINFO = 3,
+        /* arg0 = any offset inside a live block.  ret0 = block's offset,
+         * ret1 = block's size as requested. */
+        GS_OP_RANGE = 4,
+        /* arg0 = first slot, arg1 = count: the hook has unmapped these slots
+         * (after a FREE reply asked it to); their chunks go back to the
+         * allocation.  The agent checks the chunks are still empty. */
+        GS_OP_RELEASE = 5,
+        /* No operation; ret0 = arg0.  For tests and latency measurements. */
+        GS_OP_PING = 6,
+};
+
+struct gs_ring_msg {
+        uint64_t seq;     /* chosen by the hook, echoed in the reply */
+        uint32_t op;      /* enum gs_op */
+        uint32_t gpu;     /* index into welcome.gpus */
+        uint64_t arg[4];  /* request arguments; in a reply, the results (ret) */
+        int32_t status;   /* reply only */
+        uint32_t pad;
+        uint64_t pad2;
+};
+_Static_assert(sizeof(struct gs_ring_msg) == 64, "gs_ring_msg is one cache line");
+
+/* A power-of-two single-producer/single-consumer ring.  head is written only
+ * by the producer, tail only by the consumer; each on its own cache line so
+ * the two sides do not false-share.  Indices run freely (uint32 wrap) and
+ * are masked on use; head - tail is the fill, never more than GS_RING_SLOTS
+ * unless the peer is hostile. */
+struct gs_ring {
+        _Alignas(64) uint32_t head;
+        _Alignas(64) uint32_t tail;
+        _Alignas(64) struct gs_ring_msg msg[GS_RING_SLOTS];
+};
+
+struct gs_shm {
+        uint32_t magic;        /* GS_WIRE_MAGIC */
+        uint32_t version;      /* GS_WIRE_VERSION */
+        uint32_t size;         /* sizeof(struct gs_shm) */
+        uint32_t ring_slots;   /* GS_RING_SLOTS */
+        /* Futex words.  The producer of a ring bumps the consumer's word after
+         * publishing and calls FUTEX_WAKE only if the consumer announced it
+         * sleeps (the *_sleeping flag); the consumer sets its flag, re-checks
+         * the ring, then FUTEX_WAITs on the word.  Shared futexes (not
+         * FUTEX_PRIVATE_FLAG): the two sides are different processes. */
+        _Alignas(64) uint32_t agent_wake;
+        uint32_t agent_sleeping;
+        _Alignas(64) uint32_t hook_wake;
+        uint32_t hook_sleeping;
+        struct gs_ring req;    /* hook -> agent */
+        struct gs_ring rep;    /* agent -> hook */
+};
+_Static_assert(sizeof(struct gs_ring) == 128 + 64 * GS_RING_SLOTS, "gs_ring layout");
+_Static_assert(sizeof(struct gs_shm) % 64 == 0, "gs_shm layout");
+
+#endif

@@ -1,0 +1,9 @@
+# common/: code shared by the agent, the plugin and the tools.  The hook uses
+# only the header-only parts (gs_util.h, gs_wire.h, gs_ring.h).
+COMMON_SRC := $(wildcard common/*.c)
+COMMON_O   := $(patsubst %.c,$(B)/%.o,$(COMMON_SRC))
+COMMON_A   := $(B)/libgscommon.a
+
+$(COMMON_A): $(COMMON_O) $(PROTO_O)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^

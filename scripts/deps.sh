@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of gshare from Debian's packages.
+# cuda.h is not among them: it comes from the CUDA toolkit under CUDA_HOME.
+set -euo pipefail
+pkgs=(
+  gcc make pkg-config
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
+  libyaml-dev libcurl4-openssl-dev check valgrind
+  python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
+)
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "deps: all ${#pkgs[@]} packages already installed"
+fi
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+if [[ ! -f $cuda_home/include/cuda.h ]]; then
+  echo "deps: warning: $cuda_home/include/cuda.h not found; install the CUDA toolkit headers or set CUDA_HOME" >&2
+fi
