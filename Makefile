@@ -76,11 +76,9 @@ $(B)/%.o: %.c | cuda-check $(PROTO_H)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 include common/module.mk
--include agent/module.mk
--include hook/module.mk
--include plugin/module.mk
--include test/module.mk
--include bench/module.mk
+# One fragment per part (agent/alloc.mk, agent/agent.mk, hook/hook.mk, ...),
+# so parts can be added without editing this file.
+include $(sort $(wildcard agent/*.mk hook/*.mk plugin/*.mk test/*.mk test/*/*.mk bench/*.mk))
 
 all: $(BINS) $(LIBS) | cuda-check
 
