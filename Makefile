@@ -1,6 +1,6 @@
 # gshare — top-level build.
 #
-# Each directory contributes a fragment (*/module.mk) that appends to the
+# Each directory contributes a fragment (*/*.mk) that appends to the
 # variables below; this file holds only what is common.  Outputs go to
 # $(B) (build/, or build-asan/ / build-tsan/ for sanitizer builds), never
 # into the source tree.
