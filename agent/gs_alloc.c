@@ -55,7 +55,7 @@ static void debug_validate(struct gs_pool *pool, const char *op)
 }
 #define DEBUG_VALIDATE(pool, op) debug_validate(pool, op)
 #else
-#define DEBUG_VALIDATE(pool, op) ((void)0)
+#define DEBUG_VALIDATE(pool, op) ((void)(pool))
 #endif
 
 static inline struct gs_pproc *pproc_of(struct gs_gsm_proc *g) { return container_of(g, struct gs_pproc, g); }
