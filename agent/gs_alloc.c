@@ -252,13 +252,19 @@ static void account(struct gs_pproc *p, int sign, uint64_t req, uint64_t size)
         p->a->bytes_in_blocks += (uint64_t)(int64_t)sign * size;
 }
 
-/* Coalescing: k whole chunks at k consecutive slots. */
+/* Coalescing: k chunks at k consecutive slots.  As the buddy does inside a
+ * chunk, only what the request needs is taken: the last chunk joins the
+ * buddy with the request's tail carved at its base (a GS_BLK_TAIL block),
+ * so a 300 MiB request holds 256 MiB + 44 MiB, not 512 MiB, and the rest
+ * of that chunk serves other requests. */
 static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
                         struct gs_grant *ret_grants, uint32_t max_grants, uint32_t *ret_ngrants)
 {
         struct gs_pool *pool = p->a->pool;
         uint64_t cb = pool->chunk_bytes;
         uint32_t k = (uint32_t)((size + cb - 1) / cb), first;
+        uint64_t tail = gs_align_up(size - (uint64_t)(k - 1) * cb, GS_MIN_ALIGN);
+        uint32_t nfull = tail < cb ? k - 1 : k;
         int r;
 
         if (gs_gsm_alloc_obtainable(&p->a->g) < k)
@@ -268,26 +274,38 @@ static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
                 return r;
         if (k > max_grants)
                 return -E2BIG;
-        r = gs_buddy_reserve(&p->buddy, 1);
+        r = gs_buddy_reserve(&p->buddy, GS_BUDDY_OP_RECS + 2);
         if (r < 0)
                 return r;
         /* Nothing below can fail. */
         struct gs_blk *x = gs_buddy_rec_get(&p->buddy);
         x->kind = GS_BLK_WHOLE;
         x->off = (uint64_t)first * cb;
-        x->size = (uint64_t)k * cb;
+        x->size = (uint64_t)nfull * cb;
         x->req = size;
         gs_buddy_insert(&p->buddy, x->off, x);
         for (uint32_t i = 0; i < k; i++) {
                 uint32_t chunk;
                 if (gs_gsm_take(&p->g, first + i, &chunk) < 0)
                         abort(); /* obtainable said k: cannot happen */
-                pool->gsm.chunks[chunk].user = x;
+                if (i < nfull)
+                        pool->gsm.chunks[chunk].user = x;
                 ret_grants[i].chunk = chunk;
                 ret_grants[i].slot = first + i;
         }
-        p->whole_chunks += k;
-        account(p, 1, size, x->size);
+        if (nfull < k) {
+                uint64_t base = (uint64_t)(first + nfull) * cb;
+                struct gs_blk *t;
+                if (gs_buddy_add_chunk(&p->buddy, base) < 0 ||
+                    gs_buddy_alloc_at(&p->buddy, base, tail, GS_BLK_TAIL, &t) < 0)
+                        abort(); /* reserved above */
+                t->owner = x;
+                x->owner = t;
+        } else {
+                tail = 0;
+        }
+        p->whole_chunks += nfull;
+        account(p, 1, size, x->size + tail);
         *ret_off = x->off;
         *ret_ngrants = k;
         return 0;
@@ -382,10 +400,13 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
                 r = gs_slab_free(&p->slab, x, &empty);
                 break;
         case GS_BLK_WHOLE: {
-                uint32_t first = (uint32_t)(off / cb), k = (uint32_t)(size / cb);
-                r = gs_buddy_reserve(&p->buddy, k);
+                uint32_t first = (uint32_t)(off / cb), k = (uint32_t)(x->size / cb);
+                struct gs_blk *t = x->owner;
+                uint64_t tail_empty = UINT64_MAX;
+                r = gs_buddy_reserve(&p->buddy, k + GS_BUDDY_OP_RECS);
                 if (r < 0)
                         return r;
+                size += t ? t->size : 0;
                 gs_buddy_remove(&p->buddy, off);
                 gs_buddy_rec_put(&p->buddy, x);
                 /* The chunks stay with the process as empty buddy chunks;
@@ -396,10 +417,13 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
                         if (gs_buddy_add_chunk(&p->buddy, (uint64_t)(first + i) * cb) < 0)
                                 abort(); /* reserved above */
                 }
+                if (t && gs_buddy_free(&p->buddy, t, &tail_empty) < 0)
+                        abort(); /* reserved above */
                 p->whole_chunks -= k;
+                uint64_t newly = k + (tail_empty != UINT64_MAX);
                 uint64_t extra = p->buddy.nchunks_empty - 1;
                 rel.first_slot = first;
-                rel.count = (uint32_t)(extra < k ? extra : k);
+                rel.count = (uint32_t)(extra < newly ? extra : newly);
                 break;
         }
         default:
@@ -457,6 +481,8 @@ int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base, u
         const struct gs_blk *x = pool->gsm.chunks[chunk].user;
         if (!x) {
                 x = gs_buddy_find_containing(&p->buddy, off);
+                if (x && x->kind == GS_BLK_TAIL)
+                        x = x->owner;
                 if (x && x->kind == GS_BLK_SLAB) {
                         const struct gs_slab *s = x->owner;
                         uint64_t i = (off - s->base) / s->slot;
@@ -516,6 +542,16 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                 const struct gs_blk *x = p->buddy.tab[i].blk;
                 if (!x || x->kind == GS_BLK_FREE || x->kind == GS_BLK_SLAB)
                         continue;
+                if (x->kind == GS_BLK_TAIL) {
+                        const struct gs_blk *w = x->owner;
+                        if (!w || w->kind != GS_BLK_WHOLE || w->owner != x || x->off != w->off + w->size)
+                                FAIL("tail %#llx not after its coalesced block", (unsigned long long)x->off);
+                        bytes += x->size;
+                        continue;
+                }
+                if (x->kind == GS_BLK_WHOLE && x->owner &&
+                    ((const struct gs_blk *)x->owner)->owner != x)
+                        FAIL("coalesced block %#llx: tail does not point back", (unsigned long long)x->off);
                 if (x->off + x->size > (uint64_t)p->g.nslots * cb)
                         FAIL("block %#llx past the virtual range", (unsigned long long)x->off);
                 if (x->kind == GS_BLK_WHOLE)

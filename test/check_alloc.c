@@ -239,6 +239,42 @@ START_TEST(test_coalesced)
 }
 END_TEST
 
+START_TEST(test_coalesced_tail)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        struct gs_pproc_stats st;
+        struct gs_release rel;
+        ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 16, &p), 0);
+        /* 300 MiB: one whole chunk plus a 44 MiB tail in the next */
+        uint64_t x = must_malloc(p, 300 * GS_MiB);
+        ck_assert_uint_eq(ngrants, 2);
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.bytes_in_blocks, 300 * GS_MiB);
+        ck_assert_uint_eq(st.chunks_empty, 0);
+        uint64_t base, size;
+        ck_assert_int_eq(gs_pproc_range(p, x + 299 * GS_MiB, &base, &size), 0);
+        ck_assert_uint_eq(base, x);
+        ck_assert_int_eq(gs_pproc_free(p, x + CHUNK, &rel), -ENOENT); /* the tail's start */
+        /* the rest of the tail's chunk serves other requests */
+        uint64_t y = must_malloc(p, 128 * GS_MiB);
+        ck_assert_uint_eq(ngrants, 0);
+        ck_assert_uint_eq(y / CHUNK, 1);
+        ck_assert_int_eq(gs_pproc_range(p, x + 301 * GS_MiB, &base, &size), -ENOENT);
+        ck_assert_int_eq(gs_pproc_release(p, 1, 1), -EBUSY);
+        rel = must_free(p, x);
+        ck_assert_uint_eq(rel.count, 0); /* slot 0 is the only empty chunk */
+        rel = must_free(p, y);
+        ck_assert_uint_eq(rel.first_slot, 1);
+        ck_assert_uint_eq(rel.count, 1);
+        ck_assert_int_eq(gs_pproc_release(p, 0, 2), 0);
+        valid();
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
 START_TEST(test_no_slots)
 {
         struct gs_palloc *a;
@@ -377,6 +413,7 @@ int main(void)
         tcase_add_test(tc, test_grant_and_accounting);
         tcase_add_test(tc, test_slab_path);
         tcase_add_test(tc, test_coalesced);
+        tcase_add_test(tc, test_coalesced_tail);
         tcase_add_test(tc, test_no_slots);
         tcase_add_test(tc, test_balloon);
         tcase_add_test(tc, test_release_hint);

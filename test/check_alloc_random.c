@@ -205,7 +205,8 @@ static void do_malloc(int a, struct mproc *m)
                 CHECK(g[i].chunk < NCHUNKS, "grant of chunk %u", g[i].chunk);
                 m->held |= UINT64_C(1) << g[i].slot;
         }
-        uint64_t bs = size > CHUNK ? k * CHUNK : gs_align_up(size, GS_MIN_ALIGN);
+        /* exact everywhere: a coalesced block's last chunk holds only its tail */
+        uint64_t bs = gs_align_up(size, GS_MIN_ALIGN);
         CHECK(off % GS_MIN_ALIGN == 0, "offset %#" PRIx64 " unaligned", off);
         if (size > CHUNK)
                 CHECK(ng == k && off == (uint64_t)g[0].slot * CHUNK, "coalesced: %u grants at %#" PRIx64, ng, off);
