@@ -64,6 +64,7 @@ struct plugin {
         pthread_t watcher;
         struct gs_grpc_server *server;
         ino_t server_ino;
+        unsigned serial;   /* names of private sockets */
 };
 
 static int64_t now_ms(void)
@@ -471,7 +472,7 @@ static grpc_status_code list_and_watch(void *ctx, struct gs_grpc_call *call,
                 if (!p->stopping && !first && p->gen == seen) {
                         struct timespec ts;
                         clock_gettime(CLOCK_REALTIME, &ts);
-                        ts.tv_nsec += 200 * 1000000L;
+                        ts.tv_nsec += 100 * 1000000L; /* also how soon a cancel is seen */
                         if (ts.tv_nsec >= 1000000000L) {
                                 ts.tv_sec++;
                                 ts.tv_nsec -= 1000000000L;
@@ -1083,19 +1084,35 @@ static const struct gs_grpc_method methods[] = {
 
 /* ---- serving and registering ---- */
 
+/* Serves a fresh socket at sock_path.  The server binds a private name and
+ * the socket is then renamed into place: gRPC unlinks a unix socket's path
+ * when its listener is torn down (asynchronously, after the server is
+ * gone), which must never hit the new socket at the public path.  The old
+ * server is stopped only once the new one serves, so there is no gap. */
 static int serve(struct plugin *p)
 {
+        struct gs_grpc_server *old = p->server, *s = NULL;
+        char tmp[PATH_MAX];
         struct stat st;
         int r;
 
-        gs_grpc_server_stop(p->server);
-        p->server = NULL;
-        r = gs_grpc_server_start(p->sock_path, methods, GS_ARRAY_SIZE(methods), p, &p->server);
+        snprintf(tmp, sizeof(tmp), "%.3000s/.%s.%d.%u", p->o->cfg.kubelet_dir, p->o->endpoint,
+                 (int)getpid(), ++p->serial);
+        r = gs_grpc_server_start(tmp, methods, GS_ARRAY_SIZE(methods), p, &s);
         if (r < 0) {
-                log_error("cannot serve on %s: %s", p->sock_path, strerror(-r));
+                log_error("cannot serve on %s: %s", tmp, strerror(-r));
                 return r;
         }
-        p->server_ino = stat(p->sock_path, &st) == 0 ? st.st_ino : 0;
+        if (rename(tmp, p->sock_path) < 0 || stat(p->sock_path, &st) < 0) {
+                r = gs_neg_errno();
+                log_error("cannot move our socket to %s: %s", p->sock_path, strerror(-r));
+                gs_grpc_server_stop(s);
+                unlink(tmp);
+                return r;
+        }
+        p->server = s;
+        p->server_ino = st.st_ino;
+        gs_grpc_server_stop(old);
         log_debug("serving on %s", p->sock_path);
         return 0;
 }
@@ -1133,8 +1150,18 @@ static bool our_socket_ok(struct plugin *p)
 {
         struct stat st;
 
-        return p->server && stat(p->sock_path, &st) == 0 && S_ISSOCK(st.st_mode) &&
-               st.st_ino == p->server_ino;
+        if (!p->server)
+                return false;
+        if (stat(p->sock_path, &st) < 0) {
+                log_debug("stat %s: %m", p->sock_path);
+                return false;
+        }
+        if (!S_ISSOCK(st.st_mode) || st.st_ino != p->server_ino) {
+                log_debug("%s: inode %lu, ours %lu", p->sock_path, (unsigned long)st.st_ino,
+                          (unsigned long)p->server_ino);
+                return false;
+        }
+        return true;
 }
 
 static int watch_dir(struct plugin *p)

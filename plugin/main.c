@@ -110,7 +110,8 @@ int main(int argc, char **argv)
         if ((kdir && set_str(o.cfg.kubelet_dir, sizeof(o.cfg.kubelet_dir), "--kubelet-dir", kdir) < 0) ||
             (agent && set_str(o.cfg.agent_socket, sizeof(o.cfg.agent_socket), "--agent-socket", agent) < 0))
                 return 2;
-        if (strlen(o.cfg.kubelet_dir) + 1 + strlen(o.endpoint) >= sizeof(sa.sun_path) ||
+        /* + the private name serve() binds first: "/.<endpoint>.<pid>.<n>" */
+        if (strlen(o.cfg.kubelet_dir) + 2 * strlen(o.endpoint) + 28 >= sizeof(sa.sun_path) ||
             strlen(o.cfg.agent_socket) >= sizeof(sa.sun_path)) {
                 fprintf(stderr, "gshare-device-plugin: socket path too long for a unix socket\n");
                 return 2;
