@@ -1,0 +1,1725 @@
+/* fakecuda.c — a fake libcuda.so.1 for tests (nothing ships it).
+ *
+ * "Device memory" is host memory: a device pointer is an address in the
+ * process, cuMemcpy* is memcpy.  VMM allocations are sealed memfds, so they
+ * can be exported as POSIX fds and mapped by other processes, exactly the
+ * path gshare's agent and hook use on a real GPU.
+ *
+ * Device-memory accounting is shared by every process using the same state
+ * file ($GSHARE_FAKECUDA_STATE, default /dev/shm/gshare-fakecuda-<uid>):
+ * cuMemAlloc* and cuMemCreate charge it, and fail with
+ * CUDA_ERROR_OUT_OF_MEMORY beyond $GSHARE_FAKECUDA_MEM per device (default
+ * 16Gi) on $GSHARE_FAKECUDA_DEVICES devices (default 1).  Charges are kept
+ * per pid; those of pids that no longer exist are dropped when the state is
+ * opened and when memory runs short, so a crashed test does not poison the
+ * next.  The config is fixed by whoever creates the state file.
+ *
+ * Legacy entry points with 32-bit device pointers exist (as in the real
+ * driver) but return CUDA_ERROR_NOT_SUPPORTED: no fake address fits. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../hook/gs_cudadecl.h"
+
+#define FC_MAX_DEV 8
+#define FC_MAX_PROCS 512
+#define FC_MAGIC 0x46434b46u /* "FKCF" */
+#define FC_VERSION 1u
+#define FC_GRAN (2u << 20)
+#define FC_PAGE 4096u
+#define FC_MAX_HANDLES 8192
+#define FC_VERSION_DRIVER 13000
+
+struct fc_proc {
+        int32_t pid;
+        uint32_t pad;
+        uint64_t bytes[FC_MAX_DEV];
+};
+
+struct fc_shared {
+        uint32_t magic, version, ndev, pad;
+        uint64_t total[FC_MAX_DEV];
+        uint64_t used[FC_MAX_DEV];
+        struct fc_proc procs[FC_MAX_PROCS];
+};
+
+/* A charge: which process slot paid for it (so a fork child freeing the
+ * parent's memory uncharges the parent). */
+struct fc_charge {
+        int slot;
+        int32_t pid;
+        int dev;
+        uint64_t bytes;
+};
+
+struct fc_alloc { /* cuMemAlloc family */
+        struct fc_alloc *next;
+        uintptr_t base;
+        size_t size, mapped;
+        struct fc_charge ch;
+};
+
+struct fc_handle { /* cuMemCreate / import */
+        int used;
+        uint32_t gen;
+        int fd;
+        size_t size;
+        int dev;
+        int hrefs;        /* handle references (create/import/retain) */
+        int maps;         /* mappings; the memory lives while either is > 0 */
+        uint64_t htypes;  /* requestedHandleTypes */
+        struct fc_charge ch; /* bytes == 0: not charged (import) */
+};
+
+struct fc_resv {
+        struct fc_resv *next;
+        uintptr_t base;
+        size_t size;
+};
+
+struct fc_map {
+        struct fc_map *next;
+        uintptr_t addr;
+        size_t size;
+        int hidx;
+};
+
+#define FC_CTX_MAGIC 0x43545846u
+struct fc_ctx {
+        uint32_t magic;
+        int dev;
+        int primary;
+        int refs;
+        struct fc_charge ch;
+};
+
+struct fc_stream {
+        uint32_t magic;
+        struct fc_ctx *ctx;
+};
+#define FC_STREAM_MAGIC 0x53545246u
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_inited;
+static struct fc_shared *g_sh;
+static int32_t g_slot_pid;
+static int g_slot = -1;
+static struct fc_alloc *g_allocs;
+static struct fc_resv *g_resvs;
+static struct fc_map *g_maps;
+static struct fc_handle g_handles[FC_MAX_HANDLES];
+static struct fc_ctx g_primary[FC_MAX_DEV];
+static uint64_t g_ctx_bytes;
+
+/* Live contexts and streams, so a bad handle is an error, not a crash. */
+#define FC_MAX_OBJS 1024
+static void *g_objs[FC_MAX_OBJS];
+
+static __thread struct fc_ctx *t_stack[32];
+static __thread int t_depth;
+
+/* ---- shared accounting ---------------------------------------------- */
+
+static int fc_parse_size(const char *s, uint64_t *ret)
+{
+        char *end;
+        unsigned long long v;
+        uint64_t mul = 1;
+
+        if (!s || !isdigit((unsigned char)*s))
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno)
+                return -EINVAL;
+        if (!strcmp(end, "Ki"))
+                mul = 1ull << 10;
+        else if (!strcmp(end, "Mi"))
+                mul = 1ull << 20;
+        else if (!strcmp(end, "Gi"))
+                mul = 1ull << 30;
+        else if (!strcmp(end, "Ti"))
+                mul = 1ull << 40;
+        else if (*end)
+                return -EINVAL;
+        if (v > UINT64_MAX / mul)
+                return -ERANGE;
+        *ret = v * mul;
+        return 0;
+}
+
+static int fc_pid_dead(int32_t pid) { return pid > 0 && kill(pid, 0) < 0 && errno == ESRCH; }
+
+static void fc_drop_slot(int i, int32_t pid)
+{
+        struct fc_proc *p = &g_sh->procs[i];
+
+        /* Claim the slot first: only one process may subtract its charges. */
+        if (!__atomic_compare_exchange_n(&p->pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                return;
+        for (unsigned d = 0; d < FC_MAX_DEV; d++) {
+                uint64_t b = __atomic_exchange_n(&p->bytes[d], 0, __ATOMIC_SEQ_CST);
+                if (b)
+                        __atomic_sub_fetch(&g_sh->used[d], b, __ATOMIC_SEQ_CST);
+        }
+        __atomic_store_n(&p->pid, 0, __ATOMIC_SEQ_CST);
+}
+
+static void fc_reap(void)
+{
+        for (int i = 0; i < FC_MAX_PROCS; i++) {
+                int32_t pid = __atomic_load_n(&g_sh->procs[i].pid, __ATOMIC_SEQ_CST);
+                if (fc_pid_dead(pid))
+                        fc_drop_slot(i, pid);
+        }
+}
+
+/* pre: g_lock held.  The slot of this process (a fork child gets its own). */
+static int fc_my_slot(void)
+{
+        int32_t me = (int32_t)getpid();
+
+        if (g_slot >= 0 && g_slot_pid == me)
+                return g_slot;
+        /* A slot already carrying our pid belongs to a dead process whose pid
+         * we reuse: its charges are not ours. */
+        for (int i = 0; i < FC_MAX_PROCS; i++)
+                if (__atomic_load_n(&g_sh->procs[i].pid, __ATOMIC_SEQ_CST) == me)
+                        fc_drop_slot(i, me);
+        for (int pass = 0; pass < 2; pass++) {
+                for (int i = 0; i < FC_MAX_PROCS; i++) {
+                        int32_t zero = 0;
+                        if (__atomic_compare_exchange_n(&g_sh->procs[i].pid, &zero, me, 0, __ATOMIC_SEQ_CST,
+                                                        __ATOMIC_SEQ_CST)) {
+                                g_slot = i;
+                                g_slot_pid = me;
+                                return i;
+                        }
+                }
+                fc_reap();
+        }
+        return -1;
+}
+
+/* pre: g_lock held. */
+static CUresult fc_charge(int dev, uint64_t bytes, struct fc_charge *ret)
+{
+        int slot = fc_my_slot();
+
+        if (slot < 0)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        for (int pass = 0; pass < 2; pass++) {
+                uint64_t u = __atomic_load_n(&g_sh->used[dev], __ATOMIC_SEQ_CST);
+                while (u <= g_sh->total[dev] && bytes <= g_sh->total[dev] - u) {
+                        if (__atomic_compare_exchange_n(&g_sh->used[dev], &u, u + bytes, 0, __ATOMIC_SEQ_CST,
+                                                        __ATOMIC_SEQ_CST)) {
+                                __atomic_add_fetch(&g_sh->procs[slot].bytes[dev], bytes, __ATOMIC_SEQ_CST);
+                                ret->slot = slot;
+                                ret->pid = g_slot_pid;
+                                ret->dev = dev;
+                                ret->bytes = bytes;
+                                return CUDA_SUCCESS;
+                        }
+                }
+                fc_reap();
+        }
+        return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static void fc_uncharge(struct fc_charge *c)
+{
+        struct fc_proc *p;
+
+        if (!c->bytes)
+                return;
+        p = &g_sh->procs[c->slot];
+        /* If the payer is gone its charges were dropped already. */
+        if (__atomic_load_n(&p->pid, __ATOMIC_SEQ_CST) == c->pid) {
+                __atomic_sub_fetch(&p->bytes[c->dev], c->bytes, __ATOMIC_SEQ_CST);
+                __atomic_sub_fetch(&g_sh->used[c->dev], c->bytes, __ATOMIC_SEQ_CST);
+        }
+        c->bytes = 0;
+}
+
+static CUresult fc_open_state(void)
+{
+        char defpath[64];
+        const char *path = secure_getenv("GSHARE_FAKECUDA_STATE");
+        uint64_t ndev = 1, mem = 16ull << 30, ctxb = 0;
+        struct stat st;
+        struct fc_shared *sh = MAP_FAILED;
+        CUresult r = CUDA_ERROR_OPERATING_SYSTEM;
+        int fd;
+
+        if (!path || !*path) {
+                snprintf(defpath, sizeof(defpath), "/dev/shm/gshare-fakecuda-%u", (unsigned)getuid());
+                path = defpath;
+        }
+        if (fc_parse_size(secure_getenv("GSHARE_FAKECUDA_DEVICES") ?: "1", &ndev) < 0 || ndev < 1 ||
+            ndev > FC_MAX_DEV || fc_parse_size(secure_getenv("GSHARE_FAKECUDA_MEM") ?: "16Gi", &mem) < 0 ||
+            fc_parse_size(secure_getenv("GSHARE_FAKECUDA_CTX_BYTES") ?: "0", &ctxb) < 0) {
+                fprintf(stderr, "fakecuda: bad GSHARE_FAKECUDA_DEVICES/_MEM/_CTX_BYTES\n");
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+                fprintf(stderr, "fakecuda: cannot open state %s: %s\n", path, strerror(errno));
+                return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        if (flock(fd, LOCK_EX) < 0 || fstat(fd, &st) < 0)
+                goto fail;
+        if (st.st_size == 0 && ftruncate(fd, sizeof(*sh)) < 0)
+                goto fail;
+        if (st.st_size != 0 && st.st_size != (off_t)sizeof(*sh)) {
+                fprintf(stderr, "fakecuda: state %s has the wrong size; remove it\n", path);
+                goto fail;
+        }
+        sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (sh == MAP_FAILED)
+                goto fail;
+        if (sh->magic != FC_MAGIC) {
+                sh->version = FC_VERSION;
+                sh->ndev = (uint32_t)ndev;
+                for (unsigned d = 0; d < ndev; d++)
+                        sh->total[d] = mem;
+                __atomic_store_n(&sh->magic, FC_MAGIC, __ATOMIC_SEQ_CST);
+        } else if (sh->version != FC_VERSION || sh->ndev < 1 || sh->ndev > FC_MAX_DEV) {
+                fprintf(stderr, "fakecuda: state %s is corrupt; remove it\n", path);
+                munmap(sh, sizeof(*sh));
+                goto fail;
+        }
+        g_sh = sh;
+        g_ctx_bytes = ctxb;
+        fc_reap();
+        r = CUDA_SUCCESS;
+fail:
+        /* Unlock explicitly: the mapping keeps the open file alive, and a
+         * flock lives as long as the open file, so close() alone would keep
+         * every other process out of cuInit for as long as we run. */
+        (void)flock(fd, LOCK_UN);
+        close(fd);
+        return r;
+}
+
+/* ---- object registry ------------------------------------------------ */
+
+static int fc_obj_add(void *o)
+{
+        for (int i = 0; i < FC_MAX_OBJS; i++)
+                if (!g_objs[i]) {
+                        g_objs[i] = o;
+                        return 0;
+                }
+        return -ENOSPC;
+}
+
+static int fc_obj_has(const void *o)
+{
+        if (!o)
+                return 0;
+        for (int i = 0; i < FC_MAX_OBJS; i++)
+                if (g_objs[i] == o)
+                        return 1;
+        return 0;
+}
+
+static void fc_obj_del(const void *o)
+{
+        for (int i = 0; i < FC_MAX_OBJS; i++)
+                if (g_objs[i] == o)
+                        g_objs[i] = NULL;
+}
+
+static int fc_ctx_valid(const struct fc_ctx *c)
+{
+        if (!c)
+                return 0;
+        for (int d = 0; d < FC_MAX_DEV; d++)
+                if (c == &g_primary[d])
+                        return 1;
+        return fc_obj_has(c) && c->magic == FC_CTX_MAGIC;
+}
+
+/* ---- entry checks --------------------------------------------------- */
+
+#define FC_INIT_CHECK()                                                 \
+        do {                                                            \
+                if (!__atomic_load_n(&g_inited, __ATOMIC_ACQUIRE))      \
+                        return CUDA_ERROR_NOT_INITIALIZED;              \
+        } while (0)
+
+static CUresult fc_dev_check(CUdevice dev)
+{
+        if (!__atomic_load_n(&g_inited, __ATOMIC_ACQUIRE))
+                return CUDA_ERROR_NOT_INITIALIZED;
+        if (dev < 0 || (unsigned)dev >= g_sh->ndev)
+                return CUDA_ERROR_INVALID_DEVICE;
+        return CUDA_SUCCESS;
+}
+
+static struct fc_ctx *fc_current(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
+
+/* The current context's device, or an error. */
+static CUresult fc_cur_dev(int *ret_dev)
+{
+        struct fc_ctx *c = fc_current();
+
+        if (!__atomic_load_n(&g_inited, __ATOMIC_ACQUIRE))
+                return CUDA_ERROR_NOT_INITIALIZED;
+        if (!c)
+                return CUDA_ERROR_INVALID_CONTEXT;
+        *ret_dev = c->dev;
+        return CUDA_SUCCESS;
+}
+
+/* ---- init, errors, devices ------------------------------------------ */
+
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+        CUresult r = CUDA_SUCCESS;
+
+        if (Flags != 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        if (!g_inited) {
+                r = fc_open_state();
+                if (r == CUDA_SUCCESS)
+                        __atomic_store_n(&g_inited, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+        if (!driverVersion)
+                return CUDA_ERROR_INVALID_VALUE;
+        *driverVersion = FC_VERSION_DRIVER;
+        return CUDA_SUCCESS;
+}
+
+static const struct {
+        CUresult r;
+        const char *name, *str;
+} fc_errors[] = {
+        { CUDA_SUCCESS, "CUDA_SUCCESS", "no error" },
+        { CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
+        { CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
+        { CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error" },
+        { CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected" },
+        { CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal" },
+        { CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context" },
+        { CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
+        { CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found" },
+        { CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
+        { CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted" },
+        { CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS" },
+        { CUDA_ERROR_ALREADY_MAPPED, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped" },
+        { CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
+};
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+        if (!pStr)
+                return CUDA_ERROR_INVALID_VALUE;
+        for (size_t i = 0; i < sizeof(fc_errors) / sizeof(fc_errors[0]); i++)
+                if (fc_errors[i].r == error) {
+                        *pStr = fc_errors[i].str;
+                        return CUDA_SUCCESS;
+                }
+        *pStr = NULL;
+        return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+        if (!pStr)
+                return CUDA_ERROR_INVALID_VALUE;
+        for (size_t i = 0; i < sizeof(fc_errors) / sizeof(fc_errors[0]); i++)
+                if (fc_errors[i].r == error) {
+                        *pStr = fc_errors[i].name;
+                        return CUDA_SUCCESS;
+                }
+        *pStr = NULL;
+        return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+        FC_INIT_CHECK();
+        if (!count)
+                return CUDA_ERROR_INVALID_VALUE;
+        *count = (int)g_sh->ndev;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+        CUresult r = fc_dev_check(ordinal);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!device)
+                return CUDA_ERROR_INVALID_VALUE;
+        *device = ordinal;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!name || len <= 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        snprintf(name, (size_t)len, "gshare fake GPU %d", dev);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+        static const unsigned char base[16] = { 'g', 's', 'h', 'r', 0xfa, 0x4e, 0x4b, 0xe0,
+                                                0x80, 0x00, 0x5e, 0xed, 0x00, 0x00, 0x00, 0x00 };
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!uuid)
+                return CUDA_ERROR_INVALID_VALUE;
+        memcpy(uuid->bytes, base, 16);
+        uuid->bytes[15] = (char)dev;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!bytes)
+                return CUDA_ERROR_INVALID_VALUE;
+        *bytes = g_sh->total[dev];
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+        size_t b = 0;
+        CUresult r = cuDeviceTotalMem_v2(&b, dev);
+
+        if (r == CUDA_SUCCESS)
+                *bytes = b > UINT_MAX ? UINT_MAX : (unsigned)b;
+        return r;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!pi)
+                return CUDA_ERROR_INVALID_VALUE;
+        switch (attrib) {
+        case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break;
+        case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *pi = 0; break;
+        case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *pi = 0; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+        case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+        case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
+        case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+        case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+        case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *pi = 1; break;
+        default: *pi = 0; break;
+        }
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!pciBusId || len < 13)
+                return CUDA_ERROR_INVALID_VALUE;
+        snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", (unsigned)dev + 1);
+        return CUDA_SUCCESS;
+}
+
+/* ---- contexts and streams ------------------------------------------- */
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+        CUresult r = fc_dev_check(dev);
+        struct fc_ctx *c;
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!pctx)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        c = &g_primary[dev];
+        if (c->refs == 0) {
+                c->magic = FC_CTX_MAGIC;
+                c->dev = dev;
+                c->primary = 1;
+                if (g_ctx_bytes)
+                        r = fc_charge(dev, g_ctx_bytes, &c->ch);
+        }
+        if (r == CUDA_SUCCESS) {
+                c->refs++;
+                *pctx = (CUcontext)c;
+        }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        if (g_primary[dev].refs <= 0)
+                r = CUDA_ERROR_INVALID_CONTEXT;
+        else if (--g_primary[dev].refs == 0)
+                fc_uncharge(&g_primary[dev].ch);
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+        return fc_dev_check(dev);
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+
+static CUresult fc_ctx_create(CUcontext *pctx, CUdevice dev)
+{
+        CUresult r = fc_dev_check(dev);
+        struct fc_ctx *c;
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!pctx || t_depth >= (int)(sizeof(t_stack) / sizeof(t_stack[0])))
+                return CUDA_ERROR_INVALID_VALUE;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        c->magic = FC_CTX_MAGIC;
+        c->dev = dev;
+        pthread_mutex_lock(&g_lock);
+        if (fc_obj_add(c) < 0)
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+        else if (g_ctx_bytes && (r = fc_charge(dev, g_ctx_bytes, &c->ch)) != CUDA_SUCCESS)
+                fc_obj_del(c);
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS) {
+                free(c);
+                return r;
+        }
+        t_stack[t_depth++] = c;
+        *pctx = (CUcontext)c;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+        (void)flags;
+        return fc_ctx_create(pctx, dev);
+}
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+        (void)flags;
+        return fc_ctx_create(pctx, dev);
+}
+
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+        (void)flags;
+        if (ctxCreateParams && (ctxCreateParams->execAffinityParams || ctxCreateParams->cigParams))
+                return CUDA_ERROR_NOT_SUPPORTED;
+        return fc_ctx_create(pctx, dev);
+}
+
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+        struct fc_ctx *c = (struct fc_ctx *)ctx;
+        CUresult r = CUDA_SUCCESS;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        if (!fc_obj_has(c) || c->magic != FC_CTX_MAGIC) {
+                r = CUDA_ERROR_INVALID_CONTEXT;
+        } else {
+                fc_obj_del(c);
+                fc_uncharge(&c->ch);
+                c->magic = 0;
+        }
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS)
+                return r;
+        /* Only this thread's stack is visible here; as in the real driver,
+         * other threads must not use a destroyed context. */
+        for (int i = 0; i < t_depth; i++)
+                if (t_stack[i] == c) {
+                        memmove(&t_stack[i], &t_stack[i + 1], sizeof(t_stack[0]) * (size_t)(t_depth - i - 1));
+                        t_depth--;
+                        i--;
+                }
+        free(c);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+        struct fc_ctx *c = (struct fc_ctx *)ctx;
+        int ok;
+
+        FC_INIT_CHECK();
+        if (!c) {
+                if (t_depth > 0)
+                        t_depth--;
+                return CUDA_SUCCESS;
+        }
+        pthread_mutex_lock(&g_lock);
+        ok = fc_ctx_valid(c);
+        pthread_mutex_unlock(&g_lock);
+        if (!ok)
+                return CUDA_ERROR_INVALID_CONTEXT;
+        if (t_depth == 0)
+                t_depth = 1;
+        t_stack[t_depth - 1] = c;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+        FC_INIT_CHECK();
+        if (!pctx)
+                return CUDA_ERROR_INVALID_VALUE;
+        *pctx = (CUcontext)fc_current();
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+        int dev = 0;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!device)
+                return CUDA_ERROR_INVALID_VALUE;
+        *device = dev;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+        int dev;
+
+        return fc_cur_dev(&dev);
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
+{
+        struct fc_ctx *c = (struct fc_ctx *)ctx;
+        int ok;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        ok = fc_ctx_valid(c);
+        pthread_mutex_unlock(&g_lock);
+        if (!ok)
+                return CUDA_ERROR_INVALID_CONTEXT;
+        if (t_depth >= (int)(sizeof(t_stack) / sizeof(t_stack[0])))
+                return CUDA_ERROR_INVALID_VALUE;
+        t_stack[t_depth++] = c;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+        FC_INIT_CHECK();
+        if (t_depth == 0)
+                return CUDA_ERROR_INVALID_CONTEXT;
+        t_depth--;
+        if (pctx)
+                *pctx = (CUcontext)t_stack[t_depth];
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) { return cuCtxPopCurrent_v2(pctx); }
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+        struct fc_stream *s;
+        int dev, rc;
+        CUresult r = fc_cur_dev(&dev);
+
+        (void)Flags;
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!phStream)
+                return CUDA_ERROR_INVALID_VALUE;
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        s->magic = FC_STREAM_MAGIC;
+        s->ctx = fc_current();
+        pthread_mutex_lock(&g_lock);
+        rc = fc_obj_add(s);
+        pthread_mutex_unlock(&g_lock);
+        if (rc < 0) {
+                free(s);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        *phStream = (CUstream)s;
+        return CUDA_SUCCESS;
+}
+
+/* NULL and the two special default streams are always valid. */
+static CUresult fc_stream_check(CUstream h)
+{
+        int ok;
+
+        FC_INIT_CHECK();
+        if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+                return CUDA_SUCCESS;
+        pthread_mutex_lock(&g_lock);
+        ok = fc_obj_has(h) && ((struct fc_stream *)h)->magic == FC_STREAM_MAGIC;
+        pthread_mutex_unlock(&g_lock);
+        return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
+{
+        struct fc_stream *s = (struct fc_stream *)hStream;
+        CUresult r = CUDA_SUCCESS;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        if (!fc_obj_has(s) || s->magic != FC_STREAM_MAGIC)
+                r = CUDA_ERROR_INVALID_HANDLE;
+        else
+                fc_obj_del(s);
+        pthread_mutex_unlock(&g_lock);
+        if (r == CUDA_SUCCESS)
+                free(s);
+        return r;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream) { return cuStreamDestroy_v2(hStream); }
+
+/* Everything in the fake runs synchronously, so a stream is always idle. */
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return fc_stream_check(hStream); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return fc_stream_check(hStream); }
+
+CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+        CUresult r = fc_stream_check(hStream);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!fn)
+                return CUDA_ERROR_INVALID_VALUE;
+        fn(userData);
+        return CUDA_SUCCESS;
+}
+
+/* ---- cuMemAlloc family ---------------------------------------------- */
+
+static CUresult fc_alloc(CUdeviceptr *dptr, size_t bytesize)
+{
+        struct fc_alloc *a;
+        void *p;
+        int dev = 0;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!dptr || bytesize == 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (bytesize > (1ull << 46))
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        a = calloc(1, sizeof(*a));
+        if (!a)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        a->size = bytesize;
+        a->mapped = (bytesize + FC_PAGE - 1) & ~(size_t)(FC_PAGE - 1);
+        pthread_mutex_lock(&g_lock);
+        r = fc_charge(dev, a->mapped, &a->ch);
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS) {
+                free(a);
+                return r;
+        }
+        /* Shared anonymous memory: shmem, like a memfd. */
+        p = mmap(NULL, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        pthread_mutex_lock(&g_lock);
+        if (p == MAP_FAILED) {
+                fc_uncharge(&a->ch);
+                pthread_mutex_unlock(&g_lock);
+                free(a);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        a->base = (uintptr_t)p;
+        a->next = g_allocs;
+        g_allocs = a;
+        pthread_mutex_unlock(&g_lock);
+        *dptr = (CUdeviceptr)a->base;
+        return CUDA_SUCCESS;
+}
+
+static CUresult fc_free(CUdeviceptr dptr)
+{
+        struct fc_alloc **pp, *a = NULL;
+
+        FC_INIT_CHECK();
+        if (dptr == 0)
+                return CUDA_SUCCESS;
+        pthread_mutex_lock(&g_lock);
+        for (pp = &g_allocs; *pp; pp = &(*pp)->next)
+                if ((*pp)->base == dptr) {
+                        a = *pp;
+                        *pp = a->next;
+                        fc_uncharge(&a->ch);
+                        break;
+                }
+        pthread_mutex_unlock(&g_lock);
+        if (!a)
+                return CUDA_ERROR_INVALID_VALUE;
+        munmap((void *)a->base, a->mapped);
+        free(a);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return fc_alloc(dptr, bytesize); }
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) { return fc_free(dptr); }
+
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                    unsigned int ElementSizeBytes)
+{
+        size_t pitch;
+
+        FC_INIT_CHECK();
+        if (!pPitch || WidthInBytes == 0 || Height == 0 ||
+            (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+                return CUDA_ERROR_INVALID_VALUE;
+        if (WidthInBytes > (1ull << 40) || Height > (1ull << 40))
+                return CUDA_ERROR_INVALID_VALUE;
+        pitch = (WidthInBytes + 511) & ~(size_t)511;
+        if (Height > (1ull << 46) / pitch)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = fc_alloc(dptr, pitch * Height);
+        if (r == CUDA_SUCCESS)
+                *pPitch = pitch;
+        return r;
+}
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+        if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+                return CUDA_ERROR_INVALID_VALUE;
+        return fc_alloc(dptr, bytesize);
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+        CUresult r = fc_stream_check(hStream);
+
+        return r != CUDA_SUCCESS ? r : fc_alloc(dptr, bytesize);
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+        CUresult r = fc_stream_check(hStream);
+
+        return r != CUDA_SUCCESS ? r : fc_free(dptr);
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+        return cuMemAllocAsync(dptr, bytesize, hStream);
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+        int dev = 0;
+        CUresult r = fc_cur_dev(&dev);
+        uint64_t u;
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!free_bytes || !total)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        fc_reap();
+        pthread_mutex_unlock(&g_lock);
+        u = __atomic_load_n(&g_sh->used[dev], __ATOMIC_SEQ_CST);
+        *total = g_sh->total[dev];
+        *free_bytes = u >= *total ? 0 : *total - u;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
+{
+        size_t f = 0, t = 0;
+        CUresult r = cuMemGetInfo_v2(&f, &t);
+
+        if (r == CUDA_SUCCESS) {
+                *free_bytes = f > UINT_MAX ? UINT_MAX : (unsigned)f;
+                *total = t > UINT_MAX ? UINT_MAX : (unsigned)t;
+        }
+        return r;
+}
+
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+        CUresult r = CUDA_ERROR_NOT_FOUND;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        for (struct fc_alloc *a = g_allocs; a; a = a->next)
+                if (dptr >= a->base && dptr < a->base + a->size) {
+                        if (pbase)
+                                *pbase = a->base;
+                        if (psize)
+                                *psize = a->size;
+                        r = CUDA_SUCCESS;
+                        break;
+                }
+        for (struct fc_map *m = g_maps; r != CUDA_SUCCESS && m; m = m->next)
+                if (dptr >= m->addr && dptr < m->addr + m->size) {
+                        if (pbase)
+                                *pbase = m->addr;
+                        if (psize)
+                                *psize = m->size;
+                        r = CUDA_SUCCESS;
+                }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+/* ---- copies and sets (host memory underneath) ----------------------- */
+
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+        FC_INIT_CHECK();
+        if (!dstDevice || (!srcHost && ByteCount))
+                return CUDA_ERROR_INVALID_VALUE;
+        memcpy((void *)dstDevice, srcHost, ByteCount);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+        FC_INIT_CHECK();
+        if (!srcDevice || (!dstHost && ByteCount))
+                return CUDA_ERROR_INVALID_VALUE;
+        memcpy(dstHost, (const void *)srcDevice, ByteCount);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+        FC_INIT_CHECK();
+        if (!dstDevice || !srcDevice)
+                return CUDA_ERROR_INVALID_VALUE;
+        memmove((void *)dstDevice, (const void *)srcDevice, ByteCount);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+        FC_INIT_CHECK();
+        if (!dstDevice)
+                return CUDA_ERROR_INVALID_VALUE;
+        memset((void *)dstDevice, uc, N);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+        uint32_t *p = (uint32_t *)dstDevice;
+
+        FC_INIT_CHECK();
+        if (!dstDevice || (dstDevice & 3))
+                return CUDA_ERROR_INVALID_VALUE;
+        for (size_t i = 0; i < N; i++)
+                p[i] = ui;
+        return CUDA_SUCCESS;
+}
+
+/* Legacy 32-bit-pointer entry points: no fake address fits in 32 bits. */
+CUresult CUDAAPI cuMemAlloc(gs_cudeviceptr_v1 *dptr, unsigned int bytesize)
+{
+        (void)dptr, (void)bytesize;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemAllocPitch(gs_cudeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                                 unsigned int Height, unsigned int ElementSizeBytes)
+{
+        (void)dptr, (void)pPitch, (void)WidthInBytes, (void)Height, (void)ElementSizeBytes;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemFree(gs_cudeviceptr_v1 dptr)
+{
+        (void)dptr;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemGetAddressRange(gs_cudeviceptr_v1 *pbase, unsigned int *psize, gs_cudeviceptr_v1 dptr)
+{
+        (void)pbase, (void)psize, (void)dptr;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemcpyHtoD(gs_cudeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
+{
+        (void)dstDevice, (void)srcHost, (void)ByteCount;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, gs_cudeviceptr_v1 srcDevice, unsigned int ByteCount)
+{
+        (void)dstHost, (void)srcDevice, (void)ByteCount;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemcpyDtoD(gs_cudeviceptr_v1 dstDevice, gs_cudeviceptr_v1 srcDevice, unsigned int ByteCount)
+{
+        (void)dstDevice, (void)srcDevice, (void)ByteCount;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemsetD8(gs_cudeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
+{
+        (void)dstDevice, (void)uc, (void)N;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult CUDAAPI cuMemsetD32(gs_cudeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
+{
+        (void)dstDevice, (void)ui, (void)N;
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- legacy IPC: not supported -------------------------------------- */
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+        (void)pHandle, (void)dptr;
+        FC_INIT_CHECK();
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+        (void)pdptr, (void)handle, (void)Flags;
+        FC_INIT_CHECK();
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+        return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+        (void)dptr;
+        FC_INIT_CHECK();
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- VMM ------------------------------------------------------------ */
+
+static CUresult fc_prop_check(const CUmemAllocationProp *prop)
+{
+        if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (prop->location.id < 0 || (unsigned)prop->location.id >= g_sh->ndev)
+                return CUDA_ERROR_INVALID_DEVICE;
+        if (prop->requestedHandleTypes & ~(uint64_t)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                               CUmemAllocationGranularity_flags option)
+{
+        CUresult r;
+
+        FC_INIT_CHECK();
+        if (!granularity || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+                return CUDA_ERROR_INVALID_VALUE;
+        r = fc_prop_check(prop);
+        if (r != CUDA_SUCCESS)
+                return r;
+        *granularity = FC_GRAN;
+        return CUDA_SUCCESS;
+}
+
+/* pre: g_lock held.  Handle values carry a generation so a stale one fails. */
+static struct fc_handle *fc_handle_get(CUmemGenericAllocationHandle h, int *ret_idx)
+{
+        uint64_t idx = (h & 0xffffffffu);
+        struct fc_handle *e;
+
+        if (idx == 0 || idx > FC_MAX_HANDLES)
+                return NULL;
+        e = &g_handles[idx - 1];
+        if (!e->used || e->gen != (uint32_t)(h >> 32) || e->hrefs <= 0)
+                return NULL;
+        if (ret_idx)
+                *ret_idx = (int)idx - 1;
+        return e;
+}
+
+/* pre: g_lock held. */
+static int fc_handle_new(void)
+{
+        for (int i = 0; i < FC_MAX_HANDLES; i++)
+                if (!g_handles[i].used) {
+                        uint32_t gen = g_handles[i].gen + 1;
+                        memset(&g_handles[i], 0, sizeof(g_handles[i]));
+                        g_handles[i].used = 1;
+                        g_handles[i].gen = gen;
+                        g_handles[i].fd = -1;
+                        g_handles[i].hrefs = 1;
+                        return i;
+                }
+        return -1;
+}
+
+static CUmemGenericAllocationHandle fc_handle_value(int idx)
+{
+        return ((uint64_t)g_handles[idx].gen << 32) | (uint64_t)(idx + 1);
+}
+
+/* pre: g_lock held.  Drops a handle reference (map = 0) or a mapping. */
+static void fc_handle_unref(int idx, int map)
+{
+        struct fc_handle *e = &g_handles[idx];
+
+        if (map)
+                e->maps--;
+        else
+                e->hrefs--;
+        if (e->hrefs > 0 || e->maps > 0)
+                return;
+        fc_uncharge(&e->ch);
+        if (e->fd >= 0)
+                close(e->fd);
+        e->fd = -1;
+        e->used = 0;
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                             unsigned long long flags)
+{
+        char name[32];
+        int idx, fd = -1;
+        struct fc_charge ch = { 0 };
+        CUresult r;
+
+        FC_INIT_CHECK();
+        if (!handle || flags != 0 || size == 0 || size % FC_GRAN || size > (1ull << 46))
+                return CUDA_ERROR_INVALID_VALUE;
+        r = fc_prop_check(prop);
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        r = fc_charge(prop->location.id, size, &ch);
+        if (r != CUDA_SUCCESS)
+                goto out;
+        snprintf(name, sizeof(name), "gshare-fake-dev%d", prop->location.id);
+        fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || ftruncate(fd, (off_t)size) < 0 ||
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        idx = fc_handle_new();
+        if (idx < 0) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        g_handles[idx].fd = fd;
+        g_handles[idx].size = size;
+        g_handles[idx].dev = prop->location.id;
+        g_handles[idx].htypes = (uint64_t)prop->requestedHandleTypes;
+        g_handles[idx].ch = ch;
+        *handle = fc_handle_value(idx);
+        fd = -1;
+        ch.bytes = 0;
+out:
+        fc_uncharge(&ch);
+        if (fd >= 0)
+                close(fd);
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+        int idx;
+        CUresult r = CUDA_SUCCESS;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        if (!fc_handle_get(handle, &idx))
+                r = CUDA_ERROR_INVALID_VALUE;
+        else
+                fc_handle_unref(idx, 0);
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+        struct fc_handle *e;
+        CUresult r = CUDA_SUCCESS;
+        int fd;
+
+        FC_INIT_CHECK();
+        if (!shareableHandle || flags != 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        pthread_mutex_lock(&g_lock);
+        e = fc_handle_get(handle, NULL);
+        if (!e) {
+                r = CUDA_ERROR_INVALID_VALUE;
+        } else if (!(e->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+                r = CUDA_ERROR_NOT_PERMITTED;
+        } else {
+                fd = fcntl(e->fd, F_DUPFD_CLOEXEC, 0);
+                if (fd < 0)
+                        r = CUDA_ERROR_OPERATING_SYSTEM;
+                else
+                        *(int *)shareableHandle = fd;
+        }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+/* The device of an exported fd, from the memfd's name. */
+static int fc_fd_device(int fd)
+{
+        char link[64], target[128];
+        ssize_t n;
+        int dev;
+
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        n = readlink(link, target, sizeof(target) - 1);
+        if (n <= 0)
+                return -1;
+        target[n] = '\0';
+        if (sscanf(target, "/memfd:gshare-fake-dev%d", &dev) != 1 || dev < 0 || (unsigned)dev >= g_sh->ndev)
+                return -1;
+        return dev;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+        int fd = (int)(intptr_t)osHandle, dev, idx, nfd = -1;
+        struct stat st;
+        CUresult r = CUDA_SUCCESS;
+
+        FC_INIT_CHECK();
+        if (!handle)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size % FC_GRAN)
+                return CUDA_ERROR_INVALID_VALUE;
+        dev = fc_fd_device(fd);
+        if (dev < 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (nfd < 0)
+                return CUDA_ERROR_OPERATING_SYSTEM;
+        pthread_mutex_lock(&g_lock);
+        idx = fc_handle_new();
+        if (idx < 0) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                close(nfd);
+        } else {
+                g_handles[idx].fd = nfd;
+                g_handles[idx].size = (size_t)st.st_size;
+                g_handles[idx].dev = dev;
+                g_handles[idx].htypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+                *handle = fc_handle_value(idx);
+        }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                     unsigned long long flags)
+{
+        struct fc_resv *v;
+        uintptr_t base;
+        void *p;
+        size_t span;
+
+        (void)addr; /* a hint only */
+        FC_INIT_CHECK();
+        if (!ptr || size == 0 || size % FC_GRAN || flags != 0 || size > (1ull << 46))
+                return CUDA_ERROR_INVALID_VALUE;
+        if (alignment == 0)
+                alignment = FC_GRAN;
+        if (alignment & (alignment - 1) || alignment > (1ull << 40))
+                return CUDA_ERROR_INVALID_VALUE;
+        span = size + alignment;
+        p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        base = ((uintptr_t)p + alignment - 1) & ~(uintptr_t)(alignment - 1);
+        if (base > (uintptr_t)p)
+                munmap(p, base - (uintptr_t)p);
+        if ((uintptr_t)p + span > base + size)
+                munmap((void *)(base + size), (uintptr_t)p + span - (base + size));
+        v = calloc(1, sizeof(*v));
+        if (!v) {
+                munmap((void *)base, size);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        v->base = base;
+        v->size = size;
+        pthread_mutex_lock(&g_lock);
+        v->next = g_resvs;
+        g_resvs = v;
+        pthread_mutex_unlock(&g_lock);
+        *ptr = (CUdeviceptr)base;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+        struct fc_resv **pp, *v = NULL;
+        CUresult r = CUDA_SUCCESS;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        for (pp = &g_resvs; *pp; pp = &(*pp)->next)
+                if ((*pp)->base == ptr && (*pp)->size == size)
+                        break;
+        if (!*pp) {
+                r = CUDA_ERROR_INVALID_VALUE;
+        } else {
+                for (struct fc_map *m = g_maps; m; m = m->next)
+                        if (m->addr >= ptr && m->addr < ptr + size)
+                                r = CUDA_ERROR_INVALID_VALUE; /* still mapped */
+                if (r == CUDA_SUCCESS) {
+                        v = *pp;
+                        *pp = v->next;
+                }
+        }
+        pthread_mutex_unlock(&g_lock);
+        if (v) {
+                munmap((void *)v->base, v->size);
+                free(v);
+        }
+        return r;
+}
+
+/* pre: g_lock held. */
+static int fc_in_resv(uintptr_t a, size_t size)
+{
+        for (struct fc_resv *v = g_resvs; v; v = v->next)
+                if (a >= v->base && a - v->base <= v->size && size <= v->size - (a - v->base))
+                        return 1;
+        return 0;
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                          unsigned long long flags)
+{
+        struct fc_handle *e;
+        struct fc_map *m;
+        CUresult r = CUDA_SUCCESS;
+        int idx;
+
+        FC_INIT_CHECK();
+        if (size == 0 || size % FC_GRAN || ptr % FC_GRAN || offset != 0 || flags != 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        m = calloc(1, sizeof(*m));
+        if (!m)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        pthread_mutex_lock(&g_lock);
+        e = fc_handle_get(handle, &idx);
+        if (!e || size > e->size || !fc_in_resv(ptr, size)) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        for (struct fc_map *o = g_maps; o; o = o->next)
+                if (ptr < o->addr + o->size && o->addr < ptr + size) {
+                        r = CUDA_ERROR_ALREADY_MAPPED;
+                        goto out;
+                }
+        /* No access until cuMemSetAccess, as on a real device. */
+        if (mmap((void *)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, e->fd, 0) == MAP_FAILED) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        m->addr = ptr;
+        m->size = size;
+        m->hidx = idx;
+        m->next = g_maps;
+        g_maps = m;
+        m = NULL;
+        e->maps++;
+out:
+        pthread_mutex_unlock(&g_lock);
+        free(m);
+        return r;
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+        CUresult r = CUDA_SUCCESS;
+        size_t covered = 0;
+
+        FC_INIT_CHECK();
+        if (size == 0 || size % FC_GRAN || ptr % FC_GRAN)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        /* The range must consist of whole mappings. */
+        for (struct fc_map *m = g_maps; m; m = m->next) {
+                if (m->addr >= ptr && m->addr - ptr < size) {
+                        if (m->size > size - (m->addr - ptr)) {
+                                r = CUDA_ERROR_INVALID_VALUE;
+                                goto out;
+                        }
+                        covered += m->size;
+                } else if (ptr > m->addr && ptr < m->addr + m->size) {
+                        r = CUDA_ERROR_INVALID_VALUE;
+                        goto out;
+                }
+        }
+        if (covered != size) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        for (struct fc_map **pp = &g_maps; *pp;) {
+                struct fc_map *m = *pp;
+                if (m->addr >= ptr && m->addr - ptr < size) {
+                        /* Back to a reserved, inaccessible range. */
+                        (void)mmap((void *)m->addr, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+                        fc_handle_unref(m->hidx, 1);
+                        *pp = m->next;
+                        free(m);
+                } else {
+                        pp = &m->next;
+                }
+        }
+out:
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+        CUresult r = CUDA_SUCCESS;
+        size_t covered = 0;
+        int prot = PROT_NONE;
+
+        FC_INIT_CHECK();
+        if (!desc || count == 0 || size == 0 || size % FC_GRAN || ptr % FC_GRAN)
+                return CUDA_ERROR_INVALID_VALUE;
+        for (size_t i = 0; i < count; i++) {
+                if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+                    (unsigned)desc[i].location.id >= g_sh->ndev)
+                        return CUDA_ERROR_INVALID_DEVICE;
+                if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                        prot = PROT_READ | PROT_WRITE;
+                else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
+                        prot = PROT_READ;
+                else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ)
+                        return CUDA_ERROR_INVALID_VALUE;
+        }
+        pthread_mutex_lock(&g_lock);
+        for (struct fc_map *m = g_maps; m; m = m->next)
+                if (m->addr < ptr + size && ptr < m->addr + m->size) {
+                        uintptr_t lo = m->addr > ptr ? m->addr : ptr;
+                        uintptr_t hi = m->addr + m->size < ptr + size ? m->addr + m->size : ptr + size;
+                        covered += hi - lo;
+                }
+        if (covered != size)
+                r = CUDA_ERROR_INVALID_VALUE; /* not all of it mapped */
+        else if (mprotect((void *)ptr, size, prot) < 0)
+                r = CUDA_ERROR_OPERATING_SYSTEM;
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+        CUresult r = CUDA_ERROR_INVALID_VALUE;
+        uintptr_t a = (uintptr_t)addr;
+
+        FC_INIT_CHECK();
+        if (!handle)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        for (struct fc_map *m = g_maps; m; m = m->next)
+                if (a >= m->addr && a < m->addr + m->size) {
+                        g_handles[m->hidx].hrefs++;
+                        *handle = fc_handle_value(m->hidx);
+                        r = CUDA_SUCCESS;
+                        break;
+                }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+        struct fc_handle *e;
+        CUresult r = CUDA_SUCCESS;
+
+        FC_INIT_CHECK();
+        if (!prop)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        e = fc_handle_get(handle, NULL);
+        if (!e) {
+                r = CUDA_ERROR_INVALID_VALUE;
+        } else {
+                memset(prop, 0, sizeof(*prop));
+                prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+                prop->requestedHandleTypes = (CUmemAllocationHandleType)e->htypes;
+                prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                prop->location.id = e->dev;
+        }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+/* ---- cuGetProcAddress ----------------------------------------------- */
+
+#define FC_SYM(n) { #n, (void *)(n) }
+static const struct {
+        const char *name;
+        void *fn;
+} fc_syms[] = {
+        FC_SYM(cuInit), FC_SYM(cuDriverGetVersion), FC_SYM(cuGetErrorString), FC_SYM(cuGetErrorName),
+        FC_SYM(cuDeviceGetCount), FC_SYM(cuDeviceGet), FC_SYM(cuDeviceGetName), FC_SYM(cuDeviceGetUuid),
+        FC_SYM(cuDeviceGetUuid_v2), FC_SYM(cuDeviceTotalMem), FC_SYM(cuDeviceTotalMem_v2),
+        FC_SYM(cuDeviceGetAttribute), FC_SYM(cuDeviceGetPCIBusId), FC_SYM(cuDevicePrimaryCtxRetain),
+        FC_SYM(cuDevicePrimaryCtxRelease), FC_SYM(cuDevicePrimaryCtxRelease_v2), FC_SYM(cuDevicePrimaryCtxReset),
+        FC_SYM(cuDevicePrimaryCtxReset_v2), FC_SYM(cuCtxCreate), FC_SYM(cuCtxCreate_v2), FC_SYM(cuCtxCreate_v4),
+        FC_SYM(cuCtxDestroy), FC_SYM(cuCtxDestroy_v2), FC_SYM(cuCtxSetCurrent), FC_SYM(cuCtxGetCurrent),
+        FC_SYM(cuCtxGetDevice), FC_SYM(cuCtxSynchronize), FC_SYM(cuCtxPushCurrent), FC_SYM(cuCtxPushCurrent_v2),
+        FC_SYM(cuCtxPopCurrent), FC_SYM(cuCtxPopCurrent_v2), FC_SYM(cuStreamCreate), FC_SYM(cuStreamDestroy),
+        FC_SYM(cuStreamDestroy_v2), FC_SYM(cuStreamSynchronize), FC_SYM(cuStreamSynchronize_ptsz),
+        FC_SYM(cuLaunchHostFunc), FC_SYM(cuMemGetInfo), FC_SYM(cuMemGetInfo_v2), FC_SYM(cuMemAlloc),
+        FC_SYM(cuMemAlloc_v2), FC_SYM(cuMemAllocPitch), FC_SYM(cuMemAllocPitch_v2), FC_SYM(cuMemFree),
+        FC_SYM(cuMemFree_v2), FC_SYM(cuMemGetAddressRange), FC_SYM(cuMemGetAddressRange_v2),
+        FC_SYM(cuMemAllocAsync), FC_SYM(cuMemAllocAsync_ptsz), FC_SYM(cuMemFreeAsync), FC_SYM(cuMemFreeAsync_ptsz),
+        FC_SYM(cuMemAllocManaged), FC_SYM(cuMemcpyHtoD), FC_SYM(cuMemcpyHtoD_v2), FC_SYM(cuMemcpyDtoH),
+        FC_SYM(cuMemcpyDtoH_v2), FC_SYM(cuMemcpyDtoD), FC_SYM(cuMemcpyDtoD_v2), FC_SYM(cuMemsetD8),
+        FC_SYM(cuMemsetD8_v2), FC_SYM(cuMemsetD32), FC_SYM(cuMemsetD32_v2), FC_SYM(cuMemGetAllocationGranularity),
+        FC_SYM(cuMemCreate), FC_SYM(cuMemRelease), FC_SYM(cuMemExportToShareableHandle),
+        FC_SYM(cuMemImportFromShareableHandle), FC_SYM(cuMemAddressReserve), FC_SYM(cuMemAddressFree),
+        FC_SYM(cuMemMap), FC_SYM(cuMemUnmap), FC_SYM(cuMemSetAccess), FC_SYM(cuMemRetainAllocationHandle),
+        FC_SYM(cuMemGetAllocationPropertiesFromHandle), FC_SYM(cuIpcGetMemHandle), FC_SYM(cuIpcOpenMemHandle),
+        FC_SYM(cuIpcOpenMemHandle_v2), FC_SYM(cuIpcCloseMemHandle), FC_SYM(cuGetProcAddress),
+        FC_SYM(cuGetProcAddress_v2),
+};
+
+/* Which versioned symbol a base name resolves to, from which CUDA version
+ * (the real driver's table, for the names the fake has). */
+static const struct {
+        const char *base, *suffix;
+        int since;
+} fc_versions[] = {
+        { "cuCtxCreate", "_v4", 12050 }, { "cuCtxCreate", "_v2", 3020 },
+        { "cuMemAlloc", "_v2", 3020 }, { "cuMemAllocPitch", "_v2", 3020 }, { "cuMemFree", "_v2", 3020 },
+        { "cuMemGetAddressRange", "_v2", 3020 }, { "cuMemGetInfo", "_v2", 3020 },
+        { "cuDeviceTotalMem", "_v2", 3020 }, { "cuMemcpyHtoD", "_v2", 3020 }, { "cuMemcpyDtoH", "_v2", 3020 },
+        { "cuMemcpyDtoD", "_v2", 3020 }, { "cuMemsetD8", "_v2", 3020 }, { "cuMemsetD32", "_v2", 3020 },
+        { "cuCtxDestroy", "_v2", 4000 }, { "cuCtxPushCurrent", "_v2", 4000 }, { "cuCtxPopCurrent", "_v2", 4000 },
+        { "cuStreamDestroy", "_v2", 4000 }, { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
+        { "cuDevicePrimaryCtxReset", "_v2", 11000 }, { "cuDeviceGetUuid", "_v2", 11040 },
+        { "cuIpcOpenMemHandle", "_v2", 11000 }, { "cuGetProcAddress", "_v2", 12000 },
+};
+
+static void *fc_sym(const char *name)
+{
+        for (size_t i = 0; i < sizeof(fc_syms) / sizeof(fc_syms[0]); i++)
+                if (!strcmp(fc_syms[i].name, name))
+                        return fc_syms[i].fn;
+        return NULL;
+}
+
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *symbolStatus)
+{
+        char name[128];
+        void *fn = NULL;
+
+        if (symbolStatus)
+                *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        if (!symbol || !pfn || strlen(symbol) > 100)
+                return CUDA_ERROR_INVALID_VALUE;
+        *pfn = NULL;
+        snprintf(name, sizeof(name), "%s", symbol);
+        for (size_t i = 0; i < sizeof(fc_versions) / sizeof(fc_versions[0]); i++)
+                if (!strcmp(fc_versions[i].base, symbol) && cudaVersion >= fc_versions[i].since) {
+                        snprintf(name, sizeof(name), "%s%s", symbol, fc_versions[i].suffix);
+                        break;
+                }
+        if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+                char pt[140];
+                snprintf(pt, sizeof(pt), "%s_ptsz", name);
+                fn = fc_sym(pt);
+                if (!fn) {
+                        snprintf(pt, sizeof(pt), "%s_ptds", name);
+                        fn = fc_sym(pt);
+                }
+        }
+        if (!fn)
+                fn = fc_sym(name);
+        if (!fn)
+                return CUDA_ERROR_NOT_FOUND;
+        *pfn = fn;
+        if (symbolStatus)
+                *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+        return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}
