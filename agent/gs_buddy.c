@@ -246,23 +246,13 @@ int gs_buddy_remove_chunk(struct gs_buddy *b, uint64_t base)
         return 0;
 }
 
-int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind,
-                   struct gs_blk **ret)
+/* Cuts the free block blk (order j, already off its free list) down to an
+ * exact block of rs bytes at its start.  pre: records reserved. */
+static void carve(struct gs_buddy *b, struct gs_blk *blk, unsigned j, uint64_t rs, uint64_t req,
+                  enum gs_blk_kind kind)
 {
-        if (size == 0 || size > (UINT64_C(1) << b->chunk_shift))
-                return -EINVAL;
-        uint64_t rs = gs_align_up(size, GS_MIN_ALIGN);
         unsigned o = ceil_log2(rs);
-        uint64_t avail = b->nonempty & ~((UINT64_C(1) << o) - 1);
-        if (!avail)
-                return -ENOSPC;
-        int r = gs_buddy_reserve(b, GS_BUDDY_OP_RECS);
-        if (r < 0)
-                return r;
 
-        unsigned j = (unsigned)__builtin_ctzll(avail);
-        struct gs_blk *blk = b->free_head[j];
-        fl_unlink(b, blk);
         if (j == b->chunk_shift)
                 b->nchunks_empty--;
         /* Split down to order o: the upper halves go to the free lists. */
@@ -285,6 +275,42 @@ int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_
         blk->size = rs;
         blk->req = req;
         b->bytes_used += rs;
+}
+
+int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind,
+                   struct gs_blk **ret)
+{
+        if (size == 0 || size > (UINT64_C(1) << b->chunk_shift))
+                return -EINVAL;
+        uint64_t rs = gs_align_up(size, GS_MIN_ALIGN);
+        uint64_t avail = b->nonempty & ~((UINT64_C(1) << ceil_log2(rs)) - 1);
+        if (!avail)
+                return -ENOSPC;
+        int r = gs_buddy_reserve(b, GS_BUDDY_OP_RECS);
+        if (r < 0)
+                return r;
+        /* Best fit: the smallest order that has a free block. */
+        unsigned j = (unsigned)__builtin_ctzll(avail);
+        struct gs_blk *blk = b->free_head[j];
+        fl_unlink(b, blk);
+        carve(b, blk, j, rs, req, kind);
+        *ret = blk;
+        return 0;
+}
+
+int gs_buddy_alloc_at(struct gs_buddy *b, uint64_t base, uint64_t size, enum gs_blk_kind kind,
+                      struct gs_blk **ret)
+{
+        if (size == 0 || size > (UINT64_C(1) << b->chunk_shift))
+                return -EINVAL;
+        if (!gs_buddy_chunk_is_free(b, base))
+                return -EBUSY;
+        int r = gs_buddy_reserve(b, GS_BUDDY_OP_RECS);
+        if (r < 0)
+                return r;
+        struct gs_blk *blk = gs_buddy_find(b, base);
+        fl_unlink(b, blk);
+        carve(b, blk, b->chunk_shift, gs_align_up(size, GS_MIN_ALIGN), 0, kind);
         *ret = blk;
         return 0;
 }
@@ -414,7 +440,8 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                         }
                         break;
                 case GS_BLK_USED:
-                case GS_BLK_SLAB: {
+                case GS_BLK_SLAB:
+                case GS_BLK_TAIL: {
                         uint64_t al = UINT64_C(1) << ceil_log2(x->size);
                         if (x->size > top || x->off & (al - 1))
                                 FAIL("block %#llx+%#llx not aligned to %#llx",
@@ -423,13 +450,13 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                         if (x->kind == GS_BLK_USED && (x->req == 0 || x->req > x->size))
                                 FAIL("block %#llx req %llu size %llu", (unsigned long long)x->off,
                                      (unsigned long long)x->req, (unsigned long long)x->size);
-                        if (x->kind == GS_BLK_SLAB && !x->owner)
-                                FAIL("slab block %#llx without slab", (unsigned long long)x->off);
+                        if (x->kind != GS_BLK_USED && !x->owner)
+                                FAIL("block %#llx without owner", (unsigned long long)x->off);
                         used += x->size;
                         break;
                 }
                 case GS_BLK_WHOLE:
-                        if (x->off & (top - 1) || x->size & (top - 1))
+                        if (x->off & (top - 1) || x->size & (top - 1) || !x->size)
                                 FAIL("coalesced block %#llx+%#llx not whole chunks",
                                      (unsigned long long)x->off, (unsigned long long)x->size);
                         break;

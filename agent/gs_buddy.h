@@ -43,6 +43,8 @@ enum gs_blk_kind {
         GS_BLK_SLAB,     /* handed out by the buddy to a slab; owner = slab */
         GS_BLK_SLOT,     /* one slot of a slab; owner = slab (key tagged) */
         GS_BLK_WHOLE,    /* whole chunks of a coalesced request (gs_alloc.c) */
+        GS_BLK_TAIL,     /* the partial last chunk of a coalesced request,
+                            carved at the chunk's base; owner = its WHOLE */
 };
 
 struct gs_blk {
@@ -106,6 +108,11 @@ int gs_buddy_remove_chunk(struct gs_buddy *b, uint64_t base) GS_WUR;
  * (the caller may add a chunk and retry); -ENOMEM. */
 int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind,
                    struct gs_blk **ret) GS_WUR;
+/* Like gs_buddy_alloc, but the block starts at base, a wholly free chunk
+ * of this buddy (used for the tail of a coalesced request).  -EBUSY if the
+ * chunk is not wholly free. */
+int gs_buddy_alloc_at(struct gs_buddy *b, uint64_t base, uint64_t size, enum gs_blk_kind kind,
+                      struct gs_blk **ret) GS_WUR;
 /* Frees a block returned by gs_buddy_alloc (the record is recycled) and
  * merges it with its free buddies.  *ret_empty_base is the chunk's base if
  * the chunk became wholly free, else UINT64_MAX.  -ENOMEM (nothing done). */

@@ -74,19 +74,23 @@ void gs_slab_note(struct gs_slab_cache *sc, uint64_t size)
                 c->nreq++;
 }
 
+int gs_slab_reserve(struct gs_slab_cache *sc)
+{
+        if (!sc->spare)
+                sc->spare = malloc(sizeof(*sc->spare));
+        return sc->spare ? 0 : -ENOMEM;
+}
+
 /* A new slab for class cls, from the buddy.  pre: records reserved. */
 static int slab_new(struct gs_slab_cache *sc, unsigned cls)
 {
         uint32_t slot = (cls + 1) * GS_MIN_ALIGN;
         uint64_t bytes = gs_slab_block_bytes(slot, sc->buddy->chunk_shift);
         struct gs_blk *blk;
-        int r;
+        int r = gs_slab_reserve(sc);
 
-        if (!sc->spare) {
-                sc->spare = malloc(sizeof(*sc->spare));
-                if (!sc->spare)
-                        return -ENOMEM;
-        }
+        if (r < 0)
+                return r;
         r = gs_buddy_alloc(sc->buddy, bytes, 0, GS_BLK_SLAB, &blk);
         if (r < 0)
                 return r;

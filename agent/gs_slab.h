@@ -65,6 +65,9 @@ uint64_t gs_slab_block_bytes(uint32_t slot, unsigned chunk_shift);
 int gs_slab_wants(const struct gs_slab_cache *sc, uint64_t size);
 void gs_slab_note(struct gs_slab_cache *sc, uint64_t size);
 
+/* Preallocates what a new slab would need besides buddy space, so that a
+ * caller that adds a chunk for it first cannot fail afterwards.  -ENOMEM. */
+int gs_slab_reserve(struct gs_slab_cache *sc) GS_WUR;
 /* A slot for size bytes (1..GS_SLAB_MAX).  -ENOSPC if a new slab is needed
  * and the buddy has no block for it (add a chunk, retry); -ENOMEM. */
 int gs_slab_alloc(struct gs_slab_cache *sc, uint64_t size, struct gs_blk **ret) GS_WUR;
