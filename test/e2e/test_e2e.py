@@ -50,7 +50,8 @@ class Agent:
         self.sock = os.path.join(tmp, "agent.sock")
         self.env = dict(os.environ)
         self.env.update(GSHARE_FAKECUDA_STATE=os.path.join(tmp, "fakecuda.state"),
-                        GSHARE_FAKECUDA_MEM="1Gi", GSHARE_FAKECUDA_DEVICES="1")
+                        GSHARE_FAKECUDA_MEM="1Gi", GSHARE_FAKECUDA_DEVICES="1",
+                        LD_LIBRARY_PATH=os.path.dirname(FAKE))
         self.proc = None
         self.log = open(os.path.join(tmp, "agent.log"), "a")
 
