@@ -7,7 +7,8 @@
  *   gs_proc    registered processes: HELLO/WELCOME, the segment, the worker
  *              thread serving the request ring, grants, exit handling
  *   gs_ctlsrv  the control socket (proto/gshare.proto)
- *   gs_agent.c main(): configuration, the epoll loop, signals
+ *   gs_agent.c the main loop's services below; gs_agent_main.c: main(),
+ *              configuration, the epoll loop, signals
  *
  * Threads: the main thread owns every structure below and is the only one
  * that creates or destroys allocations and processes.  Each process has one
@@ -137,6 +138,8 @@ int gs_agent_watch(struct gs_agent *ag, int fd, uint32_t events, struct gs_ev *e
 void gs_agent_unwatch(struct gs_agent *ag, int fd);
 /* free(p) after the current batch of events (see graveyard). */
 void gs_agent_defer_free(struct gs_agent *ag, void *p);
+/* Frees what gs_agent_defer_free collected.  Main loop, between batches. */
+void gs_agent_flush_graveyard(struct gs_agent *ag);
 /* Something that Watch clients see changed: bump the generation and send
  * them the GPU list.  Main thread only. */
 void gs_agent_changed(struct gs_agent *ag);

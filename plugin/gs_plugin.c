@@ -300,8 +300,23 @@ static int gpus_from_reply(struct plugin *p, const Gshare__Ctl__V1__ListGpusRepl
         return 0;
 }
 
+/* Whether two GPU tables give the same device list (IDs, health, topology). */
+static bool same_list(const struct gpu *a, size_t na, const struct gpu *b, size_t nb)
+{
+        if (na != nb)
+                return false;
+        for (size_t i = 0; i < na; i++)
+                if (strcmp(a[i].uuid, b[i].uuid) != 0 || a[i].units != b[i].units ||
+                    a[i].numa != b[i].numa || a[i].healthy != b[i].healthy ||
+                    memcmp(a[i].unhealthy, b[i].unhealthy, a[i].units) != 0)
+                        return false;
+        return true;
+}
+
 static void publish(struct plugin *p, struct gpu *g, size_t n, bool up)
 {
+        bool changed;
+
         struct gpu *old;
         size_t nold;
 
@@ -323,15 +338,21 @@ static void publish(struct plugin *p, struct gpu *g, size_t n, bool up)
                         if (prev && prev->lent != g[i].lent)
                                 log_info("GPU %s: %u units lent", g[i].uuid, g[i].lent);
                 }
+                changed = !same_list(old, nold, g, n);
                 p->gpus = g;
                 p->ngpus = n;
         } else {
                 old = NULL; /* keep the last list, all Unhealthy */
+                changed = true;
+        }
+        /* Allocation counts change on every Allocate; resend the list only
+         * when what the kubelet sees changes. */
+        if (changed || up != p->agent_up || !p->agent_seen) {
+                p->gen++;
+                pthread_cond_broadcast(&p->cv);
         }
         p->agent_up = up;
         p->agent_seen = true;
-        p->gen++;
-        pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
         free_gpus(old, nold);
 }

@@ -38,6 +38,7 @@ class Agent:
             self.gpus.append(dict(index=i, uuid=uuid_of(i), units=units, healthy=True, lent=0,
                                   numa=(numa[i] if numa else -1), pci="0000:%02x:00.0" % (0x10 + i)))
         self.allocs = {}     # id -> dict(ids=[sorted], parts=[...], dir=...)
+        self.units_allocated = {}  # GPU index -> units held by allocations
         self.generation = 1
         self.delay = 0.0
         self.requests = 0
@@ -62,6 +63,7 @@ class Agent:
     def clear(self):
         with self.lock:
             self.allocs.clear()
+            self.units_allocated.clear()
             self._bump()
 
     def allocations(self):
@@ -164,7 +166,7 @@ class Agent:
         rep = self.ctl.Reply()
         lg = rep.list_gpus
         for g in self.gpus:
-            alloc = sum(1 for a in self.allocs.values() for d in a["ids"] if d.startswith(g["uuid"] + "-"))
+            alloc = self.units_allocated.get(g["index"], 0)
             lg.gpus.add(index=g["index"], uuid=g["uuid"], name="Fake GPU", numa_node=g["numa"],
                         total_bytes=(g["units"] + 1) * self.unit_bytes, reserve_bytes=self.unit_bytes,
                         chunk_bytes=256 << 20, unit_bytes=self.unit_bytes, units_total=g["units"],
@@ -213,7 +215,8 @@ class Agent:
                     aid = next((k for k, a in self.allocs.items() if a["ids"] == ids), "")
                 if aid not in self.allocs:
                     return self._err(errno.ENOENT, "no allocation '%s'" % (r.id or ",".join(r.device_ids)))
-                del self.allocs[aid]
+                for p in self.allocs.pop(aid)["parts"]:
+                    self.units_allocated[p["index"]] -= p["units"]
                 self._bump()
                 rep = self.ctl.Reply()
                 rep.release_allocation.SetInParent()
@@ -260,6 +263,8 @@ class Agent:
         a = dict(ids=key, dir=d, parts=[dict(index=i, uuid=self.gpus[i]["uuid"], units=n)
                                         for i, n in sorted(parts.items())])
         self.allocs[aid] = a
+        for p in a["parts"]:
+            self.units_allocated[p["index"]] = self.units_allocated.get(p["index"], 0) + p["units"]
         self._bump()
         rep = self.ctl.Reply()
         self._fill(rep.create_allocation.allocation, aid, a)
