@@ -58,6 +58,11 @@ t() {  # t NAME cmd...: one suite entry
 }
 
 t kernel_check   in_alloc "$A" $QA "${KERNEL_CHECK:-$B/test-gpu/kernel_check}"
+E2E=${E2E_CUDA:-$B/test/e2e/e2e_cuda}
+t e2e_meminfo    in_alloc "$A" $QA "$E2E" meminfo
+t e2e_fill       in_alloc "$A" $QA "$E2E" fill 64
+t e2e_data       in_alloc "$A" $QA "$E2E" data 600
+t e2e_threads    in_alloc "$A" $QA "$E2E" threads 8 1
 t bypass         env GSHARE_EXPECT_QUOTA=0 "${BYPASS:-$B/test-gpu/bypass}" $((16 << 30))
 t torch_quota    in_alloc "$A" $QA "$PY" "$here/fw_torch_quota.py"
 t torch_quota_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$here/fw_torch_quota.py"
