@@ -153,7 +153,12 @@ def main():
         with open(os.path.join(proc_dir, "gpus", agent.gpus[0]["pci"], "information"), "w") as f:
             f.write("Model: \t\t Fake GPU\nIRQ:   \t\t 42\nDevice Minor: \t 3\n")
     else:
-        agent_proc = subprocess.Popen([os.path.join(REPO, B, "gshare-agent"), "--config", cfg])
+        # The real agent on the fake CUDA driver: 2 devices of 10 GiB.
+        env = dict(os.environ, GSHARE_FAKECUDA_STATE=os.path.join(tmp, "fakecuda.state"),
+                   GSHARE_FAKECUDA_MEM="10Gi", GSHARE_FAKECUDA_DEVICES="2")
+        agent_proc = subprocess.Popen([os.path.join(REPO, B, "gshare-agent"), "--config", cfg,
+                                       "--cuda-library", os.path.join(REPO, B, "test", "fakecuda", "libcuda.so.1"),
+                                       "--state-dir", os.path.join(tmp, "state")], env=env)
         for _ in range(100):
             if os.path.exists(agent_sock):
                 break
@@ -218,7 +223,7 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
         return
     ids = [d.ID for d in m.devices]
     if agent is None:
-        check("ListAndWatch: devices listed", len(ids) > 0)
+        run_real(ns, stub, m)
         return
     want = ["%s-u%d" % (g0, u) for u in range(8)] + ["%s-u%d" % (g1, u) for u in range(8)]
     check("ListAndWatch: one device per unit per GPU, IDs <gpu uuid>-u<unit>", sorted(ids) == sorted(want), ids[:3])
@@ -416,6 +421,45 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     r = subprocess.run([PLUGIN, "--config", bad], capture_output=True, text=True, timeout=10)
     check("bad config: non-zero exit with file:line: key: problem",
           r.returncode != 0 and "%s:2: chunkSize: must be a power of two" % bad in r.stderr, (r.returncode, r.stderr))
+
+
+def run_real(ns, stub, m):
+    """The checks that need no control over the agent (GSHARE_TEST_AGENT=real)."""
+    dp = ns.dp
+    ids = [d.ID for d in m.devices]
+    uuids = sorted({i.rpartition("-u")[0] for i in ids})
+    check("real agent: ListAndWatch lists units of every GPU, IDs <= 63 chars",
+          len(ids) > 0 and all(len(i) <= 63 for i in ids) and all(d.health == "Healthy" for d in m.devices), ids[:2])
+    u = {g: sorted([i for i in ids if i.startswith(g + "-u")], key=lambda x: int(x.rpartition("-u")[2])) for g in uuids}
+    r = stub.GetPreferredAllocation(dp.PreferredAllocationRequest(container_requests=[
+        dp.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=2)]), timeout=5)
+    p = list(r.container_responses[0].deviceIDs)
+    check("real agent: GetPreferredAllocation on one GPU", len(p) == 2 and len({x.rpartition("-u")[0] for x in p}) == 1, p)
+
+    def alloc(*reqs):
+        return stub.Allocate(dp.AllocateRequest(container_requests=[
+            dp.ContainerAllocateRequest(devices_ids=list(x)) for x in reqs]), timeout=10)
+    g0 = uuids[0]
+    c = alloc(u[g0][:2]).container_responses[0]
+    env = dict(c.envs)
+    check("real agent: Allocate envs", env.get("GSHARE_GPU") == g0 and env.get("NVIDIA_VISIBLE_DEVICES") == g0
+          and env.get("GSHARE_MEM_LIMIT") == str(2 * GiB), env)
+    mounts = {mm.container_path: mm.host_path for mm in c.mounts}
+    check("real agent: socket dir mounted and present", os.path.isdir(mounts.get("/var/run/gshare", "/nonexistent")), mounts)
+    c2 = alloc(u[g0][:2]).container_responses[0]
+    check("real agent: repeated Allocate gives the same allocation", dict(c2.envs) == env and
+          {mm.container_path: mm.host_path for mm in c2.mounts} == mounts)
+    code, msg = err_of(lambda: alloc(["GPU-00000000-0000-0000-0000-000000000000-u0"]))
+    check("real agent: foreign ID -> INVALID_ARGUMENT", code == grpc.StatusCode.INVALID_ARGUMENT, (code, msg))
+    code, msg = err_of(lambda: alloc([u[g0][0], u[g0][2]]))
+    check("real agent: ID of another allocation refused, message from the agent",
+          code is not None and code != grpc.StatusCode.OK and "container request 0" in msg, (code, msg))
+    if len(uuids) > 1:
+        g1 = uuids[1]
+        c = alloc([u[g0][3], u[g1][0]]).container_responses[0]
+        env = dict(c.envs)
+        check("real agent: two GPUs -> quota on each", env.get("GSHARE_GPU") == "%s,%s" % (g0, g1)
+              and env.get("GSHARE_MEM_LIMIT") == "%d,%d" % (GiB, GiB), env)
 
 
 if __name__ == "__main__":
