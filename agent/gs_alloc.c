@@ -275,6 +275,8 @@ static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         if (k > max_grants)
                 return -E2BIG;
         r = gs_buddy_reserve(&p->buddy, GS_BUDDY_OP_RECS + 2);
+        if (r == 0)
+                r = gs_buddy_reserve_chunks(&p->buddy, (uint64_t)(first + k) * cb);
         if (r < 0)
                 return r;
         /* Nothing below can fail. */
@@ -348,6 +350,8 @@ int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
                 if (max_grants < 1)
                         return -E2BIG;
                 r = gs_buddy_reserve(&p->buddy, GS_BUDDY_OP_RECS + 2);
+                if (r == 0)
+                        r = gs_buddy_reserve_chunks(&p->buddy, (uint64_t)(slot + 1) * cb);
                 if (r == 0 && use_slab)
                         r = gs_slab_reserve(&p->slab);
                 if (r < 0)
@@ -404,6 +408,8 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
                 struct gs_blk *t = x->owner;
                 uint64_t tail_empty = UINT64_MAX;
                 r = gs_buddy_reserve(&p->buddy, k + GS_BUDDY_OP_RECS);
+                if (r == 0)
+                        r = gs_buddy_reserve_chunks(&p->buddy, off + x->size);
                 if (r < 0)
                         return r;
                 size += t ? t->size : 0;

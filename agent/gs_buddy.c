@@ -144,6 +144,31 @@ int gs_buddy_reserve(struct gs_buddy *b, size_t nrec)
         return tab_reserve(b, nrec);
 }
 
+/* ---- per-chunk fill ---- */
+
+static inline uint64_t *fill_of(const struct gs_buddy *b, uint64_t off)
+{
+        return &b->fill[off >> b->chunk_shift];
+}
+
+int gs_buddy_reserve_chunks(struct gs_buddy *b, uint64_t end)
+{
+        size_t need = (size_t)((end + (UINT64_C(1) << b->chunk_shift) - 1) >> b->chunk_shift);
+
+        if (need <= b->fill_cap)
+                return 0;
+        size_t cap = b->fill_cap ? b->fill_cap : 16;
+        while (cap < need)
+                cap *= 2;
+        uint64_t *f = realloc(b->fill, cap * sizeof(*f));
+        if (!f)
+                return -ENOMEM;
+        memset(f + b->fill_cap, 0, (cap - b->fill_cap) * sizeof(*f));
+        b->fill = f;
+        b->fill_cap = cap;
+        return 0;
+}
+
 /* ---- free lists ---- */
 
 static void fl_push(struct gs_buddy *b, struct gs_blk *r)
@@ -211,6 +236,7 @@ void gs_buddy_fini(struct gs_buddy *b)
                 a = n;
         }
         free(b->tab);
+        free(b->fill);
         memset(b, 0, sizeof(*b));
 }
 
@@ -218,6 +244,8 @@ int gs_buddy_add_chunk(struct gs_buddy *b, uint64_t base)
 {
         int r = gs_buddy_reserve(b, 1);
 
+        if (r == 0)
+                r = gs_buddy_reserve_chunks(b, base + 1);
         if (r < 0)
                 return r;
         free_block_add(b, gs_buddy_rec_get(b), base, b->chunk_shift);
@@ -275,6 +303,7 @@ static void carve(struct gs_buddy *b, struct gs_blk *blk, unsigned j, uint64_t r
         blk->size = rs;
         blk->req = req;
         b->bytes_used += rs;
+        *fill_of(b, blk->off) += rs;
 }
 
 int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind,
@@ -289,9 +318,19 @@ int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_
         int r = gs_buddy_reserve(b, GS_BUDDY_OP_RECS);
         if (r < 0)
                 return r;
-        /* Best fit: the smallest order that has a free block. */
+        /* Best fit: the smallest order that has a free block; of its
+         * first few blocks, the one in the fullest chunk. */
         unsigned j = (unsigned)__builtin_ctzll(avail);
         struct gs_blk *blk = b->free_head[j];
+        if (j < b->chunk_shift) {
+                uint64_t best = *fill_of(b, blk->off);
+                struct gs_blk *x = blk->next;
+                for (unsigned n = 1; x && n < GS_BUDDY_SCAN; n++, x = x->next)
+                        if (*fill_of(b, x->off) > best) {
+                                best = *fill_of(b, x->off);
+                                blk = x;
+                        }
+        }
         fl_unlink(b, blk);
         carve(b, blk, j, rs, req, kind);
         *ret = blk;
@@ -325,6 +364,7 @@ int gs_buddy_free(struct gs_buddy *b, struct gs_blk *blk, uint64_t *ret_empty_ba
         uint64_t empty = UINT64_MAX;
 
         b->bytes_used -= rs;
+        *fill_of(b, off) -= rs;
         gs_buddy_remove(b, off);
         gs_buddy_rec_put(b, blk);
         /* The block is the binary decomposition of rs, largest piece first;
@@ -488,30 +528,43 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
         /* Tiling: sorted by offset, the blocks of each chunk must cover it
          * exactly; coalesced blocks only must not overlap anything. */
         qsort(v, nv, sizeof(*v), cmp_off);
-        uint64_t end = 0, pos = 0, chunk = UINT64_MAX;
-        for (size_t i = 0; i < nv; i++) {
-                const struct gs_blk *x = v[i];
+        uint64_t end = 0, pos = 0, chunk = UINT64_MAX, cused = 0, fills = 0;
+        for (size_t i = 0; i <= nv; i++) {
+                const struct gs_blk *x = i < nv ? v[i] : NULL;
 
-                if (i && x->off < end)
+                if (x && i && x->off < end)
                         FAIL("blocks overlap at %#llx", (unsigned long long)x->off);
-                end = x->off + x->size;
-                if (x->kind == GS_BLK_WHOLE)
+                if (x && x->kind == GS_BLK_WHOLE) {
+                        end = x->off + x->size;
                         continue;
-                if (x->off / top != chunk) {
+                }
+                if (!x || x->off / top != chunk) {
                         if (chunk != UINT64_MAX && pos != (chunk + 1) * top)
                                 FAIL("chunk %#llx not tiled (ends at %#llx)",
                                      (unsigned long long)(chunk * top), (unsigned long long)pos);
+                        if (chunk != UINT64_MAX && (chunk >= b->fill_cap || b->fill[chunk] != cused))
+                                FAIL("chunk %#llx: %llu B used, fill says %llu", (unsigned long long)(chunk * top),
+                                     (unsigned long long)cused,
+                                     (unsigned long long)(chunk < b->fill_cap ? b->fill[chunk] : 0));
+                        if (!x)
+                                break;
                         chunk = x->off / top;
                         pos = chunk * top;
+                        cused = 0;
                         nchunks++;
                 }
+                end = x->off + x->size;
                 if (x->off != pos)
                         FAIL("hole at %#llx in chunk %#llx", (unsigned long long)pos,
                              (unsigned long long)(chunk * top));
                 pos += x->size;
+                cused += x->kind == GS_BLK_FREE ? 0 : x->size;
         }
-        if (chunk != UINT64_MAX && pos != (chunk + 1) * top)
-                FAIL("chunk %#llx not tiled", (unsigned long long)(chunk * top));
+        for (size_t i = 0; i < b->fill_cap; i++)
+                fills += b->fill[i];
+        if (fills != b->bytes_used)
+                FAIL("per-chunk fill sums to %llu, %llu B used", (unsigned long long)fills,
+                     (unsigned long long)b->bytes_used);
         if (nchunks != b->nchunks || nempty != b->nchunks_empty || used != b->bytes_used)
                 FAIL("counters: chunks %llu/%llu empty %llu/%llu used %llu/%llu",
                      (unsigned long long)nchunks, (unsigned long long)b->nchunks,

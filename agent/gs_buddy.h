@@ -79,8 +79,15 @@ struct gs_buddy {
         /* accounting */
         uint64_t nchunks;       /* chunks added and not removed */
         uint64_t nchunks_empty; /* of those, wholly free */
-        uint64_t bytes_used;    /* sum of USED and SLAB block sizes */
+        uint64_t bytes_used;    /* sum of USED, SLAB and TAIL block sizes */
+        /* the same per chunk, indexed by off >> chunk_shift: allocation
+           prefers free blocks in the fullest chunks */
+        uint64_t *fill;
+        size_t fill_cap;
 };
+
+/* Free blocks of the chosen order looked at to find the fullest chunk. */
+#define GS_BUDDY_SCAN 8u
 
 /* pre: GS_BUDDY_MIN_SHIFT + 8 <= chunk_shift <= GS_BUDDY_MAX_SHIFT. */
 int gs_buddy_init(struct gs_buddy *b, unsigned chunk_shift) GS_WUR;
@@ -92,8 +99,12 @@ void gs_buddy_fini(struct gs_buddy *b);
  * -ENOMEM. */
 int gs_buddy_reserve(struct gs_buddy *b, size_t nrec) GS_WUR;
 
+/* Makes sure chunks below end (an offset) can be added without
+ * allocating.  -ENOMEM. */
+int gs_buddy_reserve_chunks(struct gs_buddy *b, uint64_t end) GS_WUR;
 /* Adds a wholly free chunk starting at base (a multiple of chunk_bytes,
- * not already added).  -ENOMEM. */
+ * not already added).  -ENOMEM (never after gs_buddy_reserve(b, 1) and
+ * gs_buddy_reserve_chunks covering it). */
 int gs_buddy_add_chunk(struct gs_buddy *b, uint64_t base) GS_WUR;
 /* 1 if the chunk at base is in this buddy and wholly free, else 0. */
 int gs_buddy_chunk_is_free(const struct gs_buddy *b, uint64_t base);
@@ -103,7 +114,10 @@ int gs_buddy_remove_chunk(struct gs_buddy *b, uint64_t base) GS_WUR;
 
 /* Allocates a block of size bytes rounded up to 256 B, kind GS_BLK_USED or
  * GS_BLK_SLAB, records req in it and returns its record.  The block's
- * offset is aligned to the power of two at or above its size.  -EINVAL if
+ * offset is aligned to the power of two at or above its size.  It comes
+ * from the smallest order with a free block and, among the first
+ * GS_BUDDY_SCAN blocks of that order, from the fullest chunk: sparse
+ * chunks drain and go back whole, for coalesced requests.  -EINVAL if
  * size is 0 or over chunk_bytes; -ENOSPC if no free block is large enough
  * (the caller may add a chunk and retry); -ENOMEM. */
 int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind,

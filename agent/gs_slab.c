@@ -52,10 +52,14 @@ void gs_slab_fini(struct gs_slab_cache *sc)
 
 uint64_t gs_slab_block_bytes(uint32_t slot, unsigned chunk_shift)
 {
-        uint64_t want = (uint64_t)slot * GS_SLAB_MIN_SLOTS;
-        uint64_t bytes = UINT64_C(1) << (64 - __builtin_clzll(want - 1));
+        /* The buddy carves blocks exactly (no power-of-two tail), so a
+         * slab is exactly its slots; keeping it near GS_SLAB_BLOCK_TARGET
+         * bounds what a size class with few live slots holds idle. */
+        uint64_t n = GS_SLAB_BLOCK_TARGET / slot;
+        uint64_t most = (UINT64_C(1) << chunk_shift) / slot;
 
-        return bytes > (UINT64_C(1) << chunk_shift) ? UINT64_C(1) << chunk_shift : bytes;
+        n = n < GS_SLAB_MIN_SLOTS ? GS_SLAB_MIN_SLOTS : n > GS_SLAB_MAX_SLOTS ? GS_SLAB_MAX_SLOTS : n;
+        return (n < most ? n : most) * slot;
 }
 
 int gs_slab_wants(const struct gs_slab_cache *sc, uint64_t size)

@@ -6,10 +6,11 @@
  * into equal slots of that size and later requests are served from it:
  * a slot costs a bit flip and a hash insertion instead of buddy splits and
  * merges, and sizes that are not powers of two waste nothing but the
- * 256 B rounding (2049 B gets a 2304 B slot).  The block is the power of
- * two at or above 64 slots (capped at the chunk size), so the tail that
- * cannot hold a slot is under 1/64 of it.  A slab whose slots are all free
- * goes back to the buddy at once.
+ * 256 B rounding (2049 B gets a 2304 B slot).  The block is exactly its
+ * slots (the buddy carves exact sizes): GS_SLAB_BLOCK_TARGET / slot of
+ * them, at least GS_SLAB_MIN_SLOTS and at most GS_SLAB_MAX_SLOTS (and at
+ * most a chunk), so a size class with few live slots holds little idle
+ * memory.  A slab whose slots are all free goes back to the buddy at once.
  *
  * Slots have records in the buddy's hash (kind GS_BLK_SLOT, key
  * off | GS_BLK_KEY_SLOT), so free() finds them with one lookup. */
@@ -23,8 +24,9 @@
 #include "gs_buddy.h"
 
 #define GS_SLAB_CLASSES (GS_SLAB_MAX / GS_MIN_ALIGN)
-#define GS_SLAB_MIN_SLOTS 64u
-#define GS_SLAB_MAX_SLOTS 128u /* 64 slots of s fit in a power of two < 128 s */
+#define GS_SLAB_BLOCK_TARGET (256u * 1024u)
+#define GS_SLAB_MIN_SLOTS 4u
+#define GS_SLAB_MAX_SLOTS 128u
 /* The request of a size that turns the slab on: the first one of a size
  * goes to the buddy, the second and later to a slab. */
 #define GS_SLAB_THRESHOLD 2u

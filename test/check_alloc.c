@@ -174,7 +174,7 @@ START_TEST(test_slab_path)
                 off[i] = must_malloc(p, 2049);
         gs_pproc_stats(p, &st);
         ck_assert_uint_eq(st.bytes_in_blocks, 200 * 2304);
-        /* 2nd..114th share one 256 KiB slab: consecutive 2304 B slots */
+        /* 2nd..114th share one slab of 113 slots: consecutive 2304 B slots */
         ck_assert_uint_eq(off[2] - off[1], 2304);
         ck_assert_uint_eq(off[1] % (256 * GS_KiB), 0);
         uint64_t base, size;

@@ -137,6 +137,34 @@ START_TEST(test_no_space_then_chunk)
 }
 END_TEST
 
+/* Of two free blocks of the right order, the one in the fuller chunk is
+ * taken, even when the other is at the head of the free list. */
+START_TEST(test_fullest_chunk_first)
+{
+        const uint64_t q = CHUNK / 4;
+        ck_assert_int_eq(gs_buddy_add_chunk(&b, 0), 0);
+        ck_assert_int_eq(gs_buddy_add_chunk(&b, CHUNK), 0);
+        struct gs_blk *p1 = alloc_ok(q), *p2 = alloc_ok(q);
+        ck_assert_uint_eq(p1->off, CHUNK);
+        ck_assert_uint_eq(p2->off, CHUNK + q);
+        struct gs_blk *w = alloc_ok(3 * q);
+        ck_assert_uint_eq(w->off, 0);
+        ck_assert_uint_eq(b.fill[0], 3 * q);
+        ck_assert_uint_eq(b.fill[1], 2 * q);
+        ck_assert_uint_eq(free_ok(p2), UINT64_MAX); /* now the head of order q */
+        ck_assert_uint_eq(b.free_head[CHUNK_SHIFT - 2]->off, CHUNK + q);
+        struct gs_blk *y = alloc_ok(q);
+        ck_assert_uint_eq(y->off, 3 * q); /* chunk 0: 3/4 full, chunk 1: 1/4 */
+        ck_assert_uint_eq(b.fill[0], CHUNK);
+        ck_assert_uint_eq(free_ok(p1), CHUNK);
+        ck_assert_uint_eq(b.fill[1], 0);
+        b.fill[1] = 256; /* corrupt: the validator must see it */
+        ck_assert_int_eq(gs_buddy_validate(&b, NULL, 0), -EUCLEAN);
+        b.fill[1] = 0;
+        valid();
+}
+END_TEST
+
 START_TEST(test_validate_catches)
 {
         char why[128] = "";
@@ -213,6 +241,7 @@ int main(void)
         tcase_add_test(tc, test_exact_tail);
         tcase_add_test(tc, test_odd_sizes_alignment);
         tcase_add_test(tc, test_no_space_then_chunk);
+        tcase_add_test(tc, test_fullest_chunk_first);
         tcase_add_test(tc, test_validate_catches);
         tcase_add_test(tc, test_random);
         suite_add_tcase(s, tc);

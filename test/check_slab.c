@@ -33,15 +33,16 @@ static void valid(void)
 
 START_TEST(test_block_bytes)
 {
-        ck_assert_uint_eq(gs_slab_block_bytes(256, 28), 16384);
-        ck_assert_uint_eq(gs_slab_block_bytes(2304, 28), 262144);     /* 113 slots */
-        ck_assert_uint_eq(gs_slab_block_bytes(65536, 28), 4u << 20);  /* 64 slots */
-        ck_assert_uint_eq(gs_slab_block_bytes(65536, 20), 1u << 20);  /* capped by the chunk */
+        ck_assert_uint_eq(gs_slab_block_bytes(256, 28), 128 * 256);   /* at most 128 slots */
+        ck_assert_uint_eq(gs_slab_block_bytes(2304, 28), 113 * 2304); /* about 256 KiB */
+        ck_assert_uint_eq(gs_slab_block_bytes(65536, 28), 4 * 65536); /* at least 4 slots */
+        ck_assert_uint_eq(gs_slab_block_bytes(65536, 17), 2 * 65536); /* capped by the chunk */
         for (uint32_t s = 256; s <= GS_SLAB_MAX; s += 256) {
                 uint64_t bb = gs_slab_block_bytes(s, 28);
                 ck_assert_uint_ge(bb / s, GS_SLAB_MIN_SLOTS);
-                ck_assert_uint_lt(bb / s, GS_SLAB_MAX_SLOTS);
-                ck_assert_uint_lt(bb % s, s); /* tail under one slot */
+                ck_assert_uint_le(bb / s, GS_SLAB_MAX_SLOTS);
+                ck_assert_uint_eq(bb % s, 0); /* exactly its slots */
+                ck_assert_uint_le(bb, GS_SLAB_BLOCK_TARGET + s);
         }
 }
 END_TEST
@@ -72,11 +73,12 @@ START_TEST(test_slots_2049)
                 ck_assert_uint_eq(x[i]->off % 256, 0);
                 valid();
         }
-        /* 113 slots per 256 KiB block: the 114th opened a second slab */
+        /* 113 slots per block of exactly 113 * 2304 B: the 114th opened a
+         * second slab, aligned to the power of two above (256 KiB) */
         ck_assert_uint_eq(sc.nslabs, 2);
         ck_assert_uint_eq(x[1]->off - x[0]->off, 2304);
         ck_assert_uint_eq(x[113]->off % 262144, 0);
-        ck_assert_uint_eq(b.bytes_used, 2 * 262144);
+        ck_assert_uint_eq(b.bytes_used, 2 * 113 * 2304);
         for (int i = 113; i < 120; i++) {
                 ck_assert_int_eq(gs_slab_free(&sc, x[i], &e), 0);
                 valid();
