@@ -305,7 +305,10 @@ static CUresult fc_open_state(void)
         fc_reap();
         r = CUDA_SUCCESS;
 fail:
-        close(fd); /* drops the flock too */
+        /* Unlock explicitly: the mapping keeps the open file description,
+         * and with it the lock, alive after close. */
+        (void)flock(fd, LOCK_UN);
+        close(fd);
         return r;
 }
 
