@@ -305,8 +305,9 @@ static CUresult fc_open_state(void)
         fc_reap();
         r = CUDA_SUCCESS;
 fail:
-        /* Unlock explicitly: the mapping keeps the open file description,
-         * and with it the lock, alive after close. */
+        /* Unlock explicitly: the mapping keeps the open file alive, and a
+         * flock lives as long as the open file, so close() alone would keep
+         * every other process out of cuInit for as long as we run. */
         (void)flock(fd, LOCK_UN);
         close(fd);
         return r;

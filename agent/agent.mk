@@ -1,0 +1,28 @@
+# agent/agent.mk — gshare-agent, gsharectl, their unit tests, make demo.
+# The allocator, $(B)/libgsalloc.a, comes from agent/alloc.mk, which is
+# included after this file: its ALLOC_A is not yet set here, hence the path.
+
+AGENT_SRC := agent/gs_agent_main.c agent/gs_agent.c agent/gs_cuda.c agent/gs_gpu.c agent/gs_allocs.c \
+	agent/gs_proc.c agent/gs_ctlsrv.c
+AGENT_LIB_SRC := $(filter-out agent/gs_agent_main.c,$(AGENT_SRC))
+AGENT_LIB_O := $(patsubst %.c,$(B)/%.o,$(AGENT_LIB_SRC))
+AGENT_LIBS  := -ldl -lpthread $(PKG_PBC) $(PKG_YAML)
+
+$(B)/agent/%.o: CPPFLAGS += -Iagent
+
+$(B)/gshare-agent: $(B)/agent/gs_agent_main.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS)
+
+$(B)/gsharectl: $(B)/agent/gsharectl.o $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_PBC) $(PKG_YAML)
+
+$(B)/test/check_agent: $(B)/test/check_agent.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS) $(PKG_CHECK)
+$(B)/test/check_agent.o: CPPFLAGS += -Iagent
+
+BINS  += $(B)/gshare-agent $(B)/gsharectl
+TESTS += $(B)/test/check_agent
+
+.PHONY: demo
+demo: $(BINS) $(LIBS) $(TEST_DEPS)
+	B=$(B) scripts/demo.sh

@@ -1,0 +1,150 @@
+/* gs_agent.h — the node agent's state, shared by its modules:
+ *
+ *   gs_cuda    the driver table
+ *   gs_gpu     one GPU: context, identity, the chunk pool and its recycling
+ *   gs_allocs  allocations: validation of device IDs, ids, socket
+ *              directories, the checkpoint
+ *   gs_proc    registered processes: HELLO/WELCOME, the segment, the worker
+ *              thread serving the request ring, grants, exit handling
+ *   gs_ctlsrv  the control socket (proto/gshare.proto)
+ *   gs_agent.c the main loop's services below; gs_agent_main.c: main(),
+ *              configuration, the epoll loop, signals
+ *
+ * Threads: the main thread owns every structure below and is the only one
+ * that creates or destroys allocations and processes.  Each process has one
+ * worker thread that serves its rings; it touches its own gs_proc, and the
+ * pools under the GPU's mutex (the allocator is not thread-safe).  A worker
+ * tells the main thread about a protocol violation by shutting its socket
+ * down (the main loop sees the hang-up) and about a lending change through
+ * the agent's eventfd. */
+#ifndef GS_AGENT_H
+#define GS_AGENT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gs_alloc.h"
+#include "gs_config.h"
+#include "gs_cuda.h"
+#include "gs_devid.h"
+#include "gs_util.h"
+#include "gs_wire.h"
+
+struct gs_agent;
+struct gs_allocation;
+
+struct gs_chunk {
+        CUmemGenericAllocationHandle handle;
+        int fd;          /* exported once; -1 when retired */
+};
+
+struct gs_gpu {
+        struct gs_agent *agent;
+        uint32_t index;          /* CUDA ordinal */
+        CUdevice dev;
+        CUcontext ctx;           /* primary context, retained */
+        uint8_t uuid_raw[16];
+        char uuid[GS_UUID_STR_LEN + 1];
+        char name[256];
+        char pci_bus_id[32];
+        int numa_node;
+        uint64_t total_bytes;
+        uint64_t reserve_bytes;
+        uint64_t chunk_bytes;
+        uint64_t unit_bytes;
+        uint32_t nchunks;        /* chunks created at start */
+        uint32_t units_total;
+        uint32_t chunks_retired;
+        struct gs_chunk *chunks;
+        struct gs_pool *pool;
+        /* Serializes every call on pool and every access to chunks[]. */
+        pthread_mutex_t lock;
+        bool healthy;
+        char health_reason[160];
+        /* units_total entries: the allocation holding each unit, or NULL.
+         * Main thread only. */
+        struct gs_allocation **unit_owner;
+        uint32_t last_borrowed;  /* under lock: for lending-change events */
+};
+
+/* Every object watched by the main epoll carries one of these first, so the
+ * loop knows what became ready. */
+enum gs_ev_kind {
+        GS_EV_CTL_LISTEN = 1, GS_EV_CTL_CLIENT, GS_EV_ALLOC_LISTEN,
+        GS_EV_PROC_SOCK, GS_EV_PROC_PIDFD, GS_EV_SIGNAL, GS_EV_NOTIFY, GS_EV_TIMER,
+};
+struct gs_ev {
+        enum gs_ev_kind kind;
+        void *obj;
+        bool dead;       /* object destroyed: ignore its remaining events */
+};
+
+struct gs_proc;
+
+struct gs_part {
+        uint32_t gpu;            /* index into agent->gpus */
+        uint32_t units;
+        uint32_t quota_chunks;
+        struct gs_palloc *pa;
+};
+
+struct gs_allocation {
+        struct gs_allocation *next;
+        struct gs_agent *agent;
+        char id[17];             /* 16 hex digits of a hash of the sorted IDs */
+        char **device_ids;       /* sorted */
+        size_t ndevice_ids;
+        uint64_t created_unix;
+        uint32_t nparts;
+        struct gs_part parts[GS_MAX_GPUS_PER_ALLOC];
+        char socket_dir[PATH_MAX];
+        char socket_path[PATH_MAX];
+        int listen_fd;
+        struct gs_ev listen_ev;
+        /* Released by the control API; deleted when its last process exits.
+         * Its units stay taken until then (its processes still hold memory). */
+        bool releasing;
+        struct gs_proc *procs;
+        uint32_t nprocs;
+};
+
+struct gs_ctlsrv;
+
+struct gs_agent {
+        struct gs_config cfg;
+        struct gs_cuda cu;
+        struct gs_gpu *gpus;
+        uint32_t ngpus;
+        struct gs_allocation *allocs;
+        uint32_t nallocs;
+        uint64_t generation;     /* ListGpusReply.generation */
+        uint64_t next_proc_id;
+        int epfd;
+        int notify_fd;           /* eventfd: workers -> main (lending changed) */
+        struct gs_ev notify_ev;
+        struct gs_ctlsrv *ctl;
+        bool stopping;
+        /* Objects destroyed while handling a batch of events are freed after
+         * it, since later events of the batch may still point at them. */
+        void **graveyard;
+        size_t ngrave, capgrave;
+};
+
+/* Registers fd with the main epoll for events, with ev as its tag. */
+int gs_agent_watch(struct gs_agent *ag, int fd, uint32_t events, struct gs_ev *ev) GS_WUR;
+void gs_agent_unwatch(struct gs_agent *ag, int fd);
+/* free(p) after the current batch of events (see graveyard). */
+void gs_agent_defer_free(struct gs_agent *ag, void *p);
+/* Frees what gs_agent_defer_free collected.  Main loop, between batches. */
+void gs_agent_flush_graveyard(struct gs_agent *ag);
+/* Something that Watch clients see changed: bump the generation and send
+ * them the GPU list.  Main thread only. */
+void gs_agent_changed(struct gs_agent *ag);
+/* Worker threads: a lending change happened; the main thread will call
+ * gs_agent_changed. */
+void gs_agent_poke(struct gs_agent *ag);
+
+#endif

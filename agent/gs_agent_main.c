@@ -1,0 +1,340 @@
+/* gs_agent_main.c — gshare-agent: owns the node's GPU memory and serves the
+ * allocations' processes and the control socket (see gs_agent.h and
+ * docs/agent.md). */
+#include "gs_agent.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "gs_allocs.h"
+#include "gs_ctlsrv.h"
+#include "gs_gpu.h"
+#include "gs_log.h"
+#include "gs_proc.h"
+
+static void usage(FILE *f)
+{
+        fprintf(f,
+                "usage: gshare-agent [options]\n"
+                "  --config PATH        YAML configuration (default: none, built-in defaults)\n"
+                "  --socket PATH        control socket (config agentSocket)\n"
+                "  --socket-root DIR    allocations' socket directories (config socketRoot)\n"
+                "  --state-dir DIR      checkpoint directory (config stateDir)\n"
+                "  --cuda-library PATH  CUDA driver library (config cudaLibrary)\n"
+                "  --chunk-size SIZE    GSM chunk size, e.g. 256Mi (config chunkSize)\n"
+                "  --unit-size SIZE     one unit of the resource, e.g. 1Gi (config unitSize)\n"
+                "  --reserve SIZE       per GPU, left to the driver (config reserve)\n"
+                "  --balloon-cap SIZE   per allocation, borrowable (config balloonCap)\n"
+                "  --devices LIST       comma-separated GPU UUIDs or indices (config devices)\n"
+                "  -v                   more logging (-v: debug)\n"
+                "  -h, --help           this text\n");
+}
+
+static int set_path(char *dst, size_t n, const char *src, const char *what)
+{
+        if (strlen(src) >= n) {
+                fprintf(stderr, "gshare-agent: %s is too long\n", what);
+                return -ENAMETOOLONG;
+        }
+        strcpy(dst, src);
+        return 0;
+}
+
+static int set_size(uint64_t *dst, const char *s, const char *what)
+{
+        if (gs_parse_size(s, dst) < 0) {
+                fprintf(stderr, "gshare-agent: %s: not a size: '%s' (e.g. 256Mi, 1Gi)\n", what, s);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int set_devices(struct gs_config *c, const char *list)
+{
+        char buf[4096], *save = NULL, *tok;
+
+        if (strlen(list) >= sizeof(buf))
+                return -E2BIG;
+        strcpy(buf, list);
+        c->ndevices = 0;
+        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (strcmp(tok, "all") == 0)
+                        continue;
+                if (c->ndevices == GS_CONFIG_MAX_DEVICES || strlen(tok) >= sizeof(c->devices[0]))
+                        return -E2BIG;
+                strcpy(c->devices[c->ndevices++], tok);
+        }
+        return 0;
+}
+
+static int parse_args(int argc, char **argv, struct gs_config *c)
+{
+        enum { O_CONFIG = 256, O_SOCKET, O_ROOT, O_STATE, O_CUDA, O_CHUNK, O_UNIT, O_RESERVE,
+               O_BALLOON, O_DEVICES };
+        static const struct option opts[] = {
+                { "config", required_argument, NULL, O_CONFIG },
+                { "socket", required_argument, NULL, O_SOCKET },
+                { "socket-root", required_argument, NULL, O_ROOT },
+                { "state-dir", required_argument, NULL, O_STATE },
+                { "cuda-library", required_argument, NULL, O_CUDA },
+                { "chunk-size", required_argument, NULL, O_CHUNK },
+                { "unit-size", required_argument, NULL, O_UNIT },
+                { "reserve", required_argument, NULL, O_RESERVE },
+                { "balloon-cap", required_argument, NULL, O_BALLOON },
+                { "devices", required_argument, NULL, O_DEVICES },
+                { "help", no_argument, NULL, 'h' },
+                { 0 }
+        };
+        const char *config = NULL;
+        char err[512];
+        int o, verbose = 0, r = 0;
+
+        gs_config_defaults(c);
+        /* The config file first, so that flags override it wherever they appear. */
+        for (int i = 1; i < argc; i++) {
+                if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+                        config = argv[i + 1];
+                else if (strncmp(argv[i], "--config=", 9) == 0)
+                        config = argv[i] + 9;
+        }
+        if (config && gs_config_load(c, config, err, sizeof(err)) < 0) {
+                fprintf(stderr, "gshare-agent: %s\n", err);
+                return -EINVAL;
+        }
+        while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+                switch (o) {
+                case O_CONFIG: break;
+                case O_SOCKET: r = set_path(c->agent_socket, sizeof(c->agent_socket), optarg, "--socket"); break;
+                case O_ROOT: r = set_path(c->socket_root, sizeof(c->socket_root), optarg, "--socket-root"); break;
+                case O_STATE: r = set_path(c->state_dir, sizeof(c->state_dir), optarg, "--state-dir"); break;
+                case O_CUDA: r = set_path(c->cuda_library, sizeof(c->cuda_library), optarg, "--cuda-library"); break;
+                case O_CHUNK: r = set_size(&c->chunk_bytes, optarg, "--chunk-size"); break;
+                case O_UNIT: r = set_size(&c->unit_bytes, optarg, "--unit-size"); break;
+                case O_RESERVE: r = set_size(&c->reserve_bytes, optarg, "--reserve"); break;
+                case O_BALLOON: r = set_size(&c->balloon_cap_bytes, optarg, "--balloon-cap"); break;
+                case O_DEVICES:
+                        r = set_devices(c, optarg);
+                        if (r < 0)
+                                fprintf(stderr, "gshare-agent: --devices: too many or too long\n");
+                        break;
+                case 'v': verbose++; break;
+                case 'h': usage(stdout); exit(0);
+                default: usage(stderr); return -EINVAL;
+                }
+                if (r < 0)
+                        return r;
+        }
+        if (optind < argc) {
+                fprintf(stderr, "gshare-agent: unexpected argument '%s'\n", argv[optind]);
+                return -EINVAL;
+        }
+        if (verbose)
+                c->log_level = GS_LOG_DEBUG;
+        if (gs_config_validate(c, err, sizeof(err)) < 0) {
+                fprintf(stderr, "gshare-agent: %s\n", err);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static bool device_selected(const struct gs_config *c, int ordinal, const char *uuid)
+{
+        char idx[16];
+
+        if (c->ndevices == 0)
+                return true;
+        snprintf(idx, sizeof(idx), "%d", ordinal);
+        for (unsigned i = 0; i < c->ndevices; i++)
+                if (strcmp(c->devices[i], idx) == 0 || strcasecmp(c->devices[i], uuid) == 0)
+                        return true;
+        return false;
+}
+
+static int open_gpus(struct gs_agent *ag)
+{
+        const struct gs_cuda *cu = &ag->cu;
+        char err[512], sz[4][32];
+        int count = 0, ver = 0, r;
+
+        r = gs_cuda_check(cu, cu->init(0), "cuInit", err, sizeof(err));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->device_get_count(&count), "cuDeviceGetCount", err,
+                                  sizeof(err));
+        if (r < 0) {
+                log_error("%s", err);
+                return r;
+        }
+        (void)cu->driver_get_version(&ver);
+        ag->gpus = calloc(count > 0 ? (size_t)count : 1, sizeof(*ag->gpus));
+        if (!ag->gpus)
+                return -ENOMEM;
+        for (int i = 0; i < count; i++) {
+                struct gs_gpu *g = &ag->gpus[ag->ngpus];
+                CUdevice dev;
+                CUuuid uuid;
+                char us[GS_UUID_STR_LEN + 1];
+
+                if (cu->device_get(&dev, i) != CUDA_SUCCESS ||
+                    cu->device_get_uuid(&uuid, dev) != CUDA_SUCCESS)
+                        continue;
+                gs_uuid_format((const uint8_t *)uuid.bytes, us);
+                if (!device_selected(&ag->cfg, i, us)) {
+                        log_info("GPU %d %s: not selected by the devices setting", i, us);
+                        continue;
+                }
+                g->agent = ag;
+                r = gs_gpu_open(g, i, &ag->cfg, err, sizeof(err));
+                ag->ngpus++;
+                if (r < 0) {
+                        log_error("GPU %d: %s", i, err);
+                        return r;
+                }
+                gs_format_size(g->total_bytes, sz[0], sizeof(sz[0]));
+                gs_format_size((uint64_t)g->nchunks * g->chunk_bytes, sz[1], sizeof(sz[1]));
+                gs_format_size(g->chunk_bytes, sz[2], sizeof(sz[2]));
+                gs_format_size(g->reserve_bytes, sz[3], sizeof(sz[3]));
+                if (g->healthy)
+                        log_info("GPU %u %s (%s, %s, NUMA %d): %s, pool %s in %u chunks of %s, reserve %s, %u units",
+                                 g->index, g->uuid, g->name, g->pci_bus_id, g->numa_node, sz[0],
+                                 sz[1], g->nchunks, sz[2], sz[3], g->units_total);
+                else
+                        log_error("GPU %u %s (%s): unhealthy, no pool: %s", g->index, g->uuid,
+                                  g->name, g->health_reason);
+        }
+        log_info("CUDA driver %d.%d (%s): %d GPUs, %u in use", ver / 1000, (ver % 1000) / 10,
+                 ag->cfg.cuda_library, count, ag->ngpus);
+        return 0;
+}
+
+static int run(struct gs_agent *ag, int sfd)
+{
+        struct epoll_event evs[64];
+
+        while (!ag->stopping) {
+                int timeout = gs_proc_tick(ag);
+                int n = epoll_wait(ag->epfd, evs, (int)GS_ARRAY_SIZE(evs), timeout);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        log_error("epoll_wait: %m");
+                        return gs_neg_errno();
+                }
+                for (int i = 0; i < n; i++) {
+                        struct gs_ev *ev = evs[i].data.ptr;
+                        uint32_t e = evs[i].events;
+
+                        if (ev->dead)
+                                continue;
+                        switch (ev->kind) {
+                        case GS_EV_CTL_LISTEN: gs_ctlsrv_on_listen(ev->obj); break;
+                        case GS_EV_CTL_CLIENT: gs_ctlsrv_on_client(ag->ctl, ev, e); break;
+                        case GS_EV_ALLOC_LISTEN: gs_proc_accept(ag, ev->obj); break;
+                        case GS_EV_PROC_SOCK: gs_proc_on_sock(ag, ev->obj, e); break;
+                        case GS_EV_PROC_PIDFD: gs_proc_on_pidfd(ag, ev->obj); break;
+                        case GS_EV_NOTIFY: {
+                                uint64_t v;
+                                if (read(ag->notify_fd, &v, sizeof(v)) > 0)
+                                        gs_agent_changed(ag);
+                                break;
+                        }
+                        case GS_EV_SIGNAL: {
+                                struct signalfd_siginfo si;
+                                if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                                        log_info("signal %u: shutting down", si.ssi_signo);
+                                        ag->stopping = true;
+                                }
+                                break;
+                        }
+                        default: break;
+                        }
+                }
+                gs_agent_flush_graveyard(ag);
+        }
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        struct gs_agent ag = { .epfd = -1, .notify_fd = -1 };
+        struct gs_ev sig_ev = { GS_EV_SIGNAL, NULL, false };
+        struct rlimit rl;
+        sigset_t set;
+        char err[512];
+        int sfd = -1, r, rc = 1;
+
+        if (parse_args(argc, argv, &ag.cfg) < 0)
+                return 2;
+        gs_log_init("agent", ag.cfg.log_level);
+        /* Chunk fds in flight over SCM_RIGHTS count against RLIMIT_NOFILE. */
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                (void)setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        /* Blocked before any thread exists, so that workers inherit it and
+         * only the signalfd sees these. */
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP);
+        sigprocmask(SIG_BLOCK, &set, NULL);
+        signal(SIGPIPE, SIG_IGN);
+
+        ag.epfd = epoll_create1(EPOLL_CLOEXEC);
+        ag.notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (ag.epfd < 0 || ag.notify_fd < 0 || sfd < 0) {
+                log_error("epoll/eventfd/signalfd: %m");
+                goto out;
+        }
+        ag.notify_ev = (struct gs_ev){ GS_EV_NOTIFY, NULL, false };
+        if (gs_agent_watch(&ag, ag.notify_fd, EPOLLIN, &ag.notify_ev) < 0 ||
+            gs_agent_watch(&ag, sfd, EPOLLIN, &sig_ev) < 0) {
+                log_error("epoll: %m");
+                goto out;
+        }
+        r = gs_cuda_open(&ag.cu, ag.cfg.cuda_library, err, sizeof(err));
+        if (r < 0) {
+                log_error("%s", err);
+                goto out;
+        }
+        if (open_gpus(&ag) < 0)
+                goto out;
+        if (ag.ngpus == 0)
+                log_warn("no GPU in use: the agent serves an empty node");
+        r = gs_ctlsrv_new(&ag, ag.cfg.agent_socket, &ag.ctl, err, sizeof(err));
+        if (r < 0) {
+                log_error("%s", err);
+                goto out;
+        }
+        r = gs_allocs_restore(&ag);
+        if (r < 0)
+                log_error("checkpoint in %s: %s", ag.cfg.state_dir, strerror(-r));
+        log_info("serving %s; allocations under %s, state in %s", ag.cfg.agent_socket,
+                 ag.cfg.socket_root, ag.cfg.state_dir);
+        rc = run(&ag, sfd) < 0;
+out:
+        gs_proc_kill_all(&ag);
+        gs_allocs_shutdown(&ag);
+        gs_ctlsrv_free(ag.ctl);
+        gs_agent_flush_graveyard(&ag);
+        free(ag.graveyard);
+        for (uint32_t i = 0; i < ag.ngpus; i++)
+                gs_gpu_close(&ag.gpus[i]);
+        free(ag.gpus);
+        gs_cuda_close(&ag.cu);
+        gs_closep(&sfd);
+        gs_closep(&ag.notify_fd);
+        gs_closep(&ag.epfd);
+        log_info("stopped");
+        return rc;
+}

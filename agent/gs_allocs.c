@@ -1,0 +1,556 @@
+/* gs_allocs.c — see gs_allocs.h. */
+#include "gs_allocs.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_log.h"
+
+void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17])
+{
+        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+
+        for (size_t i = 0; i < n; i++) {
+                for (const char *p = sorted_ids[i]; *p; p++) {
+                        h ^= (uint8_t)*p;
+                        h *= 0x100000001b3ull;
+                }
+                h ^= '\n'; /* separator: {"ab","c"} != {"a","bc"} */
+                h *= 0x100000001b3ull;
+        }
+        snprintf(out, 17, "%016" PRIx64, h);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+        return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A sorted malloc'ed copy of ids[0..n) in one block (pointers then strings). */
+static char **sorted_copy(const char *const *ids, size_t n)
+{
+        size_t bytes = n * sizeof(char *);
+        char **v, *p;
+
+        for (size_t i = 0; i < n; i++)
+                bytes += strlen(ids[i]) + 1;
+        v = malloc(bytes ? bytes : 1);
+        if (!v)
+                return NULL;
+        p = (char *)(v + n);
+        for (size_t i = 0; i < n; i++) {
+                size_t l = strlen(ids[i]) + 1;
+                memcpy(p, ids[i], l);
+                v[i] = p;
+                p += l;
+        }
+        qsort(v, n, sizeof(*v), cmp_str);
+        return v;
+}
+
+static bool same_ids(const struct gs_allocation *a, char *const *sorted, size_t n)
+{
+        if (a->ndevice_ids != n)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(a->device_ids[i], sorted[i]) != 0)
+                        return false;
+        return true;
+}
+
+struct gs_allocation *gs_allocs_find(struct gs_agent *ag, const char *id)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                if (strcmp(a->id, id) == 0)
+                        return a;
+        return NULL;
+}
+
+struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const *ids, size_t n)
+{
+        struct gs_allocation *a = NULL;
+        char **v;
+        char id[17];
+
+        if (n == 0 || n > GS_ALLOCS_MAX_IDS)
+                return NULL;
+        v = sorted_copy(ids, n);
+        if (!v)
+                return NULL;
+        gs_allocs_id((const char *const *)v, n, id);
+        a = gs_allocs_find(ag, id);
+        if (a && !same_ids(a, v, n))
+                a = NULL;
+        free(v);
+        return a;
+}
+
+static struct gs_gpu *gpu_by_uuid(struct gs_agent *ag, const char *uuid)
+{
+        for (uint32_t i = 0; i < ag->ngpus; i++)
+                if (strcasecmp(ag->gpus[i].uuid, uuid) == 0)
+                        return &ag->gpus[i];
+        return NULL;
+}
+
+static int mkdir_private(const char *path, mode_t mode, char *err, size_t errlen)
+{
+        struct stat st;
+
+        if (mkdir(path, mode) < 0 && errno != EEXIST) {
+                int r = gs_neg_errno();
+                snprintf(err, errlen, "cannot create directory %s: %s", path, strerror(-r));
+                return r;
+        }
+        /* Refuse a symlink or a file someone planted in our place. */
+        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "%s exists and is not a directory", path);
+                return -ENOTDIR;
+        }
+        if (chmod(path, mode) < 0) {
+                int r = gs_neg_errno();
+                snprintf(err, errlen, "cannot chmod %s: %s", path, strerror(-r));
+                return r;
+        }
+        return 0;
+}
+
+/* Creates <socketRoot>/<id>/agent.sock, listening, watched by the main loop. */
+static int open_socket(struct gs_agent *ag, struct gs_allocation *a, char *err, size_t errlen)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd = -1, r;
+
+        if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root, a->id) >=
+                    (int)sizeof(a->socket_dir) ||
+            snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir,
+                     GS_SOCKET_NAME) >= (int)sizeof(sa.sun_path)) {
+                snprintf(err, errlen, "socket path under %s is too long", ag->cfg.socket_root);
+                return -ENAMETOOLONG;
+        }
+        r = mkdir_private(ag->cfg.socket_root, 0755, err, errlen);
+        if (r == 0)
+                r = mkdir_private(a->socket_dir, 0755, err, errlen);
+        if (r < 0)
+                return r;
+        strcpy(sa.sun_path, a->socket_path);
+        (void)unlink(a->socket_path); /* a stale one from a previous agent */
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            chmod(a->socket_path, 0666) < 0 || listen(fd, 128) < 0) {
+                r = gs_neg_errno();
+                snprintf(err, errlen, "cannot listen on %s: %s", a->socket_path, strerror(-r));
+                goto fail;
+        }
+        a->listen_ev.kind = GS_EV_ALLOC_LISTEN;
+        a->listen_ev.obj = a;
+        r = gs_agent_watch(ag, fd, EPOLLIN, &a->listen_ev);
+        if (r < 0) {
+                snprintf(err, errlen, "epoll: %s", strerror(-r));
+                goto fail;
+        }
+        a->listen_fd = fd;
+        return 0;
+fail:
+        if (fd >= 0)
+                (void)unlink(a->socket_path);
+        gs_closep(&fd);
+        return r;
+}
+
+static void close_socket(struct gs_agent *ag, struct gs_allocation *a)
+{
+        if (a->listen_fd < 0)
+                return;
+        gs_agent_unwatch(ag, a->listen_fd);
+        gs_closep(&a->listen_fd);
+        (void)unlink(a->socket_path);
+}
+
+/* Frees the parts and the memory of a; a has no process.  Leaves the list. */
+static void destroy(struct gs_agent *ag, struct gs_allocation *a)
+{
+        for (uint32_t i = 0; i < a->nparts; i++) {
+                struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                pthread_mutex_lock(&g->lock);
+                if (gs_palloc_del(a->parts[i].pa) < 0)
+                        log_error("allocation %s: part on GPU %u still busy", a->id, g->index);
+                pthread_mutex_unlock(&g->lock);
+        }
+        for (size_t i = 0; i < a->ndevice_ids; i++) {
+                char uuid[GS_UUID_STR_LEN + 1];
+                uint32_t unit;
+                struct gs_gpu *g;
+                if (gs_devid_parse(a->device_ids[i], uuid, &unit) == 0 &&
+                    (g = gpu_by_uuid(ag, uuid)) && unit < g->units_total &&
+                    g->unit_owner[unit] == a)
+                        g->unit_owner[unit] = NULL;
+        }
+        free(a->device_ids);
+        a->listen_ev.dead = true;
+        gs_agent_defer_free(ag, a);
+}
+
+static void unlink_alloc(struct gs_agent *ag, struct gs_allocation *a)
+{
+        for (struct gs_allocation **pp = &ag->allocs; *pp; pp = &(*pp)->next)
+                if (*pp == a) {
+                        *pp = a->next;
+                        ag->nallocs--;
+                        return;
+                }
+}
+
+int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
+                     bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
+                     size_t errlen)
+{
+        struct gs_allocation *a = NULL, *old;
+        uint32_t units[GS_MAX_GPUS_PER_ALLOC] = { 0 };
+        struct gs_gpu *gp[GS_MAX_GPUS_PER_ALLOC];
+        uint32_t nparts = 0;
+        char **v = NULL;
+        char id[17];
+        int r;
+
+        if (n == 0 || n > GS_ALLOCS_MAX_IDS) {
+                snprintf(err, errlen, "an allocation needs 1 to %u device IDs, got %zu",
+                         GS_ALLOCS_MAX_IDS, n);
+                return -EINVAL;
+        }
+        v = sorted_copy(ids, n);
+        if (!v) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        gs_allocs_id((const char *const *)v, n, id);
+        old = gs_allocs_find(ag, id);
+        if (old && same_ids(old, v, n)) {
+                if (old->releasing) {
+                        snprintf(err, errlen, "allocation %s is being released (%u processes still running)",
+                                 id, old->nprocs);
+                        r = -EBUSY;
+                        goto fail;
+                }
+                free(v);
+                *ret = old;
+                *ret_created = false;
+                return 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+                char uuid[GS_UUID_STR_LEN + 1];
+                uint32_t unit, p;
+                struct gs_gpu *g;
+
+                if (i > 0 && strcmp(v[i], v[i - 1]) == 0) {
+                        snprintf(err, errlen, "device ID '%.63s' appears more than once", v[i]);
+                        r = -EINVAL;
+                        goto fail;
+                }
+                if (gs_devid_parse(v[i], uuid, &unit) < 0) {
+                        snprintf(err, errlen, "device ID '%.63s' is not a gshare device ID", v[i]);
+                        r = -EINVAL;
+                        goto fail;
+                }
+                g = gpu_by_uuid(ag, uuid);
+                if (!g || unit >= g->units_total) {
+                        snprintf(err, errlen, "device ID '%.63s' is not a %s device of this node",
+                                 v[i], ag->cfg.resource_name);
+                        r = -ENODEV;
+                        goto fail;
+                }
+                if (g->unit_owner[unit]) {
+                        snprintf(err, errlen, "device ID '%.63s' is part of allocation %s", v[i],
+                                 g->unit_owner[unit]->id);
+                        r = -EBUSY;
+                        goto fail;
+                }
+                if (!g->healthy) {
+                        snprintf(err, errlen, "GPU %s is unhealthy: %s", g->uuid, g->health_reason);
+                        r = -EIO;
+                        goto fail;
+                }
+                for (p = 0; p < nparts && gp[p] != g; p++)
+                        ;
+                if (p == nparts) {
+                        if (nparts == GS_MAX_GPUS_PER_ALLOC) {
+                                snprintf(err, errlen, "an allocation may span at most %d GPUs",
+                                         GS_MAX_GPUS_PER_ALLOC);
+                                r = -E2BIG;
+                                goto fail;
+                        }
+                        gp[nparts++] = g;
+                }
+                units[p]++;
+        }
+        if (old) { /* same hash, different set: never seen, but never merge them */
+                snprintf(err, errlen, "allocation id %s collides with an existing allocation", id);
+                r = -EEXIST;
+                goto fail;
+        }
+        a = calloc(1, sizeof(*a));
+        if (!a) {
+                snprintf(err, errlen, "out of memory");
+                r = -ENOMEM;
+                goto fail;
+        }
+        a->agent = ag;
+        a->listen_fd = -1;
+        memcpy(a->id, id, sizeof(a->id));
+        a->device_ids = v;
+        a->ndevice_ids = n;
+        a->created_unix = created_unix ? created_unix : (uint64_t)time(NULL);
+        for (uint32_t p = 0; p < nparts; p++) {
+                struct gs_gpu *g = gp[p];
+                struct gs_part *part = &a->parts[p];
+                uint64_t quota = (uint64_t)units[p] * g->unit_bytes / g->chunk_bytes;
+                uint64_t cap = ag->cfg.balloon_cap_bytes / g->chunk_bytes;
+
+                part->gpu = (uint32_t)(g - ag->gpus);
+                part->units = units[p];
+                part->quota_chunks = (uint32_t)quota;
+                pthread_mutex_lock(&g->lock);
+                r = gs_palloc_new(g->pool, (uint32_t)quota, (uint32_t)cap, &part->pa);
+                pthread_mutex_unlock(&g->lock);
+                if (r < 0) {
+                        if (r == -ENOSPC)
+                                snprintf(err, errlen, "GPU %s has fewer than the %llu free chunks this allocation needs (memory still held by released allocations?)",
+                                         g->uuid, (unsigned long long)quota);
+                        else
+                                snprintf(err, errlen, "GPU %s: cannot reserve %llu chunks: %s", g->uuid,
+                                         (unsigned long long)quota, strerror(-r));
+                        goto fail;
+                }
+                a->nparts = p + 1;
+        }
+        r = open_socket(ag, a, err, errlen);
+        if (r < 0)
+                goto fail;
+        for (size_t i = 0; i < n; i++) {
+                char uuid[GS_UUID_STR_LEN + 1];
+                uint32_t unit;
+                if (gs_devid_parse(v[i], uuid, &unit) == 0)
+                        gpu_by_uuid(ag, uuid)->unit_owner[unit] = a;
+        }
+        a->next = ag->allocs;
+        ag->allocs = a;
+        ag->nallocs++;
+        if (checkpoint && (r = gs_allocs_checkpoint(ag)) < 0) {
+                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir,
+                         strerror(-r));
+                unlink_alloc(ag, a);
+                close_socket(ag, a);
+                (void)rmdir(a->socket_dir);
+                destroy(ag, a);
+                return r;
+        }
+        *ret = a;
+        *ret_created = true;
+        return 0;
+fail:
+        if (a) {
+                a->device_ids = NULL; /* v is freed below */
+                destroy(ag, a);
+        }
+        free(v);
+        return r;
+}
+
+static void delete_now(struct gs_agent *ag, struct gs_allocation *a)
+{
+        unlink_alloc(ag, a);
+        close_socket(ag, a);
+        if (rmdir(a->socket_dir) < 0 && errno != ENOENT)
+                log_warn("allocation %s: cannot remove %s: %m", a->id, a->socket_dir);
+        log_info("allocation %s deleted, its %zu units are free", a->id, a->ndevice_ids);
+        destroy(ag, a);
+}
+
+int gs_allocs_release(struct gs_agent *ag, struct gs_allocation *a, char *err, size_t errlen)
+{
+        bool was = a->releasing;
+        int r;
+
+        a->releasing = true;
+        close_socket(ag, a);
+        r = gs_allocs_checkpoint(ag);
+        if (r < 0) {
+                a->releasing = was;
+                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir,
+                         strerror(-r));
+                return r;
+        }
+        if (a->nprocs == 0)
+                delete_now(ag, a);
+        else
+                log_info("allocation %s released; deleted when its %u processes exit", a->id,
+                         a->nprocs);
+        return 0;
+}
+
+void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
+{
+        if (a->releasing && a->nprocs == 0)
+                delete_now(ag, a);
+}
+
+void gs_allocs_shutdown(struct gs_agent *ag)
+{
+        while (ag->allocs) {
+                struct gs_allocation *a = ag->allocs;
+                unlink_alloc(ag, a);
+                close_socket(ag, a);
+                destroy(ag, a);
+        }
+}
+
+int gs_allocs_checkpoint(struct gs_agent *ag)
+{
+        char path[PATH_MAX], tmp[PATH_MAX + 8];
+        FILE *f = NULL;
+        int fd = -1, dfd = -1, r = 0;
+
+        if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
+            (int)sizeof(path))
+                return -ENAMETOOLONG;
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)
+                return gs_neg_errno();
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return gs_neg_errno();
+        f = fdopen(fd, "w");
+        if (!f) {
+                r = gs_neg_errno();
+                close(fd);
+                goto fail;
+        }
+        fprintf(f, "# gshare-agent allocations v1\n");
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                if (a->releasing)
+                        continue;
+                fprintf(f, "%s %" PRIu64 " %zu", a->id, a->created_unix, a->ndevice_ids);
+                for (size_t i = 0; i < a->ndevice_ids; i++)
+                        fprintf(f, " %s", a->device_ids[i]);
+                fputc('\n', f);
+        }
+        if (fflush(f) != 0 || fsync(fileno(f)) < 0)
+                r = gs_neg_errno();
+        if (fclose(f) != 0 && r == 0)
+                r = gs_neg_errno();
+        if (r < 0)
+                goto fail;
+        if (rename(tmp, path) < 0) {
+                r = gs_neg_errno();
+                goto fail;
+        }
+        /* The rename itself must reach the disk. */
+        dfd = open(ag->cfg.state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+                (void)fsync(dfd);
+                close(dfd);
+        }
+        return 0;
+fail:
+        (void)unlink(tmp);
+        log_error("cannot write the checkpoint %s: %s", path, strerror(-r));
+        return r;
+}
+
+int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
+                         size_t max_ids)
+{
+        char *save = NULL, *tok, *end;
+        unsigned long long created, count;
+        size_t n = 0;
+
+        tok = strtok_r(line, " \t\n", &save);
+        if (!tok || strlen(tok) != 16 || strspn(tok, "0123456789abcdef") != 16)
+                return -EINVAL;
+        memcpy(ret_id, tok, 17);
+        tok = strtok_r(NULL, " \t\n", &save);
+        if (!tok)
+                return -EINVAL;
+        errno = 0;
+        created = strtoull(tok, &end, 10);
+        if (errno || *end || tok[0] == '-')
+                return -EINVAL;
+        tok = strtok_r(NULL, " \t\n", &save);
+        if (!tok)
+                return -EINVAL;
+        errno = 0;
+        count = strtoull(tok, &end, 10);
+        if (errno || *end || tok[0] == '-' || count == 0 || count > max_ids)
+                return -EINVAL;
+        while ((tok = strtok_r(NULL, " \t\n", &save))) {
+                if (n == count)
+                        return -EINVAL;
+                ret_ids[n++] = tok;
+        }
+        if (n != count)
+                return -EINVAL;
+        *ret_created = created;
+        return (int)n;
+}
+
+int gs_allocs_restore(struct gs_agent *ag)
+{
+        char path[PATH_MAX], id[17], err[512];
+        char **ids = NULL, *line = NULL;
+        size_t cap = 0, lineno = 0, restored = 0;
+        FILE *f;
+        int r = 0;
+
+        if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
+            (int)sizeof(path))
+                return -ENAMETOOLONG;
+        f = fopen(path, "re");
+        if (!f)
+                return errno == ENOENT ? 0 : gs_neg_errno();
+        ids = calloc(GS_ALLOCS_MAX_IDS, sizeof(*ids));
+        if (!ids) {
+                fclose(f);
+                return -ENOMEM;
+        }
+        while (getline(&line, &cap, f) > 0) {
+                struct gs_allocation *a;
+                uint64_t created;
+                bool made;
+                int n;
+
+                lineno++;
+                if (line[0] == '#' || line[0] == '\n')
+                        continue;
+                n = gs_allocs_parse_line(line, id, &created, ids, GS_ALLOCS_MAX_IDS);
+                if (n < 0) {
+                        log_warn("%s:%zu: malformed line, ignored", path, lineno);
+                        continue;
+                }
+                r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, false, &a,
+                                     &made, err, sizeof(err));
+                if (r < 0) {
+                        log_warn("%s:%zu: allocation %s not restored: %s", path, lineno, id, err);
+                        continue;
+                }
+                restored++;
+                log_info("allocation %s restored (%d units), socket %s", a->id, n, a->socket_path);
+        }
+        free(line);
+        free(ids);
+        fclose(f);
+        if (restored)
+                log_info("restored %zu allocations from %s; their processes must register again",
+                         restored, path);
+        /* Drop what could not be restored, so the file says what is. */
+        return gs_allocs_checkpoint(ag);
+}

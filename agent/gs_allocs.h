@@ -1,0 +1,74 @@
+/* gs_allocs.h — allocations: one per set of device IDs handed to a container
+ * (DESIGN.md "Allocation").  Main thread only.
+ *
+ * The id is a 16-hex-digit FNV-1a hash of the sorted device IDs, so asking
+ * again for the same set finds the same allocation (the plugin's Allocate
+ * is idempotent) and the socket directory <socketRoot>/<id>/ keeps its path
+ * across agent restarts, which matters because it is bind-mounted into
+ * containers: the directory is never removed on shutdown, only its socket.
+ *
+ * Release: an allocation whose processes are all gone is deleted at once.
+ * One that still has live processes is marked releasing: its socket is
+ * closed (no new process can register), it drops out of the checkpoint, and
+ * it is deleted, its units freed, when its last process exits.  Until then
+ * its device IDs stay taken (CreateAllocation on them fails with -EBUSY),
+ * since its memory is still in use.
+ *
+ * Checkpoint: <stateDir>/allocations, rewritten atomically (temp file,
+ * fsync, rename) on every change:
+ *     # gshare-agent allocations v1
+ *     <id> <created unix time> <count> <device id> ...
+ * At start the agent re-creates each allocation in it.  Processes are not
+ * checkpointed: after an agent restart they must register again (their
+ * memory was the old agent's and is gone with it). */
+#ifndef GS_ALLOCS_H
+#define GS_ALLOCS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_agent.h"
+
+#define GS_ALLOCS_MAX_IDS 4096u   /* device IDs in one request */
+#define GS_CHECKPOINT_NAME "allocations"
+
+/* Writes the 16-hex-digit id of a sorted set of device IDs into out[17]. */
+void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17]);
+
+/* Creates the allocation of device IDs ids[0..n) (any order), or finds the
+ * existing one for the same set (*ret_created = false).  All or nothing:
+ * on failure returns a negative errno with a message naming the problem in
+ * err and changes nothing.  created_unix 0 means now.  checkpoint: rewrite
+ * the checkpoint file (false while restoring it). */
+int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
+                     bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
+                     size_t errlen) GS_WUR;
+
+/* Releases a (see above).  Returns 0 or a negative errno with err. */
+int gs_allocs_release(struct gs_agent *ag, struct gs_allocation *a, char *err,
+                      size_t errlen) GS_WUR;
+
+/* Deletes a releasing allocation once it has no process left; no-op else. */
+void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a);
+
+struct gs_allocation *gs_allocs_find(struct gs_agent *ag, const char *id);
+/* The allocation holding exactly this set of device IDs (any order), or NULL. */
+struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const *ids, size_t n);
+
+/* Writes the checkpoint.  Returns 0 or a negative errno (logged). */
+int gs_allocs_checkpoint(struct gs_agent *ag) GS_WUR;
+/* Re-creates the allocations of the checkpoint, logging each one and each
+ * that cannot be restored.  A missing file is not an error. */
+int gs_allocs_restore(struct gs_agent *ag) GS_WUR;
+
+/* Agent shutdown: closes every allocation's socket (unlinks it, keeps the
+ * directory and the checkpoint) and frees them.  Processes must be gone. */
+void gs_allocs_shutdown(struct gs_agent *ag);
+
+/* Parses one checkpoint line (modified in place) into its parts; the
+ * device IDs point into line.  Returns the number of IDs, or -EINVAL. */
+int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
+                         size_t max_ids) GS_WUR;
+
+#endif

@@ -1,0 +1,266 @@
+/* gs_gpu.c — see gs_gpu.h. */
+#include "gs_gpu.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gs_log.h"
+
+int gs_gpu_numa_node(const char *sysfs, const char *pci_bus_id)
+{
+        char path[PATH_MAX], id[64], buf[32];
+        size_t i;
+        int fd, node = -1;
+        ssize_t n;
+
+        for (i = 0; pci_bus_id[i] && i < sizeof(id) - 1; i++)
+                id[i] = (char)tolower((unsigned char)pci_bus_id[i]);
+        id[i] = '\0';
+        if (snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/numa_node", sysfs, id) >=
+            (int)sizeof(path))
+                return -1;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -1;
+        buf[n] = '\0';
+        if (sscanf(buf, "%d", &node) != 1 || node < -1 || node > 4095)
+                return -1;
+        return node;
+}
+
+static void chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
+{
+        memset(prop, 0, sizeof(*prop));
+        prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop->location.id = (int)g->dev;
+}
+
+/* Creates and exports one chunk.  Returns 0 or a negative errno (err set). */
+static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        CUmemAllocationProp prop;
+        CUmemGenericAllocationHandle h;
+        int fd = -1, r;
+
+        chunk_prop(g, &prop);
+        r = gs_cuda_check(cu, cu->mem_create(&h, g->chunk_bytes, &prop, 0), "cuMemCreate", err,
+                          errlen);
+        if (r < 0)
+                return r;
+        r = gs_cuda_check(cu, cu->mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                          "cuMemExportToShareableHandle", err, errlen);
+        if (r < 0)
+                goto fail;
+        /* The driver's fd must not leak into anything the agent might exec. */
+        if (fd < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+                r = fd < 0 ? -EBADF : gs_neg_errno();
+                snprintf(err, errlen, "exported chunk fd unusable: %s", strerror(-r));
+                goto fail;
+        }
+        ret->handle = h;
+        ret->fd = fd;
+        return 0;
+fail:
+        gs_closep(&fd);
+        (void)cu->mem_release(h);
+        return r;
+}
+
+static void chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
+{
+        if (c->fd >= 0) {
+                gs_closep(&c->fd);
+                (void)g->agent->cu.mem_release(c->handle);
+        }
+}
+
+/* gs_pool_return_fn; runs under g->lock, inside an allocator call. */
+static int chunk_recycle(void *ctx, uint32_t chunk)
+{
+        struct gs_gpu *g = ctx;
+        struct gs_chunk *c;
+        char err[256];
+        int r;
+
+        if (chunk >= g->nchunks)
+                return -EINVAL;
+        c = &g->chunks[chunk];
+        (void)g->agent->cu.ctx_set_current(g->ctx);
+        /* Old memory first: on a full GPU there is no room for both.  If a
+         * process still holds the old memory through a kept fd, the create
+         * below fails and the chunk is retired, which is the truth. */
+        chunk_drop(g, c);
+        r = chunk_make(g, c, err, sizeof(err));
+        if (r < 0) {
+                c->fd = -1;
+                g->chunks_retired++;
+                log_warn("GPU %u: chunk %u retired, could not be recreated: %s", g->index, chunk,
+                         err);
+                return r;
+        }
+        log_debug("GPU %u: chunk %u recycled", g->index, chunk);
+        return 0;
+}
+
+static void set_unhealthy(struct gs_gpu *g, const char *why)
+{
+        g->healthy = false;
+        snprintf(g->health_reason, sizeof(g->health_reason), "%.159s", why);
+}
+
+int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err,
+                size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        CUmemAllocationProp prop;
+        CUuuid uuid;
+        size_t free_b = 0, total_b = 0, gran = 0;
+        uint64_t want;
+        char why[256];
+        int r;
+
+        g->index = (uint32_t)ordinal;
+        g->numa_node = -1;
+        g->chunk_bytes = cfg->chunk_bytes;
+        g->unit_bytes = cfg->unit_bytes;
+        g->reserve_bytes = cfg->reserve_bytes;
+        pthread_mutex_init(&g->lock, NULL);
+        r = gs_cuda_check(cu, cu->device_get(&g->dev, ordinal), "cuDeviceGet", err, errlen);
+        if (r < 0)
+                return r;
+        r = gs_cuda_check(cu, cu->device_get_name(g->name, (int)sizeof(g->name), g->dev),
+                          "cuDeviceGetName", err, errlen);
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->device_get_uuid(&uuid, g->dev), "cuDeviceGetUuid", err,
+                                  errlen);
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->device_get_pci_bus_id(g->pci_bus_id,
+                                                                (int)sizeof(g->pci_bus_id), g->dev),
+                                  "cuDeviceGetPCIBusId", err, errlen);
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->device_total_mem(&total_b, g->dev), "cuDeviceTotalMem",
+                                  err, errlen);
+        if (r < 0)
+                return r;
+        g->name[sizeof(g->name) - 1] = '\0';
+        g->pci_bus_id[sizeof(g->pci_bus_id) - 1] = '\0';
+        memcpy(g->uuid_raw, uuid.bytes, 16);
+        gs_uuid_format(g->uuid_raw, g->uuid);
+        g->numa_node = gs_gpu_numa_node("/sys", g->pci_bus_id);
+        g->total_bytes = total_b;
+        g->healthy = true;
+
+        r = gs_cuda_check(cu, cu->primary_ctx_retain(&g->ctx, g->dev), "cuDevicePrimaryCtxRetain",
+                          err, errlen);
+        if (r < 0) {
+                g->ctx = NULL;
+                set_unhealthy(g, err);
+                return 0;
+        }
+        r = gs_cuda_check(cu, cu->ctx_set_current(g->ctx), "cuCtxSetCurrent", why, sizeof(why));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
+                                  sizeof(why));
+        if (r == 0) {
+                chunk_prop(g, &prop);
+                r = gs_cuda_check(cu, cu->mem_get_granularity(&gran, &prop,
+                                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                                  "cuMemGetAllocationGranularity", why, sizeof(why));
+        }
+        if (r < 0) {
+                set_unhealthy(g, why);
+                return 0;
+        }
+        if (gran && g->chunk_bytes % gran) {
+                snprintf(why, sizeof(why), "chunk size %llu is not a multiple of the VMM granularity %zu",
+                         (unsigned long long)g->chunk_bytes, gran);
+                set_unhealthy(g, why);
+                return 0;
+        }
+        want = free_b > g->reserve_bytes ? (free_b - g->reserve_bytes) / g->chunk_bytes : 0;
+        if (want > UINT32_MAX / 2)
+                want = UINT32_MAX / 2;
+        if (want == 0) {
+                snprintf(why, sizeof(why), "%zu bytes free, not more than the reserve %llu plus one chunk",
+                         free_b, (unsigned long long)g->reserve_bytes);
+                set_unhealthy(g, why);
+                return 0;
+        }
+        g->chunks = calloc(want, sizeof(*g->chunks));
+        if (!g->chunks) {
+                snprintf(err, errlen, "out of memory for %llu chunks", (unsigned long long)want);
+                return -ENOMEM;
+        }
+        for (g->nchunks = 0; g->nchunks < want; g->nchunks++) {
+                r = chunk_make(g, &g->chunks[g->nchunks], why, sizeof(why));
+                if (r < 0) {
+                        /* The free figure was a little optimistic: keep what we got. */
+                        log_warn("GPU %u: stopped at %u of %llu chunks: %s", g->index, g->nchunks,
+                                 (unsigned long long)want, why);
+                        break;
+                }
+        }
+        if (g->nchunks == 0) {
+                set_unhealthy(g, why);
+                return 0;
+        }
+        g->pool = gs_pool_new(g->nchunks, g->chunk_bytes);
+        if (!g->pool) {
+                snprintf(err, errlen, "cannot create the pool of %u chunks of %llu bytes",
+                         g->nchunks, (unsigned long long)g->chunk_bytes);
+                return -ENOMEM;
+        }
+        gs_pool_set_return_fn(g->pool, chunk_recycle, g);
+        g->units_total = (uint32_t)((uint64_t)g->nchunks * g->chunk_bytes / g->unit_bytes);
+        if (g->units_total > GS_MAX_UNITS_PER_GPU)
+                g->units_total = GS_MAX_UNITS_PER_GPU;
+        g->unit_owner = calloc(g->units_total ? g->units_total : 1, sizeof(*g->unit_owner));
+        if (!g->unit_owner) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+void gs_gpu_close(struct gs_gpu *g)
+{
+        if (!g || !g->agent)
+                return;
+        gs_pool_free(g->pool);
+        g->pool = NULL;
+        if (g->ctx)
+                (void)g->agent->cu.ctx_set_current(g->ctx);
+        for (uint32_t i = 0; g->chunks && i < g->nchunks; i++)
+                chunk_drop(g, &g->chunks[i]);
+        free(g->chunks);
+        g->chunks = NULL;
+        free(g->unit_owner);
+        g->unit_owner = NULL;
+        if (g->ctx)
+                (void)g->agent->cu.primary_ctx_release(g->dev);
+        g->ctx = NULL;
+        pthread_mutex_destroy(&g->lock);
+}
+
+uint32_t gs_gpu_units_lent(struct gs_gpu *g)
+{
+        struct gs_pool_stats st;
+
+        if (!g->pool)
+                return 0;
+        pthread_mutex_lock(&g->lock);
+        gs_pool_stats(g->pool, &st);
+        pthread_mutex_unlock(&g->lock);
+        return (uint32_t)(((uint64_t)st.chunks_borrowed * g->chunk_bytes + g->unit_bytes - 1) /
+                          g->unit_bytes);
+}

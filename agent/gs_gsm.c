@@ -1,0 +1,435 @@
+/* gs_gsm.c — chunks, the system list, allocations' and processes' lists
+ * (gs_gsm.h). */
+#include "gs_gsm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- index lists: prev/next (which == 0) or bprev/bnext (which == 1) ---- */
+
+static uint32_t *lprev(struct gs_gsm_chunk *c, int which) { return which ? &c->bprev : &c->prev; }
+static uint32_t *lnext(struct gs_gsm_chunk *c, int which) { return which ? &c->bnext : &c->next; }
+
+static void list_push(struct gs_gsm_chunk *cs, struct gs_gsm_list *l, uint32_t id, int which)
+{
+        *lprev(&cs[id], which) = GS_GSM_NONE;
+        *lnext(&cs[id], which) = l->head;
+        if (l->head != GS_GSM_NONE)
+                *lprev(&cs[l->head], which) = id;
+        l->head = id;
+        l->count++;
+}
+
+static void list_unlink(struct gs_gsm_chunk *cs, struct gs_gsm_list *l, uint32_t id, int which)
+{
+        uint32_t p = *lprev(&cs[id], which), n = *lnext(&cs[id], which);
+
+        if (p != GS_GSM_NONE)
+                *lnext(&cs[p], which) = n;
+        else
+                l->head = n;
+        if (n != GS_GSM_NONE)
+                *lprev(&cs[n], which) = p;
+        *lprev(&cs[id], which) = *lnext(&cs[id], which) = GS_GSM_NONE;
+        l->count--;
+}
+
+static uint32_t list_pop(struct gs_gsm_chunk *cs, struct gs_gsm_list *l)
+{
+        uint32_t id = l->head;
+
+        list_unlink(cs, l, id, 0);
+        return id;
+}
+
+static void list_init(struct gs_gsm_list *l)
+{
+        l->head = GS_GSM_NONE;
+        l->count = 0;
+}
+
+/* A chunk arrives on the system list.  If a process had it, the agent
+ * must recycle its memory first (the process may have kept its fd). */
+static void to_sys(struct gs_gsm *g, uint32_t id)
+{
+        struct gs_gsm_chunk *c = &g->chunks[id];
+        int r = 0;
+
+        c->alloc = NULL;
+        c->proc = NULL;
+        c->user = NULL;
+        c->borrowed = 0;
+        c->slot = GS_GSM_NONE;
+        if (c->granted && g->return_fn)
+                r = g->return_fn(g->return_ctx, id);
+        c->granted = 0;
+        if (r < 0) {
+                c->state = GS_GSM_RETIRED;
+                g->nretired++;
+                return;
+        }
+        c->state = GS_GSM_SYS;
+        list_push(g->chunks, &g->sys, id, 0);
+}
+
+int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes)
+{
+        memset(g, 0, sizeof(*g));
+        if (nchunks == 0 || nchunks == GS_GSM_NONE || !gs_is_pow2(chunk_bytes) ||
+            chunk_bytes < (UINT64_C(1) << 16) || chunk_bytes > (UINT64_C(1) << 47))
+                return -EINVAL;
+        g->chunks = calloc(nchunks, sizeof(*g->chunks));
+        if (!g->chunks)
+                return -ENOMEM;
+        g->nchunks = nchunks;
+        g->chunk_shift = (unsigned)__builtin_ctzll(chunk_bytes);
+        list_init(&g->sys);
+        /* Pushed in reverse so the list hands out chunk 0 first. */
+        for (uint32_t i = nchunks; i-- > 0;) {
+                g->chunks[i].state = GS_GSM_SYS;
+                g->chunks[i].slot = GS_GSM_NONE;
+                g->chunks[i].bprev = g->chunks[i].bnext = GS_GSM_NONE;
+                list_push(g->chunks, &g->sys, i, 0);
+        }
+        return 0;
+}
+
+void gs_gsm_fini(struct gs_gsm *g)
+{
+        free(g->chunks);
+        memset(g, 0, sizeof(*g));
+}
+
+int gs_gsm_retire(struct gs_gsm *g, uint32_t chunk)
+{
+        if (chunk >= g->nchunks)
+                return -EINVAL;
+        if (g->chunks[chunk].state != GS_GSM_SYS)
+                return -EBUSY;
+        list_unlink(g->chunks, &g->sys, chunk, 0);
+        g->chunks[chunk].state = GS_GSM_RETIRED;
+        g->nretired++;
+        return 0;
+}
+
+int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota, uint32_t cap)
+{
+        if (quota == 0)
+                return -EINVAL;
+        if (quota > g->sys.count)
+                return -ENOSPC;
+        memset(a, 0, sizeof(*a));
+        a->gsm = g;
+        a->quota = quota;
+        a->cap = cap;
+        list_init(&a->own);
+        list_init(&a->borrowed);
+        for (uint32_t i = 0; i < quota; i++) {
+                uint32_t id = list_pop(g->chunks, &g->sys);
+                g->chunks[id].state = GS_GSM_OWN;
+                g->chunks[id].alloc = a;
+                list_push(g->chunks, &a->own, id, 0);
+        }
+        g->reserved += quota;
+        a->next = g->allocs;
+        if (g->allocs)
+                g->allocs->prev = a;
+        g->allocs = a;
+        g->nallocs++;
+        return 0;
+}
+
+int gs_gsm_alloc_fini(struct gs_gsm_alloc *a)
+{
+        struct gs_gsm *g = a->gsm;
+
+        if (a->nprocs)
+                return -EBUSY;
+        while (a->own.count)
+                to_sys(g, list_pop(g->chunks, &a->own));
+        g->reserved -= a->quota;
+        if (a->prev)
+                a->prev->next = a->next;
+        else
+                g->allocs = a->next;
+        if (a->next)
+                a->next->prev = a->prev;
+        g->nallocs--;
+        memset(a, 0, sizeof(*a));
+        return 0;
+}
+
+uint32_t gs_gsm_alloc_obtainable(const struct gs_gsm_alloc *a)
+{
+        uint32_t can_borrow = a->cap - a->borrowed.count;
+
+        if (can_borrow > a->gsm->sys.count)
+                can_borrow = a->gsm->sys.count;
+        return a->own.count + can_borrow;
+}
+
+int gs_gsm_proc_init(struct gs_gsm_alloc *a, struct gs_gsm_proc *p, uint32_t nslots)
+{
+        if (nslots == 0 || nslots > GS_GSM_MAX_SLOTS)
+                return -EINVAL;
+        memset(p, 0, sizeof(*p));
+        p->alloc = a;
+        p->nslots = nslots;
+        list_init(&p->held);
+        p->next = a->procs;
+        if (a->procs)
+                a->procs->prev = p;
+        a->procs = p;
+        a->nprocs++;
+        return 0;
+}
+
+void gs_gsm_proc_fini(struct gs_gsm_proc *p)
+{
+        struct gs_gsm_alloc *a = p->alloc;
+
+        if (!a)
+                return;
+        while (p->held.count)
+                gs_gsm_put(p, a->gsm->chunks[p->held.head].slot);
+        if (p->prev)
+                p->prev->next = p->next;
+        else
+                a->procs = p->next;
+        if (p->next)
+                p->next->prev = p->prev;
+        a->nprocs--;
+        free(p->slots);
+        memset(p, 0, sizeof(*p));
+}
+
+static int slots_grow(struct gs_gsm_proc *p, uint32_t need)
+{
+        if (need <= p->slots_cap)
+                return 0;
+        uint32_t cap = p->slots_cap ? p->slots_cap : 16;
+        while (cap < need)
+                cap *= 2;
+        if (cap > p->nslots)
+                cap = p->nslots;
+        uint32_t *s = realloc(p->slots, (size_t)cap * sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        for (uint32_t i = p->slots_cap; i < cap; i++)
+                s[i] = GS_GSM_NONE;
+        p->slots = s;
+        p->slots_cap = cap;
+        return 0;
+}
+
+int gs_gsm_find_slots(struct gs_gsm_proc *p, uint32_t k, uint32_t *ret_first)
+{
+        uint32_t run = 0, first = p->lo_free;
+
+        if (k == 0 || k > p->nslots)
+                return -ENOSPC;
+        for (uint32_t s = p->lo_free; s < p->nslots; s++) {
+                if (gs_gsm_slot_chunk(p, s) != GS_GSM_NONE) {
+                        run = 0;
+                        first = s + 1;
+                        continue;
+                }
+                if (++run == k)
+                        break;
+                if (s >= p->slots_cap) {
+                        /* past the stored map every slot is free */
+                        run = k;
+                        break;
+                }
+        }
+        if (run < k || (uint64_t)first + k > p->nslots)
+                return -ENOSPC;
+        int r = slots_grow(p, first + k);
+        if (r < 0)
+                return r;
+        *ret_first = first;
+        return 0;
+}
+
+int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
+{
+        struct gs_gsm_alloc *a = p->alloc;
+        struct gs_gsm *g = a->gsm;
+        uint32_t id;
+
+        if (a->own.count) {
+                id = list_pop(g->chunks, &a->own);
+        } else if (a->borrowed.count < a->cap && g->sys.count) {
+                id = list_pop(g->chunks, &g->sys);
+                g->chunks[id].borrowed = 1;
+                list_push(g->chunks, &a->borrowed, id, 1);
+                g->borrowed++;
+        } else {
+                return -ENOMEM;
+        }
+        struct gs_gsm_chunk *c = &g->chunks[id];
+        c->state = GS_GSM_HELD;
+        c->alloc = a;
+        c->proc = p;
+        c->slot = slot;
+        c->granted = 1;
+        c->user = NULL;
+        list_push(g->chunks, &p->held, id, 0);
+        p->slots[slot] = id;
+        if (slot == p->lo_free)
+                while (p->lo_free < p->nslots && gs_gsm_slot_chunk(p, p->lo_free) != GS_GSM_NONE)
+                        p->lo_free++;
+        a->held++;
+        *ret_chunk = id;
+        return 0;
+}
+
+void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
+{
+        struct gs_gsm_alloc *a = p->alloc;
+        struct gs_gsm *g = a->gsm;
+        uint32_t id = p->slots[slot];
+        struct gs_gsm_chunk *c = &g->chunks[id];
+
+        list_unlink(g->chunks, &p->held, id, 0);
+        p->slots[slot] = GS_GSM_NONE;
+        if (slot < p->lo_free)
+                p->lo_free = slot;
+        a->held--;
+        if (c->borrowed) {
+                list_unlink(g->chunks, &a->borrowed, id, 1);
+                g->borrowed--;
+                to_sys(g, id);
+        } else if (a->borrowed.count) {
+                /* Repay a loan: this chunk goes to the system list and a
+                 * held borrowed one becomes the allocation's own. */
+                uint32_t d = a->borrowed.head;
+                list_unlink(g->chunks, &a->borrowed, d, 1);
+                g->chunks[d].borrowed = 0;
+                g->borrowed--;
+                to_sys(g, id);
+        } else {
+                c->state = GS_GSM_OWN;
+                c->proc = NULL;
+                c->user = NULL;
+                c->slot = GS_GSM_NONE;
+                list_push(g->chunks, &a->own, id, 0);
+        }
+}
+
+/* ---- validation ---- */
+
+#define FAIL(...)                                                     \
+        do {                                                          \
+                if (why && whylen)                                    \
+                        snprintf(why, whylen, "gsm: " __VA_ARGS__);   \
+                return -EUCLEAN;                                      \
+        } while (0)
+
+/* Walks a list checking links, state and length; returns its length or
+ * UINT32_MAX on a broken link. */
+static uint32_t walk(const struct gs_gsm *g, const struct gs_gsm_list *l, int which)
+{
+        uint32_t n = 0, prev = GS_GSM_NONE;
+
+        for (uint32_t id = l->head; id != GS_GSM_NONE;) {
+                if (id >= g->nchunks || n++ > g->nchunks)
+                        return UINT32_MAX;
+                struct gs_gsm_chunk *c = &g->chunks[id];
+                if (*lprev(c, which) != prev)
+                        return UINT32_MAX;
+                prev = id;
+                id = *lnext(c, which);
+        }
+        return n;
+}
+
+int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
+{
+        uint32_t nstate[GS_GSM_HELD + 1] = { 0 }, nborrowed = 0;
+        uint32_t reserved = 0, borrowed = 0, nallocs = 0, own = 0, held = 0;
+
+        for (uint32_t i = 0; i < g->nchunks; i++) {
+                const struct gs_gsm_chunk *c = &g->chunks[i];
+                if (c->state < GS_GSM_SYS || c->state > GS_GSM_HELD)
+                        FAIL("chunk %u in state %u", i, c->state);
+                nstate[c->state]++;
+                nborrowed += c->borrowed;
+                if (c->borrowed && c->state != GS_GSM_HELD)
+                        FAIL("chunk %u borrowed but not held", i);
+                if ((c->state == GS_GSM_SYS || c->state == GS_GSM_RETIRED) &&
+                    (c->alloc || c->proc || c->granted))
+                        FAIL("free chunk %u still owned", i);
+        }
+        if (walk(g, &g->sys, 0) != g->sys.count || nstate[GS_GSM_SYS] != g->sys.count)
+                FAIL("system list: %u on it, %u in state", g->sys.count, nstate[GS_GSM_SYS]);
+        for (uint32_t id = g->sys.head; id != GS_GSM_NONE; id = g->chunks[id].next)
+                if (g->chunks[id].state != GS_GSM_SYS)
+                        FAIL("chunk %u on the system list in state %u", id, g->chunks[id].state);
+        if (nstate[GS_GSM_RETIRED] != g->nretired)
+                FAIL("%u retired, counter %u", nstate[GS_GSM_RETIRED], g->nretired);
+        for (const struct gs_gsm_alloc *a = g->allocs; a; a = a->next) {
+                uint32_t nprocs = 0, aheld = 0;
+
+                if (++nallocs > g->nallocs || a->gsm != g || (a->next && a->next->prev != a))
+                        FAIL("allocation list broken");
+                reserved += a->quota;
+                borrowed += a->borrowed.count;
+                own += a->own.count;
+                if (walk(g, &a->own, 0) != a->own.count || walk(g, &a->borrowed, 1) != a->borrowed.count)
+                        FAIL("allocation lists broken");
+                for (uint32_t id = a->own.head; id != GS_GSM_NONE; id = g->chunks[id].next)
+                        if (g->chunks[id].state != GS_GSM_OWN || g->chunks[id].alloc != a)
+                                FAIL("chunk %u on a free list not its allocation's", id);
+                for (uint32_t id = a->borrowed.head; id != GS_GSM_NONE; id = g->chunks[id].bnext)
+                        if (!g->chunks[id].borrowed || g->chunks[id].alloc != a)
+                                FAIL("chunk %u on a borrowed list but not borrowed by it", id);
+                if (a->borrowed.count > a->cap)
+                        FAIL("allocation borrowed %u over its cap %u", a->borrowed.count, a->cap);
+                if (a->own.count + a->held != a->quota + a->borrowed.count)
+                        FAIL("allocation: free %u + held %u != quota %u + borrowed %u",
+                             a->own.count, a->held, a->quota, a->borrowed.count);
+                for (const struct gs_gsm_proc *p = a->procs; p; p = p->next) {
+                        uint32_t inmap = 0;
+
+                        if (++nprocs > a->nprocs || p->alloc != a || (p->next && p->next->prev != p))
+                                FAIL("process list broken");
+                        if (walk(g, &p->held, 0) != p->held.count)
+                                FAIL("process held list broken");
+                        aheld += p->held.count;
+                        for (uint32_t id = p->held.head; id != GS_GSM_NONE; id = g->chunks[id].next) {
+                                const struct gs_gsm_chunk *c = &g->chunks[id];
+                                if (c->state != GS_GSM_HELD || c->proc != p || c->alloc != a ||
+                                    c->slot >= p->nslots || gs_gsm_slot_chunk(p, c->slot) != id)
+                                        FAIL("held chunk %u (slot %u) inconsistent", id, c->slot);
+                        }
+                        for (uint32_t s = 0; s < p->slots_cap; s++) {
+                                if (p->slots[s] == GS_GSM_NONE)
+                                        continue;
+                                inmap++;
+                                if (p->slots[s] >= g->nchunks || g->chunks[p->slots[s]].proc != p)
+                                        FAIL("slot %u maps chunk %u not held", s, p->slots[s]);
+                        }
+                        if (inmap != p->held.count)
+                                FAIL("slot map has %u chunks, held list %u", inmap, p->held.count);
+                        for (uint32_t s = 0; s < p->lo_free && s < p->nslots; s++)
+                                if (gs_gsm_slot_chunk(p, s) == GS_GSM_NONE)
+                                        FAIL("slot %u free below lo_free %u", s, p->lo_free);
+                }
+                if (nprocs != a->nprocs || aheld != a->held)
+                        FAIL("allocation: %u procs holding %u, counters %u/%u", nprocs, aheld,
+                             a->nprocs, a->held);
+                held += aheld;
+        }
+        if (nallocs != g->nallocs || reserved != g->reserved || borrowed != g->borrowed ||
+            borrowed != nborrowed)
+                FAIL("pool counters: allocs %u/%u reserved %u/%u borrowed %u/%u/%u", nallocs,
+                     g->nallocs, reserved, g->reserved, borrowed, g->borrowed, nborrowed);
+        if (own != nstate[GS_GSM_OWN] || held != nstate[GS_GSM_HELD])
+                FAIL("own %u/%u held %u/%u", own, nstate[GS_GSM_OWN], held, nstate[GS_GSM_HELD]);
+        if (g->sys.count + g->reserved + g->borrowed != gs_gsm_usable(g))
+                FAIL("free %u + reserved %u + borrowed %u != usable %u", g->sys.count, g->reserved,
+                     g->borrowed, gs_gsm_usable(g));
+        return 0;
+}

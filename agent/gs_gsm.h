@@ -1,0 +1,133 @@
+/* gs_gsm.h — the chunk level of the agent's allocator (internal to
+ * gs_alloc.c; see docs/allocator.md).
+ *
+ * A pool of nchunks fixed-size chunks (GSMs) and the lists they move
+ * between, all intrusive doubly linked lists threaded through one array of
+ * chunk records (indices, not pointers), so every move is O(1):
+ *
+ *   system free list (pool)  --quota at creation-->  allocation's free list
+ *   allocation's free list   --take-->               process (at a slot)
+ *   system free list         --take, ballooning-->   process (borrowed)
+ *
+ * A borrowed chunk that comes back goes to the system list.  An own chunk
+ * that comes back while the allocation still owes borrowed chunks repays
+ * one of them instead: it goes to the system list and one held borrowed
+ * chunk becomes an own chunk (chunks are interchangeable), so a balloon
+ * deflates as soon as the allocation's use falls.
+ *
+ * A chunk that goes back to the system list after having been granted to
+ * a process passes through the pool's return callback (gs_alloc.h). */
+#ifndef GS_GSM_H
+#define GS_GSM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_util.h"
+
+#define GS_GSM_NONE UINT32_MAX
+#define GS_GSM_MAX_SLOTS (UINT32_C(1) << 20)
+
+enum gs_gsm_state {
+        GS_GSM_SYS = 1, /* on the system free list */
+        GS_GSM_RETIRED, /* out of service for good */
+        GS_GSM_OWN,     /* on its allocation's free list */
+        GS_GSM_HELD,    /* held by a process at a slot */
+};
+
+struct gs_gsm_alloc;
+struct gs_gsm_proc;
+
+struct gs_gsm_chunk {
+        uint32_t prev, next;   /* the list of its state (SYS, OWN, HELD) */
+        uint32_t bprev, bnext; /* its allocation's borrowed list */
+        uint32_t slot;         /* HELD: where the process maps it */
+        uint8_t state;         /* enum gs_gsm_state */
+        uint8_t borrowed;      /* HELD: counts against the balloon cap */
+        uint8_t granted;       /* granted to a process since it left SYS */
+        struct gs_gsm_alloc *alloc; /* OWN, HELD */
+        struct gs_gsm_proc *proc;   /* HELD */
+        void *user;            /* HELD: free for gs_alloc.c's use */
+};
+
+struct gs_gsm_list {
+        uint32_t head, count;
+};
+
+typedef int (*gs_gsm_return_fn)(void *ctx, uint32_t chunk);
+
+struct gs_gsm {
+        struct gs_gsm_chunk *chunks;
+        uint32_t nchunks;      /* including retired */
+        uint32_t nretired;
+        unsigned chunk_shift;
+        struct gs_gsm_list sys;
+        uint32_t reserved;     /* sum of the allocations' quotas */
+        uint32_t borrowed;     /* sum of their borrowed chunks */
+        uint32_t nallocs;
+        struct gs_gsm_alloc *allocs; /* doubly linked through next/prev */
+        gs_gsm_return_fn return_fn;
+        void *return_ctx;
+};
+
+struct gs_gsm_alloc {
+        struct gs_gsm *gsm;
+        struct gs_gsm_alloc *prev, *next;
+        uint32_t quota, cap;
+        struct gs_gsm_list own;      /* free list */
+        struct gs_gsm_list borrowed; /* held borrowed chunks (bprev/bnext) */
+        uint32_t held;
+        uint32_t nprocs;
+        struct gs_gsm_proc *procs;
+};
+
+struct gs_gsm_proc {
+        struct gs_gsm_alloc *alloc;
+        struct gs_gsm_proc *prev, *next;
+        uint32_t nslots;
+        uint32_t *slots;   /* chunk at each slot, GS_GSM_NONE if free;
+                              only [0, slots_cap) stored, the rest free */
+        uint32_t slots_cap;
+        uint32_t lo_free;  /* every slot below is occupied */
+        struct gs_gsm_list held;
+};
+
+/* pre: chunk_bytes a power of two, 2^16..2^47; nchunks >= 1. */
+int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes) GS_WUR;
+void gs_gsm_fini(struct gs_gsm *g);
+/* -EINVAL for a bad id, -EBUSY if not on the system list. */
+int gs_gsm_retire(struct gs_gsm *g, uint32_t chunk) GS_WUR;
+static inline uint32_t gs_gsm_usable(const struct gs_gsm *g) { return g->nchunks - g->nretired; }
+
+/* -EINVAL if quota is 0, -ENOSPC if fewer than quota chunks are free. */
+int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota,
+                      uint32_t cap) GS_WUR;
+/* Chunks back to the system list.  -EBUSY if a process remains. */
+int gs_gsm_alloc_fini(struct gs_gsm_alloc *a) GS_WUR;
+/* Chunks a process of a may still take: own free + what it may borrow. */
+uint32_t gs_gsm_alloc_obtainable(const struct gs_gsm_alloc *a);
+
+/* -EINVAL if nslots is 0 or over GS_GSM_MAX_SLOTS; -ENOMEM. */
+int gs_gsm_proc_init(struct gs_gsm_alloc *a, struct gs_gsm_proc *p, uint32_t nslots) GS_WUR;
+/* Every held chunk goes back (gs_gsm_put), then p leaves its allocation. */
+void gs_gsm_proc_fini(struct gs_gsm_proc *p);
+
+static inline uint32_t gs_gsm_slot_chunk(const struct gs_gsm_proc *p, uint32_t slot)
+{
+        return slot < p->slots_cap ? p->slots[slot] : GS_GSM_NONE;
+}
+/* Finds the lowest k consecutive free slots and makes sure the slot map
+ * can record them (so the takes that follow cannot fail).  -ENOSPC,
+ * -ENOMEM. */
+int gs_gsm_find_slots(struct gs_gsm_proc *p, uint32_t k, uint32_t *ret_first) GS_WUR;
+/* Places a chunk at slot (free, and covered by gs_gsm_find_slots): from the
+ * allocation's free list, else borrowed from the system list.  -ENOMEM if
+ * neither can give one (nothing changed). */
+int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
+/* The chunk at slot (held) goes back: see the top of this file. */
+void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot);
+
+/* Lists, states, owners, slot maps and counters against each other. */
+int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen) GS_WUR;
+
+#endif

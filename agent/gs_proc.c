@@ -1,0 +1,696 @@
+/* gs_proc.c — see gs_proc.h. */
+#include "gs_proc.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_allocs.h"
+#include "gs_log.h"
+#include "gs_ring.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef F_SEAL_SEAL
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#endif
+
+static int64_t mono_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t mono_ms(void) { return mono_ns() / 1000000; }
+
+int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen)
+{
+        struct gs_sock_hello h;
+
+        if (n != sizeof(h)) {
+                snprintf(err, errlen, "HELLO of %zu bytes, expected %zu", n, sizeof(h));
+                return -EPROTO;
+        }
+        memcpy(&h, buf, sizeof(h));
+        if (h.h.magic != GS_WIRE_MAGIC) {
+                snprintf(err, errlen, "bad magic 0x%08x", h.h.magic);
+                return -EPROTO;
+        }
+        if (h.h.version != GS_WIRE_VERSION) {
+                snprintf(err, errlen, "protocol version %u, this agent speaks %u", h.h.version,
+                         GS_WIRE_VERSION);
+                return -EPROTO;
+        }
+        if (h.h.type != GS_SOCK_HELLO || h.h.len != sizeof(h) || h.h.reserved || h.flags) {
+                snprintf(err, errlen, "not a HELLO (type %u, len %u)", h.h.type, h.h.len);
+                return -EPROTO;
+        }
+        return 0;
+}
+
+static void hdr_init(struct gs_sock_hdr *h, uint16_t type, uint32_t len)
+{
+        h->magic = GS_WIRE_MAGIC;
+        h->version = GS_WIRE_VERSION;
+        h->type = type;
+        h->len = len;
+        h->reserved = 0;
+}
+
+/* Sends one message, with fd (>= 0) attached, waiting at most
+ * GS_PROC_SEND_MS for room and giving up early if *stop is set. */
+static int send_msg(int sock, const void *msg, size_t len, int fd, const int *stop)
+{
+        union {
+                struct cmsghdr c;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } u;
+        struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        int64_t deadline = mono_ms() + GS_PROC_SEND_MS;
+
+        if (fd >= 0) {
+                memset(&u, 0, sizeof(u));
+                mh.msg_control = u.buf;
+                mh.msg_controllen = sizeof(u.buf);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
+        for (;;) {
+                ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w == (ssize_t)len)
+                        return 0;
+                if (w >= 0)
+                        return -EPROTO; /* SEQPACKET never sends part of a record */
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN && errno != EWOULDBLOCK)
+                        return gs_neg_errno();
+                if (mono_ms() >= deadline || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
+                        return -ETIMEDOUT;
+                struct pollfd pfd = { .fd = sock, .events = POLLOUT };
+                (void)poll(&pfd, 1, 20);
+        }
+}
+
+static void send_error(int sock, int err, const char *msg)
+{
+        struct gs_sock_error e;
+
+        memset(&e, 0, sizeof(e));
+        hdr_init(&e.h, GS_SOCK_ERROR, sizeof(e));
+        e.err = err;
+        snprintf(e.msg, sizeof(e.msg), "%s", msg);
+        (void)send_msg(sock, &e, sizeof(e), -1, NULL);
+}
+
+/* After any mutation under g->lock: tell the main thread if lending changed. */
+static void check_lending(struct gs_agent *ag, struct gs_gpu *g)
+{
+        struct gs_pool_stats st;
+
+        gs_pool_stats(g->pool, &st);
+        if (st.chunks_borrowed != g->last_borrowed) {
+                g->last_borrowed = st.chunks_borrowed;
+                gs_agent_poke(ag);
+        }
+}
+
+static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                       struct gs_ring_msg *rep)
+{
+        struct gs_gpu *g = pg->g;
+        uint64_t size = req->arg[0], off = 0, limit;
+        uint32_t n = 0;
+        int r;
+
+        if (size == 0 || req->arg[1] != 0) {
+                rep->status = -EINVAL;
+                return 0;
+        }
+        /* Past the quota plus what may be borrowed no request can succeed:
+         * the answer a driver gives for too much is out of memory. */
+        limit = pg->quota_bytes + p->agent->cfg.balloon_cap_bytes;
+        if (size > limit) {
+                rep->status = -ENOMEM;
+                return 0;
+        }
+        pthread_mutex_lock(&g->lock);
+        r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
+        if (r == 0) {
+                for (uint32_t i = 0; i < n; i++)
+                        p->grant_fds[i] = p->grants[i].chunk < g->nchunks ?
+                                                  g->chunks[p->grants[i].chunk].fd : -1;
+                check_lending(p->agent, g);
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (r < 0) {
+                /* Out of slots or too many chunks at once is, to the caller,
+                 * out of memory too. */
+                rep->status = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
+                return 0;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+                struct gs_sock_grant m;
+
+                memset(&m, 0, sizeof(m));
+                hdr_init(&m.h, GS_SOCK_GRANT, sizeof(m));
+                m.seq = req->seq;
+                m.gpu = req->gpu;
+                m.slot = p->grants[i].slot;
+                m.chunk_bytes = g->chunk_bytes;
+                if (p->grant_fds[i] < 0)
+                        return -EIO;
+                r = send_msg(p->sock, &m, sizeof(m), p->grant_fds[i], &p->stop);
+                if (r < 0)
+                        return r; /* the process keeps the memory until it exits */
+        }
+        rep->arg[0] = off;
+        rep->arg[1] = n;
+        return 0;
+}
+
+int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
+{
+        struct gs_proc_gpu *pg;
+        struct gs_pproc_stats st;
+        struct gs_release rel = { 0, 0 };
+        uint64_t base = 0, size = 0;
+        int r;
+
+        memset(rep, 0, sizeof(*rep));
+        rep->seq = req->seq;
+        rep->op = req->op;
+        rep->gpu = req->gpu;
+        if (req->op == GS_OP_PING) {
+                rep->arg[0] = req->arg[0];
+                return 0;
+        }
+        if (req->gpu >= p->ngpus) {
+                rep->status = -EINVAL;
+                return 0;
+        }
+        pg = &p->gpus[req->gpu];
+        switch (req->op) {
+        case GS_OP_ALLOC:
+                return serve_alloc(p, pg, req, rep);
+        case GS_OP_FREE:
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_pproc_free(pg->pp, req->arg[0], &rel);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                rep->arg[0] = rel.first_slot;
+                rep->arg[1] = rel.count;
+                return 0;
+        case GS_OP_MEMINFO:
+                pthread_mutex_lock(&pg->g->lock);
+                gs_pproc_stats(pg->pp, &st);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->arg[0] = st.bytes_obtainable;
+                rep->arg[1] = pg->quota_bytes;
+                return 0;
+        case GS_OP_RANGE:
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                rep->arg[0] = base;
+                rep->arg[1] = size;
+                return 0;
+        case GS_OP_RELEASE:
+                if (req->arg[0] >= pg->nslots || req->arg[1] == 0 ||
+                    req->arg[1] > pg->nslots - req->arg[0]) {
+                        rep->status = -EINVAL;
+                        return 0;
+                }
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_pproc_release(pg->pp, (uint32_t)req->arg[0], (uint32_t)req->arg[1]);
+                if (r == 0)
+                        check_lending(p->agent, pg->g);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                return 0;
+        default:
+                rep->status = -EPROTO;
+                return 0;
+        }
+}
+
+/* Publishes a reply; the honest hook keeps one request outstanding, so a
+ * full reply ring means the peer stopped reading: wait a little, then give up. */
+static int push_reply(struct gs_proc *p, const struct gs_ring_msg *rep)
+{
+        int64_t deadline = mono_ms() + GS_PROC_SEND_MS;
+        int r;
+
+        while ((r = gs_ring_push(&p->shm->rep, &p->rep_head, rep)) == -EAGAIN) {
+                struct timespec ts = { 0, 1000000 };
+                if (mono_ms() >= deadline || __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
+                        return -ETIMEDOUT;
+                nanosleep(&ts, NULL);
+        }
+        if (r == 0)
+                gs_doorbell_ring(&p->shm->hook_wake, &p->shm->hook_sleeping);
+        return r;
+}
+
+static void *worker(void *arg)
+{
+        struct gs_proc *p = arg;
+        struct gs_shm *s = p->shm;
+        int64_t window = mono_ns(), idle_since = 0;
+        uint32_t in_window = 0;
+        struct gs_ring_msg req, rep;
+        int r = 0;
+
+        if (p->ngpus)
+                (void)p->agent->cu.ctx_set_current(p->gpus[0].g->ctx); /* for recycling */
+        while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+                r = gs_ring_pop(&s->req, &p->req_tail, &req);
+                if (r < 0)
+                        break;
+                if (r == 1) {
+                        idle_since = 0;
+                        r = gs_proc_serve(p, &req, &rep);
+                        if (r == 0)
+                                r = push_reply(p, &rep);
+                        if (r < 0)
+                                break;
+                        __atomic_add_fetch(&p->nrequests, 1, __ATOMIC_RELAXED);
+                        if (++in_window % 64 == 0)
+                                sched_yield();
+                        if (in_window >= GS_PROC_RATE) {
+                                int64_t left = window + 10000000 - mono_ns();
+                                if (left > 0) {
+                                        struct timespec ts = { 0, (long)left };
+                                        nanosleep(&ts, NULL);
+                                }
+                        }
+                        if (mono_ns() - window >= 10000000) {
+                                window = mono_ns();
+                                in_window = 0;
+                        }
+                        continue;
+                }
+                if (!idle_since)
+                        idle_since = mono_ns();
+                if (mono_ns() - idle_since < GS_PROC_SPIN_NS) {
+                        __builtin_ia32_pause();
+                        continue;
+                }
+                (void)gs_doorbell_sleep(&s->req, p->req_tail, &s->agent_wake, &s->agent_sleeping,
+                                        GS_PROC_SLEEP_NS);
+                idle_since = 0;
+        }
+        if (r < 0 && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+                log_warn("process %d (%s) of allocation %s: connection dropped: %s", p->pid,
+                         p->comm, p->alloc->id,
+                         r == -EPROTO ? "corrupt ring indices" : strerror(-r));
+                /* The main loop sees the hang-up and takes it from there. */
+                (void)shutdown(p->sock, SHUT_RDWR);
+        }
+        return NULL;
+}
+
+static void stop_worker(struct gs_proc *p)
+{
+        if (!p->thr_running)
+                return;
+        __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+        gs_futex_wake(&p->shm->agent_wake);
+        pthread_join(p->thr, NULL);
+        p->thr_running = false;
+}
+
+/* Ends the connection (the process may live on). */
+static void close_conn(struct gs_agent *ag, struct gs_proc *p)
+{
+        stop_worker(p);
+        if (p->sock >= 0) {
+                gs_agent_unwatch(ag, p->sock);
+                gs_closep(&p->sock);
+        }
+        p->state = GS_PROC_CLOSED;
+}
+
+/* The process is gone: frees everything it had. */
+static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
+{
+        struct gs_allocation *a = p->alloc;
+        bool changed = false;
+
+        close_conn(ag, p);
+        if (p->pidfd >= 0) {
+                gs_agent_unwatch(ag, p->pidfd);
+                gs_closep(&p->pidfd);
+        }
+        for (uint32_t i = 0; i < p->ngpus; i++) {
+                struct gs_gpu *g = p->gpus[i].g;
+                uint32_t before = g->last_borrowed;
+                if (!p->gpus[i].pp)
+                        continue;
+                pthread_mutex_lock(&g->lock);
+                gs_pproc_del(p->gpus[i].pp);
+                check_lending(ag, g);
+                changed |= before != g->last_borrowed;
+                pthread_mutex_unlock(&g->lock);
+        }
+        if (p->shm)
+                munmap(p->shm, sizeof(*p->shm));
+        gs_closep(&p->shmfd);
+        for (struct gs_proc **pp = &a->procs; *pp; pp = &(*pp)->next)
+                if (*pp == p) {
+                        *pp = p->next;
+                        a->nprocs--;
+                        break;
+                }
+        if (why)
+                log_info("process %d (%s) of allocation %s %s, its memory is back (%llu requests served)",
+                         p->pid, p->comm, a->id, why,
+                         (unsigned long long)__atomic_load_n(&p->nrequests, __ATOMIC_RELAXED));
+        free(p->grants);
+        free(p->grant_fds);
+        p->sock_ev.dead = p->pidfd_ev.dead = true;
+        gs_agent_defer_free(ag, p);
+        gs_allocs_reap(ag, a);
+        (void)changed; /* the worker-side poke covers lending; nothing else changed */
+}
+
+static int pidfd_exited(int pidfd)
+{
+        struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+
+        return poll(&pfd, 1, 0) > 0;
+}
+
+static int open_pidfd(int sock, pid_t pid)
+{
+        int fd = -1;
+        socklen_t l = sizeof(fd);
+
+        /* SO_PEERPIDFD (Linux 6.5) names the very process that connected;
+         * pidfd_open by pid is the fallback, racy only if the peer already
+         * exited and its pid was reused in between. */
+        if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &l) == 0 && fd >= 0) {
+                (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+                return fd;
+        }
+        if (pid <= 0)
+                return -ESRCH;
+        fd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0)
+                return gs_neg_errno();
+        (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+        return fd;
+}
+
+void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a)
+{
+        for (;;) {
+                struct ucred cred;
+                socklen_t l = sizeof(cred);
+                struct gs_proc *p;
+                int sock, sndbuf = 4 << 20;
+
+                sock = accept4(a->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (sock < 0) {
+                        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                                log_warn("allocation %s: accept: %m", a->id);
+                        return;
+                }
+                if (a->releasing || a->nprocs >= GS_PROC_MAX_PER_ALLOC) {
+                        send_error(sock, -EMFILE, a->releasing ? "allocation is being released"
+                                                               : "too many processes in this allocation");
+                        close(sock);
+                        continue;
+                }
+                if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &l) < 0) {
+                        log_warn("allocation %s: SO_PEERCRED: %m", a->id);
+                        close(sock);
+                        continue;
+                }
+                /* Grants of a large request are queued before the reply: give
+                 * them room (FORCE works with CAP_NET_ADMIN; else capped). */
+                if (setsockopt(sock, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) < 0)
+                        (void)setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+                p = calloc(1, sizeof(*p));
+                if (!p) {
+                        close(sock);
+                        continue;
+                }
+                p->agent = ag;
+                p->alloc = a;
+                p->id = ++ag->next_proc_id;
+                p->pid = cred.pid;
+                p->uid = cred.uid;
+                p->sock = sock;
+                p->shmfd = -1;
+                p->pidfd = open_pidfd(sock, cred.pid);
+                if (p->pidfd < 0) {
+                        log_warn("process %d: no pidfd (%s): its memory returns when its socket closes",
+                                 cred.pid, strerror(-p->pidfd));
+                        p->pidfd = -1;
+                }
+                snprintf(p->comm, sizeof(p->comm), "?");
+                p->hello_deadline_ms = mono_ms() + GS_PROC_HELLO_MS;
+                p->sock_ev = (struct gs_ev){ GS_EV_PROC_SOCK, p, false };
+                p->pidfd_ev = (struct gs_ev){ GS_EV_PROC_PIDFD, p, false };
+                p->next = a->procs;
+                a->procs = p;
+                a->nprocs++;
+                if (gs_agent_watch(ag, sock, EPOLLIN | EPOLLRDHUP, &p->sock_ev) < 0 ||
+                    (p->pidfd >= 0 && gs_agent_watch(ag, p->pidfd, EPOLLIN, &p->pidfd_ev) < 0)) {
+                        destroy(ag, p, NULL);
+                        continue;
+                }
+        }
+}
+
+static int make_segment(struct gs_proc *p, char *err, size_t errlen)
+{
+        int fd, r;
+        void *m;
+
+        fd = memfd_create("gshare-rings", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0 || ftruncate(fd, sizeof(struct gs_shm)) < 0) {
+                r = gs_neg_errno();
+                snprintf(err, errlen, "memfd: %s", strerror(-r));
+                goto fail;
+        }
+        m = mmap(NULL, sizeof(struct gs_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+                r = gs_neg_errno();
+                snprintf(err, errlen, "mmap: %s", strerror(-r));
+                goto fail;
+        }
+        gs_shm_init(m);
+        /* Fixed size for good: a peer that could shrink it would SIGBUS us. */
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+                r = gs_neg_errno();
+                snprintf(err, errlen, "sealing the segment: %s", strerror(-r));
+                munmap(m, sizeof(struct gs_shm));
+                goto fail;
+        }
+        p->shm = m;
+        p->shmfd = fd;
+        return 0;
+fail:
+        gs_closep(&fd);
+        return r;
+}
+
+/* HELLO arrived (or not): registers the process. */
+static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t errlen)
+{
+        struct gs_allocation *a = p->alloc;
+        union {
+                struct cmsghdr c;
+                char buf[CMSG_SPACE(sizeof(int) * 8)];
+        } u;
+        char buf[sizeof(struct gs_sock_hello) + 64];
+        struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                             .msg_controllen = sizeof(u.buf) };
+        struct gs_sock_welcome w;
+        struct gs_sock_hello h;
+        ssize_t n;
+        int r;
+
+        n = recvmsg(p->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return 1; /* spurious */
+        /* Close whatever fds a hostile peer attached. */
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                                int fd;
+                                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                                close(fd);
+                        }
+        if (n <= 0) {
+                snprintf(err, errlen, "closed before HELLO");
+                return -ECONNRESET;
+        }
+        if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+                snprintf(err, errlen, "oversized HELLO");
+                return -EPROTO;
+        }
+        r = gs_proc_check_hello(buf, (size_t)n, err, errlen);
+        if (r < 0)
+                return r;
+        memcpy(&h, buf, sizeof(h));
+        for (size_t i = 0; i < sizeof(h.comm) && h.comm[i]; i++)
+                p->comm[i] = (h.comm[i] >= 0x20 && h.comm[i] < 0x7f) ? h.comm[i] : '?';
+        p->comm[sizeof(h.comm)] = '\0';
+        if (!p->comm[0])
+                snprintf(p->comm, sizeof(p->comm), "?");
+
+        r = make_segment(p, err, errlen);
+        if (r < 0)
+                return r;
+        memset(&w, 0, sizeof(w));
+        hdr_init(&w.h, GS_SOCK_WELCOME, sizeof(w));
+        w.ngpus = a->nparts;
+        w.shm_bytes = sizeof(struct gs_shm);
+        w.proc_id = p->id;
+        p->max_grants = 1;
+        for (uint32_t i = 0; i < a->nparts; i++) {
+                struct gs_part *part = &a->parts[i];
+                struct gs_proc_gpu *pg = &p->gpus[i];
+                struct gs_gpu *g = &ag->gpus[part->gpu];
+                uint64_t slots = 2 * ((uint64_t)part->quota_chunks +
+                                      ag->cfg.balloon_cap_bytes / g->chunk_bytes);
+
+                if (slots > (1u << 20))
+                        slots = 1u << 20;
+                pg->g = g;
+                pg->nslots = (uint32_t)(slots ? slots : 1);
+                pg->quota_bytes = (uint64_t)part->quota_chunks * g->chunk_bytes;
+                pthread_mutex_lock(&g->lock);
+                r = gs_pproc_new(part->pa, pg->nslots, &pg->pp);
+                pthread_mutex_unlock(&g->lock);
+                if (r < 0) {
+                        snprintf(err, errlen, "cannot create the process on GPU %u: %s", g->index,
+                                 strerror(-r));
+                        return r;
+                }
+                p->ngpus = i + 1;
+                memcpy(w.gpus[i].uuid, g->uuid_raw, 16);
+                w.gpus[i].quota_bytes = pg->quota_bytes;
+                w.gpus[i].chunk_bytes = g->chunk_bytes;
+                w.gpus[i].max_slots = pg->nslots;
+                if (pg->nslots > p->max_grants)
+                        p->max_grants = pg->nslots;
+        }
+        if (p->max_grants > GS_MAX_GRANTS_PER_REPLY)
+                p->max_grants = GS_MAX_GRANTS_PER_REPLY;
+        p->grants = calloc(p->max_grants, sizeof(*p->grants));
+        p->grant_fds = calloc(p->max_grants, sizeof(*p->grant_fds));
+        if (!p->grants || !p->grant_fds) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        r = send_msg(p->sock, &w, sizeof(w), p->shmfd, NULL);
+        if (r < 0) {
+                snprintf(err, errlen, "sending WELCOME: %s", strerror(-r));
+                return -ECONNRESET;
+        }
+        r = pthread_create(&p->thr, NULL, worker, p);
+        if (r) {
+                snprintf(err, errlen, "cannot start a worker thread: %s", strerror(r));
+                return -r;
+        }
+        p->thr_running = true;
+        p->state = GS_PROC_ACTIVE;
+        log_info("process %d (%s, uid %u) registered on allocation %s as #%llu", p->pid, p->comm,
+                 (unsigned)p->uid, a->id, (unsigned long long)p->id);
+        return 0;
+}
+
+void gs_proc_on_sock(struct gs_agent *ag, struct gs_proc *p, uint32_t events)
+{
+        char err[256];
+        int r;
+
+        if (p->state == GS_PROC_HELLO) {
+                r = on_hello(ag, p, err, sizeof(err));
+                if (r > 0)
+                        return;
+                if (r < 0) {
+                        log_warn("process %d on allocation %s refused: %s", p->pid, p->alloc->id, err);
+                        if (r != -ECONNRESET)
+                                send_error(p->sock, r, err);
+                        /* It never got memory: nothing to keep. */
+                        destroy(ag, p, NULL);
+                }
+                return;
+        }
+        if (p->state == GS_PROC_ACTIVE) {
+                char junk[64];
+                ssize_t n = recv(p->sock, junk, sizeof(junk), MSG_DONTWAIT);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR) && !(events & (EPOLLHUP | EPOLLRDHUP)))
+                        return;
+                if (n > 0)
+                        log_warn("process %d of allocation %s sent data on its socket after HELLO; dropped",
+                                 p->pid, p->alloc->id);
+                close_conn(ag, p);
+        }
+        if (p->pidfd < 0 || pidfd_exited(p->pidfd))
+                destroy(ag, p, "exited");
+}
+
+void gs_proc_on_pidfd(struct gs_agent *ag, struct gs_proc *p)
+{
+        destroy(ag, p, p->state == GS_PROC_HELLO ? NULL : "exited");
+}
+
+int gs_proc_tick(struct gs_agent *ag)
+{
+        int64_t now = mono_ms(), next = -1;
+
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                struct gs_proc *p = a->procs, *nx;
+                for (; p; p = nx) {
+                        nx = p->next;
+                        if (p->state != GS_PROC_HELLO)
+                                continue;
+                        if (p->hello_deadline_ms <= now) {
+                                log_warn("process %d on allocation %s sent no HELLO in %d ms; dropped",
+                                         p->pid, a->id, GS_PROC_HELLO_MS);
+                                send_error(p->sock, -ETIMEDOUT, "no HELLO in time");
+                                destroy(ag, p, NULL);
+                                continue;
+                        }
+                        if (next < 0 || p->hello_deadline_ms - now < next)
+                                next = p->hello_deadline_ms - now;
+                }
+        }
+        return (int)next;
+}
+
+void gs_proc_kill_all(struct gs_agent *ag)
+{
+        /* A releasing allocation leaves the list with its last process, but
+         * its memory lives until the graveyard is emptied: a->next stays valid. */
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                while (a->procs)
+                        destroy(ag, a->procs, NULL);
+}

@@ -1,0 +1,92 @@
+/* gs_proc.h — the processes registered on allocations' sockets (gs_wire.h is
+ * the protocol; this is the agent's side of it).
+ *
+ * Life of a process:
+ *   accept      SO_PEERCRED gives the pid; a pidfd watches it.
+ *   HELLO       must arrive within GS_PROC_HELLO_MS and be exactly a valid
+ *               struct gs_sock_hello; else an ERROR message and close.
+ *   WELCOME     a sealed memfd segment with the two rings, one gs_pproc per
+ *               GPU of the allocation; a worker thread starts serving it.
+ *   socket EOF  the worker stops; memory is kept while the process lives
+ *               (it may still have its chunks mapped).
+ *   exit        (pidfd readable) every chunk goes back to the allocation.
+ * Without a pidfd (pidfd_open unsupported, or a pid from another pid
+ * namespace) socket EOF counts as exit.
+ *
+ * The worker spins GS_PROC_SPIN_NS after each request, then sleeps on the
+ * doorbell with a timeout: an idle agent burns no CPU, a busy one answers in
+ * microseconds.  Requests are copied out of the ring before they are looked
+ * at; every index is bounded; a broken ring drops the connection; at most
+ * GS_PROC_RATE requests per 10 ms are served per process, so a flood cannot
+ * starve the others. */
+#ifndef GS_PROC_H
+#define GS_PROC_H
+
+#include "gs_agent.h"
+
+#define GS_PROC_HELLO_MS 2000
+#define GS_PROC_SPIN_NS 50000u
+#define GS_PROC_SLEEP_NS 200000000u
+#define GS_PROC_RATE 10000u
+#define GS_PROC_MAX_PER_ALLOC 1024u
+#define GS_PROC_SEND_MS 2000
+
+struct gs_proc_gpu {
+        struct gs_gpu *g;
+        struct gs_pproc *pp;
+        uint64_t quota_bytes;
+        uint32_t nslots;
+};
+
+enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED };
+
+struct gs_proc {
+        struct gs_proc *next;        /* in alloc->procs */
+        struct gs_agent *agent;
+        struct gs_allocation *alloc;
+        uint64_t id;
+        pid_t pid;
+        uid_t uid;
+        char comm[17];
+        enum gs_proc_state state;
+        int64_t hello_deadline_ms;
+        int sock;
+        int pidfd;
+        struct gs_ev sock_ev, pidfd_ev;
+        int shmfd;
+        struct gs_shm *shm;
+        uint32_t ngpus;
+        struct gs_proc_gpu gpus[GS_MAX_GPUS_PER_ALLOC];
+        /* Worker-private ring indices (never re-read from shared memory). */
+        uint32_t req_tail, rep_head;
+        struct gs_grant *grants;
+        int *grant_fds;
+        uint32_t max_grants;
+        pthread_t thr;
+        bool thr_running;
+        int stop;                    /* atomic: main asks the worker to end */
+        uint64_t nrequests;          /* atomic, for logs */
+};
+
+/* The allocation's listening socket is readable: accept every waiting
+ * connection. */
+void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a);
+/* Events on a process's socket or pidfd. */
+void gs_proc_on_sock(struct gs_agent *ag, struct gs_proc *p, uint32_t events);
+void gs_proc_on_pidfd(struct gs_agent *ag, struct gs_proc *p);
+/* Drops connections whose HELLO is late.  Returns the ms until the next
+ * deadline, or -1 if none. */
+int gs_proc_tick(struct gs_agent *ag);
+/* Shutdown: ends every process's connection and frees its memory. */
+void gs_proc_kill_all(struct gs_agent *ag);
+
+/* Serves one request (copied out of the ring) into *rep; sends the grants
+ * of an ALLOC on the socket first.  Returns 0, or a negative errno when
+ * the connection must be dropped. */
+int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep) GS_WUR;
+
+/* Validates a HELLO of n bytes received on the socket.  0 or -EPROTO with
+ * the reason in err. */
+int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen) GS_WUR;
+
+#endif

@@ -1,0 +1,341 @@
+/* gsharectl — inspects and drives gshare-agent over its control socket.
+ *
+ *   gsharectl [--socket PATH] [--json] gpus|allocations|processes|
+ *             create ID...|release ID|watch
+ *
+ * Exit status: 0 on success, 1 if the agent answered with an error, 2 for
+ * bad usage, 3 if the agent could not be reached. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gs_config.h"
+#include "gs_ctl.h"
+
+#define CALL_TIMEOUT_MS 10000
+
+static int json;
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: gsharectl [--socket PATH] [--json] COMMAND\n"
+                   "commands:\n"
+                   "  gpus               GPUs, pools, units\n"
+                   "  allocations        allocations and their usage per GPU\n"
+                   "  processes          registered processes\n"
+                   "  create ID...       create (or find) the allocation of these device IDs\n"
+                   "  release ID         release an allocation by id\n"
+                   "  watch              print the GPU list on every change (Ctrl-C ends)\n"
+                   "The socket defaults to $GSHARE_AGENT_SOCKET, else %s.\n",
+                GS_CTL_DEFAULT_SOCKET);
+}
+
+static const char *sz(uint64_t b, char *buf, size_t n)
+{
+        if (b >= GS_GiB && b % (GS_GiB / 100 ? GS_GiB / 1024 : 1) == 0)
+                snprintf(buf, n, "%.2f GiB", (double)b / (double)GS_GiB);
+        else
+                snprintf(buf, n, "%.1f MiB", (double)b / (double)GS_MiB);
+        return buf;
+}
+
+/* A JSON string (the agent's strings are printable, but escape anyway). */
+static void jstr(const char *s)
+{
+        putchar('"');
+        for (; s && *s; s++) {
+                unsigned char c = (unsigned char)*s;
+                if (c == '"' || c == '\\')
+                        printf("\\%c", c);
+                else if (c < 0x20)
+                        printf("\\u%04x", c);
+                else
+                        putchar(c);
+        }
+        putchar('"');
+}
+
+static void print_gpus(const Gshare__Ctl__V1__ListGpusReply *l)
+{
+        char a[32], b[32], c[32];
+
+        if (json) {
+                printf("{\"generation\":%" PRIu64 ",\"gpus\":[", l->generation);
+                for (size_t i = 0; i < l->n_gpus; i++) {
+                        const Gshare__Ctl__V1__Gpu *g = l->gpus[i];
+                        printf("%s{\"index\":%u,\"uuid\":", i ? "," : "", g->index);
+                        jstr(g->uuid);
+                        printf(",\"name\":");
+                        jstr(g->name);
+                        printf(",\"pci_bus_id\":");
+                        jstr(g->pci_bus_id);
+                        printf(",\"numa_node\":%d,\"total_bytes\":%" PRIu64 ",\"reserve_bytes\":%" PRIu64
+                               ",\"chunk_bytes\":%" PRIu64 ",\"chunks_total\":%u,\"chunks_free\":%u"
+                               ",\"unit_bytes\":%" PRIu64 ",\"units_total\":%u,\"units_allocated\":%u"
+                               ",\"units_lent\":%u,\"healthy\":%s,\"health_reason\":",
+                               g->numa_node, g->total_bytes, g->reserve_bytes, g->chunk_bytes,
+                               g->chunks_total, g->chunks_free, g->unit_bytes, g->units_total,
+                               g->units_allocated, g->units_lent, g->healthy ? "true" : "false");
+                        jstr(g->health_reason);
+                        putchar('}');
+                }
+                printf("]}\n");
+                fflush(stdout);
+                return;
+        }
+        printf("%-3s %-40s %-24s %-5s %-11s %-11s %-10s %-13s %-6s %-7s %s\n", "IDX", "UUID", "NAME",
+               "NUMA", "TOTAL", "POOL", "CHUNK", "CHUNKS FREE", "UNITS", "ALLOC'D", "HEALTH");
+        for (size_t i = 0; i < l->n_gpus; i++) {
+                const Gshare__Ctl__V1__Gpu *g = l->gpus[i];
+                char fr[24], un[16], al[24];
+                snprintf(fr, sizeof(fr), "%u/%u", g->chunks_free, g->chunks_total);
+                snprintf(un, sizeof(un), "%u", g->units_total);
+                snprintf(al, sizeof(al), "%u+%u lent", g->units_allocated, g->units_lent);
+                printf("%-3u %-40s %-24.24s %-5d %-11s %-11s %-10s %-13s %-6s %-7s %s%s%s\n", g->index,
+                       g->uuid, g->name, g->numa_node, sz(g->total_bytes, a, sizeof(a)),
+                       sz((uint64_t)g->chunks_total * g->chunk_bytes, b, sizeof(b)),
+                       sz(g->chunk_bytes, c, sizeof(c)), fr, un, al,
+                       g->healthy ? "ok" : "UNHEALTHY", g->healthy ? "" : ": ", g->health_reason);
+        }
+        fflush(stdout);
+}
+
+static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
+{
+        printf("{\"id\":");
+        jstr(al->id);
+        printf(",\"socket_dir\":");
+        jstr(al->socket_dir);
+        printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
+        for (size_t j = 0; j < al->n_device_ids; j++) {
+                if (j)
+                        putchar(',');
+                jstr(al->device_ids[j]);
+        }
+        printf("],\"parts\":[");
+        for (size_t j = 0; j < al->n_parts; j++) {
+                const Gshare__Ctl__V1__AllocationPart *p = al->parts[j];
+                printf("%s{\"gpu_index\":%u,\"gpu_uuid\":", j ? "," : "", p->gpu_index);
+                jstr(p->gpu_uuid);
+                printf(",\"units\":%u,\"quota_bytes\":%" PRIu64 ",\"bytes_requested\":%" PRIu64
+                       ",\"bytes_in_chunks\":%" PRIu64 ",\"chunks_quota\":%u,\"chunks_free\":%u"
+                       ",\"chunks_borrowed\":%u}",
+                       p->units, p->quota_bytes, p->bytes_requested, p->bytes_in_chunks,
+                       p->chunks_quota, p->chunks_free, p->chunks_borrowed);
+        }
+        printf("],\"processes\":[");
+        for (size_t j = 0; j < al->n_processes; j++) {
+                const Gshare__Ctl__V1__Process *p = al->processes[j];
+                printf("%s{\"id\":%" PRIu64 ",\"pid\":%d,\"comm\":", j ? "," : "", p->id, p->pid);
+                jstr(p->comm);
+                printf(",\"gpu_index\":%u,\"bytes_requested\":%" PRIu64 ",\"bytes_in_blocks\":%" PRIu64
+                       ",\"chunks_held\":%u}",
+                       p->gpu_index, p->bytes_requested, p->bytes_in_blocks, p->chunks_held);
+        }
+        printf("]}");
+}
+
+static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
+{
+        char a[32], b[32], c[32];
+
+        if (json) {
+                printf("[");
+                for (size_t i = 0; i < n; i++) {
+                        if (i)
+                                putchar(',');
+                        print_alloc_json(v[i]);
+                }
+                printf("]\n");
+                return;
+        }
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-6s %-5s %s\n", "ID", "GPU", "UNITS", "QUOTA",
+               "REQUESTED", "IN CHUNKS", "BORROW", "PROCS", "SOCKET DIR");
+        for (size_t i = 0; i < n; i++) {
+                const Gshare__Ctl__V1__Allocation *al = v[i];
+                for (size_t j = 0; j < al->n_parts; j++) {
+                        const Gshare__Ctl__V1__AllocationPart *p = al->parts[j];
+                        size_t np = 0;
+                        for (size_t k = 0; k < al->n_processes; k++)
+                                np += al->processes[k]->gpu_index == p->gpu_index;
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-6u %-5zu %s\n", al->id,
+                               p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
+                               sz(p->bytes_requested, b, sizeof(b)),
+                               sz(p->bytes_in_chunks, c, sizeof(c)), p->chunks_borrowed, np,
+                               al->socket_dir);
+                }
+        }
+}
+
+static void print_procs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
+{
+        char a[32], b[32];
+
+        if (json) {
+                print_allocs(v, n);
+                return;
+        }
+        printf("%-16s %-8s %-16s %-4s %-8s %-12s %-12s %s\n", "ALLOCATION", "PID", "COMM", "GPU",
+               "PROC ID", "REQUESTED", "IN BLOCKS", "CHUNKS");
+        for (size_t i = 0; i < n; i++)
+                for (size_t k = 0; k < v[i]->n_processes; k++) {
+                        const Gshare__Ctl__V1__Process *p = v[i]->processes[k];
+                        printf("%-16s %-8d %-16s %-4u %-8" PRIu64 " %-12s %-12s %u\n", v[i]->id,
+                               p->pid, p->comm, p->gpu_index, p->id,
+                               sz(p->bytes_requested, a, sizeof(a)),
+                               sz(p->bytes_in_blocks, b, sizeof(b)), p->chunks_held);
+                }
+}
+
+static int unreachable(const char *path, int r)
+{
+        fprintf(stderr, "gsharectl: cannot reach the agent at %s: %s%s\n", path, strerror(-r),
+                r == -ENOENT || r == -ECONNREFUSED ? " (is gshare-agent running? --socket PATH)"
+                : r == -EACCES                      ? " (run as root)"
+                                                    : "");
+        return 3;
+}
+
+static int watch(const char *path)
+{
+        GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
+        Gshare__Ctl__V1__WatchRequest w = GSHARE__CTL__V1__WATCH_REQUEST__INIT;
+        int fd, r;
+
+        req.op_case = GSHARE__CTL__V1__REQUEST__OP_WATCH;
+        req.watch = &w;
+        fd = gs_ctl_connect(path);
+        if (fd < 0)
+                return unreachable(path, fd);
+        r = gs_ctl_send(fd, &req.base, CALL_TIMEOUT_MS);
+        while (r == 0) {
+                GsCtlReply *rep = NULL;
+                r = gs_ctl_recv_reply(fd, -1, &rep);
+                if (r < 0)
+                        break;
+                if (rep->error) {
+                        fprintf(stderr, "gsharectl: agent: %s\n", rep->message);
+                        gs_ctl_reply_free(rep);
+                        close(fd);
+                        return 1;
+                }
+                if (rep->body_case == GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS) {
+                        if (!json)
+                                printf("-- generation %" PRIu64 "\n", rep->list_gpus->generation);
+                        print_gpus(rep->list_gpus);
+                }
+                gs_ctl_reply_free(rep);
+        }
+        close(fd);
+        fprintf(stderr, "gsharectl: watch ended: %s\n", strerror(-r));
+        return r == -ECONNRESET ? 0 : 3;
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "json", no_argument, NULL, 'j' },
+                { "help", no_argument, NULL, 'h' },
+                { 0 }
+        };
+        GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
+        Gshare__Ctl__V1__CreateAllocationRequest cr = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__INIT;
+        Gshare__Ctl__V1__ReleaseAllocationRequest rr = GSHARE__CTL__V1__RELEASE_ALLOCATION_REQUEST__INIT;
+        Gshare__Ctl__V1__ListGpusRequest lg = GSHARE__CTL__V1__LIST_GPUS_REQUEST__INIT;
+        Gshare__Ctl__V1__ListAllocationsRequest la = GSHARE__CTL__V1__LIST_ALLOCATIONS_REQUEST__INIT;
+        const char *path = getenv("GSHARE_AGENT_SOCKET"), *cmd;
+        GsCtlReply *rep = NULL;
+        int o, r, rc = 0;
+
+        if (!path || !*path)
+                path = GS_CTL_DEFAULT_SOCKET;
+        while ((o = getopt_long(argc, argv, "+s:jh", opts, NULL)) != -1) {
+                switch (o) {
+                case 's': path = optarg; break;
+                case 'j': json = 1; break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        }
+        if (optind >= argc) {
+                usage(stderr);
+                return 2;
+        }
+        cmd = argv[optind++];
+        if (strcmp(cmd, "watch") == 0)
+                return watch(path);
+        if (strcmp(cmd, "gpus") == 0) {
+                req.op_case = GSHARE__CTL__V1__REQUEST__OP_LIST_GPUS;
+                req.list_gpus = &lg;
+        } else if (strcmp(cmd, "allocations") == 0 || strcmp(cmd, "processes") == 0) {
+                req.op_case = GSHARE__CTL__V1__REQUEST__OP_LIST_ALLOCATIONS;
+                req.list_allocations = &la;
+        } else if (strcmp(cmd, "create") == 0 && optind < argc) {
+                req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
+                cr.device_ids = argv + optind;
+                cr.n_device_ids = (size_t)(argc - optind);
+                req.create_allocation = &cr;
+                optind = argc;
+        } else if (strcmp(cmd, "release") == 0 && optind + 1 == argc) {
+                req.op_case = GSHARE__CTL__V1__REQUEST__OP_RELEASE_ALLOCATION;
+                rr.id = argv[optind++];
+                req.release_allocation = &rr;
+        } else {
+                usage(stderr);
+                return 2;
+        }
+        if (optind < argc) {
+                usage(stderr);
+                return 2;
+        }
+        r = gs_ctl_call(path, &req, CALL_TIMEOUT_MS, &rep);
+        if (r < 0)
+                return unreachable(path, r);
+        if (rep->error) {
+                fprintf(stderr, "gsharectl: %s: %s (%s)\n", cmd, rep->message, strerror(-rep->error));
+                gs_ctl_reply_free(rep);
+                return 1;
+        }
+        switch (rep->body_case) {
+        case GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS:
+                print_gpus(rep->list_gpus);
+                break;
+        case GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS:
+                if (strcmp(cmd, "processes") == 0)
+                        print_procs(rep->list_allocations->allocations,
+                                    rep->list_allocations->n_allocations);
+                else
+                        print_allocs(rep->list_allocations->allocations,
+                                     rep->list_allocations->n_allocations);
+                break;
+        case GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION: {
+                const Gshare__Ctl__V1__Allocation *al = rep->create_allocation->allocation;
+                if (json) {
+                        printf("{\"created\":%s,\"allocation\":",
+                               rep->create_allocation->created ? "true" : "false");
+                        if (al)
+                                print_alloc_json(al);
+                        else
+                                printf("null");
+                        printf("}\n");
+                } else if (al) {
+                        printf("%s %s\nsocket %s/agent.sock\n", al->id,
+                               rep->create_allocation->created ? "created" : "exists", al->socket_dir);
+                }
+                break;
+        }
+        case GSHARE__CTL__V1__REPLY__BODY_RELEASE_ALLOCATION:
+                if (!json)
+                        printf("released %s\n", rr.id);
+                break;
+        default:
+                fprintf(stderr, "gsharectl: the agent's reply has no body\n");
+                rc = 1;
+        }
+        gs_ctl_reply_free(rep);
+        return rc;
+}

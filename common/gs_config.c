@@ -1,0 +1,567 @@
+/* gs_config.c — see gs_config.h.
+ *
+ * The file is loaded with libyaml's document API: the root must be a mapping
+ * of scalar keys; every value is a scalar except `devices`, which may also be
+ * a sequence of scalars.  Values are parsed into a copy of the caller's
+ * config, which is committed only if the whole file is good. */
+#include "gs_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "gs_devid.h"
+#include "gs_log.h"
+
+/* A config file is a few hundred bytes; refuse anything absurd. */
+#define CONFIG_MAX_BYTES (1u << 20)
+
+void gs_config_defaults(struct gs_config *c)
+{
+        memset(c, 0, sizeof(*c));
+        snprintf(c->resource_name, sizeof(c->resource_name), "gshare.io/gpumem");
+        c->unit_bytes = GS_GiB;
+        c->chunk_bytes = 256 * GS_MiB;
+        c->reserve_bytes = GS_GiB;
+        c->balloon_cap_bytes = 0;
+        c->ndevices = 0;
+        snprintf(c->agent_socket, sizeof(c->agent_socket), "/run/gshare/agent.sock");
+        snprintf(c->socket_root, sizeof(c->socket_root), "/run/gshare/alloc");
+        snprintf(c->state_dir, sizeof(c->state_dir), "/var/lib/gshare");
+        snprintf(c->kubelet_dir, sizeof(c->kubelet_dir), "/var/lib/kubelet/device-plugins");
+        snprintf(c->hook_path, sizeof(c->hook_path), "/usr/local/lib/gshare/libgshare.so");
+        snprintf(c->preload_path, sizeof(c->preload_path), "/usr/local/lib/gshare/ld.so.preload");
+        c->inject = GS_INJECT_PRELOAD;
+        c->device_nodes = 0;
+        snprintf(c->cuda_library, sizeof(c->cuda_library), "libcuda.so.1");
+        c->metrics_address[0] = '\0';
+        c->log_level = GS_LOG_INFO;
+}
+
+static const struct {
+        const char *suffix;
+        unsigned shift;
+} size_suffixes[] = { { "Ti", 40 }, { "Gi", 30 }, { "Mi", 20 }, { "Ki", 10 } };
+
+int gs_parse_size(const char *s, uint64_t *ret_bytes)
+{
+        uint64_t v = 0;
+        const char *p = s;
+        unsigned shift = 0;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        for (; *p >= '0' && *p <= '9'; p++) {
+                unsigned d = (unsigned)(*p - '0');
+                if (v > (UINT64_MAX - d) / 10)
+                        return -ERANGE;
+                v = v * 10 + d;
+        }
+        if (*p) {
+                size_t i;
+                for (i = 0; i < GS_ARRAY_SIZE(size_suffixes); i++)
+                        if (strcmp(p, size_suffixes[i].suffix) == 0)
+                                break;
+                if (i == GS_ARRAY_SIZE(size_suffixes))
+                        return -EINVAL;
+                shift = size_suffixes[i].shift;
+        }
+        if (shift && v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        *ret_bytes = v << shift;
+        return 0;
+}
+
+void gs_format_size(uint64_t bytes, char *buf, size_t n)
+{
+        if (bytes == 0) {
+                snprintf(buf, n, "0");
+                return;
+        }
+        for (size_t i = 0; i < GS_ARRAY_SIZE(size_suffixes); i++) {
+                uint64_t unit = UINT64_C(1) << size_suffixes[i].shift;
+                if (bytes % unit == 0) {
+                        snprintf(buf, n, "%llu%s", (unsigned long long)(bytes / unit),
+                                 size_suffixes[i].suffix);
+                        return;
+                }
+        }
+        snprintf(buf, n, "%llu", (unsigned long long)bytes);
+}
+
+/* ---- parsing one file ---- */
+
+struct ctx {
+        const char *path;
+        yaml_document_t *doc;
+        char *err;
+        size_t errlen;
+};
+
+static int GS_PRINTF(4, 5) fail_at(struct ctx *x, const yaml_node_t *n, const char *key,
+                                    const char *fmt, ...)
+{
+        char msg[512];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (key)
+                snprintf(x->err, x->errlen, "%s:%zu: %s: %s", x->path,
+                         (size_t)n->start_mark.line + 1, key, msg);
+        else
+                snprintf(x->err, x->errlen, "%s:%zu: %s", x->path,
+                         (size_t)n->start_mark.line + 1, msg);
+        return -EINVAL;
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+        return n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static int want_scalar(struct ctx *x, const yaml_node_t *v, const char *key, const char **ret)
+{
+        const char *s = scalar(v);
+
+        if (!s)
+                return fail_at(x, v, key, "expected a single value, got a %s",
+                               v->type == YAML_SEQUENCE_NODE ? "list" : "mapping");
+        *ret = s;
+        return 0;
+}
+
+static int set_string(struct ctx *x, const yaml_node_t *v, const char *key, char *dst,
+                      size_t cap, int allow_empty)
+{
+        const char *s = NULL;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        if (!allow_empty && !*s)
+                return fail_at(x, v, key, "must not be empty");
+        if (strlen(s) >= cap)
+                return fail_at(x, v, key, "too long (%zu characters, at most %zu)", strlen(s),
+                               cap - 1);
+        memcpy(dst, s, strlen(s) + 1);
+        return 0;
+}
+
+static int set_path(struct ctx *x, const yaml_node_t *v, const char *key, char *dst, size_t cap)
+{
+        const char *s = NULL;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        if (s[0] != '/')
+                return fail_at(x, v, key, "must be an absolute path, got '%s'", s);
+        return set_string(x, v, key, dst, cap, 0);
+}
+
+/* A socket path must also fit sockaddr_un. */
+static int set_socket_path(struct ctx *x, const yaml_node_t *v, const char *key, char *dst,
+                           size_t cap)
+{
+        struct sockaddr_un sa;
+        const char *s = NULL;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        if (strlen(s) >= sizeof(sa.sun_path))
+                return fail_at(x, v, key, "socket path too long (%zu characters, at most %zu)",
+                               strlen(s), sizeof(sa.sun_path) - 1);
+        return set_path(x, v, key, dst, cap);
+}
+
+static int set_size(struct ctx *x, const yaml_node_t *v, const char *key, uint64_t *dst,
+                    int allow_zero)
+{
+        const char *s = NULL;
+        uint64_t b;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        r = gs_parse_size(s, &b);
+        if (r == -ERANGE)
+                return fail_at(x, v, key, "size '%s' is too large", s);
+        if (r < 0)
+                return fail_at(x, v, key,
+                               "not a size: '%s' (a byte count, or a number with Ki, Mi, Gi or Ti)",
+                               s);
+        if (!allow_zero && b == 0)
+                return fail_at(x, v, key, "must not be 0");
+        *dst = b;
+        return 0;
+}
+
+/* "domain/name": a DNS subdomain, a slash, and a name of [A-Za-z0-9._-]. */
+static int valid_resource_name(const char *s)
+{
+        const char *slash = strchr(s, '/');
+        size_t dl;
+
+        if (!slash || slash == s || strchr(slash + 1, '/') || !slash[1])
+                return 0;
+        dl = (size_t)(slash - s);
+        if (dl > 253 || strlen(slash + 1) > 63)
+                return 0;
+        for (const char *p = s; p < slash; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+                      *p == '-'))
+                        return 0;
+        for (const char *p = slash + 1; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                      (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
+                        return 0;
+        return 1;
+}
+
+static int valid_device(const char *s)
+{
+        uint8_t raw[16];
+        char *end;
+        unsigned long v;
+
+        if (gs_uuid_parse(s, raw) == 0)
+                return 1;
+        if (*s < '0' || *s > '9' || (s[0] == '0' && s[1]))
+                return 0;
+        errno = 0;
+        v = strtoul(s, &end, 10);
+        return errno == 0 && *end == '\0' && v < 1024;
+}
+
+static int add_device(struct ctx *x, struct gs_config *c, const yaml_node_t *v)
+{
+        const char *s = NULL;
+        int r = want_scalar(x, v, "devices", &s);
+
+        if (r < 0)
+                return r;
+        if (!valid_device(s))
+                return fail_at(x, v, "devices",
+                               "'%s' is neither a GPU UUID (GPU-xxxxxxxx-...) nor an index", s);
+        for (unsigned i = 0; i < c->ndevices; i++)
+                if (strcasecmp(c->devices[i], s) == 0)
+                        return fail_at(x, v, "devices", "'%s' listed twice", s);
+        if (c->ndevices >= GS_CONFIG_MAX_DEVICES)
+                return fail_at(x, v, "devices", "more than %d entries", GS_CONFIG_MAX_DEVICES);
+        snprintf(c->devices[c->ndevices++], sizeof(c->devices[0]), "%s", s);
+        return 0;
+}
+
+static int set_devices(struct ctx *x, struct gs_config *c, const yaml_node_t *v)
+{
+        int r;
+
+        c->ndevices = 0;
+        if (v->type == YAML_SCALAR_NODE) {
+                if (strcmp(scalar(v), "all") == 0)
+                        return 0;
+                return fail_at(x, v, "devices", "expected 'all' or a list, got '%s'", scalar(v));
+        }
+        if (v->type != YAML_SEQUENCE_NODE)
+                return fail_at(x, v, "devices", "expected 'all' or a list, got a mapping");
+        for (yaml_node_item_t *it = v->data.sequence.items.start;
+             it < v->data.sequence.items.top; it++) {
+                r = add_device(x, c, yaml_document_get_node(x->doc, *it));
+                if (r < 0)
+                        return r;
+        }
+        if (c->ndevices == 0)
+                return fail_at(x, v, "devices", "an empty list selects no GPU; use 'all' or name some");
+        return 0;
+}
+
+static int set_bool(struct ctx *x, const yaml_node_t *v, const char *key, int *dst)
+{
+        static const char *const yes[] = { "true", "yes", "on" }, *const no[] = { "false", "no", "off" };
+        const char *s = NULL;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < GS_ARRAY_SIZE(yes); i++) {
+                if (strcasecmp(s, yes[i]) == 0) {
+                        *dst = 1;
+                        return 0;
+                }
+                if (strcasecmp(s, no[i]) == 0) {
+                        *dst = 0;
+                        return 0;
+                }
+        }
+        return fail_at(x, v, key, "expected true or false, got '%s'", s);
+}
+
+static int set_metrics(struct ctx *x, const yaml_node_t *v, struct gs_config *c)
+{
+        const char *s = NULL, *colon;
+        char *end;
+        unsigned long port;
+        int r = want_scalar(x, v, "metricsAddress", &s);
+
+        if (r < 0)
+                return r;
+        if (*s) {
+                colon = strrchr(s, ':');
+                if (!colon || colon[1] < '0' || colon[1] > '9')
+                        return fail_at(x, v, "metricsAddress",
+                                       "expected host:port (e.g. 0.0.0.0:9400), got '%s'", s);
+                errno = 0;
+                port = strtoul(colon + 1, &end, 10);
+                if (errno || *end || port == 0 || port > 65535)
+                        return fail_at(x, v, "metricsAddress", "bad port in '%s'", s);
+        }
+        return set_string(x, v, "metricsAddress", c->metrics_address, sizeof(c->metrics_address), 1);
+}
+
+static int set_key(struct ctx *x, struct gs_config *c, const char *key, const yaml_node_t *v)
+{
+        const char *s = NULL;
+        int r;
+
+        if (strcmp(key, "resourceName") == 0) {
+                r = want_scalar(x, v, key, &s);
+                if (r < 0)
+                        return r;
+                if (!valid_resource_name(s))
+                        return fail_at(x, v, key,
+                                       "expected domain/name (e.g. gshare.io/gpumem), got '%s'", s);
+                return set_string(x, v, key, c->resource_name, sizeof(c->resource_name), 0);
+        }
+        if (strcmp(key, "unitSize") == 0)
+                return set_size(x, v, key, &c->unit_bytes, 0);
+        if (strcmp(key, "chunkSize") == 0) {
+                uint64_t b;
+                char buf[32];
+                r = set_size(x, v, key, &b, 0);
+                if (r < 0)
+                        return r;
+                gs_format_size(b, buf, sizeof(buf));
+                if (!gs_is_pow2(b))
+                        return fail_at(x, v, key, "must be a power of two, got %s", buf);
+                if (b < 2 * GS_MiB)
+                        return fail_at(x, v, key, "must be a multiple of 2Mi (the VMM granularity), got %s", buf);
+                c->chunk_bytes = b;
+                return 0;
+        }
+        if (strcmp(key, "reserve") == 0)
+                return set_size(x, v, key, &c->reserve_bytes, 1);
+        if (strcmp(key, "balloonCap") == 0)
+                return set_size(x, v, key, &c->balloon_cap_bytes, 1);
+        if (strcmp(key, "devices") == 0)
+                return set_devices(x, c, v);
+        if (strcmp(key, "agentSocket") == 0)
+                return set_socket_path(x, v, key, c->agent_socket, sizeof(c->agent_socket));
+        if (strcmp(key, "socketRoot") == 0)
+                return set_path(x, v, key, c->socket_root, sizeof(c->socket_root));
+        if (strcmp(key, "stateDir") == 0)
+                return set_path(x, v, key, c->state_dir, sizeof(c->state_dir));
+        if (strcmp(key, "kubeletDir") == 0)
+                return set_path(x, v, key, c->kubelet_dir, sizeof(c->kubelet_dir));
+        if (strcmp(key, "hookPath") == 0)
+                return set_path(x, v, key, c->hook_path, sizeof(c->hook_path));
+        if (strcmp(key, "preloadPath") == 0)
+                return set_path(x, v, key, c->preload_path, sizeof(c->preload_path));
+        if (strcmp(key, "inject") == 0) {
+                r = want_scalar(x, v, key, &s);
+                if (r < 0)
+                        return r;
+                if (strcmp(s, "preload") == 0)
+                        c->inject = GS_INJECT_PRELOAD;
+                else if (strcmp(s, "env") == 0)
+                        c->inject = GS_INJECT_ENV;
+                else
+                        return fail_at(x, v, key, "expected preload or env, got '%s'", s);
+                return 0;
+        }
+        if (strcmp(key, "deviceNodes") == 0)
+                return set_bool(x, v, key, &c->device_nodes);
+        if (strcmp(key, "cudaLibrary") == 0)
+                return set_string(x, v, key, c->cuda_library, sizeof(c->cuda_library), 0);
+        if (strcmp(key, "metricsAddress") == 0)
+                return set_metrics(x, v, c);
+        if (strcmp(key, "logLevel") == 0) {
+                r = want_scalar(x, v, key, &s);
+                if (r < 0)
+                        return r;
+                r = gs_log_parse_level(s);
+                if (r < 0)
+                        return fail_at(x, v, key, "expected error, warn, info or debug, got '%s'", s);
+                c->log_level = r;
+                return 0;
+        }
+        return fail_at(x, v, key, "unknown key");
+}
+
+static int parse_doc(struct ctx *x, struct gs_config *c)
+{
+        yaml_node_t *root = yaml_document_get_root_node(x->doc);
+        int r;
+
+        if (!root) /* an empty file: nothing to change */
+                return 0;
+        if (root->type == YAML_SCALAR_NODE && !*scalar(root))
+                return 0;
+        if (root->type != YAML_MAPPING_NODE)
+                return fail_at(x, root, NULL, "expected a mapping of key: value at the top level");
+        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+             p++) {
+                yaml_node_t *k = yaml_document_get_node(x->doc, p->key);
+                yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+                const char *key = scalar(k);
+
+                if (!key)
+                        return fail_at(x, k, NULL, "a key must be a plain word");
+                for (yaml_node_pair_t *q = root->data.mapping.pairs.start; q < p; q++) {
+                        const char *prev = scalar(yaml_document_get_node(x->doc, q->key));
+                        if (prev && strcmp(prev, key) == 0)
+                                return fail_at(x, k, key, "given twice");
+                }
+                r = set_key(x, c, key, v);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int read_file(const char *path, unsigned char **ret_buf, size_t *ret_len)
+{
+        struct stat st;
+        unsigned char *buf = NULL;
+        size_t len = 0;
+        int fd, r = 0;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return gs_neg_errno();
+        if (fstat(fd, &st) < 0) {
+                r = gs_neg_errno();
+                goto out;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                r = -EINVAL;
+                goto out;
+        }
+        if ((uint64_t)st.st_size > CONFIG_MAX_BYTES) {
+                r = -EFBIG;
+                goto out;
+        }
+        buf = malloc((size_t)st.st_size + 1);
+        if (!buf) {
+                r = -ENOMEM;
+                goto out;
+        }
+        while (len <= (size_t)st.st_size) {
+                ssize_t n = read(fd, buf + len, (size_t)st.st_size + 1 - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        r = gs_neg_errno();
+                        goto out;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        if (len > (size_t)st.st_size) { /* grew while we read */
+                r = -EFBIG;
+                goto out;
+        }
+        *ret_buf = buf;
+        *ret_len = len;
+        buf = NULL;
+out:
+        free(buf);
+        close(fd);
+        return r;
+}
+
+int gs_config_load(struct gs_config *c, const char *path, char *err, size_t errlen)
+{
+        struct gs_config tmp = *c;
+        yaml_parser_t parser;
+        yaml_document_t doc;
+        unsigned char *buf = NULL;
+        size_t len = 0;
+        struct ctx x = { .path = path, .doc = &doc, .err = err, .errlen = errlen };
+        int r;
+
+        r = read_file(path, &buf, &len);
+        if (r < 0) {
+                if (r == -EFBIG)
+                        snprintf(err, errlen, "%s: larger than %u bytes, not a gshare config",
+                                 path, CONFIG_MAX_BYTES);
+                else if (r == -EINVAL)
+                        snprintf(err, errlen, "%s: not a regular file", path);
+                else
+                        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(-r));
+                return r;
+        }
+        if (!yaml_parser_initialize(&parser)) {
+                free(buf);
+                snprintf(err, errlen, "%s: out of memory", path);
+                return -ENOMEM;
+        }
+        yaml_parser_set_input_string(&parser, buf, len);
+        if (!yaml_parser_load(&parser, &doc)) {
+                snprintf(err, errlen, "%s:%zu: %s%s%s", path,
+                         (size_t)parser.problem_mark.line + 1,
+                         parser.problem ? parser.problem : "YAML syntax error",
+                         parser.context ? " " : "", parser.context ? parser.context : "");
+                yaml_parser_delete(&parser);
+                free(buf);
+                return -EINVAL;
+        }
+        r = parse_doc(&x, &tmp);
+        yaml_document_delete(&doc);
+        yaml_parser_delete(&parser);
+        free(buf);
+        if (r == 0)
+                *c = tmp;
+        return r;
+}
+
+int gs_config_validate(const struct gs_config *c, char *err, size_t errlen)
+{
+        char u[32], k[32];
+
+        gs_format_size(c->unit_bytes, u, sizeof(u));
+        gs_format_size(c->chunk_bytes, k, sizeof(k));
+        if (!gs_is_pow2(c->chunk_bytes) || c->chunk_bytes % (2 * GS_MiB) != 0) {
+                snprintf(err, errlen, "chunkSize: must be a power of two and a multiple of 2Mi, got %s", k);
+                return -EINVAL;
+        }
+        if (c->unit_bytes == 0 || c->unit_bytes % c->chunk_bytes != 0) {
+                snprintf(err, errlen, "unitSize (%s) must be a non-zero multiple of chunkSize (%s)", u, k);
+                return -EINVAL;
+        }
+        if (c->balloon_cap_bytes % c->chunk_bytes != 0) {
+                gs_format_size(c->balloon_cap_bytes, u, sizeof(u));
+                snprintf(err, errlen, "balloonCap (%s) must be a multiple of chunkSize (%s)", u, k);
+                return -EINVAL;
+        }
+        if (!valid_resource_name(c->resource_name)) {
+                snprintf(err, errlen, "resourceName: expected domain/name, got '%s'", c->resource_name);
+                return -EINVAL;
+        }
+        if (c->kubelet_dir[0] != '/' || c->agent_socket[0] != '/') {
+                snprintf(err, errlen, "kubeletDir and agentSocket must be absolute paths");
+                return -EINVAL;
+        }
+        return 0;
+}

@@ -1,0 +1,428 @@
+/* check_alloc.c — the allocator through its public interface (gs_alloc.h). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gs_alloc.h"
+
+#define CHUNK (256 * GS_MiB)
+
+static struct gs_pool *pool;
+
+static void setup(void)
+{
+        pool = gs_pool_new(16, CHUNK);
+        ck_assert_ptr_nonnull(pool);
+}
+
+static void teardown(void) { gs_pool_free(pool); }
+
+static void valid(void)
+{
+        char why[256] = "";
+        int r = gs_pool_validate(pool, why, sizeof(why));
+        ck_assert_msg(r == 0, "validate: %s", why);
+}
+
+static struct gs_grant grants[16];
+static uint32_t ngrants;
+
+static uint64_t must_malloc(struct gs_pproc *p, uint64_t size)
+{
+        uint64_t off = UINT64_MAX;
+        int r = gs_pproc_malloc(p, size, &off, grants, 16, &ngrants);
+        ck_assert_msg(r == 0, "malloc %llu: %d", (unsigned long long)size, r);
+        ck_assert_uint_eq(off % GS_MIN_ALIGN, 0);
+        valid();
+        return off;
+}
+
+static struct gs_release must_free(struct gs_pproc *p, uint64_t off)
+{
+        struct gs_release rel = { 77, 77 };
+        ck_assert_int_eq(gs_pproc_free(p, off, &rel), 0);
+        valid();
+        return rel;
+}
+
+START_TEST(test_pool_args)
+{
+        struct gs_palloc *a = NULL;
+        struct gs_pool_stats ps;
+        ck_assert_ptr_null(gs_pool_new(0, CHUNK));
+        ck_assert_ptr_null(gs_pool_new(4, CHUNK + 1));
+        ck_assert_ptr_null(gs_pool_new(4, 32 * GS_KiB));
+        gs_pool_free(NULL);
+        ck_assert_int_eq(gs_palloc_new(pool, 0, 0, &a), -EINVAL);
+        ck_assert_int_eq(gs_palloc_new(pool, 17, 0, &a), -ENOSPC);
+        ck_assert_ptr_null(a);
+        gs_pool_stats(pool, &ps);
+        ck_assert_uint_eq(ps.chunk_bytes, CHUNK);
+        ck_assert_uint_eq(ps.nchunks, 16);
+        ck_assert_uint_eq(ps.chunks_free, 16);
+        ck_assert_uint_eq(ps.nallocs, 0);
+        ck_assert_int_eq(gs_pool_retire_chunk(pool, 3), 0);
+        ck_assert_int_eq(gs_pool_retire_chunk(pool, 3), -EBUSY);
+        ck_assert_int_eq(gs_pool_retire_chunk(pool, 99), -EINVAL);
+        gs_pool_stats(pool, &ps);
+        ck_assert_uint_eq(ps.nchunks, 15);
+        ck_assert_int_eq(gs_palloc_new(pool, 16, 0, &a), -ENOSPC);
+        valid();
+}
+END_TEST
+
+START_TEST(test_bad_input_leaves_state)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p, *q = NULL;
+        struct gs_pproc_stats st0, st1;
+        struct gs_release rel;
+        uint64_t off, base, size;
+        ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 0, &q), -EINVAL);
+        ck_assert_int_eq(gs_pproc_new(a, (1u << 20) + 1, &q), -EINVAL);
+        ck_assert_ptr_null(q);
+        ck_assert_int_eq(gs_pproc_new(a, 64, &p), 0);
+        uint64_t x = must_malloc(p, 1000);
+        gs_pproc_stats(p, &st0);
+        ck_assert_int_eq(gs_pproc_malloc(p, 0, &off, grants, 16, &ngrants), -EINVAL);
+        ck_assert_int_eq(gs_pproc_malloc(p, 16 * CHUNK + 1, &off, grants, 16, &ngrants), -EINVAL);
+        ck_assert_int_eq(gs_pproc_malloc(p, 5 * CHUNK, &off, grants, 16, &ngrants), -ENOMEM);
+        ck_assert_int_eq(gs_pproc_malloc(p, 3 * CHUNK, &off, grants, 2, &ngrants), -E2BIG);
+        ck_assert_int_eq(gs_pproc_free(p, x + 256, &rel), -ENOENT);  /* interior */
+        ck_assert_int_eq(gs_pproc_free(p, x + 1, &rel), -ENOENT);    /* unaligned */
+        ck_assert_int_eq(gs_pproc_free(p, 7 * CHUNK, &rel), -ENOENT); /* never */
+        ck_assert_int_eq(gs_pproc_free(p, UINT64_MAX - 255, &rel), -ENOENT);
+        ck_assert_int_eq(gs_pproc_release(p, 0, 1), -EBUSY);   /* not empty */
+        ck_assert_int_eq(gs_pproc_release(p, 1, 1), -ENOENT);  /* unheld */
+        ck_assert_int_eq(gs_pproc_release(p, 0, 0), -EINVAL);
+        ck_assert_int_eq(gs_pproc_release(p, 63, 2), -ENOENT);
+        ck_assert_int_eq(gs_pproc_release(p, UINT32_MAX, 2), -ENOENT);
+        ck_assert_int_eq(gs_pproc_range(p, x + 1000, &base, &size), -ENOENT);
+        ck_assert_int_eq(gs_pproc_range(p, 5 * CHUNK, &base, &size), -ENOENT);
+        ck_assert_int_eq(gs_palloc_del(a), -EBUSY);
+        gs_pproc_stats(p, &st1);
+        ck_assert_int_eq(memcmp(&st0, &st1, sizeof(st0)), 0);
+        valid();
+        must_free(p, x);
+        ck_assert_int_eq(gs_pproc_free(p, x, &rel), -ENOENT); /* double free */
+        valid();
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+        valid();
+}
+END_TEST
+
+START_TEST(test_grant_and_accounting)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        struct gs_pproc_stats st;
+        struct gs_palloc_stats as;
+        ck_assert_int_eq(gs_palloc_new(pool, 2, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 8, &p), 0);
+        uint64_t x = must_malloc(p, 20 * GS_MiB);
+        ck_assert_uint_eq(ngrants, 1);
+        ck_assert_uint_eq(grants[0].slot, 0);
+        uint64_t y = must_malloc(p, 100);
+        ck_assert_uint_eq(ngrants, 0); /* same chunk */
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.chunks_held, 1);
+        ck_assert_uint_eq(st.nblocks, 2);
+        ck_assert_uint_eq(st.bytes_requested, 20 * GS_MiB + 100);
+        /* 20 MiB is handed out exactly, not as a 32 MiB block */
+        ck_assert_uint_eq(st.bytes_in_blocks, 20 * GS_MiB + 256);
+        ck_assert_uint_eq(st.bytes_obtainable, 2 * CHUNK - 20 * GS_MiB - 256);
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.quota_chunks, 2);
+        ck_assert_uint_eq(as.chunks_free, 1);
+        ck_assert_uint_eq(as.chunks_held, 1);
+        ck_assert_uint_eq(as.bytes_in_blocks, st.bytes_in_blocks);
+        uint64_t base, size;
+        ck_assert_int_eq(gs_pproc_range(p, x + 17 * GS_MiB, &base, &size), 0);
+        ck_assert_uint_eq(base, x);
+        ck_assert_uint_eq(size, 20 * GS_MiB);
+        ck_assert_int_eq(gs_pproc_range(p, y + 99, &base, &size), 0);
+        ck_assert_uint_eq(base, y);
+        must_free(p, x);
+        struct gs_release rel = must_free(p, y);
+        ck_assert_uint_eq(rel.count, 0); /* the only empty chunk stays cached */
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.chunks_empty, 1);
+        ck_assert_uint_eq(st.nblocks, 0);
+        ck_assert_uint_eq(st.bytes_in_blocks, 0);
+        /* cached: the next request needs no grant */
+        must_malloc(p, 4096);
+        ck_assert_uint_eq(ngrants, 0);
+        gs_pproc_del(p);
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.chunks_free, 2);
+        ck_assert_uint_eq(as.bytes_requested, 0);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
+START_TEST(test_slab_path)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        struct gs_pproc_stats st;
+        uint64_t off[200];
+        ck_assert_int_eq(gs_palloc_new(pool, 1, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 8, &p), 0);
+        for (int i = 0; i < 200; i++)
+                off[i] = must_malloc(p, 2049);
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.bytes_in_blocks, 200 * 2304);
+        /* 2nd..114th share one 256 KiB slab: consecutive 2304 B slots */
+        ck_assert_uint_eq(off[2] - off[1], 2304);
+        ck_assert_uint_eq(off[1] % (256 * GS_KiB), 0);
+        uint64_t base, size;
+        ck_assert_int_eq(gs_pproc_range(p, off[5] + 2000, &base, &size), 0);
+        ck_assert_uint_eq(base, off[5]);
+        ck_assert_uint_eq(size, 2049);
+        ck_assert_int_eq(gs_pproc_range(p, off[5] + 2100, &base, &size), -ENOENT);
+        struct gs_release rel;
+        ck_assert_int_eq(gs_pproc_free(p, off[5] + 256, &rel), -ENOENT);
+        for (int i = 0; i < 200; i++)
+                must_free(p, off[i]);
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.nblocks, 0);
+        ck_assert_uint_eq(st.chunks_empty, 1);
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
+START_TEST(test_coalesced)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        ck_assert_int_eq(gs_palloc_new(pool, 8, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 16, &p), 0);
+        uint64_t s = must_malloc(p, 1000); /* slot 0 */
+        uint64_t x = must_malloc(p, 3 * CHUNK - 5);
+        ck_assert_uint_eq(ngrants, 3);
+        ck_assert_uint_eq(x, 1 * CHUNK);
+        for (uint32_t i = 0; i < 3; i++)
+                ck_assert_uint_eq(grants[i].slot, 1 + i);
+        uint64_t base, size;
+        ck_assert_int_eq(gs_pproc_range(p, x + 2 * CHUNK + 7, &base, &size), 0);
+        ck_assert_uint_eq(base, x);
+        ck_assert_uint_eq(size, 3 * CHUNK - 5);
+        struct gs_release rel;
+        ck_assert_int_eq(gs_pproc_free(p, x + CHUNK, &rel), -ENOENT);
+        ck_assert_int_eq(gs_pproc_release(p, 2, 1), -EBUSY);
+        /* not enough chunks left for 6 more */
+        uint64_t off;
+        ck_assert_int_eq(gs_pproc_malloc(p, 5 * CHUNK, &off, grants, 16, &ngrants), -ENOMEM);
+        rel = must_free(p, x);
+        /* no empty chunk was cached: keep one of the three */
+        ck_assert_uint_eq(rel.first_slot, 1);
+        ck_assert_uint_eq(rel.count, 2);
+        ck_assert_int_eq(gs_pproc_release(p, rel.first_slot, rel.count), 0);
+        valid();
+        struct gs_pproc_stats st;
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.chunks_held, 2);
+        ck_assert_uint_eq(st.chunks_empty, 1);
+        /* slots 1, 2 are free again; 3 is held: 3 chunks go to 4..6 */
+        x = must_malloc(p, 3 * CHUNK);
+        ck_assert_uint_eq(x, 4 * CHUNK);
+        rel = must_free(p, x);
+        ck_assert_uint_eq(rel.first_slot, 4);
+        ck_assert_uint_eq(rel.count, 3); /* one was already cached */
+        must_free(p, s);
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+        valid();
+}
+END_TEST
+
+START_TEST(test_coalesced_tail)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        struct gs_pproc_stats st;
+        struct gs_release rel;
+        ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 16, &p), 0);
+        /* 300 MiB: one whole chunk plus a 44 MiB tail in the next */
+        uint64_t x = must_malloc(p, 300 * GS_MiB);
+        ck_assert_uint_eq(ngrants, 2);
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.bytes_in_blocks, 300 * GS_MiB);
+        ck_assert_uint_eq(st.chunks_empty, 0);
+        uint64_t base, size;
+        ck_assert_int_eq(gs_pproc_range(p, x + 299 * GS_MiB, &base, &size), 0);
+        ck_assert_uint_eq(base, x);
+        ck_assert_int_eq(gs_pproc_free(p, x + CHUNK, &rel), -ENOENT); /* the tail's start */
+        /* the rest of the tail's chunk serves other requests */
+        uint64_t y = must_malloc(p, 128 * GS_MiB);
+        ck_assert_uint_eq(ngrants, 0);
+        ck_assert_uint_eq(y / CHUNK, 1);
+        ck_assert_int_eq(gs_pproc_range(p, x + 301 * GS_MiB, &base, &size), -ENOENT);
+        ck_assert_int_eq(gs_pproc_release(p, 1, 1), -EBUSY);
+        rel = must_free(p, x);
+        ck_assert_uint_eq(rel.count, 0); /* slot 0 is the only empty chunk */
+        rel = must_free(p, y);
+        ck_assert_uint_eq(rel.first_slot, 1);
+        ck_assert_uint_eq(rel.count, 1);
+        ck_assert_int_eq(gs_pproc_release(p, 0, 2), 0);
+        valid();
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
+START_TEST(test_no_slots)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        uint64_t off;
+        ck_assert_int_eq(gs_palloc_new(pool, 8, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 3, &p), 0);
+        must_malloc(p, CHUNK / 2 + 1); /* slot 0 */
+        ck_assert_int_eq(gs_pproc_malloc(p, 3 * CHUNK, &off, grants, 16, &ngrants), -ENOSPC);
+        must_malloc(p, CHUNK / 2 + 1); /* slot 1 */
+        must_malloc(p, CHUNK / 2 + 1); /* slot 2 */
+        ck_assert_int_eq(gs_pproc_malloc(p, 256, &off, grants, 16, &ngrants), 0); /* tails */
+        ck_assert_int_eq(gs_pproc_malloc(p, CHUNK / 2, &off, grants, 16, &ngrants), -ENOSPC);
+        ck_assert_int_eq(gs_pproc_malloc(p, CHUNK / 2, &off, grants, 0, &ngrants), -ENOSPC);
+        valid();
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
+static int nreturned;
+static int on_return(void *ctx, uint32_t chunk)
+{
+        (void)chunk;
+        *(int *)ctx += 1;
+        nreturned++;
+        return 0;
+}
+
+START_TEST(test_balloon)
+{
+        struct gs_palloc *a, *b;
+        struct gs_pproc *p;
+        struct gs_palloc_stats as;
+        struct gs_pool_stats ps;
+        int ctx = 0;
+        uint64_t off, x[4];
+        gs_pool_set_return_fn(pool, on_return, &ctx);
+        ck_assert_int_eq(gs_palloc_new(pool, 2, 2, &a), 0);
+        ck_assert_int_eq(gs_palloc_new(pool, 12, 0, &b), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 16, &p), 0);
+        for (int i = 0; i < 4; i++)
+                x[i] = must_malloc(p, CHUNK);
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.chunks_borrowed, 2);
+        ck_assert_uint_eq(as.chunks_held, 4);
+        gs_pool_stats(pool, &ps);
+        ck_assert_uint_eq(ps.chunks_borrowed, 2);
+        ck_assert_uint_eq(ps.chunks_free, 0);
+        ck_assert_uint_eq(ps.chunks_reserved, 14);
+        ck_assert_int_eq(gs_pproc_malloc(p, 256, &off, grants, 16, &ngrants), -ENOMEM);
+        /* the first own chunk emptied and released repays a loan */
+        must_free(p, x[0]);
+        struct gs_release rel = must_free(p, x[1]);
+        ck_assert_uint_eq(rel.count, 1);
+        ck_assert_int_eq(gs_pproc_release(p, rel.first_slot, 1), 0);
+        valid();
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.chunks_borrowed, 1);
+        ck_assert_int_eq(ctx, 1);
+        gs_pproc_del(p);
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.chunks_borrowed, 0);
+        ck_assert_uint_eq(as.chunks_free, 2);
+        ck_assert_int_eq(ctx, 2);
+        gs_pool_stats(pool, &ps);
+        ck_assert_uint_eq(ps.chunks_free, 2);
+        ck_assert_uint_eq(ps.chunks_borrowed, 0);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+        ck_assert_int_eq(ctx, 4); /* its granted chunks were recycled */
+        ck_assert_int_eq(gs_palloc_del(b), 0);
+        ck_assert_int_eq(ctx, 4);
+        valid();
+}
+END_TEST
+
+START_TEST(test_release_hint)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 8, &p), 0);
+        uint64_t x = must_malloc(p, CHUNK);
+        uint64_t y = must_malloc(p, CHUNK);
+        uint64_t z = must_malloc(p, 512);
+        ck_assert_uint_eq(z / CHUNK, 2);
+        struct gs_release rel = must_free(p, x);
+        ck_assert_uint_eq(rel.count, 0);
+        rel = must_free(p, y);
+        ck_assert_uint_eq(rel.first_slot, 1);
+        ck_assert_uint_eq(rel.count, 1);
+        /* the hint is advice: the process may ignore it */
+        rel = must_free(p, z);
+        ck_assert_uint_eq(rel.first_slot, 2);
+        ck_assert_uint_eq(rel.count, 1);
+        ck_assert_int_eq(gs_pproc_release(p, 0, 3), 0);
+        struct gs_pproc_stats st;
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.chunks_held, 0);
+        ck_assert_int_eq(gs_pproc_free(p, z, NULL), -ENOENT);
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
+START_TEST(test_two_procs_isolated)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p, *q;
+        ck_assert_int_eq(gs_palloc_new(pool, 2, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 4, &p), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 4, &q), 0);
+        uint64_t x = must_malloc(p, 4096);
+        uint32_t cp = grants[0].chunk;
+        uint64_t y = must_malloc(q, 4096);
+        ck_assert_uint_ne(grants[0].chunk, cp);
+        ck_assert_uint_eq(x, y); /* each its own virtual range */
+        uint64_t off;
+        ck_assert_int_eq(gs_pproc_malloc(q, CHUNK, &off, grants, 4, &ngrants), -ENOMEM);
+        gs_pproc_del(p);
+        must_malloc(q, CHUNK); /* p's chunk came back to the allocation */
+        ck_assert_uint_eq(grants[0].chunk, cp);
+        gs_pproc_del(q);
+        gs_pproc_del(NULL);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("alloc");
+        TCase *tc = tcase_create("core");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_pool_args);
+        tcase_add_test(tc, test_bad_input_leaves_state);
+        tcase_add_test(tc, test_grant_and_accounting);
+        tcase_add_test(tc, test_slab_path);
+        tcase_add_test(tc, test_coalesced);
+        tcase_add_test(tc, test_coalesced_tail);
+        tcase_add_test(tc, test_no_slots);
+        tcase_add_test(tc, test_balloon);
+        tcase_add_test(tc, test_release_hint);
+        tcase_add_test(tc, test_two_procs_isolated);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_set_fork_status(sr, CK_FORK_GETENV); /* fork unless CK_FORK=no */
+        srunner_run_all(sr, CK_NORMAL);
+        int nf = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}

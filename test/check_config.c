@@ -1,0 +1,309 @@
+/* check_config.c — gs_config: every key, sizes, and the errors. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gs_config.h"
+#include "gs_log.h"
+
+static char path[64];
+
+/* Writes text to a fresh temporary file; path names it. */
+static void write_cfg(const char *text)
+{
+        int fd;
+
+        snprintf(path, sizeof(path), "/tmp/gscfgXXXXXX");
+        fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+        close(fd);
+}
+
+static int load(const char *text, struct gs_config *c, char *err, size_t n)
+{
+        int r;
+
+        write_cfg(text);
+        r = gs_config_load(c, path, err, n);
+        unlink(path);
+        return r;
+}
+
+/* Loads text expecting failure; checks that err is "<path>:<line>: <want...>"
+ * and that the config was left untouched. */
+static void expect_error(const char *text, int line, const char *want)
+{
+        struct gs_config c, before;
+        char err[512] = "", prefix[128];
+        int r;
+
+        gs_config_defaults(&c);
+        before = c;
+        r = load(text, &c, err, sizeof(err));
+        ck_assert_msg(r < 0, "accepted: %s", text);
+        snprintf(prefix, sizeof(prefix), "%s:%d: ", path, line);
+        ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0, "err '%s' lacks prefix '%s'", err,
+                      prefix);
+        ck_assert_msg(strstr(err, want), "err '%s' lacks '%s'", err, want);
+        ck_assert_msg(memcmp(&c, &before, sizeof(c)) == 0, "config changed on failure");
+}
+
+START_TEST(test_defaults)
+{
+        struct gs_config c;
+        char err[256];
+
+        gs_config_defaults(&c);
+        ck_assert_str_eq(c.resource_name, "gshare.io/gpumem");
+        ck_assert_uint_eq(c.unit_bytes, GS_GiB);
+        ck_assert_uint_eq(c.chunk_bytes, 256 * GS_MiB);
+        ck_assert_uint_eq(c.reserve_bytes, GS_GiB);
+        ck_assert_uint_eq(c.balloon_cap_bytes, 0);
+        ck_assert_uint_eq(c.ndevices, 0);
+        ck_assert_str_eq(c.agent_socket, "/run/gshare/agent.sock");
+        ck_assert_str_eq(c.socket_root, "/run/gshare/alloc");
+        ck_assert_str_eq(c.state_dir, "/var/lib/gshare");
+        ck_assert_str_eq(c.kubelet_dir, "/var/lib/kubelet/device-plugins");
+        ck_assert_str_eq(c.hook_path, "/usr/local/lib/gshare/libgshare.so");
+        ck_assert_str_eq(c.preload_path, "/usr/local/lib/gshare/ld.so.preload");
+        ck_assert_int_eq(c.inject, GS_INJECT_PRELOAD);
+        ck_assert_int_eq(c.device_nodes, 0);
+        ck_assert_str_eq(c.cuda_library, "libcuda.so.1");
+        ck_assert_str_eq(c.metrics_address, "");
+        ck_assert_int_eq(c.log_level, GS_LOG_INFO);
+        ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), 0);
+}
+END_TEST
+
+START_TEST(test_every_key)
+{
+        struct gs_config c;
+        char err[256] = "";
+        int r;
+
+        gs_config_defaults(&c);
+        r = load("# all keys\n"
+                 "resourceName: example.com/mem\n"
+                 "unitSize: 2Gi\n"
+                 "chunkSize: 512Mi\n"
+                 "reserve: 1536Mi\n"
+                 "balloonCap: 4Gi\n"
+                 "devices:\n"
+                 "  - GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab\n"
+                 "  - 3\n"
+                 "agentSocket: /tmp/a.sock\n"
+                 "socketRoot: /tmp/alloc\n"
+                 "stateDir: /tmp/state\n"
+                 "kubeletDir: /tmp/kubelet\n"
+                 "hookPath: /opt/libgshare.so\n"
+                 "preloadPath: /opt/ld.so.preload\n"
+                 "inject: env\n"
+                 "deviceNodes: true\n"
+                 "cudaLibrary: /opt/libcuda.so.1\n"
+                 "metricsAddress: \"0.0.0.0:9400\"\n"
+                 "logLevel: debug\n",
+                 &c, err, sizeof(err));
+        ck_assert_msg(r == 0, "%s", err);
+        ck_assert_str_eq(c.resource_name, "example.com/mem");
+        ck_assert_uint_eq(c.unit_bytes, 2 * GS_GiB);
+        ck_assert_uint_eq(c.chunk_bytes, 512 * GS_MiB);
+        ck_assert_uint_eq(c.reserve_bytes, 1536 * GS_MiB);
+        ck_assert_uint_eq(c.balloon_cap_bytes, 4 * GS_GiB);
+        ck_assert_uint_eq(c.ndevices, 2);
+        ck_assert_str_eq(c.devices[0], "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab");
+        ck_assert_str_eq(c.devices[1], "3");
+        ck_assert_str_eq(c.agent_socket, "/tmp/a.sock");
+        ck_assert_str_eq(c.socket_root, "/tmp/alloc");
+        ck_assert_str_eq(c.state_dir, "/tmp/state");
+        ck_assert_str_eq(c.kubelet_dir, "/tmp/kubelet");
+        ck_assert_str_eq(c.hook_path, "/opt/libgshare.so");
+        ck_assert_str_eq(c.preload_path, "/opt/ld.so.preload");
+        ck_assert_int_eq(c.inject, GS_INJECT_ENV);
+        ck_assert_int_eq(c.device_nodes, 1);
+        ck_assert_str_eq(c.cuda_library, "/opt/libcuda.so.1");
+        ck_assert_str_eq(c.metrics_address, "0.0.0.0:9400");
+        ck_assert_int_eq(c.log_level, GS_LOG_DEBUG);
+        ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), 0);
+}
+END_TEST
+
+START_TEST(test_partial_keeps_rest)
+{
+        struct gs_config c;
+        char err[256] = "";
+
+        gs_config_defaults(&c);
+        ck_assert_int_eq(load("deviceNodes: no\ninject: preload\ndevices: all\n", &c, err, sizeof(err)), 0);
+        ck_assert_int_eq(c.device_nodes, 0);
+        ck_assert_uint_eq(c.ndevices, 0);
+        ck_assert_uint_eq(c.unit_bytes, GS_GiB);
+        /* empty file and comment-only file change nothing */
+        ck_assert_int_eq(load("", &c, err, sizeof(err)), 0);
+        ck_assert_int_eq(load("# nothing\n", &c, err, sizeof(err)), 0);
+        ck_assert_str_eq(c.resource_name, "gshare.io/gpumem");
+}
+END_TEST
+
+START_TEST(test_sizes)
+{
+        uint64_t b = 7;
+        char buf[32];
+
+        ck_assert_int_eq(gs_parse_size("0", &b), 0);
+        ck_assert_uint_eq(b, 0);
+        ck_assert_int_eq(gs_parse_size("4096", &b), 0);
+        ck_assert_uint_eq(b, 4096);
+        ck_assert_int_eq(gs_parse_size("3Ki", &b), 0);
+        ck_assert_uint_eq(b, 3072);
+        ck_assert_int_eq(gs_parse_size("256Mi", &b), 0);
+        ck_assert_uint_eq(b, 268435456);
+        ck_assert_int_eq(gs_parse_size("80Gi", &b), 0);
+        ck_assert_uint_eq(b, 80 * GS_GiB);
+        ck_assert_int_eq(gs_parse_size("2Ti", &b), 0);
+        ck_assert_uint_eq(b, UINT64_C(2) << 40);
+        ck_assert_int_eq(gs_parse_size("18446744073709551615", &b), 0);
+        ck_assert_uint_eq(b, UINT64_MAX);
+        b = 5;
+        ck_assert_int_eq(gs_parse_size("18446744073709551616", &b), -ERANGE);
+        ck_assert_int_eq(gs_parse_size("16777216Ti", &b), -ERANGE);
+        ck_assert_int_eq(gs_parse_size("", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size("-1", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size("+1", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size("1G", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size("1GB", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size("1 Gi", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size("Gi", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size("1.5Gi", &b), -EINVAL);
+        ck_assert_int_eq(gs_parse_size(NULL, &b), -EINVAL);
+        ck_assert_uint_eq(b, 5); /* untouched on failure */
+
+        gs_format_size(268435456, buf, sizeof(buf));
+        ck_assert_str_eq(buf, "256Mi");
+        gs_format_size(1536 * GS_MiB, buf, sizeof(buf));
+        ck_assert_str_eq(buf, "1536Mi");
+        gs_format_size(GS_GiB, buf, sizeof(buf));
+        ck_assert_str_eq(buf, "1Gi");
+        gs_format_size(UINT64_C(3) << 40, buf, sizeof(buf));
+        ck_assert_str_eq(buf, "3Ti");
+        gs_format_size(1000, buf, sizeof(buf));
+        ck_assert_str_eq(buf, "1000");
+        gs_format_size(0, buf, sizeof(buf));
+        ck_assert_str_eq(buf, "0");
+        /* round trip */
+        for (uint64_t v = 1; v < (UINT64_C(1) << 50); v = v * 3 + 1024) {
+                uint64_t back;
+                gs_format_size(v, buf, sizeof(buf));
+                ck_assert_int_eq(gs_parse_size(buf, &back), 0);
+                ck_assert_uint_eq(back, v);
+        }
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+        expect_error("unitSize: 1Gi\nbogusKey: 1\n", 2, "bogusKey: unknown key");
+        expect_error("chunkSize: 3Mi\n", 1, "chunkSize: must be a power of two, got 3Mi");
+        expect_error("chunkSize: 1Mi\n", 1, "chunkSize: must be a multiple of 2Mi");
+        expect_error("chunkSize: 0\n", 1, "chunkSize: must not be 0");
+        expect_error("\n\nunitSize: 1GB\n", 3, "unitSize: not a size: '1GB'");
+        expect_error("unitSize: -1\n", 1, "unitSize: not a size");
+        expect_error("reserve: 99999999999999999999\n", 1, "reserve: size '99999999999999999999' is too large");
+        expect_error("balloonCap: [1, 2]\n", 1, "balloonCap: expected a single value, got a list");
+        expect_error("resourceName: gpumem\n", 1, "resourceName: expected domain/name");
+        expect_error("resourceName: Bad.IO/x\n", 1, "resourceName: expected domain/name");
+        expect_error("inject: ldpreload\n", 1, "inject: expected preload or env, got 'ldpreload'");
+        expect_error("deviceNodes: maybe\n", 1, "deviceNodes: expected true or false, got 'maybe'");
+        expect_error("logLevel: loud\n", 1, "logLevel: expected error, warn, info or debug");
+        expect_error("kubeletDir: relative/dir\n", 1, "kubeletDir: must be an absolute path");
+        expect_error("hookPath: \"\"\n", 1, "hookPath: must be an absolute path");
+        expect_error("preloadPath: x\n", 1, "preloadPath: must be an absolute path");
+        expect_error("socketRoot: r\n", 1, "socketRoot: must be an absolute path");
+        expect_error("stateDir: s\n", 1, "stateDir: must be an absolute path");
+        expect_error("agentSocket: /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+                     1, "agentSocket: socket path too long");
+        expect_error("cudaLibrary: \"\"\n", 1, "cudaLibrary: must not be empty");
+        expect_error("metricsAddress: nowhere\n", 1, "metricsAddress: expected host:port");
+        expect_error("metricsAddress: \":99999\"\n", 1, "metricsAddress: bad port");
+        expect_error("devices: some\n", 1, "devices: expected 'all' or a list, got 'some'");
+        expect_error("devices:\n  - 0\n  - GPU-zz\n", 3, "devices: 'GPU-zz' is neither a GPU UUID");
+        expect_error("devices:\n  - 1\n  - 1\n", 3, "devices: '1' listed twice");
+        expect_error("devices: []\n", 1, "devices: an empty list");
+        expect_error("devices: {a: 1}\n", 1, "devices: expected 'all' or a list, got a mapping");
+        expect_error("unitSize: 1Gi\nunitSize: 2Gi\n", 2, "unitSize: given twice");
+        expect_error("- a\n- b\n", 1, "expected a mapping");
+        expect_error("unitSize: [1Gi\n", 2, "");  /* YAML syntax error, with its line */
+        expect_error("a: b: c\n", 1, "");
+}
+END_TEST
+
+START_TEST(test_too_many_devices)
+{
+        char text[4096] = "devices:\n";
+
+        for (int i = 0; i <= GS_CONFIG_MAX_DEVICES; i++) {
+                char line[16];
+                snprintf(line, sizeof(line), "  - %d\n", i);
+                strcat(text, line);
+        }
+        expect_error(text, 2 + GS_CONFIG_MAX_DEVICES, "devices: more than 64 entries");
+}
+END_TEST
+
+START_TEST(test_file_errors)
+{
+        struct gs_config c;
+        char err[256] = "";
+
+        gs_config_defaults(&c);
+        ck_assert_int_eq(gs_config_load(&c, "/nonexistent/gshare.yaml", err, sizeof(err)), -ENOENT);
+        ck_assert_ptr_nonnull(strstr(err, "/nonexistent/gshare.yaml: cannot read"));
+        ck_assert_int_lt(gs_config_load(&c, "/tmp", err, sizeof(err)), 0);
+        ck_assert_ptr_nonnull(strstr(err, "/tmp: not a regular file"));
+}
+END_TEST
+
+START_TEST(test_validate)
+{
+        struct gs_config c;
+        char err[256] = "";
+
+        gs_config_defaults(&c);
+        c.unit_bytes = 384 * GS_MiB;
+        ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "unitSize (384Mi) must be a non-zero multiple of chunkSize (256Mi)"));
+        gs_config_defaults(&c);
+        c.balloon_cap_bytes = 100 * GS_MiB;
+        ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "balloonCap"));
+        gs_config_defaults(&c);
+        c.chunk_bytes = 3 * GS_MiB;
+        ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "chunkSize"));
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("config");
+        TCase *tc = tcase_create("config");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_test(tc, test_defaults);
+        tcase_add_test(tc, test_every_key);
+        tcase_add_test(tc, test_partial_keeps_rest);
+        tcase_add_test(tc, test_sizes);
+        tcase_add_test(tc, test_errors);
+        tcase_add_test(tc, test_too_many_devices);
+        tcase_add_test(tc, test_file_errors);
+        tcase_add_test(tc, test_validate);
+        suite_add_tcase(s, tc);
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}

@@ -1,0 +1,210 @@
+/* check_gsm.c — the chunk level on its own (agent/gs_gsm.h). */
+#include <check.h>
+#include <stdlib.h>
+
+#include "gs_gsm.h"
+
+#define CHUNK (UINT64_C(1) << 20)
+
+static struct gs_gsm g;
+static struct gs_gsm_alloc a1, a2;
+static struct gs_gsm_proc p1, p2;
+
+static void setup(void) { ck_assert_int_eq(gs_gsm_init(&g, 8, CHUNK), 0); }
+static void teardown(void) { gs_gsm_fini(&g); }
+
+static void valid(void)
+{
+        char why[256] = "";
+        int r = gs_gsm_validate(&g, why, sizeof(why));
+        ck_assert_msg(r == 0, "validate: %s", why);
+}
+
+static uint32_t take_at_next(struct gs_gsm_proc *p, uint32_t *ret_slot)
+{
+        uint32_t slot, id;
+        ck_assert_int_eq(gs_gsm_find_slots(p, 1, &slot), 0);
+        ck_assert_int_eq(gs_gsm_take(p, slot, &id), 0);
+        valid();
+        if (ret_slot)
+                *ret_slot = slot;
+        return id;
+}
+
+static int nreturned;
+static uint32_t last_returned;
+static int fail_return;
+static int on_return(void *ctx, uint32_t chunk)
+{
+        (void)ctx;
+        nreturned++;
+        last_returned = chunk;
+        return fail_return ? -EIO : 0;
+}
+
+START_TEST(test_bad_args)
+{
+        struct gs_gsm z;
+        ck_assert_int_eq(gs_gsm_init(&z, 0, CHUNK), -EINVAL);
+        ck_assert_int_eq(gs_gsm_init(&z, 4, CHUNK + 1), -EINVAL);
+        ck_assert_int_eq(gs_gsm_init(&z, 4, 4096), -EINVAL);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 0, 0), -EINVAL);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 9, 0), -ENOSPC);
+        ck_assert_int_eq(g.sys.count, 8);
+        ck_assert_int_eq(gs_gsm_retire(&g, 8), -EINVAL);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 2, 0), 0);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 0), -EINVAL);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, GS_GSM_MAX_SLOTS + 1), -EINVAL);
+        ck_assert_int_eq(gs_gsm_retire(&g, a1.own.head), -EBUSY);
+        valid();
+}
+END_TEST
+
+START_TEST(test_quota_take_put)
+{
+        uint32_t slot;
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 3, 0), 0);
+        ck_assert_uint_eq(g.sys.count, 5);
+        ck_assert_uint_eq(g.reserved, 3);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
+        ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a1), 3);
+        uint32_t c0 = take_at_next(&p1, &slot);
+        ck_assert_uint_eq(slot, 0);
+        ck_assert_uint_eq(gs_gsm_slot_chunk(&p1, 0), c0);
+        take_at_next(&p1, &slot);
+        ck_assert_uint_eq(slot, 1);
+        take_at_next(&p1, &slot);
+        ck_assert_uint_eq(slot, 2);
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 1, &slot), 0);
+        uint32_t id;
+        ck_assert_int_eq(gs_gsm_take(&p1, slot, &id), -ENOMEM);
+        valid();
+        gs_gsm_put(&p1, 1);
+        valid();
+        ck_assert_uint_eq(a1.own.count, 1);
+        ck_assert_uint_eq(gs_gsm_slot_chunk(&p1, 1), GS_GSM_NONE);
+        take_at_next(&p1, &slot);
+        ck_assert_uint_eq(slot, 1); /* lowest free slot reused */
+        gs_gsm_proc_fini(&p1);
+        valid();
+        ck_assert_uint_eq(a1.own.count, 3);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a1), 0);
+        ck_assert_uint_eq(g.sys.count, 8);
+        valid();
+}
+END_TEST
+
+START_TEST(test_consecutive_slots)
+{
+        uint32_t first, id;
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 8, 0), 0);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 6), 0);
+        take_at_next(&p1, NULL); /* slot 0 */
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 2, &first), 0);
+        ck_assert_uint_eq(first, 1);
+        ck_assert_int_eq(gs_gsm_take(&p1, 2, &id), 0); /* slots 0, 2 used */
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 3, &first), 0);
+        ck_assert_uint_eq(first, 3);
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 4, &first), -ENOSPC);
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 1, &first), 0);
+        ck_assert_uint_eq(first, 1);
+        valid();
+        gs_gsm_proc_fini(&p1);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a1), 0);
+}
+END_TEST
+
+START_TEST(test_balloon_and_repay)
+{
+        uint32_t slot, id;
+        g.return_fn = on_return;
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 1, 2), 0);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a2, 4, 0), 0);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p2, 16), 0);
+        ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a1), 3);
+        take_at_next(&p1, NULL);                      /* own */
+        uint32_t b1 = take_at_next(&p1, NULL);        /* borrowed */
+        take_at_next(&p2, &slot);                     /* borrowed */
+        ck_assert_uint_eq(a1.borrowed.count, 2);
+        ck_assert_uint_eq(g.borrowed, 2);
+        ck_assert_uint_eq(g.chunks[b1].borrowed, 1);
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 1, &slot), 0);
+        ck_assert_int_eq(gs_gsm_take(&p1, slot, &id), -ENOMEM); /* cap reached */
+        /* p1 gives back its own chunk at slot 0: it repays a loan */
+        gs_gsm_put(&p1, 0);
+        valid();
+        ck_assert_uint_eq(a1.borrowed.count, 1);
+        ck_assert_uint_eq(a1.own.count, 0);
+        ck_assert_int_eq(nreturned, 1);
+        /* p2 exits: its chunk is whichever remains borrowed or own */
+        gs_gsm_proc_fini(&p2);
+        valid();
+        ck_assert_uint_eq(a1.borrowed.count, 0);
+        ck_assert_uint_eq(a1.held + a1.own.count, 1);
+        ck_assert_int_eq(nreturned, 2);
+        ck_assert_uint_eq(g.sys.count, 8 - 4 - 1);
+        gs_gsm_proc_fini(&p1);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a1), 0);
+        ck_assert_int_eq(nreturned, 3); /* the granted own chunk too */
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a2), 0); /* never granted: no call */
+        ck_assert_int_eq(nreturned, 3);
+        valid();
+}
+END_TEST
+
+START_TEST(test_return_failure_retires)
+{
+        uint32_t id;
+        g.return_fn = on_return;
+        fail_return = 1;
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 2, 0), 0);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 4), 0);
+        id = take_at_next(&p1, NULL);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p2, 4), 0);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a1), -EBUSY);
+        gs_gsm_proc_fini(&p1);
+        gs_gsm_proc_fini(&p2);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a1), 0);
+        ck_assert_uint_eq(last_returned, id);
+        ck_assert_uint_eq(g.nretired, 1);
+        ck_assert_uint_eq(gs_gsm_usable(&g), 7);
+        ck_assert_uint_eq(g.chunks[id].state, GS_GSM_RETIRED);
+        ck_assert_int_eq(gs_gsm_retire(&g, id), -EBUSY);
+        ck_assert_int_eq(gs_gsm_retire(&g, g.sys.head), 0);
+        ck_assert_uint_eq(gs_gsm_usable(&g), 6);
+        valid();
+}
+END_TEST
+
+START_TEST(test_validate_catches)
+{
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 2, 0), 0);
+        valid();
+        g.reserved++;
+        ck_assert_int_eq(gs_gsm_validate(&g, NULL, 0), -EUCLEAN);
+        g.reserved--;
+        g.chunks[g.sys.head].state = GS_GSM_OWN;
+        ck_assert_int_eq(gs_gsm_validate(&g, NULL, 0), -EUCLEAN);
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("gsm");
+        TCase *tc = tcase_create("core");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_bad_args);
+        tcase_add_test(tc, test_quota_take_put);
+        tcase_add_test(tc, test_consecutive_slots);
+        tcase_add_test(tc, test_balloon_and_repay);
+        tcase_add_test(tc, test_return_failure_retires);
+        tcase_add_test(tc, test_validate_catches);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_set_fork_status(sr, CK_FORK_GETENV); /* fork unless CK_FORK=no */
+        srunner_run_all(sr, CK_NORMAL);
+        int nf = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}

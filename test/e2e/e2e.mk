@@ -1,0 +1,16 @@
+# test/e2e: end-to-end tests of the agent (and, once present, the hook) on
+# the fake driver.  test_e2e.py starts the real gshare-agent.
+E2E_DIR := $(B)/test/e2e
+
+$(E2E_DIR)/e2e_wire: $(E2E_DIR)/e2e_wire.o
+	$(CC) $(LDFLAGS) -o $@ $^ -lpthread
+
+TEST_DEPS += $(E2E_DIR)/e2e_wire $(B)/test/fakecuda/libcuda.so.1 $(B)/gshare-agent $(B)/gsharectl
+TESTS += test/e2e/test_e2e.py
+
+# An ordinary driver-API program, linked against libcuda by name, no rpath:
+# the tests put the fake driver's directory on LD_LIBRARY_PATH; on a GPU
+# machine (make demo, docs/gpu.md) the real driver is found.
+$(E2E_DIR)/e2e_cuda: $(E2E_DIR)/e2e_cuda.o $(FAKECUDA_SO)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda -lpthread
+TEST_DEPS += $(E2E_DIR)/e2e_cuda

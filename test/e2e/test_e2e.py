@@ -1,0 +1,336 @@
+#!/usr/bin/python3
+"""End-to-end tests of gshare-agent on the fake driver.
+
+Starts the real agent on one fake GPU (test/fakecuda), creates allocations
+with gsharectl, and drives them with e2e_wire (the process protocol spoken
+directly, including hostile clients) and e2e_cuda (an ordinary CUDA program,
+under the hook when $B/libgshare.so exists).  Checks the agent's accounting
+with `gsharectl --json` around every step.
+
+Environment: B (build dir, default build), SANITIZE (asan: LD_PRELOAD of an
+ASan-built hook needs libasan first).
+"""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+B = os.environ.get("B", "build")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BD = os.path.join(ROOT, B)
+AGENT = os.path.join(BD, "gshare-agent")
+CTL = os.path.join(BD, "gsharectl")
+WIRE = os.path.join(BD, "test/e2e/e2e_wire")
+CUDA = os.path.join(BD, "test/e2e/e2e_cuda")
+FAKE = os.path.join(BD, "test/fakecuda/libcuda.so.1")
+HOOK = os.path.join(BD, "libgshare.so")
+MiB = 1 << 20
+CHUNK = 32 * MiB
+UNIT = 64 * MiB
+
+failures = []
+
+
+def check(cond, what):
+    if cond:
+        print("ok   " + what, flush=True)
+    else:
+        print("FAIL " + what, flush=True)
+        failures.append(what)
+
+
+class Agent:
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.sock = os.path.join(tmp, "agent.sock")
+        self.env = dict(os.environ)
+        self.env.update(GSHARE_FAKECUDA_STATE=os.path.join(tmp, "fakecuda.state"),
+                        GSHARE_FAKECUDA_MEM="1Gi", GSHARE_FAKECUDA_DEVICES="1",
+                        LD_LIBRARY_PATH=os.path.dirname(FAKE))
+        self.proc = None
+        self.log = open(os.path.join(tmp, "agent.log"), "a")
+
+    def start(self):
+        args = [AGENT, "--cuda-library", FAKE, "--socket", self.sock,
+                "--socket-root", os.path.join(self.tmp, "alloc"),
+                "--state-dir", os.path.join(self.tmp, "state"),
+                "--chunk-size", "32Mi", "--unit-size", "64Mi", "--reserve", "128Mi"]
+        self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=self.log)
+        for _ in range(200):
+            if os.path.exists(self.sock):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise SystemExit("agent did not start; log:\n" + open(self.log.name).read())
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            rc = self.proc.wait(timeout=20)
+            check(rc == 0, "agent exits 0 on SIGTERM (rc %s)" % rc)
+        self.proc = None
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def ctl(self, *args, ok=True):
+        r = subprocess.run([CTL, "--socket", self.sock, "--json"] + list(args),
+                           capture_output=True, text=True, timeout=20)
+        if ok and r.returncode != 0:
+            raise SystemExit("gsharectl %s failed: %s" % (args, r.stderr))
+        return r
+
+    def gpus(self):
+        return json.loads(self.ctl("gpus").stdout)["gpus"]
+
+    def allocs(self):
+        return {a["id"]: a for a in json.loads(self.ctl("allocations").stdout)}
+
+    def create(self, ids):
+        return json.loads(self.ctl("create", *ids).stdout)
+
+
+def run(cmd, env, timeout=60):
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def sockpath(alloc):
+    return os.path.join(alloc["socket_dir"], "agent.sock")
+
+
+def idle(ag, aid):
+    """The allocation's accounting when no process holds anything."""
+    a = ag.allocs()[aid]
+    p = a["parts"][0]
+    return (p["bytes_requested"] == 0 and p["chunks_free"] == p["chunks_quota"]
+            and not a["processes"])
+
+
+def wait_idle(ag, aid, limit=2.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if idle(ag, aid):
+            return time.monotonic() - t0
+        time.sleep(0.005)
+    return None
+
+
+def hook_env(ag, alloc):
+    env = dict(ag.env)
+    pre = HOOK
+    if os.environ.get("SANITIZE") == "asan":
+        asan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                              text=True).stdout.strip()
+        pre = asan + ":" + HOOK
+        env["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0"
+    env.update(LD_PRELOAD=pre, GSHARE_SOCKET=sockpath(alloc))
+    return env
+
+
+def ctl_raw(path, payload, expect_reply=True):
+    """Sends raw bytes on the control socket; returns what came back."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    s.sendall(payload)
+    data = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+            if not expect_reply:
+                break
+    except socket.timeout:
+        pass
+    s.close()
+    return data
+
+
+def main():
+    for f in (AGENT, CTL, WIRE, CUDA, FAKE):
+        if not os.path.exists(f):
+            raise SystemExit("missing %s: run make first" % f)
+    tmp = tempfile.mkdtemp(prefix="gshare-e2e-")
+    ag = Agent(tmp)
+    ag.start()
+    try:
+        body(ag, tmp)
+    finally:
+        if ag.proc:
+            ag.stop()
+    if failures:
+        print("log of the agent:\n" + open(ag.log.name).read())
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    print("all checks passed")
+
+
+def body(ag, tmp):
+    gpus = ag.gpus()
+    check(len(gpus) == 1, "one fake GPU listed")
+    g = gpus[0]
+    uuid = g["uuid"]
+    check(g["healthy"] and g["chunk_bytes"] == CHUNK and g["unit_bytes"] == UNIT,
+          "GPU healthy with the configured chunk and unit sizes")
+    check(g["units_total"] == g["chunks_total"] * CHUNK // UNIT and g["units_total"] >= 8,
+          "units_total = pool / unit (%d units, %d chunks)" % (g["units_total"], g["chunks_total"]))
+    pool_free = g["chunks_free"]
+
+    # A process that bypasses the hook finds only the reserve.
+    r = run([CUDA, "bypass", "256"], ag.env)
+    check(r.returncode == 0, "bypass: direct cuMemAlloc of 256 MiB fails with OOM: " + r.stdout.strip())
+
+    def dev(u):
+        return "%s-u%d" % (uuid, u)
+
+    # Control API validation.
+    r = ag.ctl("create", "nonsense", ok=False)
+    check(r.returncode == 1 and "not a gshare device ID" in r.stderr, "bad ID refused: " + r.stderr.strip())
+    r = ag.ctl("create", dev(0), dev(0), ok=False)
+    check(r.returncode == 1 and "more than once" in r.stderr, "duplicate ID refused")
+    r = ag.ctl("create", dev(g["units_total"]), ok=False)
+    check(r.returncode == 1 and "not a" in r.stderr, "unit past units_total refused")
+    check(not ag.allocs(), "failed creates changed nothing")
+
+    A = ag.create([dev(1), dev(0)])
+    check(A["created"], "allocation A (2 units) created")
+    A = A["allocation"]
+    again = ag.create([dev(0), dev(1)])
+    check(not again["created"] and again["allocation"]["id"] == A["id"], "create is idempotent")
+    r = ag.ctl("create", dev(1), dev(2), ok=False)
+    check(r.returncode == 1 and A["id"] in r.stderr, "ID of another allocation refused")
+    B = ag.create([dev(2), dev(3), dev(4)])["allocation"]
+    check(len(A["device_ids"]) == 2 and B["parts"][0]["quota_bytes"] == 3 * UNIT,
+          "allocation B (3 units) created")
+    check(oct(os.stat(A["socket_dir"]).st_mode & 0o777) == "0o755" and
+          oct(os.stat(sockpath(A)).st_mode & 0o777) == "0o666", "socket dir 0755, socket 0666")
+    check(ag.gpus()[0]["units_allocated"] == 5, "5 units allocated")
+
+    # Quotas, and one allocation full does not touch the other.
+    r = run([WIRE, "quota", sockpath(A)], ag.env)
+    check(r.returncode == 0, "A: a process obtains exactly its quota, then -ENOMEM: " + r.stdout.strip() + r.stderr)
+    check(wait_idle(ag, A["id"]) is not None, "A: memory back after the process exited")
+    holder = subprocess.Popen([WIRE, "hold", sockpath(A), str(2 * UNIT)], env=ag.env,
+                              stdout=subprocess.PIPE, text=True)
+    check(holder.stdout.readline().strip() == "held", "A: a process holds the whole quota")
+    r = run([WIRE, "quota", sockpath(A)], ag.env)
+    check("obtained 0 " in r.stdout, "A: a second process gets nothing: " + r.stdout.strip())
+    r = run([WIRE, "quota", sockpath(B)], ag.env)
+    check(r.returncode == 0, "B unaffected by A being full: " + r.stdout.strip() + r.stderr)
+
+    # kill -9 returns the memory.
+    a = ag.allocs()[A["id"]]
+    check(a["parts"][0]["bytes_requested"] == 2 * UNIT and len(a["processes"]) == 1 and
+          a["processes"][0]["pid"] == holder.pid, "A's usage and process listed")
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    t = wait_idle(ag, A["id"], 1.0)
+    check(t is not None, "kill -9: memory back within 1 s (%s ms)" % (None if t is None else int(t * 1000)))
+    check(t is not None and t < 0.1, "kill -9: memory back within 100 ms")
+
+    r = run([WIRE, "big", sockpath(B)], ag.env)
+    check(r.returncode == 0, "B: 2.5-chunk request is one block of 3 consecutive chunks" + r.stderr)
+    r = run([WIRE, "concurrent", sockpath(B), "4"], ag.env)
+    check(r.returncode == 0, "B: 4 processes allocating at once share exactly the quota: " +
+          r.stdout.strip() + r.stderr)
+
+    r = run([WIRE, "hostile", sockpath(A)], ag.env)
+    check(r.returncode == 0, "A: hostile messages rejected" + ("" if r.returncode == 0 else ": " + r.stderr))
+    r = run([WIRE, "flood", sockpath(A)], ag.env)
+    check(r.returncode == 0, "A: a flood does not starve another process: " + r.stdout.strip() + r.stderr)
+
+    # Control socket: garbage frames.
+    ctl_raw(ag.sock, struct.pack("<I", 0xFFFFFFFF) + b"x" * 16)
+    ctl_raw(ag.sock, struct.pack("<I", 0))
+    ctl_raw(ag.sock, struct.pack("<I", 8) + b"\xff" * 8)
+    ctl_raw(ag.sock, struct.pack("<I", 1000), expect_reply=False)
+    check(ag.alive() and len(ag.gpus()) == 1, "control socket survives garbage frames")
+
+    for x in (A, B):
+        check(wait_idle(ag, x["id"]) is not None, "%s: accounting unchanged after all that" % x["id"])
+    check(ag.gpus()[0]["chunks_free"] == pool_free - 5 * UNIT // CHUNK, "pool: only the quotas are out")
+
+    hooked(ag, A, B)
+
+    # Release with a live process: kept until it exits.
+    holder = subprocess.Popen([WIRE, "hold", sockpath(A), str(MiB)], env=ag.env,
+                              stdout=subprocess.PIPE, text=True)
+    holder.stdout.readline()
+    ag.ctl("release", A["id"])
+    check(not os.path.exists(sockpath(A)), "released: socket gone")
+    r = ag.ctl("create", dev(0), dev(1), ok=False)
+    check(r.returncode == 1 and "released" in r.stderr, "released but busy: IDs not yet free")
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    for _ in range(100):
+        if A["id"] not in ag.allocs():
+            break
+        time.sleep(0.01)
+    check(A["id"] not in ag.allocs() and not os.path.exists(A["socket_dir"]),
+          "released allocation deleted when its last process exited")
+    check(ag.gpus()[0]["units_allocated"] == 3, "its units are free again")
+
+    # Watch sees a change.
+    w = subprocess.Popen([CTL, "--socket", ag.sock, "--json", "watch"], stdout=subprocess.PIPE, text=True)
+    first = json.loads(w.stdout.readline())
+    C = ag.create([dev(7)])["allocation"]
+    second = json.loads(w.stdout.readline())
+    w.kill()
+    w.wait()
+    check(second["generation"] > first["generation"] and second["gpus"][0]["units_allocated"] == 4,
+          "watch: a new GPU list on a change")
+
+    # Restart: allocations come back from the checkpoint with the same sockets.
+    ag.stop()
+    check(not os.path.exists(sockpath(B)) and os.path.isdir(B["socket_dir"]),
+          "shutdown: socket unlinked, directory kept (it is mounted into containers)")
+    ag.start()
+    after = ag.allocs()
+    check(set(after) == {B["id"], C["id"]} and after[B["id"]]["device_ids"] == B["device_ids"]
+          and after[B["id"]]["created_unix"] == B["created_unix"], "restart: allocations restored")
+    r = run([WIRE, "quota", sockpath(B)], ag.env)
+    check(r.returncode == 0, "restart: a process registers again and gets its quota")
+
+
+def hooked(ag, A, B):
+    if not os.path.exists(HOOK):
+        print("skip hooked tests: %s not built yet" % HOOK)
+        return
+    ea, eb = hook_env(ag, A), hook_env(ag, B)
+    r = run([CUDA, "meminfo"], ea)
+    parts = r.stdout.split()
+    check(r.returncode == 0 and len(parts) >= 6 and int(parts[3]) == 2 * UNIT and
+          int(parts[1]) == 2 * UNIT, "hook: cuMemGetInfo reports A's numbers: " + r.stdout.strip() + r.stderr)
+    r = run([CUDA, "fill"], ea)
+    check(r.returncode == 0 and ("obtained %d MiB" % (2 * UNIT // MiB)) in r.stdout,
+          "hook: A fills its quota then OOM: " + r.stdout.strip() + r.stderr)
+    r = run([CUDA, "fill"], eb)
+    check(r.returncode == 0 and ("obtained %d MiB" % (3 * UNIT // MiB)) in r.stdout,
+          "hook: B fills its own quota: " + r.stdout.strip() + r.stderr)
+    r = run([CUDA, "data", str(3 * CHUNK // MiB - 8)], eb)
+    check(r.returncode == 0, "hook: a block over two chunks is contiguous, written and read whole: "
+          + r.stdout.strip() + r.stderr)
+    r = run([CUDA, "data", "8"], ea)
+    check(r.returncode == 0, "hook: A sees none of B's data" + r.stderr)
+    r = run([CUDA, "threads", "8"], eb)
+    check(r.returncode == 0, "hook: 8 threads at once stay within the quota: " + r.stdout.strip() + r.stderr)
+    holder = subprocess.Popen([CUDA, "hold", "16"], env=ea, stdout=subprocess.PIPE, text=True)
+    check(holder.stdout.readline().strip() == "held", "hook: a hooked process holds memory")
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    t = wait_idle(ag, A["id"], 1.0)
+    check(t is not None, "hook: kill -9 returns the memory (%s ms)" % (None if t is None else int(t * 1000)))
+    for x in (A, B):
+        check(wait_idle(ag, x["id"]) is not None, "hook: %s idle after the hooked runs" % x["id"])
+
+
+if __name__ == "__main__":
+    main()
