@@ -1,0 +1,78 @@
+/* gs_hook.h — internals of libgshare.so shared by its modules.  Nothing
+ * here is exported: the library is built with -fvisibility=hidden and
+ * hook/libgshare.lds exports exactly the interposed entry points.
+ *
+ *   gs_hook_cuda.c  the real driver behind one typed table (dlopen once),
+ *                   the real dlsym, the "one line per process" messages
+ *   gs_hook_conn.c  the connection to the agent: registration, the rings,
+ *                   grants, the per-GPU virtual ranges
+ *   gs_hook_api.c   the interposed functions, dlsym and cuGetProcAddress */
+#ifndef GS_HOOK_H
+#define GS_HOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_cudadecl.h"
+#include "gs_util.h"
+
+#define GS_HOOK_API __attribute__((visibility("default")))
+
+/* The real driver.  Members are NULL when the library lacks the symbol;
+ * every caller checks. */
+struct gs_cu {
+        CUresult (*cuInit)(unsigned int);
+        CUresult (*cuGetProcAddress)(const char *, void **, int, cuuint64_t);
+        CUresult (*cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+        CUresult (*cuCtxGetDevice)(CUdevice *);
+        CUresult (*cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
+        CUresult (*cuDeviceGetCount)(int *);
+        CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+        CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+        CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+        CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+        CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+        CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+        CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
+        CUresult (*cuStreamSynchronize)(CUstream);
+        CUresult (*cuStreamSynchronize_ptsz)(CUstream);
+        CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+};
+
+/* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).
+ * Returns the table, or NULL if the driver cannot be opened. */
+const struct gs_cu *gs_cu_get(void);
+/* The real driver's address of an interposed name, for comparisons (NULL if
+ * the driver lacks it or is not loaded). */
+void *gs_cu_real(const char *name);
+/* glibc's dlsym, found with dlvsym so that our own dlsym is not reached. */
+void *gs_real_dlsym(void *handle, const char *name);
+/* The real dlsym itself (NULL if it cannot be found). */
+void *gs_real_dlsym_fn(void);
+
+/* One line on stderr, "gshare: ...", at most once per process per key (a
+ * fork child may print again).  Debug lines only with $GSHARE_HOOK_DEBUG=1. */
+enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE__N };
+void gs_hook_say_once(enum gs_once key, const char *fmt, ...) GS_PRINTF(2, 3);
+void gs_hook_debug(const char *fmt, ...) GS_PRINTF(1, 2);
+void gs_hook_once_reset(void);
+
+/* ---- gs_hook_conn.c ----------------------------------------------- */
+
+/* Connects to the agent if not yet tried in this process.  0 when
+ * connected; negative errno when not (memory calls then fail closed). */
+int gs_conn_ensure(void) GS_WUR;
+
+/* Serves an allocation on the current context's device.  CUresult. */
+CUresult gs_conn_alloc(CUdeviceptr *ret_ptr, size_t size);
+/* Frees a gshare address.  CUDA_ERROR_INVALID_VALUE if not one of ours. */
+CUresult gs_conn_free(CUdeviceptr ptr);
+/* 1 if ptr lies in one of our reserved ranges. */
+int gs_conn_owns(CUdeviceptr ptr);
+CUresult gs_conn_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
+/* free/total of the current context's device. */
+CUresult gs_conn_meminfo(size_t *ret_free, size_t *ret_total);
+/* The allocation's quota on a device (0 if not in the allocation). */
+CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
+
+#endif

@@ -1,0 +1,335 @@
+/* gs_hook_api.c — the entry points libgshare.so interposes.
+ *
+ * Three ways in: the application calls a driver symbol (LD_PRELOAD or
+ * /etc/ld.so.preload puts ours first), it looks one up with dlsym on the
+ * libcuda handle (libcudart does this for every driver function), or with
+ * cuGetProcAddress.  For the last two we call the real lookup and, when the
+ * answer is the real driver's address of a function we interpose, hand back
+ * ours instead; anything else passes through untouched. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "gs_hook.h"
+
+/* ---- lookups --------------------------------------------------------- */
+
+#define GS_HOOKED(X)                                                                                  \
+        X(cuInit) X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuMemGetInfo) X(cuMemGetInfo_v2)      \
+        X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuMemAlloc) X(cuMemAlloc_v2) X(cuMemAllocPitch) \
+        X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2) X(cuMemAllocAsync)          \
+        X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)           \
+        X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
+        X(cuIpcGetMemHandle)
+
+#define GS_NAME(n) #n,
+#define GS_WRAP(n) (void *)n,
+static const char *const gs_hooked_names[] = { GS_HOOKED(GS_NAME) };
+static void *const gs_hooked_fns[] = { GS_HOOKED(GS_WRAP) };
+#define GS_NHOOKED GS_ARRAY_SIZE(gs_hooked_names)
+
+static void *gs_hooked_real[GS_NHOOKED];
+static pthread_once_t g_real_once = PTHREAD_ONCE_INIT;
+
+static void gs_resolve_real(void)
+{
+        for (size_t i = 0; i < GS_NHOOKED; i++)
+                gs_hooked_real[i] = gs_cu_real(gs_hooked_names[i]);
+}
+
+/* The address to hand out for p, a lookup result: our wrapper if p is the
+ * real driver's function that we interpose, else p. */
+static void *gs_swap(void *p)
+{
+        if (!p)
+                return p;
+        pthread_once(&g_real_once, gs_resolve_real);
+        for (size_t i = 0; i < GS_NHOOKED; i++)
+                if (gs_hooked_real[i] == p)
+                        return gs_hooked_fns[i];
+        return p;
+}
+
+/* dlsym.  dlsym(RTLD_NEXT, name) means "after the object that called
+ * dlsym", and glibc finds that object from its return address: a wrapper
+ * that called it would make the search start after libgshare.so.  So on
+ * x86-64 the exported dlsym is a trampoline that jumps (not calls) to the
+ * real dlsym for RTLD_NEXT, leaving the caller's return address in place;
+ * other handles go to gs_dlsym, which may substitute our functions.
+ * Elsewhere a C wrapper does the same with a call in tail position, which
+ * the compiler usually turns into a jump. */
+__attribute__((no_sanitize("address", "undefined"), used))
+static void *gs_dlsym(void *handle, const char *name)
+{
+        void *p = gs_real_dlsym(handle, name);
+
+        /* Only driver names can be ours; do not load libcuda for others. */
+        if (p && name[0] == 'c' && name[1] == 'u')
+                p = gs_swap(p);
+        return p;
+}
+
+/* The real dlsym's address (resolved on first use). */
+__attribute__((no_sanitize("address", "undefined"), used))
+static void *gs_dlsym_target(void)
+{
+        return gs_real_dlsym_fn();
+}
+
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        "dlsym:\n"
+        "        cmpq $-1, %rdi\n"          /* RTLD_NEXT is (void *)-1 */
+        "        jne gs_dlsym\n"
+        "        pushq %rdi\n"
+        "        pushq %rsi\n"
+        "        subq $8, %rsp\n"           /* keep the stack 16-byte aligned */
+        "        call gs_dlsym_target\n"
+        "        addq $8, %rsp\n"
+        "        popq %rsi\n"
+        "        popq %rdi\n"
+        "        testq %rax, %rax\n"
+        "        jz 1f\n"
+        "        jmp *%rax\n"
+        "1:      ret\n"
+        ".size dlsym, .-dlsym\n");
+#else
+GS_HOOK_API void *dlsym(void *handle, const char *name)
+{
+        if (handle == RTLD_NEXT) {
+                void *(*real)(void *, const char *) = (void *(*)(void *, const char *))gs_dlsym_target();
+                return real ? real(handle, name) : NULL;
+        }
+        return gs_dlsym(handle, name);
+}
+#endif
+
+GS_HOOK_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult *symbolStatus)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuGetProcAddress_v2)
+                return CUDA_ERROR_NOT_FOUND;
+        r = cu->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+        if (r == CUDA_SUCCESS && pfn)
+                *pfn = gs_swap(*pfn);
+        return r;
+}
+
+GS_HOOK_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || (!cu->cuGetProcAddress && !cu->cuGetProcAddress_v2))
+                return CUDA_ERROR_NOT_FOUND;
+        if (cu->cuGetProcAddress)
+                r = cu->cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+        else
+                r = cu->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+        if (r == CUDA_SUCCESS && pfn)
+                *pfn = gs_swap(*pfn);
+        return r;
+}
+
+/* ---- init ------------------------------------------------------------ */
+
+GS_HOOK_API CUresult cuInit(unsigned int Flags)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuInit)
+                return CUDA_ERROR_NO_DEVICE;
+        r = cu->cuInit(Flags);
+        /* Register now, so a missing agent is reported at start-up; memory
+         * calls fail closed if it is not there.  cuInit itself succeeds. */
+        if (r == CUDA_SUCCESS)
+                (void)!gs_conn_ensure();
+        return r;
+}
+
+/* ---- allocation ------------------------------------------------------ */
+
+GS_HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return gs_conn_alloc(dptr, bytesize); }
+
+GS_HOOK_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                        unsigned int ElementSizeBytes)
+{
+        size_t pitch;
+        CUresult r;
+
+        if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0 ||
+            (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+                return CUDA_ERROR_INVALID_VALUE;
+        if (WidthInBytes > SIZE_MAX - 511)
+                return CUDA_ERROR_INVALID_VALUE;
+        pitch = (size_t)gs_align_up(WidthInBytes, 512);
+        if (Height > SIZE_MAX / pitch)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        r = gs_conn_alloc(dptr, pitch * Height);
+        if (r == CUDA_SUCCESS)
+                *pPitch = pitch;
+        return r;
+}
+
+/* The 32-bit legacy forms cannot hold a gshare address; never fall through
+ * to the real allocator. */
+GS_HOOK_API CUresult cuMemAlloc(gs_cudeviceptr_v1 *dptr, unsigned int bytesize)
+{
+        (void)dptr, (void)bytesize;
+        gs_hook_say_once(GS_ONCE_UNSUPPORTED, "legacy 32-bit cuMemAlloc is not supported under gshare");
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+GS_HOOK_API CUresult cuMemAllocPitch(gs_cudeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                                     unsigned int Height, unsigned int ElementSizeBytes)
+{
+        (void)dptr, (void)pPitch, (void)WidthInBytes, (void)Height, (void)ElementSizeBytes;
+        gs_hook_say_once(GS_ONCE_UNSUPPORTED, "legacy 32-bit cuMemAllocPitch is not supported under gshare");
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+GS_HOOK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+        if (dptr == 0)
+                return CUDA_SUCCESS;
+        return gs_conn_free(dptr);
+}
+
+GS_HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+        const struct gs_cu *cu;
+
+        if (gs_conn_owns(dptr))
+                return gs_conn_range(dptr, pbase, psize);
+        cu = gs_cu_get();
+        if (!cu || !cu->cuMemGetAddressRange_v2)
+                return CUDA_ERROR_NOT_FOUND;
+        return cu->cuMemGetAddressRange_v2(pbase, psize, dptr);
+}
+
+/* Stream-ordered allocation is served at once: the memory is valid before
+ * the stream reaches the allocation, which is all the contract asks. */
+GS_HOOK_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+        (void)hStream;
+        return gs_conn_alloc(dptr, bytesize);
+}
+
+GS_HOOK_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+        (void)hStream;
+        return gs_conn_alloc(dptr, bytesize);
+}
+
+GS_HOOK_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+        (void)pool, (void)hStream;
+        return gs_conn_alloc(dptr, bytesize);
+}
+
+GS_HOOK_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                  CUstream hStream)
+{
+        (void)pool, (void)hStream;
+        return gs_conn_alloc(dptr, bytesize);
+}
+
+/* Work queued on the stream before the free may still use the memory:
+ * wait for it, then free, so the agent cannot hand the block out early. */
+static CUresult gs_free_async(CUdeviceptr dptr, CUstream hStream, int ptsz)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (dptr == 0)
+                return CUDA_SUCCESS;
+        if (!gs_conn_owns(dptr))
+                return CUDA_ERROR_INVALID_VALUE;
+        if (!cu)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        if (ptsz && cu->cuStreamSynchronize_ptsz)
+                r = cu->cuStreamSynchronize_ptsz(hStream);
+        else if (cu->cuStreamSynchronize)
+                r = cu->cuStreamSynchronize(hStream);
+        else
+                r = CUDA_ERROR_NOT_SUPPORTED;
+        if (r != CUDA_SUCCESS)
+                return r;
+        return gs_conn_free(dptr);
+}
+
+GS_HOOK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return gs_free_async(dptr, hStream, 0); }
+GS_HOOK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return gs_free_async(dptr, hStream, 1); }
+
+GS_HOOK_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+        (void)dptr, (void)bytesize, (void)flags;
+        gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuMemAllocManaged (managed memory) is not supported under gshare yet");
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+GS_HOOK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                 unsigned long long flags)
+{
+        (void)handle, (void)size, (void)prop, (void)flags;
+        gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuMemCreate (virtual memory management, e.g. PyTorch expandable "
+                         "segments) is not supported under gshare yet");
+        return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+GS_HOOK_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+        const struct gs_cu *cu;
+
+        /* A legacy IPC handle would expose a whole chunk, other blocks
+         * included: refuse for gshare memory. */
+        if (gs_conn_owns(dptr)) {
+                gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuIpcGetMemHandle on gshare memory is not supported");
+                return CUDA_ERROR_NOT_SUPPORTED;
+        }
+        cu = gs_cu_get();
+        if (!cu || !cu->cuIpcGetMemHandle)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        return cu->cuIpcGetMemHandle(pHandle, dptr);
+}
+
+/* ---- memory info ----------------------------------------------------- */
+
+GS_HOOK_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { return gs_conn_meminfo(free_bytes, total); }
+
+GS_HOOK_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
+{
+        size_t f = 0, t = 0;
+        CUresult r;
+
+        if (!free_bytes || !total)
+                return CUDA_ERROR_INVALID_VALUE;
+        r = gs_conn_meminfo(&f, &t);
+        if (r == CUDA_SUCCESS) {
+                *free_bytes = f > UINT_MAX ? UINT_MAX : (unsigned)f;
+                *total = t > UINT_MAX ? UINT_MAX : (unsigned)t;
+        }
+        return r;
+}
+
+GS_HOOK_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { return gs_conn_total(dev, bytes); }
+
+GS_HOOK_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+        size_t b = 0;
+        CUresult r;
+
+        if (!bytes)
+                return CUDA_ERROR_INVALID_VALUE;
+        r = gs_conn_total(dev, &b);
+        if (r == CUDA_SUCCESS)
+                *bytes = b > UINT_MAX ? UINT_MAX : (unsigned)b;
+        return r;
+}

@@ -1,0 +1,744 @@
+/* gs_hook_conn.c — the hook's side of gs_wire.h.
+ *
+ * One connection per process, guarded by g_mu: one request outstanding at a
+ * time, so replies come back in order and app threads are safe.  Whatever
+ * the agent sends is checked before use; a violation drops the connection
+ * and memory calls fail closed from then on (never the real allocator). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_hook.h"
+#include "gs_ring.h"
+#include "gs_wire.h"
+
+#define GS_DEFAULT_SOCKET "/var/run/gshare/agent.sock"
+#define GS_SPIN_NS 30000ull                 /* spin this long before sleeping */
+#define GS_SLEEP_SLICE_NS 50000000ull       /* re-check the socket this often */
+#define GS_REPLY_TIMEOUT_NS 60000000000ull  /* give up on a silent agent */
+#define GS_WELCOME_TIMEOUT_MS 10000
+#define GS_MAX_VA (UINT64_C(1) << 47)
+#define GS_MAX_DEVICES 64
+
+struct gs_gpu {
+        uint8_t uuid[16];
+        uint64_t quota, chunk;
+        uint32_t max_slots;
+        CUdeviceptr va_base;   /* 0 until reserved */
+        uint8_t *mapped;       /* max_slots flags */
+};
+
+enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2 };
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_state = GS_CONN_NEW;
+static int g_sock = -1;
+static struct gs_shm *g_shm;
+static uint32_t g_req_head, g_rep_tail;
+static uint64_t g_seq;
+static uint32_t g_ngpus;
+static struct gs_gpu g_gpus[GS_MAX_GPUS_PER_ALLOC];
+/* CUdevice -> index into g_gpus; -1: not in the allocation; -2: unknown. */
+static int g_devmap[GS_MAX_DEVICES];
+static const char *g_sock_path;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static uint64_t gs_now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* pre: g_mu held.  Forgets the connection (the agent reclaims our memory
+ * when we exit; chunks still mapped stay usable until freed). */
+static void gs_conn_drop(void)
+{
+        gs_closep(&g_sock);
+        if (g_shm)
+                munmap(g_shm, sizeof(*g_shm));
+        g_shm = NULL;
+        g_state = GS_CONN_DOWN;
+}
+
+/* pre: g_mu held. */
+static void gs_conn_lost(const char *why)
+{
+        gs_hook_say_once(GS_ONCE_AGENT, "lost the connection to the gshare agent at %s (%s); "
+                         "GPU memory allocation is disabled for this process", g_sock_path, why);
+        gs_conn_drop();
+}
+
+/* ---- fork ---------------------------------------------------------- */
+
+static void gs_atfork_prepare(void) { pthread_mutex_lock(&g_mu); }
+static void gs_atfork_parent(void) { pthread_mutex_unlock(&g_mu); }
+
+/* The child is a new process for the agent: drop the parent's connection
+ * (without telling the agent anything: the socket is the parent's too) and
+ * register again at the next call.  Its copy of the parent's mappings is
+ * left alone; it reserves fresh ranges. */
+static void gs_atfork_child(void)
+{
+        pthread_mutex_init(&g_mu, NULL);
+        gs_closep(&g_sock);
+        if (g_shm)
+                munmap(g_shm, sizeof(*g_shm));
+        g_shm = NULL;
+        for (uint32_t i = 0; i < g_ngpus; i++) {
+                free(g_gpus[i].mapped);
+                g_gpus[i].mapped = NULL;
+                g_gpus[i].va_base = 0;
+        }
+        g_ngpus = 0;
+        g_state = GS_CONN_NEW;
+        gs_hook_once_reset();
+}
+
+static void gs_atfork_register(void) { (void)pthread_atfork(gs_atfork_prepare, gs_atfork_parent, gs_atfork_child); }
+
+/* ---- registration -------------------------------------------------- */
+
+/* Receives one message and at most one fd.  Returns the length or a
+ * negative errno; *ret_fd is -1 unless exactly one fd came. */
+static ssize_t gs_recv_fd(int sock, void *buf, size_t len, int *ret_fd, int flags)
+{
+        union {
+                struct cmsghdr h;
+                char b[CMSG_SPACE(sizeof(int) * 4)];
+        } cb;
+        struct iovec iov = { buf, len };
+        struct msghdr mh = { 0 };
+        ssize_t n;
+        int nfds = 0;
+
+        *ret_fd = -1;
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cb.b;
+        mh.msg_controllen = sizeof(cb.b);
+        do
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return gs_neg_errno();
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                        continue;
+                size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                for (size_t i = 0; i < k; i++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                        if (nfds++ == 0)
+                                *ret_fd = fd;
+                        else
+                                close(fd); /* more fds than the protocol allows */
+                }
+        }
+        if (nfds > 1 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+                gs_closep(ret_fd);
+                return -EPROTO;
+        }
+        return n;
+}
+
+static int gs_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize_t got)
+{
+        return got == (ssize_t)len && h->magic == GS_WIRE_MAGIC && h->version == GS_WIRE_VERSION &&
+               h->type == type && h->len == len;
+}
+
+/* pre: g_mu held.  Validates the welcome and maps the segment. */
+static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, const char **why)
+{
+        struct stat st;
+        struct gs_shm *s;
+        int seals;
+
+        *why = "malformed welcome";
+        if (w->ngpus < 1 || w->ngpus > GS_MAX_GPUS_PER_ALLOC || w->shm_bytes < sizeof(struct gs_shm))
+                return -EPROTO;
+        for (uint32_t i = 0; i < w->ngpus; i++) {
+                const struct gs_wire_gpu *g = &w->gpus[i];
+                if (!gs_is_pow2(g->chunk_bytes) || g->chunk_bytes < 2 * GS_MiB || g->max_slots < 1 ||
+                    g->chunk_bytes > GS_MAX_VA / g->max_slots)
+                        return -EPROTO;
+        }
+        /* The segment must be sealed against shrinking, or the agent could
+         * make our reads fault. */
+        seals = fcntl(fd, F_GET_SEALS);
+        if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(*s) || seals < 0 || !(seals & F_SEAL_SHRINK)) {
+                *why = "the shared segment is not a sealed memfd of the right size";
+                return -EPROTO;
+        }
+        s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (s == MAP_FAILED) {
+                *why = "cannot map the shared segment";
+                return gs_neg_errno();
+        }
+        if (s->magic != GS_WIRE_MAGIC || s->version != GS_WIRE_VERSION || s->size != sizeof(*s) ||
+            s->ring_slots != GS_RING_SLOTS) {
+                *why = "the shared segment has the wrong magic, version or size";
+                munmap(s, sizeof(*s));
+                return -EPROTO;
+        }
+        g_shm = s;
+        g_req_head = __atomic_load_n(&s->req.head, __ATOMIC_ACQUIRE);
+        g_rep_tail = __atomic_load_n(&s->rep.tail, __ATOMIC_ACQUIRE);
+        g_ngpus = w->ngpus;
+        for (uint32_t i = 0; i < w->ngpus; i++) {
+                memset(&g_gpus[i], 0, sizeof(g_gpus[i]));
+                memcpy(g_gpus[i].uuid, w->gpus[i].uuid, 16);
+                g_gpus[i].quota = w->gpus[i].quota_bytes;
+                g_gpus[i].chunk = w->gpus[i].chunk_bytes;
+                g_gpus[i].max_slots = w->gpus[i].max_slots;
+        }
+        for (int d = 0; d < GS_MAX_DEVICES; d++)
+                g_devmap[d] = -2;
+        gs_hook_debug("registered with the agent at %s: process %llu, %u GPU(s)", g_sock_path,
+                      (unsigned long long)w->proc_id, w->ngpus);
+        return 0;
+}
+
+/* pre: g_mu held, g_state == GS_CONN_NEW. */
+static int gs_conn_connect(void)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct gs_sock_hello hello = { 0 };
+        union {
+                struct gs_sock_welcome w;
+                struct gs_sock_error e;
+                struct gs_sock_hdr h;
+        } m;
+        struct pollfd pfd;
+        const char *why = NULL;
+        ssize_t n;
+        int fd = -1, r;
+
+        pthread_once(&g_atfork_once, gs_atfork_register);
+        g_sock_path = secure_getenv("GSHARE_SOCKET");
+        if (!g_sock_path || !*g_sock_path)
+                g_sock_path = GS_DEFAULT_SOCKET;
+        if (strlen(g_sock_path) >= sizeof(sa.sun_path)) {
+                errno = ENAMETOOLONG;
+                goto fail_errno;
+        }
+        strcpy(sa.sun_path, g_sock_path);
+        g_sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (g_sock < 0 || connect(g_sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                goto fail_errno;
+        hello.h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_HELLO, sizeof(hello), 0 };
+        hello.pid = (uint32_t)getpid();
+        if (prctl(PR_GET_NAME, hello.comm) < 0)
+                memset(hello.comm, 0, sizeof(hello.comm));
+        if (send(g_sock, &hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello))
+                goto fail_errno;
+        pfd = (struct pollfd){ .fd = g_sock, .events = POLLIN };
+        do
+                r = poll(&pfd, 1, GS_WELCOME_TIMEOUT_MS);
+        while (r < 0 && errno == EINTR);
+        if (r == 0) {
+                why = "no welcome from the agent";
+                goto fail;
+        }
+        memset(&m, 0, sizeof(m));
+        n = gs_recv_fd(g_sock, &m, sizeof(m), &fd, MSG_DONTWAIT);
+        if (n < 0) {
+                errno = (int)-n;
+                goto fail_errno;
+        }
+        if (gs_hdr_ok(&m.h, GS_SOCK_ERROR, sizeof(m.e), n)) {
+                m.e.msg[sizeof(m.e.msg) - 1] = '\0';
+                gs_hook_say_once(GS_ONCE_AGENT, "the gshare agent at %s refused this process: %s; "
+                                 "GPU memory allocation is disabled for this process", g_sock_path, m.e.msg);
+                gs_closep(&fd);
+                gs_conn_drop();
+                return -EPERM;
+        }
+        if (!gs_hdr_ok(&m.h, GS_SOCK_WELCOME, sizeof(m.w), n) || fd < 0) {
+                why = "unexpected reply to HELLO";
+                goto fail;
+        }
+        r = gs_conn_welcome(&m.w, fd, &why);
+        gs_closep(&fd);
+        if (r < 0)
+                goto fail;
+        g_state = GS_CONN_UP;
+        return 0;
+fail_errno:
+        why = strerror(errno);
+fail:
+        gs_closep(&fd);
+        gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
+                         "GPU memory allocation is disabled for this process", g_sock_path, why);
+        gs_conn_drop();
+        return -ECONNREFUSED;
+}
+
+int gs_conn_ensure(void)
+{
+        int r;
+
+        pthread_mutex_lock(&g_mu);
+        if (g_state == GS_CONN_NEW)
+                (void)gs_conn_connect();
+        r = g_state == GS_CONN_UP ? 0 : -ENOTCONN;
+        pthread_mutex_unlock(&g_mu);
+        return r;
+}
+
+/* ---- requests ------------------------------------------------------ */
+
+/* pre: g_mu held, connected.  Sends one request and waits for its reply.
+ * Returns 0 with *ret filled (ret->status is the agent's verdict), or a
+ * negative errno after which the connection is gone. */
+static int gs_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret)
+{
+        struct gs_ring_msg m = { 0 };
+        uint64_t start = gs_now_ns(), now;
+        int r;
+
+        m.seq = ++g_seq;
+        m.op = op;
+        m.gpu = gpu;
+        m.arg[0] = a0;
+        m.arg[1] = a1;
+        r = gs_ring_push(&g_shm->req, &g_req_head, &m);
+        if (r < 0) {
+                /* One request outstanding: a full ring means a broken peer. */
+                gs_conn_lost("request ring full or corrupt");
+                return -EPROTO;
+        }
+        gs_doorbell_ring(&g_shm->agent_wake, &g_shm->agent_sleeping);
+        for (;;) {
+                r = gs_ring_pop(&g_shm->rep, &g_rep_tail, ret);
+                if (r < 0) {
+                        gs_conn_lost("reply ring corrupt");
+                        return r;
+                }
+                if (r == 1)
+                        break;
+                now = gs_now_ns();
+                if (now - start < GS_SPIN_NS) {
+#if defined(__x86_64__) || defined(__i386__)
+                        __builtin_ia32_pause();
+#endif
+                        continue;
+                }
+                if (now - start > GS_REPLY_TIMEOUT_NS) {
+                        gs_conn_lost("no reply within 60 s");
+                        return -ETIMEDOUT;
+                }
+                r = gs_doorbell_sleep(&g_shm->rep, g_rep_tail, &g_shm->hook_wake, &g_shm->hook_sleeping,
+                                      GS_SLEEP_SLICE_NS);
+                if (r == -ETIMEDOUT || r == 0) {
+                        struct pollfd pfd = { .fd = g_sock, .events = POLLRDHUP };
+                        if (!gs_ring_ready(&g_shm->rep, g_rep_tail) && poll(&pfd, 1, 0) > 0 &&
+                            (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+                                gs_conn_lost("the agent closed the connection");
+                                return -ECONNRESET;
+                        }
+                }
+        }
+        if (ret->seq != m.seq || ret->op != op) {
+                gs_conn_lost("reply does not match the request");
+                return -EPROTO;
+        }
+        return 0;
+}
+
+/* pre: g_mu held.  The g_gpus index of the current context's device, or a
+ * negative errno (-ENODEV: the device is not in the allocation). */
+static int gs_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev)
+{
+        CUdevice dev = -1;
+        CUuuid u;
+
+        if (!cu->cuCtxGetDevice || cu->cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+                return -EBADR; /* no current context */
+        *ret_dev = dev;
+        if (dev < 0 || dev >= GS_MAX_DEVICES)
+                return -ENODEV;
+        if (g_devmap[dev] == -2) {
+                g_devmap[dev] = -1;
+                if (cu->cuDeviceGetUuid_v2 && cu->cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS)
+                        for (uint32_t i = 0; i < g_ngpus; i++)
+                                if (!memcmp(g_gpus[i].uuid, u.bytes, 16))
+                                        g_devmap[dev] = (int)i;
+        }
+        return g_devmap[dev] >= 0 ? g_devmap[dev] : -ENODEV;
+}
+
+/* pre: g_mu held.  Reserves the GPU's range on first use. */
+static CUresult gs_reserve(const struct gs_cu *cu, struct gs_gpu *g)
+{
+        CUdeviceptr va = 0;
+        CUresult r;
+
+        if (g->va_base)
+                return CUDA_SUCCESS;
+        if (!cu->cuMemAddressReserve)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        g->mapped = calloc(g->max_slots, 1);
+        if (!g->mapped)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        r = cu->cuMemAddressReserve(&va, (size_t)g->chunk * g->max_slots, g->chunk, 0, 0);
+        if (r != CUDA_SUCCESS || !va) {
+                free(g->mapped);
+                g->mapped = NULL;
+                return r != CUDA_SUCCESS ? r : CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g->va_base = va;
+        return CUDA_SUCCESS;
+}
+
+/* pre: g_mu held.  Imports and maps one granted chunk.  Closes fd. */
+static int gs_map_grant(const struct gs_cu *cu, struct gs_gpu *g, CUdevice dev, uint32_t slot, int fd)
+{
+        CUmemGenericAllocationHandle h;
+        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUdeviceptr at = g->va_base + (CUdeviceptr)slot * g->chunk;
+        int r = -EIO;
+
+        if (!cu->cuMemImportFromShareableHandle || !cu->cuMemMap || !cu->cuMemSetAccess || !cu->cuMemRelease ||
+            !cu->cuMemUnmap)
+                goto out;
+        if (cu->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
+            CUDA_SUCCESS)
+                goto out;
+        if (cu->cuMemMap(at, g->chunk, 0, h, 0) != CUDA_SUCCESS) {
+                (void)cu->cuMemRelease(h);
+                goto out;
+        }
+        /* The mapping keeps the memory; our handle is not needed. */
+        (void)cu->cuMemRelease(h);
+        if (cu->cuMemSetAccess(at, g->chunk, &acc, 1) != CUDA_SUCCESS) {
+                (void)cu->cuMemUnmap(at, g->chunk);
+                goto out;
+        }
+        g->mapped[slot] = 1;
+        r = 0;
+out:
+        close(fd);
+        return r;
+}
+
+/* pre: g_mu held.  Reads and maps the k grants that precede an ALLOC reply.
+ * Every fd received is closed, whatever happens. */
+static int gs_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uint64_t seq, uint64_t k,
+                          const char **why)
+{
+        struct gs_gpu *g = &g_gpus[gi];
+        int r = 0;
+
+        for (uint64_t i = 0; i < k; i++) {
+                struct gs_sock_grant gr;
+                int fd;
+                ssize_t n = gs_recv_fd(g_sock, &gr, sizeof(gr), &fd, MSG_DONTWAIT);
+
+                if (n < 0) {
+                        *why = "a promised chunk grant did not arrive";
+                        return -EPROTO;
+                }
+                if (r < 0) {
+                        gs_closep(&fd);
+                        continue;
+                }
+                if (!gs_hdr_ok(&gr.h, GS_SOCK_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != seq || gr.gpu != gi ||
+                    gr.slot >= g->max_slots || gr.chunk_bytes != g->chunk || g->mapped[gr.slot]) {
+                        gs_closep(&fd);
+                        *why = "malformed chunk grant";
+                        r = -EPROTO;
+                        continue;
+                }
+                if (gs_map_grant(cu, g, dev, gr.slot, fd) < 0) {
+                        *why = "cannot map a granted chunk";
+                        r = -EIO;
+                }
+        }
+        return r;
+}
+
+static CUresult gs_status_cu(int32_t st)
+{
+        switch (st) {
+        case 0: return CUDA_SUCCESS;
+        case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+        case -ENOENT:
+        case -EINVAL: return CUDA_ERROR_INVALID_VALUE;
+        default: return CUDA_ERROR_UNKNOWN;
+        }
+}
+
+/* pre: g_mu held.  Connects if needed; the driver table or NULL. */
+static const struct gs_cu *gs_ready(void)
+{
+        const struct gs_cu *cu = gs_cu_get();
+
+        if (!cu)
+                return NULL;
+        if (g_state == GS_CONN_NEW)
+                (void)gs_conn_connect();
+        return g_state == GS_CONN_UP ? cu : NULL;
+}
+
+/* pre: g_mu held. */
+static CUresult gs_gpu_err(int gi, CUdevice dev)
+{
+        if (gi == -EBADR)
+                return CUDA_ERROR_INVALID_CONTEXT;
+        gs_hook_say_once(GS_ONCE_DEVICE, "CUDA device %d is not part of this container's gshare allocation; "
+                         "memory allocation on it is refused", dev);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult gs_conn_alloc(CUdeviceptr *ret_ptr, size_t size)
+{
+        const struct gs_cu *cu;
+        struct gs_ring_msg rep;
+        struct gs_gpu *g;
+        const char *why = NULL;
+        CUdevice dev = -1;
+        CUresult res;
+        int gi;
+
+        if (!ret_ptr || size == 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_mu);
+        cu = gs_ready();
+        if (!cu) {
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        gi = gs_cur_gpu(cu, &dev);
+        if (gi < 0) {
+                res = gs_gpu_err(gi, dev);
+                goto out;
+        }
+        g = &g_gpus[gi];
+        if (size > (uint64_t)g->chunk * g->max_slots) {
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        res = gs_reserve(cu, g);
+        if (res != CUDA_SUCCESS)
+                goto out;
+        if (gs_call(GS_OP_ALLOC, (uint32_t)gi, size, 0, &rep) < 0) {
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        if (rep.arg[1] > GS_MAX_GRANTS_PER_REPLY || rep.arg[1] > g->max_slots) {
+                gs_conn_lost("too many chunk grants in one reply");
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        if (gs_take_grants(cu, (uint32_t)gi, dev, rep.seq, rep.arg[1], &why) < 0) {
+                gs_conn_lost(why);
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        if (rep.status != 0) {
+                res = gs_status_cu(rep.status);
+                goto out;
+        }
+        /* The block must lie in chunks we have mapped. */
+        uint64_t off = rep.arg[0], span = (uint64_t)g->chunk * g->max_slots;
+        if (off % GS_MIN_ALIGN || off >= span || size > span - off) {
+                gs_conn_lost("the agent returned an offset outside our range");
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        for (uint64_t s = off / g->chunk; s <= (off + size - 1) / g->chunk; s++)
+                if (!g->mapped[s]) {
+                        gs_conn_lost("the agent returned an offset in an unmapped chunk");
+                        res = CUDA_ERROR_OUT_OF_MEMORY;
+                        goto out;
+                }
+        *ret_ptr = g->va_base + off;
+        res = CUDA_SUCCESS;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+/* pre: g_mu held.  The GPU whose range holds ptr, or -1. */
+static int gs_owner(CUdeviceptr ptr)
+{
+        for (uint32_t i = 0; i < g_ngpus; i++) {
+                struct gs_gpu *g = &g_gpus[i];
+                if (g->va_base && ptr >= g->va_base && ptr - g->va_base < (uint64_t)g->chunk * g->max_slots)
+                        return (int)i;
+        }
+        return -1;
+}
+
+int gs_conn_owns(CUdeviceptr ptr)
+{
+        int r;
+
+        pthread_mutex_lock(&g_mu);
+        r = gs_owner(ptr) >= 0;
+        pthread_mutex_unlock(&g_mu);
+        return r;
+}
+
+CUresult gs_conn_free(CUdeviceptr ptr)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        struct gs_ring_msg rep, rel;
+        struct gs_gpu *g;
+        CUresult res;
+        int gi;
+
+        pthread_mutex_lock(&g_mu);
+        gi = gs_owner(ptr);
+        if (gi < 0) {
+                res = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        if (g_state != GS_CONN_UP || !cu) {
+                /* Lost agent: nothing to give back to; the memory returns
+                 * when the process exits. */
+                res = CUDA_SUCCESS;
+                goto out;
+        }
+        g = &g_gpus[gi];
+        if (gs_call(GS_OP_FREE, (uint32_t)gi, ptr - g->va_base, 0, &rep) < 0) {
+                res = CUDA_SUCCESS;
+                goto out;
+        }
+        res = gs_status_cu(rep.status);
+        if (res != CUDA_SUCCESS || rep.arg[1] == 0)
+                goto out;
+        uint64_t first = rep.arg[0], count = rep.arg[1];
+        if (first >= g->max_slots || count > g->max_slots - first) {
+                gs_conn_lost("the agent asked to release slots outside our range");
+                goto out;
+        }
+        for (uint64_t s = first; s < first + count; s++) {
+                if (!g->mapped[s])
+                        continue;
+                if (cu->cuMemUnmap && cu->cuMemUnmap(g->va_base + s * g->chunk, g->chunk) == CUDA_SUCCESS) {
+                        g->mapped[s] = 0;
+                } else {
+                        /* Still mapped here: the chunk must not go back. */
+                        gs_conn_lost("cannot unmap a released chunk");
+                        goto out;
+                }
+        }
+        if (gs_call(GS_OP_RELEASE, (uint32_t)gi, first, count, &rel) == 0 && rel.status != 0)
+                gs_hook_debug("the agent refused RELEASE of slots %llu+%llu: %d", (unsigned long long)first,
+                              (unsigned long long)count, rel.status);
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+CUresult gs_conn_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size)
+{
+        struct gs_ring_msg rep;
+        CUresult res;
+        int gi;
+
+        pthread_mutex_lock(&g_mu);
+        gi = gs_owner(ptr);
+        if (gi < 0 || g_state != GS_CONN_UP) {
+                res = CUDA_ERROR_NOT_FOUND;
+                goto out;
+        }
+        if (gs_call(GS_OP_RANGE, (uint32_t)gi, ptr - g_gpus[gi].va_base, 0, &rep) < 0) {
+                res = CUDA_ERROR_NOT_FOUND;
+                goto out;
+        }
+        if (rep.status != 0) {
+                res = CUDA_ERROR_NOT_FOUND;
+                goto out;
+        }
+        uint64_t span = (uint64_t)g_gpus[gi].chunk * g_gpus[gi].max_slots;
+        if (rep.arg[0] >= span || rep.arg[1] > span - rep.arg[0]) {
+                gs_conn_lost("the agent returned a range outside our range");
+                res = CUDA_ERROR_NOT_FOUND;
+                goto out;
+        }
+        if (ret_base)
+                *ret_base = g_gpus[gi].va_base + rep.arg[0];
+        if (ret_size)
+                *ret_size = rep.arg[1];
+        res = CUDA_SUCCESS;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+CUresult gs_conn_meminfo(size_t *ret_free, size_t *ret_total)
+{
+        const struct gs_cu *cu;
+        struct gs_ring_msg rep;
+        CUdevice dev = -1;
+        CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
+        int gi;
+
+        if (!ret_free || !ret_total)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_mu);
+        cu = gs_ready();
+        if (!cu)
+                goto out;
+        gi = gs_cur_gpu(cu, &dev);
+        if (gi == -EBADR) {
+                res = CUDA_ERROR_INVALID_CONTEXT;
+                goto out;
+        }
+        if (gi < 0) {
+                /* Not ours: nothing can be allocated there. */
+                *ret_free = 0;
+                *ret_total = 0;
+                res = CUDA_SUCCESS;
+                goto out;
+        }
+        if (gs_call(GS_OP_MEMINFO, (uint32_t)gi, 0, 0, &rep) < 0 || rep.status != 0)
+                goto out;
+        *ret_total = rep.arg[1];
+        *ret_free = rep.arg[0] > rep.arg[1] ? rep.arg[1] : rep.arg[0];
+        res = CUDA_SUCCESS;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes)
+{
+        const struct gs_cu *cu;
+        CUuuid u;
+        CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
+
+        if (!ret_bytes)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_mu);
+        cu = gs_ready();
+        if (!cu)
+                goto out;
+        if (!cu->cuDeviceGetUuid_v2 || cu->cuDeviceGetUuid_v2(&u, dev) != CUDA_SUCCESS) {
+                res = CUDA_ERROR_INVALID_DEVICE;
+                goto out;
+        }
+        *ret_bytes = 0;
+        for (uint32_t i = 0; i < g_ngpus; i++)
+                if (!memcmp(g_gpus[i].uuid, u.bytes, 16))
+                        *ret_bytes = g_gpus[i].quota;
+        res = CUDA_SUCCESS;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}

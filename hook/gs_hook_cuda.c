@@ -1,0 +1,141 @@
+/* gs_hook_cuda.c — the real driver and the real dlsym for libgshare.so. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gs_hook.h"
+
+static struct gs_cu g_cu;
+static void *g_lib;
+static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
+
+typedef void *(*gs_dlsym_fn)(void *, const char *);
+static gs_dlsym_fn g_real_dlsym;
+
+/* No sanitizer instrumentation: ASan's runtime resolves its interceptors with
+ * dlsym before its shadow memory exists, and our dlsym is the one it gets. */
+__attribute__((no_sanitize("address", "undefined")))
+void *gs_real_dlsym_fn(void)
+{
+        gs_dlsym_fn f = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
+
+        if (!f) {
+                /* glibc 2.34 moved dlsym into libc with a new version; older
+                 * binaries bind the GLIBC_2.2.5 one.  Either is the real one. */
+                f = (gs_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+                if (!f)
+                        f = (gs_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+                if (!f)
+                        return NULL;
+                __atomic_store_n(&g_real_dlsym, f, __ATOMIC_RELEASE);
+        }
+        return (void *)f;
+}
+
+__attribute__((no_sanitize("address", "undefined")))
+void *gs_real_dlsym(void *handle, const char *name)
+{
+        gs_dlsym_fn f = (gs_dlsym_fn)gs_real_dlsym_fn();
+
+        return f ? f(handle, name) : NULL;
+}
+
+#define GS_CU_ENTRY(n) { #n, offsetof(struct gs_cu, n) }
+static const struct {
+        const char *name;
+        size_t off;
+} gs_cu_entries[] = {
+        GS_CU_ENTRY(cuInit), GS_CU_ENTRY(cuGetProcAddress), GS_CU_ENTRY(cuGetProcAddress_v2),
+        GS_CU_ENTRY(cuCtxGetDevice), GS_CU_ENTRY(cuDeviceGetUuid_v2), GS_CU_ENTRY(cuDeviceGetCount),
+        GS_CU_ENTRY(cuMemAddressReserve), GS_CU_ENTRY(cuMemImportFromShareableHandle), GS_CU_ENTRY(cuMemMap),
+        GS_CU_ENTRY(cuMemSetAccess), GS_CU_ENTRY(cuMemRelease), GS_CU_ENTRY(cuMemUnmap),
+        GS_CU_ENTRY(cuMemGetAddressRange_v2), GS_CU_ENTRY(cuStreamSynchronize),
+        GS_CU_ENTRY(cuStreamSynchronize_ptsz), GS_CU_ENTRY(cuIpcGetMemHandle),
+};
+
+static void gs_cu_load(void)
+{
+        const char *path = secure_getenv("GSHARE_CUDA_LIBRARY");
+
+        if (!path || !*path)
+                path = "libcuda.so.1";
+        g_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!g_lib) {
+                gs_hook_debug("cannot open %s: %s", path, dlerror());
+                return;
+        }
+        for (size_t i = 0; i < GS_ARRAY_SIZE(gs_cu_entries); i++) {
+                void *p = gs_real_dlsym(g_lib, gs_cu_entries[i].name);
+                /* Function pointers are data-pointer sized on every ABI
+                 * glibc supports (POSIX requires it for dlsym). */
+                memcpy((char *)&g_cu + gs_cu_entries[i].off, &p, sizeof(p));
+        }
+}
+
+const struct gs_cu *gs_cu_get(void)
+{
+        pthread_once(&g_cu_once, gs_cu_load);
+        return g_lib ? &g_cu : NULL;
+}
+
+void *gs_cu_real(const char *name)
+{
+        if (!gs_cu_get())
+                return NULL;
+        return gs_real_dlsym(g_lib, name);
+}
+
+/* ---- messages ------------------------------------------------------- */
+
+static int g_said[GS_ONCE__N];
+
+static void gs_vsay(const char *fmt, va_list ap)
+{
+        char buf[512];
+        int n = snprintf(buf, sizeof(buf), "gshare: ");
+
+        n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+        if (n >= (int)sizeof(buf) - 1)
+                n = (int)sizeof(buf) - 2;
+        buf[n++] = '\n';
+        /* One write(2): no stdio locks (we may run in a fork child), and the
+         * line is not interleaved with other threads' output. */
+        (void)!write(STDERR_FILENO, buf, (size_t)n);
+}
+
+void gs_hook_say_once(enum gs_once key, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (__atomic_exchange_n(&g_said[key], 1, __ATOMIC_SEQ_CST))
+                return;
+        va_start(ap, fmt);
+        gs_vsay(fmt, ap);
+        va_end(ap);
+}
+
+void gs_hook_debug(const char *fmt, ...)
+{
+        static int level = -1;
+        va_list ap;
+
+        if (level < 0) {
+                const char *e = secure_getenv("GSHARE_HOOK_DEBUG");
+                level = e && *e == '1';
+        }
+        if (!level)
+                return;
+        va_start(ap, fmt);
+        gs_vsay(fmt, ap);
+        va_end(ap);
+}
+
+void gs_hook_once_reset(void)
+{
+        for (int i = 0; i < GS_ONCE__N; i++)
+                __atomic_store_n(&g_said[i], 0, __ATOMIC_SEQ_CST);
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Tests of libgshare.so: its exported symbols and dependencies, fail-closed
+# behaviour without an agent, dlsym/cuGetProcAddress interposition, and the
+# memory path against test/hook/mock_agent on the fake driver.
+set -u
+B=${B:-build}
+HOOK=$PWD/$B/libgshare.so
+CLIENT=$B/test/hook_client
+MOCK=$B/test/mock_agent
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+ok() { echo "ok: $*"; }
+
+tmp=$(mktemp -d /tmp/gshare-hook-test.XXXXXX)
+mock_pid=
+cleanup() { [[ -n $mock_pid ]] && kill "$mock_pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+# An ASan-built library preloaded into a program needs the ASan runtime
+# loaded first.
+PRELOAD=$HOOK
+if [[ ${SANITIZE:-} == asan ]]; then
+  PRELOAD="$(gcc -print-file-name=libasan.so) $HOOK"
+fi
+export GSHARE_FAKECUDA_STATE=$tmp/fakecuda-state GSHARE_FAKECUDA_MEM=1Gi GSHARE_FAKECUDA_DEVICES=1
+
+# 1. Exported symbols == the version script's list; DT_NEEDED == libc only.
+want=$(sed -n '/global:/,/local:/p' hook/libgshare.lds | tr ' ;' '\n\n' | grep -E '^(cu|dlsym)' | sort)
+got=$(nm -D --defined-only "$HOOK" | awk '{print $3}' | sed 's/@.*//' | sort)
+if [[ "$want" == "$got" ]]; then ok "exported symbols"; else bad "exported symbols differ:"; diff <(echo "$want") <(echo "$got"); fi
+for s in cuInit cuMemAlloc_v2 cuMemFree_v2 cuMemGetInfo_v2 cuGetProcAddress_v2 dlsym; do
+  grep -qx "$s" <<<"$got" || bad "$s not exported"
+done
+needed=$(readelf -d "$HOOK" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | grep -Ev '^lib(asan|ubsan)\.so' | tr '\n' ' ')
+if [[ "$needed" == "libc.so.6 " ]]; then ok "DT_NEEDED libc only"; else bad "DT_NEEDED: $needed"; fi
+
+run_client() { # scenario, stderr file
+  LD_PRELOAD="$PRELOAD" timeout 60 "$CLIENT" "$1" 2>"$2"
+}
+
+# 2. Fail closed: no agent.
+GSHARE_SOCKET=$tmp/no-such-dir/agent.sock run_client failclosed "$tmp/err"
+rc=$?
+lines=$(grep -c '^gshare:' "$tmp/err")
+if [[ $rc == 0 && $lines == 1 ]] && grep -q "cannot reach the gshare agent at $tmp/no-such-dir/agent.sock (No such file or directory)" "$tmp/err"; then
+  ok "fail closed"
+else
+  bad "fail closed (rc $rc, $lines gshare lines)"; cat "$tmp/err"
+fi
+
+# 3. dlsym / cuGetProcAddress interposition (no agent needed).
+if GSHARE_SOCKET=$tmp/none run_client lookup "$tmp/err"; then ok "lookups"; else bad "lookups"; cat "$tmp/err"; fi
+
+# 4. Against the mock agent: quota 3 chunks of 2 MiB.
+start_mock() { # nchunks
+  [[ -n $mock_pid ]] && { kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; }
+  rm -f "$tmp/agent.sock"
+  "$MOCK" "$tmp/agent.sock" "$1" 256 &
+  mock_pid=$!
+  for _ in $(seq 100); do [[ -S $tmp/agent.sock ]] && return 0; sleep 0.05; done
+  bad "mock agent did not start"; return 1
+}
+export GSHARE_SOCKET=$tmp/agent.sock
+start_mock 3
+for sc in roundtrip meminfo release fork; do
+  if run_client $sc "$tmp/err" && ! grep -q '^gshare:' "$tmp/err"; then ok "$sc"; else bad "$sc"; cat "$tmp/err"; fi
+done
+start_mock 64
+if run_client threads "$tmp/err"; then ok "threads"; else bad "threads"; cat "$tmp/err"; fi
+run_client unsupported "$tmp/err"
+rc=$?
+if [[ $rc == 0 && $(grep -c '^gshare:' "$tmp/err") == 1 ]]; then ok "unsupported calls fail closed"; else bad "unsupported (rc $rc)"; cat "$tmp/err"; fi
+
+# 5. The agent goes away: memory calls fail closed with one line.
+kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; mock_pid=
+rm -f "$tmp/agent.sock"
+if run_client failclosed "$tmp/err" && [[ $(grep -c '^gshare:' "$tmp/err") == 1 ]]; then ok "agent gone"; else bad "agent gone"; cat "$tmp/err"; fi
+
+exit $fail
