@@ -53,7 +53,7 @@ in_alloc() {
 t() {  # t NAME cmd...: one suite entry
   local name=$1; shift
   echo "=== $name"
-  if "$@" >"$work/$name.log" 2>&1; then ok "$name"; else bad "$name"; fi
+  if timeout "${GSHARE_TEST_TIMEOUT:-240}" "$@" >"$work/$name.log" 2>&1; then ok "$name"; else bad "$name (exit $?)"; fi
   sed 's/^/    /' "$work/$name.log" | tail -n 25
 }
 
