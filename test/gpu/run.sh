@@ -44,16 +44,18 @@ Bd=$(ctl --json create $(ids 8 4) | jq_py 'd["allocation"]["socket_dir"]')
 QA=$((8 << 30)); QB=$((4 << 30))
 echo "allocation A: $A (8 GiB); allocation B: $Bd (4 GiB)"
 
-# in_alloc DIR QUOTA cmd... : run a command as a process of that container.
+# in_alloc DIR QUOTA cmd... : run a command as a process of that container
+# (a shell function, so the per-entry time limit is applied inside it).
 in_alloc() {
   local dir=$1 q=$2; shift 2
-  env LD_PRELOAD="$B/libgshare.so" GSHARE_SOCKET="$dir/agent.sock" GSHARE_EXPECT_QUOTA="$q" \
+  timeout "${GSHARE_TEST_TIMEOUT:-240}" env LD_PRELOAD="$B/libgshare.so" \
+      GSHARE_SOCKET="$dir/agent.sock" GSHARE_EXPECT_QUOTA="$q" \
       PYTHONPATH="$here" PYTHONUNBUFFERED=1 "$@"
 }
 t() {  # t NAME cmd...: one suite entry
   local name=$1; shift
   echo "=== $name"
-  if timeout "${GSHARE_TEST_TIMEOUT:-240}" "$@" >"$work/$name.log" 2>&1; then ok "$name"; else bad "$name (exit $?)"; fi
+  if "$@" >"$work/$name.log" 2>&1; then ok "$name"; else bad "$name (exit $?)"; fi
   sed 's/^/    /' "$work/$name.log" | tail -n 25
 }
 
@@ -62,11 +64,11 @@ E2E=${E2E_CUDA:-$B/test/e2e/e2e_cuda}
 t e2e_meminfo    in_alloc "$A" $QA "$E2E" meminfo
 t e2e_fill       in_alloc "$A" $QA "$E2E" fill 64
 t e2e_data       in_alloc "$A" $QA "$E2E" data 600
-t e2e_threads    in_alloc "$A" $QA "$E2E" threads 8 1
-t bypass         env GSHARE_EXPECT_QUOTA=0 "${BYPASS:-$B/test-gpu/bypass}" $((16 << 30))
+t e2e_threads    in_alloc "$A" $QA "$E2E" threads 8
+t bypass         timeout 60 env GSHARE_EXPECT_QUOTA=0 "${BYPASS:-$B/test-gpu/bypass}" $((16 << 30))
 t torch_quota    in_alloc "$A" $QA "$PY" "$here/fw_torch_quota.py"
 t torch_quota_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$here/fw_torch_quota.py"
-t torch_train_native env PYTHONPATH="$here" CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$here/fw_torch_train.py"
+t torch_train_native timeout 240 env PYTHONPATH="$here" CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$here/fw_torch_train.py"
 t torch_train_gshare in_alloc "$A" $QA env CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$here/fw_torch_train.py"
 if diff <(grep -E '^(LOSS|CHECKSUM)' "$work/torch_train_native.log") \
         <(grep -E '^(LOSS|CHECKSUM)' "$work/torch_train_gshare.log") >/dev/null &&
@@ -86,7 +88,7 @@ wait $p1; r1=$?; wait $p2; r2=$?
 # Every chunk back: no process holds memory, and after release the system
 # list holds the whole pool again.
 sleep 0.5
-held=$(ctl --json allocations | jq_py 'sum(p["chunks_held"] for a in d["allocations"] for p in a["processes"])')
+held=$(ctl --json allocations | jq_py 'sum(p["chunks_held"] for a in (d if isinstance(d, list) else d["allocations"]) for p in a["processes"])')
 [[ $held == 0 ]] && ok "no process holds a chunk after all exited" || bad "processes still hold $held chunks"
 for dir in "$A" "$Bd"; do ctl release "$(basename "$dir")" >/dev/null || bad "release $(basename "$dir")"; done
 back=$(ctl --json gpus | jq_py 'str(d["gpus"][0]["chunks_free"]) + " " + str(d["gpus"][0]["chunks_total"])')
