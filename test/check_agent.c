@@ -3,6 +3,8 @@
  * HELLO validation, and the driver table's loading and error adapter.
  * (Everything else runs end to end in test/e2e/test_e2e.py.) */
 #include <check.h>
+
+#include "gs_check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,8 +204,6 @@ int main(void)
 {
         Suite *s = suite_create("agent");
         TCase *t = tcase_create("agent");
-        SRunner *sr;
-        int failed;
 
         tcase_add_test(t, test_id_stable_and_distinct);
         tcase_add_test(t, test_parse_line);
@@ -213,9 +213,5 @@ int main(void)
         tcase_add_test(t, test_cuda_errno);
         tcase_add_test(t, test_cuda_open);
         suite_add_tcase(s, t);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? 1 : 0;
+        return gs_check_run(s);
 }

@@ -1,5 +1,7 @@
 /* check_alloc.c — the allocator through its public interface (gs_alloc.h). */
 #include <check.h>
+
+#include "gs_check.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -419,10 +421,5 @@ int main(void)
         tcase_add_test(tc, test_release_hint);
         tcase_add_test(tc, test_two_procs_isolated);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_set_fork_status(sr, CK_FORK_GETENV); /* fork unless CK_FORK=no */
-        srunner_run_all(sr, CK_NORMAL);
-        int nf = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+        return gs_check_run(s);
 }

@@ -12,6 +12,8 @@
  *   GS_RANDOM_SEED=n   seed (default fixed; printed on failure)
  *   GS_RANDOM_OPS=n    operations (default 1e6, 300k under ASan) */
 #include <check.h>
+
+#include "gs_check.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,10 +367,5 @@ int main(void)
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_random_model);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_set_fork_status(sr, CK_FORK_GETENV); /* fork unless CK_FORK=no */
-        srunner_run_all(sr, CK_NORMAL);
-        int nf = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+        return gs_check_run(s);
 }

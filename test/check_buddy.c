@@ -1,5 +1,7 @@
 /* check_buddy.c — the buddy level on its own (agent/gs_buddy.h). */
 #include <check.h>
+
+#include "gs_check.h"
 #include <stdlib.h>
 
 #include "gs_buddy.h"
@@ -245,10 +247,5 @@ int main(void)
         tcase_add_test(tc, test_validate_catches);
         tcase_add_test(tc, test_random);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_set_fork_status(sr, CK_FORK_GETENV); /* fork unless CK_FORK=no */
-        srunner_run_all(sr, CK_NORMAL);
-        int nf = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+        return gs_check_run(s);
 }

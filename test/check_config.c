@@ -1,5 +1,7 @@
 /* check_config.c — gs_config: every key, sizes, and the errors. */
 #include <check.h>
+
+#include "gs_check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,8 +291,6 @@ int main(void)
 {
         Suite *s = suite_create("config");
         TCase *tc = tcase_create("config");
-        SRunner *sr;
-        int failed;
 
         tcase_add_test(tc, test_defaults);
         tcase_add_test(tc, test_every_key);
@@ -301,9 +301,5 @@ int main(void)
         tcase_add_test(tc, test_file_errors);
         tcase_add_test(tc, test_validate);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? 1 : 0;
+        return gs_check_run(s);
 }

@@ -2,6 +2,8 @@
  * socket: unary round trip, errors, unknown method, bad request, deadlines,
  * parallel calls, streams whose client cancels or vanishes, clean shutdown. */
 #include <check.h>
+
+#include "gs_check.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -399,8 +401,6 @@ int main(void)
 {
         Suite *s = suite_create("grpc");
         TCase *tc = tcase_create("grpc");
-        SRunner *sr;
-        int failed;
 
         tcase_set_timeout(tc, 30);
         tcase_add_test(tc, test_unary_round_trip);
@@ -415,9 +415,5 @@ int main(void)
         tcase_add_test(tc, test_shutdown_with_open_stream);
         tcase_add_test(tc, test_refuses_non_socket);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? 1 : 0;
+        return gs_check_run(s);
 }

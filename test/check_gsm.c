@@ -1,5 +1,7 @@
 /* check_gsm.c — the chunk level on its own (agent/gs_gsm.h). */
 #include <check.h>
+
+#include "gs_check.h"
 #include <stdlib.h>
 
 #include "gs_gsm.h"
@@ -201,10 +203,5 @@ int main(void)
         tcase_add_test(tc, test_return_failure_retires);
         tcase_add_test(tc, test_validate_catches);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_set_fork_status(sr, CK_FORK_GETENV); /* fork unless CK_FORK=no */
-        srunner_run_all(sr, CK_NORMAL);
-        int nf = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+        return gs_check_run(s);
 }

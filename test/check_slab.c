@@ -1,5 +1,7 @@
 /* check_slab.c — the slab level over a buddy (agent/gs_slab.h). */
 #include <check.h>
+
+#include "gs_check.h"
 #include <stdlib.h>
 
 #include "gs_slab.h"
@@ -140,10 +142,5 @@ int main(void)
         tcase_add_test(tc, test_slot_reuse_lowest);
         tcase_add_test(tc, test_validate_catches);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_set_fork_status(sr, CK_FORK_GETENV); /* fork unless CK_FORK=no */
-        srunner_run_all(sr, CK_NORMAL);
-        int nf = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+        return gs_check_run(s);
 }

@@ -3,6 +3,8 @@
  * Each test runs in its own forked process (CK_FORK) with its own state
  * file, so cross-process accounting starts from zero. */
 #include <check.h>
+
+#include "../gs_check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,8 +334,6 @@ int main(void)
 {
         Suite *s = suite_create("fakecuda");
         TCase *tc = tcase_create("core");
-        SRunner *sr;
-        int failed;
 
         tcase_set_timeout(tc, 30);
         tcase_add_test(tc, test_not_initialized);
@@ -347,9 +347,5 @@ int main(void)
         tcase_add_test(tc, test_get_proc_address);
         tcase_add_test(tc, test_contexts_streams);
         suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? 1 : 0;
+        return gs_check_run(s);
 }
