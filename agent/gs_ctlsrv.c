@@ -194,6 +194,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                                 return NULL;
                         pthread_mutex_lock(&p->gpus[i].g->lock);
                         gs_pproc_stats(p->gpus[i].pp, &st);
+                        gs_vmm_stats(&p->gpus[i].vmm, &st);
                         pthread_mutex_unlock(&p->gpus[i].g->lock);
                         pm->id = p->id;
                         pm->pid = p->pid;

@@ -44,8 +44,8 @@ static void chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
         prop->location.id = (int)g->dev;
 }
 
-/* Creates and exports one chunk.  Returns 0 or a negative errno (err set). */
-static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
+int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
+                    CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen)
 {
         const struct gs_cuda *cu = &g->agent->cu;
         CUmemAllocationProp prop;
@@ -53,22 +53,25 @@ static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t 
         int fd = -1, r;
 
         chunk_prop(g, &prop);
-        r = gs_cuda_check(cu, cu->mem_create(&h, g->chunk_bytes, &prop, 0), "cuMemCreate", err,
-                          errlen);
+        if (!export_fd)
+                prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        r = gs_cuda_check(cu, cu->mem_create(&h, size, &prop, 0), "cuMemCreate", err, errlen);
         if (r < 0)
                 return r;
-        r = gs_cuda_check(cu, cu->mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                          "cuMemExportToShareableHandle", err, errlen);
-        if (r < 0)
-                goto fail;
-        /* The driver's fd must not leak into anything the agent might exec. */
-        if (fd < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-                r = fd < 0 ? -EBADF : gs_neg_errno();
-                snprintf(err, errlen, "exported chunk fd unusable: %s", strerror(-r));
-                goto fail;
+        if (export_fd) {
+                r = gs_cuda_check(cu, cu->mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                                  "cuMemExportToShareableHandle", err, errlen);
+                if (r < 0)
+                        goto fail;
+                /* The driver's fd must not leak into anything the agent might exec. */
+                if (fd < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+                        r = fd < 0 ? -EBADF : gs_neg_errno();
+                        snprintf(err, errlen, "exported fd unusable: %s", strerror(-r));
+                        goto fail;
+                }
         }
-        ret->handle = h;
-        ret->fd = fd;
+        *ret_h = h;
+        *ret_fd = fd;
         return 0;
 fail:
         gs_closep(&fd);
@@ -76,12 +79,46 @@ fail:
         return r;
 }
 
+void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
+{
+        gs_closep(fd);
+        (void)g->agent->cu.mem_release(h);
+}
+
+/* Creates and exports one chunk.  Returns 0 or a negative errno (err set). */
+static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
+{
+        return gs_gpu_mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, err, errlen);
+}
+
 static void chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
 {
-        if (c->fd >= 0) {
-                gs_closep(&c->fd);
-                (void)g->agent->cu.mem_release(c->handle);
+        if (c->fd >= 0)
+                gs_gpu_mem_drop(g, c->handle, &c->fd);
+}
+
+void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk)
+{
+        if (chunk < g->nchunks)
+                chunk_drop(g, &g->chunks[chunk]);
+}
+
+int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen)
+{
+        struct gs_chunk *c;
+        int r;
+
+        if (chunk >= g->nchunks) {
+                snprintf(err, errlen, "no chunk %u", chunk);
+                return -EINVAL;
         }
+        c = &g->chunks[chunk];
+        if (c->fd >= 0)
+                return 0;
+        r = chunk_make(g, c, err, errlen);
+        if (r < 0)
+                c->fd = -1;
+        return r;
 }
 
 /* gs_pool_return_fn; runs under g->lock, inside an allocator call. */

@@ -26,6 +26,20 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
  * half-opened g is fine. */
 void gs_gpu_close(struct gs_gpu *g);
 
+/* Device memory of `size` bytes (a multiple of the granularity) on g, with
+ * the chunks' properties; exported as a POSIX fd (close-on-exec) into
+ * *ret_fd if export_fd, else *ret_fd = -1.  The caller holds g->lock and has
+ * made g->ctx current.  0 or a negative errno with the reason in err. */
+int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
+                    CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen) GS_WUR;
+/* Closes *fd (if >= 0) and releases h. */
+void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd);
+/* Releases a pool chunk's memory (its fd becomes -1); the chunk stays in the
+ * pool's books.  gs_gpu_chunk_remake creates and exports it again (no-op if
+ * it has memory).  Both under g->lock with g->ctx current. */
+void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk);
+int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen) GS_WUR;
+
 /* Units' worth of chunks lent by ballooning (rounded up: a partly lent unit
  * cannot be handed out).  Takes g->lock. */
 uint32_t gs_gpu_units_lent(struct gs_gpu *g);

@@ -188,6 +188,47 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         return 0;
 }
 
+static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                            struct gs_ring_msg *rep)
+{
+        struct gs_gpu *g = pg->g;
+        struct gs_sock_vmm_grant m;
+        uint64_t size = req->arg[0], id = 0;
+        int fd = -1, r;
+
+        if (size == 0 || size % GS_VMM_ALIGN || req->arg[1] != 0) {
+                rep->status = -EINVAL;
+                return 0;
+        }
+        if (size > pg->quota_bytes + p->agent->cfg.balloon_cap_bytes) {
+                rep->status = -ENOMEM;
+                return 0;
+        }
+        pthread_mutex_lock(&g->lock);
+        r = gs_vmm_create(g, &pg->vmm, size, &id, &fd);
+        if (r == 0)
+                check_lending(p->agent, g);
+        pthread_mutex_unlock(&g->lock);
+        if (r < 0) {
+                rep->status = r;
+                return 0;
+        }
+        /* Only this worker touches the set while the process is served:
+         * the fd stays valid until a VMM_RELEASE from this same process. */
+        memset(&m, 0, sizeof(m));
+        hdr_init(&m.h, GS_SOCK_VMM_GRANT, sizeof(m));
+        m.seq = req->seq;
+        m.id = id;
+        m.size = size;
+        m.gpu = req->gpu;
+        r = send_msg(p->sock, &m, sizeof(m), fd, &p->stop);
+        if (r < 0)
+                return r; /* the allocation is freed when the process exits */
+        rep->arg[0] = id;
+        rep->arg[1] = 1;
+        return 0;
+}
+
 int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
 {
         struct gs_proc_gpu *pg;
@@ -243,6 +284,16 @@ int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ri
                 }
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_pproc_release(pg->pp, (uint32_t)req->arg[0], (uint32_t)req->arg[1]);
+                if (r == 0)
+                        check_lending(p->agent, pg->g);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                return 0;
+        case GS_OP_VMM_CREATE:
+                return serve_vmm_create(p, pg, req, rep);
+        case GS_OP_VMM_RELEASE:
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
                 if (r == 0)
                         check_lending(p->agent, pg->g);
                 pthread_mutex_unlock(&pg->g->lock);
@@ -368,6 +419,7 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 if (!p->gpus[i].pp)
                         continue;
                 pthread_mutex_lock(&g->lock);
+                gs_vmm_clear(g, &p->gpus[i].vmm);
                 gs_pproc_del(p->gpus[i].pp);
                 check_lending(ag, g);
                 changed |= before != g->last_borrowed;
@@ -584,6 +636,8 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
                 pg->g = g;
                 pg->nslots = (uint32_t)(slots ? slots : 1);
                 pg->quota_bytes = (uint64_t)part->quota_chunks * g->chunk_bytes;
+                pg->vmm.pa = part->pa;
+                pg->vmm.nslots = pg->nslots;
                 pthread_mutex_lock(&g->lock);
                 r = gs_pproc_new(part->pa, pg->nslots, &pg->pp);
                 pthread_mutex_unlock(&g->lock);

@@ -23,6 +23,7 @@
 #define GS_PROC_H
 
 #include "gs_agent.h"
+#include "gs_vmm.h"
 
 #define GS_PROC_HELLO_MS 2000
 #define GS_PROC_SPIN_NS 50000u
@@ -36,6 +37,7 @@ struct gs_proc_gpu {
         struct gs_pproc *pp;
         uint64_t quota_bytes;
         uint32_t nslots;
+        struct gs_vmm_set vmm;       /* the application's cuMemCreate allocations */
 };
 
 enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED };

@@ -53,6 +53,7 @@ enum gs_sock_type {
         GS_SOCK_WELCOME = 2, /* agent -> hook, with the segment's memfd */
         GS_SOCK_GRANT   = 3, /* agent -> hook, with one chunk fd */
         GS_SOCK_ERROR   = 4, /* agent -> hook, then close */
+        GS_SOCK_VMM_GRANT = 5, /* agent -> hook, with one VMM allocation's fd */
 };
 
 struct gs_sock_hdr {
@@ -100,6 +101,23 @@ struct gs_sock_grant {
 };
 _Static_assert(sizeof(struct gs_sock_grant) == 40, "gs_sock_grant layout");
 
+/* Sent before the reply to a GS_OP_VMM_CREATE that succeeded: the fd is a
+ * physical allocation of exactly `size` bytes (POSIX fd handle type) that
+ * the hook imports and hands to the application as its cuMemCreate handle. */
+struct gs_sock_vmm_grant {
+        struct gs_sock_hdr h;
+        uint64_t seq;          /* seq of the ring request this grant belongs to */
+        uint64_t id;           /* the agent's id of the VMM allocation */
+        uint64_t size;         /* bytes, as requested */
+        uint32_t gpu;          /* index into welcome.gpus */
+        uint32_t reserved;     /* 0 */
+};
+_Static_assert(sizeof(struct gs_sock_vmm_grant) == 48, "gs_sock_vmm_grant layout");
+
+/* VMM allocation sizes are multiples of this (the driver's granularity for
+ * device memory). */
+#define GS_VMM_ALIGN (UINT64_C(2) << 20)
+
 struct gs_sock_error {
         struct gs_sock_hdr h;
         int32_t err;           /* negative errno */
@@ -130,6 +148,14 @@ enum gs_op {
         GS_OP_RELEASE = 5,
         /* No operation; ret0 = arg0.  For tests and latency measurements. */
         GS_OP_PING = 6,
+        /* The application's cuMemCreate.  arg0 = size (a multiple of
+         * GS_VMM_ALIGN, > 0), arg1 = flags (0).  ret0 = the allocation's id,
+         * ret1 = 1: one GS_SOCK_VMM_GRANT (with the fd) was sent on the
+         * socket before this reply.  -ENOMEM at the quota. */
+        GS_OP_VMM_CREATE = 7,
+        /* arg0 = id: the application released its handle (cuMemRelease).
+         * -ENOENT for an unknown id. */
+        GS_OP_VMM_RELEASE = 8,
 };
 
 struct gs_ring_msg {

@@ -32,6 +32,7 @@ struct gs_cu {
         CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
         CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
         CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+        CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
         CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
         CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
         CUresult (*cuStreamSynchronize)(CUstream);
@@ -72,6 +73,12 @@ int gs_conn_owns(CUdeviceptr ptr);
 CUresult gs_conn_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
 /* free/total of the current context's device. */
 CUresult gs_conn_meminfo(size_t *ret_free, size_t *ret_total);
+/* The application's cuMemCreate of device memory on dev: a physical
+ * allocation made by the agent, imported.  CUresult. */
+CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevice dev);
+/* After the real cuMemRelease(h) succeeded: tells the agent if h was one of
+ * ours. */
+void gs_conn_vmm_released(CUmemGenericAllocationHandle h);
 /* The allocation's quota on a device (0 if not in the allocation). */
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gs_hook.h"
+#include "gs_wire.h"
 
 /* ---- lookups --------------------------------------------------------- */
 
@@ -21,7 +22,7 @@
         X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2) X(cuMemAllocAsync)          \
         X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)           \
         X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
-        X(cuIpcGetMemHandle)
+        X(cuMemRelease) X(cuIpcGetMemHandle)
 
 #define GS_NAME(n) #n,
 #define GS_WRAP(n) (void *)n,
@@ -278,10 +279,44 @@ GS_HOOK_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsig
 GS_HOOK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                                  unsigned long long flags)
 {
-        (void)handle, (void)size, (void)prop, (void)flags;
-        gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuMemCreate (virtual memory management, e.g. PyTorch expandable "
-                         "segments) is not supported under gshare yet");
+        const struct gs_cu *cu;
+
+        if (!handle || !prop || size == 0)
+                return CUDA_ERROR_INVALID_VALUE;
+        /* Device memory: made by the agent, within the quota. */
+        if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+                if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || flags != 0 || size % GS_VMM_ALIGN) {
+                        gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuMemCreate of device memory other than pinned, "
+                                         "in multiples of 2 MiB, is not supported under gshare");
+                        return prop->type == CU_MEM_ALLOCATION_TYPE_PINNED && size % GS_VMM_ALIGN ?
+                                       CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+                }
+                return gs_conn_vmm_create(handle, size, prop->location.id);
+        }
+        /* Host memory takes none of the GPU's: the real driver serves it. */
+        if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+            prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+            prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+                cu = gs_cu_get();
+                if (!cu || !cu->cuMemCreate)
+                        return CUDA_ERROR_NOT_INITIALIZED;
+                return cu->cuMemCreate(handle, size, prop, flags);
+        }
+        gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuMemCreate of this memory kind is not supported under gshare");
         return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+GS_HOOK_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuMemRelease)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        r = cu->cuMemRelease(handle);
+        if (r == CUDA_SUCCESS)
+                gs_conn_vmm_released(handle);
+        return r;
 }
 
 GS_HOOK_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)

@@ -52,6 +52,14 @@ static struct gs_gpu g_gpus[GS_MAX_GPUS_PER_ALLOC];
 static int g_devmap[GS_MAX_DEVICES];
 static const char *g_sock_path;
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+/* The application's VMM handles that the agent made: handle -> id. */
+struct gs_vmm_ent {
+        CUmemGenericAllocationHandle h;
+        uint64_t id;
+        uint32_t gpu;
+};
+static struct gs_vmm_ent *g_vmm;
+static size_t g_nvmm, g_capvmm;
 
 static uint64_t gs_now_ns(void)
 {
@@ -102,6 +110,10 @@ static void gs_atfork_child(void)
                 g_gpus[i].va_base = 0;
         }
         g_ngpus = 0;
+        /* The parent's VMM allocations are the parent's to release. */
+        free(g_vmm);
+        g_vmm = NULL;
+        g_nvmm = g_capvmm = 0;
         g_state = GS_CONN_NEW;
         gs_hook_once_reset();
 }
@@ -360,14 +372,10 @@ static int gs_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct g
 
 /* pre: g_mu held.  The g_gpus index of the current context's device, or a
  * negative errno (-ENODEV: the device is not in the allocation). */
-static int gs_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev)
+static int gs_dev_gpu(const struct gs_cu *cu, CUdevice dev)
 {
-        CUdevice dev = -1;
         CUuuid u;
 
-        if (!cu->cuCtxGetDevice || cu->cuCtxGetDevice(&dev) != CUDA_SUCCESS)
-                return -EBADR; /* no current context */
-        *ret_dev = dev;
         if (dev < 0 || dev >= GS_MAX_DEVICES)
                 return -ENODEV;
         if (g_devmap[dev] == -2) {
@@ -378,6 +386,17 @@ static int gs_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev)
                                         g_devmap[dev] = (int)i;
         }
         return g_devmap[dev] >= 0 ? g_devmap[dev] : -ENODEV;
+}
+
+/* pre: g_mu held.  The same for the current context's device. */
+static int gs_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev)
+{
+        CUdevice dev = -1;
+
+        if (!cu->cuCtxGetDevice || cu->cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+                return -EBADR; /* no current context */
+        *ret_dev = dev;
+        return gs_dev_gpu(cu, dev);
 }
 
 /* pre: g_mu held.  Reserves the GPU's range on first use. */
@@ -477,6 +496,7 @@ static CUresult gs_status_cu(int32_t st)
         case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
         case -ENOENT:
         case -EINVAL: return CUDA_ERROR_INVALID_VALUE;
+        case -EOPNOTSUPP: return CUDA_ERROR_NOT_SUPPORTED;
         default: return CUDA_ERROR_UNKNOWN;
         }
 }
@@ -741,4 +761,106 @@ CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes)
 out:
         pthread_mutex_unlock(&g_mu);
         return res;
+}
+
+/* ---- the application's VMM allocations ------------------------------ */
+
+/* pre: g_mu held.  Reads the VMM_GRANT that precedes a VMM_CREATE reply and
+ * imports its fd into *ret_h.  The fd is closed whatever happens. */
+static int gs_take_vmm_grant(const struct gs_cu *cu, uint32_t gi, const struct gs_ring_msg *rep, uint64_t size,
+                             CUmemGenericAllocationHandle *ret_h, const char **why)
+{
+        struct gs_sock_vmm_grant gr;
+        int fd, r = 0;
+        ssize_t n = gs_recv_fd(g_sock, &gr, sizeof(gr), &fd, MSG_DONTWAIT);
+
+        if (n < 0) {
+                *why = "a promised VMM grant did not arrive";
+                return -EPROTO;
+        }
+        if (!gs_hdr_ok(&gr.h, GS_SOCK_VMM_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
+            gr.gpu != gi || gr.id != rep->arg[0] || gr.size != size || gr.reserved) {
+                *why = "malformed VMM grant";
+                r = -EPROTO;
+        } else if (!cu->cuMemImportFromShareableHandle ||
+                   cu->cuMemImportFromShareableHandle(ret_h, (void *)(intptr_t)fd,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS) {
+                *why = "cannot import a VMM allocation";
+                r = -EIO;
+        }
+        gs_closep(&fd);
+        return r;
+}
+
+CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevice dev)
+{
+        const struct gs_cu *cu;
+        struct gs_ring_msg rep;
+        CUmemGenericAllocationHandle h;
+        const char *why = NULL;
+        CUresult res;
+        int gi;
+
+        pthread_mutex_lock(&g_mu);
+        cu = gs_ready();
+        if (!cu) {
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        gi = gs_dev_gpu(cu, dev);
+        if (gi < 0) {
+                res = gs_gpu_err(gi, dev);
+                goto out;
+        }
+        if (g_nvmm == g_capvmm) {
+                size_t cap = g_capvmm ? 2 * g_capvmm : 64;
+                struct gs_vmm_ent *t = realloc(g_vmm, cap * sizeof(*t));
+                if (!t) {
+                        res = CUDA_ERROR_OUT_OF_MEMORY;
+                        goto out;
+                }
+                g_vmm = t;
+                g_capvmm = cap;
+        }
+        if (gs_call(GS_OP_VMM_CREATE, (uint32_t)gi, size, 0, &rep) < 0) {
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        if (rep.status != 0 || rep.arg[1] == 0) {
+                res = rep.status == 0 ? CUDA_ERROR_UNKNOWN : gs_status_cu(rep.status);
+                if (rep.status == 0 || rep.arg[1] != 0)
+                        gs_conn_lost("VMM reply without exactly one grant");
+                goto out;
+        }
+        if (rep.arg[1] != 1 || gs_take_vmm_grant(cu, (uint32_t)gi, &rep, size, &h, &why) < 0) {
+                /* The agent frees the allocation when we go. */
+                gs_conn_lost(why ? why : "VMM reply with more than one grant");
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], (uint32_t)gi };
+        *ret_h = h;
+        res = CUDA_SUCCESS;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+void gs_conn_vmm_released(CUmemGenericAllocationHandle h)
+{
+        struct gs_ring_msg rep;
+        struct gs_vmm_ent e;
+        size_t i;
+
+        pthread_mutex_lock(&g_mu);
+        for (i = 0; i < g_nvmm && g_vmm[i].h != h; i++)
+                ;
+        if (i == g_nvmm)
+                goto out;
+        e = g_vmm[i];
+        g_vmm[i] = g_vmm[--g_nvmm];
+        if (g_state == GS_CONN_UP && gs_call(GS_OP_VMM_RELEASE, e.gpu, e.id, 0, &rep) == 0 && rep.status != 0)
+                gs_hook_debug("the agent refused VMM_RELEASE of %llu: %d", (unsigned long long)e.id, rep.status);
+out:
+        pthread_mutex_unlock(&g_mu);
 }

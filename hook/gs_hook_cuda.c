@@ -52,7 +52,7 @@ static const struct {
         GS_CU_ENTRY(cuInit), GS_CU_ENTRY(cuGetProcAddress), GS_CU_ENTRY(cuGetProcAddress_v2),
         GS_CU_ENTRY(cuCtxGetDevice), GS_CU_ENTRY(cuDeviceGetUuid_v2), GS_CU_ENTRY(cuDeviceGetCount),
         GS_CU_ENTRY(cuMemAddressReserve), GS_CU_ENTRY(cuMemImportFromShareableHandle), GS_CU_ENTRY(cuMemMap),
-        GS_CU_ENTRY(cuMemSetAccess), GS_CU_ENTRY(cuMemRelease), GS_CU_ENTRY(cuMemUnmap),
+        GS_CU_ENTRY(cuMemSetAccess), GS_CU_ENTRY(cuMemRelease), GS_CU_ENTRY(cuMemCreate), GS_CU_ENTRY(cuMemUnmap),
         GS_CU_ENTRY(cuMemGetAddressRange_v2), GS_CU_ENTRY(cuStreamSynchronize),
         GS_CU_ENTRY(cuStreamSynchronize_ptsz), GS_CU_ENTRY(cuIpcGetMemHandle),
 };

@@ -13,6 +13,13 @@
  *   e2e_cuda threads N MIB      N threads allocate 1 MiB blocks at once
  *                               until OOM; print the total
  *   e2e_cuda hold MIB           allocate, print "held", sleep until killed
+ *   e2e_cuda vmm MIB PIECE_MIB  cuMemCreate pieces of 2 MiB and PIECE_MIB
+ *                               in turn, up to MIB or out of memory, map
+ *                               them back to back in one reserved range,
+ *                               write and read all of it; check the next
+ *                               cuMemCreate fails with OUT_OF_MEMORY; unmap
+ *                               and release all; check cuMemGetInfo shows
+ *                               all free again; print "vmm obtained N MiB"
  * Exit 0 when the mode's own check holds. */
 #include <cuda.h>
 #include <pthread.h>
@@ -114,6 +121,89 @@ static int roundtrip(CUdeviceptr p, size_t n)
         return bad;
 }
 
+#define VMM_MAX 1024
+static int vmm(uint64_t limit, uint64_t piece)
+{
+        static CUmemGenericAllocationHandle h[VMM_MAX];
+        static uint64_t sz[VMM_MAX];
+        CUmemAllocationProp prop = { 0 };
+        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUdeviceptr va = 0, at;
+        uint64_t got = 0;
+        size_t fr0 = 0, fr = 0, total = 0;
+        unsigned char *buf;
+        int n = 0;
+        CUresult r = CUDA_SUCCESS;
+
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = 0;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        cuMemGetInfo(&fr0, &total);
+        while (n < VMM_MAX) {
+                uint64_t s = (n % 2 ? piece : 2) * MiB;
+                if (got + s > limit)
+                        s = 2 * MiB;
+                if (got + s > limit)
+                        break;
+                r = cuMemCreate(&h[n], s, &prop, 0);
+                if (r != CUDA_SUCCESS)
+                        break;
+                sz[n++] = s;
+                got += s;
+        }
+        if (r == CUDA_SUCCESS) {
+                CUmemGenericAllocationHandle x;
+                r = cuMemCreate(&x, 2 * MiB, &prop, 0);
+        }
+        if (r != CUDA_ERROR_OUT_OF_MEMORY)
+                die("cuMemCreate past the quota should be out of memory", r);
+        if (n == 0)
+                die("no VMM allocation at all", r);
+        if ((r = cuMemAddressReserve(&va, got, 2 * MiB, 0, 0)) != CUDA_SUCCESS)
+                die("cuMemAddressReserve", r);
+        at = va;
+        for (int i = 0; i < n; i++) {
+                if ((r = cuMemMap(at, sz[i], 0, h[i], 0)) != CUDA_SUCCESS)
+                        die("cuMemMap", r);
+                at += sz[i];
+        }
+        if ((r = cuMemSetAccess(va, got, &acc, 1)) != CUDA_SUCCESS)
+                die("cuMemSetAccess", r);
+        buf = malloc(got);
+        if (!buf)
+                die("malloc", CUDA_ERROR_OUT_OF_MEMORY);
+        for (uint64_t i = 0; i < got; i++)
+                buf[i] = (unsigned char)(i * 7 + (i >> 20));
+        if ((r = cuMemcpyHtoD(va, buf, got)) != CUDA_SUCCESS)
+                die("cuMemcpyHtoD", r);
+        memset(buf, 0, got);
+        if ((r = cuMemcpyDtoH(buf, va, got)) != CUDA_SUCCESS)
+                die("cuMemcpyDtoH", r);
+        for (uint64_t i = 0; i < got; i++)
+                if (buf[i] != (unsigned char)(i * 7 + (i >> 20))) {
+                        fprintf(stderr, "FAIL: byte %llu read back wrong\n", (unsigned long long)i);
+                        return 1;
+                }
+        free(buf);
+        at = va;
+        for (int i = 0; i < n; i++) {
+                if ((r = cuMemUnmap(at, sz[i])) != CUDA_SUCCESS)
+                        die("cuMemUnmap", r);
+                if ((r = cuMemRelease(h[i])) != CUDA_SUCCESS)
+                        die("cuMemRelease", r);
+                at += sz[i];
+        }
+        (void)cuMemAddressFree(va, got);
+        cuMemGetInfo(&fr, &total);
+        if (fr != fr0) {
+                fprintf(stderr, "FAIL: free %zu after release, %zu before\n", fr, fr0);
+                return 1;
+        }
+        printf("vmm obtained %llu MiB in %d pieces\n", (unsigned long long)(got / MiB), n);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         CUcontext ctx;
@@ -188,6 +278,8 @@ int main(int argc, char **argv)
                        (unsigned long long)(sum / MiB), (unsigned long long)(total / MiB));
                 return sum <= total ? 0 : 1;
         }
+        if (strcmp(argv[1], "vmm") == 0 && argc == 4)
+                return vmm(strtoull(argv[2], NULL, 0) * MiB, strtoull(argv[3], NULL, 0));
         if (strcmp(argv[1], "hold") == 0 && argc == 3) {
                 if ((r = cuMemAlloc(&p, strtoull(argv[2], NULL, 0) * MiB)) != CUDA_SUCCESS)
                         die("cuMemAlloc", r);

@@ -271,6 +271,29 @@ static int cmd_hostile(const char *sock)
         CHECK(r == -EINVAL, "RELEASE of 2^64-1 slots gave %d", r);
         r = e2e_call(&c, GS_OP_RELEASE, 0, 0, 1, NULL, NULL, 0, NULL);
         CHECK(r == -ENOENT, "RELEASE of an empty slot gave %d", r);
+        {
+                /* The application's VMM ops: hostile ids and sizes change nothing. */
+                struct gs_ring_msg m0, m1;
+                CHECK(e2e_call(&c, GS_OP_MEMINFO, 0, 0, 0, &m0, NULL, 0, NULL) == 0, "MEMINFO failed");
+                r = e2e_call(&c, GS_OP_VMM_RELEASE, 0, 12345, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOENT, "VMM_RELEASE of an unknown id gave %d", r);
+                r = e2e_call(&c, GS_OP_VMM_RELEASE, 0, UINT64_MAX, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOENT, "VMM_RELEASE of id 2^64-1 gave %d", r);
+                r = e2e_call(&c, GS_OP_VMM_CREATE, 0, 0, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "VMM_CREATE of size 0 gave %d", r);
+                r = e2e_call(&c, GS_OP_VMM_CREATE, 0, GS_MiB, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "VMM_CREATE of 1 MiB (not a multiple of 2 MiB) gave %d", r);
+                r = e2e_call(&c, GS_OP_VMM_CREATE, 0, UINT64_MAX, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "VMM_CREATE of size 2^64-1 gave %d", r);
+                r = e2e_call(&c, GS_OP_VMM_CREATE, 0, UINT64_MAX - GS_VMM_ALIGN + 1, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOMEM, "VMM_CREATE of 2^64-2 MiB gave %d", r);
+                r = e2e_call(&c, GS_OP_VMM_CREATE, 0, 2 * GS_MiB, 5, NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "VMM_CREATE with flags 5 gave %d", r);
+                r = e2e_call(&c, GS_OP_VMM_CREATE, 7, 2 * GS_MiB, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "VMM_CREATE on gpu 7 gave %d", r);
+                CHECK(e2e_call(&c, GS_OP_MEMINFO, 0, 0, 0, &m1, NULL, 0, NULL) == 0 && m1.arg[0] == m0.arg[0],
+                      "hostile VMM ops changed the accounting");
+        }
 
         /* Another process's offsets are not ours. */
         r = e2e_call(&c, GS_OP_ALLOC, 0, GS_MiB, 0, &rep, NULL, 0, NULL);

@@ -322,6 +322,21 @@ def hooked(ag, A, B):
     check(r.returncode == 0, "hook: A sees none of B's data" + r.stderr)
     r = run([CUDA, "threads", "8"], eb)
     check(r.returncode == 0, "hook: 8 threads at once stay within the quota: " + r.stdout.strip() + r.stderr)
+    # The application's own VMM allocations (cuMemCreate), made by the agent.
+    q = 2 * UNIT // MiB
+    pool0 = [(g["chunks_total"], g["chunks_free"]) for g in ag.gpus()]
+    r = run([CUDA, "vmm", str(q), "2"], ea)
+    check(r.returncode == 0 and ("vmm obtained %d MiB" % q) in r.stdout,
+          "hook: 2 MiB cuMemCreate pieces fill the quota exactly, then OOM, mapped, written, read, released: "
+          + r.stdout.strip() + r.stderr)
+    check(wait_idle(ag, A["id"]) is not None, "hook: VMM allocations' chunks back after exit")
+    r = run([CUDA, "vmm", str(q), "20"], ea)
+    got = int(r.stdout.split()[2]) if r.returncode == 0 and r.stdout.startswith("vmm obtained") else 0
+    check(r.returncode == 0 and q - 2 * CHUNK // MiB <= got <= q,
+          "hook: 2 and 20 MiB cuMemCreate pieces up to the quota, then OOM: " + r.stdout.strip() + r.stderr)
+    check(wait_idle(ag, A["id"]) is not None, "hook: mixed VMM pieces' chunks back after exit")
+    check([(g["chunks_total"], g["chunks_free"]) for g in ag.gpus()] == pool0,
+          "hook: every chunk is back in the pool after the VMM runs")
     holder = subprocess.Popen([CUDA, "hold", "16"], env=ea, stdout=subprocess.PIPE, text=True)
     check(holder.stdout.readline().strip() == "held", "hook: a hooked process holds memory")
     os.kill(holder.pid, signal.SIGKILL)
