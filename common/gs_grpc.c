@@ -235,6 +235,19 @@ static const struct gs_grpc_method *find_method(struct gs_grpc_server *s, grpc_s
         return NULL;
 }
 
+/* Asks to be told when the call ends (c->cancelled says whether the client
+ * went away); every call does this first, so a vanished client is noticed. */
+static void watch_close(struct gs_grpc_call *c)
+{
+        grpc_op op;
+
+        memset(&op, 0, sizeof(op));
+        op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        op.data.recv_close_on_server.cancelled = &c->cancelled;
+        if (grpc_call_start_batch(c->call, &op, 1, TAGP(TAG_CLOSE), NULL) != GRPC_CALL_OK)
+                c->closed = true;
+}
+
 /* Receives and decodes the request; on failure fills code/msg. */
 static ProtobufCMessage *recv_request(struct gs_grpc_call *c, const struct gs_grpc_method *m,
                                       grpc_status_code *code, char *msg, size_t msglen)
@@ -282,13 +295,8 @@ static void handle_call(struct gs_grpc_call *c)
         grpc_status_code code = GRPC_STATUS_OK;
         char msg[GS_GRPC_MSG_MAX] = "";
         ProtobufCMessage *req = NULL, *reply = NULL;
-        grpc_op op;
 
-        memset(&op, 0, sizeof(op));
-        op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-        op.data.recv_close_on_server.cancelled = &c->cancelled;
-        if (grpc_call_start_batch(c->call, &op, 1, TAGP(TAG_CLOSE), NULL) != GRPC_CALL_OK)
-                c->closed = true;
+        watch_close(c);
         if (!m) {
                 char *p = grpc_slice_to_c_string(c->details.method);
                 code = GRPC_STATUS_UNIMPLEMENTED;
@@ -395,12 +403,7 @@ static void start_call(struct gs_grpc_server *s, struct gs_grpc_call *c)
         }
         /* Too busy: answer here, without reading the request. */
         {
-                grpc_op op;
-                memset(&op, 0, sizeof(op));
-                op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-                op.data.recv_close_on_server.cancelled = &c->cancelled;
-                if (grpc_call_start_batch(c->call, &op, 1, TAGP(TAG_CLOSE), NULL) != GRPC_CALL_OK)
-                        c->closed = true;
+                watch_close(c);
                 finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "server busy: too many calls in flight",
                        NULL);
                 if (!c->closed)

@@ -410,10 +410,12 @@ CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
         return CUDA_SUCCESS;
 }
 
-static const struct {
+struct fc_error {
         CUresult r;
         const char *name, *str;
-} fc_errors[] = {
+};
+
+static const struct fc_error fc_errors[] = {
         { CUDA_SUCCESS, "CUDA_SUCCESS", "no error" },
         { CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
         { CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
@@ -430,30 +432,33 @@ static const struct {
         { CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
 };
 
+/* The table entry for error, or NULL. */
+static const struct fc_error *fc_error_find(CUresult error)
+{
+        for (size_t i = 0; i < sizeof(fc_errors) / sizeof(fc_errors[0]); i++)
+                if (fc_errors[i].r == error)
+                        return &fc_errors[i];
+        return NULL;
+}
+
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
 {
+        const struct fc_error *e = fc_error_find(error);
+
         if (!pStr)
                 return CUDA_ERROR_INVALID_VALUE;
-        for (size_t i = 0; i < sizeof(fc_errors) / sizeof(fc_errors[0]); i++)
-                if (fc_errors[i].r == error) {
-                        *pStr = fc_errors[i].str;
-                        return CUDA_SUCCESS;
-                }
-        *pStr = NULL;
-        return CUDA_ERROR_INVALID_VALUE;
+        *pStr = e ? e->str : NULL;
+        return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
 {
+        const struct fc_error *e = fc_error_find(error);
+
         if (!pStr)
                 return CUDA_ERROR_INVALID_VALUE;
-        for (size_t i = 0; i < sizeof(fc_errors) / sizeof(fc_errors[0]); i++)
-                if (fc_errors[i].r == error) {
-                        *pStr = fc_errors[i].name;
-                        return CUDA_SUCCESS;
-                }
-        *pStr = NULL;
-        return CUDA_ERROR_INVALID_VALUE;
+        *pStr = e ? e->name : NULL;
+        return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuDeviceGetCount(int *count)
