@@ -38,6 +38,9 @@ struct gs_cu {
         CUresult (*cuStreamSynchronize)(CUstream);
         CUresult (*cuStreamSynchronize_ptsz)(CUstream);
         CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+        CUresult (*cuIpcOpenMemHandle_v2)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+        CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+        CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).
@@ -79,6 +82,18 @@ CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CU
 /* After the real cuMemRelease(h) succeeded: tells the agent if h was one of
  * ours. */
 void gs_conn_vmm_released(CUmemGenericAllocationHandle h);
+/* CUDA IPC on gshare memory, brokered by the agent (agent/gs_ipc.h).
+ * get: dptr is in one of our ranges; fills *h with a gs_ipc_handle. */
+CUresult gs_conn_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr);
+/* 1 if h is a gs_ipc_handle. */
+int gs_conn_ipc_is_ours(const CUipcMemHandle *h);
+/* open: maps the exported block in this process (again: the same address,
+ * one more reference). */
+CUresult gs_conn_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h);
+/* close: CUDA_ERROR_NOT_FOUND if dptr is not an address we opened. */
+CUresult gs_conn_ipc_close(CUdeviceptr dptr);
+/* The opened block holding ptr: CUDA_ERROR_NOT_FOUND if none. */
+CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
 /* The allocation's quota on a device (0 if not in the allocation). */
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
 

@@ -22,7 +22,8 @@
         X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2) X(cuMemAllocAsync)          \
         X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)           \
         X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
-        X(cuMemRelease) X(cuIpcGetMemHandle)
+        X(cuMemRelease) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2)         \
+        X(cuIpcCloseMemHandle)
 
 #define GS_NAME(n) #n,
 #define GS_WRAP(n) (void *)n,
@@ -209,6 +210,8 @@ GS_HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, 
 
         if (gs_conn_owns(dptr))
                 return gs_conn_range(dptr, pbase, psize);
+        if (gs_conn_ipc_range(dptr, pbase, psize) == CUDA_SUCCESS)
+                return CUDA_SUCCESS;
         cu = gs_cu_get();
         if (!cu || !cu->cuMemGetAddressRange_v2)
                 return CUDA_ERROR_NOT_FOUND;
@@ -319,20 +322,53 @@ GS_HOOK_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
         return r;
 }
 
+/* Legacy IPC on gshare memory: the driver refuses it on VMM memory, and a
+ * driver handle would expose a whole chunk.  The agent brokers a handle
+ * that names just the block, for processes of the same allocation
+ * (agent/gs_ipc.h).  Other memory goes to the driver. */
 GS_HOOK_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
         const struct gs_cu *cu;
 
-        /* A legacy IPC handle would expose a whole chunk, other blocks
-         * included: refuse for gshare memory. */
-        if (gs_conn_owns(dptr)) {
-                gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuIpcGetMemHandle on gshare memory is not supported");
-                return CUDA_ERROR_NOT_SUPPORTED;
-        }
+        if (gs_conn_owns(dptr))
+                return gs_conn_ipc_get(pHandle, dptr);
         cu = gs_cu_get();
         if (!cu || !cu->cuIpcGetMemHandle)
                 return CUDA_ERROR_NOT_SUPPORTED;
         return cu->cuIpcGetMemHandle(pHandle, dptr);
+}
+
+GS_HOOK_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+        const struct gs_cu *cu;
+
+        if (gs_conn_ipc_is_ours(&handle)) {
+                if (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+                        return CUDA_ERROR_INVALID_VALUE;
+                return gs_conn_ipc_open(pdptr, &handle);
+        }
+        cu = gs_cu_get();
+        if (!cu || !cu->cuIpcOpenMemHandle_v2)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        return cu->cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+GS_HOOK_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+        return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+GS_HOOK_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+        const struct gs_cu *cu;
+        CUresult r = gs_conn_ipc_close(dptr);
+
+        if (r != CUDA_ERROR_NOT_FOUND)
+                return r;
+        cu = gs_cu_get();
+        if (!cu || !cu->cuIpcCloseMemHandle)
+                return CUDA_ERROR_INVALID_VALUE;
+        return cu->cuIpcCloseMemHandle(dptr);
 }
 
 /* ---- memory info ----------------------------------------------------- */
