@@ -41,6 +41,8 @@ struct gs_cu {
         CUresult (*cuIpcOpenMemHandle_v2)(CUdeviceptr *, CUipcMemHandle, unsigned int);
         CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
         CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+        CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                                 unsigned long long);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).
@@ -79,6 +81,9 @@ CUresult gs_conn_meminfo(size_t *ret_free, size_t *ret_total);
 /* The application's cuMemCreate of device memory on dev: a physical
  * allocation made by the agent, imported.  CUresult. */
 CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevice dev);
+/* cuMemExportToShareableHandle(POSIX fd) of h: a new O_CLOEXEC duplicate
+ * of the agent's fd in *ret_fd.  -ENOENT if h is not one of ours. */
+int gs_conn_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd) GS_WUR;
 /* After the real cuMemRelease(h) succeeded: tells the agent if h was one of
  * ours. */
 void gs_conn_vmm_released(CUmemGenericAllocationHandle h);

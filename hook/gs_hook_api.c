@@ -7,6 +7,7 @@
  * answer is the real driver's address of a function we interpose, hand back
  * ours instead; anything else passes through untouched. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
@@ -23,7 +24,7 @@
         X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)           \
         X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
         X(cuMemRelease) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2)         \
-        X(cuIpcCloseMemHandle)
+        X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle)
 
 #define GS_NAME(n) #n,
 #define GS_WRAP(n) (void *)n,
@@ -294,6 +295,13 @@ GS_HOOK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
                         return prop->type == CU_MEM_ALLOCATION_TYPE_PINNED && size % GS_VMM_ALIGN ?
                                        CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
                 }
+                /* The agent's allocations can be shared as POSIX fds only
+                 * (PyTorch tries FABRIC first and falls back on this). */
+                if (prop->requestedHandleTypes & ~(uint64_t)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+                        gs_hook_debug("cuMemCreate with handle types 0x%llx refused: POSIX fd only",
+                                      (unsigned long long)prop->requestedHandleTypes);
+                        return CUDA_ERROR_NOT_SUPPORTED;
+                }
                 return gs_conn_vmm_create(handle, size, prop->location.id);
         }
         /* Host memory takes none of the GPU's: the real driver serves it. */
@@ -320,6 +328,30 @@ GS_HOOK_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
         if (r == CUDA_SUCCESS)
                 gs_conn_vmm_released(handle);
         return r;
+}
+
+/* The application's VMM allocations are imports of the agent's: the driver
+ * will not export an imported handle, so the hook hands out a duplicate of
+ * the agent's fd (PyTorch's expandable segments share tensors this way). */
+GS_HOOK_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                                  CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+        const struct gs_cu *cu;
+        int fd = -1, r;
+
+        if (handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shareableHandle && flags == 0) {
+                r = gs_conn_vmm_export(handle, &fd);
+                if (r == 0) {
+                        *(int *)shareableHandle = fd;
+                        return CUDA_SUCCESS;
+                }
+                if (r != -ENOENT)
+                        return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        cu = gs_cu_get();
+        if (!cu || !cu->cuMemExportToShareableHandle)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        return cu->cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
 }
 
 /* Legacy IPC on gshare memory: the driver refuses it on VMM memory, and a

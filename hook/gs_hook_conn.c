@@ -57,6 +57,9 @@ struct gs_vmm_ent {
         CUmemGenericAllocationHandle h;
         uint64_t id;
         uint32_t gpu;
+        int fd;        /* the agent's fd, kept: an imported handle cannot be
+                          exported again, so cuMemExportToShareableHandle
+                          hands out duplicates of this */
 };
 static struct gs_vmm_ent *g_vmm;
 static size_t g_nvmm, g_capvmm;
@@ -122,6 +125,8 @@ static void gs_atfork_child(void)
         }
         g_ngpus = 0;
         /* The parent's VMM allocations are the parent's to release. */
+        for (size_t i = 0; i < g_nvmm; i++)
+                close(g_vmm[i].fd);
         free(g_vmm);
         g_vmm = NULL;
         g_nvmm = g_capvmm = 0;
@@ -781,9 +786,9 @@ out:
 /* ---- the application's VMM allocations ------------------------------ */
 
 /* pre: g_mu held.  Reads the VMM_GRANT that precedes a VMM_CREATE reply and
- * imports its fd into *ret_h.  The fd is closed whatever happens. */
+ * imports its fd into *ret_h; on success the fd is *ret_fd, else closed. */
 static int gs_take_vmm_grant(const struct gs_cu *cu, uint32_t gi, const struct gs_ring_msg *rep, uint64_t size,
-                             CUmemGenericAllocationHandle *ret_h, const char **why)
+                             CUmemGenericAllocationHandle *ret_h, int *ret_fd, const char **why)
 {
         struct gs_sock_vmm_grant gr;
         int fd, r = 0;
@@ -803,7 +808,10 @@ static int gs_take_vmm_grant(const struct gs_cu *cu, uint32_t gi, const struct g
                 *why = "cannot import a VMM allocation";
                 r = -EIO;
         }
-        gs_closep(&fd);
+        if (r == 0)
+                *ret_fd = fd;
+        else
+                gs_closep(&fd);
         return r;
 }
 
@@ -814,7 +822,7 @@ CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CU
         CUmemGenericAllocationHandle h;
         const char *why = NULL;
         CUresult res;
-        int gi;
+        int gi, fd = -1;
 
         pthread_mutex_lock(&g_mu);
         cu = gs_ready();
@@ -847,13 +855,13 @@ CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CU
                         gs_conn_lost("VMM reply without exactly one grant");
                 goto out;
         }
-        if (rep.arg[1] != 1 || gs_take_vmm_grant(cu, (uint32_t)gi, &rep, size, &h, &why) < 0) {
+        if (rep.arg[1] != 1 || gs_take_vmm_grant(cu, (uint32_t)gi, &rep, size, &h, &fd, &why) < 0) {
                 /* The agent frees the allocation when we go. */
                 gs_conn_lost(why ? why : "VMM reply with more than one grant");
                 res = CUDA_ERROR_OUT_OF_MEMORY;
                 goto out;
         }
-        g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], (uint32_t)gi };
+        g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], (uint32_t)gi, fd };
         *ret_h = h;
         res = CUDA_SUCCESS;
 out:
@@ -874,10 +882,28 @@ void gs_conn_vmm_released(CUmemGenericAllocationHandle h)
                 goto out;
         e = g_vmm[i];
         g_vmm[i] = g_vmm[--g_nvmm];
+        close(e.fd);
         if (g_state == GS_CONN_UP && gs_call(GS_OP_VMM_RELEASE, e.gpu, e.id, 0, &rep) == 0 && rep.status != 0)
                 gs_hook_debug("the agent refused VMM_RELEASE of %llu: %d", (unsigned long long)e.id, rep.status);
 out:
         pthread_mutex_unlock(&g_mu);
+}
+
+int gs_conn_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd)
+{
+        int r = -ENOENT;
+
+        pthread_mutex_lock(&g_mu);
+        for (size_t i = 0; i < g_nvmm; i++)
+                if (g_vmm[i].h == h) {
+                        int fd = fcntl(g_vmm[i].fd, F_DUPFD_CLOEXEC, 0);
+                        r = fd < 0 ? gs_neg_errno() : 0;
+                        if (fd >= 0)
+                                *ret_fd = fd;
+                        break;
+                }
+        pthread_mutex_unlock(&g_mu);
+        return r;
 }
 
 /* ---- CUDA IPC between processes of the allocation ------------------ */

@@ -32,6 +32,11 @@
  *                               (same address), close twice; a third close
  *                               must fail
  *   e2e_cuda ipc-open HEX       open must fail with INVALID_VALUE
+ *   e2e_cuda vmm-export         cuMemCreate 4 MiB, write a pattern,
+ *                               cuMemExportToShareableHandle (POSIX fd),
+ *                               import the fd and map it elsewhere: the
+ *                               pattern must be there (PyTorch's expandable
+ *                               segments share tensors this way)
  * Exit 0 when the mode's own check holds. */
 #include <cuda.h>
 #include <pthread.h>
@@ -362,6 +367,57 @@ static int ipc_open_fails(const char *hex)
         return r == CUDA_ERROR_INVALID_VALUE ? 0 : 1;
 }
 
+static int vmm_export(void)
+{
+        CUmemAllocationProp prop = { 0 };
+        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUmemGenericAllocationHandle h, h2;
+        CUdeviceptr va = 0;
+        size_t n = 4 * MiB;
+        int fd = -1, fd2 = -1;
+        CUresult r;
+
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        /* Only POSIX fds can share the agent's memory: PyTorch asks for
+         * FABRIC first and must be told no, or its IPC fails later. */
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+        if ((r = cuMemCreate(&h, n, &prop, 0)) != CUDA_ERROR_NOT_SUPPORTED)
+                die("cuMemCreate with the FABRIC handle type should be NOT_SUPPORTED", r);
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        if ((r = cuMemCreate(&h, n, &prop, 0)) != CUDA_SUCCESS)
+                die("cuMemCreate", r);
+        if ((r = cuMemAddressReserve(&va, 2 * n, 2 * MiB, 0, 0)) != CUDA_SUCCESS)
+                die("cuMemAddressReserve", r);
+        if ((r = cuMemMap(va, n, 0, h, 0)) != CUDA_SUCCESS || (r = cuMemSetAccess(va, n, &acc, 1)) != CUDA_SUCCESS)
+                die("cuMemMap", r);
+        if (put_pat(va, n, 3))
+                die("write", CUDA_ERROR_UNKNOWN);
+        if ((r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) != CUDA_SUCCESS)
+                die("cuMemExportToShareableHandle", r);
+        if ((r = cuMemExportToShareableHandle(&fd2, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) != CUDA_SUCCESS ||
+            fd2 == fd)
+                die("second cuMemExportToShareableHandle", r);
+        if ((r = cuMemImportFromShareableHandle(&h2, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) !=
+            CUDA_SUCCESS)
+                die("cuMemImportFromShareableHandle", r);
+        if ((r = cuMemMap(va + n, n, 0, h2, 0)) != CUDA_SUCCESS ||
+            (r = cuMemSetAccess(va + n, n, &acc, 1)) != CUDA_SUCCESS)
+                die("cuMemMap of the import", r);
+        if (check_pat(va + n, n, 3))
+                return 1;
+        close(fd);
+        close(fd2);
+        (void)cuMemUnmap(va + n, n);
+        (void)cuMemUnmap(va, n);
+        (void)cuMemRelease(h2);
+        if ((r = cuMemRelease(h)) != CUDA_SUCCESS)
+                die("cuMemRelease", r);
+        (void)cuMemAddressFree(va, 2 * n);
+        printf("vmm-export ok\n");
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         CUcontext ctx;
@@ -442,6 +498,8 @@ int main(int argc, char **argv)
                 return ipc_export(strtoull(argv[2], NULL, 0) * MiB);
         if (strcmp(argv[1], "ipc-import") == 0 && argc == 4)
                 return ipc_import(argv[2], strtoull(argv[3], NULL, 0) * MiB);
+        if (strcmp(argv[1], "vmm-export") == 0)
+                return vmm_export();
         if (strcmp(argv[1], "ipc-open") == 0 && argc == 3)
                 return ipc_open_fails(argv[2]);
         if (strcmp(argv[1], "hold") == 0 && argc == 3) {
