@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
+#include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_ring.h"
 
@@ -156,9 +157,18 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         pthread_mutex_lock(&g->lock);
         r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
         if (r == 0) {
-                for (uint32_t i = 0; i < n; i++)
-                        p->grant_fds[i] = p->grants[i].chunk < g->nchunks ?
-                                                  g->chunks[p->grants[i].chunk].fd : -1;
+                for (uint32_t i = 0; i < n; i++) {
+                        uint32_t c = p->grants[i].chunk;
+                        char err[160];
+                        /* A chunk whose memory could not be re-created
+                         * earlier (gs_vmm) gets another try now. */
+                        if (c < g->nchunks && g->chunks[c].fd < 0) {
+                                (void)p->agent->cu.ctx_set_current(g->ctx);
+                                if (gs_gpu_chunk_remake(g, c, err, sizeof(err)) < 0)
+                                        log_warn("GPU %u: chunk %u has no memory: %s", g->index, c, err);
+                        }
+                        p->grant_fds[i] = c < g->nchunks ? g->chunks[c].fd : -1;
+                }
                 check_lending(p->agent, g);
         }
         pthread_mutex_unlock(&g->lock);
