@@ -2,7 +2,7 @@
 # The allocator, $(B)/libgsalloc.a, comes from agent/alloc.mk, which is
 # included after this file: its ALLOC_A is not yet set here, hence the path.
 
-AGENT_SRC := agent/gs_agent_main.c agent/gs_agent.c agent/gs_cuda.c agent/gs_gpu.c agent/gs_vmm.c agent/gs_allocs.c \
+AGENT_SRC := agent/gs_agent_main.c agent/gs_agent.c agent/gs_cuda.c agent/gs_gpu.c agent/gs_vmm.c agent/gs_ipc.c agent/gs_allocs.c \
 	agent/gs_proc.c agent/gs_ctlsrv.c
 AGENT_LIB_SRC := $(filter-out agent/gs_agent_main.c,$(AGENT_SRC))
 AGENT_LIB_O := $(patsubst %.c,$(B)/%.o,$(AGENT_LIB_SRC))

@@ -30,6 +30,7 @@
 #include "gs_config.h"
 #include "gs_cuda.h"
 #include "gs_devid.h"
+#include "gs_ipc.h"
 #include "gs_util.h"
 #include "gs_wire.h"
 
@@ -109,6 +110,7 @@ struct gs_allocation {
         bool releasing;
         struct gs_proc *procs;
         uint32_t nprocs;
+        struct gs_ipc_table ipc;     /* CUDA IPC exports of its processes */
 };
 
 struct gs_ctlsrv;

@@ -473,6 +473,11 @@ int gs_pproc_release(struct gs_pproc *p, uint32_t first_slot, uint32_t count)
         return 0;
 }
 
+uint32_t gs_pproc_slot_chunk(const struct gs_pproc *p, uint32_t slot)
+{
+        return slot < p->g.nslots ? gs_gsm_slot_chunk(&p->g, slot) : UINT32_MAX;
+}
+
 int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base, uint64_t *ret_size)
 {
         const struct gs_pool *pool = p->a->pool;

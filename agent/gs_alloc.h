@@ -140,6 +140,8 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
  * nothing. */
 int gs_pproc_release(struct gs_pproc *p, uint32_t first_slot, uint32_t count) GS_WUR;
 /* The live block containing off: its start and requested size.  -ENOENT. */
+/* The pool chunk id at slot, or UINT32_MAX if the slot holds none. */
+uint32_t gs_pproc_slot_chunk(const struct gs_pproc *p, uint32_t slot);
 int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base,
                    uint64_t *ret_size) GS_WUR;
 

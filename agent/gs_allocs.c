@@ -197,6 +197,7 @@ static void destroy(struct gs_agent *ag, struct gs_allocation *a)
                         g->unit_owner[unit] = NULL;
         }
         free(a->device_ids);
+        gs_ipc_table_fini(&a->ipc);
         a->listen_ev.dead = true;
         gs_agent_defer_free(ag, a);
 }
@@ -306,6 +307,7 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
         }
         a->agent = ag;
         a->listen_fd = -1;
+        gs_ipc_table_init(&a->ipc);
         memcpy(a->id, id, sizeof(a->id));
         a->device_ids = v;
         a->ndevice_ids = n;

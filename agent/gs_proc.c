@@ -229,6 +229,64 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
         return 0;
 }
 
+static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                            struct gs_ring_msg *rep)
+{
+        uint64_t base = 0, size = 0, tok[2];
+        int r;
+
+        pthread_mutex_lock(&pg->g->lock);
+        r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
+        pthread_mutex_unlock(&pg->g->lock);
+        /* Only this worker frees this process's blocks: the block stays
+         * live until the export is in the table. */
+        if (r == 0)
+                r = gs_ipc_export(&p->alloc->ipc, p, req->gpu, base, size, tok);
+        if (r < 0) {
+                rep->status = r == -ENOSPC ? -ENOMEM : r;
+                return 0;
+        }
+        rep->arg[0] = tok[0];
+        rep->arg[1] = tok[1];
+        rep->arg[2] = size;
+        rep->arg[3] = base;
+        return 0;
+}
+
+static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                          struct gs_ring_msg *rep)
+{
+        const uint64_t tok[2] = { req->arg[0], req->arg[1] };
+        struct gs_ipc_open o;
+        uint32_t k;
+        int r;
+
+        r = gs_ipc_open(&p->alloc->ipc, p, req->gpu, tok, &o);
+        if (r < 0) {
+                rep->status = r == -EMFILE || r == -ENFILE ? -ENOMEM : r;
+                return 0;
+        }
+        for (uint32_t i = 0; i < o.nchunks && r == 0; i++) {
+                struct gs_sock_grant m;
+
+                memset(&m, 0, sizeof(m));
+                hdr_init(&m.h, GS_SOCK_IPC_GRANT, sizeof(m));
+                m.seq = req->seq;
+                m.gpu = req->gpu;
+                m.slot = i;
+                m.chunk_bytes = pg->g->chunk_bytes;
+                r = send_msg(p->sock, &m, sizeof(m), o.fds[i], &p->stop);
+        }
+        k = o.nchunks;
+        gs_ipc_open_done(&o);
+        if (r < 0)
+                return r; /* part of the grants went out: the connection must go */
+        rep->arg[0] = o.off_in_chunk;
+        rep->arg[1] = k;
+        rep->arg[2] = o.size;
+        return 0;
+}
+
 int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
 {
         struct gs_proc_gpu *pg;
@@ -254,6 +312,9 @@ int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ri
         case GS_OP_ALLOC:
                 return serve_alloc(p, pg, req, rep);
         case GS_OP_FREE:
+                /* An exported block loses its export before it is freed. */
+                if (gs_ipc_count(p))
+                        gs_ipc_unexport(&p->alloc->ipc, p, req->gpu, req->arg[0]);
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_pproc_free(pg->pp, req->arg[0], &rel);
                 pthread_mutex_unlock(&pg->g->lock);
@@ -291,6 +352,10 @@ int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ri
                 return 0;
         case GS_OP_VMM_CREATE:
                 return serve_vmm_create(p, pg, req, rep);
+        case GS_OP_IPC_EXPORT:
+                return serve_ipc_export(p, pg, req, rep);
+        case GS_OP_IPC_OPEN:
+                return serve_ipc_open(p, pg, req, rep);
         case GS_OP_VMM_RELEASE:
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
@@ -395,6 +460,9 @@ static void stop_worker(struct gs_proc *p)
 static void close_conn(struct gs_agent *ag, struct gs_proc *p)
 {
         stop_worker(p);
+        /* Its exports die with the connection (no FREE can reach us any
+         * more to retire them), before its blocks may go. */
+        gs_ipc_unexport_all(&p->alloc->ipc, p);
         if (p->sock >= 0) {
                 gs_agent_unwatch(ag, p->sock);
                 gs_closep(&p->sock);

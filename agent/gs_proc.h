@@ -68,6 +68,7 @@ struct gs_proc {
         bool thr_running;
         int stop;                    /* atomic: main asks the worker to end */
         uint64_t nrequests;          /* atomic, for logs */
+        uint32_t nexports;           /* atomic: live IPC exports (gs_ipc.h) */
 };
 
 /* The allocation's listening socket is readable: accept every waiting

@@ -9,16 +9,14 @@
 #include "gs_log.h"
 #include "gs_wire.h"
 
-struct gs_vmm_backing {
-        struct gs_vmm_backing *next;
-        uint64_t off;                  /* the block in s->pp */
-        uint64_t bytes;                /* nchunks * chunk_bytes */
-        uint64_t used;                 /* handed out; not reused until all released */
-        uint32_t nchunks;
-        uint32_t nlive;                /* live VMM allocations in it */
-        bool has_filler;
-        CUmemGenericAllocationHandle filler;
-        uint32_t chunks[];             /* pool chunk ids */
+struct gs_vmm_held {
+        uint64_t off;                  /* its block in s->pp */
+        uint32_t chunk;                /* pool chunk id */
+};
+
+struct gs_vmm_filler {
+        CUmemGenericAllocationHandle h;
+        uint64_t size;
 };
 
 struct gs_vmm {
@@ -26,203 +24,277 @@ struct gs_vmm {
         uint64_t id, size;
         CUmemGenericAllocationHandle h;
         int fd;
-        struct gs_vmm_backing *b;
 };
 
-static void filler_drop(struct gs_gpu *g, struct gs_vmm_backing *b)
+static uint64_t set_total(const struct gs_gpu *g, const struct gs_vmm_set *s)
+{
+        return (uint64_t)s->nheld * g->chunk_bytes;
+}
+
+/* Bytes of the set covered by nothing of the agent's in the driver. */
+static uint64_t set_debt(const struct gs_gpu *g, const struct gs_vmm_set *s)
+{
+        return set_total(g, s) - s->live_bytes - s->filler_bytes;
+}
+
+/* The debt fell (something took its place): pending cannot exceed it. */
+static void pending_clamp(const struct gs_gpu *g, struct gs_vmm_set *s)
+{
+        uint64_t d = set_debt(g, s);
+
+        if (s->pending > d)
+                s->pending = d;
+}
+
+static int filler_add(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, char *err,
+                      size_t errlen)
+{
+        struct gs_vmm_filler *f;
+        int nofd = -1, r;
+
+        if (!s->fillers) {
+                /* fill_debt merges them before they pass GS_VMM_MAX_FILLERS. */
+                s->fillers = calloc(GS_VMM_MAX_FILLERS, sizeof(*f));
+                if (!s->fillers) {
+                        snprintf(err, errlen, "out of memory for fillers");
+                        return -ENOMEM;
+                }
+        }
+        if (s->nfillers >= GS_VMM_MAX_FILLERS) {
+                snprintf(err, errlen, "too many fillers");
+                return -ENOSPC;
+        }
+        f = &s->fillers[s->nfillers];
+        r = gs_gpu_mem_make(g, size, false, &f->h, &nofd, err, errlen);
+        if (r < 0)
+                return r;
+        f->size = size;
+        s->nfillers++;
+        s->filler_bytes += size;
+        return 0;
+}
+
+static void filler_drop(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i)
 {
         int nofd = -1;
 
-        if (b->has_filler)
-                gs_gpu_mem_drop(g, b->filler, &nofd);
-        b->has_filler = false;
+        gs_gpu_mem_drop(g, s->fillers[i].h, &nofd);
+        s->filler_bytes -= s->fillers[i].size;
+        s->fillers[i] = s->fillers[--s->nfillers];
 }
 
-/* Fills the unused rest of b so the driver has nothing free there. */
-static int filler_make(struct gs_gpu *g, struct gs_vmm_backing *b, char *err, size_t errlen)
+/* Drops fillers until the debt is at least need: the smallest one that is
+ * enough, else the largest, again.  *ret_dropped: bytes dropped (known free
+ * in the driver now).  pre: set_total - live_bytes >= need. */
+static void free_up(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t need, uint64_t *ret_dropped)
 {
-        int nofd = -1, r;
+        uint64_t dropped = 0;
 
-        if (b->used >= b->bytes)
-                return 0;
-        r = gs_gpu_mem_make(g, b->bytes - b->used, false, &b->filler, &nofd, err, errlen);
-        b->has_filler = r == 0;
-        return r;
-}
+        while (set_debt(g, s) < need && s->nfillers) {
+                uint64_t want = need - set_debt(g, s);
+                uint32_t fit = UINT32_MAX, big = 0;
 
-/* Re-creates b's chunks and gives its block back.  0, or a negative errno
- * with b kept (some chunk could not be re-created). */
-static int backing_free(struct gs_gpu *g, struct gs_vmm_set *s, struct gs_vmm_backing *b)
-{
-        char err[256];
-        int r, ret = 0;
-
-        filler_drop(g, b);
-        for (uint32_t i = 0; i < b->nchunks; i++) {
-                r = gs_gpu_chunk_remake(g, b->chunks[i], err, sizeof(err));
-                if (r < 0 && ret == 0) {
-                        log_warn("GPU %u: chunk %u behind VMM allocations not re-created yet: %s",
-                                 g->index, b->chunks[i], err);
-                        ret = r;
+                for (uint32_t i = 0; i < s->nfillers; i++) {
+                        if (s->fillers[i].size >= want &&
+                            (fit == UINT32_MAX || s->fillers[i].size < s->fillers[fit].size))
+                                fit = i;
+                        if (s->fillers[i].size > s->fillers[big].size)
+                                big = i;
                 }
+                if (fit == UINT32_MAX)
+                        fit = big;
+                dropped += s->fillers[fit].size;
+                filler_drop(g, s, fit);
         }
-        if (ret < 0)
-                return ret;
-        if (gs_pproc_free(s->pp, b->off, NULL) < 0 ||
-            gs_pproc_release(s->pp, (uint32_t)(b->off / g->chunk_bytes), b->nchunks) < 0)
-                log_error("GPU %u: VMM backing at %llu not given back to the allocator", g->index,
-                          (unsigned long long)b->off);
-        for (struct gs_vmm_backing **pb = &s->backings; *pb; pb = &(*pb)->next)
-                if (*pb == b) {
-                        *pb = b->next;
-                        break;
-                }
-        free(b);
-        return 0;
+        *ret_dropped = dropped;
 }
 
-/* A new backing of at least size bytes, memory made for size from it. */
-static int backing_new(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size,
-                       struct gs_vmm_backing **ret_b, struct gs_vmm *v, char *err, size_t errlen)
+/* Covers the debt with one filler (merging all fillers first once there
+ * are too many).  If that fails, at least the part known to be free (not
+ * pending).  0, or the error of the whole. */
+static int fill_debt(struct gs_gpu *g, struct gs_vmm_set *s, char *err, size_t errlen)
 {
-        uint64_t k = (size + g->chunk_bytes - 1) / g->chunk_bytes, off = 0;
-        struct gs_vmm_backing *b;
-        struct gs_grant *gr;
-        uint32_t n = 0;
-        int r;
-
-        if (!s->pp) {
-                r = gs_pproc_new(s->pa, s->nslots, &s->pp);
-                if (r < 0)
-                        return r;
-        }
-        if (k > s->nslots)
-                return -ENOMEM;
-        b = calloc(1, sizeof(*b) + k * sizeof(b->chunks[0]));
-        gr = calloc(k, sizeof(*gr));
-        if (!b || !gr) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        r = gs_pproc_malloc(s->pp, k * g->chunk_bytes, &off, gr, (uint32_t)k, &n);
-        if (r < 0) {
-                r = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
-                goto fail;
-        }
-        if (n != k) { /* the set's pproc never keeps an empty chunk: cannot happen */
-                snprintf(err, errlen, "backing of %llu chunks came with %u new ones",
-                         (unsigned long long)k, n);
-                r = -EIO;
-                goto undo;
-        }
-        b->off = off;
-        b->nchunks = (uint32_t)k;
-        b->bytes = k * g->chunk_bytes;
-        for (uint32_t i = 0; i < n; i++)
-                b->chunks[i] = gr[i].chunk;
-        /* Old memory out and new memory in, in one step under the lock. */
-        for (uint32_t i = 0; i < n; i++)
-                gs_gpu_chunk_drop(g, b->chunks[i]);
-        r = gs_gpu_mem_make(g, size, true, &v->h, &v->fd, err, errlen);
-        if (r == 0) {
-                b->used = size;
-                r = filler_make(g, b, err, errlen);
-                if (r < 0)
-                        gs_gpu_mem_drop(g, v->h, &v->fd);
-        }
-        if (r < 0) {
-                b->used = 0;
-                char e2[256];
-                for (uint32_t i = 0; i < n; i++)
-                        if (gs_gpu_chunk_remake(g, b->chunks[i], e2, sizeof(e2)) < 0)
-                                log_warn("GPU %u: chunk %u not re-created after a failed VMM create: %s",
-                                         g->index, b->chunks[i], e2);
-                goto undo;
-        }
-        b->next = s->backings;
-        s->backings = b;
-        *ret_b = b;
-        free(gr);
-        return 0;
-undo:
-        if (gs_pproc_free(s->pp, off, NULL) < 0 ||
-            gs_pproc_release(s->pp, (uint32_t)(off / g->chunk_bytes), n) < 0)
-                log_error("GPU %u: VMM backing at %llu not given back", g->index, (unsigned long long)off);
-fail:
-        free(gr);
-        free(b);
-        return r;
-}
-
-/* Memory for size from b's filler. */
-static int backing_draw(struct gs_gpu *g, struct gs_vmm_backing *b, uint64_t size, struct gs_vmm *v,
-                        char *err, size_t errlen)
-{
+        uint64_t d, sure;
         char e2[256];
         int r;
 
-        filler_drop(g, b);
-        r = gs_gpu_mem_make(g, size, true, &v->h, &v->fd, err, errlen);
+        if (set_debt(g, s) == 0)
+                return 0;
+        if (s->nfillers >= GS_VMM_MAX_FILLERS)
+                while (s->nfillers)
+                        filler_drop(g, s, 0);
+        d = set_debt(g, s);
+        r = filler_add(g, s, d, err, errlen);
         if (r == 0) {
-                b->used += size;
-                r = filler_make(g, b, err, errlen);
-                if (r == 0)
-                        return 0;
-                gs_gpu_mem_drop(g, v->h, &v->fd);
-                b->used -= size;
+                s->pending = 0;
+                return 0;
         }
-        if (filler_make(g, b, e2, sizeof(e2)) < 0)
-                log_warn("GPU %u: VMM filler not restored: %s", g->index, e2);
+        sure = d - s->pending;
+        if (sure > 0 && s->pending > 0 && filler_add(g, s, sure, e2, sizeof(e2)) < 0)
+                log_warn("GPU %u: %llu bytes of VMM space left uncovered: %s", g->index,
+                         (unsigned long long)sure, e2);
         return r;
+}
+
+/* The set's chunk i goes back to the allocation with fresh memory.
+ * pre: debt >= chunk_bytes.  On failure the chunk stays. */
+static int chunk_give(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i, char *err, size_t errlen)
+{
+        struct gs_vmm_held h = s->held[i];
+        int r = gs_gpu_chunk_remake(g, h.chunk, err, errlen);
+
+        if (r < 0)
+                return r;
+        if (gs_pproc_free(s->pp, h.off, NULL) < 0 ||
+            gs_pproc_release(s->pp, (uint32_t)(h.off / g->chunk_bytes), 1) < 0)
+                log_error("GPU %u: VMM chunk %u at %llu not given back to the allocator", g->index,
+                          h.chunk, (unsigned long long)h.off);
+        s->held[i] = s->held[--s->nheld];
+        pending_clamp(g, s);
+        return 0;
+}
+
+/* Gives back chunks the set does not need (see gs_vmm.h), then covers the
+ * debt.  Failures are logged and retried by the next operation. */
+static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
+{
+        const uint64_t c = g->chunk_bytes;
+        char err[256];
+
+        while (s->nheld) {
+                uint64_t free_b = set_total(g, s) - s->live_bytes, dropped = 0;
+
+                if (free_b < c || (s->live_bytes && free_b < 2 * c))
+                        break;
+                free_up(g, s, c, &dropped);
+                if (chunk_give(g, s, s->nheld - 1, err, sizeof(err)) < 0) {
+                        log_warn("GPU %u: chunk %u behind VMM allocations not re-created yet "
+                                 "(retried later): %s", g->index, s->held[s->nheld - 1].chunk, err);
+                        break;
+                }
+        }
+        if (fill_debt(g, s, err, sizeof(err)) < 0)
+                log_debug("GPU %u: %llu bytes of VMM space not covered yet (%llu released, maybe "
+                          "still mapped): %s", g->index, (unsigned long long)set_debt(g, s),
+                          (unsigned long long)s->pending, err);
+}
+
+/* k more chunks for the set, their memory released.  -ENOMEM at the quota
+ * (nothing changed). */
+static int chunks_take(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t k, char *err,
+                       size_t errlen)
+{
+        uint32_t got = 0;
+        int r = 0;
+
+        if (k > s->nslots - s->nheld)
+                return -ENOMEM;
+        if (s->nheld + k > s->capheld) {
+                uint32_t cap = s->nheld + k > 2 * s->capheld ? s->nheld + k : 2 * s->capheld;
+                struct gs_vmm_held *t = realloc(s->held, (size_t)cap * sizeof(*t));
+                if (!t)
+                        return -ENOMEM;
+                s->held = t;
+                s->capheld = cap;
+        }
+        while (got < k) {
+                struct gs_vmm_held *h = &s->held[s->nheld + got];
+                struct gs_grant gr;
+                uint32_t n = 0;
+
+                r = gs_pproc_malloc(s->pp, g->chunk_bytes, &h->off, &gr, 1, &n);
+                if (r < 0) {
+                        r = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
+                        break;
+                }
+                if (n != 1) { /* the set's pproc never keeps a chunk with room: cannot happen */
+                        snprintf(err, errlen, "a chunk for VMM allocations came with %u new ones", n);
+                        if (gs_pproc_free(s->pp, h->off, NULL) < 0)
+                                log_error("GPU %u: VMM block at %llu not freed", g->index,
+                                          (unsigned long long)h->off);
+                        r = -EIO;
+                        break;
+                }
+                h->chunk = gr.chunk;
+                got++;
+        }
+        if (r < 0) {
+                while (got--) {
+                        uint64_t off = s->held[s->nheld + got].off;
+                        if (gs_pproc_free(s->pp, off, NULL) < 0 ||
+                            gs_pproc_release(s->pp, (uint32_t)(off / g->chunk_bytes), 1) < 0)
+                                log_error("GPU %u: VMM block at %llu not given back", g->index,
+                                          (unsigned long long)off);
+                }
+                return r;
+        }
+        /* Their memory becomes the set's debt, covered in the same step by
+         * the caller. */
+        for (uint32_t i = 0; i < k; i++)
+                gs_gpu_chunk_drop(g, s->held[s->nheld + i].chunk);
+        s->nheld += k;
+        return 0;
 }
 
 int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_t *ret_id,
                   int *ret_fd)
 {
-        struct gs_vmm_backing *b;
+        const uint64_t c = g->chunk_bytes;
         struct gs_vmm *v;
+        uint64_t free_b, dropped = 0;
         char err[256] = "";
-        int r = -ENOMEM;
+        int r;
 
-        if (size == 0 || size % GS_VMM_ALIGN || size > (uint64_t)s->nslots * g->chunk_bytes)
+        if (size == 0 || size % GS_VMM_ALIGN || size > (uint64_t)s->nslots * c)
                 return size && size % GS_VMM_ALIGN == 0 ? -ENOMEM : -EINVAL;
         if (s->count >= GS_VMM_MAX_PER_PROC)
                 return -ENOMEM;
+        if (!s->pp) {
+                r = gs_pproc_new(s->pa, s->nslots, &s->pp);
+                if (r < 0)
+                        return r;
+        }
         v = calloc(1, sizeof(*v));
         if (!v)
                 return -ENOMEM;
         v->fd = -1;
         (void)g->agent->cu.ctx_set_current(g->ctx);
-        for (b = s->backings; b; b = b->next)
-                if (b->nlive > 0 && b->bytes - b->used >= size)
-                        break;
-        if (b)
-                r = backing_draw(g, b, size, v, err, sizeof(err));
-        else
-                r = backing_new(g, s, size, &b, v, err, sizeof(err));
-        if (r < 0) {
-                if (err[0])
-                        log_warn("GPU %u: VMM allocation of %llu bytes failed: %s", g->index,
-                                 (unsigned long long)size, err);
-                free(v);
-                return r;
+        if (set_debt(g, s) && fill_debt(g, s, err, sizeof(err)) < 0)
+                err[0] = '\0'; /* retried below; the create may still fit */
+        free_b = set_total(g, s) - s->live_bytes;
+        if (free_b < size) {
+                r = chunks_take(g, s, (uint32_t)((size - free_b + c - 1) / c), err, sizeof(err));
+                if (r < 0)
+                        goto fail;
         }
+        free_up(g, s, size, &dropped);
+        r = gs_gpu_mem_make(g, size, true, &v->h, &v->fd, err, sizeof(err));
+        if (r == 0) {
+                s->live_bytes += size;
+                pending_clamp(g, s);
+        }
+        settle(g, s); /* the remainder's filler; or, on failure, the chunks back */
+        if (r < 0)
+                goto fail;
         v->id = ++s->next_id;
         v->size = size;
-        v->b = b;
-        b->nlive++;
         v->next = s->list;
         s->list = v;
         s->count++;
         *ret_id = v->id;
         *ret_fd = v->fd;
         return 0;
+fail:
+        if (err[0])
+                log_warn("GPU %u: VMM allocation of %llu bytes failed: %s", g->index,
+                         (unsigned long long)size, err);
+        free(v);
+        return r;
 }
 
 int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
 {
         struct gs_vmm **pv, *v;
-        struct gs_vmm_backing *b;
 
         for (pv = &s->list; *pv && (*pv)->id != id; pv = &(*pv)->next)
                 ;
@@ -231,40 +303,77 @@ int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
                 return -ENOENT;
         *pv = v->next;
         s->count--;
-        b = v->b;
         (void)g->agent->cu.ctx_set_current(g->ctx);
         gs_gpu_mem_drop(g, v->h, &v->fd);
+        s->live_bytes -= v->size;
+        /* The application may still map it: until a filler takes its place
+         * it is not known to be free. */
+        s->pending += v->size;
         free(v);
-        if (--b->nlive == 0)
-                (void)backing_free(g, s, b); /* kept on failure: retried at exit */
+        settle(g, s);
         return 0;
+}
+
+/* The memory of chunk x could not be re-created at exit.  A chunk without
+ * memory must not go back to the allocation, which would hand it out: x
+ * takes the memory of a free pool chunk, which is retired in its place.
+ * 0, or -ENOSPC if the pool has no free chunk. */
+static int chunk_replace(struct gs_gpu *g, uint32_t x)
+{
+        for (uint32_t z = 0; z < g->nchunks; z++) {
+                if (z == x || g->chunks[z].fd < 0 || gs_pool_retire_chunk(g->pool, z) < 0)
+                        continue;
+                /* z was on the system list: its memory has not been granted
+                 * since it was last (re-)created, so nobody else holds it. */
+                g->chunks[x] = g->chunks[z];
+                g->chunks[z].fd = -1;
+                g->chunks[z].handle = 0;
+                g->chunks_retired++;
+                log_warn("GPU %u: chunk %u retired, its memory now backs chunk %u", g->index, z, x);
+                return 0;
+        }
+        return -ENOSPC;
 }
 
 void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
 {
+        struct gs_vmm_set empty = { .pa = s->pa, .nslots = s->nslots };
+        char err[256];
+
         (void)g->agent->cu.ctx_set_current(g->ctx);
         while (s->list) {
                 struct gs_vmm *v = s->list;
                 s->list = v->next;
                 gs_gpu_mem_drop(g, v->h, &v->fd);
-                v->b->nlive--;
                 free(v);
         }
-        s->count = 0;
-        while (s->backings) {
-                struct gs_vmm_backing *b = s->backings;
-                if (backing_free(g, s, b) == 0)
+        s->live_bytes = 0;
+        while (s->nfillers)
+                filler_drop(g, s, 0);
+        /* The process is gone, and its mappings with it: all of T is free. */
+        s->pending = 0;
+        while (s->nheld) {
+                uint32_t x = s->held[s->nheld - 1].chunk;
+
+                if (chunk_give(g, s, s->nheld - 1, err, sizeof(err)) == 0)
                         continue;
-                /* The process is gone, so this is unexpected: the chunks
-                 * without memory are retired once they reach the system
-                 * list (the pool's recycle callback fails for them). */
-                log_error("GPU %u: %u chunk(s) behind VMM allocations could not be re-created",
-                          g->index, b->nchunks);
-                s->backings = b->next;
-                free(b);
+                log_warn("GPU %u: chunk %u behind VMM allocations could not be re-created: %s",
+                         g->index, x, err);
+                if (chunk_replace(g, x) < 0)
+                        /* The allocation gets a chunk without memory: granting
+                         * it fails (the hook gets no fd) until the allocation
+                         * is deleted and the pool recycles or retires it. */
+                        log_error("GPU %u: chunk %u has no memory and no free chunk can replace it",
+                                  g->index, x);
+                if (gs_pproc_free(s->pp, s->held[s->nheld - 1].off, NULL) < 0 ||
+                    gs_pproc_release(s->pp, (uint32_t)(s->held[s->nheld - 1].off / g->chunk_bytes), 1) < 0)
+                        log_error("GPU %u: VMM chunk %u not given back to the allocator", g->index, x);
+                s->nheld--;
         }
         gs_pproc_del(s->pp);
-        s->pp = NULL;
+        free(s->held);
+        free(s->fillers);
+        *s = empty;
 }
 
 void gs_vmm_stats(const struct gs_vmm_set *s, struct gs_pproc_stats *st)
@@ -277,4 +386,32 @@ void gs_vmm_stats(const struct gs_vmm_set *s, struct gs_pproc_stats *st)
         st->chunks_held += v.chunks_held;
         st->bytes_requested += v.bytes_requested;
         st->bytes_in_blocks += v.bytes_in_blocks;
+}
+
+int gs_vmm_validate(const struct gs_gpu *g, const struct gs_vmm_set *s, char *why, size_t whylen)
+{
+        uint64_t live = 0, fill = 0;
+        uint32_t n = 0;
+
+        for (const struct gs_vmm *v = s->list; v; v = v->next, n++)
+                live += v->size;
+        for (uint32_t i = 0; i < s->nfillers; i++)
+                fill += s->fillers[i].size;
+        if (n != s->count || live != s->live_bytes || fill != s->filler_bytes)
+                snprintf(why, whylen, "counts: %u allocations (%u counted), %llu live (%llu), %llu in fillers (%llu)",
+                         n, s->count, (unsigned long long)live, (unsigned long long)s->live_bytes,
+                         (unsigned long long)fill, (unsigned long long)s->filler_bytes);
+        else if (live + fill > set_total(g, s))
+                snprintf(why, whylen, "%llu live + %llu in fillers over the %u chunks held",
+                         (unsigned long long)live, (unsigned long long)fill, s->nheld);
+        else if (s->pending > set_debt(g, s))
+                snprintf(why, whylen, "%llu pending over a debt of %llu", (unsigned long long)s->pending,
+                         (unsigned long long)set_debt(g, s));
+        else if (s->nfillers > GS_VMM_MAX_FILLERS)
+                snprintf(why, whylen, "%u fillers", s->nfillers);
+        else if (s->pp == NULL && (s->nheld || s->count))
+                snprintf(why, whylen, "chunks or allocations without a pproc");
+        else
+                return 0;
+        return -EUCLEAN;
 }

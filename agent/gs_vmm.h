@@ -5,18 +5,36 @@
  * cannot be a piece of a pool chunk: it must be its own allocation of the
  * requested size, created by the agent (which holds all GPU memory).
  *
- * Backing: a create that finds no room takes k whole chunks for the process
- * from its allocation (gs_pproc_malloc of k * chunk_bytes on a pproc of its
- * own, so quota and ballooning apply and the chunks count as held; the
- * chunks are never granted to the hook), releases their memory and, in the
- * same step, creates the VMM allocation of exactly `size` plus a "filler"
- * allocation of the rest, so the freed memory is never left free in the
- * driver for a bypassing process.  Later creates draw from a backing's
- * filler (release it, create the allocation and a smaller filler).  Space
- * is not reused until every allocation of a backing is released; then the
- * filler goes, the chunks are re-created and the block freed.  If that
- * fails (the process still maps the old memory) the backing is kept and
- * retried when the process exits.
+ * A set (one process, one GPU) holds whole pool chunks taken for it from
+ * its allocation (gs_pproc_malloc of chunk_bytes on a pproc of its own, so
+ * quota and ballooning apply and the chunks count as held; they are never
+ * granted to the hook).  Their memory is released and stands for the set's
+ * bytes: T = held chunks * chunk_bytes.  Of T, L bytes are live VMM
+ * allocations and the rest is covered by "fillers", allocations the agent
+ * makes and never exports, so the memory is never left free in the driver
+ * for a bypassing process.  Physical allocations have no address until
+ * mapped, so the free bytes have no position either: any create of at most
+ * T - L bytes fits, whatever was released before (no fragmentation).
+ *
+ *   create s   drop fillers worth >= s (taking ceil((s - free) / chunk)
+ *              more chunks first if T - L < s, their memory dropped), create
+ *              the allocation, a filler for the remainder
+ *   release s  drop it, a filler of s in its place
+ *   settle     after either: while the free bytes reach two chunks (or all
+ *              of T once nothing is live), drop a chunk's worth of fillers,
+ *              re-create a pool chunk and give it back
+ *
+ * The debt D = T - L - fillers is normally 0.  It is not when a filler
+ * could not be made; "pending" bytes of it were released by the
+ * application, which may still map them (the driver keeps mapped memory
+ * alive), so a filler for them can fail while it does; the rest was
+ * dropped by the agent itself and is known to be free.  Every operation
+ * first tries to cover the debt again.  A chunk that cannot be re-created
+ * stays in the set and is retried by the next operation; at exit (the
+ * process is gone) a chunk still failing is replaced by a free pool chunk
+ * whose memory it takes, and that one is retired (the pool shrinks by one
+ * chunk, as for a failed recycle), so a chunk without memory is never
+ * handed out.
  *
  * Every call runs under g->lock with g->ctx made current by the callee. */
 #ifndef GS_VMM_H
@@ -26,15 +44,25 @@
 
 /* At most this many live VMM allocations per process per GPU. */
 #define GS_VMM_MAX_PER_PROC 65536u
+/* Fillers per set before they are merged into one. */
+#define GS_VMM_MAX_FILLERS 64u
 
-struct gs_vmm_backing;
 struct gs_vmm;
+struct gs_vmm_held;
+struct gs_vmm_filler;
 
+/* Zeroed, then pa and nslots set, by the owner. */
 struct gs_vmm_set {
-        struct gs_palloc *pa;          /* the allocation part backings come from */
+        struct gs_palloc *pa;          /* the allocation part chunks come from */
         uint32_t nslots;
         struct gs_pproc *pp;           /* created on first use */
-        struct gs_vmm_backing *backings;
+        struct gs_vmm_held *held;      /* chunks held: T = nheld * chunk_bytes */
+        uint32_t nheld, capheld;
+        struct gs_vmm_filler *fillers;
+        uint32_t nfillers;
+        uint64_t live_bytes;           /* L */
+        uint64_t filler_bytes;
+        uint64_t pending;              /* of the debt: released, maybe still mapped */
         struct gs_vmm *list;
         uint32_t count;
         uint64_t next_id;
@@ -49,9 +77,13 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
 /* The application released allocation id.  -ENOENT if there is none. */
 int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id) GS_WUR;
 /* The process is gone: releases everything, re-creates the chunks, deletes
- * the set's pproc.  The set is empty afterwards. */
+ * the set's pproc.  The set is empty afterwards (pa and nslots kept). */
 void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s);
 /* Adds the set's held chunks and requested bytes to *st (for listings). */
 void gs_vmm_stats(const struct gs_vmm_set *s, struct gs_pproc_stats *st);
+/* The set's books against each other (T = L + fillers + debt, pending <=
+ * debt, counts).  0 or -EUCLEAN with the reason in why. */
+int gs_vmm_validate(const struct gs_gpu *g, const struct gs_vmm_set *s, char *why,
+                    size_t whylen) GS_WUR;
 
 #endif

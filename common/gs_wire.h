@@ -54,6 +54,7 @@ enum gs_sock_type {
         GS_SOCK_GRANT   = 3, /* agent -> hook, with one chunk fd */
         GS_SOCK_ERROR   = 4, /* agent -> hook, then close */
         GS_SOCK_VMM_GRANT = 5, /* agent -> hook, with one VMM allocation's fd */
+        GS_SOCK_IPC_GRANT = 6, /* agent -> hook, with one chunk fd of an opened IPC handle */
 };
 
 struct gs_sock_hdr {
@@ -100,6 +101,11 @@ struct gs_sock_grant {
         uint64_t chunk_bytes;
 };
 _Static_assert(sizeof(struct gs_sock_grant) == 40, "gs_sock_grant layout");
+
+/* GS_SOCK_IPC_GRANT uses struct gs_sock_grant too: before the reply to a
+ * GS_OP_IPC_OPEN, one per chunk under the exported block, in order; slot is
+ * the chunk's index i (0..k-1): the hook maps it at its new range's base +
+ * i * chunk_bytes. */
 
 /* Sent before the reply to a GS_OP_VMM_CREATE that succeeded: the fd is a
  * physical allocation of exactly `size` bytes (POSIX fd handle type) that
@@ -156,7 +162,36 @@ enum gs_op {
         /* arg0 = id: the application released its handle (cuMemRelease).
          * -ENOENT for an unknown id. */
         GS_OP_VMM_RELEASE = 8,
+        /* The application's cuIpcGetMemHandle.  arg0 = any offset inside a
+         * live block of this process.  ret0, ret1 = a random 128-bit token
+         * naming that block to the other processes of the same allocation
+         * (the same token each time for the same block), ret2 = the block's
+         * size, ret3 = its offset.  The token dies when the block is freed
+         * or the process exits.  -ENOENT: no live block there. */
+        GS_OP_IPC_EXPORT = 9,
+        /* The application's cuIpcOpenMemHandle.  arg0, arg1 = a token from
+         * GS_OP_IPC_EXPORT of another process of this allocation, on this
+         * GPU.  ret0 = the block's offset in its first chunk, ret1 = k, the
+         * GS_SOCK_IPC_GRANT messages (the chunks under the block) sent
+         * before this reply, ret2 = the block's size.  -ENOENT: no such
+         * token in this allocation (never issued, freed, its process gone,
+         * or another allocation's); -EINVAL: the token is this process's
+         * own, or of another GPU. */
+        GS_OP_IPC_OPEN = 10,
 };
+
+/* The CUipcMemHandle (64 bytes) the hook gives the application for gshare
+ * memory.  Only the agent can resolve the token, and only for a process of
+ * the allocation that exported it: a handle is worthless in another
+ * container, and 128 random bits cannot be guessed. */
+#define GS_IPC_MAGIC "gshrIPC1"
+struct gs_ipc_handle {
+        char magic[8];         /* GS_IPC_MAGIC, no NUL */
+        uint64_t token[2];
+        uint64_t size;         /* the block's size, informational */
+        uint8_t reserved[32];  /* 0 */
+};
+_Static_assert(sizeof(struct gs_ipc_handle) == 64, "gs_ipc_handle is a CUipcMemHandle");
 
 struct gs_ring_msg {
         uint64_t seq;     /* chosen by the hook, echoed in the reply */

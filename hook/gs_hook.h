@@ -38,6 +38,11 @@ struct gs_cu {
         CUresult (*cuStreamSynchronize)(CUstream);
         CUresult (*cuStreamSynchronize_ptsz)(CUstream);
         CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+        CUresult (*cuIpcOpenMemHandle_v2)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+        CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+        CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+        CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                                 unsigned long long);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).
@@ -76,9 +81,24 @@ CUresult gs_conn_meminfo(size_t *ret_free, size_t *ret_total);
 /* The application's cuMemCreate of device memory on dev: a physical
  * allocation made by the agent, imported.  CUresult. */
 CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevice dev);
+/* cuMemExportToShareableHandle(POSIX fd) of h: a new O_CLOEXEC duplicate
+ * of the agent's fd in *ret_fd.  -ENOENT if h is not one of ours. */
+int gs_conn_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd) GS_WUR;
 /* After the real cuMemRelease(h) succeeded: tells the agent if h was one of
  * ours. */
 void gs_conn_vmm_released(CUmemGenericAllocationHandle h);
+/* CUDA IPC on gshare memory, brokered by the agent (agent/gs_ipc.h).
+ * get: dptr is in one of our ranges; fills *h with a gs_ipc_handle. */
+CUresult gs_conn_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr);
+/* 1 if h is a gs_ipc_handle. */
+int gs_conn_ipc_is_ours(const CUipcMemHandle *h);
+/* open: maps the exported block in this process (again: the same address,
+ * one more reference). */
+CUresult gs_conn_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h);
+/* close: CUDA_ERROR_NOT_FOUND if dptr is not an address we opened. */
+CUresult gs_conn_ipc_close(CUdeviceptr dptr);
+/* The opened block holding ptr: CUDA_ERROR_NOT_FOUND if none. */
+CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
 /* The allocation's quota on a device (0 if not in the allocation). */
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
 

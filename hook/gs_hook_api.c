@@ -7,6 +7,7 @@
  * answer is the real driver's address of a function we interpose, hand back
  * ours instead; anything else passes through untouched. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
@@ -22,7 +23,8 @@
         X(cuMemAllocPitch_v2) X(cuMemFree_v2) X(cuMemGetAddressRange_v2) X(cuMemAllocAsync)          \
         X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)           \
         X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
-        X(cuMemRelease) X(cuIpcGetMemHandle)
+        X(cuMemRelease) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2)         \
+        X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle)
 
 #define GS_NAME(n) #n,
 #define GS_WRAP(n) (void *)n,
@@ -209,6 +211,8 @@ GS_HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, 
 
         if (gs_conn_owns(dptr))
                 return gs_conn_range(dptr, pbase, psize);
+        if (gs_conn_ipc_range(dptr, pbase, psize) == CUDA_SUCCESS)
+                return CUDA_SUCCESS;
         cu = gs_cu_get();
         if (!cu || !cu->cuMemGetAddressRange_v2)
                 return CUDA_ERROR_NOT_FOUND;
@@ -291,6 +295,13 @@ GS_HOOK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
                         return prop->type == CU_MEM_ALLOCATION_TYPE_PINNED && size % GS_VMM_ALIGN ?
                                        CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
                 }
+                /* The agent's allocations can be shared as POSIX fds only
+                 * (PyTorch tries FABRIC first and falls back on this). */
+                if (prop->requestedHandleTypes & ~(uint64_t)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+                        gs_hook_debug("cuMemCreate with handle types 0x%llx refused: POSIX fd only",
+                                      (unsigned long long)prop->requestedHandleTypes);
+                        return CUDA_ERROR_NOT_SUPPORTED;
+                }
                 return gs_conn_vmm_create(handle, size, prop->location.id);
         }
         /* Host memory takes none of the GPU's: the real driver serves it. */
@@ -319,20 +330,77 @@ GS_HOOK_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
         return r;
 }
 
+/* The application's VMM allocations are imports of the agent's: the driver
+ * will not export an imported handle, so the hook hands out a duplicate of
+ * the agent's fd (PyTorch's expandable segments share tensors this way). */
+GS_HOOK_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                                  CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+        const struct gs_cu *cu;
+        int fd = -1, r;
+
+        if (handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shareableHandle && flags == 0) {
+                r = gs_conn_vmm_export(handle, &fd);
+                if (r == 0) {
+                        *(int *)shareableHandle = fd;
+                        return CUDA_SUCCESS;
+                }
+                if (r != -ENOENT)
+                        return CUDA_ERROR_OPERATING_SYSTEM;
+        }
+        cu = gs_cu_get();
+        if (!cu || !cu->cuMemExportToShareableHandle)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        return cu->cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+}
+
+/* Legacy IPC on gshare memory: the driver refuses it on VMM memory, and a
+ * driver handle would expose a whole chunk.  The agent brokers a handle
+ * that names just the block, for processes of the same allocation
+ * (agent/gs_ipc.h).  Other memory goes to the driver. */
 GS_HOOK_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
         const struct gs_cu *cu;
 
-        /* A legacy IPC handle would expose a whole chunk, other blocks
-         * included: refuse for gshare memory. */
-        if (gs_conn_owns(dptr)) {
-                gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuIpcGetMemHandle on gshare memory is not supported");
-                return CUDA_ERROR_NOT_SUPPORTED;
-        }
+        if (gs_conn_owns(dptr))
+                return gs_conn_ipc_get(pHandle, dptr);
         cu = gs_cu_get();
         if (!cu || !cu->cuIpcGetMemHandle)
                 return CUDA_ERROR_NOT_SUPPORTED;
         return cu->cuIpcGetMemHandle(pHandle, dptr);
+}
+
+GS_HOOK_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+        const struct gs_cu *cu;
+
+        if (gs_conn_ipc_is_ours(&handle)) {
+                if (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+                        return CUDA_ERROR_INVALID_VALUE;
+                return gs_conn_ipc_open(pdptr, &handle);
+        }
+        cu = gs_cu_get();
+        if (!cu || !cu->cuIpcOpenMemHandle_v2)
+                return CUDA_ERROR_NOT_SUPPORTED;
+        return cu->cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+GS_HOOK_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+        return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+GS_HOOK_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+        const struct gs_cu *cu;
+        CUresult r = gs_conn_ipc_close(dptr);
+
+        if (r != CUDA_ERROR_NOT_FOUND)
+                return r;
+        cu = gs_cu_get();
+        if (!cu || !cu->cuIpcCloseMemHandle)
+                return CUDA_ERROR_INVALID_VALUE;
+        return cu->cuIpcCloseMemHandle(dptr);
 }
 
 /* ---- memory info ----------------------------------------------------- */

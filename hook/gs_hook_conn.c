@@ -57,9 +57,23 @@ struct gs_vmm_ent {
         CUmemGenericAllocationHandle h;
         uint64_t id;
         uint32_t gpu;
+        int fd;        /* the agent's fd, kept: an imported handle cannot be
+                          exported again, so cuMemExportToShareableHandle
+                          hands out duplicates of this */
 };
 static struct gs_vmm_ent *g_vmm;
 static size_t g_nvmm, g_capvmm;
+/* Blocks of other processes opened with cuIpcOpenMemHandle. */
+struct gs_ipc_ent {
+        uint64_t token[2];
+        CUdeviceptr va;        /* our reservation: nchunks * chunk */
+        uint32_t nchunks, refs;
+        uint64_t chunk;
+        CUdeviceptr ptr;       /* the block, as handed to the application */
+        uint64_t size;
+};
+static struct gs_ipc_ent *g_ipc;
+static size_t g_nipc, g_capipc;
 
 static uint64_t gs_now_ns(void)
 {
@@ -111,9 +125,15 @@ static void gs_atfork_child(void)
         }
         g_ngpus = 0;
         /* The parent's VMM allocations are the parent's to release. */
+        for (size_t i = 0; i < g_nvmm; i++)
+                close(g_vmm[i].fd);
         free(g_vmm);
         g_vmm = NULL;
         g_nvmm = g_capvmm = 0;
+        /* The parent's opened IPC blocks are the parent's to close. */
+        free(g_ipc);
+        g_ipc = NULL;
+        g_nipc = g_capipc = 0;
         g_state = GS_CONN_NEW;
         gs_hook_once_reset();
 }
@@ -766,9 +786,9 @@ out:
 /* ---- the application's VMM allocations ------------------------------ */
 
 /* pre: g_mu held.  Reads the VMM_GRANT that precedes a VMM_CREATE reply and
- * imports its fd into *ret_h.  The fd is closed whatever happens. */
+ * imports its fd into *ret_h; on success the fd is *ret_fd, else closed. */
 static int gs_take_vmm_grant(const struct gs_cu *cu, uint32_t gi, const struct gs_ring_msg *rep, uint64_t size,
-                             CUmemGenericAllocationHandle *ret_h, const char **why)
+                             CUmemGenericAllocationHandle *ret_h, int *ret_fd, const char **why)
 {
         struct gs_sock_vmm_grant gr;
         int fd, r = 0;
@@ -788,7 +808,10 @@ static int gs_take_vmm_grant(const struct gs_cu *cu, uint32_t gi, const struct g
                 *why = "cannot import a VMM allocation";
                 r = -EIO;
         }
-        gs_closep(&fd);
+        if (r == 0)
+                *ret_fd = fd;
+        else
+                gs_closep(&fd);
         return r;
 }
 
@@ -799,7 +822,7 @@ CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CU
         CUmemGenericAllocationHandle h;
         const char *why = NULL;
         CUresult res;
-        int gi;
+        int gi, fd = -1;
 
         pthread_mutex_lock(&g_mu);
         cu = gs_ready();
@@ -832,13 +855,13 @@ CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CU
                         gs_conn_lost("VMM reply without exactly one grant");
                 goto out;
         }
-        if (rep.arg[1] != 1 || gs_take_vmm_grant(cu, (uint32_t)gi, &rep, size, &h, &why) < 0) {
+        if (rep.arg[1] != 1 || gs_take_vmm_grant(cu, (uint32_t)gi, &rep, size, &h, &fd, &why) < 0) {
                 /* The agent frees the allocation when we go. */
                 gs_conn_lost(why ? why : "VMM reply with more than one grant");
                 res = CUDA_ERROR_OUT_OF_MEMORY;
                 goto out;
         }
-        g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], (uint32_t)gi };
+        g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], (uint32_t)gi, fd };
         *ret_h = h;
         res = CUDA_SUCCESS;
 out:
@@ -859,8 +882,257 @@ void gs_conn_vmm_released(CUmemGenericAllocationHandle h)
                 goto out;
         e = g_vmm[i];
         g_vmm[i] = g_vmm[--g_nvmm];
+        close(e.fd);
         if (g_state == GS_CONN_UP && gs_call(GS_OP_VMM_RELEASE, e.gpu, e.id, 0, &rep) == 0 && rep.status != 0)
                 gs_hook_debug("the agent refused VMM_RELEASE of %llu: %d", (unsigned long long)e.id, rep.status);
 out:
         pthread_mutex_unlock(&g_mu);
+}
+
+int gs_conn_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd)
+{
+        int r = -ENOENT;
+
+        pthread_mutex_lock(&g_mu);
+        for (size_t i = 0; i < g_nvmm; i++)
+                if (g_vmm[i].h == h) {
+                        int fd = fcntl(g_vmm[i].fd, F_DUPFD_CLOEXEC, 0);
+                        r = fd < 0 ? gs_neg_errno() : 0;
+                        if (fd >= 0)
+                                *ret_fd = fd;
+                        break;
+                }
+        pthread_mutex_unlock(&g_mu);
+        return r;
+}
+
+/* ---- CUDA IPC between processes of the allocation ------------------ */
+
+int gs_conn_ipc_is_ours(const CUipcMemHandle *h)
+{
+        return memcmp(h->reserved, GS_IPC_MAGIC, 8) == 0;
+}
+
+CUresult gs_conn_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr)
+{
+        struct gs_ipc_handle ih;
+        struct gs_ring_msg rep;
+        CUresult res;
+        int gi;
+
+        if (!h)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_mu);
+        gi = gs_owner(dptr);
+        if (gi < 0) {
+                res = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        if (g_state != GS_CONN_UP || gs_call(GS_OP_IPC_EXPORT, (uint32_t)gi, dptr - g_gpus[gi].va_base, 0, &rep) < 0) {
+                res = CUDA_ERROR_NOT_SUPPORTED;
+                goto out;
+        }
+        /* An agent that does not know the op answers -EPROTO. */
+        res = rep.status == -EPROTO ? CUDA_ERROR_NOT_SUPPORTED : gs_status_cu(rep.status);
+        if (res != CUDA_SUCCESS)
+                goto out;
+        memset(&ih, 0, sizeof(ih));
+        memcpy(ih.magic, GS_IPC_MAGIC, sizeof(ih.magic));
+        ih.token[0] = rep.arg[0];
+        ih.token[1] = rep.arg[1];
+        ih.size = rep.arg[2];
+        memcpy(h->reserved, &ih, sizeof(ih));
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+/* pre: g_mu held.  Unmaps the first n chunks of e's range and frees it. */
+static void gs_ipc_unmap(const struct gs_cu *cu, const struct gs_ipc_ent *e, uint32_t n)
+{
+        for (uint32_t i = 0; i < n; i++)
+                if (cu->cuMemUnmap)
+                        (void)cu->cuMemUnmap(e->va + (CUdeviceptr)i * e->chunk, e->chunk);
+        if (cu->cuMemAddressFree)
+                (void)cu->cuMemAddressFree(e->va, (size_t)e->nchunks * e->chunk);
+}
+
+/* pre: g_mu held.  Receives the k IPC grants of reply rep and maps them in
+ * a new range of *e (nchunks, chunk set).  Every fd is closed. */
+static int gs_take_ipc_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, const struct gs_ring_msg *rep,
+                              struct gs_ipc_ent *e, const char **why)
+{
+        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        uint32_t mapped = 0;
+        int r = 0;
+
+        *why = "cannot map an opened IPC block";
+        if (!cu->cuMemAddressReserve || !cu->cuMemImportFromShareableHandle || !cu->cuMemMap ||
+            !cu->cuMemRelease || !cu->cuMemSetAccess || !cu->cuMemUnmap || !cu->cuMemAddressFree ||
+            cu->cuMemAddressReserve(&e->va, (size_t)e->nchunks * e->chunk, e->chunk, 0, 0) != CUDA_SUCCESS)
+                e->va = 0;
+        for (uint32_t i = 0; i < e->nchunks; i++) {
+                struct gs_sock_grant gr;
+                CUmemGenericAllocationHandle h;
+                int fd;
+                ssize_t n = gs_recv_fd(g_sock, &gr, sizeof(gr), &fd, MSG_DONTWAIT);
+
+                if (n < 0) {
+                        *why = "a promised IPC grant did not arrive";
+                        r = -EPROTO;
+                        break;
+                }
+                if (!gs_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
+                    gr.gpu != gi || gr.slot != i || gr.chunk_bytes != e->chunk) {
+                        *why = "malformed IPC grant";
+                        r = -EPROTO;
+                } else if (r == 0 && e->va &&
+                           cu->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+                                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == CUDA_SUCCESS) {
+                        CUdeviceptr at = e->va + (CUdeviceptr)i * e->chunk;
+                        if (cu->cuMemMap(at, e->chunk, 0, h, 0) == CUDA_SUCCESS)
+                                mapped++;
+                        (void)cu->cuMemRelease(h);
+                        if (mapped == i + 1 && cu->cuMemSetAccess(at, e->chunk, &acc, 1) != CUDA_SUCCESS)
+                                r = -EIO;
+                        if (mapped != i + 1)
+                                r = -EIO;
+                } else if (r == 0) {
+                        r = -EIO;
+                }
+                gs_closep(&fd);
+                if (r == -EPROTO)
+                        break;
+        }
+        if (r < 0 && e->va) {
+                gs_ipc_unmap(cu, e, mapped);
+                e->va = 0;
+        }
+        return r;
+}
+
+CUresult gs_conn_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h)
+{
+        const struct gs_cu *cu;
+        struct gs_ipc_handle ih;
+        struct gs_ring_msg rep;
+        struct gs_ipc_ent e = { 0 };
+        const char *why = NULL;
+        CUdevice dev = -1;
+        CUresult res;
+        int gi, r;
+
+        if (!ret_ptr)
+                return CUDA_ERROR_INVALID_VALUE;
+        memcpy(&ih, h->reserved, sizeof(ih));
+        pthread_mutex_lock(&g_mu);
+        for (size_t i = 0; i < g_nipc; i++)
+                if (g_ipc[i].token[0] == ih.token[0] && g_ipc[i].token[1] == ih.token[1]) {
+                        g_ipc[i].refs++;
+                        *ret_ptr = g_ipc[i].ptr;
+                        res = CUDA_SUCCESS;
+                        goto out;
+                }
+        cu = gs_ready();
+        if (!cu) {
+                res = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        gi = gs_cur_gpu(cu, &dev);
+        if (gi < 0) {
+                res = gi == -EBADR ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_DEVICE;
+                goto out;
+        }
+        if (g_nipc == g_capipc) {
+                size_t cap = g_capipc ? 2 * g_capipc : 16;
+                struct gs_ipc_ent *t = realloc(g_ipc, cap * sizeof(*t));
+                if (!t) {
+                        res = CUDA_ERROR_OUT_OF_MEMORY;
+                        goto out;
+                }
+                g_ipc = t;
+                g_capipc = cap;
+        }
+        if (gs_call(GS_OP_IPC_OPEN, (uint32_t)gi, ih.token[0], ih.token[1], &rep) < 0) {
+                res = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        /* The grants come before the reply whatever it says; bound them. */
+        if (rep.arg[1] > GS_MAX_GRANTS_PER_REPLY || rep.arg[1] > g_gpus[gi].max_slots ||
+            (rep.status != 0 && rep.arg[1] != 0) ||
+            (rep.status == 0 && (rep.arg[1] == 0 || rep.arg[0] >= g_gpus[gi].chunk || rep.arg[2] == 0 ||
+                                 rep.arg[2] > rep.arg[1] * g_gpus[gi].chunk - rep.arg[0]))) {
+                gs_conn_lost("malformed reply to IPC_OPEN");
+                res = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        if (rep.status != 0) {
+                /* Unknown token, our own, or another GPU's. */
+                res = rep.status == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        e.token[0] = ih.token[0];
+        e.token[1] = ih.token[1];
+        e.nchunks = (uint32_t)rep.arg[1];
+        e.chunk = g_gpus[gi].chunk;
+        e.refs = 1;
+        e.size = rep.arg[2];
+        r = gs_take_ipc_grants(cu, (uint32_t)gi, dev, &rep, &e, &why);
+        if (r == -EPROTO) {
+                gs_conn_lost(why);
+                res = CUDA_ERROR_INVALID_VALUE;
+                goto out;
+        }
+        if (r < 0) {
+                gs_hook_debug("%s", why);
+                res = CUDA_ERROR_OUT_OF_MEMORY;
+                goto out;
+        }
+        e.ptr = e.va + rep.arg[0];
+        g_ipc[g_nipc++] = e;
+        *ret_ptr = e.ptr;
+        res = CUDA_SUCCESS;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+CUresult gs_conn_ipc_close(CUdeviceptr dptr)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult res = CUDA_ERROR_NOT_FOUND;
+
+        pthread_mutex_lock(&g_mu);
+        for (size_t i = 0; i < g_nipc; i++) {
+                struct gs_ipc_ent *e = &g_ipc[i];
+                if (e->ptr != dptr)
+                        continue;
+                if (--e->refs == 0) {
+                        if (cu)
+                                gs_ipc_unmap(cu, e, e->nchunks);
+                        *e = g_ipc[--g_nipc];
+                }
+                res = CUDA_SUCCESS;
+                break;
+        }
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size)
+{
+        CUresult res = CUDA_ERROR_NOT_FOUND;
+
+        pthread_mutex_lock(&g_mu);
+        for (size_t i = 0; i < g_nipc; i++)
+                if (ptr >= g_ipc[i].ptr && ptr - g_ipc[i].ptr < g_ipc[i].size) {
+                        if (ret_base)
+                                *ret_base = g_ipc[i].ptr;
+                        if (ret_size)
+                                *ret_size = g_ipc[i].size;
+                        res = CUDA_SUCCESS;
+                        break;
+                }
+        pthread_mutex_unlock(&g_mu);
+        return res;
 }

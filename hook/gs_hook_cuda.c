@@ -56,6 +56,8 @@ static const struct {
         GS_CU_ENTRY(cuMemSetAccess), GS_CU_ENTRY(cuMemRelease), GS_CU_ENTRY(cuMemCreate), GS_CU_ENTRY(cuMemUnmap),
         GS_CU_ENTRY(cuMemGetAddressRange_v2), GS_CU_ENTRY(cuStreamSynchronize),
         GS_CU_ENTRY(cuStreamSynchronize_ptsz), GS_CU_ENTRY(cuIpcGetMemHandle),
+        GS_CU_ENTRY(cuIpcOpenMemHandle_v2), GS_CU_ENTRY(cuIpcCloseMemHandle), GS_CU_ENTRY(cuMemAddressFree),
+        GS_CU_ENTRY(cuMemExportToShareableHandle),
 };
 
 static void gs_cu_load(void)

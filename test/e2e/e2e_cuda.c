@@ -20,6 +20,23 @@
  *                               cuMemCreate fails with OUT_OF_MEMORY; unmap
  *                               and release all; check cuMemGetInfo shows
  *                               all free again; print "vmm obtained N MiB"
+ *   e2e_cuda ipc-export MIB     allocate a 1 MiB block and a MIB block with
+ *                               a pattern, print "handle HEX" (the MIB
+ *                               block's cuIpcGetMemHandle); check opening it
+ *                               in this process fails; then commands on
+ *                               stdin: "check" (print "seen-ok" if every
+ *                               byte is the pattern + 1), "free" (free the
+ *                               block, print "freed"), "exit"
+ *   e2e_cuda ipc-import HEX MIB open the handle, check its range and the
+ *                               pattern, add 1 to every byte, open it again
+ *                               (same address), close twice; a third close
+ *                               must fail
+ *   e2e_cuda ipc-open HEX       open must fail with INVALID_VALUE
+ *   e2e_cuda vmm-export         cuMemCreate 4 MiB, write a pattern,
+ *                               cuMemExportToShareableHandle (POSIX fd),
+ *                               import the fd and map it elsewhere: the
+ *                               pattern must be there (PyTorch's expandable
+ *                               segments share tensors this way)
  * Exit 0 when the mode's own check holds. */
 #include <cuda.h>
 #include <pthread.h>
@@ -204,6 +221,203 @@ static int vmm(uint64_t limit, uint64_t piece)
         return 0;
 }
 
+static unsigned char pat(uint64_t i) { return (unsigned char)(i * 7 + (i >> 20)); }
+
+static void to_hex(const CUipcMemHandle *h, char out[129])
+{
+        for (int i = 0; i < 64; i++)
+                sprintf(out + 2 * i, "%02x", (unsigned char)h->reserved[i]);
+}
+
+static int from_hex(const char *s, CUipcMemHandle *h)
+{
+        if (strlen(s) != 128)
+                return -1;
+        for (int i = 0; i < 64; i++) {
+                unsigned v;
+                if (sscanf(s + 2 * i, "%2x", &v) != 1)
+                        return -1;
+                h->reserved[i] = (char)v;
+        }
+        return 0;
+}
+
+/* Compares n bytes at p with pat(i) + add. */
+static int check_pat(CUdeviceptr p, size_t n, int add)
+{
+        unsigned char *b = malloc(n);
+        int bad = 0;
+
+        if (!b || cuMemcpyDtoH(b, p, n) != CUDA_SUCCESS)
+                return 1;
+        for (size_t i = 0; i < n && !bad; i++)
+                if (b[i] != (unsigned char)(pat(i) + add)) {
+                        fprintf(stderr, "FAIL: byte %zu is %u, expected %u\n", i, b[i], (unsigned char)(pat(i) + add));
+                        bad = 1;
+                }
+        free(b);
+        return bad;
+}
+
+static int put_pat(CUdeviceptr p, size_t n, int add)
+{
+        unsigned char *b = malloc(n);
+        int bad;
+
+        if (!b)
+                return 1;
+        for (size_t i = 0; i < n; i++)
+                b[i] = (unsigned char)(pat(i) + add);
+        bad = cuMemcpyHtoD(p, b, n) != CUDA_SUCCESS;
+        free(b);
+        return bad;
+}
+
+static int ipc_export(size_t n)
+{
+        CUdeviceptr small, p, x;
+        CUipcMemHandle h, h2;
+        char hex[129], line[64];
+        CUresult r;
+
+        if ((r = cuMemAlloc(&small, MiB)) != CUDA_SUCCESS || (r = cuMemAlloc(&p, n)) != CUDA_SUCCESS)
+                die("cuMemAlloc", r);
+        if (put_pat(p, n, 0) || put_pat(small, MiB, 99))
+                die("write", CUDA_ERROR_UNKNOWN);
+        if ((r = cuIpcGetMemHandle(&h, p)) != CUDA_SUCCESS)
+                die("cuIpcGetMemHandle", r);
+        /* An inner pointer names the same block. */
+        if ((r = cuIpcGetMemHandle(&h2, p + n / 2)) != CUDA_SUCCESS)
+                die("cuIpcGetMemHandle of an inner pointer", r);
+        if (memcmp(&h, &h2, sizeof(h)) != 0) {
+                fprintf(stderr, "FAIL: two handles for one block differ\n");
+                return 1;
+        }
+        if ((r = cuIpcOpenMemHandle(&x, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != CUDA_ERROR_INVALID_VALUE) {
+                fprintf(stderr, "FAIL: opening its own handle did not fail with INVALID_VALUE\n");
+                return 1;
+        }
+        to_hex(&h, hex);
+        printf("handle %s\n", hex);
+        fflush(stdout);
+        while (fgets(line, sizeof(line), stdin)) {
+                if (strncmp(line, "check", 5) == 0) {
+                        printf("%s\n", check_pat(p, n, 1) || check_pat(small, MiB, 99) ? "seen-bad" : "seen-ok");
+                } else if (strncmp(line, "free", 4) == 0) {
+                        if ((r = cuMemFree(p)) != CUDA_SUCCESS)
+                                die("cuMemFree", r);
+                        printf("freed\n");
+                } else if (strncmp(line, "exit", 4) == 0) {
+                        return 0;
+                }
+                fflush(stdout);
+        }
+        return 0;
+}
+
+static int ipc_import(const char *hex, size_t n)
+{
+        CUipcMemHandle h;
+        CUdeviceptr p, p2, base = 0;
+        size_t size = 0;
+        CUresult r;
+
+        if (from_hex(hex, &h) < 0)
+                return 2;
+        if ((r = cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != CUDA_SUCCESS)
+                die("cuIpcOpenMemHandle", r);
+        if ((r = cuMemGetAddressRange(&base, &size, p + n - 1)) != CUDA_SUCCESS)
+                die("cuMemGetAddressRange of the opened block", r);
+        if (base != p || size != n) {
+                fprintf(stderr, "FAIL: opened block's range is %zu bytes\n", size);
+                return 1;
+        }
+        if (check_pat(p, n, 0))
+                return 1;
+        if (put_pat(p, n, 1))
+                die("write", CUDA_ERROR_UNKNOWN);
+        if ((r = cuIpcOpenMemHandle(&p2, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) != CUDA_SUCCESS || p2 != p)
+                die("second cuIpcOpenMemHandle", r);
+        if ((r = cuMemFree(p)) != CUDA_ERROR_INVALID_VALUE) {
+                fprintf(stderr, "FAIL: cuMemFree of an opened block did not fail\n");
+                return 1;
+        }
+        if ((r = cuIpcCloseMemHandle(p)) != CUDA_SUCCESS || (r = cuIpcCloseMemHandle(p)) != CUDA_SUCCESS)
+                die("cuIpcCloseMemHandle", r);
+        if (cuIpcCloseMemHandle(p) == CUDA_SUCCESS) {
+                fprintf(stderr, "FAIL: a third close succeeded\n");
+                return 1;
+        }
+        printf("import ok: %zu bytes read, written, closed\n", n);
+        return 0;
+}
+
+static int ipc_open_fails(const char *hex)
+{
+        CUipcMemHandle h;
+        CUdeviceptr p;
+        const char *name = NULL;
+        CUresult r;
+
+        if (from_hex(hex, &h) < 0)
+                return 2;
+        r = cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        cuGetErrorName(r, &name);
+        printf("open: %s\n", name ? name : "?");
+        return r == CUDA_ERROR_INVALID_VALUE ? 0 : 1;
+}
+
+static int vmm_export(void)
+{
+        CUmemAllocationProp prop = { 0 };
+        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUmemGenericAllocationHandle h, h2;
+        CUdeviceptr va = 0;
+        size_t n = 4 * MiB;
+        int fd = -1, fd2 = -1;
+        CUresult r;
+
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        /* Only POSIX fds can share the agent's memory: PyTorch asks for
+         * FABRIC first and must be told no, or its IPC fails later. */
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+        if ((r = cuMemCreate(&h, n, &prop, 0)) != CUDA_ERROR_NOT_SUPPORTED)
+                die("cuMemCreate with the FABRIC handle type should be NOT_SUPPORTED", r);
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        if ((r = cuMemCreate(&h, n, &prop, 0)) != CUDA_SUCCESS)
+                die("cuMemCreate", r);
+        if ((r = cuMemAddressReserve(&va, 2 * n, 2 * MiB, 0, 0)) != CUDA_SUCCESS)
+                die("cuMemAddressReserve", r);
+        if ((r = cuMemMap(va, n, 0, h, 0)) != CUDA_SUCCESS || (r = cuMemSetAccess(va, n, &acc, 1)) != CUDA_SUCCESS)
+                die("cuMemMap", r);
+        if (put_pat(va, n, 3))
+                die("write", CUDA_ERROR_UNKNOWN);
+        if ((r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) != CUDA_SUCCESS)
+                die("cuMemExportToShareableHandle", r);
+        if ((r = cuMemExportToShareableHandle(&fd2, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) != CUDA_SUCCESS ||
+            fd2 == fd)
+                die("second cuMemExportToShareableHandle", r);
+        if ((r = cuMemImportFromShareableHandle(&h2, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) !=
+            CUDA_SUCCESS)
+                die("cuMemImportFromShareableHandle", r);
+        if ((r = cuMemMap(va + n, n, 0, h2, 0)) != CUDA_SUCCESS ||
+            (r = cuMemSetAccess(va + n, n, &acc, 1)) != CUDA_SUCCESS)
+                die("cuMemMap of the import", r);
+        if (check_pat(va + n, n, 3))
+                return 1;
+        close(fd);
+        close(fd2);
+        (void)cuMemUnmap(va + n, n);
+        (void)cuMemUnmap(va, n);
+        (void)cuMemRelease(h2);
+        if ((r = cuMemRelease(h)) != CUDA_SUCCESS)
+                die("cuMemRelease", r);
+        (void)cuMemAddressFree(va, 2 * n);
+        printf("vmm-export ok\n");
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         CUcontext ctx;
@@ -280,6 +494,14 @@ int main(int argc, char **argv)
         }
         if (strcmp(argv[1], "vmm") == 0 && argc == 4)
                 return vmm(strtoull(argv[2], NULL, 0) * MiB, strtoull(argv[3], NULL, 0));
+        if (strcmp(argv[1], "ipc-export") == 0 && argc == 3)
+                return ipc_export(strtoull(argv[2], NULL, 0) * MiB);
+        if (strcmp(argv[1], "ipc-import") == 0 && argc == 4)
+                return ipc_import(argv[2], strtoull(argv[3], NULL, 0) * MiB);
+        if (strcmp(argv[1], "vmm-export") == 0)
+                return vmm_export();
+        if (strcmp(argv[1], "ipc-open") == 0 && argc == 3)
+                return ipc_open_fails(argv[2]);
         if (strcmp(argv[1], "hold") == 0 && argc == 3) {
                 if ((r = cuMemAlloc(&p, strtoull(argv[2], NULL, 0) * MiB)) != CUDA_SUCCESS)
                         die("cuMemAlloc", r);

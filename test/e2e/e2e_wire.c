@@ -305,10 +305,49 @@ static int cmd_hostile(const char *sock)
         CHECK(r == -ENOENT, "RANGE of another process's block gave %d", r);
         r = e2e_call(&c, GS_OP_FREE, 0, off + 256, 0, NULL, NULL, 0, NULL);
         CHECK(r == -ENOENT, "FREE inside a block gave %d", r);
+        {
+                /* CUDA IPC: tokens name one live block, for the other
+                 * processes of the allocation only. */
+                struct gs_ring_msg ex, ex2, op;
+                int fds[4];
+                uint32_t nfds = 0;
+
+                r = e2e_call(&c, GS_OP_IPC_EXPORT, 0, off + 2 * GS_MiB, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOENT, "IPC_EXPORT of free space gave %d", r);
+                r = e2e_call(&c, GS_OP_IPC_EXPORT, 0, UINT64_MAX, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOENT, "IPC_EXPORT of offset 2^64-1 gave %d", r);
+                r = e2e_call(&c, GS_OP_IPC_EXPORT, 7, off, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "IPC_EXPORT on gpu 7 gave %d", r);
+                r = e2e_call(&d, GS_OP_IPC_EXPORT, 0, off, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOENT, "IPC_EXPORT of another process's block gave %d", r);
+                r = e2e_call(&d, GS_OP_IPC_OPEN, 0, 0, 0, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOENT, "IPC_OPEN of token 0 gave %d", r);
+                r = e2e_call(&c, GS_OP_IPC_EXPORT, 0, off + 4096, 0, &ex, NULL, 0, NULL);
+                CHECK(r == 0 && ex.arg[2] == GS_MiB && ex.arg[3] == off && (ex.arg[0] | ex.arg[1]),
+                      "IPC_EXPORT of an inner offset: %d, size %llu", r, (unsigned long long)ex.arg[2]);
+                r = e2e_call(&c, GS_OP_IPC_EXPORT, 0, off, 0, &ex2, NULL, 0, NULL);
+                CHECK(r == 0 && ex2.arg[0] == ex.arg[0] && ex2.arg[1] == ex.arg[1],
+                      "a second IPC_EXPORT of the block gave another token");
+                r = e2e_call(&d, GS_OP_IPC_OPEN, 0, ex.arg[0], ex.arg[1] ^ 1, NULL, NULL, 0, NULL);
+                CHECK(r == -ENOENT, "IPC_OPEN of a token one bit off gave %d", r);
+                r = e2e_call(&d, GS_OP_IPC_OPEN, 7, ex.arg[0], ex.arg[1], NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "IPC_OPEN on gpu 7 gave %d", r);
+                r = e2e_call(&c, GS_OP_IPC_OPEN, 0, ex.arg[0], ex.arg[1], NULL, NULL, 0, NULL);
+                CHECK(r == -EINVAL, "IPC_OPEN of its own token gave %d", r);
+                r = e2e_call(&d, GS_OP_IPC_OPEN, 0, ex.arg[0], ex.arg[1], &op, fds, 4, &nfds);
+                CHECK(r == 0 && op.arg[1] == 1 && nfds == 1 && op.arg[0] == off % c.w.gpus[0].chunk_bytes &&
+                      op.arg[2] == GS_MiB, "IPC_OPEN by a sibling: %d, %u fds", r, nfds);
+                for (uint32_t i = 0; i < nfds; i++)
+                        close(fds[i]);
+        }
         r = e2e_call(&c, GS_OP_RANGE, 0, off + 4096, 0, &rep, NULL, 0, NULL);
         CHECK(r == 0 && rep.arg[0] == off, "own block lost after the attempts");
+        r = e2e_call(&c, GS_OP_IPC_EXPORT, 0, off, 0, &rep, NULL, 0, NULL);
+        CHECK(r == 0, "IPC_EXPORT gave %d", r);
         r = e2e_call(&c, GS_OP_FREE, 0, off, 0, NULL, NULL, 0, NULL);
         CHECK(r == 0, "FREE of own block gave %d", r);
+        r = e2e_call(&d, GS_OP_IPC_OPEN, 0, rep.arg[0], rep.arg[1], NULL, NULL, 0, NULL);
+        CHECK(r == -ENOENT, "IPC_OPEN of a freed block's token gave %d", r);
         r = e2e_call(&c, GS_OP_FREE, 0, off, 0, NULL, NULL, 0, NULL);
         CHECK(r == -ENOENT, "double FREE gave %d", r);
         r = e2e_call(&c, GS_OP_PING, 0, 42, 0, &rep, NULL, 0, NULL);
@@ -341,6 +380,40 @@ static int cmd_hostile(const char *sock)
         r = e2e_call(&c, GS_OP_PING, 0, 7, 0, &rep, NULL, 0, NULL);
         CHECK(r == 0 && rep.arg[0] == 7, "agent no longer answers: %d", r);
         e2e_close(&c);
+        return failures != 0;
+}
+
+/* A token of allocation A means nothing in allocation B, and nothing once
+ * the exporting connection is gone. */
+static int cmd_ipccross(const char *sock_a, const char *sock_b)
+{
+        struct e2e_conn a, a2, b;
+        struct gs_ring_msg rep, ex;
+        int r;
+
+        must_open(&a, sock_a);
+        must_open(&b, sock_b);
+        r = e2e_call(&a, GS_OP_ALLOC, 0, 3 * GS_MiB, 0, &rep, NULL, 0, NULL);
+        CHECK(r == 0, "ALLOC in A: %d", r);
+        r = e2e_call(&a, GS_OP_IPC_EXPORT, 0, rep.arg[0], 0, &ex, NULL, 0, NULL);
+        CHECK(r == 0, "IPC_EXPORT in A: %d", r);
+        r = e2e_call(&b, GS_OP_IPC_OPEN, 0, ex.arg[0], ex.arg[1], NULL, NULL, 0, NULL);
+        CHECK(r == -ENOENT, "A's token opened in allocation B: %d", r);
+        must_open(&a2, sock_a);
+        r = e2e_call(&a2, GS_OP_IPC_OPEN, 0, ex.arg[0], ex.arg[1], &rep, NULL, 0, NULL);
+        CHECK(r == 0 && rep.arg[2] == 3 * GS_MiB, "A's token in A: %d", r);
+        e2e_close(&a);
+        /* The agent forgets a's exports when it sees the connection end
+         * (no pidfd exit here: same process); give it a moment. */
+        for (int i = 0; i < 100; i++) {
+                r = e2e_call(&a2, GS_OP_IPC_OPEN, 0, ex.arg[0], ex.arg[1], NULL, NULL, 0, NULL);
+                if (r == -ENOENT)
+                        break;
+                usleep(20000);
+        }
+        CHECK(r == -ENOENT, "token of a closed connection still opens: %d", r);
+        e2e_close(&a2);
+        e2e_close(&b);
         return failures != 0;
 }
 
@@ -411,6 +484,8 @@ int main(int argc, char **argv)
                 return cmd_concurrent(argv[2], atoi(argv[3]));
         if (argc == 3 && strcmp(argv[1], "hostile") == 0)
                 return cmd_hostile(argv[2]);
+        if (argc == 4 && strcmp(argv[1], "ipccross") == 0)
+                return cmd_ipccross(argv[2], argv[3]);
         if (argc == 3 && strcmp(argv[1], "flood") == 0)
                 return cmd_flood(argv[2]);
         fprintf(stderr, "usage: e2e_wire quota|hold|big|concurrent|hostile|flood SOCK [ARG]\n");

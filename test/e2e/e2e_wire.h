@@ -178,12 +178,14 @@ static inline int e2e_call(struct e2e_conn *c, uint32_t op, uint32_t gpu, uint64
         r = e2e_reply(c, &rep, 5000);
         if (r < 0)
                 return r;
-        if (rep.op == GS_OP_ALLOC && rep.status == 0)
+        if ((rep.op == GS_OP_ALLOC || rep.op == GS_OP_IPC_OPEN) && rep.status == 0)
                 for (uint64_t i = 0; i < rep.arg[1]; i++) {
                         struct gs_sock_grant g;
                         int fd;
                         ssize_t n = e2e_recv(c->sock, &g, sizeof(g), &fd, 5000);
-                        if (n != (ssize_t)sizeof(g) || g.h.type != GS_SOCK_GRANT || fd < 0)
+                        if (n != (ssize_t)sizeof(g) || fd < 0 ||
+                            g.h.type != (rep.op == GS_OP_ALLOC ? GS_SOCK_GRANT : GS_SOCK_IPC_GRANT) ||
+                            (rep.op == GS_OP_IPC_OPEN && g.slot != i))
                                 return -EPROTO;
                         if (fds && nfds && *nfds < maxfds)
                                 fds[(*nfds)++] = fd;

@@ -244,6 +244,9 @@ def body(ag, tmp):
 
     r = run([WIRE, "hostile", sockpath(A)], ag.env)
     check(r.returncode == 0, "A: hostile messages rejected" + ("" if r.returncode == 0 else ": " + r.stderr))
+    r = run([WIRE, "ipccross", sockpath(A), sockpath(B)], ag.env)
+    check(r.returncode == 0, "IPC tokens: not valid in another allocation, nor after the exporter left"
+          + ("" if r.returncode == 0 else ": " + r.stderr))
     r = run([WIRE, "flood", sockpath(A)], ag.env)
     check(r.returncode == 0, "A: a flood does not starve another process: " + r.stdout.strip() + r.stderr)
 
@@ -335,8 +338,13 @@ def hooked(ag, A, B):
     check(r.returncode == 0 and q - 2 * CHUNK // MiB <= got <= q,
           "hook: 2 and 20 MiB cuMemCreate pieces up to the quota, then OOM: " + r.stdout.strip() + r.stderr)
     check(wait_idle(ag, A["id"]) is not None, "hook: mixed VMM pieces' chunks back after exit")
+    r = run([CUDA, "vmm-export"], ea)
+    check(r.returncode == 0, "hook: a cuMemCreate allocation exports as a POSIX fd that imports to the same memory: "
+          + r.stdout.strip() + r.stderr)
+    check(wait_idle(ag, A["id"]) is not None, "hook: exported VMM allocation's chunks back after exit")
     check([(g["chunks_total"], g["chunks_free"]) for g in ag.gpus()] == pool0,
           "hook: every chunk is back in the pool after the VMM runs")
+    ipc(ag, A, ea, eb)
     holder = subprocess.Popen([CUDA, "hold", "16"], env=ea, stdout=subprocess.PIPE, text=True)
     check(holder.stdout.readline().strip() == "held", "hook: a hooked process holds memory")
     os.kill(holder.pid, signal.SIGKILL)
@@ -345,6 +353,58 @@ def hooked(ag, A, B):
     check(t is not None, "hook: kill -9 returns the memory (%s ms)" % (None if t is None else int(t * 1000)))
     for x in (A, B):
         check(wait_idle(ag, x["id"]) is not None, "hook: %s idle after the hooked runs" % x["id"])
+
+
+def ipc(ag, A, ea, eb):
+    """CUDA IPC between two processes of allocation A, brokered by the agent."""
+    mib = CHUNK // MiB + 8  # over two chunks
+    exp = subprocess.Popen([CUDA, "ipc-export", str(mib)], env=ea, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        line = exp.stdout.readline().split()
+        check(len(line) == 2 and line[0] == "handle", "ipc: exporter gets a handle: %s" % line)
+        if len(line) != 2:
+            return
+        hx = line[1]
+
+        def say(cmd):
+            exp.stdin.write(cmd + "\n")
+            exp.stdin.flush()
+            return exp.stdout.readline().strip()
+        r = run([CUDA, "ipc-import", hx, str(mib)], ea)
+        check(r.returncode == 0, "ipc: a sibling opens the handle, reads, writes, closes: "
+              + r.stdout.strip() + r.stderr)
+        check(say("check") == "seen-ok", "ipc: the exporter sees the sibling's writes, its other block untouched")
+        r = run([CUDA, "ipc-open", hx], eb)
+        check(r.returncode == 0, "ipc: the handle is refused in another allocation: " + r.stdout.strip() + r.stderr)
+        forged = hx[:20] + ("0" if hx[20] != "0" else "1") + hx[21:]
+        r = run([CUDA, "ipc-open", forged], ea)
+        check(r.returncode == 0, "ipc: a forged token is refused: " + r.stdout.strip() + r.stderr)
+        check(say("free") == "freed", "ipc: the exporter frees the block")
+        r = run([CUDA, "ipc-open", hx], ea)
+        check(r.returncode == 0, "ipc: the handle of a freed block is refused: " + r.stdout.strip() + r.stderr)
+        exp.stdin.write("exit\n")
+        exp.stdin.flush()
+        check(exp.wait(timeout=30) == 0, "ipc: exporter exits 0")
+    finally:
+        if exp.poll() is None:
+            exp.kill()
+            exp.wait()
+    # A handle dies with its process.
+    exp = subprocess.Popen([CUDA, "ipc-export", "4"], env=ea, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    line = exp.stdout.readline().split()
+    exp.stdin.write("exit\n")
+    exp.stdin.flush()
+    exp.wait(timeout=30)
+    if len(line) == 2:
+        for _ in range(50):  # the agent sees the exit a moment later
+            r = run([CUDA, "ipc-open", line[1]], ea)
+            if r.returncode == 0:
+                break
+            time.sleep(0.05)
+        check(r.returncode == 0, "ipc: the handle of an exited process is refused: " + r.stdout.strip())
+    check(wait_idle(ag, A["id"]) is not None, "ipc: A idle after the IPC runs")
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ struct fc_handle { /* cuMemCreate / import */
         int hrefs;        /* handle references (create/import/retain) */
         int maps;         /* mappings; the memory lives while either is > 0 */
         uint64_t htypes;  /* requestedHandleTypes */
+        int imported;     /* from cuMemImportFromShareableHandle */
         struct fc_charge ch; /* bytes == 0: not charged (import) */
 };
 
@@ -1321,7 +1322,9 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
                 return CUDA_ERROR_NOT_SUPPORTED;
         pthread_mutex_lock(&g_lock);
         e = fc_handle_get(handle, NULL);
-        if (!e) {
+        if (!e || e->imported) {
+                /* An imported handle cannot be exported again: the real
+                 * driver (580, H100) says CUDA_ERROR_INVALID_VALUE. */
                 r = CUDA_ERROR_INVALID_VALUE;
         } else if (!(e->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
                 r = CUDA_ERROR_NOT_PERMITTED;
@@ -1383,6 +1386,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
                 g_handles[idx].size = (size_t)st.st_size;
                 g_handles[idx].dev = dev;
                 g_handles[idx].htypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+                g_handles[idx].imported = 1;
                 *handle = fc_handle_value(idx);
         }
         pthread_mutex_unlock(&g_lock);

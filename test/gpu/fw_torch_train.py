@@ -1,23 +1,38 @@
 """PyTorch: a short training loop of a transformer block on random data.
-Prints the final loss and parameter checksum; run.sh runs it natively and
-under gshare and compares. With GSHARE_BENCH_STEPS it also times steps and
-prints "STEP_MS <median>" and "FIRST_STEP_MS <ms since process start>"."""
+
+Plain run (the suite): 30 steps of a small model, deterministic; prints the
+final loss and parameter checksum; run.sh runs it natively and under gshare
+and compares the two bit for bit.
+
+GSHARE_BENCH_FIRST=1: also prints "FIRST_STEP_MS <ms from process start to
+the end of the first step>".
+
+GSHARE_BENCH_SERVE=1 (bench_step.py drives it): a larger model; after the
+warm-up prints "READY" and then runs one timed step per "step" line on
+stdin, answering "STEP <ms>" (CUDA events around the step, synchronized),
+until "quit".  Two such processes stepped in turn measure native and gshare
+step times under the same GPU conditions.
+"""
 import os
-import statistics
 import sys
 import time
 
 T0 = time.monotonic()
 import torch  # noqa: E402
 
+serve = os.environ.get("GSHARE_BENCH_SERVE") == "1"
 torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
+if not serve:
+    torch.use_deterministic_algorithms(True)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 dev = "cuda"
-d, heads, seq, batch = 512, 8, 256, 16
-model = torch.nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, batch_first=True,
-                                         dropout=0.0).to(dev)
+if serve:
+    d, heads, seq, batch, layers = 1024, 16, 512, 16, 4
+else:
+    d, heads, seq, batch, layers = 512, 8, 256, 16, 1
+model = torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, batch_first=True,
+                                                               dropout=0.0) for _ in range(layers)]).to(dev)
 head = torch.nn.Linear(d, 10).to(dev)
 opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-3)
 g = torch.Generator(device="cpu").manual_seed(1)
@@ -34,26 +49,30 @@ def step(i):
     return loss
 
 
-steps = int(os.environ.get("GSHARE_BENCH_STEPS", "0"))
 loss = step(0)
 torch.cuda.synchronize()
 first_ms = (time.monotonic() - T0) * 1000
 for i in range(1, 30):
     loss = step(i)
 torch.cuda.synchronize()
-times = []
-for i in range(steps):
-    s = torch.cuda.Event(enable_timing=True)
-    e = torch.cuda.Event(enable_timing=True)
-    s.record()
-    step(i)
-    e.record()
-    e.synchronize()
-    times.append(s.elapsed_time(e))
+if serve:
+    print("READY", flush=True)
+    i = 0
+    for line in sys.stdin:
+        if line.strip() != "step":
+            break
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        step(i)
+        e.record()
+        e.synchronize()
+        i += 1
+        print(f"STEP {s.elapsed_time(e):.6f}", flush=True)
+    sys.exit(0)
 csum = sum(float(p.double().sum()) for p in model.parameters())
 print(f"LOSS {float(loss):.9f}")
 print(f"CHECKSUM {csum:.9f}")
-if steps:
-    print(f"STEP_MS {statistics.median(times):.6f}")
+if os.environ.get("GSHARE_BENCH_FIRST") == "1":
     print(f"FIRST_STEP_MS {first_ms:.1f}")
 sys.stdout.flush()

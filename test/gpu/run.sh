@@ -7,6 +7,8 @@
 #
 #   test/gpu/run.sh            # suite
 #   GSHARE_GPU_BENCH=1 test/gpu/run.sh   # also the training-step benchmark
+#   GSHARE_GPU_BENCH=1 GSHARE_GPU_BENCH_ONLY=1 test/gpu/run.sh   # only that
+#   GSHARE_GPU_ONLY='torch_mp' test/gpu/run.sh   # only the entries matching
 #
 # Needs: build/ from `make` (gshare-agent, gsharectl, libgshare.so), python3
 # with torch, jax and cupy. Env: B (build dir), GSHARE_LIBDIR (extra
@@ -52,13 +54,15 @@ in_alloc() {
       GSHARE_SOCKET="$dir/agent.sock" GSHARE_EXPECT_QUOTA="$q" \
       PYTHONPATH="$here" PYTHONUNBUFFERED=1 "$@"
 }
-t() {  # t NAME cmd...: one suite entry
+t() {  # t NAME cmd...: one suite entry (only those matching $GSHARE_GPU_ONLY, a regex, if set)
   local name=$1; shift
+  [[ -n ${GSHARE_GPU_ONLY:-} && ! $name =~ $GSHARE_GPU_ONLY ]] && return 0
   echo "=== $name"
   if "$@" >"$work/$name.log" 2>&1; then ok "$name"; else bad "$name (exit $?)"; fi
   sed 's/^/    /' "$work/$name.log" | tail -n 25
 }
 
+if [[ ${GSHARE_GPU_BENCH_ONLY:-0} != 1 ]]; then
 t kernel_check   in_alloc "$A" $QA "${KERNEL_CHECK:-$B/test-gpu/kernel_check}"
 E2E=${E2E_CUDA:-$B/test/e2e/e2e_cuda}
 t e2e_meminfo    in_alloc "$A" $QA "$E2E" meminfo
@@ -70,12 +74,14 @@ t torch_quota    in_alloc "$A" $QA "$PY" "$here/fw_torch_quota.py"
 t torch_quota_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$here/fw_torch_quota.py"
 t torch_train_native timeout 240 env PYTHONPATH="$here" CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$here/fw_torch_train.py"
 t torch_train_gshare in_alloc "$A" $QA env CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$here/fw_torch_train.py"
-if diff <(grep -E '^(LOSS|CHECKSUM)' "$work/torch_train_native.log") \
+if [[ -n ${GSHARE_GPU_ONLY:-} && ! -f $work/torch_train_gshare.log ]]; then :
+elif diff <(grep -E '^(LOSS|CHECKSUM)' "$work/torch_train_native.log") \
         <(grep -E '^(LOSS|CHECKSUM)' "$work/torch_train_gshare.log") >/dev/null &&
    grep -q '^LOSS' "$work/torch_train_gshare.log"; then
   ok "torch_train matches the native run bit for bit"
 else bad "torch_train differs from the native run"; fi
 t torch_mp       in_alloc "$A" $QA "$PY" "$here/fw_torch_mp.py"
+t torch_mp_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$here/fw_torch_mp.py"
 t jax            in_alloc "$Bd" $QB "$PY" "$here/fw_jax.py"
 t cupy           in_alloc "$Bd" $QB "$PY" "$here/fw_cupy.py"
 echo "=== two frameworks at once"
@@ -94,29 +100,15 @@ for dir in "$A" "$Bd"; do ctl release "$(basename "$dir")" >/dev/null || bad "re
 back=$(ctl --json gpus | jq_py 'str(d["gpus"][0]["chunks_free"]) + " " + str(d["gpus"][0]["chunks_total"])')
 read -r free total <<<"$back"
 [[ $free == "$total" ]] && ok "every chunk back on the system list ($free/$total)" || bad "chunks free $free of $total"
+fi
 
 if [[ ${GSHARE_GPU_BENCH:-0} == 1 ]]; then
-  echo "=== training-step benchmark (native and gshare alternating)"
+  echo "=== training-step benchmark (native and gshare taking turns)"
+  # shellcheck disable=SC2046
   C=$(ctl --json create $(ids 0 16) | jq_py 'd["allocation"]["socket_dir"]')
-  rounds=${GSHARE_BENCH_ROUNDS:-5}
-  : >"$work/bench.txt"
-  for ((r = 0; r < rounds; r++)); do
-    env PYTHONPATH="$here" GSHARE_BENCH_STEPS=200 "$PY" "$here/fw_torch_train.py" | sed 's/^/native /' >>"$work/bench.txt"
-    in_alloc "$C" $((16 << 30)) env GSHARE_BENCH_STEPS=200 "$PY" "$here/fw_torch_train.py" | sed 's/^/gshare /' >>"$work/bench.txt"
-  done
-  "$PY" - "$work/bench.txt" <<'PYEOF'
-import statistics, sys
-v = {}
-for line in open(sys.argv[1]):
-    who, key, val = line.split()[:3]
-    v.setdefault((who, key), []).append(float(val))
-n = statistics.median(v[("native", "STEP_MS")]); g = statistics.median(v[("gshare", "STEP_MS")])
-print("step_ms native per round:", v[("native", "STEP_MS")])
-print("step_ms gshare per round:", v[("gshare", "STEP_MS")])
-print(f"RESULT step_ratio={g / n:.4f} step_ms_native={n:.4f} step_ms_gshare={g:.4f} "
-      f"first_step_ms_native={statistics.median(v[('native', 'FIRST_STEP_MS')]):.0f} "
-      f"first_step_ms_gshare={statistics.median(v[('gshare', 'FIRST_STEP_MS')]):.0f}")
-PYEOF
+  timeout 580 env PYTHONPATH="$here" GS_PRELOAD="$B/libgshare.so" GS_SOCKET="$C/agent.sock" \
+    "$PY" "$here/bench_step.py" "${GSHARE_BENCH_STEPS:-400}" "${GSHARE_BENCH_ROUNDS:-3}" ||
+    bad "training-step benchmark"
 fi
 echo "gpu suite: $pass passed, $fail failed"
 [[ $fail == 0 ]]

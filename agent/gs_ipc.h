@@ -1,0 +1,75 @@
+/* gs_ipc.h — CUDA IPC between processes of one allocation (the
+ * application's cuIpcGetMemHandle / cuIpcOpenMemHandle; GS_OP_IPC_EXPORT
+ * and GS_OP_IPC_OPEN in gs_wire.h).
+ *
+ * The driver refuses legacy IPC on VMM memory, and a handle to one of our
+ * chunks would expose every block in it to whoever holds the handle.  So
+ * the agent brokers it: an export names one live block of one process by
+ * a random 128-bit token, kept in the allocation's table; a process of the
+ * same allocation that presents the token is sent the chunks under the
+ * block (their fds) and maps them in a range of its own.  The trust
+ * boundary is the allocation: its processes are one container, which can
+ * already read each other's memory; a token is worthless in any other
+ * allocation.
+ *
+ * An export lives until its block is freed or its process exits.  An
+ * importer's mapping is its own business afterwards: the chunk stays in
+ * the allocation (same container), and if it ever leaves it, the agent
+ * re-creates its memory before anyone else gets it (gs_gpu's recycling),
+ * so a stale mapping never sees another container's data.
+ *
+ * Locking: table->lock, then a GPU's lock (never the other way round). */
+#ifndef GS_IPC_H
+#define GS_IPC_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "gs_util.h"
+
+/* Live exports per allocation, all processes together. */
+#define GS_IPC_MAX_EXPORTS 65536u
+
+struct gs_proc;
+struct gs_ipc_export;
+
+struct gs_ipc_table {
+        pthread_mutex_t lock;
+        struct gs_ipc_export *v;
+        uint32_t n, cap;
+};
+
+void gs_ipc_table_init(struct gs_ipc_table *t);
+void gs_ipc_table_fini(struct gs_ipc_table *t);
+
+/* Exports the block at [off, off + size) of process p on its GPU index gpu
+ * (the caller checked that a live block starts there).  The same token as
+ * before if already exported.  -ENOSPC at GS_IPC_MAX_EXPORTS, -ENOMEM, or
+ * the error of getrandom. */
+int gs_ipc_export(struct gs_ipc_table *t, struct gs_proc *p, uint32_t gpu, uint64_t off, uint64_t size,
+                  uint64_t ret_token[2]) GS_WUR;
+
+/* Forgets p's export of the block at off on gpu (it is being freed). */
+void gs_ipc_unexport(struct gs_ipc_table *t, struct gs_proc *p, uint32_t gpu, uint64_t off);
+/* Forgets every export of p (it is gone). */
+void gs_ipc_unexport_all(struct gs_ipc_table *t, struct gs_proc *p);
+
+/* What an importer needs: the chunks under the block, each fd a duplicate
+ * (O_CLOEXEC) the caller must close. */
+struct gs_ipc_open {
+        uint64_t off_in_chunk, size;
+        uint32_t nchunks;
+        int *fds;   /* nchunks, malloc'ed; gs_ipc_open_done frees */
+};
+
+/* Resolves token for importer q on its GPU index gpu.  -ENOENT (no such
+ * token), -EINVAL (q's own, or another GPU), -ENOMEM, -EMFILE (out of fds),
+ * -EIO (a chunk has no memory: retired). */
+int gs_ipc_open(struct gs_ipc_table *t, const struct gs_proc *q, uint32_t gpu, const uint64_t token[2],
+                struct gs_ipc_open *ret) GS_WUR;
+void gs_ipc_open_done(struct gs_ipc_open *o);
+
+/* Number of live exports of p (for FREE's fast path and listings). */
+uint32_t gs_ipc_count(const struct gs_proc *p);
+
+#endif
