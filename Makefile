@@ -90,6 +90,9 @@ test-unit: $(BINS) $(LIBS) $(TESTS) $(TEST_DEPS)
 asan:
 	$(MAKE) SANITIZE=asan test-unit
 
+# Every test program, the agent, the plugin and the hook are TSan-built;
+# test/run-tests.sh points TSAN_OPTIONS at test/tsan.supp (uninstrumented
+# gRPC/Abseil only).
 tsan:
 	$(MAKE) SANITIZE=tsan OPT=-O1 test-unit
 

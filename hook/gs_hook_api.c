@@ -62,7 +62,7 @@ static void *gs_swap(void *p)
  * other handles go to gs_dlsym, which may substitute our functions.
  * Elsewhere a C wrapper does the same with a call in tail position, which
  * the compiler usually turns into a jump. */
-__attribute__((no_sanitize("address", "undefined"), used))
+__attribute__((no_sanitize("address", "undefined", "thread"), used))
 static void *gs_dlsym(void *handle, const char *name)
 {
         void *p = gs_real_dlsym(handle, name);
@@ -74,7 +74,7 @@ static void *gs_dlsym(void *handle, const char *name)
 }
 
 /* The real dlsym's address (resolved on first use). */
-__attribute__((no_sanitize("address", "undefined"), used))
+__attribute__((no_sanitize("address", "undefined", "thread"), used))
 static void *gs_dlsym_target(void)
 {
         return gs_real_dlsym_fn();

@@ -16,9 +16,10 @@ static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
 typedef void *(*gs_dlsym_fn)(void *, const char *);
 static gs_dlsym_fn g_real_dlsym;
 
-/* No sanitizer instrumentation: ASan's runtime resolves its interceptors with
- * dlsym before its shadow memory exists, and our dlsym is the one it gets. */
-__attribute__((no_sanitize("address", "undefined")))
+/* No sanitizer instrumentation: ASan's and TSan's runtimes resolve their
+ * interceptors with dlsym before they are initialised (no shadow memory, no
+ * thread state), and our dlsym is the one they get. */
+__attribute__((no_sanitize("address", "undefined", "thread")))
 void *gs_real_dlsym_fn(void)
 {
         gs_dlsym_fn f = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
@@ -36,7 +37,7 @@ void *gs_real_dlsym_fn(void)
         return (void *)f;
 }
 
-__attribute__((no_sanitize("address", "undefined")))
+__attribute__((no_sanitize("address", "undefined", "thread")))
 void *gs_real_dlsym(void *handle, const char *name)
 {
         gs_dlsym_fn f = (gs_dlsym_fn)gs_real_dlsym_fn();

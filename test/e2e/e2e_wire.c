@@ -419,7 +419,7 @@ static int cmd_ipccross(const char *sock_a, const char *sock_b)
 
 struct flood_arg {
         const char *sock;
-        volatile int stop;
+        int stop; /* set by the main thread: __atomic accesses, not volatile (a data race) */
         uint64_t sent;
 };
 
@@ -430,7 +430,7 @@ static void *flooder(void *arg)
         struct gs_ring_msg rep;
 
         must_open(&c, f->sock);
-        while (!f->stop) {
+        while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
                 /* Keep the request ring full; drain replies as they come. */
                 while (e2e_push(&c, GS_OP_PING, 0, 1, 0) == 0)
                         f->sent++;
@@ -462,7 +462,7 @@ static int cmd_flood(const char *sock)
                 if (e2e_ms() - t0 > worst)
                         worst = e2e_ms() - t0;
         }
-        f.stop = 1;
+        __atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
         pthread_join(t, NULL);
         printf("flood: %llu pings pushed; worst alloc+free of the other process %lld ms\n",
                (unsigned long long)f.sent, (long long)worst);
