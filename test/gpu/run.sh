@@ -82,6 +82,7 @@ elif diff <(grep -E '^(LOSS|CHECKSUM)' "$work/torch_train_native.log") \
 else bad "torch_train differs from the native run"; fi
 t torch_mp       in_alloc "$A" $QA "$PY" "$here/fw_torch_mp.py"
 t torch_mp_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$here/fw_torch_mp.py"
+t vmm_refill     in_alloc "$Bd" $QB "${E2E_VMM:-$B/test/e2e/e2e_vmm}" 4 7
 t jax            in_alloc "$Bd" $QB "$PY" "$here/fw_jax.py"
 t cupy           in_alloc "$Bd" $QB "$PY" "$here/fw_cupy.py"
 echo "=== two frameworks at once"
@@ -105,7 +106,7 @@ fi
 if [[ ${GSHARE_GPU_BENCH:-0} == 1 ]]; then
   echo "=== training-step benchmark (native and gshare taking turns)"
   # shellcheck disable=SC2046
-  C=$(ctl --json create $(ids 0 16) | jq_py 'd["allocation"]["socket_dir"]')
+  C=$(ctl --json create $(ids 16 16) | jq_py 'd["allocation"]["socket_dir"]')
   timeout 580 env PYTHONPATH="$here" GS_PRELOAD="$B/libgshare.so" GS_SOCKET="$C/agent.sock" \
     "$PY" "$here/bench_step.py" "${GSHARE_BENCH_STEPS:-400}" "${GSHARE_BENCH_ROUNDS:-3}" ||
     bad "training-step benchmark"
