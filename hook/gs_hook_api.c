@@ -247,10 +247,18 @@ GS_HOOK_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t byte
 }
 
 /* Work queued on the stream before the free may still use the memory:
- * wait for it, then free, so the agent cannot hand the block out early. */
+ * wait for it, then free, so the agent cannot hand the block out early.
+ *
+ * During stream capture nothing runs and the stream cannot be waited for
+ * (that would invalidate the capture); the graph will use the block each
+ * time it is launched.  So a block freed inside a capture stays allocated,
+ * owned by the graph, until the process exits: the driver too keeps a
+ * graph's memory reserved after its free node runs. */
 static CUresult gs_free_async(CUdeviceptr dptr, CUstream hStream, int ptsz)
 {
         const struct gs_cu *cu = gs_cu_get();
+        CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *);
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         CUresult r;
 
         if (dptr == 0)
@@ -259,6 +267,12 @@ static CUresult gs_free_async(CUdeviceptr dptr, CUstream hStream, int ptsz)
                 return CUDA_ERROR_INVALID_VALUE;
         if (!cu)
                 return CUDA_ERROR_NOT_INITIALIZED;
+        is_capturing = ptsz && cu->cuStreamIsCapturing_ptsz ? cu->cuStreamIsCapturing_ptsz : cu->cuStreamIsCapturing;
+        if (is_capturing && is_capturing(hStream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) {
+                gs_hook_say_once(GS_ONCE_CAPTURE, "memory freed inside a CUDA graph capture stays allocated "
+                                 "(owned by the graph) until the process exits");
+                return CUDA_SUCCESS;
+        }
         if (ptsz && cu->cuStreamSynchronize_ptsz)
                 r = cu->cuStreamSynchronize_ptsz(hStream);
         else if (cu->cuStreamSynchronize)

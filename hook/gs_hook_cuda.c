@@ -57,7 +57,8 @@ static const struct {
         GS_CU_ENTRY(cuMemGetAddressRange_v2), GS_CU_ENTRY(cuStreamSynchronize),
         GS_CU_ENTRY(cuStreamSynchronize_ptsz), GS_CU_ENTRY(cuIpcGetMemHandle),
         GS_CU_ENTRY(cuIpcOpenMemHandle_v2), GS_CU_ENTRY(cuIpcCloseMemHandle), GS_CU_ENTRY(cuMemAddressFree),
-        GS_CU_ENTRY(cuMemExportToShareableHandle),
+        GS_CU_ENTRY(cuMemExportToShareableHandle), GS_CU_ENTRY(cuStreamIsCapturing),
+        GS_CU_ENTRY(cuStreamIsCapturing_ptsz),
 };
 
 static void gs_cu_load(void)

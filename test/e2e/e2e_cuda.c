@@ -32,6 +32,11 @@
  *                               (same address), close twice; a third close
  *                               must fail
  *   e2e_cuda ipc-open HEX       open must fail with INVALID_VALUE
+ *   e2e_cuda capture            stream capture: cuMemAllocAsync and
+ *                               cuMemFreeAsync inside it succeed and leave
+ *                               the capture valid; the block freed inside
+ *                               stays allocated (owned by the graph); a
+ *                               free outside a capture still frees
  *   e2e_cuda vmm-export         cuMemCreate 4 MiB, write a pattern,
  *                               cuMemExportToShareableHandle (POSIX fd),
  *                               import the fd and map it elsewhere: the
@@ -367,6 +372,38 @@ static int ipc_open_fails(const char *hex)
         return r == CUDA_ERROR_INVALID_VALUE ? 0 : 1;
 }
 
+static int capture(void)
+{
+        CUstream s;
+        CUgraph graph = NULL;
+        CUdeviceptr p, q, base;
+        size_t size;
+        CUresult r;
+
+        if ((r = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+                die("cuStreamCreate", r);
+        if ((r = cuMemAllocAsync(&p, MiB, s)) != CUDA_SUCCESS)
+                die("cuMemAllocAsync", r);
+        if ((r = cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
+                die("cuStreamBeginCapture", r);
+        if ((r = cuMemAllocAsync(&q, 2 * MiB, s)) != CUDA_SUCCESS)
+                die("cuMemAllocAsync inside a capture", r);
+        if ((r = cuMemFreeAsync(q, s)) != CUDA_SUCCESS)
+                die("cuMemFreeAsync inside a capture", r);
+        if ((r = cuStreamEndCapture(s, &graph)) != CUDA_SUCCESS || !graph)
+                die("cuStreamEndCapture (the capture must still be valid)", r);
+        if ((r = cuMemGetAddressRange(&base, &size, q)) != CUDA_SUCCESS || base != q || size != 2 * MiB)
+                die("the block freed inside the capture must stay allocated", r);
+        if ((r = cuMemFreeAsync(p, s)) != CUDA_SUCCESS)
+                die("cuMemFreeAsync", r);
+        if (cuMemGetAddressRange(&base, &size, p) == CUDA_SUCCESS) {
+                fprintf(stderr, "FAIL: a block freed outside a capture is still allocated\n");
+                return 1;
+        }
+        printf("capture ok\n");
+        return 0;
+}
+
 static int vmm_export(void)
 {
         CUmemAllocationProp prop = { 0 };
@@ -498,6 +535,8 @@ int main(int argc, char **argv)
                 return ipc_export(strtoull(argv[2], NULL, 0) * MiB);
         if (strcmp(argv[1], "ipc-import") == 0 && argc == 4)
                 return ipc_import(argv[2], strtoull(argv[3], NULL, 0) * MiB);
+        if (strcmp(argv[1], "capture") == 0)
+                return capture();
         if (strcmp(argv[1], "vmm-export") == 0)
                 return vmm_export();
         if (strcmp(argv[1], "ipc-open") == 0 && argc == 3)

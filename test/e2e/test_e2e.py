@@ -338,6 +338,9 @@ def hooked(ag, A, B):
     check(r.returncode == 0 and q - 2 * CHUNK // MiB <= got <= q,
           "hook: 2 and 20 MiB cuMemCreate pieces up to the quota, then OOM: " + r.stdout.strip() + r.stderr)
     check(wait_idle(ag, A["id"]) is not None, "hook: mixed VMM pieces' chunks back after exit")
+    r = run([CUDA, "capture"], ea)
+    check(r.returncode == 0, "hook: cuMemAllocAsync/cuMemFreeAsync inside a stream capture keep it valid: "
+          + r.stdout.strip() + r.stderr)
     r = run([CUDA, "vmm-export"], ea)
     check(r.returncode == 0, "hook: a cuMemCreate allocation exports as a POSIX fd that imports to the same memory: "
           + r.stdout.strip() + r.stderr)

@@ -109,6 +109,7 @@ struct fc_ctx {
 struct fc_stream {
         uint32_t magic;
         struct fc_ctx *ctx;
+        int capture;    /* CUstreamCaptureStatus: NONE, ACTIVE, INVALIDATED */
 };
 #define FC_STREAM_MAGIC 0x53545246u
 
@@ -846,9 +847,100 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream) { return cuStreamDestroy_v2(hStream); }
 
-/* Everything in the fake runs synchronously, so a stream is always idle. */
-CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return fc_stream_check(hStream); }
-CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return fc_stream_check(hStream); }
+/* Everything in the fake runs synchronously, so a stream is always idle;
+ * but, as in the real driver, synchronizing a stream that is being captured
+ * is refused and invalidates the capture. */
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+        CUresult r = fc_stream_check(hStream);
+        struct fc_stream *s = (struct fc_stream *)hStream;
+
+        if (r != CUDA_SUCCESS || hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+                s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+                r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return cuStreamSynchronize(hStream); }
+
+/* Stream capture: only the state machine (no graph is built; EndCapture
+ * hands back a placeholder that must not be used). */
+static CUresult fc_capture_stream(CUstream h, struct fc_stream **ret)
+{
+        CUresult r = fc_stream_check(h);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+                return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        *ret = (struct fc_stream *)h;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+        struct fc_stream *s;
+        CUresult r = fc_capture_stream(hStream, &s);
+
+        (void)mode;
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
+                r = CUDA_ERROR_ILLEGAL_STATE;
+        else
+                s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+        static char placeholder;
+        struct fc_stream *s;
+        CUresult r = fc_capture_stream(hStream, &s);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!phGraph)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE)
+                r = CUDA_ERROR_ILLEGAL_STATE;
+        else if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+                r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        pthread_mutex_unlock(&g_lock);
+        *phGraph = r == CUDA_SUCCESS ? (CUgraph)&placeholder : NULL;
+        return r;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+        CUresult r = fc_stream_check(hStream);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!captureStatus)
+                return CUDA_ERROR_INVALID_VALUE;
+        *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (hStream != NULL && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD) {
+                pthread_mutex_lock(&g_lock);
+                *captureStatus = (CUstreamCaptureStatus)((struct fc_stream *)hStream)->capture;
+                pthread_mutex_unlock(&g_lock);
+        }
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+        return cuStreamIsCapturing(hStream, captureStatus);
+}
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -1652,6 +1744,8 @@ static const struct {
         FC_SYM(cuCtxGetDevice), FC_SYM(cuCtxSynchronize), FC_SYM(cuCtxPushCurrent), FC_SYM(cuCtxPushCurrent_v2),
         FC_SYM(cuCtxPopCurrent), FC_SYM(cuCtxPopCurrent_v2), FC_SYM(cuStreamCreate), FC_SYM(cuStreamDestroy),
         FC_SYM(cuStreamDestroy_v2), FC_SYM(cuStreamSynchronize), FC_SYM(cuStreamSynchronize_ptsz),
+        FC_SYM(cuStreamBeginCapture_v2), FC_SYM(cuStreamEndCapture), FC_SYM(cuStreamIsCapturing),
+        FC_SYM(cuStreamIsCapturing_ptsz),
         FC_SYM(cuLaunchHostFunc), FC_SYM(cuMemGetInfo), FC_SYM(cuMemGetInfo_v2), FC_SYM(cuMemAlloc),
         FC_SYM(cuMemAlloc_v2), FC_SYM(cuMemAllocPitch), FC_SYM(cuMemAllocPitch_v2), FC_SYM(cuMemFree),
         FC_SYM(cuMemFree_v2), FC_SYM(cuMemGetAddressRange), FC_SYM(cuMemGetAddressRange_v2),
@@ -1681,7 +1775,7 @@ static const struct {
         { "cuCtxDestroy", "_v2", 4000 }, { "cuCtxPushCurrent", "_v2", 4000 }, { "cuCtxPopCurrent", "_v2", 4000 },
         { "cuStreamDestroy", "_v2", 4000 }, { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
         { "cuDevicePrimaryCtxReset", "_v2", 11000 }, { "cuDeviceGetUuid", "_v2", 11040 },
-        { "cuIpcOpenMemHandle", "_v2", 11000 }, { "cuGetProcAddress", "_v2", 12000 },
+        { "cuIpcOpenMemHandle", "_v2", 11000 }, { "cuStreamBeginCapture", "_v2", 10010 }, { "cuGetProcAddress", "_v2", 12000 },
 };
 
 static void *fc_sym(const char *name)

@@ -80,6 +80,8 @@ elif diff <(grep -E '^(LOSS|CHECKSUM)' "$work/torch_train_native.log") \
    grep -q '^LOSS' "$work/torch_train_gshare.log"; then
   ok "torch_train matches the native run bit for bit"
 else bad "torch_train differs from the native run"; fi
+t torch_graph    in_alloc "$A" $QA "$PY" "$here/fw_torch_graph.py"
+t torch_graph_async in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "$PY" "$here/fw_torch_graph.py"
 t torch_mp       in_alloc "$A" $QA "$PY" "$here/fw_torch_mp.py"
 t torch_mp_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$here/fw_torch_mp.py"
 t vmm_refill     in_alloc "$Bd" $QB "${E2E_VMM:-$B/test/e2e/e2e_vmm}" 4 7
