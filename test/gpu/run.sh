@@ -72,6 +72,7 @@ t e2e_threads    in_alloc "$A" $QA "$E2E" threads 8
 t bypass         timeout 60 env GSHARE_EXPECT_QUOTA=0 "${BYPASS:-$B/test-gpu/bypass}" $((16 << 30))
 t torch_quota    in_alloc "$A" $QA "$PY" "$here/fw_torch_quota.py"
 t torch_quota_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" "$here/fw_torch_quota.py"
+t torch_quota_async in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync "$PY" "$here/fw_torch_quota.py"
 t torch_train_native timeout 240 env PYTHONPATH="$here" CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$here/fw_torch_train.py"
 t torch_train_gshare in_alloc "$A" $QA env CUBLAS_WORKSPACE_CONFIG=:4096:8 "$PY" "$here/fw_torch_train.py"
 if [[ -n ${GSHARE_GPU_ONLY:-} && ! -f $work/torch_train_gshare.log ]]; then :
