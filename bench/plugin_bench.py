@@ -48,7 +48,15 @@ def main():
                                   "--socket", asock, "--gpus", str(NGPUS), "--units", str(UNITS), "--tmp", tmp],
                                  stdout=subprocess.DEVNULL)
     else:
-        agent = subprocess.Popen([os.path.join(gsproto.REPO, B, "gshare-agent"), "--config", cfg])
+        # The real agent on the fake driver, sized like the stand-in: 8 GPUs
+        # of 141 GiB, 1 GiB chunks and units, 1 GiB reserve = 140 units each
+        # (the fake's memory is sparse memfds: nothing is touched).
+        fake = os.path.join(gsproto.REPO, B, "test", "fakecuda", "libcuda.so.1")
+        with open(cfg, "a") as f:
+            f.write("cudaLibrary: %s\nchunkSize: 1Gi\nunitSize: 1Gi\nreserve: 1Gi\nstateDir: %s/state\n" % (fake, tmp))
+        env = dict(os.environ, GSHARE_FAKECUDA_DEVICES=str(NGPUS), GSHARE_FAKECUDA_MEM="%dGi" % (UNITS + 1),
+                   GSHARE_FAKECUDA_STATE=os.path.join(tmp, "fakecuda.state"))
+        agent = subprocess.Popen([os.path.join(gsproto.REPO, B, "gshare-agent"), "--config", cfg], env=env)
     for _ in range(200):
         if os.path.exists(asock):
             break
