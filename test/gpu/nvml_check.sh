@@ -11,7 +11,10 @@
 # Needs: build/ from `make` (gshare-agent, gsharectl, libgshare.so,
 # test/e2e/e2e_cuda), nvidia-smi and libnvidia-ml.so.1, python3.
 # Env: B (build dir), GSHARE_LIBDIR (extra LD_LIBRARY_PATH for the agent),
-# NVML_CHECK_UNITS (units in the allocation, default 4).
+# NVML_CHECK_UNITS (units in the allocation, default 4), GSHARE_SUITE_RESERVE
+# (agent reserve, default 4Gi), NVML_CHECK_AGENT_ARGS (extra agent arguments;
+# with --cuda-library the fake driver, a fake nvidia-smi and test/fakenvml the
+# script was checked on a machine without a GPU).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -29,7 +32,7 @@ bad() { echo "FAIL $*"; fail=1; }
 holder=
 
 "$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" \
-  --reserve "${GSHARE_SUITE_RESERVE:-4Gi}" --devices 0 >"$work/agent.log" 2>&1 &
+  --reserve "${GSHARE_SUITE_RESERVE:-4Gi}" --devices 0 ${NVML_CHECK_AGENT_ARGS:-} >"$work/agent.log" 2>&1 &
 agent=$!
 cleanup() {
   [[ -n $holder ]] && kill "$holder" 2>/dev/null
