@@ -6,7 +6,8 @@
  *                   the real dlsym, the "one line per process" messages
  *   gs_hook_conn.c  the connection to the agent: registration, the rings,
  *                   grants, the per-GPU virtual ranges
- *   gs_hook_api.c   the interposed functions, dlsym and cuGetProcAddress */
+ *   gs_hook_api.c   the interposed functions, dlsym and cuGetProcAddress
+ *   gs_hook_nvml.c  NVML's memory queries (nvidia-smi, pynvml) */
 #ifndef GS_HOOK_H
 #define GS_HOOK_H
 
@@ -103,5 +104,19 @@ CUresult gs_conn_ipc_close(CUdeviceptr dptr);
 CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
 /* The allocation's quota on a device (0 if not in the allocation). */
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
+
+/* The allocation's figures for the GPU whose raw UUID is uuid, without any
+ * CUDA call (for NVML); connects to the agent if not yet tried.  0 with
+ * *ret_obtainable (what this process can still obtain, <= the quota) and
+ * *ret_quota; -ENODEV if the GPU is not in the allocation; -ENOTCONN if the
+ * agent cannot be reached or was lost; -EIO if it refused the request. */
+int gs_conn_meminfo_uuid(const uint8_t uuid[16], uint64_t *ret_obtainable, uint64_t *ret_quota) GS_WUR;
+
+/* ---- gs_hook_nvml.c ----------------------------------------------- */
+
+/* For dlsym: p is what the real dlsym found for name (an "nvml..." name).
+ * Our wrapper if p is the real libnvidia-ml's function that we interpose,
+ * else p.  Never loads libnvidia-ml. */
+void *gs_nvml_swap(const char *name, void *p);
 
 #endif

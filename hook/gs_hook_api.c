@@ -67,9 +67,13 @@ static void *gs_dlsym(void *handle, const char *name)
 {
         void *p = gs_real_dlsym(handle, name);
 
-        /* Only driver names can be ours; do not load libcuda for others. */
+        /* Only driver and NVML names can be ours; do not load libcuda for
+         * others.  No libc calls here: the sanitizer runtimes look up their
+         * interceptors through this function before they are initialised. */
         if (p && name[0] == 'c' && name[1] == 'u')
                 p = gs_swap(p);
+        else if (p && name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l')
+                p = gs_nvml_swap(name, p);
         return p;
 }
 

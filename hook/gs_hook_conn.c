@@ -783,6 +783,39 @@ out:
         return res;
 }
 
+/* For NVML (no CUDA context, maybe no cuInit): the device is named by its
+ * UUID, and registration may happen here. */
+int gs_conn_meminfo_uuid(const uint8_t uuid[16], uint64_t *ret_obtainable, uint64_t *ret_quota)
+{
+        struct gs_ring_msg rep;
+        uint32_t gi;
+        int r = -ENOTCONN;
+
+        pthread_mutex_lock(&g_mu);
+        if (g_state == GS_CONN_NEW)
+                (void)gs_conn_connect();
+        if (g_state != GS_CONN_UP)
+                goto out;
+        for (gi = 0; gi < g_ngpus && memcmp(g_gpus[gi].uuid, uuid, 16); gi++)
+                ;
+        if (gi == g_ngpus) {
+                r = -ENODEV;
+                goto out;
+        }
+        if (gs_call(GS_OP_MEMINFO, gi, 0, 0, &rep) < 0)
+                goto out; /* the connection is gone */
+        if (rep.status != 0) {
+                r = -EIO;
+                goto out;
+        }
+        *ret_quota = rep.arg[1];
+        *ret_obtainable = rep.arg[0] > rep.arg[1] ? rep.arg[1] : rep.arg[0];
+        r = 0;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return r;
+}
+
 /* ---- the application's VMM allocations ------------------------------ */
 
 /* pre: g_mu held.  Reads the VMM_GRANT that precedes a VMM_CREATE reply and

@@ -28,7 +28,7 @@ fi
 export GSHARE_FAKECUDA_STATE=$tmp/fakecuda-state GSHARE_FAKECUDA_MEM=1Gi GSHARE_FAKECUDA_DEVICES=1
 
 # 1. Exported symbols == the version script's list; DT_NEEDED == libc only.
-want=$(sed -n '/global:/,/local:/p' hook/libgshare.lds | tr ' ;' '\n\n' | grep -E '^(cu|dlsym)' | sort)
+want=$(sed -n '/global:/,/local:/p' hook/libgshare.lds | tr ' ;' '\n\n' | grep -E '^(cu|nvml|dlsym)' | sort)
 got=$(nm -D --defined-only "$HOOK" | awk '{print $3}' | sed 's/@.*//' | sort)
 if [[ "$want" == "$got" ]]; then ok "exported symbols"; else bad "exported symbols differ:"; diff <(echo "$want") <(echo "$got"); fi
 for s in cuInit cuMemAlloc_v2 cuMemFree_v2 cuMemGetInfo_v2 cuGetProcAddress_v2 cuMemCreate cuMemRelease dlsym; do
