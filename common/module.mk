@@ -1,5 +1,6 @@
 # common/: code shared by the agent, the plugin and the tools.  The hook uses
-# only the header-only parts (gs_util.h, gs_wire.h, gs_ring.h).
+# the header-only parts (gs_util.h, gs_wire.h, gs_ring.h) and gs_devid.o
+# (libc only; its symbols stay hidden behind hook/libgshare.lds).
 COMMON_SRC := $(wildcard common/*.c)
 COMMON_O   := $(patsubst %.c,$(B)/%.o,$(COMMON_SRC))
 COMMON_A   := $(B)/libgscommon.a
