@@ -76,6 +76,7 @@ struct gs_gpu {
 enum gs_ev_kind {
         GS_EV_CTL_LISTEN = 1, GS_EV_CTL_CLIENT, GS_EV_ALLOC_LISTEN,
         GS_EV_PROC_SOCK, GS_EV_PROC_PIDFD, GS_EV_SIGNAL, GS_EV_NOTIFY, GS_EV_TIMER,
+        GS_EV_RECON,
 };
 struct gs_ev {
         enum gs_ev_kind kind;
@@ -111,6 +112,14 @@ struct gs_allocation {
         struct gs_proc *procs;
         uint32_t nprocs;
         struct gs_ipc_table ipc;     /* CUDA IPC exports of its processes */
+        /* The reconciler's (gs_recon.h): the container PodResources last
+         * showed holding its device IDs (empty: none seen yet), and since
+         * when (CLOCK_MONOTONIC ms) no container has held them (0: held, or
+         * not yet looked at). */
+        char pod_namespace[64];
+        char pod_name[254];
+        char container_name[64];
+        int64_t unheld_since_ms;
 };
 
 struct gs_ctlsrv;

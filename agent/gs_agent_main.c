@@ -20,6 +20,7 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_proc.h"
+#include "gs_recon.h"
 
 static void usage(FILE *f)
 {
@@ -35,6 +36,9 @@ static void usage(FILE *f)
                 "  --reserve SIZE       per GPU, left to the driver (config reserve)\n"
                 "  --balloon-cap SIZE   per allocation, borrowable (config balloonCap)\n"
                 "  --devices LIST       comma-separated GPU UUIDs or indices (config devices)\n"
+                "  --pod-resources-socket PATH  kubelet PodResources (config podResourcesSocket)\n"
+                "  --reconcile-interval DUR     e.g. 10s; 0: no reconciler (config reconcileInterval)\n"
+                "  --reclaim-grace DUR  unheld this long: released (config reclaimGrace)\n"
                 "  -v                   more logging (-v: debug)\n"
                 "  -h, --help           this text\n");
 }
@@ -53,6 +57,16 @@ static int set_size(uint64_t *dst, const char *s, const char *what)
 {
         if (gs_parse_size(s, dst) < 0) {
                 fprintf(stderr, "gshare-agent: %s: not a size: '%s' (e.g. 256Mi, 1Gi)\n", what, s);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int set_duration(uint32_t *dst, const char *s, const char *what)
+{
+        if (gs_parse_duration_ms(s, dst) < 0) {
+                fprintf(stderr, "gshare-agent: %s: not a duration: '%s' (e.g. 10s, 200ms, 1m)\n",
+                        what, s);
                 return -EINVAL;
         }
         return 0;
@@ -79,7 +93,7 @@ static int set_devices(struct gs_config *c, const char *list)
 static int parse_args(int argc, char **argv, struct gs_config *c)
 {
         enum { O_CONFIG = 256, O_SOCKET, O_ROOT, O_STATE, O_CUDA, O_CHUNK, O_UNIT, O_RESERVE,
-               O_BALLOON, O_DEVICES };
+               O_BALLOON, O_DEVICES, O_PODRES, O_RECON_IVL, O_GRACE };
         static const struct option opts[] = {
                 { "config", required_argument, NULL, O_CONFIG },
                 { "socket", required_argument, NULL, O_SOCKET },
@@ -91,6 +105,9 @@ static int parse_args(int argc, char **argv, struct gs_config *c)
                 { "reserve", required_argument, NULL, O_RESERVE },
                 { "balloon-cap", required_argument, NULL, O_BALLOON },
                 { "devices", required_argument, NULL, O_DEVICES },
+                { "pod-resources-socket", required_argument, NULL, O_PODRES },
+                { "reconcile-interval", required_argument, NULL, O_RECON_IVL },
+                { "reclaim-grace", required_argument, NULL, O_GRACE },
                 { "help", no_argument, NULL, 'h' },
                 { 0 }
         };
@@ -126,6 +143,14 @@ static int parse_args(int argc, char **argv, struct gs_config *c)
                         if (r < 0)
                                 fprintf(stderr, "gshare-agent: --devices: too many or too long\n");
                         break;
+                case O_PODRES:
+                        r = set_path(c->pod_resources_socket, sizeof(c->pod_resources_socket),
+                                     optarg, "--pod-resources-socket");
+                        break;
+                case O_RECON_IVL:
+                        r = set_duration(&c->reconcile_interval_ms, optarg, "--reconcile-interval");
+                        break;
+                case O_GRACE: r = set_duration(&c->reclaim_grace_ms, optarg, "--reclaim-grace"); break;
                 case 'v': verbose++; break;
                 case 'h': usage(stdout); exit(0);
                 default: usage(stderr); return -EINVAL;
@@ -241,6 +266,7 @@ static int run(struct gs_agent *ag, int sfd)
                         case GS_EV_ALLOC_LISTEN: gs_proc_accept(ag, ev->obj); break;
                         case GS_EV_PROC_SOCK: gs_proc_on_sock(ag, ev->obj, e); break;
                         case GS_EV_PROC_PIDFD: gs_proc_on_pidfd(ag, ev->obj); break;
+                        case GS_EV_RECON: gs_recon_on_event(ev->obj); break;
                         case GS_EV_NOTIFY: {
                                 uint64_t v;
                                 if (read(ag->notify_fd, &v, sizeof(v)) > 0)
@@ -267,6 +293,7 @@ int main(int argc, char **argv)
 {
         struct gs_agent ag = { .epfd = -1, .notify_fd = -1 };
         struct gs_ev sig_ev = { GS_EV_SIGNAL, NULL, false };
+        struct gs_recon *recon = NULL;
         struct rlimit rl;
         sigset_t set;
         char err[512];
@@ -319,10 +346,17 @@ int main(int argc, char **argv)
         r = gs_allocs_restore(&ag);
         if (r < 0)
                 log_error("checkpoint in %s: %s", ag.cfg.state_dir, strerror(-r));
+        /* After the restore, so that its first snapshot sees every allocation. */
+        r = gs_recon_start(&ag, &recon);
+        if (r < 0) {
+                log_error("cannot start the reconciler: %s", strerror(-r));
+                goto out;
+        }
         log_info("serving %s; allocations under %s, state in %s", ag.cfg.agent_socket,
                  ag.cfg.socket_root, ag.cfg.state_dir);
         rc = run(&ag, sfd) < 0;
 out:
+        gs_recon_stop(recon);
         gs_proc_kill_all(&ag);
         gs_allocs_shutdown(&ag);
         gs_ctlsrv_free(ag.ctl);

@@ -209,6 +209,11 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
         m->n_processes = nproc;
         m->socket_dir = arena_str(ar, a->socket_dir);
         m->created_unix = a->created_unix;
+        if (a->pod_name[0]) {
+                m->pod_namespace = arena_str(ar, a->pod_namespace);
+                m->pod_name = arena_str(ar, a->pod_name);
+                m->container_name = arena_str(ar, a->container_name);
+        }
         return m;
 }
 

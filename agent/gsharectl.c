@@ -109,6 +109,12 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
         jstr(al->id);
         printf(",\"socket_dir\":");
         jstr(al->socket_dir);
+        printf(",\"pod_namespace\":");
+        jstr(al->pod_namespace);
+        printf(",\"pod_name\":");
+        jstr(al->pod_name);
+        printf(",\"container_name\":");
+        jstr(al->container_name);
         printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
         for (size_t j = 0; j < al->n_device_ids; j++) {
                 if (j)
@@ -152,8 +158,9 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 printf("]\n");
                 return;
         }
-        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-6s %-5s %s\n", "ID", "GPU", "UNITS", "QUOTA",
-               "REQUESTED", "IN CHUNKS", "BORROW", "PROCS", "SOCKET DIR");
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
+               "QUOTA", "REQUESTED", "IN CHUNKS", "BORROW", "PROCS", "SOCKET DIR",
+               "POD/CONTAINER");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
                 for (size_t j = 0; j < al->n_parts; j++) {
@@ -161,11 +168,13 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                         size_t np = 0;
                         for (size_t k = 0; k < al->n_processes; k++)
                                 np += al->processes[k]->gpu_index == p->gpu_index;
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-6u %-5zu %s\n", al->id,
-                               p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-6u %-5zu %-40s %s%s%s%s%s\n",
+                               al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                sz(p->bytes_requested, b, sizeof(b)),
                                sz(p->bytes_in_chunks, c, sizeof(c)), p->chunks_borrowed, np,
-                               al->socket_dir);
+                               al->socket_dir, al->pod_name[0] ? al->pod_namespace : "-",
+                               al->pod_name[0] ? "/" : "", al->pod_name,
+                               al->pod_name[0] ? "/" : "", al->pod_name[0] ? al->container_name : "");
                 }
         }
 }

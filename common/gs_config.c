@@ -44,6 +44,10 @@ void gs_config_defaults(struct gs_config *c)
         snprintf(c->cuda_library, sizeof(c->cuda_library), "libcuda.so.1");
         c->metrics_address[0] = '\0';
         c->log_level = GS_LOG_INFO;
+        snprintf(c->pod_resources_socket, sizeof(c->pod_resources_socket),
+                 "/var/lib/kubelet/pod-resources/kubelet.sock");
+        c->reconcile_interval_ms = 10 * 1000;
+        c->reclaim_grace_ms = 60 * 1000;
 }
 
 static const struct {
@@ -77,6 +81,50 @@ int gs_parse_size(const char *s, uint64_t *ret_bytes)
         if (shift && v > (UINT64_MAX >> shift))
                 return -ERANGE;
         *ret_bytes = v << shift;
+        return 0;
+}
+
+#define DURATION_MAX_MS (24ull * 3600 * 1000)
+
+int gs_parse_duration_ms(const char *s, uint32_t *ret_ms)
+{
+        static const struct {
+                const char *unit;
+                uint64_t ms;
+        } units[] = { { "ms", 1 }, { "s", 1000 }, { "m", 60 * 1000 }, { "h", 3600 * 1000 }, { "", 1000 } };
+        uint64_t whole = 0, frac = 0, frac_div = 1;
+        const char *p = s;
+        size_t i;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        for (; *p >= '0' && *p <= '9'; p++) {
+                whole = whole * 10 + (uint64_t)(*p - '0');
+                if (whole > DURATION_MAX_MS)
+                        return -ERANGE;
+        }
+        if (*p == '.') {
+                p++;
+                if (*p < '0' || *p > '9')
+                        return -EINVAL;
+                /* Digits past the ninth cannot matter at millisecond resolution. */
+                for (; *p >= '0' && *p <= '9'; p++)
+                        if (frac_div < 1000000000ull) {
+                                frac = frac * 10 + (uint64_t)(*p - '0');
+                                frac_div *= 10;
+                        }
+        }
+        for (i = 0; i < GS_ARRAY_SIZE(units); i++)
+                if (strcmp(p, units[i].unit) == 0)
+                        break;
+        if (i == GS_ARRAY_SIZE(units))
+                return -EINVAL;
+        if (whole > DURATION_MAX_MS / units[i].ms)
+                return -ERANGE;
+        whole = whole * units[i].ms + (frac * units[i].ms + frac_div / 2) / frac_div;
+        if (whole > DURATION_MAX_MS)
+                return -ERANGE;
+        *ret_ms = (uint32_t)whole;
         return 0;
 }
 
@@ -286,6 +334,22 @@ static int set_devices(struct ctx *x, struct gs_config *c, const yaml_node_t *v)
         return 0;
 }
 
+static int set_duration(struct ctx *x, const yaml_node_t *v, const char *key, uint32_t *dst)
+{
+        const char *s = NULL;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        r = gs_parse_duration_ms(s, dst);
+        if (r == -ERANGE)
+                return fail_at(x, v, key, "duration '%s' is too long (at most 24h)", s);
+        if (r < 0)
+                return fail_at(x, v, key,
+                               "not a duration: '%s' (a number with ms, s, m or h, e.g. 10s)", s);
+        return 0;
+}
+
 static int set_bool(struct ctx *x, const yaml_node_t *v, const char *key, int *dst)
 {
         static const char *const yes[] = { "true", "yes", "on" }, *const no[] = { "false", "no", "off" };
@@ -395,6 +459,13 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
                 return set_string(x, v, key, c->cuda_library, sizeof(c->cuda_library), 0);
         if (strcmp(key, "metricsAddress") == 0)
                 return set_metrics(x, v, c);
+        if (strcmp(key, "podResourcesSocket") == 0)
+                return set_socket_path(x, v, key, c->pod_resources_socket,
+                                       sizeof(c->pod_resources_socket));
+        if (strcmp(key, "reconcileInterval") == 0)
+                return set_duration(x, v, key, &c->reconcile_interval_ms);
+        if (strcmp(key, "reclaimGrace") == 0)
+                return set_duration(x, v, key, &c->reclaim_grace_ms);
         if (strcmp(key, "logLevel") == 0) {
                 r = want_scalar(x, v, key, &s);
                 if (r < 0)

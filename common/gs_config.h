@@ -20,8 +20,13 @@
  *   cudaLibrary: libcuda.so.1
  *   metricsAddress: ""       # e.g. 0.0.0.0:9400; empty: off
  *   logLevel: info           # error | warn | info | debug
+ *   podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock
+ *   reconcileInterval: 10s   # PodResources poll (agent reconciler); 0: off
+ *   reclaimGrace: 60s        # an allocation no pod holds this long is released
  *
  * Sizes take a plain byte count or a suffix Ki, Mi, Gi, Ti (powers of 1024).
+ * Durations take a number (decimals allowed) with a unit ms, s, m or h; a
+ * bare number is seconds; at most 24h.
  * Unknown keys and bad values are errors naming the file, line and key. */
 #ifndef GS_CONFIG_H
 #define GS_CONFIG_H
@@ -57,6 +62,10 @@ struct gs_config {
         char cuda_library[PATH_MAX];
         char metrics_address[256];
         int log_level; /* enum gs_log_level */
+        /* The agent's reconciler (agent/gs_recon.h). */
+        char pod_resources_socket[PATH_MAX];
+        uint32_t reconcile_interval_ms; /* 0: reconciler off */
+        uint32_t reclaim_grace_ms;
 };
 
 /* Fills c with the defaults above. */
@@ -75,6 +84,11 @@ int gs_config_validate(const struct gs_config *c, char *err, size_t errlen) GS_W
 /* "256Mi" -> 268435456.  -EINVAL for anything else (negative, empty, junk,
  * unknown suffix); -ERANGE on overflow. */
 int gs_parse_size(const char *s, uint64_t *ret_bytes) GS_WUR;
+
+/* "10s", "0.2s", "250ms", "1m", "1h", "5" (seconds) -> milliseconds, rounded
+ * to the nearest.  -EINVAL for anything else (negative, empty, junk, unknown
+ * unit); -ERANGE above 24h. */
+int gs_parse_duration_ms(const char *s, uint32_t *ret_ms) GS_WUR;
 
 /* 268435456 -> "256Mi" (the largest exact suffix). */
 void gs_format_size(uint64_t bytes, char *buf, size_t n);

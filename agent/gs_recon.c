@@ -1,0 +1,410 @@
+/* gs_recon.c — see gs_recon.h.
+ *
+ * Threads: the reconciler's thread only calls the kubelet and builds
+ * snapshots; it never touches the agent's structures.  The latest snapshot
+ * waits in rc->pending (under rc->mu) until the main thread, woken by the
+ * eventfd, takes it and applies it. */
+#include "gs_recon.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_allocs.h"
+#include "gs_grpc.h"
+#include "gs_log.h"
+#include "podresources_v1.pb-c.h"
+
+struct holder {
+        char ns[64];
+        char pod[254];
+        char container[64];
+};
+
+struct held {
+        const char *id;          /* into ids_mem */
+        uint32_t holder;
+};
+
+struct gs_recon_snapshot {
+        bool ok;                 /* false: the List failed, err says why */
+        char err[GS_GRPC_MSG_MAX + 128];
+        struct held *held;       /* sorted by id */
+        size_t nheld;
+        struct holder *holders;
+        size_t nholders;
+        char *ids_mem;
+};
+
+struct gs_recon {
+        struct gs_agent *ag;
+        char socket[PATH_MAX];
+        char resource[256];
+        uint32_t interval_ms, grace_ms;
+        int efd;
+        struct gs_ev ev;
+        pthread_t thread;
+        bool thread_started;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;       /* CLOCK_MONOTONIC */
+        bool stop, kick;         /* under mu */
+        struct gs_recon_snapshot *pending; /* under mu */
+        bool failing;            /* main thread: in a streak of failed Lists */
+};
+
+static int64_t mono_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- snapshots ---- */
+
+void gs_recon_snapshot_free(struct gs_recon_snapshot *s)
+{
+        if (!s)
+                return;
+        free(s->held);
+        free(s->holders);
+        free(s->ids_mem);
+        free(s);
+}
+
+static int cmp_held(const void *a, const void *b)
+{
+        return strcmp(((const struct held *)a)->id, ((const struct held *)b)->id);
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+        snprintf(dst, cap, "%s", src ? src : "");
+}
+
+struct counts {
+        size_t ids, holders, bytes;
+};
+
+/* One pass over the reply: with s->held NULL it only counts (checking the
+ * bound before anything is allocated from sizes the kubelet chose), else it
+ * fills s, whose arrays are sized by the counting pass. */
+static int walk(const V1__ListPodResourcesResponse *m, const char *resource,
+                struct gs_recon_snapshot *s, struct counts *n, char *err, size_t errlen)
+{
+        for (size_t p = 0; p < m->n_pod_resources; p++) {
+                const V1__PodResources *pr = m->pod_resources[p];
+                for (size_t c = 0; c < pr->n_containers; c++) {
+                        const V1__ContainerResources *cr = pr->containers[c];
+                        bool ours = false;
+                        /* The kubelet sends one ContainerDevices per NUMA node of
+                         * a resource: the container holds their union. */
+                        for (size_t d = 0; d < cr->n_devices; d++) {
+                                const V1__ContainerDevices *cd = cr->devices[d];
+                                if (!cd->resource_name || strcmp(cd->resource_name, resource) != 0)
+                                        continue;
+                                ours = true;
+                                if (!s->held && cd->n_device_ids > GS_RECON_MAX_IDS - n->ids) {
+                                        snprintf(err, errlen,
+                                                 "the reply lists more than %u device IDs of %s",
+                                                 GS_RECON_MAX_IDS, resource);
+                                        return -E2BIG;
+                                }
+                                for (size_t i = 0; i < cd->n_device_ids; i++) {
+                                        size_t len = strlen(cd->device_ids[i]) + 1;
+                                        if (s->held) {
+                                                memcpy(s->ids_mem + n->bytes, cd->device_ids[i], len);
+                                                s->held[n->ids].id = s->ids_mem + n->bytes;
+                                                s->held[n->ids].holder = (uint32_t)n->holders;
+                                        }
+                                        n->ids++;
+                                        n->bytes += len;
+                                }
+                        }
+                        if (ours && s->held) {
+                                struct holder *h = &s->holders[n->holders];
+                                copy_str(h->ns, sizeof(h->ns), pr->namespace_);
+                                copy_str(h->pod, sizeof(h->pod), pr->name);
+                                copy_str(h->container, sizeof(h->container), cr->name);
+                        }
+                        n->holders += ours;
+                }
+        }
+        return 0;
+}
+
+int gs_recon_snapshot_new(const ProtobufCMessage *list_reply, const char *resource,
+                          struct gs_recon_snapshot **ret, char *err, size_t errlen)
+{
+        const V1__ListPodResourcesResponse *m = (const V1__ListPodResourcesResponse *)list_reply;
+        struct gs_recon_snapshot *s = calloc(1, sizeof(*s));
+        struct counts n = { 0 };
+        int r = -ENOMEM;
+
+        if (!s)
+                goto fail;
+        s->ok = true;
+        r = walk(m, resource, s, &n, err, errlen);
+        if (r < 0)
+                goto fail;
+        r = -ENOMEM;
+        s->held = calloc(n.ids ? n.ids : 1, sizeof(*s->held));
+        s->holders = calloc(n.holders ? n.holders : 1, sizeof(*s->holders));
+        s->ids_mem = malloc(n.bytes ? n.bytes : 1);
+        if (!s->held || !s->holders || !s->ids_mem)
+                goto fail;
+        s->nheld = n.ids;
+        s->nholders = n.holders;
+        n = (struct counts){ 0 };
+        (void)walk(m, resource, s, &n, err, errlen);
+        qsort(s->held, s->nheld, sizeof(*s->held), cmp_held);
+        *ret = s;
+        return 0;
+fail:
+        if (r == -ENOMEM)
+                snprintf(err, errlen, "out of memory");
+        gs_recon_snapshot_free(s);
+        return r;
+}
+
+static const struct holder *holder_of(const struct gs_recon_snapshot *s, const char *id)
+{
+        struct held key = { .id = id };
+        const struct held *h = bsearch(&key, s->held, s->nheld, sizeof(*s->held), cmp_held);
+
+        return h ? &s->holders[h->holder] : NULL;
+}
+
+unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, int64_t now_ms,
+                        uint64_t now_unix, uint32_t grace_ms)
+{
+        struct gs_allocation *a, *next;
+        unsigned released = 0;
+        char err[512];
+
+        for (a = ag->allocs; a; a = next) {
+                const struct holder *h = NULL;
+                uint64_t age_ms;
+
+                next = a->next; /* a may be deleted below */
+                if (a->releasing)
+                        continue;
+                /* Held if any of its IDs is: a partial match is odd, but it
+                 * means a pod still uses the memory, so never reclaim it. */
+                for (size_t i = 0; i < a->ndevice_ids && !h; i++)
+                        h = holder_of(s, a->device_ids[i]);
+                if (h) {
+                        if (strcmp(a->pod_namespace, h->ns) || strcmp(a->pod_name, h->pod) ||
+                            strcmp(a->container_name, h->container)) {
+                                log_info("allocation %s belongs to pod %s/%s, container %s", a->id,
+                                         h->ns, h->pod, h->container);
+                                copy_str(a->pod_namespace, sizeof(a->pod_namespace), h->ns);
+                                copy_str(a->pod_name, sizeof(a->pod_name), h->pod);
+                                copy_str(a->container_name, sizeof(a->container_name),
+                                         h->container);
+                        }
+                        a->unheld_since_ms = 0;
+                        continue;
+                }
+                if (a->unheld_since_ms == 0) {
+                        a->unheld_since_ms = now_ms;
+                        log_debug("allocation %s: no pod holds its device IDs", a->id);
+                }
+                age_ms = now_unix > a->created_unix ? (now_unix - a->created_unix) * 1000 : 0;
+                if (now_ms - a->unheld_since_ms < (int64_t)grace_ms || age_ms < grace_ms)
+                        continue;
+                if (a->pod_name[0])
+                        log_info("reclaiming allocation %s: pod %s/%s (container %s) has held none of its %zu device IDs for %lld ms",
+                                 a->id, a->pod_namespace, a->pod_name, a->container_name,
+                                 a->ndevice_ids, (long long)(now_ms - a->unheld_since_ms));
+                else
+                        log_info("reclaiming allocation %s: no pod has held any of its %zu device IDs (for %lld ms)",
+                                 a->id, a->ndevice_ids, (long long)(now_ms - a->unheld_since_ms));
+                if (gs_allocs_release(ag, a, err, sizeof(err)) < 0) {
+                        log_error("cannot release allocation %s: %s", a->id, err);
+                        continue;
+                }
+                released++;
+        }
+        return released;
+}
+
+/* ---- the thread ---- */
+
+static struct gs_recon_snapshot *list_once(struct gs_recon *rc)
+{
+        V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
+        ProtobufCMessage *reply = NULL;
+        struct gs_recon_snapshot *s = NULL;
+        char msg[GS_GRPC_MSG_MAX];
+        int r;
+
+        r = gs_grpc_unary_call(rc->socket, "/v1.PodResourcesLister/List", &req.base,
+                               &v1__list_pod_resources_response__descriptor,
+                               GS_RECON_LIST_TIMEOUT_MS, &reply, NULL, msg, sizeof(msg));
+        if (r == 0) {
+                r = gs_recon_snapshot_new(reply, rc->resource, &s, msg, sizeof(msg));
+                protobuf_c_message_free_unpacked(reply, NULL);
+                if (r == 0)
+                        return s;
+        }
+        s = calloc(1, sizeof(*s));
+        if (s)
+                snprintf(s->err, sizeof(s->err), "%s (%s)", msg[0] ? msg : "no answer",
+                         strerror(-r));
+        return s;
+}
+
+static void *thread_main(void *arg)
+{
+        struct gs_recon *rc = arg;
+        uint64_t one = 1;
+
+        pthread_mutex_lock(&rc->mu);
+        while (!rc->stop) {
+                struct gs_recon_snapshot *s;
+                struct timespec dl;
+
+                rc->kick = false;
+                pthread_mutex_unlock(&rc->mu);
+                s = list_once(rc);
+                pthread_mutex_lock(&rc->mu);
+                if (s) {
+                        gs_recon_snapshot_free(rc->pending);
+                        rc->pending = s;
+                        if (write(rc->efd, &one, sizeof(one)) < 0) {
+                                /* Non-blocking eventfd: only a counter overflow,
+                                 * and the main thread is then due to read anyway. */
+                        }
+                }
+                clock_gettime(CLOCK_MONOTONIC, &dl);
+                dl.tv_sec += rc->interval_ms / 1000;
+                dl.tv_nsec += (long)(rc->interval_ms % 1000) * 1000000L;
+                if (dl.tv_nsec >= 1000000000L) {
+                        dl.tv_sec++;
+                        dl.tv_nsec -= 1000000000L;
+                }
+                while (!rc->stop && !rc->kick)
+                        if (pthread_cond_timedwait(&rc->cv, &rc->mu, &dl) == ETIMEDOUT)
+                                break;
+        }
+        pthread_mutex_unlock(&rc->mu);
+        return NULL;
+}
+
+/* ---- main thread ---- */
+
+void gs_recon_on_event(struct gs_recon *rc)
+{
+        struct gs_recon_snapshot *s;
+        uint64_t v;
+        unsigned n;
+
+        if (read(rc->efd, &v, sizeof(v)) < 0)
+                return;
+        pthread_mutex_lock(&rc->mu);
+        s = rc->pending;
+        rc->pending = NULL;
+        pthread_mutex_unlock(&rc->mu);
+        if (!s)
+                return;
+        if (!s->ok) {
+                if (!rc->failing)
+                        log_warn("reconciler: PodResources List on %s failed: %s; reclaiming nothing until it answers",
+                                 rc->socket, s->err);
+                rc->failing = true;
+                gs_recon_snapshot_free(s);
+                return;
+        }
+        if (rc->failing)
+                log_info("reconciler: PodResources on %s answers again", rc->socket);
+        rc->failing = false;
+        n = gs_recon_apply(rc->ag, s, mono_ms(), (uint64_t)time(NULL), rc->grace_ms);
+        gs_recon_snapshot_free(s);
+        if (n)
+                gs_agent_changed(rc->ag);
+}
+
+void gs_recon_kick(struct gs_recon *rc)
+{
+        if (!rc)
+                return;
+        pthread_mutex_lock(&rc->mu);
+        rc->kick = true;
+        pthread_cond_signal(&rc->cv);
+        pthread_mutex_unlock(&rc->mu);
+}
+
+int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
+{
+        const struct gs_config *c = &ag->cfg;
+        struct gs_recon *rc;
+        pthread_condattr_t ca;
+        int r;
+
+        *ret = NULL;
+        if (c->reconcile_interval_ms == 0) {
+                log_info("reconciler off (reconcileInterval 0): allocations are released only by gsharectl release");
+                return 0;
+        }
+        rc = calloc(1, sizeof(*rc));
+        if (!rc)
+                return -ENOMEM;
+        rc->ag = ag;
+        snprintf(rc->socket, sizeof(rc->socket), "%s", c->pod_resources_socket);
+        snprintf(rc->resource, sizeof(rc->resource), "%s", c->resource_name);
+        rc->interval_ms = c->reconcile_interval_ms;
+        rc->grace_ms = c->reclaim_grace_ms;
+        pthread_mutex_init(&rc->mu, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&rc->cv, &ca);
+        pthread_condattr_destroy(&ca);
+        rc->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (rc->efd < 0) {
+                r = gs_neg_errno();
+                goto fail;
+        }
+        rc->ev = (struct gs_ev){ GS_EV_RECON, rc, false };
+        r = gs_agent_watch(ag, rc->efd, EPOLLIN, &rc->ev);
+        if (r < 0)
+                goto fail;
+        r = -pthread_create(&rc->thread, NULL, thread_main, rc);
+        if (r < 0)
+                goto fail;
+        rc->thread_started = true;
+        log_info("reconciler: PodResources %s every %u ms, reclaim grace %u ms", rc->socket,
+                 rc->interval_ms, rc->grace_ms);
+        *ret = rc;
+        return 0;
+fail:
+        gs_recon_stop(rc);
+        return r;
+}
+
+void gs_recon_stop(struct gs_recon *rc)
+{
+        if (!rc)
+                return;
+        if (rc->thread_started) {
+                pthread_mutex_lock(&rc->mu);
+                rc->stop = true;
+                pthread_cond_signal(&rc->cv);
+                pthread_mutex_unlock(&rc->mu);
+                pthread_join(rc->thread, NULL);
+        }
+        if (rc->efd >= 0) {
+                gs_agent_unwatch(rc->ag, rc->efd);
+                gs_closep(&rc->efd);
+        }
+        gs_recon_snapshot_free(rc->pending);
+        pthread_cond_destroy(&rc->cv);
+        pthread_mutex_destroy(&rc->mu);
+        free(rc);
+}

@@ -1,0 +1,339 @@
+#!/usr/bin/python3
+"""End-to-end test of the agent's reconciler (agent/gs_recon.h).
+
+Serves a stand-in for the kubelet's PodResourcesLister (Python grpcio, stubs
+generated from proto/podresources_v1.proto at test time) whose answer the
+test sets, runs the real gshare-agent on the fake driver with a 0.2 s
+reconcile interval and a 1 s reclaim grace, and checks with gsharectl that:
+allocations held by a container record it; one no container holds is
+released after the grace and not before; held ones are kept; a PodResources
+outage (error status, then no server at all) releases nothing; a reclaimed
+allocation with a live process is deleted only when that process exits; an
+allocation restored from the checkpoint is reclaimed; reconcileInterval 0
+turns the reconciler off; bad config values are refused.
+"""
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "plugin"))
+import gsproto  # noqa: E402
+
+import grpc  # noqa: E402
+
+B = os.environ.get("B", "build")
+BD = os.path.join(gsproto.REPO, B)
+AGENT = os.path.join(BD, "gshare-agent")
+CTL = os.path.join(BD, "gsharectl")
+WIRE = os.path.join(BD, "test/e2e/e2e_wire")
+FAKE = os.path.join(BD, "test/fakecuda/libcuda.so.1")
+RES = "gshare.io/gpumem"
+MiB = 1 << 20
+GRACE = 1.0
+INTERVAL = 0.2
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+class PodResources:
+    """The kubelet's PodResourcesLister: List answers self.pods, a list of
+    (namespace, pod, container, [(resource, [ids]), ...]); with self.fail
+    set it answers UNAVAILABLE."""
+
+    def __init__(self, ns, path):
+        self.ns = ns
+        self.path = path
+        self.pods = []
+        self.fail = False
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.server = None
+
+    def set(self, pods=None, fail=None):
+        with self.lock:
+            if pods is not None:
+                self.pods = pods
+            if fail is not None:
+                self.fail = fail
+
+    def start(self):
+        pr = self.ns.pr
+        outer = self
+
+        def list_(request, context):
+            with outer.lock:
+                outer.calls += 1
+                if outer.fail:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet stand-in: failing on purpose")
+                pods = list(outer.pods)
+            rep = pr.ListPodResourcesResponse()
+            for nsname, pod, ctr, devs in pods:
+                p = rep.pod_resources.add(name=pod, namespace=nsname)
+                c = p.containers.add(name=ctr)
+                for res, ids in devs:
+                    c.devices.add(resource_name=res, device_ids=ids)
+            return rep
+
+        handler = grpc.method_handlers_generic_handler("v1.PodResourcesLister", {
+            "List": grpc.unary_unary_rpc_method_handler(
+                list_, request_deserializer=pr.ListPodResourcesRequest.FromString,
+                response_serializer=pr.ListPodResourcesResponse.SerializeToString)})
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+        self.server.add_generic_rpc_handlers((handler,))
+        self.server.add_insecure_port("unix:" + self.path)
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(0).wait()
+        self.server = None
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    def ncalls(self):
+        with self.lock:
+            return self.calls
+
+
+class Agent:
+    def __init__(self, tmp, extra):
+        self.tmp = tmp
+        self.sock = os.path.join(tmp, "agent.sock")
+        self.extra = extra
+        self.env = dict(os.environ)
+        self.env.update(GSHARE_FAKECUDA_STATE=os.path.join(tmp, "fakecuda.state"),
+                        GSHARE_FAKECUDA_MEM="1Gi", GSHARE_FAKECUDA_DEVICES="1",
+                        LD_LIBRARY_PATH=os.path.dirname(FAKE))
+        self.logpath = os.path.join(tmp, "agent.log")
+        self.log = open(self.logpath, "a")
+        self.proc = None
+
+    def start(self):
+        args = [AGENT, "--cuda-library", FAKE, "--socket", self.sock,
+                "--socket-root", os.path.join(self.tmp, "alloc"),
+                "--state-dir", os.path.join(self.tmp, "state"),
+                "--chunk-size", "32Mi", "--unit-size", "64Mi", "--reserve", "128Mi"] + self.extra
+        self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=self.log)
+        for _ in range(500):
+            if os.path.exists(self.sock):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise SystemExit("agent did not start; log:\n" + open(self.logpath).read())
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            rc = self.proc.wait(timeout=20)
+            check(rc == 0, "agent exits 0 on SIGTERM (rc %s)" % rc)
+        self.proc = None
+
+    def ctl(self, *args):
+        r = subprocess.run([CTL, "--socket", self.sock, "--json"] + list(args),
+                           capture_output=True, text=True, timeout=20)
+        if r.returncode != 0:
+            raise SystemExit("gsharectl %s failed: %s" % (args, r.stderr))
+        return r.stdout
+
+    def allocs(self):
+        return {a["id"]: a for a in json.loads(self.ctl("allocations"))}
+
+    def create(self, ids):
+        return json.loads(self.ctl("create", *ids))["allocation"]
+
+    def units_allocated(self):
+        return json.loads(self.ctl("gpus"))["gpus"][0]["units_allocated"]
+
+    def logtext(self):
+        return open(self.logpath).read()
+
+
+def wait_for(pred, limit):
+    """Seconds until pred() holds, or None after limit seconds."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if pred():
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    return None
+
+
+def main():
+    for f in (AGENT, CTL, WIRE, FAKE):
+        if not os.path.exists(f):
+            raise SystemExit("missing %s: run make first" % f)
+    tmp = tempfile.mkdtemp(prefix="gshare-recon-")
+    ns = gsproto.load(tmp)
+    kubelet = PodResources(ns, os.path.join(tmp, "podres.sock"))
+    kubelet.start()
+    conf = os.path.join(tmp, "config.yaml")
+    with open(conf, "w") as f:
+        f.write("podResourcesSocket: %s\nreconcileInterval: 200ms\nreclaimGrace: %gs\n"
+                % (kubelet.path, GRACE))
+    ag = Agent(tmp, ["--config", conf])
+    ag.start()
+    try:
+        body(ag, kubelet, tmp)
+    finally:
+        ag.stop()
+        if kubelet.server:
+            kubelet.stop()
+    off_and_config(tmp)
+    if failures:
+        print("log of the agent:\n" + open(ag.logpath).read())
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("all checks passed")
+
+
+def body(ag, kubelet, tmp):
+    uuid = json.loads(ag.ctl("gpus"))["gpus"][0]["uuid"]
+
+    def dev(u):
+        return "%s-u%d" % (uuid, u)
+
+    A = ag.create([dev(0), dev(1), dev(2)])["id"]
+    Bid = ag.create([dev(3)])["id"]
+    C = ag.create([dev(4)])["id"]
+    D = ag.create([dev(5)])["id"]
+    t_created = time.monotonic()
+    # A's IDs come in two ContainerDevices (the kubelet sends one per NUMA
+    # node); D's IDs appear only under another resource name.
+    pods = [("ns1", "pod-a", "main", [(RES, [dev(1)]), (RES, [dev(0), dev(2)])]),
+            ("ns2", "pod-b", "worker", [(RES, [dev(3)]), ("example.com/other", ["x"])]),
+            ("ns3", "pod-d", "c", [("example.com/other", [dev(5)])])]
+    kubelet.set(pods=pods)
+
+    t = wait_for(lambda: ag.allocs()[A]["pod_name"] == "pod-a", 3)
+    check(t is not None, "A records its pod after a List")
+    al = ag.allocs()
+    check(al[A]["pod_namespace"] == "ns1" and al[A]["container_name"] == "main",
+          "A: namespace ns1, container main (IDs split over two ContainerDevices)")
+    check(al[Bid]["pod_namespace"] == "ns2" and al[Bid]["pod_name"] == "pod-b" and
+          al[Bid]["container_name"] == "worker", "B records ns2/pod-b/worker")
+    check(al[C]["pod_name"] == "" and al[D]["pod_name"] == "", "C, D: no pod")
+    check(time.monotonic() - t_created >= GRACE - 0.1 or (C in al and D in al),
+          "C, D: not released before the grace")
+
+    t = wait_for(lambda: C not in ag.allocs() and D not in ag.allocs(), 5)
+    waited = time.monotonic() - t_created
+    check(t is not None and waited >= GRACE,
+          "C, D (no holder, other resource only) released after the grace (%.2f s)" % waited)
+    log = ag.logtext()
+    check("reclaiming allocation %s" % C in log, "log names the reclaimed allocation C")
+    al = ag.allocs()
+    check(A in al and Bid in al, "held allocations A, B kept")
+    check(ag.units_allocated() == 4, "units of C, D free again")
+
+    # B's pod goes away: B is released a grace later, naming its last pod.
+    kubelet.set(pods=pods[:1])
+    t_drop = time.monotonic()
+    t = wait_for(lambda: Bid not in ag.allocs(), 5)
+    waited = time.monotonic() - t_drop
+    check(t is not None and waited >= GRACE, "B released %.2f s after its pod left" % waited)
+    check("reclaiming allocation %s: pod ns2/pod-b (container worker)" % Bid in ag.logtext(),
+          "log names B and the pod it belonged to")
+    check(A in ag.allocs(), "A still held, kept")
+
+    # Outage: first the kubelet answers UNAVAILABLE, then it is gone.  Even
+    # with A reported by no one afterwards, nothing is released meanwhile.
+    kubelet.set(fail=True)
+    time.sleep(2 * GRACE + 0.5)
+    check(A in ag.allocs(), "PodResources failing: A kept")
+    n = kubelet.ncalls()
+    kubelet.stop()
+    check(n > 3, "the agent kept polling (%d Lists)" % n)
+    time.sleep(2 * GRACE + 0.5)
+    check(A in ag.allocs(), "PodResources gone: A kept")
+    log = ag.logtext()
+    check(log.count("PodResources List on") == 1,
+          "one log line for the failure streak (%d)" % log.count("PodResources List on"))
+    kubelet.set(pods=pods[:1], fail=False)
+    kubelet.start()
+    check(wait_for(lambda: "answers again" in ag.logtext(), 3) is not None,
+          "recovery logged")
+    time.sleep(2 * GRACE)
+    check(A in ag.allocs(), "after the outage A, still held, is kept")
+
+    # A live process: the reclaimed allocation is kept until it exits.
+    E = ag.create([dev(8)])
+    sock = os.path.join(E["socket_dir"], "agent.sock")
+    holder = subprocess.Popen([WIRE, "hold", sock, str(MiB)], env=ag.env,
+                              stdout=subprocess.PIPE, text=True)
+    check(holder.stdout.readline().strip() == "held", "E: a process holds memory")
+    kubelet.set(pods=pods[:1] + [("ns5", "pod-e", "c", [(RES, [dev(8)])])])
+    check(wait_for(lambda: ag.allocs()[E["id"]]["pod_name"] == "pod-e", 3) is not None,
+          "E records pod-e")
+    kubelet.set(pods=pods[:1])
+    t = wait_for(lambda: "reclaiming allocation %s" % E["id"] in ag.logtext(), 5)
+    check(t is not None, "E reclaimed after its pod left")
+    time.sleep(0.5)
+    al = ag.allocs()
+    check(E["id"] in al and len(al[E["id"]]["processes"]) == 1 and not os.path.exists(sock),
+          "E with a live process: kept, socket closed")
+    check(ag.units_allocated() == 4, "E's unit still taken while its process lives")
+    holder.kill()
+    holder.wait()
+    t = wait_for(lambda: E["id"] not in ag.allocs(), 3)
+    check(t is not None, "E deleted once its process exited")
+    check(ag.units_allocated() == 3, "E's unit free again")
+
+    # Restart: an allocation restored from the checkpoint that no pod holds
+    # is reclaimed; the held one survives.
+    F = ag.create([dev(9)])["id"]
+    ag.stop()
+    ag.start()
+    al = ag.allocs()
+    check(A in al and F in al, "A and F restored from the checkpoint")
+    t = wait_for(lambda: F not in ag.allocs(), 5)
+    check(t is not None and t >= GRACE - 0.3, "restored, unheld F reclaimed a grace after the restart")
+    check(A in ag.allocs() and ag.allocs()[A]["pod_name"] == "pod-a", "restored, held A kept")
+
+
+def off_and_config(tmp):
+    # reconcileInterval 0: no reconciler, nothing released.
+    t2 = os.path.join(tmp, "off")
+    os.makedirs(t2)
+    ag = Agent(t2, ["--pod-resources-socket", os.path.join(t2, "none.sock"),
+                    "--reconcile-interval", "0", "--reclaim-grace", "0"])
+    ag.start()
+    try:
+        uuid = json.loads(ag.ctl("gpus"))["gpus"][0]["uuid"]
+        X = ag.create([uuid + "-u0"])["id"]
+        time.sleep(1.0)
+        check(X in ag.allocs(), "reconcileInterval 0: unheld allocation kept")
+        check("reconciler off" in ag.logtext(), "reconciler off logged")
+    finally:
+        ag.stop()
+    # Bad values are refused with the file, line and key.
+    bad = os.path.join(t2, "bad.yaml")
+    for text, want in (("reconcileInterval: 10x\n", "bad.yaml:1: reconcileInterval: not a duration"),
+                       ("logLevel: info\nreclaimGrace: 25h\n", "bad.yaml:2: reclaimGrace: duration '25h' is too long"),
+                       ("podResourcesSocket: relative.sock\n", "podResourcesSocket: must be an absolute path")):
+        with open(bad, "w") as f:
+            f.write(text)
+        r = subprocess.run([AGENT, "--config", bad], capture_output=True, text=True, timeout=20)
+        check(r.returncode == 2 and want in r.stderr, "bad config refused: " + r.stderr.strip())
+    r = subprocess.run([AGENT, "--reconcile-interval", "-1"], capture_output=True, text=True, timeout=20)
+    check(r.returncode == 2 and "--reconcile-interval: not a duration" in r.stderr,
+          "bad flag refused: " + r.stderr.strip())
+
+
+if __name__ == "__main__":
+    main()
