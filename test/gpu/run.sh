@@ -12,7 +12,8 @@
 #
 # Needs: build/ from `make` (gshare-agent, gsharectl, libgshare.so), python3
 # with torch, jax and cupy. Env: B (build dir), GSHARE_LIBDIR (extra
-# LD_LIBRARY_PATH for the agent's libprotobuf-c/libyaml if not installed),
+# LD_LIBRARY_PATH for the agent's libprotobuf-c, libyaml, libgrpc and abseil
+# if not installed: e.g. the libraries `ldd build/gshare-agent` lists, copied),
 # GSHARE_SUITE_RESERVE (agent reserve, default 12Gi: room for every
 # process's CUDA context, and for the native runs compared against).
 set -u
