@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grpc/grpc.h>
+
 #include "gs_allocs.h"
 #include "gs_grpc.h"
 #include "gs_log.h"
@@ -266,6 +268,11 @@ static void *thread_main(void *arg)
         struct gs_recon *rc = arg;
         uint64_t one = 1;
 
+        /* One gRPC reference for the thread's life: each call's own
+         * init/shutdown pair then nests inside it (no restart of the
+         * library every interval), and the blocking shutdown at the end
+         * joins gRPC's internal threads before the agent exits. */
+        grpc_init();
         pthread_mutex_lock(&rc->mu);
         while (!rc->stop) {
                 struct gs_recon_snapshot *s;
@@ -295,6 +302,7 @@ static void *thread_main(void *arg)
                                 break;
         }
         pthread_mutex_unlock(&rc->mu);
+        grpc_shutdown_blocking();
         return NULL;
 }
 
