@@ -143,10 +143,13 @@ static int cmd_big(const char *sock)
 
 static int cmd_concurrent(const char *sock, int n)
 {
-        int pipes[2], go[2];
+        int pipes[2], go[2], rel[2];
         uint64_t total = 0, quota = 0;
 
-        if (pipe(pipes) < 0 || pipe(go) < 0)
+        /* go: one start byte per child; rel: EOF releases them all.  (One
+         * pipe for both let a fast child take a slow one's start byte as
+         * its release and the slow child never start.) */
+        if (pipe(pipes) < 0 || pipe(go) < 0 || pipe(rel) < 0)
                 return 1;
         for (int i = 0; i < n; i++) {
                 if (fork() == 0) {
@@ -154,6 +157,7 @@ static int cmd_concurrent(const char *sock, int n)
                         uint64_t got[2];
                         char b;
                         close(go[1]);
+                        close(rel[1]);
                         must_open(&c, sock);
                         if (read(go[0], &b, 1) < 0) /* start together */
                                 _exit(1);
@@ -162,12 +166,13 @@ static int cmd_concurrent(const char *sock, int n)
                         if (write(pipes[1], got, sizeof(got)) != sizeof(got))
                                 _exit(1);
                         /* Hold the memory until the parent has counted. */
-                        if (read(go[0], &b, 1) < 0)
+                        if (read(rel[0], &b, 1) < 0)
                                 _exit(1);
                         _exit(failures != 0);
                 }
         }
         close(go[0]);
+        close(rel[0]);
         usleep(200000);
         for (int i = 0; i < n; i++)
                 if (write(go[1], "g", 1) != 1)
@@ -180,6 +185,7 @@ static int cmd_concurrent(const char *sock, int n)
                 quota = got[1];
         }
         close(go[1]);
+        close(rel[1]);
         for (int i = 0; i < n; i++) {
                 int st;
                 wait(&st);
