@@ -77,6 +77,7 @@ enum gs_ev_kind {
         GS_EV_CTL_LISTEN = 1, GS_EV_CTL_CLIENT, GS_EV_ALLOC_LISTEN,
         GS_EV_PROC_SOCK, GS_EV_PROC_PIDFD, GS_EV_SIGNAL, GS_EV_NOTIFY, GS_EV_TIMER,
         GS_EV_RECON,
+        GS_EV_METRICS_LISTEN, GS_EV_METRICS_CLIENT,
 };
 struct gs_ev {
         enum gs_ev_kind kind;
@@ -123,6 +124,7 @@ struct gs_allocation {
 };
 
 struct gs_ctlsrv;
+struct gs_metrics;
 
 struct gs_agent {
         struct gs_config cfg;
@@ -137,6 +139,7 @@ struct gs_agent {
         int notify_fd;           /* eventfd: workers -> main (lending changed) */
         struct gs_ev notify_ev;
         struct gs_ctlsrv *ctl;
+        struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
         bool stopping;
         /* Objects destroyed while handling a batch of events are freed after
          * it, since later events of the batch may still point at them. */

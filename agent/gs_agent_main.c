@@ -19,6 +19,7 @@
 #include "gs_ctlsrv.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
+#include "gs_metrics.h"
 #include "gs_proc.h"
 #include "gs_recon.h"
 
@@ -245,7 +246,7 @@ static int run(struct gs_agent *ag, int sfd)
         struct epoll_event evs[64];
 
         while (!ag->stopping) {
-                int timeout = gs_proc_tick(ag);
+                int timeout = gs_metrics_tick(ag->metrics, gs_proc_tick(ag));
                 int n = epoll_wait(ag->epfd, evs, (int)GS_ARRAY_SIZE(evs), timeout);
 
                 if (n < 0) {
@@ -267,6 +268,8 @@ static int run(struct gs_agent *ag, int sfd)
                         case GS_EV_PROC_SOCK: gs_proc_on_sock(ag, ev->obj, e); break;
                         case GS_EV_PROC_PIDFD: gs_proc_on_pidfd(ag, ev->obj); break;
                         case GS_EV_RECON: gs_recon_on_event(ev->obj); break;
+                        case GS_EV_METRICS_LISTEN: gs_metrics_on_listen(ev->obj); break;
+                        case GS_EV_METRICS_CLIENT: gs_metrics_on_client(ag->metrics, ev, e); break;
                         case GS_EV_NOTIFY: {
                                 uint64_t v;
                                 if (read(ag->notify_fd, &v, sizeof(v)) > 0)
@@ -343,6 +346,11 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
+        r = gs_metrics_new(&ag, ag.cfg.metrics_address, &ag.metrics, err, sizeof(err));
+        if (r < 0) {
+                log_error("%s", err);
+                goto out;
+        }
         r = gs_allocs_restore(&ag);
         if (r < 0)
                 log_error("checkpoint in %s: %s", ag.cfg.state_dir, strerror(-r));
@@ -360,6 +368,7 @@ out:
         gs_proc_kill_all(&ag);
         gs_allocs_shutdown(&ag);
         gs_ctlsrv_free(ag.ctl);
+        gs_metrics_free(ag.metrics);
         gs_agent_flush_graveyard(&ag);
         free(ag.graveyard);
         for (uint32_t i = 0; i < ag.ngpus; i++)

@@ -6,9 +6,11 @@
  * config, which is committed only if the whole file is good. */
 #include "gs_config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,8 +376,11 @@ static int set_bool(struct ctx *x, const yaml_node_t *v, const char *key, int *d
 static int set_metrics(struct ctx *x, const yaml_node_t *v, struct gs_config *c)
 {
         const char *s = NULL, *colon;
-        char *end;
+        char *end, host[64];
         unsigned long port;
+        size_t hlen;
+        struct in6_addr a6;     /* room for either family */
+        bool ok = false;
         int r = want_scalar(x, v, "metricsAddress", &s);
 
         if (r < 0)
@@ -389,6 +394,21 @@ static int set_metrics(struct ctx *x, const yaml_node_t *v, struct gs_config *c)
                 port = strtoul(colon + 1, &end, 10);
                 if (errno || *end || port == 0 || port > 65535)
                         return fail_at(x, v, "metricsAddress", "bad port in '%s'", s);
+                /* Literals only: the agent does no name lookups. */
+                hlen = (size_t)(colon - s);
+                if (hlen >= 2 && s[0] == '[' && s[hlen - 1] == ']' && hlen - 2 < sizeof(host)) {
+                        memcpy(host, s + 1, hlen - 2);
+                        host[hlen - 2] = '\0';
+                        ok = inet_pton(AF_INET6, host, &a6) == 1;
+                } else if (hlen < sizeof(host)) {
+                        memcpy(host, s, hlen);
+                        host[hlen] = '\0';
+                        ok = inet_pton(AF_INET, host, &a6) == 1;
+                }
+                if (!ok)
+                        return fail_at(x, v, "metricsAddress",
+                                       "host must be an IPv4 address or a bracketed IPv6 address "
+                                       "(e.g. 0.0.0.0:9400, [::]:9400), got '%s'", s);
         }
         return set_string(x, v, "metricsAddress", c->metrics_address, sizeof(c->metrics_address), 1);
 }

@@ -1,0 +1,627 @@
+/* gs_metrics.c — see gs_metrics.h. */
+#include "gs_metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_gpu.h"
+#include "gs_log.h"
+#include "gs_proc.h"
+
+enum conn_state { C_READ, C_WRITE, C_DRAIN };
+
+struct conn {
+        struct conn *next;
+        struct gs_ev ev;
+        int fd;
+        uint32_t events;        /* as registered with epoll */
+        enum conn_state state;
+        bool rd_eof;            /* the peer will send nothing more */
+        int64_t deadline_ms;
+        size_t in_len;
+        char in[GS_METRICS_MAX_REQUEST];
+        char *out;
+        size_t out_off, out_len;
+};
+
+struct gs_metrics {
+        struct gs_agent *ag;
+        int fd;
+        struct gs_ev ev;
+        struct conn *conns;
+        uint32_t nconns;
+        uint64_t refused;       /* connections over the cap, for the log */
+};
+
+static int64_t mono_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the exposition text ---- */
+
+struct buf {
+        char *p;
+        size_t len, cap;
+        bool failed;
+};
+
+static void GS_PRINTF(2, 3) put(struct buf *b, const char *fmt, ...)
+{
+        va_list ap;
+        int n;
+
+        if (b->failed)
+                return;
+        for (;;) {
+                va_start(ap, fmt);
+                n = vsnprintf(b->p ? b->p + b->len : NULL, b->cap - b->len, fmt, ap);
+                va_end(ap);
+                if (n < 0) {
+                        b->failed = true;
+                        return;
+                }
+                if ((size_t)n < b->cap - b->len) {
+                        b->len += (size_t)n;
+                        return;
+                }
+                size_t cap = (b->cap ? b->cap : 4096) * 2;
+                while (cap < b->len + (size_t)n + 1)
+                        cap *= 2;
+                char *p = realloc(b->p, cap);
+                if (!p) {
+                        b->failed = true;
+                        return;
+                }
+                b->p = p;
+                b->cap = cap;
+        }
+}
+
+/* A label value, escaped as the format wants: \ " and newline. */
+static void put_label(struct buf *b, const char *name, const char *value, bool first)
+{
+        put(b, "%s%s=\"", first ? "" : ",", name);
+        for (const char *s = value; *s; s++) {
+                if (*s == '\\')
+                        put(b, "\\\\");
+                else if (*s == '"')
+                        put(b, "\\\"");
+                else if (*s == '\n')
+                        put(b, "\\n");
+                else
+                        put(b, "%c", *s);
+        }
+        put(b, "\"");
+}
+
+static void family(struct buf *b, const char *name, const char *type, const char *help)
+{
+        put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* What is read under each GPU's lock, read once so that every family of one
+ * scrape agrees. */
+struct gpu_snap {
+        struct gs_pool_stats st;
+        uint32_t units_allocated, units_lent;
+};
+
+struct part_snap {
+        const struct gs_allocation *a;
+        const struct gs_gpu *g;
+        uint32_t units;
+        uint64_t quota_bytes, held_bytes, requested_bytes;
+};
+
+static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_gpu *g)
+{
+        put(b, "{");
+        put_label(b, "allocation", a->id, true);
+        if (g)
+                put_label(b, "gpu", g->uuid, false);
+        if (a->pod_name[0]) {
+                put_label(b, "namespace", a->pod_namespace, false);
+                put_label(b, "pod", a->pod_name, false);
+                put_label(b, "container", a->container_name, false);
+        }
+        put(b, "}");
+}
+
+static uint32_t active_procs(const struct gs_allocation *a)
+{
+        uint32_t n = 0;
+
+        for (const struct gs_proc *p = a->procs; p; p = p->next)
+                n += p->state != GS_PROC_HELLO;
+        return n;
+}
+
+#define GPU_FAMILY(name, help, expr)                                                \
+        do {                                                                        \
+                family(&b, "gshare_gpu_" name, "gauge", help);                      \
+                for (uint32_t i = 0; i < ag->ngpus; i++) {                          \
+                        const struct gs_gpu *g = &ag->gpus[i];                      \
+                        const struct gpu_snap *s = &gs[i];                          \
+                        (void)g; (void)s;                                           \
+                        put(&b, "gshare_gpu_" name "{");                            \
+                        put_label(&b, "gpu", ag->gpus[i].uuid, true);               \
+                        put(&b, "} %llu\n", (unsigned long long)(expr));            \
+                }                                                                   \
+        } while (0)
+
+#define PART_FAMILY(name, help, field)                                              \
+        do {                                                                        \
+                family(&b, "gshare_allocation_" name, "gauge", help);               \
+                for (size_t i = 0; i < nparts; i++) {                               \
+                        put(&b, "gshare_allocation_" name);                         \
+                        alloc_labels(&b, ps[i].a, ps[i].g);                         \
+                        put(&b, " %llu\n", (unsigned long long)ps[i].field);        \
+                }                                                                   \
+        } while (0)
+
+int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
+{
+        struct gpu_snap *gs = calloc(ag->ngpus + 1, sizeof(*gs));
+        struct part_snap *ps = NULL;
+        struct buf b = { 0 };
+        size_t nparts = 0, maxparts = 0;
+        uint32_t nprocs = 0;
+        int r = -ENOMEM;
+
+        for (const struct gs_allocation *a = ag->allocs; a; a = a->next)
+                maxparts += a->nparts;
+        ps = calloc(maxparts + 1, sizeof(*ps));
+        if (!gs || !ps)
+                goto out;
+        for (uint32_t i = 0; i < ag->ngpus; i++) {
+                struct gs_gpu *g = &ag->gpus[i];
+
+                if (g->pool) {
+                        pthread_mutex_lock(&g->lock);
+                        gs_pool_stats(g->pool, &gs[i].st);
+                        pthread_mutex_unlock(&g->lock);
+                        gs[i].units_lent = gs_gpu_units_lent(g);
+                }
+                for (uint32_t u = 0; u < g->units_total; u++)
+                        gs[i].units_allocated += g->unit_owner[u] != NULL;
+        }
+        for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                nprocs += active_procs(a);
+                for (uint32_t i = 0; i < a->nparts && nparts < maxparts; i++) {
+                        struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                        struct gs_palloc_stats st;
+
+                        pthread_mutex_lock(&g->lock);
+                        gs_palloc_stats(a->parts[i].pa, &st);
+                        pthread_mutex_unlock(&g->lock);
+                        ps[nparts++] = (struct part_snap){
+                                .a = a, .g = g, .units = a->parts[i].units,
+                                .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
+                                .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
+                                .requested_bytes = st.bytes_requested,
+                        };
+                }
+        }
+
+        family(&b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
+        put(&b, "gshare_allocations %u\n", ag->nallocs);
+        family(&b, "gshare_processes", "gauge", "Registered processes of all allocations.");
+        put(&b, "gshare_processes %u\n", nprocs);
+
+        GPU_FAMILY("healthy", "1 if the GPU's pool is usable, 0 if not.", g->healthy ? 1 : 0);
+        GPU_FAMILY("chunk_bytes", "Size of one GSM chunk, in bytes.", g->chunk_bytes);
+        GPU_FAMILY("chunks", "Chunks in the pool (retired ones excluded).", s->st.nchunks);
+        GPU_FAMILY("chunks_free", "Chunks on the system free list.", s->st.chunks_free);
+        GPU_FAMILY("chunks_reserved", "Chunks reserved as quota by allocations.", s->st.chunks_reserved);
+        GPU_FAMILY("chunks_borrowed", "Chunks lent to allocations beyond their quota (ballooning).",
+                   s->st.chunks_borrowed);
+        GPU_FAMILY("chunks_retired", "Chunks taken out of the pool after a failed recycle.",
+                   g->chunks_retired);
+        GPU_FAMILY("units", "Units of the resource the GPU offers.", g->units_total);
+        GPU_FAMILY("units_allocated", "Units held by allocations.", s->units_allocated);
+        GPU_FAMILY("units_lent", "Units' worth of chunks lent by ballooning.", s->units_lent);
+
+        PART_FAMILY("units", "Units of the GPU the allocation holds.", units);
+        PART_FAMILY("quota_bytes", "The allocation's quota on the GPU, in bytes.", quota_bytes);
+        PART_FAMILY("held_bytes", "Bytes in chunks held by the allocation's processes (chunks held x chunk size).",
+                    held_bytes);
+        PART_FAMILY("requested_bytes", "Bytes the allocation's processes asked for and hold.",
+                    requested_bytes);
+        family(&b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
+        for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                put(&b, "gshare_allocation_processes");
+                alloc_labels(&b, a, NULL);
+                put(&b, " %u\n", active_procs(a));
+        }
+        if (b.failed)
+                goto out;
+        *ret = b.p;
+        *ret_len = b.len;
+        b.p = NULL;
+        r = 0;
+out:
+        free(b.p);
+        free(gs);
+        free(ps);
+        return r;
+}
+
+/* ---- HTTP ---- */
+
+int gs_metrics_parse_request(const char *buf, size_t len, bool *ret_head)
+{
+        const char *eol = memchr(buf, '\n', len), *end = NULL, *sp1, *sp2, *line_end;
+        size_t mlen, plen;
+
+        *ret_head = false;
+        /* The blank line that ends the headers: \r\n\r\n, or bare \n\n. */
+        for (size_t i = 0; i + 1 < len && !end; i++)
+                if (buf[i] == '\n' && (buf[i + 1] == '\n' ||
+                                       (buf[i + 1] == '\r' && i + 2 < len && buf[i + 2] == '\n')))
+                        end = buf + i;
+        if (!eol)
+                return len >= GS_METRICS_MAX_REQUEST ? 431 : 0;
+        /* The request line is whole: judge it now, so that garbage gets its
+         * 400 without waiting for a blank line that may never come. */
+        line_end = eol > buf && eol[-1] == '\r' ? eol - 1 : eol;
+        sp1 = memchr(buf, ' ', (size_t)(line_end - buf));
+        if (!sp1)
+                return 400;
+        sp2 = memchr(sp1 + 1, ' ', (size_t)(line_end - sp1 - 1));
+        if (!sp2 || (size_t)(line_end - sp2 - 1) != 8 ||
+            (memcmp(sp2 + 1, "HTTP/1.1", 8) != 0 && memcmp(sp2 + 1, "HTTP/1.0", 8) != 0))
+                return 400;
+        mlen = (size_t)(sp1 - buf);
+        plen = (size_t)(sp2 - sp1 - 1);
+        if (mlen == 0 || mlen > 16 || plen == 0 || sp1[1] != '/')
+                return 400;
+        for (size_t i = 0; i < mlen; i++)
+                if (buf[i] < 'A' || buf[i] > 'Z')
+                        return 400;
+        for (size_t i = 0; i < plen; i++)
+                if ((unsigned char)sp1[1 + i] <= 0x20 || (unsigned char)sp1[1 + i] >= 0x7f)
+                        return 400;
+        if (!end)
+                return len >= GS_METRICS_MAX_REQUEST ? 431 : 0;
+        if (!((mlen == 3 && memcmp(buf, "GET", 3) == 0) || (mlen == 4 && memcmp(buf, "HEAD", 4) == 0)))
+                return 405;
+        *ret_head = mlen == 4;
+        if (!(plen >= 8 && memcmp(sp1 + 1, "/metrics", 8) == 0 && (plen == 8 || sp1[9] == '?')))
+                return 404;
+        return 200;
+}
+
+static const char *reason(int status)
+{
+        switch (status) {
+        case 200: return "OK";
+        case 400: return "Bad Request";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 408: return "Request Timeout";
+        case 431: return "Request Header Fields Too Large";
+        case 503: return "Service Unavailable";
+        default: return "Internal Server Error";
+        }
+}
+
+/* The whole response for status into c->out.  0 or -ENOMEM. */
+static int respond(struct gs_metrics *m, struct conn *c, int status, bool head)
+{
+        struct buf b = { 0 };
+        char *body = NULL;
+        size_t blen = 0;
+        const char *type = "text/plain; charset=utf-8";
+
+        if (status == 200) {
+                if (gs_metrics_render(m->ag, &body, &blen) < 0)
+                        status = 500;
+                else
+                        type = "text/plain; version=0.0.4; charset=utf-8";
+        }
+        if (status != 200) {
+                char msg[64];
+                int n = snprintf(msg, sizeof(msg), "%d %s\n", status, reason(status));
+                body = strdup(msg);
+                blen = body ? (size_t)n : 0;
+        }
+        put(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+            status, reason(status), type, blen, status == 405 ? "Allow: GET, HEAD\r\n" : "");
+        if (!head && body && !b.failed) {
+                if (b.cap - b.len < blen + 1) {
+                        char *p = realloc(b.p, b.len + blen + 1);
+                        if (!p)
+                                b.failed = true;
+                        else
+                                b.p = p, b.cap = b.len + blen + 1;
+                }
+                if (!b.failed) {
+                        memcpy(b.p + b.len, body, blen);
+                        b.len += blen;
+                }
+        }
+        free(body);
+        if (b.failed) {
+                free(b.p);
+                return -ENOMEM;
+        }
+        free(c->out);
+        c->out = b.p;
+        c->out_off = 0;
+        c->out_len = b.len;
+        c->state = C_WRITE;
+        return 0;
+}
+
+static void set_events(struct gs_metrics *m, struct conn *c)
+{
+        uint32_t want = (c->rd_eof ? 0 : EPOLLIN | EPOLLRDHUP) | (c->state == C_WRITE ? EPOLLOUT : 0);
+        struct epoll_event e = { .events = want, .data.ptr = &c->ev };
+
+        if (want != c->events && epoll_ctl(m->ag->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
+                c->events = want;
+}
+
+static void conn_close(struct gs_metrics *m, struct conn *c)
+{
+        for (struct conn **pp = &m->conns; *pp; pp = &(*pp)->next)
+                if (*pp == c) {
+                        *pp = c->next;
+                        m->nconns--;
+                        break;
+                }
+        gs_agent_unwatch(m->ag, c->fd);
+        gs_closep(&c->fd);
+        free(c->out);
+        c->out = NULL;
+        c->ev.dead = true;
+        gs_agent_defer_free(m->ag, c);
+}
+
+/* Reads what is there.  Returns < 0 if the connection should be closed. */
+static int do_read(struct gs_metrics *m, struct conn *c)
+{
+        while (!c->rd_eof) {
+                char junk[1024];
+                bool reading = c->state == C_READ, head;
+                ssize_t n = reading ? recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, MSG_DONTWAIT)
+                                    : recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
+                int status;
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : gs_neg_errno();
+                }
+                if (n == 0) {
+                        /* Half-closed after a whole request: still answer it. */
+                        if (c->state != C_WRITE)
+                                return -ECONNRESET;
+                        c->rd_eof = true;
+                        break;
+                }
+                if (!reading)
+                        continue;       /* after the request: discarded */
+                c->in_len += (size_t)n;
+                status = gs_metrics_parse_request(c->in, c->in_len, &head);
+                if (status && respond(m, c, status, head) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Writes what the socket takes.  Returns < 0 if the connection should be
+ * closed (error, or all sent and the peer is done). */
+static int flush(struct conn *c)
+{
+        while (c->out_off < c->out_len) {
+                ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN || errno == EWOULDBLOCK)
+                                return 0;
+                        return gs_neg_errno();
+                }
+                c->out_off += (size_t)w;
+        }
+        /* All sent.  Closing now with unread input would reset the
+         * connection and could destroy the response in flight, so end our
+         * side and wait (until the deadline) for the peer to close. */
+        (void)shutdown(c->fd, SHUT_WR);
+        c->state = C_DRAIN;
+        return c->rd_eof ? -ECONNRESET : 0;
+}
+
+void gs_metrics_on_client(struct gs_metrics *m, struct gs_ev *ev, uint32_t events)
+{
+        struct conn *c = ev->obj;
+
+        if ((events & EPOLLERR) || do_read(m, c) < 0 || (c->state == C_WRITE && flush(c) < 0)) {
+                conn_close(m, c);
+                return;
+        }
+        set_events(m, c);
+}
+
+/* Best effort, never blocking: a short answer to a connection about to be
+ * closed (too many, or too slow). */
+static void say_and_close(int fd, int status)
+{
+        char msg[160];
+        int n = snprintf(msg, sizeof(msg),
+                         "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", status,
+                         reason(status));
+
+        (void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)shutdown(fd, SHUT_WR);
+}
+
+void gs_metrics_on_listen(struct gs_metrics *m)
+{
+        for (;;) {
+                struct conn *c;
+                int fd = accept4(m->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                                log_warn("metrics: accept: %m");
+                        return;
+                }
+                if (m->nconns >= GS_METRICS_MAX_CLIENTS) {
+                        /* Accepted and closed, not left in the backlog: the
+                         * kernel's queue would fill and hide later scrapes. */
+                        if (m->refused++ % 1000 == 0)
+                                log_warn("metrics: %u connections already, refusing (%llu so far)",
+                                         m->nconns, (unsigned long long)m->refused);
+                        say_and_close(fd, 503);
+                        close(fd);
+                        continue;
+                }
+                c = calloc(1, sizeof(*c));
+                if (!c) {
+                        close(fd);
+                        continue;
+                }
+                c->fd = fd;
+                c->ev = (struct gs_ev){ GS_EV_METRICS_CLIENT, c, false };
+                c->events = EPOLLIN | EPOLLRDHUP;
+                c->deadline_ms = mono_ms() + GS_METRICS_DEADLINE_MS;
+                if (gs_agent_watch(m->ag, fd, c->events, &c->ev) < 0) {
+                        close(fd);
+                        free(c);
+                        continue;
+                }
+                c->next = m->conns;
+                m->conns = c;
+                m->nconns++;
+        }
+}
+
+int gs_metrics_tick(struct gs_metrics *m, int timeout)
+{
+        int64_t now, next = -1;
+        struct conn *c, *nx;
+
+        if (!m || !m->conns)
+                return timeout;
+        now = mono_ms();
+        for (c = m->conns; c; c = nx) {
+                nx = c->next;
+                if (c->deadline_ms <= now) {
+                        if (c->state == C_READ)
+                                say_and_close(c->fd, 408);
+                        conn_close(m, c);
+                } else if (next < 0 || c->deadline_ms - now < next) {
+                        next = c->deadline_ms - now;
+                }
+        }
+        if (next >= 0 && (timeout < 0 || next < timeout))
+                return (int)next;
+        return timeout;
+}
+
+int gs_metrics_parse_address(const char *addr, struct sockaddr_storage *ret, socklen_t *ret_len)
+{
+        const char *colon = strrchr(addr, ':');
+        char host[64], *end;
+        unsigned long port;
+        size_t hlen;
+
+        if (!colon || colon[1] < '0' || colon[1] > '9')
+                return -EINVAL;
+        errno = 0;
+        port = strtoul(colon + 1, &end, 10);
+        if (errno || *end || port == 0 || port > 65535)
+                return -EINVAL;
+        hlen = (size_t)(colon - addr);
+        if (hlen >= sizeof(host))
+                return -EINVAL;
+        memset(ret, 0, sizeof(*ret));
+        if (hlen >= 2 && addr[0] == '[' && addr[hlen - 1] == ']') {
+                struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ret;
+                memcpy(host, addr + 1, hlen - 2);
+                host[hlen - 2] = '\0';
+                if (inet_pton(AF_INET6, host, &s6->sin6_addr) != 1)
+                        return -EINVAL;
+                s6->sin6_family = AF_INET6;
+                s6->sin6_port = htons((uint16_t)port);
+                *ret_len = sizeof(*s6);
+        } else {
+                struct sockaddr_in *s4 = (struct sockaddr_in *)ret;
+                memcpy(host, addr, hlen);
+                host[hlen] = '\0';
+                if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
+                        return -EINVAL;
+                s4->sin_family = AF_INET;
+                s4->sin_port = htons((uint16_t)port);
+                *ret_len = sizeof(*s4);
+        }
+        return 0;
+}
+
+int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **ret, char *err,
+                   size_t errlen)
+{
+        struct sockaddr_storage sa;
+        socklen_t salen;
+        struct gs_metrics *m;
+        int one = 1, r;
+
+        *ret = NULL;
+        if (!addr[0])
+                return 0;
+        if (gs_metrics_parse_address(addr, &sa, &salen) < 0) {
+                snprintf(err, errlen, "metricsAddress: expected IPv4:port or [IPv6]:port, got '%s'", addr);
+                return -EINVAL;
+        }
+        m = calloc(1, sizeof(*m));
+        if (!m) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        m->ag = ag;
+        m->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (m->fd < 0 ||
+            setsockopt(m->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            bind(m->fd, (struct sockaddr *)&sa, salen) < 0 || listen(m->fd, 64) < 0) {
+                r = gs_neg_errno();
+                goto fail;
+        }
+        m->ev = (struct gs_ev){ GS_EV_METRICS_LISTEN, m, false };
+        r = gs_agent_watch(ag, m->fd, EPOLLIN, &m->ev);
+        if (r < 0)
+                goto fail;
+        *ret = m;
+        return 0;
+fail:
+        snprintf(err, errlen, "metricsAddress: cannot listen on %s: %s", addr, strerror(-r));
+        gs_closep(&m->fd);
+        free(m);
+        return r;
+}
+
+void gs_metrics_free(struct gs_metrics *m)
+{
+        if (!m)
+                return;
+        while (m->conns)
+                conn_close(m, m->conns);
+        if (m->fd >= 0) {
+                gs_agent_unwatch(m->ag, m->fd);
+                close(m->fd);
+        }
+        free(m);
+}
