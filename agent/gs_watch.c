@@ -659,12 +659,12 @@ static int get(struct gs_watch *w, const char *url, struct xfer *x)
                 snprintf(w->err, sizeof(w->err), "GET %.300s: libcurl failed", url);
                 r = -EIO;
         } else if (res != CURLE_OK && x->outcome == OUT_NONE && x->status != 200) {
-                snprintf(w->err, sizeof(w->err), "GET %.300s: %s", url,
+                snprintf(w->err, sizeof(w->err), "GET %.240s: %s", url,
                          curlerr[0] ? curlerr : curl_easy_strerror(res));
                 r = -EIO;
         } else if (res != CURLE_OK && x->outcome == OUT_NONE) {
                 /* A 200 stream cut short: how, for the log. */
-                snprintf(w->err, sizeof(w->err), "GET %.300s: %s", url,
+                snprintf(w->err, sizeof(w->err), "GET %.240s: %s", url,
                          curlerr[0] ? curlerr : curl_easy_strerror(res));
         }
 out:
