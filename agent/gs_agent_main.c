@@ -22,6 +22,7 @@
 #include "gs_metrics.h"
 #include "gs_proc.h"
 #include "gs_recon.h"
+#include "gs_watch.h"
 
 static void usage(FILE *f)
 {
@@ -297,6 +298,7 @@ int main(int argc, char **argv)
         struct gs_agent ag = { .epfd = -1, .notify_fd = -1 };
         struct gs_ev sig_ev = { GS_EV_SIGNAL, NULL, false };
         struct gs_recon *recon = NULL;
+        struct gs_watch *watch = NULL;
         struct rlimit rl;
         sigset_t set;
         char err[512];
@@ -360,10 +362,15 @@ int main(int argc, char **argv)
                 log_error("cannot start the reconciler: %s", strerror(-r));
                 goto out;
         }
+        if (gs_watch_start(&ag.cfg, recon, &watch, err, sizeof(err)) < 0) {
+                log_error("%s", err);
+                goto out;
+        }
         log_info("serving %s; allocations under %s, state in %s", ag.cfg.agent_socket,
                  ag.cfg.socket_root, ag.cfg.state_dir);
         rc = run(&ag, sfd) < 0;
 out:
+        gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
         gs_proc_kill_all(&ag);
         gs_allocs_shutdown(&ag);

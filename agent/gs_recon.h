@@ -18,7 +18,7 @@
  * yields no snapshot: nothing is reclaimed on missing information, and the
  * failure is logged once per streak.
  *
- * Optionally (gs_kwatch, when the agent runs in a cluster with NODE_NAME
+ * Optionally (gs_watch, when the agent runs in a cluster with NODE_NAME
  * set) a watch of the node's pods on the API server calls gs_recon_kick
  * when a pod is deleted or finishes, so that the List happens at once. */
 #ifndef GS_RECON_H

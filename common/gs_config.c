@@ -50,6 +50,11 @@ void gs_config_defaults(struct gs_config *c)
                  "/var/lib/kubelet/pod-resources/kubelet.sock");
         c->reconcile_interval_ms = 10 * 1000;
         c->reclaim_grace_ms = 60 * 1000;
+        c->pod_watch = GS_POD_WATCH_AUTO;
+        snprintf(c->api_token_file, sizeof(c->api_token_file),
+                 "/var/run/secrets/kubernetes.io/serviceaccount/token");
+        snprintf(c->api_ca_file, sizeof(c->api_ca_file),
+                 "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
 }
 
 static const struct {
@@ -413,6 +418,50 @@ static int set_metrics(struct ctx *x, const yaml_node_t *v, struct gs_config *c)
         return set_string(x, v, "metricsAddress", c->metrics_address, sizeof(c->metrics_address), 1);
 }
 
+/* An absolute path, or "" for none. */
+static int set_opt_path(struct ctx *x, const yaml_node_t *v, const char *key, char *dst, size_t cap)
+{
+        const char *s = NULL;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        if (!*s) {
+                dst[0] = '\0';
+                return 0;
+        }
+        return set_path(x, v, key, dst, cap);
+}
+
+static int set_api_server(struct ctx *x, const yaml_node_t *v, struct gs_config *c)
+{
+        const char *s = NULL;
+        int r = want_scalar(x, v, "apiServer", &s);
+
+        if (r < 0)
+                return r;
+        if (*s && strncmp(s, "https://", 8) != 0 && strncmp(s, "http://", 7) != 0)
+                return fail_at(x, v, "apiServer", "expected an http:// or https:// URL, got '%s'", s);
+        for (const char *p = s; *p; p++)
+                if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f || *p == '?' || *p == '#')
+                        return fail_at(x, v, "apiServer",
+                                       "expected a plain URL (no spaces, query or fragment), got '%s'", s);
+        return set_string(x, v, "apiServer", c->api_server, sizeof(c->api_server), 1);
+}
+
+static int set_node_name(struct ctx *x, const yaml_node_t *v, struct gs_config *c)
+{
+        const char *s = NULL;
+        int r = want_scalar(x, v, "nodeName", &s);
+
+        if (r < 0)
+                return r;
+        for (const char *p = s; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'))
+                        return fail_at(x, v, "nodeName", "not a node name (a DNS subdomain): '%s'", s);
+        return set_string(x, v, "nodeName", c->node_name, sizeof(c->node_name), 1);
+}
+
 static int set_key(struct ctx *x, struct gs_config *c, const char *key, const yaml_node_t *v)
 {
         const char *s = NULL;
@@ -486,6 +535,28 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
                 return set_duration(x, v, key, &c->reconcile_interval_ms);
         if (strcmp(key, "reclaimGrace") == 0)
                 return set_duration(x, v, key, &c->reclaim_grace_ms);
+        if (strcmp(key, "podWatch") == 0) {
+                r = want_scalar(x, v, key, &s);
+                if (r < 0)
+                        return r;
+                if (strcmp(s, "auto") == 0)
+                        c->pod_watch = GS_POD_WATCH_AUTO;
+                else if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0)
+                        c->pod_watch = GS_POD_WATCH_ON;
+                else if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0)
+                        c->pod_watch = GS_POD_WATCH_OFF;
+                else
+                        return fail_at(x, v, key, "expected auto, on or off, got '%s'", s);
+                return 0;
+        }
+        if (strcmp(key, "apiServer") == 0)
+                return set_api_server(x, v, c);
+        if (strcmp(key, "apiTokenFile") == 0)
+                return set_opt_path(x, v, key, c->api_token_file, sizeof(c->api_token_file));
+        if (strcmp(key, "apiCaFile") == 0)
+                return set_opt_path(x, v, key, c->api_ca_file, sizeof(c->api_ca_file));
+        if (strcmp(key, "nodeName") == 0)
+                return set_node_name(x, v, c);
         if (strcmp(key, "logLevel") == 0) {
                 r = want_scalar(x, v, key, &s);
                 if (r < 0)

@@ -23,6 +23,11 @@
  *   podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock
  *   reconcileInterval: 10s   # PodResources poll (agent reconciler); 0: off
  *   reclaimGrace: 60s        # an allocation no pod holds this long is released
+ *   podWatch: auto           # API-server watch of the node's pods: auto | on | off
+ *   apiServer: ""            # empty: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+ *   apiTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token  # "": none
+ *   apiCaFile: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt    # "": system CAs
+ *   nodeName: ""             # empty: $NODE_NAME
  *
  * Sizes take a plain byte count or a suffix Ki, Mi, Gi, Ti (powers of 1024).
  * Durations take a number (decimals allowed) with a unit ms, s, m or h; a
@@ -41,6 +46,10 @@
 #define GS_CONFIG_DEFAULT_PATH "/etc/gshare/config.yaml"
 
 enum gs_inject { GS_INJECT_PRELOAD = 0, GS_INJECT_ENV = 1 };
+/* auto: on when in a cluster (agent/gs_watch.h). */
+enum gs_pod_watch { GS_POD_WATCH_AUTO = 0, GS_POD_WATCH_ON, GS_POD_WATCH_OFF };
+#define GS_CONFIG_API_SERVER_MAX 512
+#define GS_CONFIG_NODE_NAME_MAX 254
 
 struct gs_config {
         char resource_name[256];
@@ -66,6 +75,12 @@ struct gs_config {
         char pod_resources_socket[PATH_MAX];
         uint32_t reconcile_interval_ms; /* 0: reconciler off */
         uint32_t reclaim_grace_ms;
+        /* The API-server watch of the node's pods (agent/gs_watch.h). */
+        enum gs_pod_watch pod_watch;
+        char api_server[GS_CONFIG_API_SERVER_MAX]; /* "": from the environment */
+        char api_token_file[PATH_MAX];             /* "": no token */
+        char api_ca_file[PATH_MAX];                /* "": the system's CAs */
+        char node_name[GS_CONFIG_NODE_NAME_MAX];   /* "": $NODE_NAME */
 };
 
 /* Fills c with the defaults above. */
