@@ -12,6 +12,7 @@ ASan-built hook needs libasan first).
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -42,26 +43,50 @@ def check(cond, what):
     else:
         print("FAIL " + what, flush=True)
         failures.append(what)
+    return cond
+
+
+def need(*files):
+    for f in files:
+        if not os.path.exists(f):
+            raise SystemExit("missing %s: run make first" % f)
+
+
+def report(ag, tmp=None):
+    """Ends a test program: the agent's log and exit 1 if a check failed,
+    else removes tmp (if given) and says so."""
+    if failures:
+        print("log of the agent:\n" + ag.logtext())
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("all checks passed")
 
 
 class Agent:
-    def __init__(self, tmp):
+    """The real agent on one fake GPU of 1 GiB (32 MiB chunks, 64 MiB units),
+    started with the extra arguments given."""
+
+    def __init__(self, tmp, extra=None):
         self.tmp = tmp
+        self.extra = list(extra or [])
         self.sock = os.path.join(tmp, "agent.sock")
         self.env = dict(os.environ)
         self.env.update(GSHARE_FAKECUDA_STATE=os.path.join(tmp, "fakecuda.state"),
                         GSHARE_FAKECUDA_MEM="1Gi", GSHARE_FAKECUDA_DEVICES="1",
                         LD_LIBRARY_PATH=os.path.dirname(FAKE))
         self.proc = None
-        self.log = open(os.path.join(tmp, "agent.log"), "a")
+        self.logpath = os.path.join(tmp, "agent.log")
+        self.log = open(self.logpath, "a")
 
     def start(self):
         args = [AGENT, "--cuda-library", FAKE, "--socket", self.sock,
                 "--socket-root", os.path.join(self.tmp, "alloc"),
                 "--state-dir", os.path.join(self.tmp, "state"),
-                "--chunk-size", "32Mi", "--unit-size", "64Mi", "--reserve", "128Mi"]
+                "--chunk-size", "32Mi", "--unit-size", "64Mi", "--reserve", "128Mi"] + self.extra
         self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=self.log)
-        for _ in range(200):
+        for _ in range(500):
             if os.path.exists(self.sock):
                 return
             if self.proc.poll() is not None:
@@ -79,21 +104,30 @@ class Agent:
     def alive(self):
         return self.proc.poll() is None
 
-    def ctl(self, *args, ok=True):
+    def _ctl(self, args, ok=True):
         r = subprocess.run([CTL, "--socket", self.sock, "--json"] + list(args),
                            capture_output=True, text=True, timeout=20)
         if ok and r.returncode != 0:
             raise SystemExit("gsharectl %s failed: %s" % (args, r.stderr))
         return r
 
+    def ctl(self, *args, ok=True):
+        return self._ctl(args, ok)
+
     def gpus(self):
-        return json.loads(self.ctl("gpus").stdout)["gpus"]
+        return json.loads(self._ctl(["gpus"]).stdout)["gpus"]
 
     def allocs(self):
-        return {a["id"]: a for a in json.loads(self.ctl("allocations").stdout)}
+        return {a["id"]: a for a in json.loads(self._ctl(["allocations"]).stdout)}
 
     def create(self, ids):
-        return json.loads(self.ctl("create", *ids).stdout)
+        return json.loads(self._ctl(["create"] + list(ids)).stdout)
+
+    def units_allocated(self):
+        return self.gpus()[0]["units_allocated"]
+
+    def logtext(self):
+        return open(self.logpath).read()
 
 
 def run(cmd, env, timeout=60):
@@ -155,9 +189,7 @@ def ctl_raw(path, payload, expect_reply=True):
 
 
 def main():
-    for f in (AGENT, CTL, WIRE, CUDA, FAKE):
-        if not os.path.exists(f):
-            raise SystemExit("missing %s: run make first" % f)
+    need(AGENT, CTL, WIRE, CUDA, FAKE)
     tmp = tempfile.mkdtemp(prefix="gshare-e2e-")
     ag = Agent(tmp)
     ag.start()
@@ -166,11 +198,7 @@ def main():
     finally:
         if ag.proc:
             ag.stop()
-    if failures:
-        print("log of the agent:\n" + open(ag.log.name).read())
-        print("%d checks failed" % len(failures))
-        sys.exit(1)
-    print("all checks passed")
+    report(ag)
 
 
 def body(ag, tmp):

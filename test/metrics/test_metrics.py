@@ -44,25 +44,12 @@ class MetricsAgent(e2e.Agent):
     """e2e.Agent started with a config file that sets metricsAddress."""
 
     def __init__(self, tmp, addr):
-        super().__init__(tmp)
-        self.addr = addr
-        self.config = os.path.join(tmp, "config.yaml")
-        with open(self.config, "w") as f:
+        config = os.path.join(tmp, "config.yaml")
+        with open(config, "w") as f:
             f.write('metricsAddress: "%s"\n' % addr)
-        self.real_agent = e2e.AGENT
-
-    def start(self):
-        # e2e.Agent.start runs e2e.AGENT with its fixed flags; --config goes
-        # through a wrapper so that its flags stay as they are.
-        wrapper = os.path.join(self.tmp, "agent-wrapper.sh")
-        with open(wrapper, "w") as f:
-            f.write('#!/bin/sh\nexec "%s" --config "%s" "$@"\n' % (self.real_agent, self.config))
-        os.chmod(wrapper, 0o755)
-        saved, e2e.AGENT = e2e.AGENT, wrapper
-        try:
-            super().start()
-        finally:
-            e2e.AGENT = saved
+        super().__init__(tmp, ["--config", config])
+        self.addr = addr
+        self.config = config
 
 
 def http(port, raw, timeout=5.0):
@@ -155,9 +142,7 @@ def compare(ag, port, what):
 
 
 def main():
-    for f in (e2e.AGENT, e2e.CTL, e2e.CUDA, e2e.FAKE, e2e.HOOK):
-        if not os.path.exists(f):
-            raise SystemExit("missing %s: run make first" % f)
+    e2e.need(e2e.AGENT, e2e.CTL, e2e.CUDA, e2e.FAKE, e2e.HOOK)
     tmp = tempfile.mkdtemp(prefix="gshare-metrics-")
     port = free_port()
     ag = MetricsAgent(tmp, "127.0.0.1:%d" % port)
@@ -168,11 +153,7 @@ def main():
         if ag.proc:
             ag.stop()
     bad_config(tmp)
-    if e2e.failures:
-        print("log of the agent:\n" + open(ag.log.name).read())
-        print("%d checks failed" % len(e2e.failures))
-        sys.exit(1)
-    print("all checks passed")
+    e2e.report(ag)
 
 
 def bad_config(tmp):

@@ -12,7 +12,6 @@ first; tsan: the ctypes check is skipped, python3 is not TSan-built).
 """
 import os
 import subprocess
-import shutil
 import sys
 import tempfile
 
@@ -68,9 +67,7 @@ def expect(q, idx, total, free, used, what):
 
 
 def main():
-    for f in (e2e.AGENT, e2e.CTL, e2e.HOOK, CLIENT, e2e.CUDA):
-        if not os.path.exists(f):
-            raise SystemExit("missing %s: run make first" % f)
+    e2e.need(e2e.AGENT, e2e.CTL, e2e.HOOK, CLIENT, e2e.CUDA)
     tmp = tempfile.mkdtemp(prefix="gshare-nvml-")
     ag = e2e.Agent(tmp)
     ag.env["GSHARE_FAKENVML_DEVICES"] = "2"
@@ -80,12 +77,7 @@ def main():
     finally:
         if ag.proc:
             ag.stop()
-    if e2e.failures:
-        print("log of the agent:\n" + open(ag.log.name).read())
-        print("%d checks failed" % len(e2e.failures))
-        sys.exit(1)
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("all checks passed")
+    e2e.report(ag, tmp)
 
 
 def body(ag, tmp):

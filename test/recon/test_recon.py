@@ -15,8 +15,6 @@ turns the reconciler off; bad config values are refused.
 import concurrent.futures
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "plugin"))
 import gsproto  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+import test_e2e as e2e  # noqa: E402
 
 import grpc  # noqa: E402
 
@@ -40,14 +40,8 @@ MiB = 1 << 20
 GRACE = 1.0
 INTERVAL = 0.2
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
+check = e2e.check
+failures = e2e.failures
 
 
 class PodResources:
@@ -109,58 +103,15 @@ class PodResources:
             return self.calls
 
 
-class Agent:
-    def __init__(self, tmp, extra):
-        self.tmp = tmp
-        self.sock = os.path.join(tmp, "agent.sock")
-        self.extra = extra
-        self.env = dict(os.environ)
-        self.env.update(GSHARE_FAKECUDA_STATE=os.path.join(tmp, "fakecuda.state"),
-                        GSHARE_FAKECUDA_MEM="1Gi", GSHARE_FAKECUDA_DEVICES="1",
-                        LD_LIBRARY_PATH=os.path.dirname(FAKE))
-        self.logpath = os.path.join(tmp, "agent.log")
-        self.log = open(self.logpath, "a")
-        self.proc = None
-
-    def start(self):
-        args = [AGENT, "--cuda-library", FAKE, "--socket", self.sock,
-                "--socket-root", os.path.join(self.tmp, "alloc"),
-                "--state-dir", os.path.join(self.tmp, "state"),
-                "--chunk-size", "32Mi", "--unit-size", "64Mi", "--reserve", "128Mi"] + self.extra
-        self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=self.log)
-        for _ in range(500):
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise SystemExit("agent did not start; log:\n" + open(self.logpath).read())
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            rc = self.proc.wait(timeout=20)
-            check(rc == 0, "agent exits 0 on SIGTERM (rc %s)" % rc)
-        self.proc = None
+class Agent(e2e.Agent):
+    """e2e.Agent whose ctl() answers gsharectl's output and create() the
+    allocation itself."""
 
     def ctl(self, *args):
-        r = subprocess.run([CTL, "--socket", self.sock, "--json"] + list(args),
-                           capture_output=True, text=True, timeout=20)
-        if r.returncode != 0:
-            raise SystemExit("gsharectl %s failed: %s" % (args, r.stderr))
-        return r.stdout
-
-    def allocs(self):
-        return {a["id"]: a for a in json.loads(self.ctl("allocations"))}
+        return super().ctl(*args).stdout
 
     def create(self, ids):
-        return json.loads(self.ctl("create", *ids))["allocation"]
-
-    def units_allocated(self):
-        return json.loads(self.ctl("gpus"))["gpus"][0]["units_allocated"]
-
-    def logtext(self):
-        return open(self.logpath).read()
+        return super().create(ids)["allocation"]
 
 
 def wait_for(pred, limit):
@@ -174,9 +125,7 @@ def wait_for(pred, limit):
 
 
 def main():
-    for f in (AGENT, CTL, WIRE, FAKE):
-        if not os.path.exists(f):
-            raise SystemExit("missing %s: run make first" % f)
+    e2e.need(AGENT, CTL, WIRE, FAKE)
     tmp = tempfile.mkdtemp(prefix="gshare-recon-")
     ns = gsproto.load(tmp)
     kubelet = PodResources(ns, os.path.join(tmp, "podres.sock"))
@@ -194,12 +143,7 @@ def main():
         if kubelet.server:
             kubelet.stop()
     off_and_config(tmp)
-    if failures:
-        print("log of the agent:\n" + open(ag.logpath).read())
-        print("%d checks failed" % len(failures))
-        sys.exit(1)
-    shutil.rmtree(tmp, ignore_errors=True)
-    print("all checks passed")
+    e2e.report(ag, tmp)
 
 
 def body(ag, kubelet, tmp):

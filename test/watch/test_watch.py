@@ -152,9 +152,7 @@ def agent(tmp, conf_text, env=None):
 
 
 def main():
-    for f in (recon.AGENT, recon.CTL, recon.FAKE):
-        if not os.path.exists(f):
-            raise SystemExit("missing %s: run make first" % f)
+    recon.e2e.need(recon.AGENT, recon.CTL, recon.FAKE)
     tmp = tempfile.mkdtemp(prefix="gshare-watch-")
     ns = recon.gsproto.load(tmp)
     kubelet = recon.PodResources(ns, os.path.join(tmp, "podres.sock"))
