@@ -442,12 +442,12 @@ static CUresult gs_reserve(const struct gs_cu *cu, struct gs_gpu *g)
         return CUDA_SUCCESS;
 }
 
-/* pre: g_mu held.  Imports and maps one granted chunk.  Closes fd. */
-static int gs_map_grant(const struct gs_cu *cu, struct gs_gpu *g, CUdevice dev, uint32_t slot, int fd)
+/* Imports a chunk's fd and maps it read-write for dev at [at, at + size).
+ * Closes fd.  0, or -EIO with nothing left mapped. */
+static int gs_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev, int fd)
 {
         CUmemGenericAllocationHandle h;
         CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-        CUdeviceptr at = g->va_base + (CUdeviceptr)slot * g->chunk;
         int r = -EIO;
 
         if (!cu->cuMemImportFromShareableHandle || !cu->cuMemMap || !cu->cuMemSetAccess || !cu->cuMemRelease ||
@@ -456,20 +456,29 @@ static int gs_map_grant(const struct gs_cu *cu, struct gs_gpu *g, CUdevice dev, 
         if (cu->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
             CUDA_SUCCESS)
                 goto out;
-        if (cu->cuMemMap(at, g->chunk, 0, h, 0) != CUDA_SUCCESS) {
+        if (cu->cuMemMap(at, size, 0, h, 0) != CUDA_SUCCESS) {
                 (void)cu->cuMemRelease(h);
                 goto out;
         }
         /* The mapping keeps the memory; our handle is not needed. */
         (void)cu->cuMemRelease(h);
-        if (cu->cuMemSetAccess(at, g->chunk, &acc, 1) != CUDA_SUCCESS) {
-                (void)cu->cuMemUnmap(at, g->chunk);
+        if (cu->cuMemSetAccess(at, size, &acc, 1) != CUDA_SUCCESS) {
+                (void)cu->cuMemUnmap(at, size);
                 goto out;
         }
-        g->mapped[slot] = 1;
         r = 0;
 out:
         close(fd);
+        return r;
+}
+
+/* pre: g_mu held.  Imports and maps one granted chunk at its slot.  Closes fd. */
+static int gs_map_grant(const struct gs_cu *cu, struct gs_gpu *g, CUdevice dev, uint32_t slot, int fd)
+{
+        int r = gs_map_fd(cu, g->va_base + (CUdeviceptr)slot * g->chunk, g->chunk, dev, fd);
+
+        if (r == 0)
+                g->mapped[slot] = 1;
         return r;
 }
 
@@ -995,18 +1004,15 @@ static void gs_ipc_unmap(const struct gs_cu *cu, const struct gs_ipc_ent *e, uin
 static int gs_take_ipc_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, const struct gs_ring_msg *rep,
                               struct gs_ipc_ent *e, const char **why)
 {
-        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         uint32_t mapped = 0;
         int r = 0;
 
         *why = "cannot map an opened IPC block";
-        if (!cu->cuMemAddressReserve || !cu->cuMemImportFromShareableHandle || !cu->cuMemMap ||
-            !cu->cuMemRelease || !cu->cuMemSetAccess || !cu->cuMemUnmap || !cu->cuMemAddressFree ||
+        if (!cu->cuMemAddressReserve || !cu->cuMemAddressFree ||
             cu->cuMemAddressReserve(&e->va, (size_t)e->nchunks * e->chunk, e->chunk, 0, 0) != CUDA_SUCCESS)
                 e->va = 0;
         for (uint32_t i = 0; i < e->nchunks; i++) {
                 struct gs_sock_grant gr;
-                CUmemGenericAllocationHandle h;
                 int fd;
                 ssize_t n = gs_recv_fd(g_sock, &gr, sizeof(gr), &fd, MSG_DONTWAIT);
 
@@ -1019,17 +1025,10 @@ static int gs_take_ipc_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev,
                     gr.gpu != gi || gr.slot != i || gr.chunk_bytes != e->chunk) {
                         *why = "malformed IPC grant";
                         r = -EPROTO;
-                } else if (r == 0 && e->va &&
-                           cu->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
-                                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == CUDA_SUCCESS) {
-                        CUdeviceptr at = e->va + (CUdeviceptr)i * e->chunk;
-                        if (cu->cuMemMap(at, e->chunk, 0, h, 0) == CUDA_SUCCESS)
-                                mapped++;
-                        (void)cu->cuMemRelease(h);
-                        if (mapped == i + 1 && cu->cuMemSetAccess(at, e->chunk, &acc, 1) != CUDA_SUCCESS)
-                                r = -EIO;
-                        if (mapped != i + 1)
-                                r = -EIO;
+                } else if (r == 0 && e->va) {
+                        r = gs_map_fd(cu, e->va + (CUdeviceptr)i * e->chunk, e->chunk, dev, fd);
+                        fd = -1; /* closed */
+                        mapped += r == 0;
                 } else if (r == 0) {
                         r = -EIO;
                 }
