@@ -98,7 +98,6 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
 {
         Gshare__Ctl__V1__Gpu *m = NEW(ar, Gshare__Ctl__V1__Gpu, GSHARE__CTL__V1__GPU__INIT);
         struct gs_pool_stats st = { 0 };
-        uint32_t allocated = 0;
 
         if (!m)
                 return NULL;
@@ -107,8 +106,6 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
                 gs_pool_stats(g->pool, &st);
                 pthread_mutex_unlock(&g->lock);
         }
-        for (uint32_t u = 0; u < g->units_total; u++)
-                allocated += g->unit_owner[u] != NULL;
         m->index = g->index;
         m->uuid = arena_str(ar, g->uuid);
         m->name = arena_str(ar, g->name);
@@ -120,7 +117,7 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
         m->chunks_free = st.chunks_free;
         m->unit_bytes = g->unit_bytes;
         m->units_total = g->units_total;
-        m->units_allocated = allocated;
+        m->units_allocated = gs_gpu_units_allocated(g);
         m->units_lent = gs_gpu_units_lent(g);
         m->healthy = g->healthy;
         m->pci_bus_id = arena_str(ar, g->pci_bus_id);
@@ -350,18 +347,10 @@ static int queue_msg(struct client *c, const ProtobufCMessage *msg)
 /* Writes what the socket takes.  Returns 0, or < 0 if the client is gone. */
 static int flush(struct gs_ctlsrv *s, struct client *c)
 {
-        while (c->out_off < c->out_len) {
-                ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                break;
-                        return gs_neg_errno();
-                }
-                c->out_off += (size_t)w;
-        }
+        int r = gs_agent_send_pending(c->fd, c->out, c->out_len, &c->out_off);
+
+        if (r < 0)
+                return r;
         if (c->out_off == c->out_len && c->closing)
                 return -ECONNRESET;
         set_events(s, c);

@@ -301,3 +301,12 @@ uint32_t gs_gpu_units_lent(struct gs_gpu *g)
         return (uint32_t)(((uint64_t)st.chunks_borrowed * g->chunk_bytes + g->unit_bytes - 1) /
                           g->unit_bytes);
 }
+
+uint32_t gs_gpu_units_allocated(const struct gs_gpu *g)
+{
+        uint32_t n = 0;
+
+        for (uint32_t u = 0; u < g->units_total; u++)
+                n += g->unit_owner[u] != NULL;
+        return n;
+}

@@ -43,6 +43,8 @@ int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errl
 /* Units' worth of chunks lent by ballooning (rounded up: a partly lent unit
  * cannot be handed out).  Takes g->lock. */
 uint32_t gs_gpu_units_lent(struct gs_gpu *g);
+/* Units held by allocations.  Main thread only (unit_owner). */
+uint32_t gs_gpu_units_allocated(const struct gs_gpu *g);
 
 /* Reads /sys/bus/pci/devices/<bus id, lower case>/numa_node under sysfs
  * (normally "/sys"); -1 if absent or unreadable. */

@@ -193,8 +193,7 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                         pthread_mutex_unlock(&g->lock);
                         gs[i].units_lent = gs_gpu_units_lent(g);
                 }
-                for (uint32_t u = 0; u < g->units_total; u++)
-                        gs[i].units_allocated += g->unit_owner[u] != NULL;
+                gs[i].units_allocated = gs_gpu_units_allocated(g);
         }
         for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 nprocs += active_procs(a);
@@ -425,18 +424,10 @@ static int do_read(struct gs_metrics *m, struct conn *c)
  * closed (error, or all sent and the peer is done). */
 static int flush(struct conn *c)
 {
-        while (c->out_off < c->out_len) {
-                ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                return 0;
-                        return gs_neg_errno();
-                }
-                c->out_off += (size_t)w;
-        }
+        int r = gs_agent_send_pending(c->fd, c->out, c->out_len, &c->out_off);
+
+        if (r < 0 || c->out_off < c->out_len)
+                return r;
         /* All sent.  Closing now with unread input would reset the
          * connection and could destroy the response in flight, so end our
          * side and wait (until the deadline) for the peer to close. */
