@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -68,3 +69,17 @@ void gs_agent_poke(struct gs_agent *ag)
         }
 }
 
+
+int gs_agent_send_pending(int fd, const void *buf, size_t len, size_t *off)
+{
+        while (*off < len) {
+                ssize_t w = send(fd, (const char *)buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : gs_neg_errno();
+                }
+                *off += (size_t)w;
+        }
+        return 0;
+}

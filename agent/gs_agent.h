@@ -150,6 +150,10 @@ struct gs_agent {
 /* Registers fd with the main epoll for events, with ev as its tag. */
 int gs_agent_watch(struct gs_agent *ag, int fd, uint32_t events, struct gs_ev *ev) GS_WUR;
 void gs_agent_unwatch(struct gs_agent *ag, int fd);
+/* Sends buf[*off, len) on a non-blocking socket as far as it takes,
+ * advancing *off.  0 (all sent, or the socket is full), or a negative
+ * errno: the peer is gone. */
+int gs_agent_send_pending(int fd, const void *buf, size_t len, size_t *off) GS_WUR;
 /* free(p) after the current batch of events (see graveyard). */
 void gs_agent_defer_free(struct gs_agent *ag, void *p);
 /* Frees what gs_agent_defer_free collected.  Main loop, between batches. */
