@@ -543,22 +543,9 @@ static int read_token(const char *path, char *buf, size_t cap)
 
         if (fd < 0)
                 return gs_neg_errno();
-        while (len < cap) {
-                ssize_t n = read(fd, buf + len, cap - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0) {
-                        r = gs_neg_errno();
-                        goto out;
-                }
-                if (n == 0)
-                        break;
-                len += (size_t)n;
-        }
-        if (len == cap) {
-                r = -EFBIG;
+        r = gs_read_all(fd, buf, cap, &len);
+        if (r < 0)
                 goto out;
-        }
         while (len && isspace((unsigned char)buf[len - 1]))
                 len--;
         buf[len] = '\0';

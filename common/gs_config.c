@@ -628,22 +628,11 @@ static int read_file(const char *path, unsigned char **ret_buf, size_t *ret_len)
                 r = -ENOMEM;
                 goto out;
         }
-        while (len <= (size_t)st.st_size) {
-                ssize_t n = read(fd, buf + len, (size_t)st.st_size + 1 - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0) {
-                        r = gs_neg_errno();
-                        goto out;
-                }
-                if (n == 0)
-                        break;
-                len += (size_t)n;
-        }
-        if (len > (size_t)st.st_size) { /* grew while we read */
-                r = -EFBIG;
+        /* One byte of room more than its size: a file that grew while we
+         * read is -EFBIG. */
+        r = gs_read_all(fd, buf, (size_t)st.st_size + 1, &len);
+        if (r < 0)
                 goto out;
-        }
         *ret_buf = buf;
         *ret_len = len;
         buf = NULL;

@@ -41,4 +41,26 @@ static inline void gs_closep(int *fd)
  * to set errno still reports failure). */
 static inline int gs_neg_errno(void) { return errno > 0 ? -errno : -EIO; }
 
+/* Reads fd to its end into buf.  0 with *ret_len bytes, -EFBIG if it holds
+ * cap bytes or more (a full buffer cannot tell the end), or a negative
+ * errno. */
+static inline int gs_read_all(int fd, void *buf, size_t cap, size_t *ret_len)
+{
+        size_t len = 0;
+
+        while (len < cap) {
+                ssize_t n = read(fd, (char *)buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return gs_neg_errno();
+                if (n == 0) {
+                        *ret_len = len;
+                        return 0;
+                }
+                len += (size_t)n;
+        }
+        return -EFBIG;
+}
+
 #endif
