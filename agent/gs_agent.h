@@ -31,6 +31,8 @@
 #include "gs_cuda.h"
 #include "gs_devid.h"
 #include "gs_ipc.h"
+#include "gs_nvml.h"
+#include "gs_outside.h"
 #include "gs_util.h"
 #include "gs_wire.h"
 
@@ -69,6 +71,15 @@ struct gs_gpu {
          * Main thread only. */
         struct gs_allocation **unit_owner;
         uint32_t last_borrowed;  /* under lock: for lending-change events */
+        /* Outside memory (gs_outside.h), under lock: what the outside sets
+         * released to the driver, and what the last scan measured the
+         * charged processes using outside the pool. */
+        uint64_t outside_held;
+        uint64_t outside_measured;
+        /* A context's expected size, charged when a process is about to
+         * create one (config contextSize, else measured at start). */
+        uint64_t ctx_expect_bytes;
+        void *nvml_dev;          /* NVML's device, NULL until found */
 };
 
 /* Every object watched by the main epoll carries one of these first, so the
@@ -92,6 +103,11 @@ struct gs_part {
         uint32_t units;
         uint32_t quota_chunks;
         struct gs_palloc *pa;
+        /* Its processes' memory outside the pool (gs_outside.h), under the
+         * GPU's lock; bypass_charge is the charge slot of processes of the
+         * pod that never registered (gs_usage.h). */
+        struct gs_outside out;
+        uint64_t bypass_charge;
 };
 
 struct gs_allocation {
@@ -120,6 +136,9 @@ struct gs_allocation {
         char pod_namespace[64];
         char pod_name[254];
         char container_name[64];
+        /* The pod's UID, from its registered processes' cgroups: processes
+         * of the pod that bypass the hook are charged here (gs_usage.h). */
+        char pod_uid[37];
         int64_t unheld_since_ms;
 };
 
@@ -140,6 +159,8 @@ struct gs_agent {
         struct gs_ev notify_ev;
         struct gs_ctlsrv *ctl;
         struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
+        struct gs_nvml nvml;             /* gs_usage.h; fn NULL: no NVML */
+        int64_t usage_next_ms;           /* next scan (CLOCK_MONOTONIC); 0: none */
         bool stopping;
         /* Objects destroyed while handling a batch of events are freed after
          * it, since later events of the batch may still point at them. */

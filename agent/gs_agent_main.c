@@ -22,6 +22,7 @@
 #include "gs_metrics.h"
 #include "gs_proc.h"
 #include "gs_recon.h"
+#include "gs_usage.h"
 #include "gs_watch.h"
 
 static void usage(FILE *f)
@@ -230,9 +231,11 @@ static int open_gpus(struct gs_agent *ag)
                 gs_format_size(g->chunk_bytes, sz[2], sizeof(sz[2]));
                 gs_format_size(g->reserve_bytes, sz[3], sizeof(sz[3]));
                 if (g->healthy)
-                        log_info("GPU %u %s (%s, %s, NUMA %d): %s, pool %s in %u chunks of %s, reserve %s, %u units",
+                        log_info("GPU %u %s (%s, %s, NUMA %d): %s, pool %s in %u chunks of %s, reserve %s, "
+                                 "%u units, contexts charged %llu MiB",
                                  g->index, g->uuid, g->name, g->pci_bus_id, g->numa_node, sz[0],
-                                 sz[1], g->nchunks, sz[2], sz[3], g->units_total);
+                                 sz[1], g->nchunks, sz[2], sz[3], g->units_total,
+                                 (unsigned long long)(g->ctx_expect_bytes >> 20));
                 else
                         log_error("GPU %u %s (%s): unhealthy, no pool: %s", g->index, g->uuid,
                                   g->name, g->health_reason);
@@ -247,7 +250,7 @@ static int run(struct gs_agent *ag, int sfd)
         struct epoll_event evs[64];
 
         while (!ag->stopping) {
-                int timeout = gs_metrics_tick(ag->metrics, gs_proc_tick(ag));
+                int timeout = gs_usage_tick(ag, gs_metrics_tick(ag->metrics, gs_proc_tick(ag)));
                 int n = epoll_wait(ag->epfd, evs, (int)GS_ARRAY_SIZE(evs), timeout);
 
                 if (n < 0) {
@@ -339,6 +342,7 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
+        gs_usage_open(&ag);
         if (open_gpus(&ag) < 0)
                 goto out;
         if (ag.ngpus == 0)
@@ -381,6 +385,7 @@ out:
         for (uint32_t i = 0; i < ag.ngpus; i++)
                 gs_gpu_close(&ag.gpus[i]);
         free(ag.gpus);
+        gs_usage_close(&ag);
         gs_cuda_close(&ag.cu);
         gs_closep(&sfd);
         gs_closep(&ag.notify_fd);

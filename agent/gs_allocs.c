@@ -183,6 +183,10 @@ static void destroy(struct gs_agent *ag, struct gs_allocation *a)
         for (uint32_t i = 0; i < a->nparts; i++) {
                 struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
                 pthread_mutex_lock(&g->lock);
+                g->outside_measured -= a->parts[i].bypass_charge;
+                a->parts[i].out.charged -= a->parts[i].bypass_charge;
+                a->parts[i].bypass_charge = 0;
+                gs_outside_clear(g, &a->parts[i].out);
                 if (gs_palloc_del(a->parts[i].pa) < 0)
                         log_error("allocation %s: part on GPU %u still busy", a->id, g->index);
                 pthread_mutex_unlock(&g->lock);

@@ -168,7 +168,9 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                         return NULL;
                 pthread_mutex_lock(&g->lock);
                 gs_palloc_stats(a->parts[i].pa, &st);
+                pm->outside_bytes = a->parts[i].out.charged;
                 pthread_mutex_unlock(&g->lock);
+                pm->used_bytes = (uint64_t)st.chunks_held * g->chunk_bytes;
                 pm->gpu_index = g->index;
                 pm->gpu_uuid = arena_str(ar, g->uuid);
                 pm->units = a->parts[i].units;
@@ -192,6 +194,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                         pthread_mutex_lock(&p->gpus[i].g->lock);
                         gs_pproc_stats(p->gpus[i].pp, &st);
                         gs_vmm_stats(&p->gpus[i].vmm, &st);
+                        pm->outside_bytes = p->gpus[i].outside_charge;
                         pthread_mutex_unlock(&p->gpus[i].g->lock);
                         pm->id = p->id;
                         pm->pid = p->pid;

@@ -121,7 +121,8 @@ struct part_snap {
         const struct gs_allocation *a;
         const struct gs_gpu *g;
         uint32_t units;
-        uint64_t quota_bytes, held_bytes, requested_bytes;
+        uint64_t quota_bytes, held_bytes, requested_bytes, outside_bytes;
+        uint32_t over_quota;
 };
 
 static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_gpu *g)
@@ -201,10 +202,16 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                         struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
                         struct gs_palloc_stats st;
 
+                        uint64_t outside;
+                        uint32_t over;
+
                         pthread_mutex_lock(&g->lock);
                         gs_palloc_stats(a->parts[i].pa, &st);
+                        outside = a->parts[i].out.charged;
+                        over = a->parts[i].out.over_quota;
                         pthread_mutex_unlock(&g->lock);
                         ps[nparts++] = (struct part_snap){
+                                .outside_bytes = outside, .over_quota = over,
                                 .a = a, .g = g, .units = a->parts[i].units,
                                 .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
                                 .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
@@ -237,6 +244,15 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                     held_bytes);
         PART_FAMILY("requested_bytes", "Bytes the allocation's processes asked for and hold.",
                     requested_bytes);
+        PART_FAMILY("outside_bytes", "Bytes its processes hold outside the pool (contexts, modules, "
+                    "processes that bypass the hook), charged to its quota.", outside_bytes);
+        family(&b, "gshare_allocation_over_quota_total", "counter",
+               "Times a scan found memory outside the pool that the allocation's quota could not cover.");
+        for (size_t i = 0; i < nparts; i++) {
+                put(&b, "gshare_allocation_over_quota_total");
+                alloc_labels(&b, ps[i].a, ps[i].g);
+                put(&b, " %u\n", ps[i].over_quota);
+        }
         family(&b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
         for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 put(&b, "gshare_allocation_processes");

@@ -19,6 +19,7 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_ring.h"
+#include "gs_usage.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -239,6 +240,61 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
         return 0;
 }
 
+/* The part's outside set under the GPU's lock: what the allocation uses on
+ * this GPU, and of it outside the pool. */
+static void part_usage(struct gs_gpu *g, struct gs_part *part, uint64_t *ret_used,
+                       uint64_t *ret_outside)
+{
+        struct gs_palloc_stats st;
+
+        gs_palloc_stats(part->pa, &st);
+        *ret_used = (uint64_t)st.chunks_held * g->chunk_bytes;
+        *ret_outside = part->out.charged;
+}
+
+uint32_t gs_proc_outside_slots(const struct gs_agent *ag, const struct gs_part *part)
+{
+        const struct gs_gpu *g = &ag->gpus[part->gpu];
+
+        return part->quota_chunks + (uint32_t)(ag->cfg.balloon_cap_bytes / g->chunk_bytes);
+}
+
+/* GS_OP_CTX: charge a context before the process creates it. */
+static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                     struct gs_ring_msg *rep)
+{
+        struct gs_part *part = &p->alloc->parts[req->gpu];
+        struct gs_gpu *g = pg->g;
+        uint64_t want;
+        int r = 0;
+
+        pthread_mutex_lock(&g->lock);
+        if (!pg->ctx_expect) {
+                want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes
+                                                                  : pg->outside_measured;
+                r = gs_outside_charge(g, &part->out, part->pa,
+                                      gs_proc_outside_slots(p->agent, part), &pg->outside_charge,
+                                      want, true);
+                if (r == 0)
+                        pg->ctx_expect = g->ctx_expect_bytes;
+                check_lending(p->agent, g);
+        }
+        part_usage(g, part, &rep->arg[1], &rep->arg[2]);
+        pthread_mutex_unlock(&g->lock);
+        rep->arg[0] = pg->quota_bytes;
+        rep->arg[3] = strtoull(p->alloc->id, NULL, 16);
+        if (r < 0) {
+                log_info("process %d (%s) of allocation %s: no room for a CUDA context on GPU %u "
+                         "(%llu of %llu MiB in use, %llu outside the pool)",
+                         p->pid, p->comm, p->alloc->id, g->index,
+                         (unsigned long long)(rep->arg[1] >> 20),
+                         (unsigned long long)(pg->quota_bytes >> 20),
+                         (unsigned long long)(rep->arg[2] >> 20));
+                rep->status = -ENOMEM;
+        }
+        return 0;
+}
+
 static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                             struct gs_ring_msg *rep)
 {
@@ -366,6 +422,8 @@ int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ri
                 return serve_ipc_export(p, pg, req, rep);
         case GS_OP_IPC_OPEN:
                 return serve_ipc_open(p, pg, req, rep);
+        case GS_OP_CTX:
+                return serve_ctx(p, pg, req, rep);
         case GS_OP_VMM_RELEASE:
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
@@ -499,6 +557,12 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 pthread_mutex_lock(&g->lock);
                 gs_vmm_clear(g, &p->gpus[i].vmm);
                 gs_pproc_del(p->gpus[i].pp);
+                /* Its context is gone with it: what it was charged goes
+                 * back once the driver has the memory free again. */
+                g->outside_measured -= p->gpus[i].outside_measured;
+                (void)!gs_outside_charge(g, &a->parts[i].out, a->parts[i].pa,
+                                        gs_proc_outside_slots(ag, &a->parts[i]),
+                                        &p->gpus[i].outside_charge, 0, false);
                 check_lending(ag, g);
                 changed |= before != g->last_borrowed;
                 pthread_mutex_unlock(&g->lock);
@@ -518,6 +582,7 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                          (unsigned long long)__atomic_load_n(&p->nrequests, __ATOMIC_RELAXED));
         free(p->grants);
         free(p->grant_fds);
+        gs_usage_kick(ag);
         p->sock_ev.dead = p->pidfd_ev.dead = true;
         gs_agent_defer_free(ag, p);
         gs_allocs_reap(ag, a);
@@ -752,6 +817,7 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
         }
         p->thr_running = true;
         p->state = GS_PROC_ACTIVE;
+        gs_usage_kick(ag);
         log_info("process %d (%s, uid %u) registered on allocation %s as #%llu", p->pid, p->comm,
                  (unsigned)p->uid, a->id, (unsigned long long)p->id);
         return 0;

@@ -38,6 +38,12 @@ struct gs_proc_gpu {
         uint64_t quota_bytes;
         uint32_t nslots;
         struct gs_vmm_set vmm;       /* the application's cuMemCreate allocations */
+        /* Outside the pool (gs_outside.h), under g->lock: the charge slot
+         * (max of the two below), the context size charged by GS_OP_CTX,
+         * and what NVML last showed. */
+        uint64_t outside_charge;
+        uint64_t ctx_expect;
+        uint64_t outside_measured;
 };
 
 enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED };
@@ -87,6 +93,9 @@ void gs_proc_kill_all(struct gs_agent *ag);
  * of an ALLOC on the socket first.  Returns 0, or a negative errno when
  * the connection must be dropped. */
 int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep) GS_WUR;
+
+/* Slots of a part's outside set: its quota plus what it may borrow. */
+uint32_t gs_proc_outside_slots(const struct gs_agent *ag, const struct gs_part *part);
 
 /* Validates a HELLO of n bytes received on the socket.  0 or -EPROTO with
  * the reason in err. */

@@ -128,9 +128,10 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
                 jstr(p->gpu_uuid);
                 printf(",\"units\":%u,\"quota_bytes\":%" PRIu64 ",\"bytes_requested\":%" PRIu64
                        ",\"bytes_in_chunks\":%" PRIu64 ",\"chunks_quota\":%u,\"chunks_free\":%u"
-                       ",\"chunks_borrowed\":%u}",
+                       ",\"chunks_borrowed\":%u,\"outside_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64 "}",
                        p->units, p->quota_bytes, p->bytes_requested, p->bytes_in_chunks,
-                       p->chunks_quota, p->chunks_free, p->chunks_borrowed);
+                       p->chunks_quota, p->chunks_free, p->chunks_borrowed, p->outside_bytes,
+                       p->used_bytes);
         }
         printf("],\"processes\":[");
         for (size_t j = 0; j < al->n_processes; j++) {
@@ -138,15 +139,16 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
                 printf("%s{\"id\":%" PRIu64 ",\"pid\":%d,\"comm\":", j ? "," : "", p->id, p->pid);
                 jstr(p->comm);
                 printf(",\"gpu_index\":%u,\"bytes_requested\":%" PRIu64 ",\"bytes_in_blocks\":%" PRIu64
-                       ",\"chunks_held\":%u}",
-                       p->gpu_index, p->bytes_requested, p->bytes_in_blocks, p->chunks_held);
+                       ",\"chunks_held\":%u,\"outside_bytes\":%" PRIu64 "}",
+                       p->gpu_index, p->bytes_requested, p->bytes_in_blocks, p->chunks_held,
+                       p->outside_bytes);
         }
         printf("]}");
 }
 
 static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
 {
-        char a[32], b[32], c[32];
+        char a[32], b[32], c[32], d[32];
 
         if (json) {
                 printf("[");
@@ -158,8 +160,8 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 printf("]\n");
                 return;
         }
-        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
-               "QUOTA", "REQUESTED", "IN CHUNKS", "BORROW", "PROCS", "SOCKET DIR",
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
+               "QUOTA", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "PROCS", "SOCKET DIR",
                "POD/CONTAINER");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
@@ -168,10 +170,11 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                         size_t np = 0;
                         for (size_t k = 0; k < al->n_processes; k++)
                                 np += al->processes[k]->gpu_index == p->gpu_index;
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-6u %-5zu %-40s %s%s%s%s%s\n",
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-6u %-5zu %-40s %s%s%s%s%s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                sz(p->bytes_requested, b, sizeof(b)),
-                               sz(p->bytes_in_chunks, c, sizeof(c)), p->chunks_borrowed, np,
+                               sz(p->bytes_in_chunks, c, sizeof(c)),
+                               sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, np,
                                al->socket_dir, al->pod_name[0] ? al->pod_namespace : "-",
                                al->pod_name[0] ? "/" : "", al->pod_name,
                                al->pod_name[0] ? "/" : "", al->pod_name[0] ? al->container_name : "");
@@ -181,21 +184,22 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
 
 static void print_procs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
 {
-        char a[32], b[32];
+        char a[32], b[32], c[32];
 
         if (json) {
                 print_allocs(v, n);
                 return;
         }
-        printf("%-16s %-8s %-16s %-4s %-8s %-12s %-12s %s\n", "ALLOCATION", "PID", "COMM", "GPU",
-               "PROC ID", "REQUESTED", "IN BLOCKS", "CHUNKS");
+        printf("%-16s %-8s %-16s %-4s %-8s %-12s %-12s %-12s %s\n", "ALLOCATION", "PID", "COMM", "GPU",
+               "PROC ID", "REQUESTED", "IN BLOCKS", "OUTSIDE", "CHUNKS");
         for (size_t i = 0; i < n; i++)
                 for (size_t k = 0; k < v[i]->n_processes; k++) {
                         const Gshare__Ctl__V1__Process *p = v[i]->processes[k];
-                        printf("%-16s %-8d %-16s %-4u %-8" PRIu64 " %-12s %-12s %u\n", v[i]->id,
+                        printf("%-16s %-8d %-16s %-4u %-8" PRIu64 " %-12s %-12s %-12s %u\n", v[i]->id,
                                p->pid, p->comm, p->gpu_index, p->id,
                                sz(p->bytes_requested, a, sizeof(a)),
-                               sz(p->bytes_in_blocks, b, sizeof(b)), p->chunks_held);
+                               sz(p->bytes_in_blocks, b, sizeof(b)),
+                               sz(p->outside_bytes, c, sizeof(c)), p->chunks_held);
                 }
 }
 

@@ -32,7 +32,7 @@ void gs_config_defaults(struct gs_config *c)
         snprintf(c->resource_name, sizeof(c->resource_name), "gshare.io/gpumem");
         c->unit_bytes = GS_GiB;
         c->chunk_bytes = 256 * GS_MiB;
-        c->reserve_bytes = GS_GiB;
+        c->reserve_bytes = 512 * GS_MiB;
         c->balloon_cap_bytes = 0;
         c->ndevices = 0;
         snprintf(c->agent_socket, sizeof(c->agent_socket), "/run/gshare/agent.sock");
@@ -44,6 +44,10 @@ void gs_config_defaults(struct gs_config *c)
         c->inject = GS_INJECT_PRELOAD;
         c->device_nodes = 0;
         snprintf(c->cuda_library, sizeof(c->cuda_library), "libcuda.so.1");
+        snprintf(c->nvml_library, sizeof(c->nvml_library), "libnvidia-ml.so.1");
+        c->context_bytes = 0;
+        c->usage_interval_ms = 1000;
+        c->over_quota = GS_OVER_QUOTA_KILL;
         c->metrics_address[0] = '\0';
         c->log_level = GS_LOG_INFO;
         snprintf(c->pod_resources_socket, sizeof(c->pod_resources_socket),
@@ -526,6 +530,35 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
                 return set_bool(x, v, key, &c->device_nodes);
         if (strcmp(key, "cudaLibrary") == 0)
                 return set_string(x, v, key, c->cuda_library, sizeof(c->cuda_library), 0);
+        if (strcmp(key, "nvmlLibrary") == 0)
+                return set_string(x, v, key, c->nvml_library, sizeof(c->nvml_library), 0);
+        if (strcmp(key, "contextSize") == 0) {
+                r = want_scalar(x, v, key, &s);
+                if (r < 0)
+                        return r;
+                if (strcmp(s, "auto") == 0) {
+                        c->context_bytes = 0;
+                        return 0;
+                }
+                r = set_size(x, v, key, &c->context_bytes, 1);
+                if (r == 0 && c->context_bytes > 64 * GS_GiB)
+                        return fail_at(x, v, key, "must be auto or at most 64Gi, got '%s'", s);
+                return r;
+        }
+        if (strcmp(key, "usageInterval") == 0)
+                return set_duration(x, v, key, &c->usage_interval_ms);
+        if (strcmp(key, "overQuota") == 0) {
+                r = want_scalar(x, v, key, &s);
+                if (r < 0)
+                        return r;
+                if (strcmp(s, "kill") == 0)
+                        c->over_quota = GS_OVER_QUOTA_KILL;
+                else if (strcmp(s, "report") == 0)
+                        c->over_quota = GS_OVER_QUOTA_REPORT;
+                else
+                        return fail_at(x, v, key, "expected kill or report, got '%s'", s);
+                return 0;
+        }
         if (strcmp(key, "metricsAddress") == 0)
                 return set_metrics(x, v, c);
         if (strcmp(key, "podResourcesSocket") == 0)

@@ -6,7 +6,7 @@
  *   resourceName: gshare.io/gpumem
  *   unitSize: 1Gi            # one unit of the resource
  *   chunkSize: 256Mi         # GSM size: a power of two, multiple of 2Mi
- *   reserve: 1Gi             # per GPU, left to the driver (contexts, modules)
+ *   reserve: 512Mi           # per GPU, headroom left free in the driver
  *   balloonCap: 0            # per allocation, borrowable from the system list
  *   devices: all             # or a list of GPU UUIDs / indices
  *   agentSocket: /run/gshare/agent.sock
@@ -18,6 +18,11 @@
  *   inject: preload          # preload (/etc/ld.so.preload) | env (LD_PRELOAD)
  *   deviceNodes: false       # also hand /dev/nvidia* to containers
  *   cudaLibrary: libcuda.so.1
+ *   nvmlLibrary: libnvidia-ml.so.1
+ *   contextSize: auto        # charged when a process creates a context; auto:
+ *                            # the agent's own context, measured at start
+ *   usageInterval: 1s        # NVML scan of memory outside the pool; 0: off
+ *   overQuota: kill          # a pod over its quota outside the pool: kill | report
  *   metricsAddress: ""       # e.g. 0.0.0.0:9400; empty: off
  *   logLevel: info           # error | warn | info | debug
  *   podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock
@@ -46,6 +51,7 @@
 #define GS_CONFIG_DEFAULT_PATH "/etc/gshare/config.yaml"
 
 enum gs_inject { GS_INJECT_PRELOAD = 0, GS_INJECT_ENV = 1 };
+enum gs_over_quota { GS_OVER_QUOTA_KILL = 0, GS_OVER_QUOTA_REPORT = 1 };
 /* auto: on when in a cluster (agent/gs_watch.h). */
 enum gs_pod_watch { GS_POD_WATCH_AUTO = 0, GS_POD_WATCH_ON, GS_POD_WATCH_OFF };
 #define GS_CONFIG_API_SERVER_MAX 512
@@ -69,6 +75,11 @@ struct gs_config {
         enum gs_inject inject;
         int device_nodes;
         char cuda_library[PATH_MAX];
+        /* Outside memory (agent/gs_usage.h). */
+        char nvml_library[PATH_MAX];
+        uint64_t context_bytes;         /* 0: auto */
+        uint32_t usage_interval_ms;     /* 0: no scan */
+        enum gs_over_quota over_quota;
         char metrics_address[256];
         int log_level; /* enum gs_log_level */
         /* The agent's reconciler (agent/gs_recon.h). */

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GS_WUR      __attribute__((warn_unused_result))
@@ -39,6 +40,15 @@ static inline void gs_closep(int *fd)
 
 /* Negative errno from the current errno, never 0 (a failing call that forgot
  * to set errno still reports failure). */
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline int64_t gs_mono_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static inline int gs_neg_errno(void) { return errno > 0 ? -errno : -EIO; }
 
 /* Reads fd to its end into buf.  0 with *ret_len bytes, -EFBIG if it holds

@@ -178,6 +178,16 @@ enum gs_op {
          * or another allocation's); -EINVAL: the token is this process's
          * own, or of another GPU. */
         GS_OP_IPC_OPEN = 10,
+        /* The process is about to create a CUDA context on this GPU
+         * (cuDevicePrimaryCtxRetain, cuCtxCreate): the agent charges the
+         * expected context size to the allocation and releases that much
+         * pool memory to the driver, where the context will find it
+         * (agent/gs_outside.h).  Once per process and GPU; again is a no-op.
+         * ret0 = the quota, ret1 = bytes the allocation uses (chunks held,
+         * outside memory included), ret2 = of those, outside the pool,
+         * ret3 = the allocation's id (its 16 hex digits as a number).
+         * -ENOMEM: the quota has no room for a context. */
+        GS_OP_CTX = 11,
 };
 
 /* The CUipcMemHandle (64 bytes) the hook gives the application for gshare

@@ -46,6 +46,11 @@ struct gs_cu {
         CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
         CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
                                                  unsigned long long);
+        CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+        CUresult (*cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
+        CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned int, CUdevice);
+        CUresult (*cuCtxCreate_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
+        CUresult (*cuCtxCreate_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).
@@ -61,7 +66,7 @@ void *gs_real_dlsym_fn(void);
 
 /* One line on stderr, "gshare: ...", at most once per process per key (a
  * fork child may print again).  Debug lines only with $GSHARE_HOOK_DEBUG=1. */
-enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE_CAPTURE, GS_ONCE__N };
+enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE_CAPTURE, GS_ONCE_CTX, GS_ONCE__N };
 void gs_hook_say_once(enum gs_once key, const char *fmt, ...) GS_PRINTF(2, 3);
 void gs_hook_debug(const char *fmt, ...) GS_PRINTF(1, 2);
 void gs_hook_once_reset(void);
@@ -102,6 +107,13 @@ CUresult gs_conn_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h);
 CUresult gs_conn_ipc_close(CUdeviceptr dptr);
 /* The opened block holding ptr: CUDA_ERROR_NOT_FOUND if none. */
 CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
+/* Before the application creates a context on dev: the agent charges it to
+ * the allocation and makes room for it in the driver (GS_OP_CTX), once per
+ * process and device.  CUDA_SUCCESS (also for a device outside the
+ * allocation: nothing to charge), or CUDA_ERROR_OUT_OF_MEMORY with one line
+ * on stderr naming the allocation and its usage (no room in the quota, or
+ * no agent: fail closed). */
+CUresult gs_conn_ctx(CUdevice dev);
 /* The allocation's quota on a device (0 if not in the allocation). */
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
 

@@ -24,7 +24,8 @@
         X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)           \
         X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
         X(cuMemRelease) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2)         \
-        X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle)
+        X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle) X(cuDevicePrimaryCtxRetain)          \
+        X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4)
 
 #define GS_NAME(n) #n,
 #define GS_WRAP(n) (void *)n,
@@ -159,6 +160,64 @@ GS_HOOK_API CUresult cuInit(unsigned int Flags)
         if (r == CUDA_SUCCESS)
                 (void)!gs_conn_ensure();
         return r;
+}
+
+/* ---- contexts: charged to the allocation before they exist ----------- */
+
+GS_HOOK_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuDevicePrimaryCtxRetain)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        r = gs_conn_ctx(dev);
+        return r != CUDA_SUCCESS ? r : cu->cuDevicePrimaryCtxRetain(pctx, dev);
+}
+
+GS_HOOK_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuCtxCreate)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        r = gs_conn_ctx(dev);
+        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate(pctx, flags, dev);
+}
+
+GS_HOOK_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuCtxCreate_v2)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        r = gs_conn_ctx(dev);
+        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate_v2(pctx, flags, dev);
+}
+
+GS_HOOK_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags,
+                                    CUdevice dev)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuCtxCreate_v3)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        r = gs_conn_ctx(dev);
+        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate_v3(pctx, params, n, flags, dev);
+}
+
+GS_HOOK_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+        const struct gs_cu *cu = gs_cu_get();
+        CUresult r;
+
+        if (!cu || !cu->cuCtxCreate_v4)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        r = gs_conn_ctx(dev);
+        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate_v4(pctx, params, flags, dev);
 }
 
 /* ---- allocation ------------------------------------------------------ */

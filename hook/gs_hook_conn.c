@@ -36,6 +36,7 @@ struct gs_gpu {
         uint32_t max_slots;
         CUdeviceptr va_base;   /* 0 until reserved */
         uint8_t *mapped;       /* max_slots flags */
+        int ctx_charged;       /* GS_OP_CTX done for this process */
 };
 
 enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2 };
@@ -122,6 +123,7 @@ static void gs_atfork_child(void)
                 free(g_gpus[i].mapped);
                 g_gpus[i].mapped = NULL;
                 g_gpus[i].va_base = 0;
+                g_gpus[i].ctx_charged = 0;
         }
         g_ngpus = 0;
         /* The parent's VMM allocations are the parent's to release. */
@@ -761,6 +763,46 @@ CUresult gs_conn_meminfo(size_t *ret_free, size_t *ret_total)
         *ret_total = rep.arg[1];
         *ret_free = rep.arg[0] > rep.arg[1] ? rep.arg[1] : rep.arg[0];
         res = CUDA_SUCCESS;
+out:
+        pthread_mutex_unlock(&g_mu);
+        return res;
+}
+
+CUresult gs_conn_ctx(CUdevice dev)
+{
+        const struct gs_cu *cu;
+        struct gs_ring_msg rep;
+        CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
+        int gi;
+
+        pthread_mutex_lock(&g_mu);
+        cu = gs_ready();
+        if (!cu) {
+                /* The context would come out of memory nobody is charged
+                 * for: fail closed, as memory calls do. */
+                gs_hook_say_once(GS_ONCE_CTX, "no CUDA context on device %d: the gshare agent cannot be "
+                                 "reached to charge it to this container's allocation", dev);
+                goto out;
+        }
+        gi = gs_dev_gpu(cu, dev);
+        if (gi < 0 || g_gpus[gi].ctx_charged) {
+                /* Not ours (memory calls on it are refused), or done. */
+                res = CUDA_SUCCESS;
+                goto out;
+        }
+        if (gs_call(GS_OP_CTX, (uint32_t)gi, 0, 0, &rep) < 0)
+                goto out;
+        if (rep.status == 0) {
+                g_gpus[gi].ctx_charged = 1;
+                res = CUDA_SUCCESS;
+                goto out;
+        }
+        gs_hook_say_once(GS_ONCE_CTX, "no room for a CUDA context on device %d: gshare allocation %016llx "
+                         "uses %llu of %llu MiB (%llu MiB of it outside the pool: contexts, modules); "
+                         "CUDA_ERROR_OUT_OF_MEMORY", dev, (unsigned long long)rep.arg[3],
+                         (unsigned long long)(rep.arg[1] >> 20), (unsigned long long)(rep.arg[0] >> 20),
+                         (unsigned long long)(rep.arg[2] >> 20));
+        res = rep.status == -ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : gs_status_cu(rep.status);
 out:
         pthread_mutex_unlock(&g_mu);
         return res;

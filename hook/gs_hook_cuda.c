@@ -58,7 +58,9 @@ static const struct {
         GS_CU_ENTRY(cuStreamSynchronize_ptsz), GS_CU_ENTRY(cuIpcGetMemHandle),
         GS_CU_ENTRY(cuIpcOpenMemHandle_v2), GS_CU_ENTRY(cuIpcCloseMemHandle), GS_CU_ENTRY(cuMemAddressFree),
         GS_CU_ENTRY(cuMemExportToShareableHandle), GS_CU_ENTRY(cuStreamIsCapturing),
-        GS_CU_ENTRY(cuStreamIsCapturing_ptsz),
+        GS_CU_ENTRY(cuStreamIsCapturing_ptsz), GS_CU_ENTRY(cuDevicePrimaryCtxRetain),
+        GS_CU_ENTRY(cuCtxCreate), GS_CU_ENTRY(cuCtxCreate_v2), GS_CU_ENTRY(cuCtxCreate_v3),
+        GS_CU_ENTRY(cuCtxCreate_v4),
 };
 
 static void gs_cu_load(void)

@@ -39,6 +39,18 @@ typedef struct nvmlMemory_v2_st {
 _Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t layout");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t layout");
 
+/* One process with a context on a device (nvmlProcessInfo_v2_t, what
+ * nvmlDeviceGetComputeRunningProcesses_v3 fills).  usedGpuMemory is
+ * NVML_VALUE_NOT_AVAILABLE when NVML may not tell. */
+typedef struct nvmlProcessInfo_st {
+        unsigned int pid;
+        unsigned long long usedGpuMemory;
+        unsigned int gpuInstanceId;
+        unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t layout");
+#define NVML_VALUE_NOT_AVAILABLE (~0ULL)
+
 /* NVML_STRUCT_VERSION(Memory, 2): the struct's size and its version. */
 #define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
@@ -50,6 +62,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos);
 const char *nvmlErrorString(nvmlReturn_t result);
 
 #endif

@@ -13,6 +13,12 @@
  *   e2e_cuda threads N MIB      N threads allocate 1 MiB blocks at once
  *                               until OOM; print the total
  *   e2e_cuda hold MIB           allocate, print "held", sleep until killed
+ *   e2e_cuda grow MIB           allocate MIB (0: nothing), print "held F T"
+ *                               (cuMemGetInfo), then commands on stdin:
+ *                               "module N" (the fake driver's
+ *                               fakecuda_module_load of N MiB: memory outside
+ *                               the pool, as lazily loaded modules; print
+ *                               "module ok|oom F T"), "exit"
  *   e2e_cuda vmm MIB PIECE_MIB  cuMemCreate pieces of 2 MiB and PIECE_MIB
  *                               in turn, up to MIB or out of memory, map
  *                               them back to back in one reserved range,
@@ -44,6 +50,7 @@
  *                               segments share tensors this way)
  * Exit 0 when the mode's own check holds. */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -455,6 +462,33 @@ static int vmm_export(void)
         return 0;
 }
 
+static int grow(uint64_t mib)
+{
+        CUresult (*load)(size_t) = (CUresult(*)(size_t))dlsym(RTLD_DEFAULT, "fakecuda_module_load");
+        size_t fr = 0, total = 0;
+        char line[64];
+        CUdeviceptr p;
+        CUresult r;
+
+        if (mib && (r = cuMemAlloc(&p, mib * MiB)) != CUDA_SUCCESS)
+                die("cuMemAlloc", r);
+        cuMemGetInfo(&fr, &total);
+        printf("held %zu %zu\n", fr, total);
+        fflush(stdout);
+        while (fgets(line, sizeof(line), stdin)) {
+                unsigned long long n;
+                if (sscanf(line, "module %llu", &n) == 1) {
+                        r = load ? load(n * MiB) : CUDA_ERROR_NOT_SUPPORTED;
+                        cuMemGetInfo(&fr, &total);
+                        printf("module %s %zu %zu\n", r == CUDA_SUCCESS ? "ok" : "oom", fr, total);
+                        fflush(stdout);
+                } else if (strncmp(line, "exit", 4) == 0) {
+                        break;
+                }
+        }
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         CUcontext ctx;
@@ -541,6 +575,8 @@ int main(int argc, char **argv)
                 return vmm_export();
         if (strcmp(argv[1], "ipc-open") == 0 && argc == 3)
                 return ipc_open_fails(argv[2]);
+        if (strcmp(argv[1], "grow") == 0 && argc == 3)
+                return grow(strtoull(argv[2], NULL, 0));
         if (strcmp(argv[1], "hold") == 0 && argc == 3) {
                 if ((r = cuMemAlloc(&p, strtoull(argv[2], NULL, 0) * MiB)) != CUDA_SUCCESS)
                         die("cuMemAlloc", r);

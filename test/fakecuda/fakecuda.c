@@ -32,28 +32,13 @@
 #include <unistd.h>
 
 #include "../../hook/gs_cudadecl.h"
+#include "fc_state.h"
 
-#define FC_MAX_DEV 8
-#define FC_MAX_PROCS 512
-#define FC_MAGIC 0x46434b46u /* "FKCF" */
-#define FC_VERSION 1u
 #define FC_GRAN (2u << 20)
 #define FC_PAGE 4096u
 #define FC_MAX_HANDLES 8192
 #define FC_VERSION_DRIVER 13000
 
-struct fc_proc {
-        int32_t pid;
-        uint32_t pad;
-        uint64_t bytes[FC_MAX_DEV];
-};
-
-struct fc_shared {
-        uint32_t magic, version, ndev, pad;
-        uint64_t total[FC_MAX_DEV];
-        uint64_t used[FC_MAX_DEV];
-        struct fc_proc procs[FC_MAX_PROCS];
-};
 
 /* A charge: which process slot paid for it (so a fork child freeing the
  * parent's memory uncharges the parent). */
@@ -258,17 +243,13 @@ static void fc_uncharge(struct fc_charge *c)
 static CUresult fc_open_state(void)
 {
         char defpath[64];
-        const char *path = secure_getenv("GSHARE_FAKECUDA_STATE");
+        const char *path = fc_state_path(defpath, sizeof(defpath));
         uint64_t ndev = 1, mem = 16ull << 30, ctxb = 0;
         struct stat st;
         struct fc_shared *sh = MAP_FAILED;
         CUresult r = CUDA_ERROR_OPERATING_SYSTEM;
         int fd;
 
-        if (!path || !*path) {
-                snprintf(defpath, sizeof(defpath), "/dev/shm/gshare-fakecuda-%u", (unsigned)getuid());
-                path = defpath;
-        }
         if (fc_parse_size(secure_getenv("GSHARE_FAKECUDA_DEVICES") ?: "1", &ndev) < 0 || ndev < 1 ||
             ndev > FC_MAX_DEV || fc_parse_size(secure_getenv("GSHARE_FAKECUDA_MEM") ?: "16Gi", &mem) < 0 ||
             fc_parse_size(secure_getenv("GSHARE_FAKECUDA_CTX_BYTES") ?: "0", &ctxb) < 0) {
@@ -651,6 +632,24 @@ static CUresult fc_ctx_create(CUcontext *pctx, CUdevice dev)
         t_stack[t_depth++] = c;
         *pctx = (CUcontext)c;
         return CUDA_SUCCESS;
+}
+
+/* Not a driver function: what lazily loaded module images do on a real GPU.
+ * Charges bytes to this process on the current context's device until it
+ * exits, outside any allocation (NVML counts it, as it counts contexts). */
+CUresult fakecuda_module_load(size_t bytes);
+CUresult fakecuda_module_load(size_t bytes)
+{
+        struct fc_charge ch;
+        CUresult r;
+        int dev;
+
+        if ((r = fc_cur_dev(&dev)) != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        r = fc_charge(dev, bytes, &ch);
+        pthread_mutex_unlock(&g_lock);
+        return r;
 }
 
 CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)

@@ -5,12 +5,21 @@
  * them to the agent's GPUs), each reporting the whole-GPU figures below:
  * numbers no gshare allocation has, so a test sees whether the hook
  * answered.  Only what the tests call: init, count, handles, UUIDs, the
- * memory queries, error strings. */
+ * memory queries, error strings, and the compute processes of a device,
+ * which are test/fakecuda's per-process charges (its state file): what a
+ * process created (contexts, its own allocations), not what it imported,
+ * as on a real GPU. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../../hook/gs_nvmldecl.h"
+#include "../fakecuda/fc_state.h"
 
 #define FN_MAX_DEV 8
 #define FN_TOTAL (80ull << 30)
@@ -116,6 +125,58 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
         *memory = (nvmlMemory_v2_t){ .version = nvmlMemory_v2, .total = FN_TOTAL, .reserved = FN_USED / 2,
                                      .free = FN_TOTAL - FN_USED, .used = FN_USED };
         return NVML_SUCCESS;
+}
+
+/* The fake driver's state, or NULL if no process has opened it yet. */
+static const struct fc_shared *fn_state(void)
+{
+        static const struct fc_shared *sh;
+        char buf[64];
+        struct fc_shared *m;
+        int fd;
+
+        if (sh)
+                return sh;
+        fd = open(fc_state_path(buf, sizeof(buf)), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return NULL;
+        m = mmap(NULL, sizeof(*m), PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED)
+                return NULL;
+        if (__atomic_load_n(&m->magic, __ATOMIC_SEQ_CST) != FC_MAGIC || m->version != FC_VERSION) {
+                munmap(m, sizeof(*m));
+                return NULL;
+        }
+        sh = m;
+        return sh;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos)
+{
+        nvmlReturn_t r = fn_check(device);
+        const struct fc_shared *sh;
+        unsigned int n = 0, cap;
+
+        if (r != NVML_SUCCESS)
+                return r;
+        if (!infoCount)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        cap = *infoCount;
+        sh = fn_state();
+        for (int i = 0; sh && i < FC_MAX_PROCS; i++) {
+                int32_t pid = __atomic_load_n(&sh->procs[i].pid, __ATOMIC_SEQ_CST);
+                uint64_t b = __atomic_load_n(&sh->procs[i].bytes[device->index], __ATOMIC_SEQ_CST);
+
+                if (pid <= 0 || b == 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+                        continue;
+                if (n < cap && infos)
+                        infos[n] = (nvmlProcessInfo_t){ .pid = (unsigned int)pid, .usedGpuMemory = b };
+                n++;
+        }
+        *infoCount = n;
+        return n > cap ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
 }
 
 const char *nvmlErrorString(nvmlReturn_t result)

@@ -1,0 +1,75 @@
+/* gs_outside.h — GPU memory a pod's processes hold outside the agent's pool
+ * (their CUDA contexts, module images, anything a process allocates without
+ * the hook), charged to the pod's own quota.
+ *
+ * The driver can only give a process memory that is free in the driver, and
+ * the pool holds everything but the reserve.  So the allocation pays for its
+ * processes' outside memory in whole chunks: an outside set (one per
+ * allocation part, i.e. per allocation and GPU) holds chunks taken from the
+ * allocation like a process would (gs_pproc_malloc on a pproc of its own:
+ * quota and ballooning apply, they count as held, they are never granted),
+ * and their memory is released to the driver, where the processes'
+ * contexts and modules find it.
+ *
+ * Each process has a charge slot per GPU, and the set holds
+ * ceil(sum of charges / chunk_bytes) chunks: rounding costs at most one chunk
+ * per allocation, not per process.
+ *
+ *   charge up    take chunks, drop their memory.  strict (a context about to
+ *                be created): all or nothing, -ENOMEM at the quota.  Not
+ *                strict (a measurement: the memory is already in use): take
+ *                what the quota allows and return -EDQUOT for the rest; the
+ *                caller applies the over-quota policy.
+ *   charge down  re-create chunks and give them back, but only while the
+ *                driver's free memory stays above the reserve plus what is
+ *                promised to contexts not yet created (gs_outside_room):
+ *                memory released to the driver returns to the pool only once
+ *                it is really free again.  A chunk that cannot be re-created
+ *                yet stays in the set (still charged) and is retried by the
+ *                next call.
+ *
+ * Every call runs under g->lock with g->ctx made current by the callee. */
+#ifndef GS_OUTSIDE_H
+#define GS_OUTSIDE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gs_util.h"
+
+struct gs_gpu;
+struct gs_palloc;
+struct gs_pproc;
+struct gs_outside_held;
+
+/* Zeroed by the owner (the allocation part). */
+struct gs_outside {
+        struct gs_pproc *pp;           /* created on first use */
+        struct gs_outside_held *held;
+        uint32_t nheld, capheld;
+        uint64_t charged;              /* sum of the charge slots */
+        uint32_t over_quota;           /* measurements the quota could not cover */
+};
+
+/* Sets *slot (one process's charge on this GPU, part of o->charged) to
+ * bytes and brings the set to ceil(charged / chunk) chunks.  pa is the
+ * allocation part's pool allocation, nslots the size of the set's range.
+ * Returns 0; -ENOMEM (strict: nothing changed); -EDQUOT (not strict: the
+ * charge went up and is recorded, but the set holds fewer chunks than the
+ * charges need: the quota cannot cover them). */
+int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
+                      uint64_t *slot, uint64_t bytes, bool strict) GS_WUR;
+/* Bytes whose memory the set has released to the driver. */
+uint64_t gs_outside_held_bytes(const struct gs_gpu *g, const struct gs_outside *o);
+/* Gives back what is not charged any more (retries chunks that could not
+ * be re-created before).  Called by the periodic scan. */
+void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o);
+/* The allocation is going: every chunk back (re-created if possible; one
+ * that cannot be stays without memory and is re-created when next granted),
+ * the set's pproc deleted.  charged must be 0 (every process gone). */
+void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o);
+/* 1 if the driver has room for bytes more of pool memory without eating
+ * into the reserve or the memory promised to contexts being created. */
+int gs_outside_room(struct gs_gpu *g, uint64_t bytes);
+
+#endif

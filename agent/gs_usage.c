@@ -1,0 +1,253 @@
+/* gs_usage.c — see gs_usage.h. */
+#include "gs_usage.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "gs_alloc.h"
+#include "gs_log.h"
+#include "gs_nvml.h"
+#include "gs_proc.h"
+
+#define KICK_MS 100
+
+void gs_usage_open(struct gs_agent *ag)
+{
+        char err[512];
+
+        if (gs_nvml_open(&ag->nvml, ag->cfg.nvml_library, err, sizeof(err)) < 0) {
+                log_warn("NVML unavailable (%s): memory outside the pool is charged by expected "
+                         "context size only, processes that bypass the hook are not seen", err);
+                return;
+        }
+        ag->usage_next_ms = gs_mono_ms();
+}
+
+void gs_usage_close(struct gs_agent *ag)
+{
+        gs_nvml_close(&ag->nvml);
+}
+
+static void *nvml_dev(struct gs_agent *ag, struct gs_gpu *g)
+{
+        if (!g->nvml_dev && ag->nvml.fn)
+                g->nvml_dev = gs_nvml_device(&ag->nvml, g->uuid);
+        return g->nvml_dev;
+}
+
+uint64_t gs_usage_own_bytes(struct gs_agent *ag, struct gs_gpu *g)
+{
+        struct gs_nvml_proc *pr;
+        uint32_t n = 0;
+        uint64_t b = 0;
+        void *dev = nvml_dev(ag, g);
+
+        if (!dev)
+                return 0;
+        pr = calloc(GS_NVML_MAX_PROCS, sizeof(*pr));
+        if (pr && gs_nvml_procs(&ag->nvml, dev, pr, GS_NVML_MAX_PROCS, &n) == 0)
+                for (uint32_t i = 0; i < n; i++)
+                        if (pr[i].pid == getpid())
+                                b = pr[i].bytes;
+        free(pr);
+        return b;
+}
+
+int gs_usage_pod_uid(const char *text, char uid[37])
+{
+        for (const char *p = strstr(text, "pod"); p; p = strstr(p + 3, "pod")) {
+                const char *q = p + 3;
+                size_t i;
+
+                for (i = 0; i < 36; i++) {
+                        char c = q[i];
+                        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+                        if (dash ? (c != '-' && c != '_') : !isxdigit((unsigned char)c))
+                                break;
+                        uid[i] = dash ? '-' : (char)tolower((unsigned char)c);
+                }
+                if (i == 36 && !isxdigit((unsigned char)q[36])) {
+                        uid[36] = '\0';
+                        return 0;
+                }
+        }
+        return -ENOENT;
+}
+
+/* The pod UID of pid from its cgroup file ($GSHARE_PROC_ROOT for tests,
+ * default /proc). */
+static int pid_pod_uid(pid_t pid, char uid[37])
+{
+        const char *root = getenv("GSHARE_PROC_ROOT");
+        char path[128], buf[4096];
+        size_t len = 0;
+        int fd, r;
+
+        snprintf(path, sizeof(path), "%s/%d/cgroup", root && *root ? root : "/proc", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -ENOENT;
+        r = gs_read_all(fd, buf, sizeof(buf) - 1, &len);
+        close(fd);
+        if (r < 0 && r != -EFBIG)
+                return r;
+        buf[len] = '\0';
+        return gs_usage_pod_uid(buf, uid);
+}
+
+static uint64_t lookup(const struct gs_nvml_proc *pr, uint32_t n, pid_t pid)
+{
+        for (uint32_t i = 0; i < n; i++)
+                if (pr[i].pid == pid)
+                        return pr[i].bytes;
+        return 0;
+}
+
+static bool registered(struct gs_agent *ag, pid_t pid)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (struct gs_proc *p = a->procs; p; p = p->next)
+                        if (p->pid == pid)
+                                return true;
+        return false;
+}
+
+static void kill_pid(struct gs_allocation *a, pid_t pid, int pidfd, uint64_t bytes, const char *what)
+{
+        int fd = pidfd >= 0 ? pidfd : (int)syscall(SYS_pidfd_open, pid, 0);
+        int r = fd >= 0 ? (int)syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) : -1;
+
+        log_warn("allocation %s (pod %s/%s) is over its quota: %s %d holding %llu MiB outside "
+                 "the pool %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
+                 a->pod_name[0] ? a->pod_name : "?", what, (int)pid,
+                 (unsigned long long)(bytes >> 20), r == 0 ? "killed (overQuota: kill)" : "could not be killed");
+        if (fd >= 0 && fd != pidfd)
+                close(fd);
+}
+
+static void report(struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g)
+{
+        log_warn("allocation %s (pod %s/%s) is over its quota on GPU %u: %llu MiB outside the pool, "
+                 "%u times so far (overQuota: report)", a->id,
+                 a->pod_namespace[0] ? a->pod_namespace : "?", a->pod_name[0] ? a->pod_name : "?",
+                 g->index, (unsigned long long)(part->out.charged >> 20), part->out.over_quota);
+}
+
+/* One allocation part on g: charges from the NVML list pr[0..n). */
+static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_allocation *a, uint32_t i,
+                          const struct gs_nvml_proc *pr, uint32_t n)
+{
+        struct gs_part *part = &a->parts[i];
+        uint32_t slots = gs_proc_outside_slots(ag, part);
+        uint64_t measured = 0, bypass = 0;
+        bool over = false;
+
+        if (!a->pod_uid[0])
+                for (struct gs_proc *p = a->procs; p && !a->pod_uid[0]; p = p->next)
+                        if (pid_pod_uid(p->pid, a->pod_uid) < 0)
+                                a->pod_uid[0] = '\0';
+        if (a->pod_uid[0])
+                for (uint32_t k = 0; k < n; k++) {
+                        char uid[37];
+                        if (pr[k].pid == getpid() || registered(ag, pr[k].pid) ||
+                            pid_pod_uid(pr[k].pid, uid) < 0 || strcmp(uid, a->pod_uid) != 0)
+                                continue;
+                        bypass += pr[k].bytes;
+                }
+        pthread_mutex_lock(&g->lock);
+        for (struct gs_proc *p = a->procs; p; p = p->next) {
+                struct gs_proc_gpu *pg = &p->gpus[i];
+                uint64_t m = lookup(pr, n, p->pid);
+
+                if (i >= p->ngpus || p->state == GS_PROC_HELLO)
+                        continue;
+                pg->outside_measured = m;
+                measured += m;
+                if (gs_outside_charge(g, &part->out, part->pa, slots, &pg->outside_charge,
+                                      m > pg->ctx_expect ? m : pg->ctx_expect, false) == -EDQUOT) {
+                        over = true;
+                        if (ag->cfg.over_quota == GS_OVER_QUOTA_KILL)
+                                kill_pid(a, p->pid, p->pidfd, m, "process");
+                }
+        }
+        if (gs_outside_charge(g, &part->out, part->pa, slots, &part->bypass_charge, bypass, false) ==
+            -EDQUOT) {
+                over = true;
+                if (ag->cfg.over_quota == GS_OVER_QUOTA_KILL)
+                        for (uint32_t k = 0; k < n; k++) {
+                                char uid[37];
+                                if (pr[k].pid != getpid() && !registered(ag, pr[k].pid) &&
+                                    pid_pod_uid(pr[k].pid, uid) == 0 && strcmp(uid, a->pod_uid) == 0)
+                                        kill_pid(a, pr[k].pid, -1, pr[k].bytes,
+                                                 "process bypassing the hook");
+                        }
+        }
+        measured += bypass;
+        gs_outside_settle(g, &part->out);
+        pthread_mutex_unlock(&g->lock);
+        if (over && ag->cfg.over_quota == GS_OVER_QUOTA_REPORT)
+                report(a, part, g);
+        return measured;
+}
+
+void gs_usage_scan(struct gs_agent *ag)
+{
+        struct gs_nvml_proc *pr = calloc(GS_NVML_MAX_PROCS, sizeof(*pr));
+
+        if (!pr)
+                return;
+        for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
+                struct gs_gpu *g = &ag->gpus[gi];
+                void *dev = nvml_dev(ag, g);
+                uint64_t measured = 0;
+                uint32_t n = 0;
+                int r;
+
+                if (!dev || !g->pool)
+                        continue;
+                r = gs_nvml_procs(&ag->nvml, dev, pr, GS_NVML_MAX_PROCS, &n);
+                if (r < 0) {
+                        log_debug("GPU %u: NVML process list: %s", g->index, strerror(-r));
+                        continue;
+                }
+                for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                        for (uint32_t i = 0; i < a->nparts; i++)
+                                if (a->parts[i].gpu == gi)
+                                        measured += scan_part(ag, g, a, i, pr, n);
+                pthread_mutex_lock(&g->lock);
+                g->outside_measured = measured;
+                pthread_mutex_unlock(&g->lock);
+        }
+        free(pr);
+}
+
+void gs_usage_kick(struct gs_agent *ag)
+{
+        int64_t t = gs_mono_ms() + KICK_MS;
+
+        if (ag->nvml.fn && (ag->usage_next_ms == 0 || t < ag->usage_next_ms))
+                ag->usage_next_ms = t;
+}
+
+int gs_usage_tick(struct gs_agent *ag, int timeout)
+{
+        int64_t now = gs_mono_ms(), left;
+
+        if (!ag->nvml.fn || ag->usage_next_ms == 0)
+                return timeout;
+        if (now >= ag->usage_next_ms) {
+                gs_usage_scan(ag);
+                now = gs_mono_ms();
+                ag->usage_next_ms = ag->cfg.usage_interval_ms ? now + ag->cfg.usage_interval_ms : 0;
+                if (!ag->usage_next_ms)
+                        return timeout;
+        }
+        left = ag->usage_next_ms - now;
+        return timeout < 0 || left < timeout ? (int)left : timeout;
+}
