@@ -6,3 +6,4 @@ $(B)/bench/hook_bench_prog: $(B)/bench/hook_bench_prog.o $(B)/test/fakecuda/libc
 
 BENCHES += bench/hook_bench.py
 TEST_DEPS += $(B)/bench/hook_bench_prog
+BENCHES += bench/density.py

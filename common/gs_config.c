@@ -31,7 +31,7 @@ void gs_config_defaults(struct gs_config *c)
         memset(c, 0, sizeof(*c));
         snprintf(c->resource_name, sizeof(c->resource_name), "gshare.io/gpumem");
         c->unit_bytes = GS_GiB;
-        c->chunk_bytes = 256 * GS_MiB;
+        c->chunk_bytes = 64 * GS_MiB;
         c->reserve_bytes = 512 * GS_MiB;
         c->balloon_cap_bytes = 0;
         c->ndevices = 0;

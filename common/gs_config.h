@@ -5,7 +5,7 @@
  *
  *   resourceName: gshare.io/gpumem
  *   unitSize: 1Gi            # one unit of the resource
- *   chunkSize: 256Mi         # GSM size: a power of two, multiple of 2Mi
+ *   chunkSize: 64Mi          # GSM size: a power of two, multiple of 2Mi
  *   reserve: 512Mi           # per GPU, headroom left free in the driver
  *   balloonCap: 0            # per allocation, borrowable from the system list
  *   devices: all             # or a list of GPU UUIDs / indices

@@ -61,8 +61,12 @@ START_TEST(test_defaults)
         gs_config_defaults(&c);
         ck_assert_str_eq(c.resource_name, "gshare.io/gpumem");
         ck_assert_uint_eq(c.unit_bytes, GS_GiB);
-        ck_assert_uint_eq(c.chunk_bytes, 256 * GS_MiB);
-        ck_assert_uint_eq(c.reserve_bytes, GS_GiB);
+        ck_assert_uint_eq(c.chunk_bytes, 64 * GS_MiB);
+        ck_assert_uint_eq(c.reserve_bytes, 512 * GS_MiB);
+        ck_assert_uint_eq(c.context_bytes, 0);
+        ck_assert_uint_eq(c.usage_interval_ms, 1000);
+        ck_assert_int_eq(c.over_quota, GS_OVER_QUOTA_KILL);
+        ck_assert_str_eq(c.nvml_library, "libnvidia-ml.so.1");
         ck_assert_uint_eq(c.balloon_cap_bytes, 0);
         ck_assert_uint_eq(c.ndevices, 0);
         ck_assert_str_eq(c.agent_socket, "/run/gshare/agent.sock");
@@ -93,6 +97,10 @@ START_TEST(test_every_key)
                  "chunkSize: 512Mi\n"
                  "reserve: 1536Mi\n"
                  "balloonCap: 4Gi\n"
+                 "nvmlLibrary: /opt/nvml.so\n"
+                 "contextSize: 600Mi\n"
+                 "usageInterval: 250ms\n"
+                 "overQuota: report\n"
                  "devices:\n"
                  "  - GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab\n"
                  "  - 3\n"
@@ -114,6 +122,10 @@ START_TEST(test_every_key)
         ck_assert_uint_eq(c.chunk_bytes, 512 * GS_MiB);
         ck_assert_uint_eq(c.reserve_bytes, 1536 * GS_MiB);
         ck_assert_uint_eq(c.balloon_cap_bytes, 4 * GS_GiB);
+        ck_assert_str_eq(c.nvml_library, "/opt/nvml.so");
+        ck_assert_uint_eq(c.context_bytes, 600 * GS_MiB);
+        ck_assert_uint_eq(c.usage_interval_ms, 250);
+        ck_assert_int_eq(c.over_quota, GS_OVER_QUOTA_REPORT);
         ck_assert_uint_eq(c.ndevices, 2);
         ck_assert_str_eq(c.devices[0], "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab");
         ck_assert_str_eq(c.devices[1], "3");
@@ -213,6 +225,10 @@ START_TEST(test_errors)
         expect_error("\n\nunitSize: 1GB\n", 3, "unitSize: not a size: '1GB'");
         expect_error("unitSize: -1\n", 1, "unitSize: not a size");
         expect_error("reserve: 99999999999999999999\n", 1, "reserve: size '99999999999999999999' is too large");
+        expect_error("overQuota: maybe\n", 1, "overQuota: expected kill or report, got 'maybe'");
+        expect_error("contextSize: lots\n", 1, "contextSize");
+        expect_error("contextSize: 100Gi\n", 1, "contextSize: must be auto or at most 64Gi");
+        expect_error("usageInterval: -1s\n", 1, "usageInterval");
         expect_error("balloonCap: [1, 2]\n", 1, "balloonCap: expected a single value, got a list");
         expect_error("resourceName: gpumem\n", 1, "resourceName: expected domain/name");
         expect_error("resourceName: Bad.IO/x\n", 1, "resourceName: expected domain/name");
@@ -273,9 +289,9 @@ START_TEST(test_validate)
         char err[256] = "";
 
         gs_config_defaults(&c);
-        c.unit_bytes = 384 * GS_MiB;
+        c.unit_bytes = 352 * GS_MiB;
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
-        ck_assert_ptr_nonnull(strstr(err, "unitSize (384Mi) must be a non-zero multiple of chunkSize (256Mi)"));
+        ck_assert_ptr_nonnull(strstr(err, "unitSize (352Mi) must be a non-zero multiple of chunkSize (64Mi)"));
         gs_config_defaults(&c);
         c.balloon_cap_bytes = 100 * GS_MiB;
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
