@@ -101,6 +101,7 @@ class Agent:
         args = [AGENT, "--config", cfg, "--socket", self.sock, "--socket-root",
                 os.path.join(tmp, "alloc"), "--state-dir", os.path.join(tmp, "state"),
                 "--reconcile-interval", "0"] + list(extra)
+        self.taken = set()
         self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=self.log)
         for _ in range(1500):
             if os.path.exists(self.sock):
@@ -122,12 +123,12 @@ class Agent:
 
     def create(self, units):
         g = self.gpu()
+        held = {int(d.rsplit("-u", 1)[1]) for a in self.ctl("allocations") for d in a["device_ids"]}
+        self.taken &= held
         free = [u for u in range(g["units_total"]) if u not in self.taken]
         ids = ["%s-u%d" % (g["uuid"], u) for u in free[:units]]
         self.taken.update(free[:units])
         return self.ctl("create", *ids)["allocation"]
-
-    taken = set()
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -187,8 +188,9 @@ def end_workers(ps):
 def gpu_part():
     n_native = int(os.environ.get("GSHARE_DENSITY_NATIVE", "48"))
     base = dict(os.environ)
+    bulk = os.environ.get("GSHARE_DENSITY_BULK", "1") == "1"
     # native
-    ps = start_workers([base] * n_native, 1024)
+    ps = start_workers([base] * n_native, 1024) if bulk else []
     native, nf = collect(ps)
     native_peak = smi_used_mib()
     end_workers(ps)
@@ -205,7 +207,7 @@ def gpu_part():
         pods = g["units_total"] // 2
         pool = g["chunks_total"] * g["chunk_bytes"] // MiB
         reserve = g["reserve_bytes"] // MiB
-        allocs = [ag.create(2) for _ in range(pods)]
+        allocs = [ag.create(2) for _ in range(pods if bulk else 0)]
         ps = start_workers([hook_env(base, a) for a in allocs], 1024)
         ran, fails = collect(ps)
         peak = smi_used_mib()
