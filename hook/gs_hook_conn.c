@@ -446,10 +446,21 @@ static CUresult gs_reserve(const struct gs_cu *cu, struct gs_gpu *g)
 
 /* Imports a chunk's fd and maps it read-write for dev at [at, at + size).
  * Closes fd.  0, or -EIO with nothing left mapped. */
-static int gs_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev, int fd)
+/* Read-write access for dev to [at, at+size): one call may span several
+ * mappings, which is what makes a k-chunk grant cheap. */
+static int gs_set_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev)
+{
+        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+
+        return cu->cuMemSetAccess(at, size, &acc, 1) == CUDA_SUCCESS ? 0 : -EIO;
+}
+
+/* Imports fd and maps it at `at`; access is set too unless the caller sets
+ * it for a larger range afterwards (access = 0).  Closes fd. */
+static int gs_map_fd_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev, int fd,
+                            int access)
 {
         CUmemGenericAllocationHandle h;
-        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         int r = -EIO;
 
         if (!cu->cuMemImportFromShareableHandle || !cu->cuMemMap || !cu->cuMemSetAccess || !cu->cuMemRelease ||
@@ -464,7 +475,7 @@ static int gs_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevi
         }
         /* The mapping keeps the memory; our handle is not needed. */
         (void)cu->cuMemRelease(h);
-        if (cu->cuMemSetAccess(at, size, &acc, 1) != CUDA_SUCCESS) {
+        if (access && gs_set_access(cu, at, size, dev) < 0) {
                 (void)cu->cuMemUnmap(at, size);
                 goto out;
         }
@@ -474,14 +485,45 @@ out:
         return r;
 }
 
-/* pre: g_mu held.  Imports and maps one granted chunk at its slot.  Closes fd. */
+static int gs_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev, int fd)
+{
+        return gs_map_fd_access(cu, at, size, dev, fd, 1);
+}
+
+/* pre: g_mu held.  Imports and maps one granted chunk at its slot, without
+ * access (gs_take_grants sets it per run of slots).  Closes fd. */
 static int gs_map_grant(const struct gs_cu *cu, struct gs_gpu *g, CUdevice dev, uint32_t slot, int fd)
 {
-        int r = gs_map_fd(cu, g->va_base + (CUdeviceptr)slot * g->chunk, g->chunk, dev, fd);
+        int r = gs_map_fd_access(cu, g->va_base + (CUdeviceptr)slot * g->chunk, g->chunk, dev, fd, 0);
 
         if (r == 0)
                 g->mapped[slot] = 1;
         return r;
+}
+
+/* pre: g_mu held.  Access for the slots mapped by one grant, one call per run
+ * of consecutive slots (a coalesced block is one run).  On failure every
+ * slot of the grant is unmapped again. */
+static int gs_grant_access(const struct gs_cu *cu, struct gs_gpu *g, CUdevice dev, const uint32_t *slots,
+                           uint32_t n)
+{
+        uint32_t i = 0;
+
+        while (i < n) {
+                uint32_t j = i + 1;
+                while (j < n && slots[j] == slots[j - 1] + 1)
+                        j++;
+                if (gs_set_access(cu, g->va_base + (CUdeviceptr)slots[i] * g->chunk,
+                                  (size_t)(j - i) * g->chunk, dev) < 0) {
+                        for (uint32_t k = 0; k < n; k++) {
+                                (void)cu->cuMemUnmap(g->va_base + (CUdeviceptr)slots[k] * g->chunk, g->chunk);
+                                g->mapped[slots[k]] = 0;
+                        }
+                        return -EIO;
+                }
+                i = j;
+        }
+        return 0;
 }
 
 /* pre: g_mu held.  Reads and maps the k grants that precede an ALLOC reply.
@@ -490,6 +532,7 @@ static int gs_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uin
                           const char **why)
 {
         struct gs_gpu *g = &g_gpus[gi];
+        uint32_t slots[64], nslots = 0;
         int r = 0;
 
         for (uint64_t i = 0; i < k; i++) {
@@ -515,7 +558,21 @@ static int gs_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uin
                 if (gs_map_grant(cu, g, dev, gr.slot, fd) < 0) {
                         *why = "cannot map a granted chunk";
                         r = -EIO;
+                        continue;
                 }
+                slots[nslots++] = gr.slot;
+                if (nslots == GS_ARRAY_SIZE(slots) && gs_grant_access(cu, g, dev, slots, nslots) < 0) {
+                        *why = "cannot set access to granted chunks";
+                        r = -EIO;
+                }
+                if (nslots == GS_ARRAY_SIZE(slots))
+                        nslots = 0;
+        }
+        /* Also after a failure: what is mapped is usable, as the agent
+         * counts it held. */
+        if (nslots && gs_grant_access(cu, g, dev, slots, nslots) < 0 && r == 0) {
+                *why = "cannot set access to granted chunks";
+                r = -EIO;
         }
         return r;
 }
