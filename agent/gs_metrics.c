@@ -171,6 +171,31 @@ static uint32_t active_procs(const struct gs_allocation *a)
                 }                                                                   \
         } while (0)
 
+/* One sample per registered process and GPU; expr may use st (its pproc
+ * stats) and pg, read under the GPU's lock. */
+#define PROC_FAMILY(name, help, expr)                                                           \
+        do {                                                                                    \
+                family(&b, "gshare_process_" name, "gauge", help);                              \
+                for (const struct gs_allocation *a = ag->allocs; a; a = a->next)                \
+                        for (const struct gs_proc *p = a->procs; p; p = p->next)                \
+                                for (uint32_t i = 0; p->state != GS_PROC_HELLO && i < p->ngpus; i++) { \
+                                        const struct gs_proc_gpu *pg = &p->gpus[i];             \
+                                        struct gs_pproc_stats st;                               \
+                                        uint64_t v;                                             \
+                                        char pid[16];                                           \
+                                        pthread_mutex_lock(&pg->g->lock);                       \
+                                        gs_pproc_stats(pg->pp, &st);                            \
+                                        v = (expr);                                             \
+                                        pthread_mutex_unlock(&pg->g->lock);                     \
+                                        snprintf(pid, sizeof(pid), "%d", (int)p->pid);          \
+                                        put(&b, "gshare_process_" name "{");                    \
+                                        put_label(&b, "allocation", a->id, true);               \
+                                        put_label(&b, "gpu", pg->g->uuid, false);               \
+                                        put_label(&b, "pid", pid, false);                       \
+                                        put(&b, "} %llu\n", (unsigned long long)v);             \
+                                }                                                               \
+        } while (0)
+
 int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
 {
         struct gpu_snap *gs = calloc(ag->ngpus + 1, sizeof(*gs));
@@ -259,6 +284,10 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                 alloc_labels(&b, a, NULL);
                 put(&b, " %u\n", active_procs(a));
         }
+        PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
+                    (uint64_t)st.chunks_held * pg->g->chunk_bytes);
+        PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "
+                    "what NVML shows, or the expected context size if more.", pg->outside_charge);
         if (b.failed)
                 goto out;
         *ret = b.p;

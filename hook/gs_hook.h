@@ -110,9 +110,9 @@ CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_s
 /* Before the application creates a context on dev: the agent charges it to
  * the allocation and makes room for it in the driver (GS_OP_CTX), once per
  * process and device.  CUDA_SUCCESS (also for a device outside the
- * allocation: nothing to charge), or CUDA_ERROR_OUT_OF_MEMORY with one line
- * on stderr naming the allocation and its usage (no room in the quota, or
- * no agent: fail closed). */
+ * allocation, or without an agent: memory calls fail closed then), or
+ * CUDA_ERROR_OUT_OF_MEMORY with one line on stderr naming the allocation
+ * and its usage (no room in the quota). */
 CUresult gs_conn_ctx(CUdevice dev);
 /* The allocation's quota on a device (0 if not in the allocation). */
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);

@@ -38,14 +38,22 @@ def ck(what, cond):
 POD = "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b"
 
 
+def metrics(ag):
+    import urllib.request
+    port = open(ag.config).read().split("127.0.0.1:")[1].split()[0]
+    return urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5).read().decode()
+
+
 class DensityAgent(e2e.Agent):
     """One fake GPU of 1 GiB, contexts of 40 MiB, an NVML scan every 100 ms."""
 
     def __init__(self, tmp, policy="kill"):
         config = os.path.join(tmp, "config.yaml")
         with open(config, "w") as f:
-            f.write("nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: %s\n" % (NVML, policy))
+            f.write("nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: %s\nmetricsAddress: 127.0.0.1:%d\n"
+                    % (NVML, policy, e2e.free_port()))
         super().__init__(tmp, ["--config", config])
+        self.config = config
         self.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(CTX)
         self.env["GSHARE_PROC_ROOT"] = os.path.join(tmp, "proc")
 
@@ -141,6 +149,15 @@ def contexts(ag, tmp):
           pt["outside_bytes"] == 6 * CTX)
     ck("used counts the contexts (%d MiB)" % (pt["used_bytes"] // MiB),
           pt["used_bytes"] >= 6 * CTX and pt["used_bytes"] <= pt["quota_bytes"])
+    m = metrics(ag)
+    ck("/metrics: the allocation's outside bytes",
+       'gshare_allocation_outside_bytes{allocation="%s",gpu="%s"} %d' % (aid, gpu["uuid"], 6 * CTX) in m)
+    ck("/metrics: each process's outside bytes",
+       'gshare_process_outside_bytes{allocation="%s",gpu="%s",pid="%d"} %d'
+       % (aid, gpu["uuid"], ran[0].p.pid, CTX) in m)
+    procs_json = ag.allocs()[aid]["processes"]
+    ck("gsharectl: each process shows its context as outside bytes",
+       len(procs_json) == 6 and all(p["outside_bytes"] == CTX for p in procs_json))
     fr, total = ran[-1].meminfo()
     ck("cuMemGetInfo: total = quota, free excludes the contexts (free %d MiB)" % (fr // MiB),
           total == 256 * MiB and fr <= 256 * MiB - 6 * CTX)

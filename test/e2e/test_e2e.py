@@ -46,6 +46,15 @@ def check(cond, what):
     return cond
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def need(*files):
     for f in files:
         if not os.path.exists(f):

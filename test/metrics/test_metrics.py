@@ -24,20 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import test_e2e as e2e  # noqa: E402
 
-from test_e2e import MiB, UNIT, check  # noqa: E402
+from test_e2e import MiB, UNIT, check, free_port  # noqa: E402
 
 MAX_CLIENTS = 64       # GS_METRICS_MAX_CLIENTS
 DEADLINE = 5.0         # GS_METRICS_DEADLINE_MS
 SAMPLE = re.compile(r'^([a-z_]+)(\{(.*)\})? (\d+)$')
 LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)",?')
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class MetricsAgent(e2e.Agent):
