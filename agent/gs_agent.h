@@ -41,7 +41,12 @@ struct gs_allocation;
 
 struct gs_chunk {
         CUmemGenericAllocationHandle handle;
-        int fd;          /* exported once; -1 when retired */
+        int fd;          /* exported once; -1 when retired or pending */
+        /* Its fd went to a process of this allocation (NULL: to none, or
+         * the allocation is gone).  Main thread writes it at grant time
+         * under the GPU's lock. */
+        struct gs_allocation *owner;
+        bool pending;    /* retired until its memory can be re-created */
 };
 
 struct gs_gpu {
@@ -61,6 +66,8 @@ struct gs_gpu {
         uint32_t nchunks;        /* chunks created at start */
         uint32_t units_total;
         uint32_t chunks_retired;
+        uint32_t chunks_pending; /* retired for now: re-created when the driver has room */
+        uint64_t room_credit;    /* gs_gpu_room: bytes being given back by the caller */
         struct gs_chunk *chunks;
         struct gs_pool *pool;
         /* Serializes every call on pool and every access to chunks[]. */
@@ -108,6 +115,7 @@ struct gs_part {
          * pod that never registered (gs_usage.h). */
         struct gs_outside out;
         uint64_t bypass_charge;
+        bool gone;               /* being deleted: owes nothing any more */
 };
 
 struct gs_allocation {

@@ -126,6 +126,15 @@ int gs_pool_retire_chunk(struct gs_pool *pool, uint32_t chunk)
         return r;
 }
 
+int gs_pool_unretire_chunk(struct gs_pool *pool, uint32_t chunk)
+{
+        int r = gs_gsm_unretire(&pool->gsm, chunk);
+
+        if (r == 0)
+                DEBUG_VALIDATE(pool, "unretire");
+        return r;
+}
+
 void gs_pool_stats(const struct gs_pool *pool, struct gs_pool_stats *ret)
 {
         memset(ret, 0, sizeof(*ret));
@@ -173,6 +182,14 @@ int gs_palloc_del(struct gs_palloc *a)
         free(a);
         DEBUG_VALIDATE(pool, "palloc_del");
         return 0;
+}
+
+void gs_palloc_debt(struct gs_palloc *a, int delta)
+{
+        if (delta > 0)
+                a->g.debt++;
+        else if (delta < 0 && a->g.debt)
+                a->g.debt--;
 }
 
 void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret)

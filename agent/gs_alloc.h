@@ -94,6 +94,9 @@ void gs_pool_set_return_fn(struct gs_pool *pool, gs_pool_return_fn fn, void *ctx
 /* Takes a free chunk out of service for good (e.g. its memory could not be
  * recreated).  -EBUSY if the chunk is not on the system free list. */
 int gs_pool_retire_chunk(struct gs_pool *pool, uint32_t chunk) GS_WUR;
+/* A chunk retired earlier goes back to the system free list (its memory
+ * could be re-created after all).  -EBUSY if it is not retired. */
+int gs_pool_unretire_chunk(struct gs_pool *pool, uint32_t chunk) GS_WUR;
 void gs_pool_stats(const struct gs_pool *pool, struct gs_pool_stats *ret);
 /* Walks every structure of the pool and checks its invariants.  Returns 0,
  * or -EUCLEAN and writes what is wrong into why (if non-NULL). */
@@ -108,6 +111,10 @@ int gs_palloc_new(struct gs_pool *pool, uint32_t quota_chunks, uint32_t balloon_
  * has processes. */
 int gs_palloc_del(struct gs_palloc *a) GS_WUR;
 void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret);
+/* Chunks the allocation gave back whose memory may still be held by its
+ * processes: they count against its balloon cap until re-created (delta
+ * +1 or -1; the count never goes below 0). */
+void gs_palloc_debt(struct gs_palloc *a, int delta);
 
 /* A new process with a virtual range of nslots chunk slots.  -EINVAL if
  * nslots is 0 or over 1<<20. */

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gs_gpu.h"
 #include "gs_log.h"
 
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17])
@@ -187,6 +188,10 @@ static void destroy(struct gs_agent *ag, struct gs_allocation *a)
                 a->parts[i].out.charged -= a->parts[i].bypass_charge;
                 a->parts[i].bypass_charge = 0;
                 gs_outside_clear(g, &a->parts[i].out);
+                /* Its processes are gone: what they were sent is free to be
+                 * re-created, and nothing is owed any more. */
+                a->parts[i].gone = true;
+                gs_gpu_forget_owner(g, a);
                 if (gs_palloc_del(a->parts[i].pa) < 0)
                         log_error("allocation %s: part on GPU %u still busy", a->id, g->index);
                 pthread_mutex_unlock(&g->lock);

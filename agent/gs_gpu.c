@@ -45,6 +45,32 @@ static void chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
         prop->location.id = (int)g->dev;
 }
 
+/* Memory released for contexts that their processes do not use (yet). */
+static uint64_t promised(const struct gs_gpu *g)
+{
+        uint64_t held = g->outside_held > g->room_credit ? g->outside_held - g->room_credit : 0;
+
+        return held > g->outside_measured ? held - g->outside_measured : 0;
+}
+
+int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        size_t free_b = 0, total_b = 0;
+        uint64_t need = g->reserve_bytes + promised(g);
+
+        if (cu->mem_get_info(&free_b, &total_b) != CUDA_SUCCESS) {
+                snprintf(err, errlen, "cuMemGetInfo failed");
+                return -EIO;
+        }
+        if (free_b >= bytes && free_b - bytes >= need)
+                return 0;
+        snprintf(err, errlen, "no room in the driver for %llu MiB: %llu MiB free, %llu MiB kept free "
+                 "(reserve and contexts being created)", (unsigned long long)(bytes >> 20),
+                 (unsigned long long)(free_b >> 20), (unsigned long long)(need >> 20));
+        return -ENOSPC;
+}
+
 int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
                     CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen)
 {
@@ -53,6 +79,14 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
         CUmemGenericAllocationHandle h;
         int fd = -1, r;
 
+        /* Once the pool exists, new memory never eats into what is kept
+         * free: memory the agent released comes back only once it is
+         * really free (a process may hold it through a kept fd). */
+        if (g->pool) {
+                r = gs_gpu_room(g, size, err, errlen);
+                if (r < 0)
+                        return r;
+        }
         chunk_prop(g, &prop);
         if (!export_fd)
                 prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
@@ -122,6 +156,56 @@ int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errl
         return r;
 }
 
+/* The part of c's owner on g (a live allocation), or NULL. */
+static struct gs_part *owner_part(struct gs_gpu *g, const struct gs_chunk *c)
+{
+        struct gs_allocation *a = c->owner;
+
+        for (uint32_t i = 0; a && i < a->nparts; i++)
+                if (a->parts[i].gpu == g->index && !a->parts[i].gone)
+                        return &a->parts[i];
+        return NULL;
+}
+
+static void owner_debt(struct gs_gpu *g, struct gs_chunk *c, int delta)
+{
+        struct gs_part *part = owner_part(g, c);
+
+        if (part)
+                gs_palloc_debt(part->pa, delta);
+}
+
+void gs_gpu_retry_pending(struct gs_gpu *g)
+{
+        char err[256];
+
+        if (!g->chunks_pending)
+                return;
+        (void)g->agent->cu.ctx_set_current(g->ctx);
+        for (uint32_t i = 0; i < g->nchunks && g->chunks_pending; i++) {
+                struct gs_chunk *c = &g->chunks[i];
+
+                if (!c->pending || chunk_make(g, c, err, sizeof(err)) < 0)
+                        continue;
+                if (gs_pool_unretire_chunk(g->pool, i) < 0) {
+                        log_error("GPU %u: pending chunk %u not back in the pool", g->index, i);
+                        continue;
+                }
+                owner_debt(g, c, -1);
+                c->owner = NULL;
+                c->pending = false;
+                g->chunks_pending--;
+                log_info("GPU %u: chunk %u re-created, back in the pool", g->index, i);
+        }
+}
+
+void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a)
+{
+        for (uint32_t i = 0; i < g->nchunks; i++)
+                if (g->chunks[i].owner == a)
+                        g->chunks[i].owner = NULL;
+}
+
 /* gs_pool_return_fn; runs under g->lock, inside an allocator call. */
 static int chunk_recycle(void *ctx, uint32_t chunk)
 {
@@ -135,17 +219,21 @@ static int chunk_recycle(void *ctx, uint32_t chunk)
         c = &g->chunks[chunk];
         (void)g->agent->cu.ctx_set_current(g->ctx);
         /* Old memory first: on a full GPU there is no room for both.  If a
-         * process still holds the old memory through a kept fd, the create
-         * below fails and the chunk is retired, which is the truth. */
+         * process still holds the old memory through a kept fd, the driver
+         * has no room for the new (gs_gpu_room): the chunk is pending,
+         * retired until it can be re-created (gs_gpu_retry_pending), and
+         * charged to the allocation whose process may hold it. */
         chunk_drop(g, c);
         r = chunk_make(g, c, err, sizeof(err));
         if (r < 0) {
                 c->fd = -1;
-                g->chunks_retired++;
-                log_warn("GPU %u: chunk %u retired, could not be recreated: %s", g->index, chunk,
-                         err);
-                return r;
+                c->pending = true;
+                g->chunks_pending++;
+                owner_debt(g, c, 1);
+                log_info("GPU %u: chunk %u not re-created yet, retried later: %s", g->index, chunk, err);
+                return -EAGAIN;
         }
+        c->owner = NULL;
         log_debug("GPU %u: chunk %u recycled", g->index, chunk);
         return 0;
 }

@@ -40,6 +40,18 @@ void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd);
 void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk);
 int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen) GS_WUR;
 
+/* 0 if the driver can give bytes more without its free memory falling
+ * below the reserve plus what is promised to contexts being created
+ * (gs_outside.h), minus g->room_credit; else -ENOSPC (or -EIO) with the
+ * figures in err.  Under g->lock with g->ctx current. */
+int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen) GS_WUR;
+/* Re-creates pending chunks (recycled while their old memory was still
+ * held) where the driver has room now, and puts them back in the pool.
+ * Under g->lock. */
+void gs_gpu_retry_pending(struct gs_gpu *g);
+/* a is going: its chunks owe it nothing.  Under g->lock. */
+void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a);
+
 /* Units' worth of chunks lent by ballooning (rounded up: a partly lent unit
  * cannot be handed out).  Takes g->lock. */
 uint32_t gs_gpu_units_lent(struct gs_gpu *g);

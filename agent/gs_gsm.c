@@ -113,6 +113,19 @@ int gs_gsm_retire(struct gs_gsm *g, uint32_t chunk)
         return 0;
 }
 
+int gs_gsm_unretire(struct gs_gsm *g, uint32_t chunk)
+{
+        if (chunk >= g->nchunks)
+                return -EINVAL;
+        if (g->chunks[chunk].state != GS_GSM_RETIRED)
+                return -EBUSY;
+        g->chunks[chunk].state = GS_GSM_SYS;
+        g->chunks[chunk].granted = 0;
+        list_push(g->chunks, &g->sys, chunk, 0);
+        g->nretired--;
+        return 0;
+}
+
 int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota, uint32_t cap)
 {
         if (quota == 0)
@@ -162,7 +175,8 @@ int gs_gsm_alloc_fini(struct gs_gsm_alloc *a)
 
 uint32_t gs_gsm_alloc_obtainable(const struct gs_gsm_alloc *a)
 {
-        uint32_t can_borrow = a->cap - a->borrowed.count;
+        uint32_t out = a->borrowed.count + a->debt;
+        uint32_t can_borrow = out < a->cap ? a->cap - out : 0;
 
         if (can_borrow > a->gsm->sys.count)
                 can_borrow = a->gsm->sys.count;
@@ -260,7 +274,7 @@ int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
 
         if (a->own.count) {
                 id = list_pop(g->chunks, &a->own);
-        } else if (a->borrowed.count < a->cap && g->sys.count) {
+        } else if (a->borrowed.count + a->debt < a->cap && g->sys.count) {
                 id = list_pop(g->chunks, &g->sys);
                 g->chunks[id].borrowed = 1;
                 list_push(g->chunks, &a->borrowed, id, 1);

@@ -79,6 +79,9 @@ struct gs_gsm_alloc {
         uint32_t held;
         uint32_t nprocs;
         struct gs_gsm_proc *procs;
+        /* Borrowed chunks it gave back whose memory its processes may still
+         * hold (not re-created yet): they count against the cap. */
+        uint32_t debt;
 };
 
 struct gs_gsm_proc {
@@ -97,6 +100,9 @@ int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes) GS_WUR
 void gs_gsm_fini(struct gs_gsm *g);
 /* -EINVAL for a bad id, -EBUSY if not on the system list. */
 int gs_gsm_retire(struct gs_gsm *g, uint32_t chunk) GS_WUR;
+/* A retired chunk back on the system list (its memory was re-created).
+ * -EINVAL for a bad id, -EBUSY if not retired. */
+int gs_gsm_unretire(struct gs_gsm *g, uint32_t chunk) GS_WUR;
 static inline uint32_t gs_gsm_usable(const struct gs_gsm *g) { return g->nchunks - g->nretired; }
 
 /* -EINVAL if quota is 0, -ENOSPC if fewer than quota chunks are free. */

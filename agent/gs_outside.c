@@ -18,27 +18,11 @@ uint64_t gs_outside_held_bytes(const struct gs_gpu *g, const struct gs_outside *
         return (uint64_t)o->nheld * g->chunk_bytes;
 }
 
-/* Memory released for contexts that their processes do not use (yet). */
-static uint64_t promised(const struct gs_gpu *g, uint64_t leaving)
-{
-        uint64_t held = g->outside_held - leaving;
-
-        return held > g->outside_measured ? held - g->outside_measured : 0;
-}
-
-static int room(struct gs_gpu *g, uint64_t bytes, uint64_t leaving)
-{
-        const struct gs_cuda *cu = &g->agent->cu;
-        size_t free_b = 0, total_b = 0;
-
-        if (cu->mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
-                return 0;
-        return free_b >= bytes && free_b - bytes >= g->reserve_bytes + promised(g, leaving);
-}
-
 int gs_outside_room(struct gs_gpu *g, uint64_t bytes)
 {
-        return room(g, bytes, 0);
+        char err[160];
+
+        return gs_gpu_room(g, bytes, err, sizeof(err)) == 0;
 }
 
 /* k more chunks, their memory released.  strict: all or nothing; else as
@@ -101,13 +85,13 @@ static int give_last(struct gs_gpu *g, struct gs_outside *o, bool force)
 {
         struct gs_outside_held h = o->held[o->nheld - 1];
         char err[256];
+        int r;
 
-        if (!room(g, g->chunk_bytes, g->chunk_bytes)) {
-                if (!force)
-                        return -EAGAIN;
-                /* Going anyway, without memory: the allocation re-creates
-                 * it when it grants it, once the driver has room. */
-        } else if (gs_gpu_chunk_remake(g, h.chunk, err, sizeof(err)) < 0) {
+        /* The chunk's own memory is what the driver gets back here. */
+        g->room_credit = g->chunk_bytes;
+        r = gs_gpu_chunk_remake(g, h.chunk, err, sizeof(err));
+        g->room_credit = 0;
+        if (r < 0) {
                 if (!force) {
                         log_debug("GPU %u: outside chunk %u not re-created yet: %s", g->index,
                                   h.chunk, err);

@@ -158,17 +158,36 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         pthread_mutex_lock(&g->lock);
         r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
         if (r == 0) {
-                for (uint32_t i = 0; i < n; i++) {
+                for (uint32_t i = 0; i < n && r == 0; i++) {
                         uint32_t c = p->grants[i].chunk;
-                        char err[160];
-                        /* A chunk whose memory could not be re-created
-                         * earlier (gs_vmm) gets another try now. */
+                        char err[256];
+                        /* A chunk whose memory was given back to the driver
+                         * (gs_vmm, gs_outside) is re-created now, if the
+                         * driver has room for it. */
                         if (c < g->nchunks && g->chunks[c].fd < 0) {
                                 (void)p->agent->cu.ctx_set_current(g->ctx);
-                                if (gs_gpu_chunk_remake(g, c, err, sizeof(err)) < 0)
-                                        log_warn("GPU %u: chunk %u has no memory: %s", g->index, c, err);
+                                if (gs_gpu_chunk_remake(g, c, err, sizeof(err)) < 0) {
+                                        log_info("GPU %u: chunk %u has no memory yet: %s", g->index, c, err);
+                                        r = -ENOMEM;
+                                }
                         }
+                }
+                if (r < 0) {
+                        /* Undo: the block, then the new chunks' slots. */
+                        if (gs_pproc_free(pg->pp, off, NULL) < 0)
+                                log_error("GPU %u: block at %llu not undone", g->index, (unsigned long long)off);
+                        for (uint32_t i = 0; i < n; i++)
+                                if (gs_pproc_release(pg->pp, p->grants[i].slot, 1) < 0)
+                                        log_error("GPU %u: slot %u not undone", g->index, p->grants[i].slot);
+                        n = 0;
+                }
+                for (uint32_t i = 0; i < n; i++) {
+                        uint32_t c = p->grants[i].chunk;
                         p->grant_fds[i] = c < g->nchunks ? g->chunks[c].fd : -1;
+                        /* Its fd goes to a process of this allocation: its
+                         * memory is the allocation's until it is gone. */
+                        if (c < g->nchunks)
+                                g->chunks[c].owner = p->alloc;
                 }
                 check_lending(p->agent, g);
         }

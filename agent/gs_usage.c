@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gs_alloc.h"
+#include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_nvml.h"
 #include "gs_proc.h"
@@ -21,11 +22,9 @@ void gs_usage_open(struct gs_agent *ag)
 {
         char err[512];
 
-        if (gs_nvml_open(&ag->nvml, ag->cfg.nvml_library, err, sizeof(err)) < 0) {
+        if (gs_nvml_open(&ag->nvml, ag->cfg.nvml_library, err, sizeof(err)) < 0)
                 log_warn("NVML unavailable (%s): memory outside the pool is charged by expected "
                          "context size only, processes that bypass the hook are not seen", err);
-                return;
-        }
         ag->usage_next_ms = gs_mono_ms();
 }
 
@@ -209,7 +208,12 @@ void gs_usage_scan(struct gs_agent *ag)
                 uint32_t n = 0;
                 int r;
 
-                if (!dev || !g->pool)
+                if (!g->pool)
+                        continue;
+                pthread_mutex_lock(&g->lock);
+                gs_gpu_retry_pending(g);
+                pthread_mutex_unlock(&g->lock);
+                if (!dev)
                         continue;
                 r = gs_nvml_procs(&ag->nvml, dev, pr, GS_NVML_MAX_PROCS, &n);
                 if (r < 0) {
@@ -231,7 +235,7 @@ void gs_usage_kick(struct gs_agent *ag)
 {
         int64_t t = gs_mono_ms() + KICK_MS;
 
-        if (ag->nvml.fn && (ag->usage_next_ms == 0 || t < ag->usage_next_ms))
+        if (ag->usage_next_ms == 0 || t < ag->usage_next_ms)
                 ag->usage_next_ms = t;
 }
 
@@ -239,7 +243,7 @@ int gs_usage_tick(struct gs_agent *ag, int timeout)
 {
         int64_t now = gs_mono_ms(), left;
 
-        if (!ag->nvml.fn || ag->usage_next_ms == 0)
+        if (ag->usage_next_ms == 0)
                 return timeout;
         if (now >= ag->usage_next_ms) {
                 gs_usage_scan(ag);

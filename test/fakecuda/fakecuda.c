@@ -17,6 +17,7 @@
  * Legacy entry points with 32-bit device pointers exist (as in the real
  * driver) but return CUDA_ERROR_NOT_SUPPORTED: no fake address fits. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -164,6 +165,97 @@ static void fc_drop_slot(int i, int32_t pid)
         __atomic_store_n(&p->pid, 0, __ATOMIC_SEQ_CST);
 }
 
+/* 1 if any process has an fd or a mapping of the memfd with inode ino. */
+static int fc_ino_in_use(uint64_t ino)
+{
+        DIR *proc = opendir("/proc");
+        struct dirent *d;
+        int used = 0;
+
+        if (!proc)
+                return 1; /* cannot tell: keep it */
+        while (!used && (d = readdir(proc))) {
+                char path[300], line[512];
+                DIR *fds;
+                FILE *maps;
+                struct dirent *f;
+
+                if (d->d_name[0] < '0' || d->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/fd", d->d_name);
+                fds = opendir(path);
+                while (fds && !used && (f = readdir(fds))) {
+                        struct stat st;
+                        if (f->d_name[0] != '.' && fstatat(dirfd(fds), f->d_name, &st, 0) == 0 &&
+                            (uint64_t)st.st_ino == ino && S_ISREG(st.st_mode) && st.st_nlink == 0)
+                                used = 1;
+                }
+                if (fds)
+                        closedir(fds);
+                snprintf(path, sizeof(path), "/proc/%s/maps", d->d_name);
+                maps = used ? NULL : fopen(path, "re");
+                while (maps && !used && fgets(line, sizeof(line), maps)) {
+                        unsigned long long i = 0;
+                        if (sscanf(line, "%*s %*s %*s %*s %llu", &i) == 1 && i == ino &&
+                            strstr(line, "memfd:gshare-fake"))
+                                used = 1;
+                }
+                if (maps)
+                        fclose(maps);
+        }
+        closedir(proc);
+        return used;
+}
+
+/* Zombie memory (fc_state.h) whose last holder is gone is free at last. */
+static void fc_reap_zombies(void)
+{
+        for (int i = 0; i < FC_MAX_ZOMBIES; i++) {
+                struct fc_zombie *z = &g_sh->zombies[i];
+                int32_t zero = 0;
+
+                if (!__atomic_load_n(&z->ino, __ATOMIC_SEQ_CST) ||
+                    !__atomic_compare_exchange_n(&z->busy, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                        continue;
+                if (z->ino && !fc_ino_in_use(z->ino)) {
+                        __atomic_sub_fetch(&g_sh->used[z->dev], z->bytes, __ATOMIC_SEQ_CST);
+                        __atomic_store_n(&z->ino, 0, __ATOMIC_SEQ_CST);
+                }
+                __atomic_store_n(&z->busy, 0, __ATOMIC_SEQ_CST);
+        }
+}
+
+/* pre: g_lock held.  The charge c of memfd ino outlives its creator's last
+ * handle: move it from the creator to a zombie entry (still used).  0, or
+ * -1 if the table is full (then it is simply released). */
+static int fc_zombify(struct fc_charge *c, uint64_t ino)
+{
+        for (int i = 0; i < FC_MAX_ZOMBIES; i++) {
+                struct fc_zombie *z = &g_sh->zombies[i];
+                int32_t zero = 0;
+
+                if (__atomic_load_n(&z->ino, __ATOMIC_SEQ_CST) ||
+                    !__atomic_compare_exchange_n(&z->busy, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                        continue;
+                if (z->ino) {
+                        __atomic_store_n(&z->busy, 0, __ATOMIC_SEQ_CST);
+                        continue;
+                }
+                z->bytes = c->bytes;
+                z->dev = c->dev;
+                /* Off the creator's books, still in the device's used. */
+                if (__atomic_load_n(&g_sh->procs[c->slot].pid, __ATOMIC_SEQ_CST) == c->pid)
+                        __atomic_sub_fetch(&g_sh->procs[c->slot].bytes[c->dev], c->bytes, __ATOMIC_SEQ_CST);
+                else
+                        __atomic_add_fetch(&g_sh->used[c->dev], c->bytes, __ATOMIC_SEQ_CST);
+                c->bytes = 0;
+                __atomic_store_n(&z->ino, ino, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&z->busy, 0, __ATOMIC_SEQ_CST);
+                return 0;
+        }
+        return -1;
+}
+
 static void fc_reap(void)
 {
         for (int i = 0; i < FC_MAX_PROCS; i++) {
@@ -171,6 +263,7 @@ static void fc_reap(void)
                 if (fc_pid_dead(pid))
                         fc_drop_slot(i, pid);
         }
+        fc_reap_zombies();
 }
 
 /* pre: g_lock held.  The slot of this process (a fork child gets its own). */
@@ -1331,9 +1424,16 @@ static void fc_handle_unref(int idx, int map)
                 e->hrefs--;
         if (e->hrefs > 0 || e->maps > 0)
                 return;
-        fc_uncharge(&e->ch);
-        if (e->fd >= 0)
+        if (e->fd >= 0) {
+                struct stat st;
+                uint64_t ino = fstat(e->fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
                 close(e->fd);
+                /* Another process may hold the memory through a kept fd or
+                 * a mapping: then it stays used, as on a GPU. */
+                if (e->ch.bytes && ino && fc_ino_in_use(ino))
+                        (void)fc_zombify(&e->ch, ino);
+        }
+        fc_uncharge(&e->ch);
         e->fd = -1;
         e->used = 0;
 }

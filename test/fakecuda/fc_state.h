@@ -13,7 +13,8 @@
 #define FC_MAX_DEV 8
 #define FC_MAX_PROCS 512
 #define FC_MAGIC 0x46434b46u /* "FKCF" */
-#define FC_VERSION 1u
+#define FC_VERSION 2u
+#define FC_MAX_ZOMBIES 4096
 
 struct fc_proc {
         int32_t pid;
@@ -21,11 +22,22 @@ struct fc_proc {
         uint64_t bytes[FC_MAX_DEV];
 };
 
+/* Memory its creator released while another process still held it (an fd
+ * or a mapping of its memfd): it stays used, as on a GPU, until no process
+ * holds it any more. */
+struct fc_zombie {
+        uint64_t ino;      /* the memfd's inode; 0: free entry */
+        uint64_t bytes;
+        int32_t dev;
+        int32_t busy;      /* claimed by a process updating it */
+};
+
 struct fc_shared {
         uint32_t magic, version, ndev, pad;
         uint64_t total[FC_MAX_DEV];
         uint64_t used[FC_MAX_DEV];
         struct fc_proc procs[FC_MAX_PROCS];
+        struct fc_zombie zombies[FC_MAX_ZOMBIES];
 };
 
 /* $GSHARE_FAKECUDA_STATE, default /dev/shm/gshare-fakecuda-<uid>. */
