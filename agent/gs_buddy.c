@@ -450,12 +450,6 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 n++;
                 if (gs_buddy_find(b, e->key) != x)
                         FAIL("key %#llx unreachable by probing", (unsigned long long)e->key);
-                if (x->kind == GS_BLK_SLOT) {
-                        if (e->key != (x->off | GS_BLK_KEY_SLOT))
-                                FAIL("slot key %#llx off %#llx", (unsigned long long)e->key,
-                                     (unsigned long long)x->off);
-                        continue;
-                }
                 if (e->key != x->off)
                         FAIL("key %#llx for block at %#llx", (unsigned long long)e->key,
                              (unsigned long long)x->off);
