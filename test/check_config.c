@@ -64,6 +64,8 @@ START_TEST(test_defaults)
         ck_assert_uint_eq(c.chunk_bytes, 256 * GS_MiB);
         ck_assert_uint_eq(c.reserve_bytes, GS_GiB);
         ck_assert_uint_eq(c.balloon_cap_bytes, 0);
+        ck_assert_uint_eq(c.max_blocks_per_process, 1048576);
+        ck_assert_uint_eq(c.max_blocks_per_allocation, 4194304);
         ck_assert_uint_eq(c.ndevices, 0);
         ck_assert_str_eq(c.agent_socket, "/run/gshare/agent.sock");
         ck_assert_str_eq(c.socket_root, "/run/gshare/alloc");
@@ -93,6 +95,8 @@ START_TEST(test_every_key)
                  "chunkSize: 512Mi\n"
                  "reserve: 1536Mi\n"
                  "balloonCap: 4Gi\n"
+                 "maxBlocksPerProcess: 1000\n"
+                 "maxBlocksPerAllocation: 1073741824\n"
                  "devices:\n"
                  "  - GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab\n"
                  "  - 3\n"
@@ -114,6 +118,8 @@ START_TEST(test_every_key)
         ck_assert_uint_eq(c.chunk_bytes, 512 * GS_MiB);
         ck_assert_uint_eq(c.reserve_bytes, 1536 * GS_MiB);
         ck_assert_uint_eq(c.balloon_cap_bytes, 4 * GS_GiB);
+        ck_assert_uint_eq(c.max_blocks_per_process, 1000);
+        ck_assert_uint_eq(c.max_blocks_per_allocation, 1073741824);
         ck_assert_uint_eq(c.ndevices, 2);
         ck_assert_str_eq(c.devices[0], "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab");
         ck_assert_str_eq(c.devices[1], "3");
@@ -214,6 +220,13 @@ START_TEST(test_errors)
         expect_error("unitSize: -1\n", 1, "unitSize: not a size");
         expect_error("reserve: 99999999999999999999\n", 1, "reserve: size '99999999999999999999' is too large");
         expect_error("balloonCap: [1, 2]\n", 1, "balloonCap: expected a single value, got a list");
+        expect_error("maxBlocksPerProcess: 0\n", 1, "maxBlocksPerProcess: must be 1 to 1073741824, got 0");
+        expect_error("maxBlocksPerProcess: 1073741825\n", 1, "maxBlocksPerProcess: must be 1 to 1073741824");
+        expect_error("maxBlocksPerAllocation: 99999999999999999999999\n", 1,
+                     "maxBlocksPerAllocation: must be 1 to 1073741824, got 99999999999999999999999");
+        expect_error("maxBlocksPerAllocation: 1Mi\n", 1, "maxBlocksPerAllocation: expected a number of blocks, got '1Mi'");
+        expect_error("maxBlocksPerAllocation: -5\n", 1, "maxBlocksPerAllocation: expected a number of blocks");
+        expect_error("maxBlocksPerProcess: \"\"\n", 1, "maxBlocksPerProcess: expected a number of blocks, got ''");
         expect_error("resourceName: gpumem\n", 1, "resourceName: expected domain/name");
         expect_error("resourceName: Bad.IO/x\n", 1, "resourceName: expected domain/name");
         expect_error("inject: ldpreload\n", 1, "inject: expected preload or env, got 'ldpreload'");
