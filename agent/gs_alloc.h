@@ -37,8 +37,9 @@ struct gs_pproc;
 
 /* Default caps on live blocks (gs_pool_set_block_caps), which bound the
  * agent's own memory whatever a process asks for: a block served by a
- * slab costs about 2 B of agent memory, any other about 100 B to 1 KiB
- * (its record and the free pieces around it). */
+ * slab costs about 2 B of agent memory (up to about 300 B when it alone
+ * keeps its slab), any other about 100 B to 2 KiB (its record and the
+ * free pieces around it). */
 #define GS_POOL_MAX_PROC_BLOCKS (UINT64_C(1) << 20)
 #define GS_POOL_MAX_ALLOC_BLOCKS (UINT64_C(1) << 22)
 

@@ -201,8 +201,6 @@ static void free_block_add(struct gs_buddy *b, struct gs_blk *r, uint64_t off, u
 {
         r->off = off;
         r->size = UINT64_C(1) << order;
-        r->req = 0;
-        r->owner = NULL;
         r->kind = GS_BLK_FREE;
         r->order = (uint8_t)order;
         gs_buddy_insert(b, off, r);
@@ -301,7 +299,9 @@ static void carve(struct gs_buddy *b, struct gs_blk *blk, unsigned j, uint64_t r
         blk->kind = (uint8_t)kind;
         blk->order = (uint8_t)o;
         blk->size = rs;
+        /* no longer on a free list: the links' space holds req and owner */
         blk->req = req;
+        blk->owner = NULL;
         b->bytes_used += rs;
         *fill_of(b, blk->off) += rs;
 }

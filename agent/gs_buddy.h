@@ -44,16 +44,26 @@ enum gs_blk_kind {
                             carved at the chunk's base; owner = its WHOLE */
 };
 
+/* 40 bytes: a free block needs its list links, any other its size asked
+ * for and owner, never both, so they share the space (the agent holds one
+ * record per buddy block; docs/allocator.md "The agent's memory"). */
 struct gs_blk {
         uint64_t off;  /* start, in the process's virtual range */
         uint64_t size; /* bytes the block spans */
-        uint64_t req;  /* bytes asked for (USED, WHOLE); 0 otherwise */
-        struct gs_blk *prev, *next; /* FREE: its order's free list; else
-                                       free for the owner's use */
-        void *owner;   /* SLAB: the struct gs_slab; WHOLE, TAIL: each other */
+        union {
+                struct { /* FREE: its order's free list */
+                        struct gs_blk *prev, *next;
+                };
+                struct { /* any other kind */
+                        uint64_t req; /* bytes asked for (USED, WHOLE); else 0 */
+                        void *owner;  /* SLAB: the struct gs_slab; WHOLE, TAIL:
+                                         each other */
+                };
+        };
         uint8_t kind;  /* enum gs_blk_kind */
         uint8_t order; /* FREE: log2(size) */
 };
+_Static_assert(sizeof(struct gs_blk) == 40, "struct gs_blk grew: it is per block");
 
 struct gs_buddy_ent {
         uint64_t key;

@@ -15,7 +15,7 @@
  * mask and its requested size one byte (the size is within 256 B below
  * the slot size), so a live 256 B block costs the agent about 2 bytes
  * (the slab struct and the slab block's buddy record, shared by 128
- * slots), not a hash entry and a 56-byte record.  free() finds the slab
+ * slots), not a record and a hash entry of its own.  free() finds the slab
  * through the buddy's hash: a slab block is aligned to the power of two at
  * or above its size, and slab blocks are 32 KiB (128 x 256 B) to 256 KiB,
  * so the slab containing off starts at off rounded down to one of a few
