@@ -19,6 +19,7 @@
 struct gs_pool {
         struct gs_gsm gsm;
         uint64_t chunk_bytes;
+        uint64_t max_proc_blocks, max_alloc_blocks; /* live-block caps */
 #ifdef GS_ALLOC_DEBUG
         unsigned long dbg_every, dbg_count;
 #endif
@@ -27,7 +28,7 @@ struct gs_pool {
 struct gs_palloc {
         struct gs_gsm_alloc g;
         struct gs_pool *pool;
-        uint64_t bytes_requested, bytes_in_blocks;
+        uint64_t nblocks, bytes_requested, bytes_in_blocks;
 };
 
 struct gs_pproc {
@@ -78,6 +79,8 @@ struct gs_pool *gs_pool_new(uint32_t nchunks, uint64_t chunk_bytes)
                 return NULL;
         }
         pool->chunk_bytes = chunk_bytes;
+        pool->max_proc_blocks = GS_POOL_MAX_PROC_BLOCKS;
+        pool->max_alloc_blocks = GS_POOL_MAX_ALLOC_BLOCKS;
 #ifdef GS_ALLOC_DEBUG
         const char *e = getenv("GS_ALLOC_VALIDATE_EVERY");
         pool->dbg_every = e && atol(e) > 0 ? (unsigned long)atol(e) : 1;
@@ -115,6 +118,15 @@ void gs_pool_set_return_fn(struct gs_pool *pool, gs_pool_return_fn fn, void *ctx
 {
         pool->gsm.return_fn = fn;
         pool->gsm.return_ctx = ctx;
+}
+
+int gs_pool_set_block_caps(struct gs_pool *pool, uint64_t per_proc, uint64_t per_alloc)
+{
+        if (per_proc == 0 || per_alloc == 0)
+                return -EINVAL;
+        pool->max_proc_blocks = per_proc;
+        pool->max_alloc_blocks = per_alloc;
+        return 0;
 }
 
 int gs_pool_retire_chunk(struct gs_pool *pool, uint32_t chunk)
@@ -201,6 +213,7 @@ void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret)
         ret->chunks_held = a->g.held;
         ret->chunks_borrowed = a->g.borrowed.count;
         ret->nprocs = a->g.nprocs;
+        ret->nblocks = a->nblocks;
         ret->bytes_requested = a->bytes_requested;
         ret->bytes_in_blocks = a->bytes_in_blocks;
 }
@@ -239,6 +252,7 @@ void gs_pproc_del(struct gs_pproc *p)
         if (!p)
                 return;
         struct gs_palloc *a = p->a;
+        a->nblocks -= p->nblocks;
         a->bytes_requested -= p->bytes_requested;
         a->bytes_in_blocks -= p->bytes_in_blocks;
         pproc_destroy(p);
@@ -263,6 +277,7 @@ void gs_pproc_stats(const struct gs_pproc *p, struct gs_pproc_stats *ret)
 static void account(struct gs_pproc *p, int sign, uint64_t req, uint64_t size)
 {
         p->nblocks += (uint64_t)(int64_t)sign;
+        p->a->nblocks += (uint64_t)(int64_t)sign;
         p->bytes_requested += (uint64_t)(int64_t)sign * req;
         p->bytes_in_blocks += (uint64_t)(int64_t)sign * size;
         p->a->bytes_requested += (uint64_t)(int64_t)sign * req;
@@ -336,11 +351,17 @@ int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         struct gs_pool *pool = p->a->pool;
         uint64_t cb = pool->chunk_bytes;
         uint32_t ngrants = 0;
+        uint64_t off = 0, bsize;
         struct gs_blk *x = NULL;
         int r;
 
         if (size == 0 || size > (uint64_t)gs_gsm_usable(&pool->gsm) * cb)
                 return -EINVAL;
+        /* The agent's memory per process and allocation is bounded by its
+         * live blocks: past the cap a request is out of memory, as past
+         * the quota. */
+        if (p->nblocks >= pool->max_proc_blocks || p->a->nblocks >= pool->max_alloc_blocks)
+                return -ENOMEM;
         if (size > cb) {
                 r = malloc_whole(p, size, ret_off, ret_grants, max_grants, ret_ngrants);
                 if (r == 0)
@@ -350,9 +371,9 @@ int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         int use_slab = gs_slab_wants(&p->slab, size);
         for (;;) {
                 if (use_slab)
-                        r = gs_slab_alloc(&p->slab, size, &x);
-                else
-                        r = gs_buddy_alloc(&p->buddy, size, size, GS_BLK_USED, &x);
+                        r = gs_slab_alloc(&p->slab, size, &off);
+                else if ((r = gs_buddy_alloc(&p->buddy, size, size, GS_BLK_USED, &x)) == 0)
+                        off = x->off;
                 if (r != -ENOSPC || ngrants)
                         break;
                 /* No room in the chunks held: one more chunk.  Check and
@@ -387,11 +408,28 @@ int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
                         abort();
                 return r;
         }
+        bsize = gs_align_up(size, GS_MIN_ALIGN); /* slot or buddy block */
         gs_slab_note(&p->slab, size);
-        account(p, 1, size, x->size);
-        *ret_off = x->off;
+        account(p, 1, size, bsize);
+        *ret_off = off;
         *ret_ngrants = ngrants;
         DEBUG_VALIDATE(pool, "malloc");
+        return 0;
+}
+
+/* The end of every successful free: a chunk the free emptied is handed
+ * back if another empty one is cached; the counters. */
+static int freed(struct gs_pproc *p, uint64_t req, uint64_t size, uint64_t empty, struct gs_release rel,
+                 struct gs_release *ret_release)
+{
+        if (empty != UINT64_MAX && p->buddy.nchunks_empty >= 2) {
+                rel.first_slot = (uint32_t)(empty / p->a->pool->chunk_bytes);
+                rel.count = 1;
+        }
+        account(p, -1, req, size);
+        if (ret_release)
+                *ret_release = rel;
+        DEBUG_VALIDATE(p->a->pool, "free");
         return 0;
 }
 
@@ -404,21 +442,25 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
         struct gs_blk *x;
         int r;
 
-        /* Slot keys are off | 1: an unaligned off must not alias one. */
         if (off % GS_MIN_ALIGN || off / cb >= p->g.nslots)
                 return -ENOENT;
         x = gs_buddy_find(&p->buddy, off);
-        if (!x || (x->kind != GS_BLK_USED && x->kind != GS_BLK_WHOLE))
-                x = gs_buddy_find(&p->buddy, off | GS_BLK_KEY_SLOT);
-        if (!x)
-                return -ENOENT;
+        if (!x || x->kind == GS_BLK_SLAB) {
+                /* A slot: in the slab block at off (slot 0), or inside one. */
+                struct gs_slab *s = x ? x->owner : gs_slab_find(&p->slab, off);
+                unsigned i;
+                if (!s || gs_slab_slot(s, off, &i) < 0 || gs_slab_slot_off(s, i) != off)
+                        return -ENOENT;
+                uint64_t req = gs_slab_slot_req(s, i), size = s->slot;
+                r = gs_slab_free(&p->slab, s, i, &empty);
+                if (r < 0)
+                        return r;
+                return freed(p, req, size, empty, rel, ret_release);
+        }
         uint64_t req = x->req, size = x->size;
         switch (x->kind) {
         case GS_BLK_USED:
                 r = gs_buddy_free(&p->buddy, x, &empty);
-                break;
-        case GS_BLK_SLOT:
-                r = gs_slab_free(&p->slab, x, &empty);
                 break;
         case GS_BLK_WHOLE: {
                 uint32_t first = (uint32_t)(off / cb), k = (uint32_t)(x->size / cb);
@@ -454,15 +496,7 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
         }
         if (r < 0)
                 return r;
-        if (empty != UINT64_MAX && p->buddy.nchunks_empty >= 2) {
-                rel.first_slot = (uint32_t)(empty / cb);
-                rel.count = 1;
-        }
-        account(p, -1, req, size);
-        if (ret_release)
-                *ret_release = rel;
-        DEBUG_VALIDATE(pool, "free");
-        return 0;
+        return freed(p, req, size, empty, rel, ret_release);
 }
 
 int gs_pproc_release(struct gs_pproc *p, uint32_t first_slot, uint32_t count)
@@ -507,21 +541,29 @@ int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base, u
         if (chunk == GS_GSM_NONE)
                 return -ENOENT;
         const struct gs_blk *x = pool->gsm.chunks[chunk].user;
+        uint64_t base, req;
         if (!x) {
                 x = gs_buddy_find_containing(&p->buddy, off);
                 if (x && x->kind == GS_BLK_TAIL)
                         x = x->owner;
-                if (x && x->kind == GS_BLK_SLAB) {
-                        const struct gs_slab *s = x->owner;
-                        uint64_t i = (off - s->base) / s->slot;
-                        x = i < s->nslots ? gs_buddy_find(&p->buddy, (s->base + i * s->slot) | GS_BLK_KEY_SLOT)
-                                          : NULL;
-                }
         }
-        if (!x || x->kind == GS_BLK_FREE || off - x->off >= x->req)
+        if (x && x->kind == GS_BLK_SLAB) {
+                const struct gs_slab *s = x->owner;
+                unsigned i;
+                if (gs_slab_slot(s, off, &i) < 0)
+                        return -ENOENT;
+                base = gs_slab_slot_off(s, i);
+                req = gs_slab_slot_req(s, i);
+        } else if (x && x->kind != GS_BLK_FREE) {
+                base = x->off;
+                req = x->req;
+        } else {
                 return -ENOENT;
-        *ret_base = x->off;
-        *ret_size = x->req;
+        }
+        if (off - base >= req)
+                return -ENOENT;
+        *ret_base = base;
+        *ret_size = req;
         return 0;
 }
 
@@ -559,7 +601,7 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                         continue;
                 }
                 x = gs_buddy_find(&p->buddy, base);
-                if (!x || x->kind == GS_BLK_WHOLE || x->kind == GS_BLK_SLOT)
+                if (!x || x->kind == GS_BLK_WHOLE)
                         FAIL("chunk %u at slot %u is in no buddy tree", id, c->slot);
                 inbuddy++;
         }
@@ -593,6 +635,11 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                 req += x->req;
                 bytes += x->size;
         }
+        uint64_t sn, sreq, sbytes;
+        gs_slab_usage(&p->slab, &sn, &sreq, &sbytes);
+        nblocks += sn;
+        req += sreq;
+        bytes += sbytes;
         if (nblocks != p->nblocks || req != p->bytes_requested || bytes != p->bytes_in_blocks)
                 FAIL("process: %llu blocks %llu/%llu B, counters %llu blocks %llu/%llu B",
                      (unsigned long long)nblocks, (unsigned long long)req, (unsigned long long)bytes,
@@ -609,7 +656,7 @@ int gs_pool_validate(const struct gs_pool *pool, char *why, size_t whylen)
                 return r;
         for (struct gs_gsm_alloc *ga = pool->gsm.allocs; ga; ga = ga->next) {
                 const struct gs_palloc *a = palloc_of(ga);
-                uint64_t req = 0, bytes = 0;
+                uint64_t nblocks = 0, req = 0, bytes = 0;
 
                 if (a->pool != pool)
                         FAIL("allocation of another pool");
@@ -620,12 +667,14 @@ int gs_pool_validate(const struct gs_pool *pool, char *why, size_t whylen)
                         r = validate_proc(pool, p, why, whylen);
                         if (r < 0)
                                 return r;
+                        nblocks += p->nblocks;
                         req += p->bytes_requested;
                         bytes += p->bytes_in_blocks;
                 }
-                if (req != a->bytes_requested || bytes != a->bytes_in_blocks)
-                        FAIL("allocation: processes hold %llu/%llu B, counters %llu/%llu",
-                             (unsigned long long)req, (unsigned long long)bytes,
+                if (nblocks != a->nblocks || req != a->bytes_requested || bytes != a->bytes_in_blocks)
+                        FAIL("allocation: processes hold %llu blocks %llu/%llu B, counters %llu %llu/%llu",
+                             (unsigned long long)nblocks, (unsigned long long)req, (unsigned long long)bytes,
+                             (unsigned long long)a->nblocks,
                              (unsigned long long)a->bytes_requested,
                              (unsigned long long)a->bytes_in_blocks);
         }

@@ -35,6 +35,14 @@ struct gs_pproc;
 /* Requests at most this size may be served by the slab level. */
 #define GS_SLAB_MAX (64u * 1024u)
 
+/* Default caps on live blocks (gs_pool_set_block_caps), which bound the
+ * agent's own memory whatever a process asks for: a block served by a
+ * slab costs about 2 B of agent memory (up to about 300 B when it alone
+ * keeps its slab), any other about 100 B to 2 KiB (its record and the
+ * free pieces around it). */
+#define GS_POOL_MAX_PROC_BLOCKS (UINT64_C(1) << 20)
+#define GS_POOL_MAX_ALLOC_BLOCKS (UINT64_C(1) << 22)
+
 struct gs_grant {
         uint32_t chunk; /* chunk id in the pool */
         uint32_t slot;  /* where the process must map it */
@@ -61,6 +69,7 @@ struct gs_palloc_stats {
         uint32_t chunks_held;      /* held by its processes (own + borrowed) */
         uint32_t chunks_borrowed;  /* of those, borrowed from the system list */
         uint32_t nprocs;
+        uint64_t nblocks;          /* live blocks of all its processes */
         uint64_t bytes_requested;  /* sum of sizes asked for by its processes */
         uint64_t bytes_in_blocks;  /* sum of the blocks handed out for them */
 };
@@ -91,6 +100,12 @@ struct gs_pool *gs_pool_new(uint32_t nchunks, uint64_t chunk_bytes);
 /* Frees the pool and every allocation and process in it.  NULL is fine. */
 void gs_pool_free(struct gs_pool *pool);
 void gs_pool_set_return_fn(struct gs_pool *pool, gs_pool_return_fn fn, void *ctx);
+/* At most per_proc live blocks in one process and per_alloc in all the
+ * processes of one allocation (defaults GS_POOL_MAX_PROC_BLOCKS and
+ * GS_POOL_MAX_ALLOC_BLOCKS); gs_pproc_malloc past either is -ENOMEM.
+ * Lowering a cap under what is live frees nothing: only new requests fail.
+ * -EINVAL if either is 0. */
+int gs_pool_set_block_caps(struct gs_pool *pool, uint64_t per_proc, uint64_t per_alloc) GS_WUR;
 /* Takes a free chunk out of service for good (e.g. its memory could not be
  * recreated).  -EBUSY if the chunk is not on the system free list. */
 int gs_pool_retire_chunk(struct gs_pool *pool, uint32_t chunk) GS_WUR;
@@ -129,7 +144,8 @@ void gs_pproc_stats(const struct gs_pproc *p, struct gs_pproc_stats *ret);
  * chunks newly given to the process with their slots, which the caller must
  * send to it.  A request over chunk_bytes takes k whole chunks at k
  * consecutive slots (coalescing).  Errors: -EINVAL (size 0, or larger than
- * the pool), -ENOMEM (quota and balloon cap used up), -ENOSPC (no k
+ * the pool), -ENOMEM (the process or its allocation at its live-block cap,
+ * or quota and balloon cap used up), -ENOSPC (no k
  * consecutive free slots), -E2BIG (it would need more than max_grants new
  * chunks). */
 int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,

@@ -201,8 +201,6 @@ static void free_block_add(struct gs_buddy *b, struct gs_blk *r, uint64_t off, u
 {
         r->off = off;
         r->size = UINT64_C(1) << order;
-        r->req = 0;
-        r->owner = NULL;
         r->kind = GS_BLK_FREE;
         r->order = (uint8_t)order;
         gs_buddy_insert(b, off, r);
@@ -301,7 +299,9 @@ static void carve(struct gs_buddy *b, struct gs_blk *blk, unsigned j, uint64_t r
         blk->kind = (uint8_t)kind;
         blk->order = (uint8_t)o;
         blk->size = rs;
+        /* no longer on a free list: the links' space holds req and owner */
         blk->req = req;
+        blk->owner = NULL;
         b->bytes_used += rs;
         *fill_of(b, blk->off) += rs;
 }
@@ -450,12 +450,6 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 n++;
                 if (gs_buddy_find(b, e->key) != x)
                         FAIL("key %#llx unreachable by probing", (unsigned long long)e->key);
-                if (x->kind == GS_BLK_SLOT) {
-                        if (e->key != (x->off | GS_BLK_KEY_SLOT))
-                                FAIL("slot key %#llx off %#llx", (unsigned long long)e->key,
-                                     (unsigned long long)x->off);
-                        continue;
-                }
                 if (e->key != x->off)
                         FAIL("key %#llx for block at %#llx", (unsigned long long)e->key,
                              (unsigned long long)x->off);

@@ -18,9 +18,8 @@
  * tail past s is given back to the free lists at once, so the block handed
  * out is exactly s bytes, the binary decomposition of s (20 MiB = 16 + 4).
  *
- * The hash is shared with the slab level (gs_slab.c): slab slots have
- * records too, keyed by offset | GS_BLK_KEY_SLOT so a slot starting at the
- * same offset as its slab's block does not collide with it. */
+ * The hash is shared with gs_alloc.c (coalesced blocks) and the slab
+ * level, which finds a slab by its block's record; slots have none. */
 #ifndef GS_BUDDY_H
 #define GS_BUDDY_H
 
@@ -31,7 +30,6 @@
 
 #define GS_BUDDY_MIN_SHIFT 8u   /* 256 B, GS_MIN_ALIGN */
 #define GS_BUDDY_MAX_SHIFT 47u  /* largest chunk the buddy accepts: 128 TiB */
-#define GS_BLK_KEY_SLOT 1u      /* tag in the low bits of a slot's key */
 
 /* Records needed, in the worst case, by one gs_buddy_alloc or
  * gs_buddy_free: at most one per order split off or given back. */
@@ -41,22 +39,31 @@ enum gs_blk_kind {
         GS_BLK_FREE = 1, /* on a free list; size = 1 << order */
         GS_BLK_USED,     /* handed out by the buddy; size = rounded request */
         GS_BLK_SLAB,     /* handed out by the buddy to a slab; owner = slab */
-        GS_BLK_SLOT,     /* one slot of a slab; owner = slab (key tagged) */
         GS_BLK_WHOLE,    /* whole chunks of a coalesced request (gs_alloc.c) */
         GS_BLK_TAIL,     /* the partial last chunk of a coalesced request,
                             carved at the chunk's base; owner = its WHOLE */
 };
 
+/* 40 bytes: a free block needs its list links, any other its size asked
+ * for and owner, never both, so they share the space (the agent holds one
+ * record per buddy block; docs/allocator.md "The agent's memory"). */
 struct gs_blk {
         uint64_t off;  /* start, in the process's virtual range */
         uint64_t size; /* bytes the block spans */
-        uint64_t req;  /* bytes asked for (USED, SLOT, WHOLE); 0 otherwise */
-        struct gs_blk *prev, *next; /* FREE: its order's free list; else
-                                       free for the owner's use */
-        void *owner;   /* SLAB, SLOT: the struct gs_slab */
+        union {
+                struct { /* FREE: its order's free list */
+                        struct gs_blk *prev, *next;
+                };
+                struct { /* any other kind */
+                        uint64_t req; /* bytes asked for (USED, WHOLE); else 0 */
+                        void *owner;  /* SLAB: the struct gs_slab; WHOLE, TAIL:
+                                         each other */
+                };
+        };
         uint8_t kind;  /* enum gs_blk_kind */
         uint8_t order; /* FREE: log2(size) */
 };
+_Static_assert(sizeof(struct gs_blk) == 40, "struct gs_blk grew: it is per block");
 
 struct gs_buddy_ent {
         uint64_t key;

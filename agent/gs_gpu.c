@@ -352,6 +352,10 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                 return -ENOMEM;
         }
         gs_pool_set_return_fn(g->pool, chunk_recycle, g);
+        if (gs_pool_set_block_caps(g->pool, cfg->max_blocks_per_process, cfg->max_blocks_per_allocation) < 0) {
+                snprintf(err, errlen, "maxBlocksPerProcess and maxBlocksPerAllocation must not be 0");
+                return -EINVAL;
+        }
         g->units_total = (uint32_t)((uint64_t)g->nchunks * g->chunk_bytes / g->unit_bytes);
         if (g->units_total > GS_MAX_UNITS_PER_GPU)
                 g->units_total = GS_MAX_UNITS_PER_GPU;

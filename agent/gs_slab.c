@@ -30,10 +30,22 @@ static void slab_unlink(struct gs_slab **head, struct gs_slab *s)
         s->prev = s->next = NULL;
 }
 
+static inline unsigned ceil_log2(uint64_t x)
+{
+        return x <= 1 ? 0 : 64u - (unsigned)__builtin_clzll(x - 1);
+}
+
 void gs_slab_init(struct gs_slab_cache *sc, struct gs_buddy *buddy)
 {
         memset(sc, 0, sizeof(*sc));
         sc->buddy = buddy;
+        /* The alignments slab blocks can have, for gs_slab_find. */
+        sc->lo_shift = UINT32_MAX;
+        for (unsigned c = 0; c < GS_SLAB_CLASSES; c++) {
+                unsigned sh = ceil_log2(gs_slab_block_bytes((c + 1) * GS_MIN_ALIGN, buddy->chunk_shift));
+                sc->lo_shift = sh < sc->lo_shift ? sh : sc->lo_shift;
+                sc->hi_shift = sh > sc->hi_shift ? sh : sc->hi_shift;
+        }
 }
 
 void gs_slab_fini(struct gs_slab_cache *sc)
@@ -85,7 +97,7 @@ int gs_slab_reserve(struct gs_slab_cache *sc)
         return sc->spare ? 0 : -ENOMEM;
 }
 
-/* A new slab for class cls, from the buddy.  pre: records reserved. */
+/* A new slab for class cls, from the buddy. */
 static int slab_new(struct gs_slab_cache *sc, unsigned cls)
 {
         uint32_t slot = (cls + 1) * GS_MIN_ALIGN;
@@ -115,47 +127,60 @@ static int slab_new(struct gs_slab_cache *sc, unsigned cls)
         return 0;
 }
 
-int gs_slab_alloc(struct gs_slab_cache *sc, uint64_t size, struct gs_blk **ret)
+int gs_slab_alloc(struct gs_slab_cache *sc, uint64_t size, uint64_t *ret_off)
 {
         if (size == 0 || size > GS_SLAB_MAX)
                 return -EINVAL;
         unsigned cls = size_cls(size);
         struct gs_slab_class *c = &sc->cls[cls];
-        /* Reserve first: a new slab and the slot's record must not fail
-         * half way. */
-        int r = gs_buddy_reserve(sc->buddy, GS_BUDDY_OP_RECS + 1);
-        if (r < 0)
-                return r;
         if (!c->partial) {
-                r = slab_new(sc, cls);
+                int r = slab_new(sc, cls);
                 if (r < 0)
                         return r;
         }
+        /* Nothing below can fail. */
         struct gs_slab *s = c->partial;
         unsigned w = s->freemask[0] ? 0 : 1;
         unsigned i = w * 64 + (unsigned)__builtin_ctzll(s->freemask[w]);
         s->freemask[w] &= ~(UINT64_C(1) << (i % 64));
+        s->req[i] = (uint8_t)(size - (s->slot - GS_MIN_ALIGN + 1u));
         if (--s->nfree == 0) {
                 slab_unlink(&c->partial, s);
                 slab_push(&c->full, s);
         }
-        struct gs_blk *x = gs_buddy_rec_get(sc->buddy);
-        x->off = s->base + (uint64_t)i * s->slot;
-        x->size = s->slot;
-        x->req = size;
-        x->owner = s;
-        x->kind = GS_BLK_SLOT;
-        gs_buddy_insert(sc->buddy, x->off | GS_BLK_KEY_SLOT, x);
         sc->slots_used++;
-        *ret = x;
+        *ret_off = gs_slab_slot_off(s, i);
         return 0;
 }
 
-int gs_slab_free(struct gs_slab_cache *sc, struct gs_blk *x, uint64_t *ret_empty_base)
+struct gs_slab *gs_slab_find(const struct gs_slab_cache *sc, uint64_t off)
 {
-        struct gs_slab *s = x->owner;
+        /* The slab block containing off starts at off rounded down to its
+         * own alignment; try each alignment a slab block can have.  At
+         * most one slab block contains off, and only it passes. */
+        for (unsigned sh = sc->lo_shift; sh <= sc->hi_shift; sh++) {
+                uint64_t base = off & ~((UINT64_C(1) << sh) - 1);
+                const struct gs_blk *x = gs_buddy_find(sc->buddy, base);
+
+                if (x && x->kind == GS_BLK_SLAB && off - base < x->size)
+                        return x->owner;
+        }
+        return NULL;
+}
+
+int gs_slab_slot(const struct gs_slab *s, uint64_t off, unsigned *ret_i)
+{
+        uint64_t i = (off - s->base) / s->slot;
+
+        if (i >= s->nslots || s->freemask[i / 64] & (UINT64_C(1) << (i % 64)))
+                return -ENOENT;
+        *ret_i = (unsigned)i;
+        return 0;
+}
+
+int gs_slab_free(struct gs_slab_cache *sc, struct gs_slab *s, unsigned i, uint64_t *ret_empty_base)
+{
         struct gs_slab_class *c = &sc->cls[s->cls];
-        unsigned i = (unsigned)((x->off - s->base) / s->slot);
         int r;
 
         if (s->nfree + 1 == s->nslots) {
@@ -165,10 +190,9 @@ int gs_slab_free(struct gs_slab_cache *sc, struct gs_blk *x, uint64_t *ret_empty
                 if (r < 0)
                         return r;
         }
-        gs_buddy_remove(sc->buddy, x->off | GS_BLK_KEY_SLOT);
-        gs_buddy_rec_put(sc->buddy, x);
         sc->slots_used--;
         s->freemask[i / 64] |= UINT64_C(1) << (i % 64);
+        s->req[i] = 0;
         if (s->nfree++ == 0) {
                 slab_unlink(&c->full, s);
                 slab_push(&c->partial, s);
@@ -187,6 +211,27 @@ int gs_slab_free(struct gs_slab_cache *sc, struct gs_blk *x, uint64_t *ret_empty
         else
                 free(s);
         return 0;
+}
+
+void gs_slab_usage(const struct gs_slab_cache *sc, uint64_t *ret_slots, uint64_t *ret_req,
+                   uint64_t *ret_bytes)
+{
+        uint64_t n = 0, req = 0, bytes = 0;
+
+        for (unsigned c = 0; c < GS_SLAB_CLASSES; c++)
+                for (int l = 0; l < 2; l++)
+                        for (const struct gs_slab *s = l ? sc->cls[c].full : sc->cls[c].partial; s;
+                             s = s->next)
+                                for (unsigned i = 0; i < s->nslots; i++) {
+                                        if (s->freemask[i / 64] & (UINT64_C(1) << (i % 64)))
+                                                continue;
+                                        n++;
+                                        req += gs_slab_slot_req(s, i);
+                                        bytes += s->slot;
+                                }
+        *ret_slots = n;
+        *ret_req = req;
+        *ret_bytes = bytes;
 }
 
 #define FAIL(...)                                                     \
@@ -218,12 +263,19 @@ static int check_slab(const struct gs_slab_cache *sc, const struct gs_slab *s, u
         for (unsigned i = s->nslots; i < GS_SLAB_MAX_SLOTS; i++)
                 if (s->freemask[i / 64] & (UINT64_C(1) << (i % 64)))
                         FAIL("slab %#llx: bit %u past its slots", (unsigned long long)s->base, i);
+        for (unsigned i = 0; i < GS_SLAB_MAX_SLOTS; i++)
+                if (s->req[i] && (i >= s->nslots || s->freemask[i / 64] & (UINT64_C(1) << (i % 64))))
+                        FAIL("slab %#llx: free slot %u has a size", (unsigned long long)s->base, i);
+        unsigned sh = ceil_log2(s->blk->size);
+        if (sh < sc->lo_shift || sh > sc->hi_shift || gs_slab_find(sc, s->base + s->blk->size - 1) != s)
+                FAIL("slab %#llx (%llu B) not found by its offsets", (unsigned long long)s->base,
+                     (unsigned long long)s->blk->size);
         return 0;
 }
 
 int gs_slab_validate(const struct gs_slab_cache *sc, char *why, size_t whylen)
 {
-        uint64_t nslabs = 0, used = 0, nslot_recs = 0, nslab_blks = 0;
+        uint64_t nslabs = 0, used = 0, nslab_blks = 0;
         int r;
 
         for (unsigned c = 0; c < GS_SLAB_CLASSES; c++) {
@@ -256,31 +308,11 @@ int gs_slab_validate(const struct gs_slab_cache *sc, char *why, size_t whylen)
         const struct gs_buddy *b = sc->buddy;
         for (size_t i = 0; i < b->tab_cap; i++) {
                 const struct gs_blk *x = b->tab[i].blk;
-                if (!x)
-                        continue;
-                if (x->kind == GS_BLK_SLAB) {
+                if (x && x->kind == GS_BLK_SLAB)
                         nslab_blks++;
-                        continue;
-                }
-                if (x->kind != GS_BLK_SLOT)
-                        continue;
-                nslot_recs++;
-                const struct gs_slab *s = x->owner;
-                /* the owner must be a live slab: its block says so */
-                if (!s || gs_buddy_find(b, s->base) != s->blk || s->blk->owner != s)
-                        FAIL("slot %#llx of no slab", (unsigned long long)x->off);
-                uint64_t d = x->off - s->base;
-                if (x->off < s->base || d % s->slot || d / s->slot >= s->nslots || x->size != s->slot ||
-                    x->req == 0 || x->req > x->size)
-                        FAIL("slot %#llx does not fit slab %#llx", (unsigned long long)x->off,
-                             (unsigned long long)s->base);
-                unsigned k = (unsigned)(d / s->slot);
-                if (s->freemask[k / 64] & (UINT64_C(1) << (k % 64)))
-                        FAIL("slot %#llx live but marked free", (unsigned long long)x->off);
         }
-        if (nslot_recs != used || nslab_blks != nslabs)
-                FAIL("%llu slot records for %llu used slots, %llu slab blocks for %llu slabs",
-                     (unsigned long long)nslot_recs, (unsigned long long)used,
-                     (unsigned long long)nslab_blks, (unsigned long long)nslabs);
+        if (nslab_blks != nslabs)
+                FAIL("%llu slab blocks for %llu slabs", (unsigned long long)nslab_blks,
+                     (unsigned long long)nslabs);
         return 0;
 }

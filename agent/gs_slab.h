@@ -4,16 +4,22 @@
  * When a process keeps asking for the same small size (<= GS_SLAB_MAX,
  * rounded up to 256 B: one class per 256 B step), one buddy block is cut
  * into equal slots of that size and later requests are served from it:
- * a slot costs a bit flip and a hash insertion instead of buddy splits and
- * merges, and sizes that are not powers of two waste nothing but the
+ * a slot costs a bit flip instead of buddy splits and merges, and sizes that are not powers of two waste nothing but the
  * 256 B rounding (2049 B gets a 2304 B slot).  The block is exactly its
  * slots (the buddy carves exact sizes): GS_SLAB_BLOCK_TARGET / slot of
  * them, at least GS_SLAB_MIN_SLOTS and at most GS_SLAB_MAX_SLOTS (and at
  * most a chunk), so a size class with few live slots holds little idle
  * memory.  A slab whose slots are all free goes back to the buddy at once.
  *
- * Slots have records in the buddy's hash (kind GS_BLK_SLOT, key
- * off | GS_BLK_KEY_SLOT), so free() finds them with one lookup. */
+ * A slot has no record of its own: its state is a bit of its slab's free
+ * mask and its requested size one byte (the size is within 256 B below
+ * the slot size), so a live 256 B block costs the agent about 2 bytes
+ * (the slab struct and the slab block's buddy record, shared by 128
+ * slots), not a record and a hash entry of its own.  free() finds the slab
+ * through the buddy's hash: a slab block is aligned to the power of two at
+ * or above its size, and slab blocks are 32 KiB (128 x 256 B) to 256 KiB,
+ * so the slab containing off starts at off rounded down to one of a few
+ * powers of two (gs_slab_find; one probe for the 256 B class). */
 #ifndef GS_SLAB_H
 #define GS_SLAB_H
 
@@ -39,6 +45,9 @@ struct gs_slab {
         uint16_t nslots, nfree;
         uint16_t cls;
         uint64_t freemask[GS_SLAB_MAX_SLOTS / 64]; /* bit i: slot i free */
+        /* live slot i was asked for slot - GS_MIN_ALIGN + 1 + req[i] bytes;
+           0 while free */
+        uint8_t req[GS_SLAB_MAX_SLOTS];
 };
 
 struct gs_slab_class {
@@ -52,6 +61,8 @@ struct gs_slab_cache {
         struct gs_slab *spare; /* one preallocated slab struct */
         uint64_t nslabs;
         uint64_t slots_used;
+        /* slab blocks are aligned to 2^lo_shift .. 2^hi_shift (gs_slab_find) */
+        unsigned lo_shift, hi_shift;
         struct gs_slab_class cls[GS_SLAB_CLASSES];
 };
 
@@ -70,15 +81,35 @@ void gs_slab_note(struct gs_slab_cache *sc, uint64_t size);
 /* Preallocates what a new slab would need besides buddy space, so that a
  * caller that adds a chunk for it first cannot fail afterwards.  -ENOMEM. */
 int gs_slab_reserve(struct gs_slab_cache *sc) GS_WUR;
-/* A slot for size bytes (1..GS_SLAB_MAX).  -ENOSPC if a new slab is needed
- * and the buddy has no block for it (add a chunk, retry); -ENOMEM. */
-int gs_slab_alloc(struct gs_slab_cache *sc, uint64_t size, struct gs_blk **ret) GS_WUR;
-/* Frees a slot (kind GS_BLK_SLOT).  *ret_empty_base as gs_buddy_free when
- * the slab's block went back and left its chunk empty, else UINT64_MAX.
- * -ENOMEM (nothing done). */
-int gs_slab_free(struct gs_slab_cache *sc, struct gs_blk *slot, uint64_t *ret_empty_base) GS_WUR;
+/* A slot for size bytes (1..GS_SLAB_MAX), of size rounded up to 256 B; its
+ * offset in *ret_off.  -ENOSPC if a new slab is needed and the buddy has no
+ * block for it (add a chunk, retry); -ENOMEM.  Nothing changes on failure. */
+int gs_slab_alloc(struct gs_slab_cache *sc, uint64_t size, uint64_t *ret_off) GS_WUR;
+/* The slab whose block contains off, or NULL. */
+struct gs_slab *gs_slab_find(const struct gs_slab_cache *sc, uint64_t off);
+/* The index of the live slot of s that contains off; -ENOENT if that slot
+ * is free (or off is past the last slot).  pre: s contains off. */
+int gs_slab_slot(const struct gs_slab *s, uint64_t off, unsigned *ret_i) GS_WUR;
+static inline uint64_t gs_slab_slot_off(const struct gs_slab *s, unsigned i)
+{
+        return s->base + (uint64_t)i * s->slot;
+}
+/* The size asked for live slot i. */
+static inline uint64_t gs_slab_slot_req(const struct gs_slab *s, unsigned i)
+{
+        return s->slot - GS_MIN_ALIGN + 1u + s->req[i];
+}
+/* Frees live slot i of s.  *ret_empty_base as gs_buddy_free when the slab's
+ * block went back and left its chunk empty, else UINT64_MAX.  -ENOMEM
+ * (nothing done). */
+int gs_slab_free(struct gs_slab_cache *sc, struct gs_slab *s, unsigned i,
+                 uint64_t *ret_empty_base) GS_WUR;
 
-/* Slabs against their lists and masks, slot records against the slabs. */
+/* Live slots, the sizes asked for them and the bytes they span, counted by
+ * walking every slab (for validators). */
+void gs_slab_usage(const struct gs_slab_cache *sc, uint64_t *ret_slots, uint64_t *ret_req,
+                   uint64_t *ret_bytes);
+/* Slabs against their lists, masks and buddy blocks; the counters. */
 int gs_slab_validate(const struct gs_slab_cache *sc, char *why, size_t whylen) GS_WUR;
 
 #endif

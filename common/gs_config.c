@@ -34,6 +34,8 @@ void gs_config_defaults(struct gs_config *c)
         c->chunk_bytes = 64 * GS_MiB;
         c->reserve_bytes = 512 * GS_MiB;
         c->balloon_cap_bytes = 0;
+        c->max_blocks_per_process = UINT64_C(1) << 20;
+        c->max_blocks_per_allocation = UINT64_C(1) << 22;
         c->ndevices = 0;
         snprintf(c->agent_socket, sizeof(c->agent_socket), "/run/gshare/agent.sock");
         snprintf(c->socket_root, sizeof(c->socket_root), "/run/gshare/alloc");
@@ -361,6 +363,29 @@ static int set_duration(struct ctx *x, const yaml_node_t *v, const char *key, ui
         return 0;
 }
 
+/* A count in 1..GS_CONFIG_MAX_BLOCKS, plain decimal. */
+static int set_block_cap(struct ctx *x, const yaml_node_t *v, const char *key, uint64_t *dst)
+{
+        const char *s = NULL;
+        uint64_t n = 0;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        if (!*s)
+                return fail_at(x, v, key, "expected a number of blocks, got ''");
+        for (const char *p = s; *p; p++)
+                if (*p < '0' || *p > '9')
+                        return fail_at(x, v, key, "expected a number of blocks, got '%s'", s);
+        /* stops once past the limit: no overflow */
+        for (const char *p = s; *p && n <= GS_CONFIG_MAX_BLOCKS; p++)
+                n = n * 10 + (uint64_t)(*p - '0');
+        if (n == 0 || n > GS_CONFIG_MAX_BLOCKS)
+                return fail_at(x, v, key, "must be 1 to %llu, got %s", (unsigned long long)GS_CONFIG_MAX_BLOCKS, s);
+        *dst = n;
+        return 0;
+}
+
 static int set_bool(struct ctx *x, const yaml_node_t *v, const char *key, int *dst)
 {
         static const char *const yes[] = { "true", "yes", "on" }, *const no[] = { "false", "no", "off" };
@@ -500,6 +525,10 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
                 return set_size(x, v, key, &c->reserve_bytes, 1);
         if (strcmp(key, "balloonCap") == 0)
                 return set_size(x, v, key, &c->balloon_cap_bytes, 1);
+        if (strcmp(key, "maxBlocksPerProcess") == 0)
+                return set_block_cap(x, v, key, &c->max_blocks_per_process);
+        if (strcmp(key, "maxBlocksPerAllocation") == 0)
+                return set_block_cap(x, v, key, &c->max_blocks_per_allocation);
         if (strcmp(key, "devices") == 0)
                 return set_devices(x, c, v);
         if (strcmp(key, "agentSocket") == 0)

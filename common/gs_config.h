@@ -8,6 +8,8 @@
  *   chunkSize: 64Mi          # GSM size: a power of two, multiple of 2Mi
  *   reserve: 512Mi           # per GPU, headroom left free in the driver
  *   balloonCap: 0            # per allocation, borrowable from the system list
+ *   maxBlocksPerProcess: 1048576     # live blocks (cuMemAlloc) a process may hold
+ *   maxBlocksPerAllocation: 4194304  # ... all processes of an allocation, per GPU
  *   devices: all             # or a list of GPU UUIDs / indices
  *   agentSocket: /run/gshare/agent.sock
  *   socketRoot: /run/gshare/alloc        # allocations' socket directories
@@ -56,6 +58,8 @@ enum gs_over_quota { GS_OVER_QUOTA_KILL = 0, GS_OVER_QUOTA_REPORT = 1 };
 enum gs_pod_watch { GS_POD_WATCH_AUTO = 0, GS_POD_WATCH_ON, GS_POD_WATCH_OFF };
 #define GS_CONFIG_API_SERVER_MAX 512
 #define GS_CONFIG_NODE_NAME_MAX 254
+/* maxBlocksPerProcess / maxBlocksPerAllocation: 1 .. this */
+#define GS_CONFIG_MAX_BLOCKS (UINT64_C(1) << 30)
 
 struct gs_config {
         char resource_name[256];
@@ -63,6 +67,10 @@ struct gs_config {
         uint64_t chunk_bytes;
         uint64_t reserve_bytes;
         uint64_t balloon_cap_bytes;
+        /* Caps on live blocks, which bound the agent's memory per process
+           and per allocation on each GPU (agent/gs_alloc.h). */
+        uint64_t max_blocks_per_process;
+        uint64_t max_blocks_per_allocation;
         /* ndevices == 0 means all GPUs; else each entry a UUID or an index. */
         unsigned ndevices;
         char devices[GS_CONFIG_MAX_DEVICES][64];

@@ -185,7 +185,21 @@ START_TEST(test_slab_path)
         ck_assert_uint_eq(size, 2049);
         ck_assert_int_eq(gs_pproc_range(p, off[5] + 2100, &base, &size), -ENOENT);
         struct gs_release rel;
-        ck_assert_int_eq(gs_pproc_free(p, off[5] + 256, &rel), -ENOENT);
+        struct gs_pproc_stats st0, st1;
+        gs_pproc_stats(p, &st0);
+        ck_assert_int_eq(gs_pproc_free(p, off[5] + 256, &rel), -ENOENT);  /* inside a slot */
+        ck_assert_int_eq(gs_pproc_free(p, off[199] + 2304, &rel), -ENOENT); /* a free slot */
+        ck_assert_int_eq(gs_pproc_range(p, off[199] + 2304, &base, &size), -ENOENT);
+        gs_pproc_stats(p, &st1);
+        ck_assert_int_eq(memcmp(&st0, &st1, sizeof(st0)), 0);
+        must_free(p, off[1]); /* slot 0 of its slab: same offset as the slab's block */
+        ck_assert_int_eq(gs_pproc_free(p, off[1], &rel), -ENOENT);
+        ck_assert_int_eq(gs_pproc_free(p, off[7], &rel), 0);
+        ck_assert_int_eq(gs_pproc_free(p, off[7], &rel), -ENOENT); /* double free */
+        valid();
+        off[7] = must_malloc(p, 2049); /* the lowest free slot again */
+        ck_assert_uint_eq(off[7], off[1]);
+        off[1] = must_malloc(p, 2304);
         for (int i = 0; i < 200; i++)
                 must_free(p, off[i]);
         gs_pproc_stats(p, &st);
@@ -193,6 +207,62 @@ START_TEST(test_slab_path)
         ck_assert_uint_eq(st.chunks_empty, 1);
         gs_pproc_del(p);
         ck_assert_int_eq(gs_palloc_del(a), 0);
+}
+END_TEST
+
+/* The live-block caps bound the agent's memory: past either a request
+ * is -ENOMEM (the hook's CUDA_ERROR_OUT_OF_MEMORY) and nothing changes;
+ * a free makes room again. */
+START_TEST(test_block_caps)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p, *q;
+        struct gs_pproc_stats st0, st1;
+        struct gs_palloc_stats as;
+        uint64_t off[8], x;
+        ck_assert_int_eq(gs_pool_set_block_caps(pool, 0, 5), -EINVAL);
+        ck_assert_int_eq(gs_pool_set_block_caps(pool, 3, 0), -EINVAL);
+        ck_assert_int_eq(gs_pool_set_block_caps(pool, 3, 5), 0);
+        ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 16, &p), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 16, &q), 0);
+        off[0] = must_malloc(p, 256);      /* buddy */
+        off[1] = must_malloc(p, 256);      /* slab */
+        off[2] = must_malloc(p, 2 * CHUNK); /* coalesced: one block too */
+        gs_pproc_stats(p, &st0);
+        ck_assert_uint_eq(st0.nblocks, 3);
+        /* the process is at its cap, whatever the size */
+        ck_assert_int_eq(gs_pproc_malloc(p, 256, &x, grants, 16, &ngrants), -ENOMEM);
+        ck_assert_int_eq(gs_pproc_malloc(p, 64 * GS_MiB, &x, grants, 16, &ngrants), -ENOMEM);
+        ck_assert_int_eq(gs_pproc_malloc(p, CHUNK + 1, &x, grants, 16, &ngrants), -ENOMEM);
+        gs_pproc_stats(p, &st1);
+        ck_assert_int_eq(memcmp(&st0, &st1, sizeof(st0)), 0);
+        valid();
+        /* the allocation has 5: q gets 2 more */
+        off[3] = must_malloc(q, 512);
+        off[4] = must_malloc(q, 512);
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.nblocks, 5);
+        ck_assert_int_eq(gs_pproc_malloc(q, 512, &x, grants, 16, &ngrants), -ENOMEM);
+        /* a free makes room for one, in either process */
+        must_free(p, off[1]);
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.nblocks, 4);
+        off[1] = must_malloc(p, 256);
+        ck_assert_int_eq(gs_pproc_malloc(q, 512, &x, grants, 16, &ngrants), -ENOMEM);
+        gs_pproc_del(p); /* its blocks leave the allocation's count */
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.nblocks, 2);
+        off[5] = must_malloc(q, 512);
+        ck_assert_int_eq(gs_pproc_malloc(q, 512, &x, grants, 16, &ngrants), -ENOMEM); /* q: 3 */
+        /* raising the caps lets it go on */
+        ck_assert_int_eq(gs_pool_set_block_caps(pool, 4, 5), 0);
+        off[6] = must_malloc(q, 512);
+        gs_pproc_del(q);
+        gs_palloc_stats(a, &as);
+        ck_assert_uint_eq(as.nblocks, 0);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+        valid();
 }
 END_TEST
 
@@ -414,6 +484,7 @@ int main(void)
         tcase_add_test(tc, test_bad_input_leaves_state);
         tcase_add_test(tc, test_grant_and_accounting);
         tcase_add_test(tc, test_slab_path);
+        tcase_add_test(tc, test_block_caps);
         tcase_add_test(tc, test_coalesced);
         tcase_add_test(tc, test_coalesced_tail);
         tcase_add_test(tc, test_no_slots);

@@ -4,7 +4,8 @@
  *
  * After every step: no two live blocks of a process overlap, alignment,
  * every block lies in chunks the process holds, the counters equal the
- * model's, no allocation over quota + balloon cap.  The full validator
+ * model's, no allocation over quota + balloon cap, no process or allocation
+ * over its live-block cap (and a request at a cap refused with -ENOMEM).  The full validator
  * runs every VALIDATE_EVERY steps (and inside the debug library every
  * GS_ALLOC_VALIDATE_EVERY mutations).  At the end every chunk is back on
  * the system list.
@@ -27,6 +28,8 @@
 #define NPROCS 3 /* per allocation */
 #define NSLOTS 40
 #define MAXLIVE 32
+#define PROC_BLOCK_CAP 30  /* gs_pool_set_block_caps: below MAXLIVE */
+#define ALLOC_BLOCK_CAP 72 /* and below NPROCS * PROC_BLOCK_CAP */
 #define VALIDATE_EVERY 1000
 
 #ifdef __SANITIZE_ADDRESS__
@@ -56,7 +59,7 @@ static struct mproc mp[NALLOCS][NPROCS];
 static uint64_t seed, rng;
 static long step;
 /* what happened, printed at the end so a run that exercises nothing shows */
-static long n_malloc, n_nomem, n_coalesced, n_slab_sized, n_free, n_release, n_exit;
+static long n_malloc, n_nomem, n_capped, n_coalesced, n_slab_sized, n_free, n_release, n_exit;
 
 #define CHECK(cond, ...)                                                              \
         do {                                                                          \
@@ -185,12 +188,19 @@ static void do_malloc(int a, struct mproc *m)
         gs_pool_stats(pool, &ps);
         uint32_t can_borrow = as.balloon_cap_chunks - as.chunks_borrowed;
         uint32_t obtainable = as.chunks_free + (can_borrow < ps.chunks_free ? can_borrow : ps.chunks_free);
+        int alloc_live = 0;
+        for (int i = 0; i < NPROCS; i++)
+                alloc_live += mp[a][i].nlive;
+        int capped = m->nlive >= PROC_BLOCK_CAP || alloc_live >= ALLOC_BLOCK_CAP;
         int r = gs_pproc_malloc(m->p, size, &off, g, maxg, &ng);
         uint64_t k = size > CHUNK ? (size + CHUNK - 1) / CHUNK : 1;
+        CHECK(!capped || r == -ENOMEM, "malloc at the block cap (%d live, %d in the allocation): %d", m->nlive,
+              alloc_live, r);
+        n_capped += capped;
         if (r < 0) {
                 n_nomem++;
                 CHECK(r == -ENOMEM || r == -ENOSPC || r == -E2BIG, "malloc %" PRIu64 ": %d", size, r);
-                if (r == -ENOMEM)
+                if (r == -ENOMEM && !capped)
                         CHECK(obtainable < k, "ENOMEM with %u obtainable for %" PRIu64, obtainable, k);
                 if (r == -E2BIG)
                         CHECK(k > maxg, "E2BIG for %" PRIu64 " chunks, max %u", k, maxg);
@@ -305,6 +315,7 @@ START_TEST(test_random_model)
         pool = gs_pool_new(NCHUNKS, CHUNK);
         ck_assert_ptr_nonnull(pool);
         gs_pool_set_return_fn(pool, on_return, NULL);
+        CHECK(gs_pool_set_block_caps(pool, PROC_BLOCK_CAP, ALLOC_BLOCK_CAP) == 0, "block caps");
         for (int a = 0; a < NALLOCS; a++) {
                 CHECK(gs_palloc_new(pool, quota[a], cap[a], &al[a]) == 0, "palloc_new");
                 for (int i = 0; i < NPROCS; i++)
@@ -354,9 +365,11 @@ START_TEST(test_random_model)
         CHECK(returned > 0, "no chunk went through the return callback");
         gs_pool_free(pool);
         printf("check_alloc_random: %ld operations, seed %" PRIu64 ": %ld mallocs (%ld slab-sized, %ld coalesced), "
-               "%ld refused, %ld frees, %ld releases, %ld exits, %d chunks recycled\n",
-               nops, seed, n_malloc, n_slab_sized, n_coalesced, n_nomem, n_free, n_release, n_exit, returned);
-        CHECK(n_malloc > nops / 4 && n_coalesced > 0 && n_release > 0 && n_exit > 0, "too little exercised");
+               "%ld refused (%ld at a block cap), %ld frees, %ld releases, %ld exits, %d chunks recycled\n",
+               nops, seed, n_malloc, n_slab_sized, n_coalesced, n_nomem, n_capped, n_free, n_release, n_exit,
+               returned);
+        CHECK(n_malloc > nops / 4 && n_coalesced > 0 && n_release > 0 && n_exit > 0 && n_capped > 0,
+              "too little exercised");
 }
 END_TEST
 

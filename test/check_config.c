@@ -68,6 +68,8 @@ START_TEST(test_defaults)
         ck_assert_int_eq(c.over_quota, GS_OVER_QUOTA_KILL);
         ck_assert_str_eq(c.nvml_library, "libnvidia-ml.so.1");
         ck_assert_uint_eq(c.balloon_cap_bytes, 0);
+        ck_assert_uint_eq(c.max_blocks_per_process, 1048576);
+        ck_assert_uint_eq(c.max_blocks_per_allocation, 4194304);
         ck_assert_uint_eq(c.ndevices, 0);
         ck_assert_str_eq(c.agent_socket, "/run/gshare/agent.sock");
         ck_assert_str_eq(c.socket_root, "/run/gshare/alloc");
@@ -101,6 +103,8 @@ START_TEST(test_every_key)
                  "contextSize: 600Mi\n"
                  "usageInterval: 250ms\n"
                  "overQuota: report\n"
+                 "maxBlocksPerProcess: 1000\n"
+                 "maxBlocksPerAllocation: 1073741824\n"
                  "devices:\n"
                  "  - GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab\n"
                  "  - 3\n"
@@ -126,6 +130,8 @@ START_TEST(test_every_key)
         ck_assert_uint_eq(c.context_bytes, 600 * GS_MiB);
         ck_assert_uint_eq(c.usage_interval_ms, 250);
         ck_assert_int_eq(c.over_quota, GS_OVER_QUOTA_REPORT);
+        ck_assert_uint_eq(c.max_blocks_per_process, 1000);
+        ck_assert_uint_eq(c.max_blocks_per_allocation, 1073741824);
         ck_assert_uint_eq(c.ndevices, 2);
         ck_assert_str_eq(c.devices[0], "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab");
         ck_assert_str_eq(c.devices[1], "3");
@@ -230,6 +236,13 @@ START_TEST(test_errors)
         expect_error("contextSize: 100Gi\n", 1, "contextSize: must be auto or at most 64Gi");
         expect_error("usageInterval: -1s\n", 1, "usageInterval");
         expect_error("balloonCap: [1, 2]\n", 1, "balloonCap: expected a single value, got a list");
+        expect_error("maxBlocksPerProcess: 0\n", 1, "maxBlocksPerProcess: must be 1 to 1073741824, got 0");
+        expect_error("maxBlocksPerProcess: 1073741825\n", 1, "maxBlocksPerProcess: must be 1 to 1073741824");
+        expect_error("maxBlocksPerAllocation: 99999999999999999999999\n", 1,
+                     "maxBlocksPerAllocation: must be 1 to 1073741824, got 99999999999999999999999");
+        expect_error("maxBlocksPerAllocation: 1Mi\n", 1, "maxBlocksPerAllocation: expected a number of blocks, got '1Mi'");
+        expect_error("maxBlocksPerAllocation: -5\n", 1, "maxBlocksPerAllocation: expected a number of blocks");
+        expect_error("maxBlocksPerProcess: \"\"\n", 1, "maxBlocksPerProcess: expected a number of blocks, got ''");
         expect_error("resourceName: gpumem\n", 1, "resourceName: expected domain/name");
         expect_error("resourceName: Bad.IO/x\n", 1, "resourceName: expected domain/name");
         expect_error("inject: ldpreload\n", 1, "inject: expected preload or env, got 'ldpreload'");

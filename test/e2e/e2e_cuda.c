@@ -48,6 +48,10 @@
  *                               import the fd and map it elsewhere: the
  *                               pattern must be there (PyTorch's expandable
  *                               segments share tensors this way)
+ *   e2e_cuda blocks N           cuMemAlloc 256 B blocks until N or an
+ *                               error, print "blocks COUNT RESULT"; after an
+ *                               error free one and allocate again, print
+ *                               "again RESULT"; free all once stdin closes
  * Exit 0 when the mode's own check holds. */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -489,6 +493,32 @@ static int grow(uint64_t mib)
         return 0;
 }
 
+static int blocks(unsigned long n)
+{
+        CUdeviceptr *p = calloc(n ? n : 1, sizeof(*p));
+        CUresult r = CUDA_SUCCESS;
+        unsigned long i;
+
+        if (!p)
+                return 1;
+        for (i = 0; i < n; i++)
+                if ((r = cuMemAlloc(&p[i], 256)) != CUDA_SUCCESS)
+                        break;
+        printf("blocks %lu %d\n", i, (int)r);
+        if (r != CUDA_SUCCESS && i > 0) {
+                if (cuMemFree(p[i - 1]) != CUDA_SUCCESS)
+                        return 1;
+                printf("again %d\n", (int)cuMemAlloc(&p[i - 1], 256));
+        }
+        fflush(stdout);
+        while (getchar() != EOF)
+                ;
+        while (i-- > 0)
+                (void)cuMemFree(p[i]);
+        free(p);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         CUcontext ctx;
@@ -501,6 +531,8 @@ int main(int argc, char **argv)
         }
         init(&ctx);
         g_ctx = ctx;
+        if (strcmp(argv[1], "blocks") == 0 && argc == 3)
+                return blocks(strtoul(argv[2], NULL, 0));
         if (strcmp(argv[1], "fill") == 0)
                 return fill((argc > 2 ? strtoull(argv[2], NULL, 0) : 1) * MiB);
         if (strcmp(argv[1], "bypass") == 0 && argc == 3) {
