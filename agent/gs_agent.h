@@ -67,7 +67,7 @@ struct gs_gpu {
         uint32_t units_total;
         uint32_t chunks_retired;
         uint32_t chunks_pending; /* retired for now: re-created when the driver has room */
-        uint64_t room_credit;    /* gs_gpu_room: bytes being given back by the caller */
+        uint64_t ctx_promised;   /* under lock: charged for contexts not created yet */
         struct gs_chunk *chunks;
         struct gs_pool *pool;
         /* Serializes every call on pool and every access to chunks[]. */
@@ -169,6 +169,8 @@ struct gs_agent {
         struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
         struct gs_nvml nvml;             /* gs_usage.h; fn NULL: no NVML */
         int64_t usage_next_ms;           /* next scan (CLOCK_MONOTONIC); 0: none */
+        int usage_kick;                  /* atomic: a worker wants a scan now */
+        unsigned usage_scans;            /* atomic: scans done (gs_usage_wait) */
         bool stopping;
         /* Objects destroyed while handling a batch of events are freed after
          * it, since later events of the batch may still point at them. */

@@ -45,19 +45,11 @@ static void chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
         prop->location.id = (int)g->dev;
 }
 
-/* Memory released for contexts that their processes do not use (yet). */
-static uint64_t promised(const struct gs_gpu *g)
-{
-        uint64_t held = g->outside_held > g->room_credit ? g->outside_held - g->room_credit : 0;
-
-        return held > g->outside_measured ? held - g->outside_measured : 0;
-}
-
 int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
 {
         const struct gs_cuda *cu = &g->agent->cu;
         size_t free_b = 0, total_b = 0;
-        uint64_t need = g->reserve_bytes + promised(g);
+        uint64_t need = g->reserve_bytes + g->ctx_promised;
 
         if (cu->mem_get_info(&free_b, &total_b) != CUDA_SUCCESS) {
                 snprintf(err, errlen, "cuMemGetInfo failed");

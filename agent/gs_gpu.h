@@ -42,8 +42,8 @@ int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errl
 
 /* 0 if the driver can give bytes more without its free memory falling
  * below the reserve plus what is promised to contexts being created
- * (gs_outside.h), minus g->room_credit; else -ENOSPC (or -EIO) with the
- * figures in err.  Under g->lock with g->ctx current. */
+ * (released for them, gs_outside.h, and not created yet); else -ENOSPC (or
+ * -EIO) with the figures in err.  Under g->lock with g->ctx current. */
 int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen) GS_WUR;
 /* Re-creates pending chunks (recycled while their old memory was still
  * held) where the driver has room now, and puts them back in the pool.

@@ -87,10 +87,7 @@ static int give_last(struct gs_gpu *g, struct gs_outside *o, bool force)
         char err[256];
         int r;
 
-        /* The chunk's own memory is what the driver gets back here. */
-        g->room_credit = g->chunk_bytes;
         r = gs_gpu_chunk_remake(g, h.chunk, err, sizeof(err));
-        g->room_credit = 0;
         if (r < 0) {
                 if (!force) {
                         log_debug("GPU %u: outside chunk %u not re-created yet: %s", g->index,

@@ -168,6 +168,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                                 (void)p->agent->cu.ctx_set_current(g->ctx);
                                 if (gs_gpu_chunk_remake(g, c, err, sizeof(err)) < 0) {
                                         log_info("GPU %u: chunk %u has no memory yet: %s", g->index, c, err);
+                                        gs_usage_kick_async(p->agent);
                                         r = -ENOMEM;
                                 }
                         }
@@ -234,13 +235,22 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 rep->status = -ENOMEM;
                 return 0;
         }
-        pthread_mutex_lock(&g->lock);
-        r = gs_vmm_create(g, &pg->vmm, size, &id, &fd);
-        if (r == 0)
-                check_lending(p->agent, g);
-        pthread_mutex_unlock(&g->lock);
+        for (int attempt = 0;; attempt++) {
+                pthread_mutex_lock(&g->lock);
+                r = gs_vmm_create(g, &pg->vmm, size, &id, &fd);
+                if (r == 0)
+                        check_lending(p->agent, g);
+                pthread_mutex_unlock(&g->lock);
+                /* No room in the driver: growth since the last scan may
+                 * have used the headroom; a scan charges it to its pods and
+                 * gives it back.  Memory still held by a kept fd stays out
+                 * of memory to the caller. */
+                if (r != -ENOSPC || attempt == 1)
+                        break;
+                gs_usage_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
+        }
         if (r < 0) {
-                rep->status = r;
+                rep->status = r == -ENOSPC ? -ENOMEM : r;
                 return 0;
         }
         /* Only this worker touches the set while the process is served:
@@ -294,8 +304,11 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
                 r = gs_outside_charge(g, &part->out, part->pa,
                                       gs_proc_outside_slots(p->agent, part), &pg->outside_charge,
                                       want, true);
-                if (r == 0)
+                if (r == 0) {
                         pg->ctx_expect = g->ctx_expect_bytes;
+                        pg->ctx_promised = want;
+                        g->ctx_promised += want;
+                }
                 check_lending(p->agent, g);
         }
         part_usage(g, part, &rep->arg[1], &rep->arg[2]);
@@ -443,6 +456,12 @@ int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ri
                 return serve_ipc_open(p, pg, req, rep);
         case GS_OP_CTX:
                 return serve_ctx(p, pg, req, rep);
+        case GS_OP_CTX_DONE:
+                pthread_mutex_lock(&pg->g->lock);
+                pg->g->ctx_promised -= pg->ctx_promised;
+                pg->ctx_promised = 0;
+                pthread_mutex_unlock(&pg->g->lock);
+                return 0;
         case GS_OP_VMM_RELEASE:
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
@@ -579,6 +598,8 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 /* Its context is gone with it: what it was charged goes
                  * back once the driver has the memory free again. */
                 g->outside_measured -= p->gpus[i].outside_measured;
+                g->ctx_promised -= p->gpus[i].ctx_promised;
+                p->gpus[i].ctx_promised = 0;
                 (void)!gs_outside_charge(g, &a->parts[i].out, a->parts[i].pa,
                                         gs_proc_outside_slots(ag, &a->parts[i]),
                                         &p->gpus[i].outside_charge, 0, false);

@@ -31,6 +31,9 @@
 #define GS_PROC_RATE 10000u
 #define GS_PROC_MAX_PER_ALLOC 1024u
 #define GS_PROC_SEND_MS 2000
+/* A VMM create that found no room in the driver waits this long at most
+ * for a scan to restore the headroom, then tries once more. */
+#define GS_PROC_ROOM_WAIT_MS 300
 
 struct gs_proc_gpu {
         struct gs_gpu *g;
@@ -44,6 +47,7 @@ struct gs_proc_gpu {
         uint64_t outside_charge;
         uint64_t ctx_expect;
         uint64_t outside_measured;
+        uint64_t ctx_promised;       /* part of g->ctx_promised: until GS_OP_CTX_DONE */
 };
 
 enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED };

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gs_alloc.h"
@@ -229,6 +230,7 @@ void gs_usage_scan(struct gs_agent *ag)
                 pthread_mutex_unlock(&g->lock);
         }
         free(pr);
+        __atomic_add_fetch(&ag->usage_scans, 1, __ATOMIC_ACQ_REL);
 }
 
 void gs_usage_kick(struct gs_agent *ag)
@@ -239,10 +241,30 @@ void gs_usage_kick(struct gs_agent *ag)
                 ag->usage_next_ms = t;
 }
 
+void gs_usage_wait_scan(struct gs_agent *ag, int ms)
+{
+        unsigned before = __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE);
+        int64_t until = gs_mono_ms() + ms;
+
+        gs_usage_kick_async(ag);
+        while (__atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE) - before < 2 && gs_mono_ms() < until) {
+                struct timespec ts = { 0, 2000000 };
+                nanosleep(&ts, NULL);
+        }
+}
+
+void gs_usage_kick_async(struct gs_agent *ag)
+{
+        if (!__atomic_exchange_n(&ag->usage_kick, 1, __ATOMIC_ACQ_REL))
+                gs_agent_poke(ag);
+}
+
 int gs_usage_tick(struct gs_agent *ag, int timeout)
 {
         int64_t now = gs_mono_ms(), left;
 
+        if (__atomic_exchange_n(&ag->usage_kick, 0, __ATOMIC_ACQ_REL))
+                ag->usage_next_ms = now;
         if (ag->usage_next_ms == 0)
                 return timeout;
         if (now >= ag->usage_next_ms) {

@@ -188,6 +188,9 @@ enum gs_op {
          * ret3 = the allocation's id (its 16 hex digits as a number).
          * -ENOMEM: the quota has no room for a context. */
         GS_OP_CTX = 11,
+        /* The context GS_OP_CTX made room for was created (or the attempt
+         * failed): the room is no longer promised.  No result. */
+        GS_OP_CTX_DONE = 12,
 };
 
 /* The CUipcMemHandle (64 bytes) the hook gives the application for gshare

@@ -114,6 +114,10 @@ CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_s
  * CUDA_ERROR_OUT_OF_MEMORY with one line on stderr naming the allocation
  * and its usage (no room in the quota). */
 CUresult gs_conn_ctx(CUdevice dev);
+/* After the driver's context call returned (whatever it returned): the
+ * room is not promised any more (GS_OP_CTX_DONE), once per process and
+ * device. */
+void gs_conn_ctx_done(CUdevice dev);
 /* The allocation's quota on a device (0 if not in the allocation). */
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
 

@@ -172,7 +172,11 @@ GS_HOOK_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         if (!cu || !cu->cuDevicePrimaryCtxRetain)
                 return CUDA_ERROR_NOT_INITIALIZED;
         r = gs_conn_ctx(dev);
-        return r != CUDA_SUCCESS ? r : cu->cuDevicePrimaryCtxRetain(pctx, dev);
+        if (r != CUDA_SUCCESS)
+                return r;
+        r = cu->cuDevicePrimaryCtxRetain(pctx, dev);
+        gs_conn_ctx_done(dev);
+        return r;
 }
 
 GS_HOOK_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -183,7 +187,11 @@ GS_HOOK_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice d
         if (!cu || !cu->cuCtxCreate)
                 return CUDA_ERROR_NOT_INITIALIZED;
         r = gs_conn_ctx(dev);
-        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate(pctx, flags, dev);
+        if (r != CUDA_SUCCESS)
+                return r;
+        r = cu->cuCtxCreate(pctx, flags, dev);
+        gs_conn_ctx_done(dev);
+        return r;
 }
 
 GS_HOOK_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -194,7 +202,11 @@ GS_HOOK_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevic
         if (!cu || !cu->cuCtxCreate_v2)
                 return CUDA_ERROR_NOT_INITIALIZED;
         r = gs_conn_ctx(dev);
-        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate_v2(pctx, flags, dev);
+        if (r != CUDA_SUCCESS)
+                return r;
+        r = cu->cuCtxCreate_v2(pctx, flags, dev);
+        gs_conn_ctx_done(dev);
+        return r;
 }
 
 GS_HOOK_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags,
@@ -206,7 +218,11 @@ GS_HOOK_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params
         if (!cu || !cu->cuCtxCreate_v3)
                 return CUDA_ERROR_NOT_INITIALIZED;
         r = gs_conn_ctx(dev);
-        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate_v3(pctx, params, n, flags, dev);
+        if (r != CUDA_SUCCESS)
+                return r;
+        r = cu->cuCtxCreate_v3(pctx, params, n, flags, dev);
+        gs_conn_ctx_done(dev);
+        return r;
 }
 
 GS_HOOK_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
@@ -217,7 +233,11 @@ GS_HOOK_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, 
         if (!cu || !cu->cuCtxCreate_v4)
                 return CUDA_ERROR_NOT_INITIALIZED;
         r = gs_conn_ctx(dev);
-        return r != CUDA_SUCCESS ? r : cu->cuCtxCreate_v4(pctx, params, flags, dev);
+        if (r != CUDA_SUCCESS)
+                return r;
+        r = cu->cuCtxCreate_v4(pctx, params, flags, dev);
+        gs_conn_ctx_done(dev);
+        return r;
 }
 
 /* ---- allocation ------------------------------------------------------ */

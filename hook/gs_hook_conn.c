@@ -37,6 +37,7 @@ struct gs_gpu {
         CUdeviceptr va_base;   /* 0 until reserved */
         uint8_t *mapped;       /* max_slots flags */
         int ctx_charged;       /* GS_OP_CTX done for this process */
+        int ctx_done;          /* and GS_OP_CTX_DONE sent */
 };
 
 enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2 };
@@ -124,6 +125,7 @@ static void gs_atfork_child(void)
                 g_gpus[i].mapped = NULL;
                 g_gpus[i].va_base = 0;
                 g_gpus[i].ctx_charged = 0;
+                g_gpus[i].ctx_done = 0;
         }
         g_ngpus = 0;
         /* The parent's VMM allocations are the parent's to release. */
@@ -863,6 +865,22 @@ CUresult gs_conn_ctx(CUdevice dev)
 out:
         pthread_mutex_unlock(&g_mu);
         return res;
+}
+
+void gs_conn_ctx_done(CUdevice dev)
+{
+        const struct gs_cu *cu;
+        struct gs_ring_msg rep;
+        int gi;
+
+        pthread_mutex_lock(&g_mu);
+        cu = g_state == GS_CONN_UP ? gs_cu_get() : NULL;
+        gi = cu ? gs_dev_gpu(cu, dev) : -ENODEV;
+        if (gi >= 0 && g_gpus[gi].ctx_charged && !g_gpus[gi].ctx_done) {
+                g_gpus[gi].ctx_done = 1;
+                (void)gs_call(GS_OP_CTX_DONE, (uint32_t)gi, 0, 0, &rep);
+        }
+        pthread_mutex_unlock(&g_mu);
 }
 
 CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes)

@@ -274,6 +274,7 @@ static int client_serve(struct client *c)
                         break;
                 case GS_OP_PING: r.arg[0] = m.arg[0]; break;
                 case GS_OP_CTX: break; /* room for any context */
+                case GS_OP_CTX_DONE: break;
                 case GS_OP_VMM_CREATE:
                 case GS_OP_VMM_RELEASE: r.status = -EOPNOTSUPP; break;
                 default: r.status = -EPROTO; break;
