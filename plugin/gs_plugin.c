@@ -20,7 +20,9 @@
 #include <strings.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +36,13 @@
 #define HEALTHY "Healthy"
 #define UNHEALTHY "Unhealthy"
 #define REGISTER_TIMEOUT_MS 5000
+/* Until the kubelet accepts on kubelet.sock, a connect() probe every
+ * PROBE_MIN_MS doubling to PROBE_MAX_MS; a Register that fails although it
+ * accepts is retried from REGISTER_RETRY_MIN_MS doubling to 1 s. */
+#define PROBE_MIN_MS 5
+#define PROBE_MAX_MS 100
+#define REGISTER_RETRY_MIN_MS 50
+#define REGISTER_RETRY_MAX_MS 1000
 #define STREAM_SEND_TIMEOUT_MS 10000
 
 struct gpu {
@@ -1167,6 +1176,28 @@ static int do_register(struct plugin *p)
         return 0;
 }
 
+/* Whether the kubelet accepts connections on kubelet.sock.  The kubelet
+ * creates the socket file a while before it accepts on it (about 0.3 s for
+ * 1.36), and a Register sent in that window is refused; a bare connect()
+ * costs nothing and tells us when to send it. */
+static bool kubelet_accepts(const struct plugin *p)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        bool ok;
+        int fd;
+
+        if (strlen(p->kubelet_sock) >= sizeof(sa.sun_path))
+                return true; /* let Register report the problem */
+        strcpy(sa.sun_path, p->kubelet_sock);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return true;
+        /* EAGAIN: listening, its backlog full for a moment. */
+        ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN;
+        close(fd);
+        return ok;
+}
+
 static bool our_socket_ok(struct plugin *p)
 {
         struct stat st;
@@ -1242,8 +1273,8 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
         struct plugin *p = &pl;
         sigset_t mask;
         int ifd = -1, sfd = -1, r;
-        bool need_register = true;
-        int64_t next_try = 0;
+        bool need_register = true, waiting_logged = false;
+        int64_t next_try = 0, delay = PROBE_MIN_MS, reg_delay = REGISTER_RETRY_MIN_MS;
 
         if ((size_t)snprintf(p->sock_path, sizeof(p->sock_path), "%s/%s", o->cfg.kubelet_dir, o->endpoint) >=
                     sizeof(p->sock_path) ||
@@ -1288,13 +1319,32 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 bool kubelet_new = false;
                 struct stat st;
 
+                int timeout = 250;
+
                 if (need_register && now_ms() >= next_try) {
-                        if (stat(p->kubelet_sock, &st) == 0 && do_register(p) == 0)
+                        if (stat(p->kubelet_sock, &st) < 0 || !kubelet_accepts(p)) {
+                                /* Not there, or not accepting yet: probe
+                                 * again soon (inotify also wakes us when
+                                 * kubelet.sock is created). */
+                                if (!waiting_logged)
+                                        log_debug("kubelet at %s does not accept yet; probing",
+                                                  p->kubelet_sock);
+                                waiting_logged = true;
+                                next_try = now_ms() + delay;
+                                delay = delay * 2 > PROBE_MAX_MS ? PROBE_MAX_MS : delay * 2;
+                        } else if (do_register(p) == 0) {
                                 need_register = false;
-                        else
-                                next_try = now_ms() + 1000;
+                        } else {
+                                next_try = now_ms() + reg_delay;
+                                reg_delay = reg_delay * 2 > REGISTER_RETRY_MAX_MS ? REGISTER_RETRY_MAX_MS
+                                                                                  : reg_delay * 2;
+                        }
                 }
-                if (poll(pf, 2, 250) < 0 && errno != EINTR) {
+                if (need_register) {
+                        int64_t left = next_try - now_ms();
+                        timeout = left < 0 ? 0 : left < timeout ? (int)left : timeout;
+                }
+                if (poll(pf, 2, timeout) < 0 && errno != EINTR) {
                         r = gs_neg_errno();
                         break;
                 }
@@ -1319,7 +1369,10 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 if (r < 0)
                         break;
                 need_register = true;
+                waiting_logged = false;
                 next_try = 0;
+                delay = PROBE_MIN_MS;
+                reg_delay = REGISTER_RETRY_MIN_MS;
         }
 stop:
         pthread_mutex_lock(&p->mu);
