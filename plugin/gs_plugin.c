@@ -52,9 +52,10 @@ struct gpu {
         int32_t numa;
         uint32_t units;        /* units_total */
         uint32_t lent;
+        uint32_t draining;     /* units of gone pods still in use */
         uint64_t unit_bytes;
         bool healthy;
-        uint8_t *unhealthy;    /* per unit: reported Unhealthy because lent */
+        uint8_t *unhealthy;    /* per unit: reported Unhealthy (lent, draining) */
 };
 
 struct plugin {
@@ -303,6 +304,15 @@ static int gpus_from_reply(struct plugin *p, const Gshare__Ctl__V1__ListGpusRepl
                 for (uint32_t u = 0; u < g[i].units; u++)
                         if (g[i].unhealthy[u] == 2)
                                 g[i].unhealthy[u] = 0;
+                /* Units of a gone pod's allocation that processes still use:
+                 * nothing may be scheduled onto them until they exit. */
+                for (size_t k = 0; k < l->gpus[i]->n_units_draining; k++) {
+                        uint32_t u = l->gpus[i]->units_draining[k];
+                        if (u < g[i].units && !g[i].unhealthy[u]) {
+                                g[i].unhealthy[u] = 1;
+                                g[i].draining++;
+                        }
+                }
         }
         *ret = g;
         *ret_n = l->n_gpus;
@@ -346,6 +356,9 @@ static void publish(struct plugin *p, struct gpu *g, size_t n, bool up)
                                 log_info("GPU %s is %s", g[i].uuid, g[i].healthy ? "healthy" : "unhealthy");
                         if (prev && prev->lent != g[i].lent)
                                 log_info("GPU %s: %u units lent", g[i].uuid, g[i].lent);
+                        if ((prev ? prev->draining : 0) != g[i].draining)
+                                log_info("GPU %s: %u units Unhealthy while processes of gone pods still use them",
+                                         g[i].uuid, g[i].draining);
                 }
                 changed = !same_list(old, nold, g, n);
                 p->gpus = g;
@@ -1021,6 +1034,9 @@ static grpc_status_code allocate(void *ctx, struct gs_grpc_call *call, const Pro
                 creq.create_allocation = &ca;
                 ca.n_device_ids = cr->n_devices_ids;
                 ca.device_ids = cr->devices_ids;
+                /* The kubelet gives out only IDs no container holds: an
+                 * allocation still holding one is a gone pod's. */
+                ca.take_over = true;
                 err = agent_call(p, &creq, timeout, &rep);
                 if (err < 0) {
                         code = agent_failure(p, err, timeout, m, sizeof(m));
