@@ -133,6 +133,7 @@ def body(ns, ag, podres, stub):
     gone = {dev(0), dev(1), dev(2)}
     m = st.until(lambda m: {d.ID for d in m.devices if d.health == "Unhealthy"} == gone, 5)
     check(m is not None, "gone pod with a live process: exactly its 3 units Unhealthy")
+    check(ag.gpus()[0]["units_draining"] == [0, 1, 2], "gsharectl gpus lists units_draining 0, 1, 2")
     code, msg = alloc_err([dev(1), dev(3)])
     check(code == grpc.StatusCode.FAILED_PRECONDITION and "pod ns1/pod-a" in msg and "1 processes running" in msg,
           "Allocate of one of them refused, naming pod ns1/pod-a: %s" % msg)
