@@ -422,8 +422,8 @@ void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
                 gs_agent_changed(ag);
 }
 
-/* The allocation other than `self` (may be NULL) holding device ID id, or
- * NULL; *ret_foreign set if id is not a unit of this node. */
+/* The allocation holding device ID id, or NULL; *ret_foreign set if id is
+ * not a unit of this node. */
 static struct gs_allocation *owner_of(struct gs_agent *ag, const char *id, bool *ret_foreign)
 {
         char uuid[GS_UUID_STR_LEN + 1];

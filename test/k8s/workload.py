@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""workload.py NAME UNITS DIR IMAGE SCRIPT > pod.json — a workload pod
+"""workload.py NAME UNITS DIR IMAGE SCRIPT [NODE] > pod.json — a workload pod
 requesting UNITS of gshare.io/gpumem that runs the shell SCRIPT in IMAGE with
 DIR mounted at /opt/e2e (DIR holds e2e_cuda, the test program of test/e2e,
 and the fake driver's libcuda.so.1), the fake driver's library and state
-mounted as the NVIDIA runtime would (see fakegpu.py)."""
+mounted as the NVIDIA runtime would (see fakegpu.py).  NODE: spec.nodeName,
+for a cluster without a scheduler."""
 import json
 import sys
 
 name, units, d, image, script = sys.argv[1:6]
+node = sys.argv[6] if len(sys.argv) > 6 else None
 pod = {
     "apiVersion": "v1", "kind": "Pod",
     "metadata": {"name": name, "namespace": "default"},
@@ -31,4 +33,6 @@ pod = {
             {"name": "fake-gpu", "hostPath": {"path": "/run/gshare-fakegpu", "type": "DirectoryOrCreate"}}],
     },
 }
+if node:
+    pod["spec"]["nodeName"] = node
 json.dump(pod, sys.stdout, indent=1)
