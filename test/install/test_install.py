@@ -304,9 +304,13 @@ def body(node, ns, kubelet):
     check(sorted(os.listdir(libdir)) == ["ld.so.preload", "libgshare.so"], "no temporary files left",
           os.listdir(libdir))
     ino = os.stat(hook_host).st_ino
+    with open(os.path.join(libdir, ".libgshare.so.Ab12Cd"), "w") as f:
+        f.write("left by an install that was killed")
     r = node.run_container("install-hook")
     check(r.returncode == 0 and "is current" in r.stdout and os.stat(hook_host).st_ino == ino,
           "init container again: files current, left alone", r.stdout + r.stderr)
+    check(sorted(os.listdir(libdir)) == ["ld.so.preload", "libgshare.so"],
+          "init container again: a killed run's temporary file removed", os.listdir(libdir))
 
     # ---- agent and plugin from the mounted config
     agent = node.run_container("agent", gpu=True, wait=False)
