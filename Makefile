@@ -12,6 +12,9 @@
 #   make asan | tsan     the tests under ASan+UBSan / ThreadSanitizer
 #   make valgrind        the unit tests under valgrind memcheck
 #   make bench           build and run the benchmarks (not part of make test)
+#   make install         the image's file layout under DESTDIR (docs/install.md)
+#   make image           the OCI image, without a registry ($(B)/image/)
+#   make manifest        regenerate manifests/gshare.yaml from charts/gshare
 
 CUDA_HOME ?= /usr/local/cuda
 SANITIZE  ?=
@@ -58,7 +61,7 @@ TESTS   :=   # test executables and scripts, run in order by test/run-tests.sh
 BENCHES :=   # benchmark executables and scripts, run by make bench
 TEST_DEPS :=  # anything else the tests need built (fake driver, test programs)
 
-.PHONY: all test test-unit asan tsan valgrind bench deps clean cuda-check
+.PHONY: all test test-unit asan tsan valgrind bench deps clean cuda-check install image manifest
 .DEFAULT_GOAL := all
 
 # cuda.h is the only header not from a Debian package; say so plainly.
@@ -105,7 +108,34 @@ bench: $(BINS) $(LIBS) $(BENCHES) $(TEST_DEPS)
 deps:
 	./scripts/deps.sh
 
+# The image's files, the one list shared by the Dockerfile, make image and the
+# install tests (test/install): programs in /usr/local/bin, the hook in
+# /usr/local/lib/gshare (where gshare-install-hook takes it from).
+DESTDIR ?=
+install: $(BINS) $(LIBS)
+	install -d -m 0755 $(DESTDIR)/usr/local/bin $(DESTDIR)/usr/local/lib/gshare
+	install -m 0755 $(BINS) scripts/gshare-install-hook $(DESTDIR)/usr/local/bin/
+	install -m 0644 $(HOOK_SO) $(DESTDIR)/usr/local/lib/gshare/libgshare.so
+
+# IMAGE: the name the archive carries (the chart's image.repository:tag).
+IMAGE ?= ghcr.io/gshare/gshare:0.1.0
+# $(B)/image/rootfs is the image's tree (Debian base + make install), which
+# the install tests run the DaemonSet's containers in; gshare.tar its archive.
+image: $(B)/image/rootfs/usr/local/bin/gshare-install-hook
+	$(PYTHON) scripts/oci-image.py $(B)/image/rootfs $(IMAGE) $(B)/image/gshare.tar
+
+$(B)/image/rootfs/usr/local/bin/gshare-install-hook: $(BINS) $(LIBS) scripts/gshare-install-hook \
+		scripts/image-packages scripts/mkimage.sh
+	scripts/mkimage.sh $(B)/image/base
+	rm -rf $(B)/image/rootfs
+	cp -a $(B)/image/base $(B)/image/rootfs
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(B)/image/rootfs)
+
+manifest:
+	$(PYTHON) scripts/render-chart.py charts/gshare --manifest > manifests/gshare.yaml.new
+	mv manifests/gshare.yaml.new manifests/gshare.yaml
+
 clean:
 	rm -rf build build-asan build-tsan
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) -path $(B)/image -prune -o -name '*.d' -type f -print 2>/dev/null)

@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gs_allocs.h"
@@ -245,6 +246,50 @@ static int open_gpus(struct gs_agent *ag)
         return 0;
 }
 
+/* Creates the missing directories above path (not path itself), each 0755
+ * whatever the umask: root's, readable by all, writable by root only.
+ * Existing ones are left as they are (/run, a hostPath volume); one that is
+ * not a directory is an error naming it.  Returns 0 or a negative errno with
+ * err set. */
+static int mkdir_parents(const char *path, const char *what, char *err, size_t errlen)
+{
+        char p[PATH_MAX];
+        size_t n = strlen(path);
+
+        if (n >= sizeof(p)) {
+                snprintf(err, errlen, "%s %.200s: path too long", what, path);
+                return -ENAMETOOLONG;
+        }
+        memcpy(p, path, n + 1);
+        while (n > 1 && p[n - 1] == '/')
+                p[--n] = '\0';
+        for (char *q = p + 1; (q = strchr(q, '/')) != NULL; q++) {
+                struct stat st;
+
+                *q = '\0';
+                if (mkdir(p, 0755) == 0) {
+                        if (chmod(p, 0755) < 0) {
+                                int r = gs_neg_errno();
+                                snprintf(err, errlen, "cannot chmod %.200s (for %s %.200s): %s", p, what, path,
+                                         strerror(-r));
+                                return r;
+                        }
+                        log_info("created directory %s (for %s %s)", p, what, path);
+                } else if (errno != EEXIST) {
+                        int r = gs_neg_errno();
+                        snprintf(err, errlen, "cannot create directory %.200s (for %s %.200s): %s", p, what,
+                                 path, strerror(-r));
+                        return r;
+                } else if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                        snprintf(err, errlen, "%.200s exists and is not a directory (for %s %.200s)", p, what,
+                                 path);
+                        return -ENOTDIR;
+                }
+                *q = '/';
+        }
+        return 0;
+}
+
 static int run(struct gs_agent *ag, int sfd)
 {
         struct epoll_event evs[64];
@@ -347,6 +392,14 @@ int main(int argc, char **argv)
                 goto out;
         if (ag.ngpus == 0)
                 log_warn("no GPU in use: the agent serves an empty node");
+        /* A manual install may not have the directories yet (the DaemonSet's
+         * hostPath volumes make them). */
+        if (mkdir_parents(ag.cfg.agent_socket, "agentSocket", err, sizeof(err)) < 0 ||
+            mkdir_parents(ag.cfg.socket_root, "socketRoot", err, sizeof(err)) < 0 ||
+            mkdir_parents(ag.cfg.state_dir, "stateDir", err, sizeof(err)) < 0) {
+                log_error("%s", err);
+                goto out;
+        }
         r = gs_ctlsrv_new(&ag, ag.cfg.agent_socket, &ag.ctl, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);

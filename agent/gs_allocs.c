@@ -409,10 +409,85 @@ int gs_allocs_release(struct gs_agent *ag, struct gs_allocation *a, char *err, s
         return 0;
 }
 
+static bool pod_gone(const struct gs_allocation *a)
+{
+        return a->releasing || (a->unheld_since_ms != 0 && a->pod_name[0]);
+}
+
+bool gs_allocs_draining(const struct gs_allocation *a)
+{
+        return a->nprocs > 0 && pod_gone(a);
+}
+
 void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
 {
+        /* The last process of a gone pod's allocation exited: its units,
+         * shown draining until now, are usable again. */
+        bool drained = a->nprocs == 0 && pod_gone(a);
+
         if (a->releasing && a->nprocs == 0)
                 delete_now(ag, a);
+        if (drained && ag->ctl)
+                gs_agent_changed(ag);
+}
+
+/* The allocation holding device ID id, or NULL; *ret_foreign set if id is
+ * not a unit of this node. */
+static struct gs_allocation *owner_of(struct gs_agent *ag, const char *id, bool *ret_foreign)
+{
+        char uuid[GS_UUID_STR_LEN + 1];
+        struct gs_gpu *g;
+        uint32_t unit;
+
+        if (gs_devid_parse(id, uuid, &unit) < 0 || !(g = gpu_by_uuid(ag, uuid)) || unit >= g->units_total) {
+                *ret_foreign = true;
+                return NULL;
+        }
+        return g->unit_owner[unit];
+}
+
+int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, char *err,
+                        size_t errlen)
+{
+        bool foreign = false;
+
+        if (n == 0 || n > GS_ALLOCS_MAX_IDS || gs_allocs_find_ids(ag, ids, n))
+                return 0;
+        for (size_t i = 0; i < n; i++) {
+                struct gs_allocation *o = owner_of(ag, ids[i], &foreign);
+
+                if (foreign)
+                        return 0;
+                if (o && o->nprocs > 0) {
+                        if (o->pod_name[0])
+                                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s of pod %s/%s (container %s), which still has %u processes running; its units are free once they exit",
+                                         ids[i], o->id, o->pod_namespace, o->pod_name,
+                                         o->container_name, o->nprocs);
+                        else
+                                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s (pod not yet known from PodResources), which still has %u processes running; its units are free once they exit",
+                                         ids[i], o->id, o->nprocs);
+                        return -EBUSY;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                struct gs_allocation *o = owner_of(ag, ids[i], &foreign);
+                int r;
+
+                if (!o)
+                        continue;
+                /* Deleting it at once (no process) clears its units' owner,
+                 * so its other IDs in ids find none. */
+                if (o->pod_name[0])
+                        log_info("allocation %s of pod %s/%s released: the kubelet gave its device ID %s to a new container",
+                                 o->id, o->pod_namespace, o->pod_name, ids[i]);
+                else
+                        log_info("allocation %s released: the kubelet gave its device ID %s to a new container",
+                                 o->id, ids[i]);
+                r = gs_allocs_release(ag, o, err, errlen);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
 }
 
 void gs_allocs_shutdown(struct gs_agent *ag)

@@ -45,6 +45,21 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
                      bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
                      size_t errlen) GS_WUR;
 
+/* Before creating the allocation of ids[0..n): each other allocation holding
+ * one of these IDs belongs to a pod that is gone (the kubelet hands out only
+ * IDs that no container holds).  If none of them has a live process, they
+ * are released, so that the new allocation takes their units at once, and 0
+ * is returned; if one has, nothing changes and -EBUSY comes back with err
+ * naming it and its pod.  An exact match (create returns it), an empty set or
+ * an ID that is not this node's: 0, nothing done (create reports those). */
+int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, char *err,
+                        size_t errlen) GS_WUR;
+
+/* Whether a's pod is gone (released, or PodResources showed a pod holding it
+ * and no longer does) while processes still use it: its units are then
+ * reported draining (Unhealthy at the plugin). */
+bool gs_allocs_draining(const struct gs_allocation *a);
+
 /* Releases a (see above).  Returns 0 or a negative errno with err. */
 int gs_allocs_release(struct gs_agent *ag, struct gs_allocation *a, char *err,
                       size_t errlen) GS_WUR;

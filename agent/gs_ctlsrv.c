@@ -122,6 +122,20 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
         m->healthy = g->healthy;
         m->pci_bus_id = arena_str(ar, g->pci_bus_id);
         m->health_reason = arena_str(ar, g->healthy ? "" : g->health_reason);
+        for (uint32_t u = 0; u < g->units_total; u++)
+                if (g->unit_owner && g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]))
+                        m->n_units_draining++;
+        if (m->n_units_draining) {
+                size_t k = 0;
+                m->units_draining = arena_alloc(ar, m->n_units_draining * sizeof(uint32_t));
+                if (!m->units_draining) {
+                        m->n_units_draining = 0;
+                        return m;
+                }
+                for (uint32_t u = 0; u < g->units_total; u++)
+                        if (g->unit_owner && g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]))
+                                m->units_draining[k++] = u;
+        }
         return m;
 }
 
@@ -228,8 +242,12 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest 
         bool created = false;
         int r;
 
-        r = gs_allocs_create(s->ag, (const char *const *)c->device_ids, c->n_device_ids, 0, true,
-                             &a, &created, err, errlen);
+        r = c->take_over ? gs_allocs_take_over(s->ag, (const char *const *)c->device_ids,
+                                               c->n_device_ids, err, errlen)
+                         : 0;
+        if (r == 0)
+                r = gs_allocs_create(s->ag, (const char *const *)c->device_ids, c->n_device_ids, 0,
+                                     true, &a, &created, err, errlen);
         if (r < 0) {
                 rep->error = r;
                 return;

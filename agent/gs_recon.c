@@ -237,6 +237,17 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
         return released;
 }
 
+/* A signature of the set of draining allocations (gs_allocs_draining). */
+static uint64_t draining_sig(struct gs_agent *ag)
+{
+        uint64_t sig = 0;
+
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                if (gs_allocs_draining(a))
+                        sig += strtoull(a->id, NULL, 16) | 1;
+        return sig;
+}
+
 /* ---- the thread ---- */
 
 static struct gs_recon_snapshot *list_once(struct gs_recon *rc)
@@ -313,6 +324,7 @@ void gs_recon_on_event(struct gs_recon *rc)
         struct gs_recon_snapshot *s;
         uint64_t v;
         unsigned n;
+        uint64_t before;
 
         if (read(rc->efd, &v, sizeof(v)) < 0)
                 return;
@@ -333,9 +345,12 @@ void gs_recon_on_event(struct gs_recon *rc)
         if (rc->failing)
                 log_info("reconciler: PodResources on %s answers again", rc->socket);
         rc->failing = false;
+        before = draining_sig(rc->ag);
         n = gs_recon_apply(rc->ag, s, mono_ms(), (uint64_t)time(NULL), rc->grace_ms);
         gs_recon_snapshot_free(s);
-        if (n)
+        /* Released allocations, or pods gone while their processes live on
+         * (their units now draining): the plugin must hear of it. */
+        if (n || draining_sig(rc->ag) != before)
                 gs_agent_changed(rc->ag);
 }
 

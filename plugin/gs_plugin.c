@@ -20,7 +20,9 @@
 #include <strings.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +36,13 @@
 #define HEALTHY "Healthy"
 #define UNHEALTHY "Unhealthy"
 #define REGISTER_TIMEOUT_MS 5000
+/* Until the kubelet accepts on kubelet.sock, a connect() probe every
+ * PROBE_MIN_MS doubling to PROBE_MAX_MS; a Register that fails although it
+ * accepts is retried from REGISTER_RETRY_MIN_MS doubling to 1 s. */
+#define PROBE_MIN_MS 5
+#define PROBE_MAX_MS 100
+#define REGISTER_RETRY_MIN_MS 50
+#define REGISTER_RETRY_MAX_MS 1000
 #define STREAM_SEND_TIMEOUT_MS 10000
 
 struct gpu {
@@ -43,9 +52,10 @@ struct gpu {
         int32_t numa;
         uint32_t units;        /* units_total */
         uint32_t lent;
+        uint32_t draining;     /* units of gone pods still in use */
         uint64_t unit_bytes;
         bool healthy;
-        uint8_t *unhealthy;    /* per unit: reported Unhealthy because lent */
+        uint8_t *unhealthy;    /* per unit: reported Unhealthy (lent, draining) */
 };
 
 struct plugin {
@@ -294,6 +304,15 @@ static int gpus_from_reply(struct plugin *p, const Gshare__Ctl__V1__ListGpusRepl
                 for (uint32_t u = 0; u < g[i].units; u++)
                         if (g[i].unhealthy[u] == 2)
                                 g[i].unhealthy[u] = 0;
+                /* Units of a gone pod's allocation that processes still use:
+                 * nothing may be scheduled onto them until they exit. */
+                for (size_t k = 0; k < l->gpus[i]->n_units_draining; k++) {
+                        uint32_t u = l->gpus[i]->units_draining[k];
+                        if (u < g[i].units && !g[i].unhealthy[u]) {
+                                g[i].unhealthy[u] = 1;
+                                g[i].draining++;
+                        }
+                }
         }
         *ret = g;
         *ret_n = l->n_gpus;
@@ -337,6 +356,9 @@ static void publish(struct plugin *p, struct gpu *g, size_t n, bool up)
                                 log_info("GPU %s is %s", g[i].uuid, g[i].healthy ? "healthy" : "unhealthy");
                         if (prev && prev->lent != g[i].lent)
                                 log_info("GPU %s: %u units lent", g[i].uuid, g[i].lent);
+                        if ((prev ? prev->draining : 0) != g[i].draining)
+                                log_info("GPU %s: %u units Unhealthy while processes of gone pods still use them",
+                                         g[i].uuid, g[i].draining);
                 }
                 changed = !same_list(old, nold, g, n);
                 p->gpus = g;
@@ -1012,6 +1034,9 @@ static grpc_status_code allocate(void *ctx, struct gs_grpc_call *call, const Pro
                 creq.create_allocation = &ca;
                 ca.n_device_ids = cr->n_devices_ids;
                 ca.device_ids = cr->devices_ids;
+                /* The kubelet gives out only IDs no container holds: an
+                 * allocation still holding one is a gone pod's. */
+                ca.take_over = true;
                 err = agent_call(p, &creq, timeout, &rep);
                 if (err < 0) {
                         code = agent_failure(p, err, timeout, m, sizeof(m));
@@ -1167,6 +1192,28 @@ static int do_register(struct plugin *p)
         return 0;
 }
 
+/* Whether the kubelet accepts connections on kubelet.sock.  The kubelet
+ * creates the socket file a while before it accepts on it (about 0.3 s for
+ * 1.36), and a Register sent in that window is refused; a bare connect()
+ * costs nothing and tells us when to send it. */
+static bool kubelet_accepts(const struct plugin *p)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        bool ok;
+        int fd;
+
+        if (strlen(p->kubelet_sock) >= sizeof(sa.sun_path))
+                return true; /* let Register report the problem */
+        strcpy(sa.sun_path, p->kubelet_sock);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return true;
+        /* EAGAIN: listening, its backlog full for a moment. */
+        ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN;
+        close(fd);
+        return ok;
+}
+
 static bool our_socket_ok(struct plugin *p)
 {
         struct stat st;
@@ -1242,8 +1289,8 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
         struct plugin *p = &pl;
         sigset_t mask;
         int ifd = -1, sfd = -1, r;
-        bool need_register = true;
-        int64_t next_try = 0;
+        bool need_register = true, waiting_logged = false;
+        int64_t next_try = 0, delay = PROBE_MIN_MS, reg_delay = REGISTER_RETRY_MIN_MS;
 
         if ((size_t)snprintf(p->sock_path, sizeof(p->sock_path), "%s/%s", o->cfg.kubelet_dir, o->endpoint) >=
                     sizeof(p->sock_path) ||
@@ -1288,13 +1335,32 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 bool kubelet_new = false;
                 struct stat st;
 
+                int timeout = 250;
+
                 if (need_register && now_ms() >= next_try) {
-                        if (stat(p->kubelet_sock, &st) == 0 && do_register(p) == 0)
+                        if (stat(p->kubelet_sock, &st) < 0 || !kubelet_accepts(p)) {
+                                /* Not there, or not accepting yet: probe
+                                 * again soon (inotify also wakes us when
+                                 * kubelet.sock is created). */
+                                if (!waiting_logged)
+                                        log_debug("kubelet at %s does not accept yet; probing",
+                                                  p->kubelet_sock);
+                                waiting_logged = true;
+                                next_try = now_ms() + delay;
+                                delay = delay * 2 > PROBE_MAX_MS ? PROBE_MAX_MS : delay * 2;
+                        } else if (do_register(p) == 0) {
                                 need_register = false;
-                        else
-                                next_try = now_ms() + 1000;
+                        } else {
+                                next_try = now_ms() + reg_delay;
+                                reg_delay = reg_delay * 2 > REGISTER_RETRY_MAX_MS ? REGISTER_RETRY_MAX_MS
+                                                                                  : reg_delay * 2;
+                        }
                 }
-                if (poll(pf, 2, 250) < 0 && errno != EINTR) {
+                if (need_register) {
+                        int64_t left = next_try - now_ms();
+                        timeout = left < 0 ? 0 : left < timeout ? (int)left : timeout;
+                }
+                if (poll(pf, 2, timeout) < 0 && errno != EINTR) {
                         r = gs_neg_errno();
                         break;
                 }
@@ -1319,7 +1385,10 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 if (r < 0)
                         break;
                 need_register = true;
+                waiting_logged = false;
                 next_try = 0;
+                delay = PROBE_MIN_MS;
+                reg_delay = REGISTER_RETRY_MIN_MS;
         }
 stop:
         pthread_mutex_lock(&p->mu);

@@ -7,6 +7,7 @@ pkgs=(
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
   libyaml-dev libcurl4-openssl-dev check valgrind
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
+  mmdebstrap   # make image / the install tests: the image's Debian root filesystem
 )
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi

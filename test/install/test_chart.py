@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""The chart and the manifest cannot drift apart, and the chart's paths agree.
+
+- manifests/gshare.yaml is exactly charts/gshare rendered with its default
+  values by scripts/render-chart.py (`make manifest` regenerates it);
+- the renderer handles the template constructs the chart uses with other
+  values (metricsAddress, a device list, runtimeClassName, an image tag,
+  another hook directory) and refuses what it does not know;
+- for the default and the changed values, the DaemonSet's mounts agree with
+  the config: every path the agent and the plugin use is inside a volume
+  they mount, and the init container's host directory is mounted under /host,
+  never over the image's /usr/local/lib/gshare.
+"""
+import importlib.util
+import os
+import sys
+import tempfile
+
+import yaml
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+spec = importlib.util.spec_from_file_location("render_chart", os.path.join(REPO, "scripts", "render-chart.py"))
+rc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rc)
+CHART = os.path.join(REPO, "charts", "gshare")
+
+failures = []
+
+
+def check(cond, what, detail=""):
+    print(("ok   " if cond else "FAIL ") + what + ("" if cond or not detail else "  [%s]" % (detail,)), flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def text_of(docs, header=True):
+    return (rc.MANIFEST_HEADER if header else "") + "".join(
+        "---\n# Source: %s\n%s\n" % (t, d) for t, d in docs)
+
+
+def objects(docs):
+    return {(o["kind"], o["metadata"]["name"]): o for o in (yaml.safe_load(d) for _, d in docs)}
+
+
+def under(path, d):
+    return path == d or path.startswith(d.rstrip("/") + "/")
+
+
+def check_paths(objs, what):
+    ds = [o for k, o in objs.items() if k[0] == "DaemonSet"][0]
+    spec = ds["spec"]["template"]["spec"]
+    cm = [o for k, o in objs.items() if k[0] == "ConfigMap"][0]
+    cfg = yaml.safe_load(cm["data"]["config.yaml"])
+    vols = {v["name"]: v for v in spec["volumes"]}
+    ctrs = {c["name"]: c for c in spec.get("initContainers", []) + spec["containers"]}
+
+    def host_dirs(c):
+        """{host path of the volume: path in the container} for c's hostPath mounts."""
+        out = {}
+        for m in c.get("volumeMounts", []):
+            v = vols.get(m["name"])
+            if not check(v is not None, "%s: %s mounts declared volume %s" % (what, c["name"], m["name"])):
+                continue
+            if "hostPath" in v:
+                out[v["hostPath"]["path"]] = m["mountPath"]
+        return out
+
+    def seen_at_same_path(c, path, key):
+        hd = host_dirs(c)
+        ok = any(under(path, h) and hd[h] == h for h in hd)
+        check(ok, "%s: %s sees %s %s at the same path as the host" % (what, c["name"], key, path), hd)
+
+    agent, plugin, init = ctrs["agent"], ctrs["device-plugin"], ctrs["install-hook"]
+    for key in ("agentSocket", "socketRoot", "stateDir", "podResourcesSocket"):
+        seen_at_same_path(agent, cfg[key], key)
+    for key in ("agentSocket", "kubeletDir"):
+        seen_at_same_path(plugin, cfg[key], key)
+    for c in (agent, plugin):
+        check(any(m["mountPath"] == "/etc/gshare" and "configMap" in vols[m["name"]]
+                  for m in c["volumeMounts"]) and "/etc/gshare/config.yaml" in c["command"],
+              "%s: %s reads the ConfigMap at /etc/gshare/config.yaml" % (what, c["name"]))
+    libdir = os.path.dirname(cfg["hookPath"])
+    check(os.path.dirname(cfg["preloadPath"]) == libdir, "%s: hookPath and preloadPath in one directory" % what)
+    hd = host_dirs(init)
+    dest = init["command"][-1]
+    check(hd.get(libdir) == dest and dest == "/host" + libdir,
+          "%s: init container installs into the host's %s mounted at /host%s" % (what, libdir, libdir), (hd, dest))
+    check(not any(under("/usr/local/lib/gshare", p) or under(p, "/usr/local/lib/gshare")
+                  for p in hd.values()),
+          "%s: nothing is mounted over the image's /usr/local/lib/gshare" % what, hd)
+
+
+def main():
+    docs = rc.render_chart(CHART)
+    with open(os.path.join(REPO, "manifests", "gshare.yaml")) as f:
+        manifest = f.read()
+    check(manifest == text_of(docs),
+          "manifests/gshare.yaml is the chart rendered with its defaults (else: make manifest)")
+    objs = objects(docs)
+    check(sorted(k[0] for k in objs) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet",
+                                         "ServiceAccount"], "default render: the five objects", sorted(objs))
+    ds = objs[("DaemonSet", "gshare")]
+    spec = ds["spec"]["template"]["spec"]
+    check(all(c["image"] == "ghcr.io/gshare/gshare:0.1.0" for c in spec["initContainers"] + spec["containers"]),
+          "default image: repository:appVersion")
+    check("ports" not in spec["containers"][0] and
+          "prometheus.io/scrape" not in ds["spec"]["template"]["metadata"]["annotations"],
+          "metricsAddress empty: no port, no scrape annotations")
+    check("runtimeClassName" not in spec, "runtimeClassName empty: left out")
+    check_paths(objs, "defaults")
+
+    sets = ["config.metricsAddress=0.0.0.0:9400", "config.devices=[\"GPU-x\", 1]", "runtimeClassName=nvidia",
+            "image.tag=9.9.9", "image.repository=reg.example/gs", "hostPaths.lib=/opt/gshare/lib"]
+    docs2 = rc.render_chart(CHART, "gs2", "gpu", sets)
+    objs2 = objects(docs2)
+    ds2 = objs2[("DaemonSet", "gs2")]
+    spec2 = ds2["spec"]["template"]["spec"]
+    ann = ds2["spec"]["template"]["metadata"]["annotations"]
+    check(ann.get("prometheus.io/port") == "9400" and ann.get("prometheus.io/scrape") == "true",
+          "metricsAddress set: scrape annotations with its port", ann)
+    check(spec2["containers"][0].get("ports") == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}],
+          "metricsAddress set: the agent's containerPort", spec2["containers"][0].get("ports"))
+    check(spec2.get("runtimeClassName") == "nvidia", "runtimeClassName rendered")
+    check(all(c["image"] == "reg.example/gs:9.9.9" for c in spec2["initContainers"] + spec2["containers"]),
+          "image repository and tag from values")
+    cfg2 = yaml.safe_load(objs2[("ConfigMap", "gs2-config")]["data"]["config.yaml"])
+    check(cfg2["devices"] == ["GPU-x", "1"] and cfg2["metricsAddress"] == "0.0.0.0:9400",
+          "config: device list (range, quote) and metricsAddress", cfg2)
+    check(ds2["metadata"]["namespace"] == "gpu" and objs2[("ClusterRoleBinding", "gs2-pod-reader")]["subjects"][0]
+          == {"kind": "ServiceAccount", "name": "gs2", "namespace": "gpu"}, "release name and namespace used")
+    check(ann["checksum/config"] != ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"],
+          "checksum/config follows the ConfigMap")
+    check_paths(objs2, "changed values")
+
+    # The renderer refuses what it does not implement, naming it.
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "templates"))
+        with open(os.path.join(d, "Chart.yaml"), "w") as f:
+            f.write("name: t\nversion: 0.1.0\nappVersion: '1'\n")
+        with open(os.path.join(d, "values.yaml"), "w") as f:
+            f.write("a: 1\n")
+        with open(os.path.join(d, "templates", "x.yaml"), "w") as f:
+            f.write("kind: ConfigMap\nmetadata: {name: {{ .Values.a | upper }}}\n")
+        try:
+            rc.render_chart(d)
+            err = ""
+        except rc.TemplateError as e:
+            err = str(e)
+        check("t/templates/x.yaml" in err and "upper" in err, "unknown function refused, naming template and function",
+              err)
+    if failures:
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
