@@ -116,6 +116,7 @@ struct gs_part {
         struct gs_outside out;
         uint64_t bypass_charge;
         bool gone;               /* being deleted: owes nothing any more */
+        int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
 };
 
 struct gs_allocation {
@@ -152,6 +153,7 @@ struct gs_allocation {
 
 struct gs_ctlsrv;
 struct gs_metrics;
+struct gs_events;
 
 struct gs_agent {
         struct gs_config cfg;
@@ -168,6 +170,7 @@ struct gs_agent {
         struct gs_ctlsrv *ctl;
         struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
         struct gs_nvml nvml;             /* gs_usage.h; fn NULL: no NVML */
+        struct gs_events *events;        /* gs_event.h; NULL: no API server */
         int64_t usage_next_ms;           /* next scan (CLOCK_MONOTONIC); 0: none */
         int usage_kick;                  /* atomic: a worker wants a scan now */
         unsigned usage_scans;            /* atomic: scans done (gs_usage_wait) */

@@ -24,6 +24,7 @@
 #include "gs_proc.h"
 #include "gs_recon.h"
 #include "gs_usage.h"
+#include "gs_event.h"
 #include "gs_watch.h"
 
 static void usage(FILE *f)
@@ -388,6 +389,9 @@ int main(int argc, char **argv)
                 goto out;
         }
         gs_usage_open(&ag);
+        r = gs_events_start(&ag.cfg, &ag.events, err, sizeof(err));
+        if (r < 0)
+                log_warn("no Events on pods: %s", err);
         if (open_gpus(&ag) < 0)
                 goto out;
         if (ag.ngpus == 0)
@@ -439,6 +443,7 @@ out:
                 gs_gpu_close(&ag.gpus[i]);
         free(ag.gpus);
         gs_usage_close(&ag);
+        gs_events_stop(ag.events);
         gs_cuda_close(&ag.cu);
         gs_closep(&sfd);
         gs_closep(&ag.notify_fd);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gs_alloc.h"
+#include "gs_event.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_nvml.h"
@@ -131,12 +132,29 @@ static void kill_pid(struct gs_allocation *a, pid_t pid, int pidfd, uint64_t byt
                 close(fd);
 }
 
-static void report(struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g)
+/* The log line, and an Event on the pod at most once a minute. */
+static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g)
 {
-        log_warn("allocation %s (pod %s/%s) is over its quota on GPU %u: %llu MiB outside the pool, "
-                 "%u times so far (overQuota: report)", a->id,
-                 a->pod_namespace[0] ? a->pod_namespace : "?", a->pod_name[0] ? a->pod_name : "?",
-                 g->index, (unsigned long long)(part->out.charged >> 20), part->out.over_quota);
+        char msg[400];
+        int64_t now = gs_mono_ms();
+        bool kill = ag->cfg.over_quota == GS_OVER_QUOTA_KILL;
+
+        snprintf(msg, sizeof(msg), "gshare allocation %s is over its quota on GPU %s: %llu MiB of %llu "
+                 "held outside the pool (contexts, modules, processes bypassing the hook); %s",
+                 a->id, g->uuid, (unsigned long long)(part->out.charged >> 20),
+                 (unsigned long long)(((uint64_t)part->quota_chunks * g->chunk_bytes) >> 20),
+                 kill ? "the processes it cannot cover were killed (overQuota: kill)"
+                      : "reported only (overQuota: report)");
+        if (!kill)
+                log_warn("allocation %s (pod %s/%s) is over its quota on GPU %u: %llu MiB outside the pool, "
+                         "%u times so far (overQuota: report)", a->id,
+                         a->pod_namespace[0] ? a->pod_namespace : "?", a->pod_name[0] ? a->pod_name : "?",
+                         g->index, (unsigned long long)(part->out.charged >> 20), part->out.over_quota);
+        if (!ag->events || !a->pod_name[0] || (part->event_ms && now - part->event_ms < GS_USAGE_EVENT_MS))
+                return;
+        part->event_ms = now;
+        if (gs_events_post(ag->events, a->pod_namespace, a->pod_name, a->pod_uid, "GPUMemoryOverQuota", msg) < 0)
+                log_debug("allocation %s: over-quota Event dropped", a->id);
 }
 
 /* One allocation part on g: charges from the NVML list pr[0..n). */
@@ -191,8 +209,8 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
         measured += bypass;
         gs_outside_settle(g, &part->out);
         pthread_mutex_unlock(&g->lock);
-        if (over && ag->cfg.over_quota == GS_OVER_QUOTA_REPORT)
-                report(a, part, g);
+        if (over)
+                report(ag, a, part, g);
         return measured;
 }
 

@@ -16,13 +16,18 @@
  * overQuota decides: kill (the processes the quota cannot cover get
  * SIGKILL, bypassing ones first; the default: the quota is a promise to
  * every other pod, as a memory cgroup's limit is) or report (a warning in
- * the log and the gshare_over_quota_total metric).  Main thread only. */
+ * the log and the gshare_allocation_over_quota_total metric).  Either way a
+ * Warning Event GPUMemoryOverQuota goes to the pod (gs_event.h), at most
+ * once a minute.  Main thread only. */
 #ifndef GS_USAGE_H
 #define GS_USAGE_H
 
 #include <stdint.h>
 
 #include "gs_agent.h"
+
+/* At most one over-quota Event per allocation part this often. */
+#define GS_USAGE_EVENT_MS 60000
 
 /* Opens NVML (config nvmlLibrary) and finds each GPU's device.  Without
  * NVML the agent runs on, charging expected context sizes only. */

@@ -536,7 +536,7 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 }
 
 /* The token, one line of printable ASCII (it goes into a header). */
-static int read_token(const char *path, char *buf, size_t cap)
+int gs_watch_read_token(const char *path, char *buf, size_t cap)
 {
         size_t len = 0;
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), r = 0;
@@ -581,7 +581,7 @@ static int get(struct gs_watch *w, const char *url, struct xfer *x)
                         goto out;
                 }
                 strcpy(auth, "Authorization: Bearer ");
-                r = read_token(w->token_file, auth + strlen(auth), TOKEN_MAX);
+                r = gs_watch_read_token(w->token_file, auth + strlen(auth), TOKEN_MAX);
                 if (r < 0) {
                         snprintf(w->err, sizeof(w->err), "cannot read the token %.300s: %s",
                                  w->token_file,
@@ -815,7 +815,7 @@ static bool valid_node(const char *s)
 }
 
 /* The API server's base URL from c or the service environment; "" when none. */
-static int resolve_server(const struct gs_config *c, char *buf, size_t cap, char *err, size_t errlen)
+int gs_watch_api_server(const struct gs_config *c, char *buf, size_t cap, char *err, size_t errlen)
 {
         const char *host = secure_getenv("KUBERNETES_SERVICE_HOST");
         const char *port = secure_getenv("KUBERNETES_SERVICE_PORT");
@@ -861,7 +861,7 @@ int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_wat
         w = calloc(1, sizeof(*w));
         if (!w)
                 return -ENOMEM;
-        r = resolve_server(c, w->base, sizeof(w->base), err, errlen);
+        r = gs_watch_api_server(c, w->base, sizeof(w->base), err, errlen);
         if (r < 0)
                 goto off;
         if (!rc)

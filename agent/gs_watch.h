@@ -51,6 +51,16 @@ int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_wat
  * frees w.  NULL is fine. */
 void gs_watch_stop(struct gs_watch *w);
 
+/* Shared with the agent's other API-server client (gs_event.h).
+ * The API server's base URL into buf (no trailing '/'): apiServer, else
+ * https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, else "".
+ * 0 or -EINVAL (a bad environment) with err set. */
+int gs_watch_api_server(const struct gs_config *c, char *buf, size_t cap, char *err,
+                        size_t errlen) GS_WUR;
+/* The bearer token at path, one line of printable ASCII, into buf (cap
+ * bytes, NUL-terminated).  0 or a negative errno. */
+int gs_watch_read_token(const char *path, char *buf, size_t cap) GS_WUR;
+
 /* ---- the parts, for tests ---- */
 
 /* What one watch event says; strings empty when absent. */

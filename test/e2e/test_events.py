@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Over-quota Events on the pod (agent/gs_event.h), on the fake driver.
+
+A PodResources stand-in (test/recon) tells the agent which pod holds the
+allocation; a fake API server records what the agent POSTs.  A process of
+the pod loads modules past its quota with overQuota: report: the agent
+posts one Warning Event GPUMemoryOverQuota on that pod, with the service
+account's token, and the process lives on.
+
+Environment: B (build dir), SANITIZE.
+"""
+import http.server
+import json
+import os
+import sys
+import tempfile
+import threading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+sys.path.insert(0, os.path.join(ROOT, "test", "recon"))
+sys.path.insert(0, os.path.join(ROOT, "test", "plugin"))
+import test_e2e as e2e  # noqa: E402
+import gsproto  # noqa: E402
+from test_recon import PodResources  # noqa: E402
+from test_density import CTX, NVML, Proc, part, wait_for  # noqa: E402
+from test_e2e import MiB, check  # noqa: E402
+
+RES = "gshare.io/gpumem"
+
+
+class ApiServer(http.server.ThreadingHTTPServer):
+    def __init__(self):
+        self.posts = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                with outer.lock:
+                    outer.posts.append((self.path, self.headers.get("Authorization"), body))
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        super().__init__(("127.0.0.1", 0), H)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def main():
+    e2e.need(e2e.AGENT, e2e.CTL, e2e.CUDA, e2e.FAKE, e2e.HOOK, NVML)
+    tmp = tempfile.mkdtemp(prefix="gshare-events-")
+    ns = gsproto.load(tmp)
+    kubelet = PodResources(ns, os.path.join(tmp, "podres.sock"))
+    kubelet.start()
+    api = ApiServer()
+    token = os.path.join(tmp, "token")
+    with open(token, "w") as f:
+        f.write("sekrit-token\n")
+    conf = os.path.join(tmp, "config.yaml")
+    with open(conf, "w") as f:
+        f.write("podResourcesSocket: %s\nreconcileInterval: 200ms\nreclaimGrace: 60s\n"
+                "nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: report\n"
+                "apiServer: http://127.0.0.1:%d\napiTokenFile: %s\nnodeName: node-1\npodWatch: off\n"
+                % (kubelet.path, NVML, api.server_address[1], token))
+    ag = e2e.Agent(tmp, ["--config", conf])
+    ag.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(CTX)
+    ag.start()
+    try:
+        uuid = ag.gpus()[0]["uuid"]
+        ids = ["%s-u%d" % (uuid, u) for u in (0, 1)]
+        a = ag.create(ids)["allocation"]
+        kubelet.set(pods=[("team-a", "trainer-0", "main", [(RES, ids)])])
+        named = wait_for(lambda: ag.allocs()[a["id"]].get("pod_name") == "trainer-0")
+        check(bool(named), "the reconciler names the allocation's pod")
+        p = Proc(ag, a, 0)
+        check(p.ok, "a process of the pod runs")
+        r = p.module(100)  # 40 + 100 > 128 MiB: over
+        check(len(r) == 4 and r[1] == "ok", "it loads modules past its quota (%s)" % r)
+        got = wait_for(lambda: len(api.posts) >= 1)
+        check(bool(got), "an Event is posted")
+        path, auth, body = api.posts[0] if api.posts else ("", "", b"{}")
+        ev = json.loads(body)
+        check(path == "/api/v1/namespaces/team-a/events", "POSTed to the pod's namespace (%s)" % path)
+        check(auth == "Bearer sekrit-token", "with the service account's token")
+        check(ev.get("involvedObject", {}).get("name") == "trainer-0" and
+              ev["involvedObject"].get("kind") == "Pod" and ev.get("type") == "Warning" and
+              ev.get("reason") == "GPUMemoryOverQuota" and a["id"] in ev.get("message", "") and
+              ev.get("source", {}).get("host") == "node-1",
+              "the Event names the pod, the reason and the allocation: %s" % ev.get("message"))
+        check(p.p.poll() is None, "overQuota report: the process lives on")
+        check(part(ag, a["id"])["outside_bytes"] == CTX + 100 * MiB, "its outside memory is charged")
+        p.end()
+        check(len(api.posts) == 1, "one Event, not one per scan (%d)" % len(api.posts))
+    finally:
+        ag.stop()
+        kubelet.stop()
+        api.shutdown()
+    e2e.report(ag, tmp)
+
+
+if __name__ == "__main__":
+    main()
