@@ -3,6 +3,7 @@
  * release hints and accounting. */
 #include "gs_alloc.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +290,32 @@ static void account(struct gs_pproc *p, int sign, uint64_t req, uint64_t size)
  * buddy with the request's tail carved at its base (a GS_BLK_TAIL block),
  * so a 300 MiB request holds 256 MiB + 44 MiB, not 512 MiB, and the rest
  * of that chunk serves other requests. */
+/* k consecutive slots of p holding cached empty chunks (wholly free in the
+ * buddy, under no whole block): a coalesced request reuses them without
+ * new grants.  The lowest such run into *ret_first. */
+static bool cached_run(const struct gs_pproc *p, uint32_t k, uint32_t *ret_first)
+{
+        const struct gs_pool *pool = p->a->pool;
+        uint64_t cb = pool->chunk_bytes;
+        uint32_t run = 0;
+
+        if (p->buddy.nchunks_empty < k)
+                return false;
+        for (uint32_t s = 0; s < p->g.slots_cap; s++) {
+                uint32_t c = gs_gsm_slot_chunk(&p->g, s);
+                if (c == GS_GSM_NONE || pool->gsm.chunks[c].user ||
+                    !gs_buddy_chunk_is_free(&p->buddy, (uint64_t)s * cb)) {
+                        run = 0;
+                        continue;
+                }
+                if (++run == k) {
+                        *ret_first = s + 1 - k;
+                        return true;
+                }
+        }
+        return false;
+}
+
 static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
                         struct gs_grant *ret_grants, uint32_t max_grants, uint32_t *ret_ngrants)
 {
@@ -299,19 +326,27 @@ static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         uint32_t nfull = tail < cb ? k - 1 : k;
         int r;
 
-        if (gs_gsm_alloc_obtainable(&p->a->g) < k)
-                return -ENOMEM;
-        r = gs_gsm_find_slots(&p->g, k, &first);
-        if (r < 0)
-                return r;
-        if (k > max_grants)
-                return -E2BIG;
+        bool reuse = cached_run(p, k, &first);
+
+        if (!reuse) {
+                if (gs_gsm_alloc_obtainable(&p->a->g) < k)
+                        return -ENOMEM;
+                r = gs_gsm_find_slots(&p->g, k, &first);
+                if (r < 0)
+                        return r;
+                if (k > max_grants)
+                        return -E2BIG;
+        }
         r = gs_buddy_reserve(&p->buddy, GS_BUDDY_OP_RECS + 2);
         if (r == 0)
                 r = gs_buddy_reserve_chunks(&p->buddy, (uint64_t)(first + k) * cb);
         if (r < 0)
                 return r;
         /* Nothing below can fail. */
+        if (reuse)
+                for (uint32_t i = 0; i < k; i++)
+                        if (gs_buddy_remove_chunk(&p->buddy, (uint64_t)(first + i) * cb) < 0)
+                                abort(); /* cached_run checked it is wholly free */
         struct gs_blk *x = gs_buddy_rec_get(&p->buddy);
         x->kind = GS_BLK_WHOLE;
         x->off = (uint64_t)first * cb;
@@ -320,12 +355,16 @@ static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         gs_buddy_insert(&p->buddy, x->off, x);
         for (uint32_t i = 0; i < k; i++) {
                 uint32_t chunk;
-                if (gs_gsm_take(&p->g, first + i, &chunk) < 0)
-                        abort(); /* obtainable said k: cannot happen */
+                if (reuse) {
+                        chunk = gs_gsm_slot_chunk(&p->g, first + i);
+                } else {
+                        if (gs_gsm_take(&p->g, first + i, &chunk) < 0)
+                                abort(); /* obtainable said k: cannot happen */
+                        ret_grants[i].chunk = chunk;
+                        ret_grants[i].slot = first + i;
+                }
                 if (i < nfull)
                         pool->gsm.chunks[chunk].user = x;
-                ret_grants[i].chunk = chunk;
-                ret_grants[i].slot = first + i;
         }
         if (nfull < k) {
                 uint64_t base = (uint64_t)(first + nfull) * cb;
@@ -341,7 +380,7 @@ static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         p->whole_chunks += nfull;
         account(p, 1, size, x->size + tail);
         *ret_off = x->off;
-        *ret_ngrants = k;
+        *ret_ngrants = reuse ? 0 : k;
         return 0;
 }
 
@@ -487,8 +526,13 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
                 p->whole_chunks -= k;
                 uint64_t newly = k + (tail_empty != UINT64_MAX);
                 uint64_t extra = p->buddy.nchunks_empty - 1;
+                /* While the allocation still has as many free chunks for
+                 * its other processes, the process keeps the block's chunks
+                 * cached: a block of the same size again (a framework's
+                 * cache, a loop) needs no new grants (cached_run).  Under
+                 * pressure they go back at once, all but one. */
                 rel.first_slot = first;
-                rel.count = (uint32_t)(extra < newly ? extra : newly);
+                rel.count = p->a->g.own.count >= newly ? 0 : (uint32_t)(extra < newly ? extra : newly);
                 break;
         }
         default:

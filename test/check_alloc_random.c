@@ -220,8 +220,10 @@ static void do_malloc(int a, struct mproc *m)
         /* exact everywhere: a coalesced block's last chunk holds only its tail */
         uint64_t bs = gs_align_up(size, GS_MIN_ALIGN);
         CHECK(off % GS_MIN_ALIGN == 0, "offset %#" PRIx64 " unaligned", off);
+        /* a coalesced block takes k new chunks, or reuses k cached ones */
         if (size > CHUNK)
-                CHECK(ng == k && off == (uint64_t)g[0].slot * CHUNK, "coalesced: %u grants at %#" PRIx64, ng, off);
+                CHECK((ng == k && off == (uint64_t)g[0].slot * CHUNK) || (ng == 0 && off % CHUNK == 0),
+                      "coalesced: %u grants at %#" PRIx64, ng, off);
         for (uint64_t s = off / CHUNK; s <= (off + bs - 1) / CHUNK; s++)
                 CHECK(s < NSLOTS && (m->held & (UINT64_C(1) << s)), "block %#" PRIx64 " in unheld slot %" PRIu64, off, s);
         for (int i = 0; i < m->nlive; i++)
