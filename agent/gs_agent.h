@@ -125,6 +125,7 @@ struct gs_allocation {
 
 struct gs_ctlsrv;
 struct gs_metrics;
+struct gs_allocs_pending;
 
 struct gs_agent {
         struct gs_config cfg;
@@ -133,6 +134,10 @@ struct gs_agent {
         uint32_t ngpus;
         struct gs_allocation *allocs;
         uint32_t nallocs;
+        /* Checkpoint lines not restored yet (gs_allocs.h), and when they
+         * are next retried (CLOCK_MONOTONIC ms). */
+        struct gs_allocs_pending *pending;
+        int64_t pending_retry_ms;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;
         int epfd;

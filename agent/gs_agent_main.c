@@ -247,7 +247,7 @@ static int run(struct gs_agent *ag, int sfd)
         struct epoll_event evs[64];
 
         while (!ag->stopping) {
-                int timeout = gs_metrics_tick(ag->metrics, gs_proc_tick(ag));
+                int timeout = gs_allocs_tick(ag, gs_metrics_tick(ag->metrics, gs_proc_tick(ag)));
                 int n = epoll_wait(ag->epfd, evs, (int)GS_ARRAY_SIZE(evs), timeout);
 
                 if (n < 0) {

@@ -16,6 +16,14 @@
 
 #include "gs_log.h"
 
+static int64_t mono_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17])
 {
         uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
@@ -101,6 +109,59 @@ static struct gs_gpu *gpu_by_uuid(struct gs_agent *ag, const char *uuid)
                 if (strcasecmp(ag->gpus[i].uuid, uuid) == 0)
                         return &ag->gpus[i];
         return NULL;
+}
+
+/* A checkpoint line that could not be restored at start (a GPU missing or
+ * unhealthy, too few free chunks, its socket path blocked).  It stays in
+ * the checkpoint until it is restored or released, keeps its device IDs
+ * from other allocations, and is retried every GS_ALLOCS_RETRY_MS.  A line
+ * that does not even parse is kept verbatim (ids NULL) and never retried. */
+struct gs_allocs_pending {
+        struct gs_allocs_pending *next;
+        char id[17];
+        uint64_t created_unix;
+        char **ids;              /* sorted_copy() block; NULL: unparsable */
+        size_t nids;
+        char *line;              /* the line as read, without its newline */
+        char why[256];           /* the last reason it could not be restored */
+};
+
+static void pending_free(struct gs_allocs_pending *q)
+{
+        if (!q)
+                return;
+        free(q->ids);
+        free(q->line);
+        free(q);
+}
+
+/* The pending line holding device ID id (sorted set), or NULL. */
+static struct gs_allocs_pending *pending_holding(struct gs_agent *ag, const char *id)
+{
+        for (struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+                for (size_t i = 0; i < q->nids; i++)
+                        if (strcmp(q->ids[i], id) == 0)
+                                return q;
+        return NULL;
+}
+
+static void pending_unlink(struct gs_agent *ag, struct gs_allocs_pending *q)
+{
+        for (struct gs_allocs_pending **pp = &ag->pending; *pp; pp = &(*pp)->next)
+                if (*pp == q) {
+                        *pp = q->next;
+                        return;
+                }
+}
+
+static bool pending_same(const struct gs_allocs_pending *q, char *const *sorted, size_t n)
+{
+        if (!q->ids || q->nids != n)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(q->ids[i], sorted[i]) != 0)
+                        return false;
+        return true;
 }
 
 static int mkdir_private(const char *path, mode_t mode, char *err, size_t errlen)
@@ -212,6 +273,9 @@ static void unlink_alloc(struct gs_agent *ag, struct gs_allocation *a)
                 }
 }
 
+static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
+                           struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen);
+
 int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
                      bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
                      size_t errlen)
@@ -294,6 +358,21 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
                 }
                 units[p]++;
         }
+        for (size_t i = 0; i < n; i++) {
+                struct gs_allocs_pending *q = pending_holding(ag, v[i]);
+                if (!q)
+                        continue;
+                if (pending_same(q, v, n)) {
+                        /* Asked for again (the kubelet retrying Allocate):
+                         * try now rather than at the next retry. */
+                        free(v);
+                        return restore_pending(ag, q, ret, ret_created, err, errlen);
+                }
+                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s, not restored yet: %.200s",
+                         v[i], q->id, q->why);
+                r = -EBUSY;
+                goto fail;
+        }
         if (old) { /* same hash, different set: never seen, but never merge them */
                 snprintf(err, errlen, "allocation id %s collides with an existing allocation", id);
                 r = -EEXIST;
@@ -361,7 +440,10 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
         return 0;
 fail:
         if (a) {
-                a->device_ids = NULL; /* v is freed below */
+                /* v is freed below; destroy() must see no device IDs (none
+                 * of unit_owner points at a yet). */
+                a->device_ids = NULL;
+                a->ndevice_ids = 0;
                 destroy(ag, a);
         }
         free(v);
@@ -408,6 +490,11 @@ void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
 
 void gs_allocs_shutdown(struct gs_agent *ag)
 {
+        while (ag->pending) {
+                struct gs_allocs_pending *q = ag->pending;
+                ag->pending = q->next;
+                pending_free(q);
+        }
         while (ag->allocs) {
                 struct gs_allocation *a = ag->allocs;
                 unlink_alloc(ag, a);
@@ -446,6 +533,9 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
                         fprintf(f, " %s", a->device_ids[i]);
                 fputc('\n', f);
         }
+        /* Lines not restored (yet) leave only by release. */
+        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+                fprintf(f, "%s\n", q->line);
         if (fflush(f) != 0 || fsync(fileno(f)) < 0)
                 r = gs_neg_errno();
         if (fclose(f) != 0 && r == 0)
@@ -505,11 +595,55 @@ int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, cha
         return (int)n;
 }
 
+/* Takes q out of the pending list and creates its allocation; puts it back
+ * (with the reason) if that fails.  The checkpoint already holds its line. */
+static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
+                           struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
+{
+        int r;
+
+        pending_unlink(ag, q);
+        r = gs_allocs_create(ag, (const char *const *)q->ids, q->nids, q->created_unix, false, ret,
+                             ret_created, err, errlen);
+        if (r < 0) {
+                snprintf(q->why, sizeof(q->why), "%s", err);
+                q->next = ag->pending;
+                ag->pending = q;
+                return r;
+        }
+        log_info("allocation %s restored (%zu units), socket %s", (*ret)->id, q->nids,
+                 (*ret)->socket_path);
+        pending_free(q);
+        return 0;
+}
+
+/* Keeps a checkpoint line that cannot be restored now.  line is the text as
+ * read; ids the parsed device IDs (n of them), or NULL if it did not parse. */
+static int keep_pending(struct gs_agent *ag, const char *line, const char *id, uint64_t created,
+                        char *const *ids, size_t n, const char *why)
+{
+        struct gs_allocs_pending *q = calloc(1, sizeof(*q));
+        size_t l = strcspn(line, "\n");
+
+        if (!q || !(q->line = strndup(line, l)) ||
+            (ids && !(q->ids = sorted_copy((const char *const *)ids, n)))) {
+                pending_free(q);
+                return -ENOMEM;
+        }
+        snprintf(q->id, sizeof(q->id), "%s", id);
+        q->created_unix = created;
+        q->nids = ids ? n : 0;
+        snprintf(q->why, sizeof(q->why), "%s", why);
+        q->next = ag->pending;
+        ag->pending = q;
+        return 0;
+}
+
 int gs_allocs_restore(struct gs_agent *ag)
 {
         char path[PATH_MAX], id[17], err[512];
-        char **ids = NULL, *line = NULL;
-        size_t cap = 0, lineno = 0, restored = 0;
+        char **ids = NULL, *line = NULL, *copy = NULL;
+        size_t cap = 0, lineno = 0, restored = 0, kept = 0;
         FILE *f;
         int r = 0;
 
@@ -526,33 +660,131 @@ int gs_allocs_restore(struct gs_agent *ag)
         }
         while (getline(&line, &cap, f) > 0) {
                 struct gs_allocation *a;
-                uint64_t created;
+                uint64_t created = 0;
                 bool made;
                 int n;
 
                 lineno++;
                 if (line[0] == '#' || line[0] == '\n')
                         continue;
+                free(copy);
+                copy = strdup(line); /* parsing cuts line up */
+                if (!copy) {
+                        r = -ENOMEM;
+                        break;
+                }
                 n = gs_allocs_parse_line(line, id, &created, ids, GS_ALLOCS_MAX_IDS);
                 if (n < 0) {
-                        log_warn("%s:%zu: malformed line, ignored", path, lineno);
-                        continue;
+                        log_warn("%s:%zu: malformed line, kept as it is: %.200s", path, lineno, copy);
+                        r = keep_pending(ag, copy, "", 0, NULL, 0, "malformed checkpoint line");
+                } else {
+                        r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, false,
+                                             &a, &made, err, sizeof(err));
+                        if (r == 0) {
+                                restored++;
+                                log_info("allocation %s restored (%d units), socket %s", a->id, n,
+                                         a->socket_path);
+                                continue;
+                        }
+                        log_warn("%s:%zu: allocation %s not restored: %s; kept, retried every %d ms, its units unhealthy meanwhile",
+                                 path, lineno, id, err, GS_ALLOCS_RETRY_MS);
+                        r = keep_pending(ag, copy, id, created, ids, (size_t)n, err);
+                        kept++;
                 }
-                r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, false, &a,
-                                     &made, err, sizeof(err));
-                if (r < 0) {
-                        log_warn("%s:%zu: allocation %s not restored: %s", path, lineno, id, err);
-                        continue;
-                }
-                restored++;
-                log_info("allocation %s restored (%d units), socket %s", a->id, n, a->socket_path);
+                if (r < 0)
+                        break;
         }
+        free(copy);
         free(line);
         free(ids);
         fclose(f);
         if (restored)
                 log_info("restored %zu allocations from %s; their processes must register again",
                          restored, path);
-        /* Drop what could not be restored, so the file says what is. */
+        if (kept)
+                log_warn("%zu allocations of %s wait to be restored", kept, path);
+        if (r < 0) {
+                /* Never rewrite a checkpoint we could not read whole. */
+                log_error("reading %s: %s; the checkpoint is left as it is", path, strerror(-r));
+                return r;
+        }
         return gs_allocs_checkpoint(ag);
+}
+
+int gs_allocs_tick(struct gs_agent *ag, int timeout)
+{
+        int64_t now = mono_ms();
+        struct gs_allocs_pending *q, *next;
+        bool any = false, changed = false;
+        char err[512];
+
+        for (q = ag->pending; q; q = q->next)
+                any |= q->ids != NULL;
+        if (!any)
+                return timeout;
+        if (now >= ag->pending_retry_ms) {
+                for (q = ag->pending; q; q = next) {
+                        struct gs_allocation *a;
+                        bool made;
+                        next = q->next;
+                        if (q->ids && restore_pending(ag, q, &a, &made, err, sizeof(err)) == 0)
+                                changed = true;
+                }
+                ag->pending_retry_ms = now + GS_ALLOCS_RETRY_MS;
+                if (changed)
+                        gs_agent_changed(ag);
+        }
+        {
+                int64_t left = ag->pending_retry_ms - now;
+                if (left < 0)
+                        left = 0;
+                return timeout < 0 || left < timeout ? (int)left : timeout;
+        }
+}
+
+int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
+                              char *err, size_t errlen)
+{
+        struct gs_allocs_pending *q = NULL;
+        char **v = NULL;
+        int r;
+
+        if (id && id[0]) {
+                for (q = ag->pending; q && !(q->ids && strcmp(q->id, id) == 0); q = q->next)
+                        ;
+        } else if (n && n <= GS_ALLOCS_MAX_IDS && (v = sorted_copy(ids, n))) {
+                for (q = ag->pending; q && !pending_same(q, v, n); q = q->next)
+                        ;
+                free(v);
+        }
+        if (!q)
+                return -ENOENT;
+        pending_unlink(ag, q);
+        r = gs_allocs_checkpoint(ag);
+        if (r < 0) {
+                q->next = ag->pending;
+                ag->pending = q;
+                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir,
+                         strerror(-r));
+                return r;
+        }
+        log_info("allocation %s released before it could be restored", q->id);
+        pending_free(q);
+        return 0;
+}
+
+size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units,
+                               size_t max)
+{
+        size_t k = 0;
+
+        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+                for (size_t i = 0; i < q->nids; i++) {
+                        char uuid[GS_UUID_STR_LEN + 1];
+                        uint32_t unit;
+                        if (gs_devid_parse(q->ids[i], uuid, &unit) == 0 &&
+                            strcasecmp(uuid, g->uuid) == 0 && unit < g->units_total && k < max)
+                                ret_units[k++] = unit;
+                }
+        return k;
 }

@@ -18,9 +18,15 @@
  * fsync, rename) on every change:
  *     # gshare-agent allocations v1
  *     <id> <created unix time> <count> <device id> ...
- * At start the agent re-creates each allocation in it.  Processes are not
- * checkpointed: after an agent restart they must register again (their
- * memory was the old agent's and is gone with it). */
+ * At start the agent re-creates each allocation in it.  A line that cannot
+ * be restored now (GPU missing or unhealthy, too few free chunks, socket
+ * path blocked) stays in the checkpoint: an allocation leaves it only by
+ * release.  It is retried every GS_ALLOCS_RETRY_MS (and when the same
+ * device IDs are asked for again); meanwhile its device IDs are refused to
+ * other allocations and reported (ListGpus units_restoring) so that the
+ * plugin advertises them Unhealthy.  A line that does not parse is kept
+ * verbatim.  Processes are not checkpointed: after an agent restart they
+ * must register again (their memory was the old agent's and is gone). */
 #ifndef GS_ALLOCS_H
 #define GS_ALLOCS_H
 
@@ -32,6 +38,7 @@
 
 #define GS_ALLOCS_MAX_IDS 4096u   /* device IDs in one request */
 #define GS_CHECKPOINT_NAME "allocations"
+#define GS_ALLOCS_RETRY_MS 1000
 
 /* Writes the 16-hex-digit id of a sorted set of device IDs into out[17]. */
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17]);
@@ -61,6 +68,19 @@ int gs_allocs_checkpoint(struct gs_agent *ag) GS_WUR;
 /* Re-creates the allocations of the checkpoint, logging each one and each
  * that cannot be restored.  A missing file is not an error. */
 int gs_allocs_restore(struct gs_agent *ag) GS_WUR;
+
+/* Retries the checkpoint lines not restored yet, at most every
+ * GS_ALLOCS_RETRY_MS.  Returns the epoll timeout to use: timeout (ms, -1
+ * none) or less if a retry is due sooner.  Main loop. */
+int gs_allocs_tick(struct gs_agent *ag, int timeout);
+/* Releases a checkpoint line not restored yet, by id or by its exact set of
+ * device IDs.  0, -ENOENT (no such line), or a negative errno with err. */
+int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
+                              char *err, size_t errlen) GS_WUR;
+/* Units of g held by checkpoint lines not restored yet, into ret_units[max];
+ * returns how many. */
+size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units,
+                               size_t max);
 
 /* Agent shutdown: closes every allocation's socket (unlinks it, keeps the
  * directory and the checkpoint) and frees them.  Processes must be gone. */

@@ -80,7 +80,10 @@ static void print_gpus(const Gshare__Ctl__V1__ListGpusReply *l)
                                g->chunks_total, g->chunks_free, g->unit_bytes, g->units_total,
                                g->units_allocated, g->units_lent, g->healthy ? "true" : "false");
                         jstr(g->health_reason);
-                        putchar('}');
+                        printf(",\"units_restoring\":[");
+                        for (size_t k = 0; k < g->n_units_restoring; k++)
+                                printf("%s%u", k ? "," : "", g->units_restoring[k]);
+                        printf("]}");
                 }
                 printf("]}\n");
                 fflush(stdout);

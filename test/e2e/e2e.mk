@@ -14,3 +14,7 @@ TESTS += test/e2e/test_e2e.py
 $(E2E_DIR)/e2e_cuda: $(E2E_DIR)/e2e_cuda.o $(FAKECUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda -lpthread
 TEST_DEPS += $(E2E_DIR)/e2e_cuda
+
+# Hostile tenants and faults (issue 10): create/restore failures, the
+# checkpoint, socket access, scrubbing, the worker pool.
+TESTS += test/e2e/test_harden.py

@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""Hostile tenants and faults (issue 10): the real gshare-agent on the fake
+driver, driven through gsharectl, its checkpoint and e2e_wire.
+
+  create_failures   every failure branch of CreateAllocation and of the
+                    checkpoint restore leaves the agent serving
+  checkpoint_keep   a line that cannot be restored stays in the checkpoint,
+                    is retried, and its units are held meanwhile
+  socket_access     only root and the pod (through its mount) reach an
+                    allocation's socket; no chmod through a planted symlink
+  fresh_dirs        every allocation gets a socket directory of its own
+  scrub             memory granted to a process holds no other process's data
+  workers           a bounded pool of worker threads, connection caps,
+                    WELCOME only for a served connection, fairness
+
+Each part starts its own agent in a temporary directory.  Run alone with a
+part's name as argument to run only that part.
+"""
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_e2e as e2e  # noqa: E402
+
+check = e2e.check
+failures = e2e.failures
+MiB = e2e.MiB
+CHUNK = e2e.CHUNK
+UNIT = e2e.UNIT
+WIRE = e2e.WIRE
+CTL = e2e.CTL
+
+
+def dev(ag, u):
+    return "%s-u%d" % (ag.gpus()[0]["uuid"], u)
+
+
+def ckpt_path(ag):
+    return os.path.join(ag.tmp, "state", "allocations")
+
+
+def ckpt_lines(ag):
+    with open(ckpt_path(ag)) as f:
+        return [ln for ln in f.read().splitlines() if ln and not ln.startswith("#")]
+
+
+def serving(ag):
+    """The agent is alive and answers the control API."""
+    return ag.alive() and ag.ctl("gpus", ok=True).returncode == 0
+
+
+def fresh(name, extra=None):
+    tmp = tempfile.mkdtemp(prefix="gshare-harden-%s-" % name)
+    return e2e.Agent(tmp, extra)
+
+
+# ---------------------------------------------------------------- item 2
+
+def create_failures():
+    # No free chunks: the units are free, but their chunks are lent to an
+    # allocation that borrowed them (balloonCap).
+    ag = fresh("nochunks", ["--balloon-cap", "1Gi"])
+    ag.start()
+    try:
+        g = ag.gpus()[0]
+        A = ag.create([dev(ag, 0)])["allocation"]
+        take = (g["chunks_free"] - 2 - 1) * CHUNK  # leaves one free chunk
+        holder = subprocess.Popen([WIRE, "hold", e2e.sockpath(A), str(take)], env=ag.env,
+                                  stdout=subprocess.PIPE, text=True)
+        check(holder.stdout.readline().strip() == "held", "nochunks: a process borrows all but one free chunk")
+        r = ag.ctl("create", dev(ag, 1), dev(ag, 2), ok=False)
+        check(r.returncode == 1 and "free chunks" in r.stderr,
+              "nochunks: create needing 4 chunks with 1 free fails with a message: " + r.stderr.strip())
+        check(serving(ag), "nochunks: the agent still serves after the failed create")
+        check(set(ag.allocs()) == {A["id"]} and ag.units_allocated() == 1,
+              "nochunks: the failed create changed nothing")
+        r = ag.ctl("create", dev(ag, 1), dev(ag, 2), ok=False)
+        check(r.returncode == 1 and serving(ag), "nochunks: and again")
+        holder.kill()
+        holder.wait()
+        for _ in range(200):
+            if ag.gpus()[0]["chunks_free"] >= 4:
+                break
+            time.sleep(0.01)
+        B = ag.create([dev(ag, 1), dev(ag, 2)])
+        check(B["created"], "nochunks: the same create succeeds once the chunks are back")
+    finally:
+        ag.stop()
+    e2e.report(ag, ag.tmp if not failures else None)
+
+    # Socket path too long for sun_path: every create fails, cleanly.
+    tmp = tempfile.mkdtemp(prefix="gshare-harden-long-")
+    ag = e2e.Agent(tmp)
+    longroot = os.path.join(tmp, "r" * (100 - len(tmp)))
+    ag.extra = ["--socket-root", longroot]
+    ag.start()
+    try:
+        r = ag.ctl("create", dev(ag, 0), ok=False)
+        check(r.returncode == 1 and "too long" in r.stderr,
+              "long socket root: create fails naming the problem: " + r.stderr.strip())
+        check(serving(ag) and not ag.allocs() and ag.units_allocated() == 0,
+              "long socket root: the agent serves on, nothing allocated")
+        r = ag.ctl("create", dev(ag, 0), ok=False)
+        check(r.returncode == 1 and serving(ag), "long socket root: and again")
+    finally:
+        ag.stop()
+    e2e.report(ag, tmp if not failures else None)
+
+    # Something that is not a socket at agent.sock of a restored allocation,
+    # and a checkpoint line that cannot be restored: the agent starts and
+    # serves, keeps the lines, and restores them once it can.
+    ag = fresh("notsock")
+    ag.start()
+    try:
+        A = ag.create([dev(ag, 0)])["allocation"]
+        B = ag.create([dev(ag, 1)])["allocation"]
+        ag.stop()
+        os.mkdir(e2e.sockpath(A))  # a directory where the socket goes
+        with open(ckpt_path(ag), "a") as f:
+            f.write("0123456789abcdef 1700000000 1 GPU-00000000-0000-0000-0000-00000000dead-u0\n")
+        ag.start()
+        time.sleep(0.2)
+        check(serving(ag), "not a socket at agent.sock, unknown GPU: the agent starts and serves")
+        check(set(ag.allocs()) == {B["id"]}, "the allocation that can be restored is")
+        log = ag.logtext()
+        check("not restored" in log and A["id"] in log, "the one that cannot is logged")
+        lines = ckpt_lines(ag)
+        check(len(lines) == 3 and any(ln.split()[0] == A["id"] for ln in lines) and
+              any(ln.startswith("0123456789abcdef ") for ln in lines),
+              "both lines stay in the checkpoint: %s" % lines)
+        check(ag.gpus()[0]["units_restoring"] == [0],
+              "its unit is reported for the plugin to mark Unhealthy: %s" % ag.gpus()[0]["units_restoring"])
+        r = ag.ctl("create", dev(ag, 0), dev(ag, 5), ok=False)
+        check(r.returncode == 1 and "part of allocation %s, not restored yet" % A["id"] in r.stderr,
+              "the units of the allocation waiting to be restored stay taken: " + r.stderr.strip())
+        r = ag.ctl("create", dev(ag, 0), ok=False)
+        check(r.returncode == 1 and "Address already in use" in r.stderr and serving(ag),
+              "asking for its exact set retries it at once: " + r.stderr.strip())
+        os.rmdir(e2e.sockpath(A))
+        for _ in range(150):  # retried every second
+            if A["id"] in ag.allocs():
+                break
+            time.sleep(0.05)
+        check(A["id"] in ag.allocs() and os.path.exists(e2e.sockpath(A)),
+              "once the obstacle is gone the allocation is restored, same socket")
+        r = ag.ctl("release", "0123456789abcdef", ok=False)
+        check(r.returncode == 0, "a line waiting to be restored can be released: " + r.stderr.strip())
+        check(not any(ln.startswith("0123456789abcdef ") for ln in ckpt_lines(ag)),
+              "release drops it from the checkpoint")
+    finally:
+        ag.stop()
+    e2e.report(ag, ag.tmp if not failures else None)
+
+
+PARTS = {"create_failures": create_failures}
+
+
+def main():
+    e2e.need(e2e.AGENT, CTL, WIRE, e2e.FAKE)
+    names = sys.argv[1:] or list(PARTS)
+    for n in names:
+        print("--- %s" % n, flush=True)
+        PARTS[n]()
+    if failures:
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
