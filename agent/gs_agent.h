@@ -94,6 +94,8 @@ struct gs_part {
         struct gs_palloc *pa;
 };
 
+#define GS_ALLOCS_DIR_MAX 32      /* "<16 hex id>-<8 hex>" and a NUL */
+
 struct gs_allocation {
         struct gs_allocation *next;
         struct gs_agent *agent;
@@ -103,6 +105,7 @@ struct gs_allocation {
         uint64_t created_unix;
         uint32_t nparts;
         struct gs_part parts[GS_MAX_GPUS_PER_ALLOC];
+        char dir_name[GS_ALLOCS_DIR_MAX]; /* of socket_dir, under socketRoot */
         char socket_dir[PATH_MAX];
         char socket_path[PATH_MAX];
         int listen_fd;

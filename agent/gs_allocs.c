@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,6 +121,7 @@ struct gs_allocs_pending {
         struct gs_allocs_pending *next;
         char id[17];
         uint64_t created_unix;
+        char dir[GS_ALLOCS_DIR_MAX]; /* its socket directory's name */
         char **ids;              /* sorted_copy() block; NULL: unparsable */
         size_t nids;
         char *line;              /* the line as read, without its newline */
@@ -164,51 +166,101 @@ static bool pending_same(const struct gs_allocs_pending *q, char *const *sorted,
         return true;
 }
 
-static int mkdir_private(const char *path, mode_t mode, char *err, size_t errlen)
+/* Makes directory path (mode, owned by us) or, if exclusive is false,
+ * accepts an existing one that is a real directory owned by us; its mode is
+ * then set to mode.  Through an O_NOFOLLOW fd: a symlink planted in our
+ * place is refused, never followed. */
+static int mkdir_owned(const char *path, mode_t mode, bool exclusive, char *err, size_t errlen)
 {
         struct stat st;
+        int fd, r = 0;
 
-        if (mkdir(path, mode) < 0 && errno != EEXIST) {
-                int r = gs_neg_errno();
+        if (mkdir(path, mode) < 0 && (errno != EEXIST || exclusive)) {
+                r = gs_neg_errno();
                 snprintf(err, errlen, "cannot create directory %s: %s", path, strerror(-r));
                 return r;
         }
-        /* Refuse a symlink or a file someone planted in our place. */
-        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
                 snprintf(err, errlen, "%s exists and is not a directory", path);
-                return -ENOTDIR;
-        }
-        if (chmod(path, mode) < 0) {
-                int r = gs_neg_errno();
+                r = -ENOTDIR;
+        } else if (st.st_uid != geteuid()) {
+                snprintf(err, errlen, "%s is owned by uid %u, not by the agent", path,
+                         (unsigned)st.st_uid);
+                r = -EPERM;
+        } else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0) {
+                r = gs_neg_errno();
                 snprintf(err, errlen, "cannot chmod %s: %s", path, strerror(-r));
-                return r;
         }
+        gs_closep(&fd);
+        return r;
+}
+
+/* A directory name no allocation has had: "<id>-<8 random hex digits>". */
+static int fresh_dir_name(const char *id, char out[GS_ALLOCS_DIR_MAX])
+{
+        uint32_t x;
+
+        if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
+                return gs_neg_errno();
+        snprintf(out, GS_ALLOCS_DIR_MAX, "%s-%08x", id, x);
         return 0;
 }
 
-/* Creates <socketRoot>/<id>/agent.sock, listening, watched by the main loop. */
-static int open_socket(struct gs_agent *ag, struct gs_allocation *a, char *err, size_t errlen)
+/* Creates <socketRoot>/<dir>/agent.sock, listening, watched by the main
+ * loop.  socketRoot is 0700: no host user but root reaches anything under
+ * it; a container reaches its own directory (0755) through the mount.
+ * dir: the directory of a restored allocation (it may exist: it is
+ * mounted into containers), or NULL for a fresh one, created here, that no
+ * allocation ever had. */
+static int open_socket(struct gs_agent *ag, struct gs_allocation *a, const char *dir, char *err,
+                       size_t errlen)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        bool bound = false;
+        mode_t old;
         int fd = -1, r;
 
-        if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root, a->id) >=
-                    (int)sizeof(a->socket_dir) ||
-            snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir,
-                     GS_SOCKET_NAME) >= (int)sizeof(sa.sun_path)) {
-                snprintf(err, errlen, "socket path under %s is too long", ag->cfg.socket_root);
-                return -ENAMETOOLONG;
+        r = mkdir_owned(ag->cfg.socket_root, 0700, false, err, errlen);
+        if (r < 0)
+                return r;
+        for (int tries = 0;; tries++) {
+                if (dir)
+                        snprintf(a->dir_name, sizeof(a->dir_name), "%s", dir);
+                else if ((r = fresh_dir_name(a->id, a->dir_name)) < 0) {
+                        snprintf(err, errlen, "getrandom: %s", strerror(-r));
+                        return r;
+                }
+                if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root,
+                             a->dir_name) >= (int)sizeof(a->socket_dir) ||
+                    snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir,
+                             GS_SOCKET_NAME) >= (int)sizeof(sa.sun_path)) {
+                        snprintf(err, errlen, "socket path under %s is too long", ag->cfg.socket_root);
+                        return -ENAMETOOLONG;
+                }
+                r = mkdir_owned(a->socket_dir, 0755, dir == NULL, err, errlen);
+                if (r != -EEXIST || dir || tries == 8)
+                        break;
         }
-        r = mkdir_private(ag->cfg.socket_root, 0755, err, errlen);
-        if (r == 0)
-                r = mkdir_private(a->socket_dir, 0755, err, errlen);
         if (r < 0)
                 return r;
         strcpy(sa.sun_path, a->socket_path);
-        (void)unlink(a->socket_path); /* a stale one from a previous agent */
+        if (dir)
+                (void)unlink(a->socket_path); /* a stale one from a previous agent */
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-            chmod(a->socket_path, 0666) < 0 || listen(fd, 128) < 0) {
+        if (fd < 0) {
+                r = gs_neg_errno();
+                snprintf(err, errlen, "socket: %s", strerror(-r));
+                goto fail;
+        }
+        /* The socket is made 0666 by bind itself (0777 & ~umask): a chmod
+         * by path afterwards would follow a symlink swapped in meanwhile.
+         * Only the main thread creates files, so the umask is ours. */
+        old = umask(0111);
+        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        umask(old);
+        bound = r == 0;
+        if (r < 0 || listen(fd, 128) < 0) {
                 r = gs_neg_errno();
                 snprintf(err, errlen, "cannot listen on %s: %s", a->socket_path, strerror(-r));
                 goto fail;
@@ -223,8 +275,10 @@ static int open_socket(struct gs_agent *ag, struct gs_allocation *a, char *err, 
         a->listen_fd = fd;
         return 0;
 fail:
-        if (fd >= 0)
+        if (bound)
                 (void)unlink(a->socket_path);
+        if (!dir)
+                (void)rmdir(a->socket_dir);
         gs_closep(&fd);
         return r;
 }
@@ -277,7 +331,7 @@ static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
                            struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen);
 
 int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
-                     bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
+                     const char *dir, bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
                      size_t errlen)
 {
         struct gs_allocation *a = NULL, *old;
@@ -414,7 +468,7 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
                 }
                 a->nparts = p + 1;
         }
-        r = open_socket(ag, a, err, errlen);
+        r = open_socket(ag, a, dir, err, errlen);
         if (r < 0)
                 goto fail;
         for (size_t i = 0; i < n; i++) {
@@ -524,14 +578,14 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
                 close(fd);
                 goto fail;
         }
-        fprintf(f, "# gshare-agent allocations v1\n");
+        fprintf(f, "# gshare-agent allocations v2\n");
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 if (a->releasing)
                         continue;
                 fprintf(f, "%s %" PRIu64 " %zu", a->id, a->created_unix, a->ndevice_ids);
                 for (size_t i = 0; i < a->ndevice_ids; i++)
                         fprintf(f, " %s", a->device_ids[i]);
-                fputc('\n', f);
+                fprintf(f, " dir=%s\n", a->dir_name);
         }
         /* Lines not restored (yet) leave only by release. */
         for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
@@ -560,10 +614,11 @@ fail:
 }
 
 int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
-                         size_t max_ids)
+                         size_t max_ids, char ret_dir[GS_ALLOCS_DIR_MAX])
 {
         char *save = NULL, *tok, *end;
         unsigned long long created, count;
+        const char *dir = NULL;
         size_t n = 0;
 
         tok = strtok_r(line, " \t\n", &save);
@@ -585,6 +640,17 @@ int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, cha
         if (errno || *end || tok[0] == '-' || count == 0 || count > max_ids)
                 return -EINVAL;
         while ((tok = strtok_r(NULL, " \t\n", &save))) {
+                if (dir)
+                        return -EINVAL;
+                if (n == count && strncmp(tok, "dir=", 4) == 0) {
+                        /* v2: the socket directory's name; one path
+                         * component of hex digits and dashes. */
+                        dir = tok + 4;
+                        if (!*dir || strlen(dir) >= GS_ALLOCS_DIR_MAX ||
+                            strspn(dir, "0123456789abcdef-") != strlen(dir))
+                                return -EINVAL;
+                        continue;
+                }
                 if (n == count)
                         return -EINVAL;
                 ret_ids[n++] = tok;
@@ -592,6 +658,8 @@ int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, cha
         if (n != count)
                 return -EINVAL;
         *ret_created = created;
+        /* v1 lines name no directory: it was <id>. */
+        snprintf(ret_dir, GS_ALLOCS_DIR_MAX, "%s", dir ? dir : ret_id);
         return (int)n;
 }
 
@@ -603,7 +671,7 @@ static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
         int r;
 
         pending_unlink(ag, q);
-        r = gs_allocs_create(ag, (const char *const *)q->ids, q->nids, q->created_unix, false, ret,
+        r = gs_allocs_create(ag, (const char *const *)q->ids, q->nids, q->created_unix, q->dir, false, ret,
                              ret_created, err, errlen);
         if (r < 0) {
                 snprintf(q->why, sizeof(q->why), "%s", err);
@@ -619,8 +687,8 @@ static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
 
 /* Keeps a checkpoint line that cannot be restored now.  line is the text as
  * read; ids the parsed device IDs (n of them), or NULL if it did not parse. */
-static int keep_pending(struct gs_agent *ag, const char *line, const char *id, uint64_t created,
-                        char *const *ids, size_t n, const char *why)
+static int keep_pending(struct gs_agent *ag, const char *line, const char *id, const char *dir,
+                        uint64_t created, char *const *ids, size_t n, const char *why)
 {
         struct gs_allocs_pending *q = calloc(1, sizeof(*q));
         size_t l = strcspn(line, "\n");
@@ -631,6 +699,7 @@ static int keep_pending(struct gs_agent *ag, const char *line, const char *id, u
                 return -ENOMEM;
         }
         snprintf(q->id, sizeof(q->id), "%s", id);
+        snprintf(q->dir, sizeof(q->dir), "%s", dir);
         q->created_unix = created;
         q->nids = ids ? n : 0;
         snprintf(q->why, sizeof(q->why), "%s", why);
@@ -641,7 +710,7 @@ static int keep_pending(struct gs_agent *ag, const char *line, const char *id, u
 
 int gs_allocs_restore(struct gs_agent *ag)
 {
-        char path[PATH_MAX], id[17], err[512];
+        char path[PATH_MAX], id[17], err[512], dir[GS_ALLOCS_DIR_MAX];
         char **ids = NULL, *line = NULL, *copy = NULL;
         size_t cap = 0, lineno = 0, restored = 0, kept = 0;
         FILE *f;
@@ -673,12 +742,12 @@ int gs_allocs_restore(struct gs_agent *ag)
                         r = -ENOMEM;
                         break;
                 }
-                n = gs_allocs_parse_line(line, id, &created, ids, GS_ALLOCS_MAX_IDS);
+                n = gs_allocs_parse_line(line, id, &created, ids, GS_ALLOCS_MAX_IDS, dir);
                 if (n < 0) {
                         log_warn("%s:%zu: malformed line, kept as it is: %.200s", path, lineno, copy);
-                        r = keep_pending(ag, copy, "", 0, NULL, 0, "malformed checkpoint line");
+                        r = keep_pending(ag, copy, "", "", 0, NULL, 0, "malformed checkpoint line");
                 } else {
-                        r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, false,
+                        r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, dir, false,
                                              &a, &made, err, sizeof(err));
                         if (r == 0) {
                                 restored++;
@@ -688,7 +757,7 @@ int gs_allocs_restore(struct gs_agent *ag)
                         }
                         log_warn("%s:%zu: allocation %s not restored: %s; kept, retried every %d ms, its units unhealthy meanwhile",
                                  path, lineno, id, err, GS_ALLOCS_RETRY_MS);
-                        r = keep_pending(ag, copy, id, created, ids, (size_t)n, err);
+                        r = keep_pending(ag, copy, id, dir, created, ids, (size_t)n, err);
                         kept++;
                 }
                 if (r < 0)

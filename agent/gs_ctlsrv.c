@@ -231,7 +231,7 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest 
         bool created = false;
         int r;
 
-        r = gs_allocs_create(s->ag, (const char *const *)c->device_ids, c->n_device_ids, 0, true,
+        r = gs_allocs_create(s->ag, (const char *const *)c->device_ids, c->n_device_ids, 0, NULL, true,
                              &a, &created, err, errlen);
         if (r < 0) {
                 rep->error = r;

@@ -18,3 +18,7 @@ TEST_DEPS += $(E2E_DIR)/e2e_cuda
 # Hostile tenants and faults (issue 10): create/restore failures, the
 # checkpoint, socket access, scrubbing, the worker pool.
 TESTS += test/e2e/test_harden.py
+$(E2E_DIR)/race_chmod.so: test/e2e/race_chmod.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(filter-out -fsanitize=%,$(CFLAGS)) -shared -o $@ $< -ldl
+TEST_DEPS += $(E2E_DIR)/race_chmod.so

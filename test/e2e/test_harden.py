@@ -160,7 +160,137 @@ def create_failures():
     e2e.report(ag, ag.tmp if not failures else None)
 
 
-PARTS = {"create_failures": create_failures}
+# ---------------------------------------------------------- items 6, 7, 8
+
+NOBODY = 65534
+
+
+def as_nobody(fn):
+    """Runs fn() in a forked child with uid/gid nobody; returns its exit
+    status (fn returns the status)."""
+    pid = os.fork()
+    if pid == 0:
+        rc = 3
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            rc = fn()
+        except BaseException as e:  # noqa: B902 — the child must not return
+            print("child: %r" % e, flush=True)
+        os._exit(rc)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def try_connect(path):
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(path)
+        return 0
+    except PermissionError:
+        return 13
+    except OSError as e:
+        print("connect %s: %r" % (path, e), flush=True)
+        return 1
+    finally:
+        s.close()
+
+
+def socket_access():
+    if os.geteuid() != 0:
+        print("skip socket_access: needs root (to become nobody)")
+        return
+    tmp = tempfile.mkdtemp(prefix="gshare-harden-access-")
+    os.chmod(tmp, 0o755)  # nobody may traverse the test's own directory
+    victim = os.path.join(tmp, "victim")
+    with open(victim, "w") as f:
+        f.write("secret\n")
+    os.chmod(victim, 0o600)
+    ag = e2e.Agent(tmp)
+    # The attacker who wins the race between bind and a chmod by path.
+    ag.env["LD_PRELOAD"] = os.path.join(e2e.BD, "test/e2e/race_chmod.so")
+    ag.env["GSHARE_TEST_VICTIM"] = victim
+    ag.env["ASAN_OPTIONS"] = "verify_asan_link_order=0"
+    ag.start()
+    try:
+        A = ag.create([dev(ag, 0)])["allocation"]
+        root = os.path.join(tmp, "alloc")
+        st = os.stat(root)
+        check(st.st_mode & 0o777 == 0o700 and st.st_uid == 0,
+              "socket root is 0700 root (%o)" % (st.st_mode & 0o777))
+        check(os.stat(victim).st_mode & 0o777 == 0o600,
+              "a symlink planted at agent.sock before a chmod is never followed (victim %o)"
+              % (os.stat(victim).st_mode & 0o777))
+        check(os.stat(e2e.sockpath(A)).st_mode & 0o777 == 0o666 and
+              oct(os.lstat(e2e.sockpath(A)).st_mode)[:4] == "0o14",
+              "the socket is a socket, 0666, in its 0755 directory")
+        check(try_connect(e2e.sockpath(A)) == 0, "root connects")
+        rc = as_nobody(lambda: try_connect(e2e.sockpath(A)))
+        check(rc == 13, "an unprivileged host user cannot connect to the allocation's socket (rc %d)" % rc)
+        # The pod reaches its socket through its mount of the directory: an
+        # fd of the directory opened before dropping root stands for it.
+        dfd = os.open(A["socket_dir"], os.O_PATH | os.O_DIRECTORY)
+
+        def via_mount():
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/fd is ours again
+            path = "/proc/self/fd/%d/agent.sock" % dfd
+            if try_connect(path) != 0:
+                return 1
+            os.execve(WIRE, [WIRE, "quota", path], ag.env)
+        os.set_inheritable(dfd, True)
+        env_pre = ag.env.pop("LD_PRELOAD")
+        rc = as_nobody(via_mount)
+        ag.env["LD_PRELOAD"] = env_pre
+        os.close(dfd)
+        check(rc == 0, "an unprivileged process with the directory (the pod's mount) registers and gets its quota (rc %d)" % rc)
+    finally:
+        ag.stop()
+    e2e.report(ag, tmp if not failures else None)
+
+
+def fresh_dirs():
+    ag = fresh("dirs")
+    ag.start()
+    try:
+        A = ag.create([dev(ag, 0)])["allocation"]
+        with open(os.path.join(A["socket_dir"], "left-by-the-pod"), "w") as f:
+            f.write("x")
+        ag.ctl("release", A["id"])
+        check(os.path.isdir(A["socket_dir"]), "a released allocation's directory that is not empty stays")
+        A2 = ag.create([dev(ag, 0)])["allocation"]
+        check(A2["id"] == A["id"] and A2["socket_dir"] != A["socket_dir"],
+              "the same device IDs again: same id, a fresh directory (%s, %s)" % (A["socket_dir"], A2["socket_dir"]))
+        check(os.listdir(A2["socket_dir"]) == ["agent.sock"], "the fresh directory holds only its socket")
+        B = ag.create([dev(ag, 1)])["allocation"]
+        ag.ctl("release", B["id"])
+        B2 = ag.create([dev(ag, 1)])["allocation"]
+        check(B2["socket_dir"] != B["socket_dir"] and not os.path.exists(B["socket_dir"]),
+              "an empty released directory is removed, and not reused either")
+        ag.stop()
+        ag.start()
+        after = ag.allocs()
+        check(after[A2["id"]]["socket_dir"] == A2["socket_dir"] and os.path.exists(e2e.sockpath(A2)),
+              "after a restart the allocation keeps its directory (the checkpoint names it)")
+        r = e2e.run([WIRE, "quota", e2e.sockpath(A2)], ag.env)
+        check(r.returncode == 0, "and serves on it: " + r.stdout.strip() + r.stderr)
+        # A v1 checkpoint (no dir=) still restores, into <socketRoot>/<id>.
+        ag.stop()
+        with open(ckpt_path(ag)) as f:
+            text = f.read()
+        with open(ckpt_path(ag), "w") as f:
+            f.write(text.replace(" dir=%s" % os.path.basename(A2["socket_dir"]), ""))
+        ag.start()
+        check(ag.allocs()[A2["id"]]["socket_dir"] == os.path.join(ag.tmp, "alloc", A2["id"]),
+              "a v1 checkpoint line restores into <socketRoot>/<id>")
+    finally:
+        ag.stop()
+    e2e.report(ag, ag.tmp if not failures else None)
+
+
+PARTS = {"create_failures": create_failures, "socket_access": socket_access,
+         "fresh_dirs": fresh_dirs}
 
 
 def main():
