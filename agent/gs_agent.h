@@ -40,6 +40,10 @@ struct gs_allocation;
 struct gs_chunk {
         CUmemGenericAllocationHandle handle;
         int fd;          /* exported once; -1 when retired */
+        /* Under the GPU's lock: the id of the last process granted this
+         * memory (it may have written it), 0 if none since it was made or
+         * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
+        uint64_t writer;
 };
 
 struct gs_gpu {

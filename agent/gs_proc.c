@@ -168,6 +168,11 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                                         log_warn("GPU %u: chunk %u has no memory: %s", g->index, c, err);
                         }
                         p->grant_fds[i] = c < g->nchunks ? g->chunks[c].fd : -1;
+                        /* It may hold another process's data. */
+                        if (p->grant_fds[i] >= 0 && gs_gpu_chunk_grant(g, c, p->id, err, sizeof(err)) < 0) {
+                                log_warn("GPU %u: chunk %u not granted: %s", g->index, c, err);
+                                p->grant_fds[i] = -1;
+                        }
                 }
                 check_lending(p->agent, g);
         }

@@ -289,8 +289,39 @@ def fresh_dirs():
     e2e.report(ag, ag.tmp if not failures else None)
 
 
+# ---------------------------------------------------------------- item 9
+
+def scrub():
+    if not os.path.exists(e2e.HOOK):
+        print("skip scrub: %s not built" % e2e.HOOK)
+        return
+    ag = fresh("scrub")
+    ag.start()
+    try:
+        A = ag.create([dev(ag, 0), dev(ag, 1)])["allocation"]
+        env = e2e.hook_env(ag, A)
+        q = 2 * UNIT // MiB
+        r = e2e.run([e2e.CUDA, "mark", str(q)], env)
+        check(r.returncode == 0 and ("marked %d MiB" % q) in r.stdout,
+              "a process fills the whole quota with a marker and exits: " + r.stdout.strip() + r.stderr)
+        check(e2e.wait_idle(ag, A["id"]) is not None, "its chunks are back in the allocation")
+        r = e2e.run([e2e.CUDA, "marks", str(q)], env)
+        check(r.returncode == 0 and ("0 marker words in %d MiB" % q) in r.stdout,
+              "the next process of the same allocation gets the same chunks without a word of it: "
+              + r.stdout.strip() + r.stderr)
+        # And between allocations (chunks recycled through the system list).
+        ag.ctl("release", A["id"])
+        B = ag.create([dev(ag, 2), dev(ag, 3)])["allocation"]
+        r = e2e.run([e2e.CUDA, "marks", str(q)], e2e.hook_env(ag, B))
+        check(r.returncode == 0 and ("0 marker words in %d MiB" % q) in r.stdout,
+              "nor does a process of another allocation: " + r.stdout.strip() + r.stderr)
+    finally:
+        ag.stop()
+    e2e.report(ag, ag.tmp if not failures else None)
+
+
 PARTS = {"create_failures": create_failures, "socket_access": socket_access,
-         "fresh_dirs": fresh_dirs}
+         "fresh_dirs": fresh_dirs, "scrub": scrub}
 
 
 def main():
