@@ -11,9 +11,10 @@
  *              configuration, the epoll loop, signals
  *
  * Threads: the main thread owns every structure below and is the only one
- * that creates or destroys allocations and processes.  Each process has one
- * worker thread that serves its rings; it touches its own gs_proc, and the
- * pools under the GPU's mutex (the allocator is not thread-safe).  A worker
+ * that creates or destroys allocations and processes.  A bounded pool of
+ * worker threads (gs_workers.h) serves the processes' rings; a worker
+ * touches the gs_proc it serves, and the pools under the GPU's mutex (the
+ * allocator is not thread-safe).  A worker
  * tells the main thread about a protocol violation by shutting its socket
  * down (the main loop sees the hang-up) and about a lending change through
  * the agent's eventfd. */
@@ -33,6 +34,7 @@
 #include "gs_ipc.h"
 #include "gs_util.h"
 #include "gs_wire.h"
+#include "gs_workers.h"
 
 struct gs_agent;
 struct gs_allocation;
@@ -120,6 +122,7 @@ struct gs_allocation {
         struct gs_proc *procs;
         uint32_t nprocs;
         struct gs_ipc_table ipc;     /* CUDA IPC exports of its processes */
+        struct gs_wgroup wgroup;     /* its place in the worker pool's line */
         /* The reconciler's (gs_recon.h): the container PodResources last
          * showed holding its device IDs (empty: none seen yet), and since
          * when (CLOCK_MONOTONIC ms) no container has held them (0: held, or
@@ -152,6 +155,8 @@ struct gs_agent {
         struct gs_ev notify_ev;
         struct gs_ctlsrv *ctl;
         struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
+        struct gs_workers *workers;      /* gs_workers.h: serve the processes' rings */
+        uint32_t nconns;                 /* processes' connections, all allocations */
         bool stopping;
         /* Objects destroyed while handling a batch of events are freed after
          * it, since later events of the batch may still point at them. */

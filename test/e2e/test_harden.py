@@ -320,8 +320,93 @@ def scrub():
     e2e.report(ag, ag.tmp if not failures else None)
 
 
+# ---------------------------------------------------------------- item 4
+
+def threads_of(pid):
+    return len(os.listdir("/proc/%d/task" % pid))
+
+
+def hold_conns(ag, sock, n):
+    """A process opening n connections on sock; returns (Popen, its line)."""
+    p = subprocess.Popen([WIRE, "conns", sock, str(n)], env=ag.env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, p.stdout.readline().strip()
+
+
+def let_go(p):
+    p.stdin.close()
+    rc = p.wait(timeout=30)
+    err = p.stderr.read()
+    return rc, err
+
+
+def workers():
+    tmp = tempfile.mkdtemp(prefix="gshare-harden-workers-")
+    cfg = os.path.join(tmp, "config.yaml")
+    with open(cfg, "w") as f:
+        f.write("workerThreads: 2\nmaxConnections: 50\nmaxConnectionsPerAllocation: 40\n"
+                "maxConnectionsPerProcess: 30\n")
+    ag = e2e.Agent(tmp, ["--config", cfg])
+    ag.start()
+    held = []
+    try:
+        A = ag.create([dev(ag, 0)])["allocation"]
+        B = ag.create([dev(ag, 1)])["allocation"]
+        C = ag.create([dev(ag, 2)])["allocation"]
+        pid = ag.proc.pid
+        base = threads_of(pid)
+        p1, line = hold_conns(ag, e2e.sockpath(A), 35)
+        held.append(p1)
+        check(line == "registered 30 refused 5 err -24",
+              "one process: 30 connections served, the next 5 refused with an ERROR, no WELCOME (%s)" % line)
+        check(threads_of(pid) == base,
+              "30 more connections, no more agent threads (%d, %d before)" % (threads_of(pid), base))
+        p2, line = hold_conns(ag, e2e.sockpath(A), 15)
+        held.append(p2)
+        check(line == "registered 10 refused 5 err -24",
+              "a second process: the allocation's cap of 40 (%s)" % line)
+        p3, line = hold_conns(ag, e2e.sockpath(B), 15)
+        held.append(p3)
+        check(line == "registered 10 refused 5 err -24", "the agent's cap of 50 in all (%s)" % line)
+        log = ag.logtext()
+        check("maxConnectionsPerProcess" in log and "maxConnectionsPerAllocation" in log and
+              "maxConnections)" in log, "each refusal is logged naming its cap")
+        for p in held:
+            rc, err = let_go(p)
+            check(rc == 0, "refused connections got ERROR -EMFILE, never WELCOME: " + err.strip())
+        held = []
+        for _ in range(200):
+            if not any(ag.allocs()[x["id"]]["processes"] for x in (A, B)):
+                break
+            time.sleep(0.02)
+        r = e2e.run([WIRE, "quota", e2e.sockpath(C)], ag.env)
+        check(r.returncode == 0, "once they are gone, a process of C registers: " + r.stdout.strip() + r.stderr)
+        # Fairness: 24 connections of A flood (above the per-process cap
+        # of the default config; this agent allows 30), B is served.
+        t0 = os.times()
+        st0 = open("/proc/%d/stat" % pid).read().split()
+        w0 = time.monotonic()
+        r = e2e.run([WIRE, "floodx", e2e.sockpath(A), e2e.sockpath(B), "24"], ag.env, timeout=120)
+        wall = time.monotonic() - w0
+        st1 = open("/proc/%d/stat" % pid).read().split()
+        cpu = (int(st1[13]) + int(st1[14]) - int(st0[13]) - int(st0[14])) / os.sysconf("SC_CLK_TCK")
+        del t0
+        check(r.returncode == 0, "A's 24 flooding connections do not starve B: " + r.stdout.strip() + r.stderr)
+        print("info: agent CPU during the flood %.2f s in %.2f s (%.0f%%), %d threads" %
+              (cpu, wall, 100 * cpu / wall, threads_of(pid)), flush=True)
+        check(threads_of(pid) == base, "the flood added no agent thread")
+        r = e2e.run([WIRE, "hostile", e2e.sockpath(A)], ag.env)
+        check(r.returncode == 0, "hostile messages are still rejected with the pool: " + r.stderr)
+    finally:
+        for p in held:
+            p.kill()
+            p.wait()
+        ag.stop()
+    e2e.report(ag, tmp if not failures else None)
+
+
 PARTS = {"create_failures": create_failures, "socket_access": socket_access,
-         "fresh_dirs": fresh_dirs, "scrub": scrub}
+         "fresh_dirs": fresh_dirs, "scrub": scrub, "workers": workers}
 
 
 def main():
