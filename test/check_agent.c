@@ -146,7 +146,7 @@ START_TEST(test_check_hello)
         ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), -EPROTO);
         ck_assert_ptr_nonnull(strstr(err, "magic"));
         hello(&h);
-        h.h.version = 2;
+        h.h.version = GS_WIRE_VERSION + 1;
         ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), -EPROTO);
         ck_assert_ptr_nonnull(strstr(err, "version"));
         hello(&h);
