@@ -105,7 +105,27 @@ static void enqueue(struct gs_workers *w, struct gs_wentry *e)
                 line_push(w, g);
 }
 
-/* pre: mu.  Unlinks a QUEUED e (removal). */
+/* pre: mu.  Takes g out of the line. */
+static void line_remove(struct gs_workers *w, struct gs_wgroup *g)
+{
+        struct gs_wgroup *prev = NULL;
+
+        for (struct gs_wgroup *x = w->line_head; x; prev = x, x = x->next)
+                if (x == g) {
+                        if (prev)
+                                prev->next = g->next;
+                        else
+                                w->line_head = g->next;
+                        if (w->line_tail == g)
+                                w->line_tail = prev;
+                        break;
+                }
+        g->queued = false;
+}
+
+/* pre: mu.  Unlinks a QUEUED e (removal).  A group left without queued
+ * processes leaves the line: its allocation may be freed once its last
+ * process is removed. */
 static void dequeue_entry(struct gs_workers *w, struct gs_wentry *e)
 {
         struct gs_wgroup *g = e->grp;
@@ -120,8 +140,10 @@ static void dequeue_entry(struct gs_workers *w, struct gs_wentry *e)
                         if (g->tail == e)
                                 g->tail = prev;
                         __atomic_sub_fetch(&w->nqueued, 1, __ATOMIC_RELAXED);
-                        return;
+                        break;
                 }
+        if (!g->head && g->queued)
+                line_remove(w, g);
 }
 
 /* pre: mu.  The next process to serve: the first group in line that may
@@ -134,13 +156,6 @@ static struct gs_wentry *pick(struct gs_workers *w)
         for (struct gs_wgroup *g = w->line_head; g; prev = g, pp = &g->next, g = g->next) {
                 struct gs_wentry *e;
 
-                if (!g->head) { /* emptied by removals */
-                        *pp = g->next;
-                        if (w->line_tail == g)
-                                w->line_tail = prev;
-                        g->queued = false;
-                        return pick(w);
-                }
                 if (g->busy >= w->per_group)
                         continue;
                 e = g->head;

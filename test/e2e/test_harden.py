@@ -397,6 +397,22 @@ def workers():
         check(threads_of(pid) == base, "the flood added no agent thread")
         r = e2e.run([WIRE, "hostile", e2e.sockpath(A)], ag.env)
         check(r.returncode == 0, "hostile messages are still rejected with the pool: " + r.stderr)
+        # Flooding processes killed mid-flood (queued in the pool), their
+        # allocation released and deleted: the pool serves on.
+        D = ag.create([dev(ag, 3)])["allocation"]
+        fl = subprocess.Popen([WIRE, "floodx", e2e.sockpath(D), e2e.sockpath(B), "24"], env=ag.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.4)
+        fl.kill()
+        fl.wait()
+        ag.ctl("release", D["id"])
+        for _ in range(200):
+            if D["id"] not in ag.allocs():
+                break
+            time.sleep(0.02)
+        check(D["id"] not in ag.allocs(), "an allocation whose flooders were killed is deleted")
+        r = e2e.run([WIRE, "quota", e2e.sockpath(C)], ag.env)
+        check(r.returncode == 0 and ag.alive(), "and the pool serves on: " + r.stdout.strip() + r.stderr)
     finally:
         for p in held:
             p.kill()
