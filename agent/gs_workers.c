@@ -253,6 +253,7 @@ static void *worker(void *arg)
 {
         struct gs_workers *w = arg;
 
+        (void)pthread_setname_np(pthread_self(), "gshare-worker"); /* ps, top, the tests */
         pthread_mutex_lock(&w->mu);
         while (!w->stopping) {
                 struct epoll_event ev;
