@@ -126,6 +126,7 @@ def create_failures():
         os.mkdir(e2e.sockpath(A))  # a directory where the socket goes
         with open(ckpt_path(ag), "a") as f:
             f.write("0123456789abcdef 1700000000 1 GPU-00000000-0000-0000-0000-00000000dead-u0\n")
+            f.write("this line is not a checkpoint line\n")
         ag.start()
         time.sleep(0.2)
         check(serving(ag), "not a socket at agent.sock, unknown GPU: the agent starts and serves")
@@ -133,9 +134,10 @@ def create_failures():
         log = ag.logtext()
         check("not restored" in log and A["id"] in log, "the one that cannot is logged")
         lines = ckpt_lines(ag)
-        check(len(lines) == 3 and any(ln.split()[0] == A["id"] for ln in lines) and
-              any(ln.startswith("0123456789abcdef ") for ln in lines),
-              "both lines stay in the checkpoint: %s" % lines)
+        check(len(lines) == 4 and any(ln.split()[0] == A["id"] for ln in lines) and
+              any(ln.startswith("0123456789abcdef ") for ln in lines) and
+              "this line is not a checkpoint line" in lines,
+              "the lines not restored stay in the checkpoint, a malformed one verbatim: %s" % lines)
         check(ag.gpus()[0]["units_restoring"] == [0],
               "its unit is reported for the plugin to mark Unhealthy: %s" % ag.gpus()[0]["units_restoring"])
         r = ag.ctl("create", dev(ag, 0), dev(ag, 5), ok=False)
@@ -155,6 +157,14 @@ def create_failures():
         check(r.returncode == 0, "a line waiting to be restored can be released: " + r.stderr.strip())
         check(not any(ln.startswith("0123456789abcdef ") for ln in ckpt_lines(ag)),
               "release drops it from the checkpoint")
+        # The checkpoint cannot be written: the create fails, nothing changes.
+        os.mkdir(ckpt_path(ag) + ".tmp")
+        before = set(ag.allocs())
+        r = ag.ctl("create", dev(ag, 6), ok=False)
+        check(r.returncode == 1 and "cannot write the checkpoint" in r.stderr and serving(ag) and
+              set(ag.allocs()) == before, "checkpoint unwritable: create fails, the agent serves: " + r.stderr.strip())
+        os.rmdir(ckpt_path(ag) + ".tmp")
+        check(ag.create([dev(ag, 6)])["created"], "and succeeds once it can be written")
     finally:
         ag.stop()
     e2e.report(ag, ag.tmp if not failures else None)
