@@ -11,9 +11,10 @@
  *              configuration, the epoll loop, signals
  *
  * Threads: the main thread owns every structure below and is the only one
- * that creates or destroys allocations and processes.  Each process has one
- * worker thread that serves its rings; it touches its own gs_proc, and the
- * pools under the GPU's mutex (the allocator is not thread-safe).  A worker
+ * that creates or destroys allocations and processes.  A bounded pool of
+ * worker threads (gs_workers.h) serves the processes' rings; a worker
+ * touches the gs_proc it serves, and the pools under the GPU's mutex (the
+ * allocator is not thread-safe).  A worker
  * tells the main thread about a protocol violation by shutting its socket
  * down (the main loop sees the hang-up) and about a lending change through
  * the agent's eventfd. */
@@ -35,6 +36,7 @@
 #include "gs_outside.h"
 #include "gs_util.h"
 #include "gs_wire.h"
+#include "gs_workers.h"
 
 struct gs_agent;
 struct gs_allocation;
@@ -47,6 +49,10 @@ struct gs_chunk {
          * under the GPU's lock. */
         struct gs_allocation *owner;
         bool pending;    /* retired until its memory can be re-created */
+        /* Under the GPU's lock: the id of the last process granted this
+         * memory (it may have written it), 0 if none since it was made or
+         * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
+        uint64_t writer;
 };
 
 struct gs_gpu {
@@ -119,6 +125,8 @@ struct gs_part {
         int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
 };
 
+#define GS_ALLOCS_DIR_MAX 32      /* "<16 hex id>-<8 hex>" and a NUL */
+
 struct gs_allocation {
         struct gs_allocation *next;
         struct gs_agent *agent;
@@ -128,6 +136,7 @@ struct gs_allocation {
         uint64_t created_unix;
         uint32_t nparts;
         struct gs_part parts[GS_MAX_GPUS_PER_ALLOC];
+        char dir_name[GS_ALLOCS_DIR_MAX]; /* of socket_dir, under socketRoot */
         char socket_dir[PATH_MAX];
         char socket_path[PATH_MAX];
         int listen_fd;
@@ -138,6 +147,7 @@ struct gs_allocation {
         struct gs_proc *procs;
         uint32_t nprocs;
         struct gs_ipc_table ipc;     /* CUDA IPC exports of its processes */
+        struct gs_wgroup wgroup;     /* its place in the worker pool's line */
         /* The reconciler's (gs_recon.h): the container PodResources last
          * showed holding its device IDs (empty: none seen yet), and since
          * when (CLOCK_MONOTONIC ms) no container has held them (0: held, or
@@ -154,6 +164,7 @@ struct gs_allocation {
 struct gs_ctlsrv;
 struct gs_metrics;
 struct gs_events;
+struct gs_allocs_pending;
 
 struct gs_agent {
         struct gs_config cfg;
@@ -162,6 +173,10 @@ struct gs_agent {
         uint32_t ngpus;
         struct gs_allocation *allocs;
         uint32_t nallocs;
+        /* Checkpoint lines not restored yet (gs_allocs.h), and when they
+         * are next retried (CLOCK_MONOTONIC ms). */
+        struct gs_allocs_pending *pending;
+        int64_t pending_retry_ms;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;
         int epfd;
@@ -174,6 +189,8 @@ struct gs_agent {
         int64_t usage_next_ms;           /* next scan (CLOCK_MONOTONIC); 0: none */
         int usage_kick;                  /* atomic: a worker wants a scan now */
         unsigned usage_scans;            /* atomic: scans done (gs_usage_wait) */
+        struct gs_workers *workers;      /* gs_workers.h: serve the processes' rings */
+        uint32_t nconns;                 /* processes' connections, all allocations */
         bool stopping;
         /* Objects destroyed while handling a batch of events are freed after
          * it, since later events of the batch may still point at them. */

@@ -296,7 +296,7 @@ static int run(struct gs_agent *ag, int sfd)
         struct epoll_event evs[64];
 
         while (!ag->stopping) {
-                int timeout = gs_usage_tick(ag, gs_metrics_tick(ag->metrics, gs_proc_tick(ag)));
+                int timeout = gs_usage_tick(ag, gs_allocs_tick(ag, gs_metrics_tick(ag->metrics, gs_proc_tick(ag))));
                 int n = epoll_wait(ag->epfd, evs, (int)GS_ARRAY_SIZE(evs), timeout);
 
                 if (n < 0) {
@@ -394,6 +394,18 @@ int main(int argc, char **argv)
                 log_warn("no Events on pods: %s", err);
         if (open_gpus(&ag) < 0)
                 goto out;
+        /* Each connection holds its socket, pidfd, segment and doorbell. */
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            (uint64_t)ag.cfg.max_conns * 4 + 1024 > rl.rlim_cur)
+                log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
+                         ag.cfg.max_conns, (unsigned long long)ag.cfg.max_conns * 4 + 1024,
+                         (unsigned long long)rl.rlim_cur);
+        r = gs_workers_new(&ag, ag.cfg.worker_threads, ag.cfg.max_conns, &ag.workers, err,
+                           sizeof(err));
+        if (r < 0) {
+                log_error("%s", err);
+                goto out;
+        }
         if (ag.ngpus == 0)
                 log_warn("no GPU in use: the agent serves an empty node");
         /* A manual install may not have the directories yet (the DaemonSet's
@@ -427,13 +439,15 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
-        log_info("serving %s; allocations under %s, state in %s", ag.cfg.agent_socket,
-                 ag.cfg.socket_root, ag.cfg.state_dir);
+        log_info("serving %s; allocations under %s, state in %s; %u worker threads, at most %u connections (%u per allocation, %u per process)",
+                 ag.cfg.agent_socket, ag.cfg.socket_root, ag.cfg.state_dir, ag.cfg.worker_threads,
+                 ag.cfg.max_conns, ag.cfg.max_conns_per_alloc, ag.cfg.max_conns_per_proc);
         rc = run(&ag, sfd) < 0;
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
         gs_proc_kill_all(&ag);
+        gs_workers_free(ag.workers);
         gs_allocs_shutdown(&ag);
         gs_ctlsrv_free(ag.ctl);
         gs_metrics_free(ag.metrics);

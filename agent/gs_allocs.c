@@ -10,12 +10,21 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gs_gpu.h"
 #include "gs_log.h"
+
+static int64_t mono_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17])
 {
@@ -104,51 +113,155 @@ static struct gs_gpu *gpu_by_uuid(struct gs_agent *ag, const char *uuid)
         return NULL;
 }
 
-static int mkdir_private(const char *path, mode_t mode, char *err, size_t errlen)
+/* A checkpoint line that could not be restored at start (a GPU missing or
+ * unhealthy, too few free chunks, its socket path blocked).  It stays in
+ * the checkpoint until it is restored or released, keeps its device IDs
+ * from other allocations, and is retried every GS_ALLOCS_RETRY_MS.  A line
+ * that does not even parse is kept verbatim (ids NULL) and never retried. */
+struct gs_allocs_pending {
+        struct gs_allocs_pending *next;
+        char id[17];
+        uint64_t created_unix;
+        char dir[GS_ALLOCS_DIR_MAX]; /* its socket directory's name */
+        char **ids;              /* sorted_copy() block; NULL: unparsable */
+        size_t nids;
+        char *line;              /* the line as read, without its newline */
+        char why[256];           /* the last reason it could not be restored */
+};
+
+static void pending_free(struct gs_allocs_pending *q)
+{
+        if (!q)
+                return;
+        free(q->ids);
+        free(q->line);
+        free(q);
+}
+
+/* The pending line holding device ID id (sorted set), or NULL. */
+static struct gs_allocs_pending *pending_holding(struct gs_agent *ag, const char *id)
+{
+        for (struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+                for (size_t i = 0; i < q->nids; i++)
+                        if (strcmp(q->ids[i], id) == 0)
+                                return q;
+        return NULL;
+}
+
+static void pending_unlink(struct gs_agent *ag, struct gs_allocs_pending *q)
+{
+        for (struct gs_allocs_pending **pp = &ag->pending; *pp; pp = &(*pp)->next)
+                if (*pp == q) {
+                        *pp = q->next;
+                        return;
+                }
+}
+
+static bool pending_same(const struct gs_allocs_pending *q, char *const *sorted, size_t n)
+{
+        if (!q->ids || q->nids != n)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(q->ids[i], sorted[i]) != 0)
+                        return false;
+        return true;
+}
+
+/* Makes directory path (mode, owned by us) or, if exclusive is false,
+ * accepts an existing one that is a real directory owned by us; its mode is
+ * then set to mode.  Through an O_NOFOLLOW fd: a symlink planted in our
+ * place is refused, never followed. */
+static int mkdir_owned(const char *path, mode_t mode, bool exclusive, char *err, size_t errlen)
 {
         struct stat st;
+        int fd, r = 0;
 
-        if (mkdir(path, mode) < 0 && errno != EEXIST) {
-                int r = gs_neg_errno();
+        if (mkdir(path, mode) < 0 && (errno != EEXIST || exclusive)) {
+                r = gs_neg_errno();
                 snprintf(err, errlen, "cannot create directory %s: %s", path, strerror(-r));
                 return r;
         }
-        /* Refuse a symlink or a file someone planted in our place. */
-        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
                 snprintf(err, errlen, "%s exists and is not a directory", path);
-                return -ENOTDIR;
-        }
-        if (chmod(path, mode) < 0) {
-                int r = gs_neg_errno();
+                r = -ENOTDIR;
+        } else if (st.st_uid != geteuid()) {
+                snprintf(err, errlen, "%s is owned by uid %u, not by the agent", path,
+                         (unsigned)st.st_uid);
+                r = -EPERM;
+        } else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0) {
+                r = gs_neg_errno();
                 snprintf(err, errlen, "cannot chmod %s: %s", path, strerror(-r));
-                return r;
         }
+        gs_closep(&fd);
+        return r;
+}
+
+/* A directory name no allocation has had: "<id>-<8 random hex digits>". */
+static int fresh_dir_name(const char *id, char out[GS_ALLOCS_DIR_MAX])
+{
+        uint32_t x;
+
+        if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
+                return gs_neg_errno();
+        snprintf(out, GS_ALLOCS_DIR_MAX, "%s-%08x", id, x);
         return 0;
 }
 
-/* Creates <socketRoot>/<id>/agent.sock, listening, watched by the main loop. */
-static int open_socket(struct gs_agent *ag, struct gs_allocation *a, char *err, size_t errlen)
+/* Creates <socketRoot>/<dir>/agent.sock, listening, watched by the main
+ * loop.  socketRoot is 0700: no host user but root reaches anything under
+ * it; a container reaches its own directory (0755) through the mount.
+ * dir: the directory of a restored allocation (it may exist: it is
+ * mounted into containers), or NULL for a fresh one, created here, that no
+ * allocation ever had. */
+static int open_socket(struct gs_agent *ag, struct gs_allocation *a, const char *dir, char *err,
+                       size_t errlen)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        bool bound = false;
+        mode_t old;
         int fd = -1, r;
 
-        if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root, a->id) >=
-                    (int)sizeof(a->socket_dir) ||
-            snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir,
-                     GS_SOCKET_NAME) >= (int)sizeof(sa.sun_path)) {
-                snprintf(err, errlen, "socket path under %s is too long", ag->cfg.socket_root);
-                return -ENAMETOOLONG;
+        r = mkdir_owned(ag->cfg.socket_root, 0700, false, err, errlen);
+        if (r < 0)
+                return r;
+        for (int tries = 0;; tries++) {
+                if (dir)
+                        snprintf(a->dir_name, sizeof(a->dir_name), "%s", dir);
+                else if ((r = fresh_dir_name(a->id, a->dir_name)) < 0) {
+                        snprintf(err, errlen, "getrandom: %s", strerror(-r));
+                        return r;
+                }
+                if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root,
+                             a->dir_name) >= (int)sizeof(a->socket_dir) ||
+                    snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir,
+                             GS_SOCKET_NAME) >= (int)sizeof(sa.sun_path)) {
+                        snprintf(err, errlen, "socket path under %s is too long", ag->cfg.socket_root);
+                        return -ENAMETOOLONG;
+                }
+                r = mkdir_owned(a->socket_dir, 0755, dir == NULL, err, errlen);
+                if (r != -EEXIST || dir || tries == 8)
+                        break;
         }
-        r = mkdir_private(ag->cfg.socket_root, 0755, err, errlen);
-        if (r == 0)
-                r = mkdir_private(a->socket_dir, 0755, err, errlen);
         if (r < 0)
                 return r;
         strcpy(sa.sun_path, a->socket_path);
-        (void)unlink(a->socket_path); /* a stale one from a previous agent */
+        if (dir)
+                (void)unlink(a->socket_path); /* a stale one from a previous agent */
         fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-            chmod(a->socket_path, 0666) < 0 || listen(fd, 128) < 0) {
+        if (fd < 0) {
+                r = gs_neg_errno();
+                snprintf(err, errlen, "socket: %s", strerror(-r));
+                goto fail;
+        }
+        /* The socket is made 0666 by bind itself (0777 & ~umask): a chmod
+         * by path afterwards would follow a symlink swapped in meanwhile.
+         * Only the main thread creates files, so the umask is ours. */
+        old = umask(0111);
+        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        umask(old);
+        bound = r == 0;
+        if (r < 0 || listen(fd, 128) < 0) {
                 r = gs_neg_errno();
                 snprintf(err, errlen, "cannot listen on %s: %s", a->socket_path, strerror(-r));
                 goto fail;
@@ -163,8 +276,10 @@ static int open_socket(struct gs_agent *ag, struct gs_allocation *a, char *err, 
         a->listen_fd = fd;
         return 0;
 fail:
-        if (fd >= 0)
+        if (bound)
                 (void)unlink(a->socket_path);
+        if (!dir)
+                (void)rmdir(a->socket_dir);
         gs_closep(&fd);
         return r;
 }
@@ -221,8 +336,11 @@ static void unlink_alloc(struct gs_agent *ag, struct gs_allocation *a)
                 }
 }
 
+static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
+                           struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen);
+
 int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
-                     bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
+                     const char *dir, bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
                      size_t errlen)
 {
         struct gs_allocation *a = NULL, *old;
@@ -303,6 +421,21 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
                 }
                 units[p]++;
         }
+        for (size_t i = 0; i < n; i++) {
+                struct gs_allocs_pending *q = pending_holding(ag, v[i]);
+                if (!q)
+                        continue;
+                if (pending_same(q, v, n)) {
+                        /* Asked for again (the kubelet retrying Allocate):
+                         * try now rather than at the next retry. */
+                        free(v);
+                        return restore_pending(ag, q, ret, ret_created, err, errlen);
+                }
+                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s, not restored yet: %.200s",
+                         v[i], q->id, q->why);
+                r = -EBUSY;
+                goto fail;
+        }
         if (old) { /* same hash, different set: never seen, but never merge them */
                 snprintf(err, errlen, "allocation id %s collides with an existing allocation", id);
                 r = -EEXIST;
@@ -344,7 +477,7 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
                 }
                 a->nparts = p + 1;
         }
-        r = open_socket(ag, a, err, errlen);
+        r = open_socket(ag, a, dir, err, errlen);
         if (r < 0)
                 goto fail;
         for (size_t i = 0; i < n; i++) {
@@ -370,7 +503,10 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
         return 0;
 fail:
         if (a) {
-                a->device_ids = NULL; /* v is freed below */
+                /* v is freed below; destroy() must see no device IDs (none
+                 * of unit_owner points at a yet). */
+                a->device_ids = NULL;
+                a->ndevice_ids = 0;
                 destroy(ag, a);
         }
         free(v);
@@ -492,6 +628,11 @@ int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, c
 
 void gs_allocs_shutdown(struct gs_agent *ag)
 {
+        while (ag->pending) {
+                struct gs_allocs_pending *q = ag->pending;
+                ag->pending = q->next;
+                pending_free(q);
+        }
         while (ag->allocs) {
                 struct gs_allocation *a = ag->allocs;
                 unlink_alloc(ag, a);
@@ -521,15 +662,18 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
                 close(fd);
                 goto fail;
         }
-        fprintf(f, "# gshare-agent allocations v1\n");
+        fprintf(f, "# gshare-agent allocations v2\n");
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 if (a->releasing)
                         continue;
                 fprintf(f, "%s %" PRIu64 " %zu", a->id, a->created_unix, a->ndevice_ids);
                 for (size_t i = 0; i < a->ndevice_ids; i++)
                         fprintf(f, " %s", a->device_ids[i]);
-                fputc('\n', f);
+                fprintf(f, " dir=%s\n", a->dir_name);
         }
+        /* Lines not restored (yet) leave only by release. */
+        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+                fprintf(f, "%s\n", q->line);
         if (fflush(f) != 0 || fsync(fileno(f)) < 0)
                 r = gs_neg_errno();
         if (fclose(f) != 0 && r == 0)
@@ -554,10 +698,11 @@ fail:
 }
 
 int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
-                         size_t max_ids)
+                         size_t max_ids, char ret_dir[GS_ALLOCS_DIR_MAX])
 {
         char *save = NULL, *tok, *end;
         unsigned long long created, count;
+        const char *dir = NULL;
         size_t n = 0;
 
         tok = strtok_r(line, " \t\n", &save);
@@ -579,6 +724,17 @@ int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, cha
         if (errno || *end || tok[0] == '-' || count == 0 || count > max_ids)
                 return -EINVAL;
         while ((tok = strtok_r(NULL, " \t\n", &save))) {
+                if (dir)
+                        return -EINVAL;
+                if (n == count && strncmp(tok, "dir=", 4) == 0) {
+                        /* v2: the socket directory's name; one path
+                         * component of hex digits and dashes. */
+                        dir = tok + 4;
+                        if (!*dir || strlen(dir) >= GS_ALLOCS_DIR_MAX ||
+                            strspn(dir, "0123456789abcdef-") != strlen(dir))
+                                return -EINVAL;
+                        continue;
+                }
                 if (n == count)
                         return -EINVAL;
                 ret_ids[n++] = tok;
@@ -586,14 +742,61 @@ int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, cha
         if (n != count)
                 return -EINVAL;
         *ret_created = created;
+        /* v1 lines name no directory: it was <id>. */
+        snprintf(ret_dir, GS_ALLOCS_DIR_MAX, "%s", dir ? dir : ret_id);
         return (int)n;
+}
+
+/* Takes q out of the pending list and creates its allocation; puts it back
+ * (with the reason) if that fails.  The checkpoint already holds its line. */
+static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
+                           struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
+{
+        int r;
+
+        pending_unlink(ag, q);
+        r = gs_allocs_create(ag, (const char *const *)q->ids, q->nids, q->created_unix, q->dir, false, ret,
+                             ret_created, err, errlen);
+        if (r < 0) {
+                snprintf(q->why, sizeof(q->why), "%s", err);
+                q->next = ag->pending;
+                ag->pending = q;
+                return r;
+        }
+        log_info("allocation %s restored (%zu units), socket %s", (*ret)->id, q->nids,
+                 (*ret)->socket_path);
+        pending_free(q);
+        return 0;
+}
+
+/* Keeps a checkpoint line that cannot be restored now.  line is the text as
+ * read; ids the parsed device IDs (n of them), or NULL if it did not parse. */
+static int keep_pending(struct gs_agent *ag, const char *line, const char *id, const char *dir,
+                        uint64_t created, char *const *ids, size_t n, const char *why)
+{
+        struct gs_allocs_pending *q = calloc(1, sizeof(*q));
+        size_t l = strcspn(line, "\n");
+
+        if (!q || !(q->line = strndup(line, l)) ||
+            (ids && !(q->ids = sorted_copy((const char *const *)ids, n)))) {
+                pending_free(q);
+                return -ENOMEM;
+        }
+        snprintf(q->id, sizeof(q->id), "%s", id);
+        snprintf(q->dir, sizeof(q->dir), "%s", dir);
+        q->created_unix = created;
+        q->nids = ids ? n : 0;
+        snprintf(q->why, sizeof(q->why), "%s", why);
+        q->next = ag->pending;
+        ag->pending = q;
+        return 0;
 }
 
 int gs_allocs_restore(struct gs_agent *ag)
 {
-        char path[PATH_MAX], id[17], err[512];
-        char **ids = NULL, *line = NULL;
-        size_t cap = 0, lineno = 0, restored = 0;
+        char path[PATH_MAX], id[17], err[512], dir[GS_ALLOCS_DIR_MAX];
+        char **ids = NULL, *line = NULL, *copy = NULL;
+        size_t cap = 0, lineno = 0, restored = 0, kept = 0;
         FILE *f;
         int r = 0;
 
@@ -610,33 +813,131 @@ int gs_allocs_restore(struct gs_agent *ag)
         }
         while (getline(&line, &cap, f) > 0) {
                 struct gs_allocation *a;
-                uint64_t created;
+                uint64_t created = 0;
                 bool made;
                 int n;
 
                 lineno++;
                 if (line[0] == '#' || line[0] == '\n')
                         continue;
-                n = gs_allocs_parse_line(line, id, &created, ids, GS_ALLOCS_MAX_IDS);
+                free(copy);
+                copy = strdup(line); /* parsing cuts line up */
+                if (!copy) {
+                        r = -ENOMEM;
+                        break;
+                }
+                n = gs_allocs_parse_line(line, id, &created, ids, GS_ALLOCS_MAX_IDS, dir);
                 if (n < 0) {
-                        log_warn("%s:%zu: malformed line, ignored", path, lineno);
-                        continue;
+                        log_warn("%s:%zu: malformed line, kept as it is: %.200s", path, lineno, copy);
+                        r = keep_pending(ag, copy, "", "", 0, NULL, 0, "malformed checkpoint line");
+                } else {
+                        r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, dir, false,
+                                             &a, &made, err, sizeof(err));
+                        if (r == 0) {
+                                restored++;
+                                log_info("allocation %s restored (%d units), socket %s", a->id, n,
+                                         a->socket_path);
+                                continue;
+                        }
+                        log_warn("%s:%zu: allocation %s not restored: %s; kept, retried every %d ms, its units unhealthy meanwhile",
+                                 path, lineno, id, err, GS_ALLOCS_RETRY_MS);
+                        r = keep_pending(ag, copy, id, dir, created, ids, (size_t)n, err);
+                        kept++;
                 }
-                r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, false, &a,
-                                     &made, err, sizeof(err));
-                if (r < 0) {
-                        log_warn("%s:%zu: allocation %s not restored: %s", path, lineno, id, err);
-                        continue;
-                }
-                restored++;
-                log_info("allocation %s restored (%d units), socket %s", a->id, n, a->socket_path);
+                if (r < 0)
+                        break;
         }
+        free(copy);
         free(line);
         free(ids);
         fclose(f);
         if (restored)
                 log_info("restored %zu allocations from %s; their processes must register again",
                          restored, path);
-        /* Drop what could not be restored, so the file says what is. */
+        if (kept)
+                log_warn("%zu allocations of %s wait to be restored", kept, path);
+        if (r < 0) {
+                /* Never rewrite a checkpoint we could not read whole. */
+                log_error("reading %s: %s; the checkpoint is left as it is", path, strerror(-r));
+                return r;
+        }
         return gs_allocs_checkpoint(ag);
+}
+
+int gs_allocs_tick(struct gs_agent *ag, int timeout)
+{
+        int64_t now = mono_ms();
+        struct gs_allocs_pending *q, *next;
+        bool any = false, changed = false;
+        char err[512];
+
+        for (q = ag->pending; q; q = q->next)
+                any |= q->ids != NULL;
+        if (!any)
+                return timeout;
+        if (now >= ag->pending_retry_ms) {
+                for (q = ag->pending; q; q = next) {
+                        struct gs_allocation *a;
+                        bool made;
+                        next = q->next;
+                        if (q->ids && restore_pending(ag, q, &a, &made, err, sizeof(err)) == 0)
+                                changed = true;
+                }
+                ag->pending_retry_ms = now + GS_ALLOCS_RETRY_MS;
+                if (changed)
+                        gs_agent_changed(ag);
+        }
+        {
+                int64_t left = ag->pending_retry_ms - now;
+                if (left < 0)
+                        left = 0;
+                return timeout < 0 || left < timeout ? (int)left : timeout;
+        }
+}
+
+int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
+                              char *err, size_t errlen)
+{
+        struct gs_allocs_pending *q = NULL;
+        char **v = NULL;
+        int r;
+
+        if (id && id[0]) {
+                for (q = ag->pending; q && !(q->ids && strcmp(q->id, id) == 0); q = q->next)
+                        ;
+        } else if (n && n <= GS_ALLOCS_MAX_IDS && (v = sorted_copy(ids, n))) {
+                for (q = ag->pending; q && !pending_same(q, v, n); q = q->next)
+                        ;
+                free(v);
+        }
+        if (!q)
+                return -ENOENT;
+        pending_unlink(ag, q);
+        r = gs_allocs_checkpoint(ag);
+        if (r < 0) {
+                q->next = ag->pending;
+                ag->pending = q;
+                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir,
+                         strerror(-r));
+                return r;
+        }
+        log_info("allocation %s released before it could be restored", q->id);
+        pending_free(q);
+        return 0;
+}
+
+size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units,
+                               size_t max)
+{
+        size_t k = 0;
+
+        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+                for (size_t i = 0; i < q->nids; i++) {
+                        char uuid[GS_UUID_STR_LEN + 1];
+                        uint32_t unit;
+                        if (gs_devid_parse(q->ids[i], uuid, &unit) == 0 &&
+                            strcasecmp(uuid, g->uuid) == 0 && unit < g->units_total && k < max)
+                                ret_units[k++] = unit;
+                }
+        return k;
 }

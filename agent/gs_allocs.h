@@ -3,9 +3,13 @@
  *
  * The id is a 16-hex-digit FNV-1a hash of the sorted device IDs, so asking
  * again for the same set finds the same allocation (the plugin's Allocate
- * is idempotent) and the socket directory <socketRoot>/<id>/ keeps its path
- * across agent restarts, which matters because it is bind-mounted into
- * containers: the directory is never removed on shutdown, only its socket.
+ * is idempotent).  Its socket directory <socketRoot>/<id>-<random>/ is new
+ * for every allocation (a released one's directory, maybe still mounted
+ * or holding what a container left there, is never reused) and keeps its
+ * path across agent restarts (the checkpoint names it), because it is
+ * bind-mounted into containers: it is never removed on shutdown, only its
+ * socket.  socketRoot is 0700: only root on the host reaches a socket;
+ * a container reaches its own through the mount.
  *
  * Release: an allocation whose processes are all gone is deleted at once.
  * One that still has live processes is marked releasing: its socket is
@@ -16,11 +20,18 @@
  *
  * Checkpoint: <stateDir>/allocations, rewritten atomically (temp file,
  * fsync, rename) on every change:
- *     # gshare-agent allocations v1
- *     <id> <created unix time> <count> <device id> ...
- * At start the agent re-creates each allocation in it.  Processes are not
- * checkpointed: after an agent restart they must register again (their
- * memory was the old agent's and is gone with it). */
+ *     # gshare-agent allocations v2
+ *     <id> <created unix time> <count> <device id> ... dir=<directory name>
+ * (v1 lines, without dir=, are read too: their directory is <id>).
+ * At start the agent re-creates each allocation in it.  A line that cannot
+ * be restored now (GPU missing or unhealthy, too few free chunks, socket
+ * path blocked) stays in the checkpoint: an allocation leaves it only by
+ * release.  It is retried every GS_ALLOCS_RETRY_MS (and when the same
+ * device IDs are asked for again); meanwhile its device IDs are refused to
+ * other allocations and reported (ListGpus units_restoring) so that the
+ * plugin advertises them Unhealthy.  A line that does not parse is kept
+ * verbatim.  Processes are not checkpointed: after an agent restart they
+ * must register again (their memory was the old agent's and is gone). */
 #ifndef GS_ALLOCS_H
 #define GS_ALLOCS_H
 
@@ -32,6 +43,7 @@
 
 #define GS_ALLOCS_MAX_IDS 4096u   /* device IDs in one request */
 #define GS_CHECKPOINT_NAME "allocations"
+#define GS_ALLOCS_RETRY_MS 1000
 
 /* Writes the 16-hex-digit id of a sorted set of device IDs into out[17]. */
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17]);
@@ -39,10 +51,12 @@ void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17]);
 /* Creates the allocation of device IDs ids[0..n) (any order), or finds the
  * existing one for the same set (*ret_created = false).  All or nothing:
  * on failure returns a negative errno with a message naming the problem in
- * err and changes nothing.  created_unix 0 means now.  checkpoint: rewrite
- * the checkpoint file (false while restoring it). */
+ * err and changes nothing.  created_unix 0 means now.  dir: the socket
+ * directory's name of a restored allocation, or NULL for a fresh one
+ * (<id>-<random>, created anew: no two allocations share a directory).
+ * checkpoint: rewrite the checkpoint file (false while restoring it). */
 int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
-                     bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
+                     const char *dir, bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
                      size_t errlen) GS_WUR;
 
 /* Before creating the allocation of ids[0..n): each other allocation holding
@@ -77,13 +91,28 @@ int gs_allocs_checkpoint(struct gs_agent *ag) GS_WUR;
  * that cannot be restored.  A missing file is not an error. */
 int gs_allocs_restore(struct gs_agent *ag) GS_WUR;
 
+/* Retries the checkpoint lines not restored yet, at most every
+ * GS_ALLOCS_RETRY_MS.  Returns the epoll timeout to use: timeout (ms, -1
+ * none) or less if a retry is due sooner.  Main loop. */
+int gs_allocs_tick(struct gs_agent *ag, int timeout);
+/* Releases a checkpoint line not restored yet, by id or by its exact set of
+ * device IDs.  0, -ENOENT (no such line), or a negative errno with err. */
+int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
+                              char *err, size_t errlen) GS_WUR;
+/* Units of g held by checkpoint lines not restored yet, into ret_units[max];
+ * returns how many. */
+size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units,
+                               size_t max);
+
 /* Agent shutdown: closes every allocation's socket (unlinks it, keeps the
  * directory and the checkpoint) and frees them.  Processes must be gone. */
 void gs_allocs_shutdown(struct gs_agent *ag);
 
 /* Parses one checkpoint line (modified in place) into its parts; the
- * device IDs point into line.  Returns the number of IDs, or -EINVAL. */
+ * device IDs point into line; ret_dir gets the socket directory's name
+ * (v1 lines have none: it is the id).  Returns the number of IDs, or
+ * -EINVAL. */
 int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
-                         size_t max_ids) GS_WUR;
+                         size_t max_ids, char ret_dir[GS_ALLOCS_DIR_MAX]) GS_WUR;
 
 #endif

@@ -136,6 +136,12 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
                         if (g->unit_owner && g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]))
                                 m->units_draining[k++] = u;
         }
+        if (g->units_total && g->agent->pending) {
+                m->units_restoring = arena_alloc(ar, g->units_total * sizeof(*m->units_restoring));
+                if (!m->units_restoring)
+                        return NULL;
+                m->n_units_restoring = gs_allocs_units_pending(g->agent, g, m->units_restoring, g->units_total);
+        }
         return m;
 }
 
@@ -246,7 +252,7 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest 
                                                c->n_device_ids, err, errlen)
                          : 0;
         if (r == 0)
-                r = gs_allocs_create(s->ag, (const char *const *)c->device_ids, c->n_device_ids, 0,
+                r = gs_allocs_create(s->ag, (const char *const *)c->device_ids, c->n_device_ids, 0, NULL,
                                      true, &a, &created, err, errlen);
         if (r < 0) {
                 rep->error = r;
@@ -278,12 +284,15 @@ static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest
         else if (c->n_device_ids)
                 a = gs_allocs_find_ids(s->ag, (const char *const *)c->device_ids, c->n_device_ids);
         if (!a || a->releasing) {
-                snprintf(err, errlen, "no allocation %s%.64s", c->id && c->id[0] ? "" : "for these device IDs",
-                         c->id ? c->id : "");
-                rep->error = -ENOENT;
-                return;
+                /* Perhaps a checkpoint line waiting to be restored. */
+                r = gs_allocs_release_pending(s->ag, c->id, (const char *const *)c->device_ids,
+                                              c->n_device_ids, err, errlen);
+                if (r == -ENOENT)
+                        snprintf(err, errlen, "no allocation %s%.64s",
+                                 c->id && c->id[0] ? "" : "for these device IDs", c->id ? c->id : "");
+        } else {
+                r = gs_allocs_release(s->ag, a, err, errlen);
         }
-        r = gs_allocs_release(s->ag, a, err, errlen);
         if (r < 0) {
                 rep->error = r;
                 return;

@@ -33,6 +33,13 @@
         X(mem_create, cuMemCreate, 1)                            \
         X(mem_release, cuMemRelease, 1)                          \
         X(mem_export, cuMemExportToShareableHandle, 1)           \
+        X(mem_address_reserve, cuMemAddressReserve, 1)           \
+        X(mem_address_free, cuMemAddressFree, 1)                 \
+        X(mem_map, cuMemMap, 1)                                  \
+        X(mem_unmap, cuMemUnmap, 1)                              \
+        X(mem_set_access, cuMemSetAccess, 1)                     \
+        X(memset_d32, cuMemsetD32_v2, 1)                         \
+        X(ctx_synchronize, cuCtxSynchronize, 1)                  \
         X(get_error_name, cuGetErrorName, 0)                     \
         X(get_error_string, cuGetErrorString, 0)
 

@@ -86,6 +86,12 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
         if (r < 0)
                 return r;
         if (export_fd) {
+                /* Exported memory goes to processes: none of what it held
+                 * before (the driver reuses the agent's own memory) may
+                 * reach one. */
+                r = gs_gpu_scrub(g, h, size, err, errlen);
+                if (r < 0)
+                        goto fail;
                 r = gs_cuda_check(cu, cu->mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                                   "cuMemExportToShareableHandle", err, errlen);
                 if (r < 0)
@@ -112,9 +118,64 @@ void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
         (void)g->agent->cu.mem_release(h);
 }
 
+int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
+                 size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)g->dev },
+                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUdeviceptr va = 0;
+        bool mapped = false;
+        int r;
+
+        if (size == 0 || size % 4)
+                return 0;
+        r = gs_cuda_check(cu, cu->ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err, errlen);
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->mem_address_reserve(&va, size, 0, 0, 0),
+                                  "scrub: cuMemAddressReserve", err, errlen);
+        if (r < 0)
+                return r;
+        r = gs_cuda_check(cu, cu->mem_map(va, size, 0, h, 0), "scrub: cuMemMap", err, errlen);
+        mapped = r == 0;
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->mem_set_access(va, size, &acc, 1), "scrub: cuMemSetAccess",
+                                  err, errlen);
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->memset_d32(va, 0, size / 4), "scrub: cuMemsetD32", err,
+                                  errlen);
+        /* The memset is asynchronous to us: done before anyone may map it. */
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->ctx_synchronize(), "scrub: cuCtxSynchronize", err, errlen);
+        if (mapped)
+                (void)cu->mem_unmap(va, size);
+        (void)cu->mem_address_free(va, size);
+        return r;
+}
+
+int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err, size_t errlen)
+{
+        struct gs_chunk *c;
+        int r;
+
+        if (chunk >= g->nchunks || g->chunks[chunk].fd < 0) {
+                snprintf(err, errlen, "chunk %u has no memory", chunk);
+                return -EINVAL;
+        }
+        c = &g->chunks[chunk];
+        if (c->writer != 0 && c->writer != proc) {
+                r = gs_gpu_scrub(g, c->handle, g->chunk_bytes, err, errlen);
+                if (r < 0)
+                        return r;
+        }
+        c->writer = proc;
+        return 0;
+}
+
 /* Creates and exports one chunk.  Returns 0 or a negative errno (err set). */
 static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
 {
+        ret->writer = 0; /* scrubbed by gs_gpu_mem_make */
         return gs_gpu_mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, err, errlen);
 }
 

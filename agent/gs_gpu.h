@@ -51,6 +51,23 @@ int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen) GS_W
 void gs_gpu_retry_pending(struct gs_gpu *g);
 /* a is going: its chunks owe it nothing.  Under g->lock. */
 void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a);
+/* Scrubbing.  Natively the driver scrubs memory between processes; here
+ * all GPU memory belongs to one process, the agent, so the agent scrubs:
+ * memory granted to a process holds no other process's data.
+ *
+ * gs_gpu_scrub zeroes size bytes of allocation h through a mapping of its
+ * own (reserve, map, access, cuMemsetD32, synchronize, unmap, free): no
+ * mapping outlives the call.  Every exported allocation is scrubbed when
+ * gs_gpu_mem_make creates it (the driver may hand the agent back memory a
+ * process of another allocation used); a chunk is scrubbed again by
+ * gs_gpu_chunk_grant before it goes to a process other than its last
+ * writer.  Both under g->lock; they make g->ctx current.  0 or a negative
+ * errno with the reason in err. */
+int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
+                 size_t errlen) GS_WUR;
+/* Before chunk is granted to process proc (its id, not 0). */
+int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err,
+                       size_t errlen) GS_WUR;
 
 /* Units' worth of chunks lent by ballooning (rounded up: a partly lent unit
  * cannot be handed out).  Takes g->lock. */

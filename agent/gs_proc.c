@@ -3,12 +3,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -74,27 +74,28 @@ static void hdr_init(struct gs_sock_hdr *h, uint16_t type, uint32_t len)
         h->reserved = 0;
 }
 
-/* Sends one message, with fd (>= 0) attached, waiting at most
- * GS_PROC_SEND_MS for room and giving up early if *stop is set. */
-static int send_msg(int sock, const void *msg, size_t len, int fd, const int *stop)
+/* Sends one message with fds[0..nfds) (nfds <= 2) attached, waiting at
+ * most GS_PROC_SEND_MS for room and giving up early if *stop is set. */
+static int send_msg_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds,
+                        const int *stop)
 {
         union {
                 struct cmsghdr c;
-                char buf[CMSG_SPACE(sizeof(int))];
+                char buf[CMSG_SPACE(2 * sizeof(int))];
         } u;
         struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         int64_t deadline = mono_ms() + GS_PROC_SEND_MS;
 
-        if (fd >= 0) {
+        if (nfds) {
                 memset(&u, 0, sizeof(u));
                 mh.msg_control = u.buf;
-                mh.msg_controllen = sizeof(u.buf);
+                mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
                 struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
                 c->cmsg_level = SOL_SOCKET;
                 c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+                c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+                memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
         }
         for (;;) {
                 ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -111,6 +112,12 @@ static int send_msg(int sock, const void *msg, size_t len, int fd, const int *st
                 struct pollfd pfd = { .fd = sock, .events = POLLOUT };
                 (void)poll(&pfd, 1, 20);
         }
+}
+
+/* Sends one message, with fd (>= 0) attached; as send_msg_fds. */
+static int send_msg(int sock, const void *msg, size_t len, int fd, const int *stop)
+{
+        return send_msg_fds(sock, msg, len, &fd, fd >= 0, stop);
 }
 
 static void send_error(int sock, int err, const char *msg)
@@ -184,11 +191,18 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                 }
                 for (uint32_t i = 0; i < n; i++) {
                         uint32_t c = p->grants[i].chunk;
+                        char err[256];
+
                         p->grant_fds[i] = c < g->nchunks ? g->chunks[c].fd : -1;
                         /* Its fd goes to a process of this allocation: its
                          * memory is the allocation's until it is gone. */
                         if (c < g->nchunks)
                                 g->chunks[c].owner = p->alloc;
+                        /* It may hold another process's data. */
+                        if (p->grant_fds[i] >= 0 && gs_gpu_chunk_grant(g, c, p->id, err, sizeof(err)) < 0) {
+                                log_warn("GPU %u: chunk %u not granted: %s", g->index, c, err);
+                                p->grant_fds[i] = -1;
+                        }
                 }
                 check_lending(p->agent, g);
         }
@@ -245,8 +259,9 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                  * have used the headroom; a scan charges it to its pods and
                  * gives it back.  Memory still held by a kept fd stays out
                  * of memory to the caller. */
-                if (r != -ENOSPC || attempt == 1)
+                if (r != -ENOSPC || attempt == 1 || gs_mono_ms() - pg->room_wait_ms < 1000)
                         break;
+                pg->room_wait_ms = gs_mono_ms();
                 gs_usage_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
         }
         if (r < 0) {
@@ -494,72 +509,47 @@ static int push_reply(struct gs_proc *p, const struct gs_ring_msg *rep)
         return r;
 }
 
-static void *worker(void *arg)
+bool gs_proc_has_work(const struct gs_proc *p)
 {
-        struct gs_proc *p = arg;
-        struct gs_shm *s = p->shm;
-        int64_t window = mono_ns(), idle_since = 0;
-        uint32_t in_window = 0;
+        return gs_ring_ready(&p->shm->req, p->req_tail);
+}
+
+int gs_proc_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
+{
         struct gs_ring_msg req, rep;
+        uint32_t n = 0;
         int r = 0;
 
         if (p->ngpus)
                 (void)p->agent->cu.ctx_set_current(p->gpus[0].g->ctx); /* for recycling */
-        while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
-                r = gs_ring_pop(&s->req, &p->req_tail, &req);
+        while (n < budget && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+                r = gs_ring_pop(&p->shm->req, &p->req_tail, &req);
+                if (r <= 0)
+                        break;
+                r = gs_proc_serve(p, &req, &rep);
+                if (r == 0)
+                        r = push_reply(p, &rep);
                 if (r < 0)
                         break;
-                if (r == 1) {
-                        idle_since = 0;
-                        r = gs_proc_serve(p, &req, &rep);
-                        if (r == 0)
-                                r = push_reply(p, &rep);
-                        if (r < 0)
-                                break;
-                        __atomic_add_fetch(&p->nrequests, 1, __ATOMIC_RELAXED);
-                        if (++in_window % 64 == 0)
-                                sched_yield();
-                        if (in_window >= GS_PROC_RATE) {
-                                int64_t left = window + 10000000 - mono_ns();
-                                if (left > 0) {
-                                        struct timespec ts = { 0, (long)left };
-                                        nanosleep(&ts, NULL);
-                                }
-                        }
-                        if (mono_ns() - window >= 10000000) {
-                                window = mono_ns();
-                                in_window = 0;
-                        }
-                        continue;
-                }
-                if (!idle_since)
-                        idle_since = mono_ns();
-                if (mono_ns() - idle_since < GS_PROC_SPIN_NS) {
-                        __builtin_ia32_pause();
-                        continue;
-                }
-                (void)gs_doorbell_sleep(&s->req, p->req_tail, &s->agent_wake, &s->agent_sleeping,
-                                        GS_PROC_SLEEP_NS);
-                idle_since = 0;
+                n++;
+                __atomic_add_fetch(&p->nrequests, 1, __ATOMIC_RELAXED);
         }
-        if (r < 0 && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+        *ret_served = n;
+        if (r >= 0)
+                return 0;
+        if (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
                 log_warn("process %d (%s) of allocation %s: connection dropped: %s", p->pid,
                          p->comm, p->alloc->id,
                          r == -EPROTO ? "corrupt ring indices" : strerror(-r));
                 /* The main loop sees the hang-up and takes it from there. */
                 (void)shutdown(p->sock, SHUT_RDWR);
         }
-        return NULL;
+        return r;
 }
 
 static void stop_worker(struct gs_proc *p)
 {
-        if (!p->thr_running)
-                return;
-        __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
-        gs_futex_wake(&p->shm->agent_wake);
-        pthread_join(p->thr, NULL);
-        p->thr_running = false;
+        gs_workers_remove(p->agent->workers, p);
 }
 
 /* Ends the connection (the process may live on). */
@@ -610,10 +600,12 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
         if (p->shm)
                 munmap(p->shm, sizeof(*p->shm));
         gs_closep(&p->shmfd);
+        gs_closep(&p->wake_fd);
         for (struct gs_proc **pp = &a->procs; *pp; pp = &(*pp)->next)
                 if (*pp == p) {
                         *pp = p->next;
                         a->nprocs--;
+                        ag->nconns--;
                         break;
                 }
         if (why)
@@ -657,12 +649,45 @@ static int open_pidfd(int sock, pid_t pid)
         return fd;
 }
 
+/* Whether a new connection of process pid on a must be refused (why). */
+static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why,
+                        size_t whylen)
+{
+        const struct gs_config *c = &ag->cfg;
+        uint32_t mine = 0;
+
+        if (a->releasing) {
+                snprintf(why, whylen, "allocation is being released");
+                return true;
+        }
+        if (ag->nconns >= c->max_conns) {
+                snprintf(why, whylen, "the agent serves its maximum of %u connections (maxConnections)",
+                         c->max_conns);
+                return true;
+        }
+        if (a->nprocs >= c->max_conns_per_alloc) {
+                snprintf(why, whylen, "too many connections in this allocation (maxConnectionsPerAllocation %u)",
+                         c->max_conns_per_alloc);
+                return true;
+        }
+        /* A pid from another pid namespace reads 0: no per-process count. */
+        for (const struct gs_proc *q = a->procs; pid > 0 && q; q = q->next)
+                mine += q->pid == pid;
+        if (mine >= c->max_conns_per_proc) {
+                snprintf(why, whylen, "process %d has %u connections already (maxConnectionsPerProcess)",
+                         pid, mine);
+                return true;
+        }
+        return false;
+}
+
 void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a)
 {
         for (;;) {
                 struct ucred cred;
                 socklen_t l = sizeof(cred);
                 struct gs_proc *p;
+                char why[160];
                 int sock, sndbuf = 4 << 20;
 
                 sock = accept4(a->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -671,14 +696,20 @@ void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a)
                                 log_warn("allocation %s: accept: %m", a->id);
                         return;
                 }
-                if (a->releasing || a->nprocs >= GS_PROC_MAX_PER_ALLOC) {
-                        send_error(sock, -EMFILE, a->releasing ? "allocation is being released"
-                                                               : "too many processes in this allocation");
+                if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &l) < 0) {
+                        log_warn("allocation %s: SO_PEERCRED: %m", a->id);
                         close(sock);
                         continue;
                 }
-                if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &l) < 0) {
-                        log_warn("allocation %s: SO_PEERCRED: %m", a->id);
+                if (refuse_conn(ag, a, cred.pid, why, sizeof(why))) {
+                        char junk[sizeof(struct gs_sock_hello) + 64];
+                        log_warn("process %d on allocation %s refused: %s", cred.pid, a->id, why);
+                        send_error(sock, -EMFILE, why);
+                        /* Closing with its HELLO unread would reset the peer
+                         * and lose the ERROR: stop it sending, drain, close. */
+                        (void)shutdown(sock, SHUT_RD);
+                        while (recv(sock, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+                                ;
                         close(sock);
                         continue;
                 }
@@ -698,6 +729,7 @@ void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a)
                 p->uid = cred.uid;
                 p->sock = sock;
                 p->shmfd = -1;
+                p->wake_fd = -1;
                 p->pidfd = open_pidfd(sock, cred.pid);
                 if (p->pidfd < 0) {
                         log_warn("process %d: no pidfd (%s): its memory returns when its socket closes",
@@ -711,6 +743,7 @@ void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a)
                 p->next = a->procs;
                 a->procs = p;
                 a->nprocs++;
+                ag->nconns++;
                 if (gs_agent_watch(ag, sock, EPOLLIN | EPOLLRDHUP, &p->sock_ev) < 0 ||
                     (p->pidfd >= 0 && gs_agent_watch(ag, p->pidfd, EPOLLIN, &p->pidfd_ev) < 0)) {
                         destroy(ag, p, NULL);
@@ -845,17 +878,26 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        r = send_msg(p->sock, &w, sizeof(w), p->shmfd, NULL);
+        p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (p->wake_fd < 0) {
+                r = gs_neg_errno();
+                snprintf(err, errlen, "eventfd: %s", strerror(-r));
+                return r;
+        }
+        /* WELCOME only for a connection that will be served. */
+        r = gs_workers_add(ag->workers, p);
+        if (r < 0) {
+                snprintf(err, errlen, "no worker slot: %s", strerror(-r));
+                return r;
+        }
+        {
+                const int fds[2] = { p->shmfd, p->wake_fd };
+                r = send_msg_fds(p->sock, &w, sizeof(w), fds, 2, NULL);
+        }
         if (r < 0) {
                 snprintf(err, errlen, "sending WELCOME: %s", strerror(-r));
                 return -ECONNRESET;
         }
-        r = pthread_create(&p->thr, NULL, worker, p);
-        if (r) {
-                snprintf(err, errlen, "cannot start a worker thread: %s", strerror(r));
-                return -r;
-        }
-        p->thr_running = true;
         p->state = GS_PROC_ACTIVE;
         gs_usage_kick(ag);
         log_info("process %d (%s, uid %u) registered on allocation %s as #%llu", p->pid, p->comm,

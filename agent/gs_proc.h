@@ -5,20 +5,21 @@
  *   accept      SO_PEERCRED gives the pid; a pidfd watches it.
  *   HELLO       must arrive within GS_PROC_HELLO_MS and be exactly a valid
  *               struct gs_sock_hello; else an ERROR message and close.
- *   WELCOME     a sealed memfd segment with the two rings, one gs_pproc per
- *               GPU of the allocation; a worker thread starts serving it.
- *   socket EOF  the worker stops; memory is kept while the process lives
+ *   WELCOME     a sealed memfd segment with the two rings and a doorbell
+ *               (eventfd), one gs_pproc per GPU of the allocation; the
+ *               worker pool (gs_workers.h) serves it from then on.  A
+ *               connection gets WELCOME only once the pool has taken it.
+ *   socket EOF  the pool lets go of it; memory is kept while the process lives
  *               (it may still have its chunks mapped).
  *   exit        (pidfd readable) every chunk goes back to the allocation.
  * Without a pidfd (pidfd_open unsupported, or a pid from another pid
  * namespace) socket EOF counts as exit.
  *
- * The worker spins GS_PROC_SPIN_NS after each request, then sleeps on the
- * doorbell with a timeout: an idle agent burns no CPU, a busy one answers in
- * microseconds.  Requests are copied out of the ring before they are looked
- * at; every index is bounded; a broken ring drops the connection; at most
- * GS_PROC_RATE requests per 10 ms are served per process, so a flood cannot
- * starve the others. */
+ * Caps (config): maxConnections in all, maxConnectionsPerAllocation,
+ * maxConnectionsPerProcess (by SO_PEERCRED pid); past one a connection gets
+ * an ERROR naming it and is closed, before any WELCOME.  Requests are
+ * copied out of the ring before they are looked at; every index is bounded;
+ * a broken ring drops the connection. */
 #ifndef GS_PROC_H
 #define GS_PROC_H
 
@@ -27,12 +28,10 @@
 
 #define GS_PROC_HELLO_MS 2000
 #define GS_PROC_SPIN_NS 50000u
-#define GS_PROC_SLEEP_NS 200000000u
-#define GS_PROC_RATE 10000u
-#define GS_PROC_MAX_PER_ALLOC 1024u
 #define GS_PROC_SEND_MS 2000
 /* A VMM create that found no room in the driver waits this long at most
- * for a scan to restore the headroom, then tries once more. */
+ * for a scan to restore the headroom, then tries once more; at most once
+ * a second per process, so that a process cannot hold a worker with it. */
 #define GS_PROC_ROOM_WAIT_MS 300
 
 struct gs_proc_gpu {
@@ -48,6 +47,7 @@ struct gs_proc_gpu {
         uint64_t ctx_expect;
         uint64_t outside_measured;
         uint64_t ctx_promised;       /* part of g->ctx_promised: until GS_OP_CTX_DONE */
+        int64_t room_wait_ms;        /* last wait for a scan (GS_PROC_ROOM_WAIT_MS) */
 };
 
 enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED };
@@ -74,9 +74,9 @@ struct gs_proc {
         struct gs_grant *grants;
         int *grant_fds;
         uint32_t max_grants;
-        pthread_t thr;
-        bool thr_running;
-        int stop;                    /* atomic: main asks the worker to end */
+        int wake_fd;                 /* doorbell (eventfd) the hook writes */
+        struct gs_wentry went;       /* the worker pool's */
+        int stop;                    /* atomic: main asks the workers to let go */
         uint64_t nrequests;          /* atomic, for logs */
         uint32_t nexports;           /* atomic: live IPC exports (gs_ipc.h) */
 };
@@ -92,6 +92,14 @@ void gs_proc_on_pidfd(struct gs_agent *ag, struct gs_proc *p);
 int gs_proc_tick(struct gs_agent *ag);
 /* Shutdown: ends every process's connection and frees its memory. */
 void gs_proc_kill_all(struct gs_agent *ag);
+
+/* Worker pool: serves up to budget requests from p's ring (each reply
+ * published, the hook woken), *ret_served of them.  0 when the ring is
+ * empty or the budget spent; a negative errno when the connection must go
+ * (logged, the socket shut down: the main loop sees the hang-up). */
+int gs_proc_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served) GS_WUR;
+/* Whether p's request ring holds a request. */
+bool gs_proc_has_work(const struct gs_proc *p);
 
 /* Serves one request (copied out of the ring) into *rep; sends the grants
  * of an ALLOC on the socket first.  Returns 0, or a negative errno when

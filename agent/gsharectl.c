@@ -83,6 +83,9 @@ static void print_gpus(const Gshare__Ctl__V1__ListGpusReply *l)
                         printf(",\"units_draining\":[");
                         for (size_t k = 0; k < g->n_units_draining; k++)
                                 printf("%s%u", k ? "," : "", g->units_draining[k]);
+                        printf("],\"units_restoring\":[");
+                        for (size_t k = 0; k < g->n_units_restoring; k++)
+                                printf("%s%u", k ? "," : "", g->units_restoring[k]);
                         printf("]}");
                 }
                 printf("]}\n");

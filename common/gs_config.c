@@ -55,6 +55,10 @@ void gs_config_defaults(struct gs_config *c)
         snprintf(c->pod_resources_socket, sizeof(c->pod_resources_socket),
                  "/var/lib/kubelet/pod-resources/kubelet.sock");
         c->reconcile_interval_ms = 10 * 1000;
+        c->worker_threads = 4;
+        c->max_conns = 4096;
+        c->max_conns_per_alloc = 1024;
+        c->max_conns_per_proc = 4;
         c->reclaim_grace_ms = 60 * 1000;
         c->pod_watch = GS_POD_WATCH_AUTO;
         snprintf(c->api_token_file, sizeof(c->api_token_file),
@@ -386,6 +390,24 @@ static int set_block_cap(struct ctx *x, const yaml_node_t *v, const char *key, u
         return 0;
 }
 
+/* A whole number in [1, max]. */
+static int set_count(struct ctx *x, const yaml_node_t *v, const char *key, uint32_t max, uint32_t *dst)
+{
+        const char *s = NULL;
+        unsigned long long n;
+        char *end;
+        int r = want_scalar(x, v, key, &s);
+
+        if (r < 0)
+                return r;
+        errno = 0;
+        n = strtoull(s, &end, 10);
+        if (errno || end == s || *end || s[0] == '-' || n < 1 || n > max)
+                return fail_at(x, v, key, "expected a whole number from 1 to %u, got '%s'", max, s);
+        *dst = (uint32_t)n;
+        return 0;
+}
+
 static int set_bool(struct ctx *x, const yaml_node_t *v, const char *key, int *dst)
 {
         static const char *const yes[] = { "true", "yes", "on" }, *const no[] = { "false", "no", "off" };
@@ -597,6 +619,14 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
                 return set_duration(x, v, key, &c->reconcile_interval_ms);
         if (strcmp(key, "reclaimGrace") == 0)
                 return set_duration(x, v, key, &c->reclaim_grace_ms);
+        if (strcmp(key, "workerThreads") == 0)
+                return set_count(x, v, key, GS_CONFIG_MAX_WORKERS, &c->worker_threads);
+        if (strcmp(key, "maxConnections") == 0)
+                return set_count(x, v, key, GS_CONFIG_MAX_CONNS, &c->max_conns);
+        if (strcmp(key, "maxConnectionsPerAllocation") == 0)
+                return set_count(x, v, key, GS_CONFIG_MAX_CONNS, &c->max_conns_per_alloc);
+        if (strcmp(key, "maxConnectionsPerProcess") == 0)
+                return set_count(x, v, key, GS_CONFIG_MAX_CONNS, &c->max_conns_per_proc);
         if (strcmp(key, "podWatch") == 0) {
                 r = want_scalar(x, v, key, &s);
                 if (r < 0)

@@ -35,6 +35,10 @@
  *   apiTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token  # "": none
  *   apiCaFile: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt    # "": system CAs
  *   nodeName: ""             # empty: $NODE_NAME
+ *   workerThreads: 4         # the agent's threads serving processes' rings
+ *   maxConnections: 4096     # processes' connections to the agent, all told
+ *   maxConnectionsPerAllocation: 1024
+ *   maxConnectionsPerProcess: 4
  *
  * Sizes take a plain byte count or a suffix Ki, Mi, Gi, Ti (powers of 1024).
  * Durations take a number (decimals allowed) with a unit ms, s, m or h; a
@@ -100,7 +104,15 @@ struct gs_config {
         char api_token_file[PATH_MAX];             /* "": no token */
         char api_ca_file[PATH_MAX];                /* "": the system's CAs */
         char node_name[GS_CONFIG_NODE_NAME_MAX];   /* "": $NODE_NAME */
+        /* The agent's worker pool and connection caps (agent/gs_workers.h). */
+        uint32_t worker_threads;
+        uint32_t max_conns;
+        uint32_t max_conns_per_alloc;
+        uint32_t max_conns_per_proc;
 };
+
+#define GS_CONFIG_MAX_WORKERS 256u
+#define GS_CONFIG_MAX_CONNS 65536u
 
 /* Fills c with the defaults above. */
 void gs_config_defaults(struct gs_config *c);

@@ -102,6 +102,19 @@ static inline void gs_doorbell_ring(uint32_t *word, uint32_t *sleeping)
                 gs_futex_wake(word);
 }
 
+/* Producer side of a doorbell whose consumer waits in epoll: as
+ * gs_doorbell_ring, but the wake-up is a write to the consumer's eventfd. */
+static inline void gs_doorbell_ring_fd(uint32_t *word, uint32_t *sleeping, int efd)
+{
+        __atomic_add_fetch(word, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(sleeping, __ATOMIC_SEQ_CST)) {
+                uint64_t one = 1;
+                /* EAGAIN: the counter is full, a wake-up is pending anyway. */
+                if (write(efd, &one, sizeof(one)) < 0) {
+                }
+        }
+}
+
 /* Consumer side: sleep on the doorbell unless the ring has work.  Returns as
  * gs_futex_wait does; 0 also when work was already there. */
 static inline int gs_doorbell_sleep(struct gs_ring *r, uint32_t priv_tail, uint32_t *word,

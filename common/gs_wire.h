@@ -8,10 +8,11 @@
  *      able to connect is the capability.  The agent identifies the peer with
  *      SO_PEERCRED (never with what the hook says) and watches it with a pidfd.
  *   2. hook -> agent: struct gs_sock_hello.
- *      agent -> hook: struct gs_sock_welcome with one fd (SCM_RIGHTS): a sealed
- *      memfd of struct gs_shm (size fixed: F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL,
- *      so the hook cannot SIGBUS the agent by truncating it), or
- *      struct gs_sock_error and close.
+ *      agent -> hook: struct gs_sock_welcome with two fds (SCM_RIGHTS, in
+ *      this order): a sealed memfd of struct gs_shm (size fixed:
+ *      F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL, so the hook cannot SIGBUS the
+ *      agent by truncating it) and the agent's doorbell, an eventfd; or
+ *      struct gs_sock_error and close.  (v2: v1 had no eventfd.)
  *   3. Requests and replies then travel on the two SPSC rings in the segment
  *      (see gs_ring.h).  The hook keeps one request outstanding at a time
  *      (its own mutex), so replies come back in order.
@@ -41,7 +42,7 @@
 #include <stdint.h>
 
 #define GS_WIRE_MAGIC   0x52485347u /* "GSHR" little-endian */
-#define GS_WIRE_VERSION 1u
+#define GS_WIRE_VERSION 2u
 #define GS_SOCKET_NAME  "agent.sock"
 #define GS_MAX_GPUS_PER_ALLOC 8
 #define GS_RING_SLOTS   64u     /* power of two */
@@ -233,11 +234,15 @@ struct gs_shm {
         uint32_t version;      /* GS_WIRE_VERSION */
         uint32_t size;         /* sizeof(struct gs_shm) */
         uint32_t ring_slots;   /* GS_RING_SLOTS */
-        /* Futex words.  The producer of a ring bumps the consumer's word after
-         * publishing and calls FUTEX_WAKE only if the consumer announced it
-         * sleeps (the *_sleeping flag); the consumer sets its flag, re-checks
-         * the ring, then FUTEX_WAITs on the word.  Shared futexes (not
-         * FUTEX_PRIVATE_FLAG): the two sides are different processes. */
+        /* Doorbells.  The producer of a ring bumps the consumer's word after
+         * publishing and wakes the consumer only if it announced it sleeps
+         * (the *_sleeping flag); the consumer sets its flag, re-checks the
+         * ring, then waits.  The hook waits on hook_wake with FUTEX_WAIT
+         * (shared futex: the two sides are different processes) and the
+         * agent wakes it with FUTEX_WAKE.  The agent waits for many
+         * processes at once with a few threads, so it waits in epoll on the
+         * eventfd of WELCOME, which the hook writes (gs_doorbell_ring_fd)
+         * instead of a FUTEX_WAKE on agent_wake. */
         _Alignas(64) uint32_t agent_wake;
         uint32_t agent_sleeping;
         _Alignas(64) uint32_t hook_wake;

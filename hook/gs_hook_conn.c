@@ -45,6 +45,7 @@ enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2 };
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_state = GS_CONN_NEW;
 static int g_sock = -1;
+static int g_wake = -1;          /* the agent's doorbell (eventfd of WELCOME) */
 static struct gs_shm *g_shm;
 static uint32_t g_req_head, g_rep_tail;
 static uint64_t g_seq;
@@ -90,6 +91,7 @@ static uint64_t gs_now_ns(void)
 static void gs_conn_drop(void)
 {
         gs_closep(&g_sock);
+        gs_closep(&g_wake);
         if (g_shm)
                 munmap(g_shm, sizeof(*g_shm));
         g_shm = NULL;
@@ -117,6 +119,7 @@ static void gs_atfork_child(void)
 {
         pthread_mutex_init(&g_mu, NULL);
         gs_closep(&g_sock);
+        gs_closep(&g_wake);
         if (g_shm)
                 munmap(g_shm, sizeof(*g_shm));
         g_shm = NULL;
@@ -146,9 +149,10 @@ static void gs_atfork_register(void) { (void)pthread_atfork(gs_atfork_prepare, g
 
 /* ---- registration -------------------------------------------------- */
 
-/* Receives one message and at most one fd.  Returns the length or a
- * negative errno; *ret_fd is -1 unless exactly one fd came. */
-static ssize_t gs_recv_fd(int sock, void *buf, size_t len, int *ret_fd, int flags)
+/* Receives one message and at most max (1 or 2) fds into ret_fds[0..max),
+ * -1 where none came.  Returns the length or a negative errno (-EPROTO, all
+ * fds closed, if more came or the message was cut). */
+static ssize_t gs_recv_fds(int sock, void *buf, size_t len, int *ret_fds, int max, int flags)
 {
         union {
                 struct cmsghdr h;
@@ -159,7 +163,8 @@ static ssize_t gs_recv_fd(int sock, void *buf, size_t len, int *ret_fd, int flag
         ssize_t n;
         int nfds = 0;
 
-        *ret_fd = -1;
+        for (int i = 0; i < max; i++)
+                ret_fds[i] = -1;
         mh.msg_iov = &iov;
         mh.msg_iovlen = 1;
         mh.msg_control = cb.b;
@@ -176,17 +181,25 @@ static ssize_t gs_recv_fd(int sock, void *buf, size_t len, int *ret_fd, int flag
                 for (size_t i = 0; i < k; i++) {
                         int fd;
                         memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                        if (nfds++ == 0)
-                                *ret_fd = fd;
+                        if (nfds < max)
+                                ret_fds[nfds] = fd;
                         else
                                 close(fd); /* more fds than the protocol allows */
+                        nfds++;
                 }
         }
-        if (nfds > 1 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-                gs_closep(ret_fd);
+        if (nfds > max || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+                for (int i = 0; i < max; i++)
+                        gs_closep(&ret_fds[i]);
                 return -EPROTO;
         }
         return n;
+}
+
+/* One message and at most one fd (*ret_fd, -1 if none). */
+static ssize_t gs_recv_fd(int sock, void *buf, size_t len, int *ret_fd, int flags)
+{
+        return gs_recv_fds(sock, buf, len, ret_fd, 1, flags);
 }
 
 static int gs_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize_t got)
@@ -260,7 +273,7 @@ static int gs_conn_connect(void)
         struct pollfd pfd;
         const char *why = NULL;
         ssize_t n;
-        int fd = -1, r;
+        int fds[2] = { -1, -1 }, r;
 
         pthread_once(&g_atfork_once, gs_atfork_register);
         g_sock_path = secure_getenv("GSHARE_SOCKET");
@@ -278,7 +291,10 @@ static int gs_conn_connect(void)
         hello.pid = (uint32_t)getpid();
         if (prctl(PR_GET_NAME, hello.comm) < 0)
                 memset(hello.comm, 0, sizeof(hello.comm));
-        if (send(g_sock, &hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello))
+        /* An agent refusing this connection (its caps) sends ERROR and
+         * closes, maybe before our HELLO: read the ERROR all the same. */
+        if (send(g_sock, &hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello) &&
+            errno != EPIPE && errno != ECONNRESET)
                 goto fail_errno;
         pfd = (struct pollfd){ .fd = g_sock, .events = POLLIN };
         do
@@ -289,7 +305,7 @@ static int gs_conn_connect(void)
                 goto fail;
         }
         memset(&m, 0, sizeof(m));
-        n = gs_recv_fd(g_sock, &m, sizeof(m), &fd, MSG_DONTWAIT);
+        n = gs_recv_fds(g_sock, &m, sizeof(m), fds, 2, MSG_DONTWAIT);
         if (n < 0) {
                 errno = (int)-n;
                 goto fail_errno;
@@ -298,24 +314,27 @@ static int gs_conn_connect(void)
                 m.e.msg[sizeof(m.e.msg) - 1] = '\0';
                 gs_hook_say_once(GS_ONCE_AGENT, "the gshare agent at %s refused this process: %s; "
                                  "GPU memory allocation is disabled for this process", g_sock_path, m.e.msg);
-                gs_closep(&fd);
+                gs_closep(&fds[0]);
+                gs_closep(&fds[1]);
                 gs_conn_drop();
                 return -EPERM;
         }
-        if (!gs_hdr_ok(&m.h, GS_SOCK_WELCOME, sizeof(m.w), n) || fd < 0) {
+        if (!gs_hdr_ok(&m.h, GS_SOCK_WELCOME, sizeof(m.w), n) || fds[0] < 0 || fds[1] < 0) {
                 why = "unexpected reply to HELLO";
                 goto fail;
         }
-        r = gs_conn_welcome(&m.w, fd, &why);
-        gs_closep(&fd);
+        r = gs_conn_welcome(&m.w, fds[0], &why);
+        gs_closep(&fds[0]);
         if (r < 0)
                 goto fail;
+        g_wake = fds[1];
         g_state = GS_CONN_UP;
         return 0;
 fail_errno:
         why = strerror(errno);
 fail:
-        gs_closep(&fd);
+        gs_closep(&fds[0]);
+        gs_closep(&fds[1]);
         gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
                          "GPU memory allocation is disabled for this process", g_sock_path, why);
         gs_conn_drop();
@@ -356,7 +375,7 @@ static int gs_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct g
                 gs_conn_lost("request ring full or corrupt");
                 return -EPROTO;
         }
-        gs_doorbell_ring(&g_shm->agent_wake, &g_shm->agent_sleeping);
+        gs_doorbell_ring_fd(&g_shm->agent_wake, &g_shm->agent_sleeping, g_wake);
         for (;;) {
                 r = gs_ring_pop(&g_shm->rep, &g_rep_tail, ret);
                 if (r < 0) {

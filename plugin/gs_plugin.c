@@ -289,6 +289,11 @@ static int gpus_from_reply(struct plugin *p, const Gshare__Ctl__V1__ListGpusRepl
                 }
                 if (g[i].lent)
                         any_lent = true;
+                /* Held by an allocation the agent has yet to restore from
+                 * its checkpoint: not free, whatever else is true. */
+                for (size_t k = 0; k < s->n_units_restoring; k++)
+                        if (s->units_restoring[k] < g[i].units)
+                                g[i].unhealthy[s->units_restoring[k]] = 1;
         }
         if (any_lent)
                 mark_allocated(p, g, l->n_gpus);

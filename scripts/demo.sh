@@ -56,15 +56,16 @@ uuid=$(ctl --json gpus | sed -n 's/.*"uuid":"\([^"]*\)".*/\1/p' | head -1)
 ids1=(); ids2=()
 for ((i = 0; i < u1; i++)); do ids1+=("$uuid-u$i"); done
 for ((i = u1; i < u1 + u2; i++)); do ids2+=("$uuid-u$i"); done
-a1=$(ctl create "${ids1[@]}" | awk 'NR==1{print $1}')
-a2=$(ctl create "${ids2[@]}" | awk 'NR==1{print $1}')
+c1=$(ctl create "${ids1[@]}"); c2=$(ctl create "${ids2[@]}")
+a1=$(awk 'NR==1{print $1}' <<<"$c1"); a2=$(awk 'NR==1{print $1}' <<<"$c2")
+declare -A sockof=([$a1]=$(sed -n 's/^socket //p' <<<"$c1") [$a2]=$(sed -n 's/^socket //p' <<<"$c2"))
 echo; echo "== two allocations: $a1 ($u1 units) and $a2 ($u2 units)"; ctl allocations
 
 asan_pre=""
 if [[ ${SANITIZE:-} == asan ]]; then asan_pre="$(gcc -print-file-name=libasan.so):"; export ASAN_OPTIONS=detect_leaks=0; fi
 for a in "$a1" "$a2"; do
   echo; echo "== allocation $a: a CUDA program allocates ${block} MiB blocks until the driver says no"
-  LD_PRELOAD="$asan_pre$bd/libgshare.so" GSHARE_SOCKET="$tmp/alloc/$a/agent.sock" \
+  LD_PRELOAD="$asan_pre$bd/libgshare.so" GSHARE_SOCKET="${sockof[$a]}" \
     "$bd/test/e2e/e2e_cuda" fill "$block"
 done
 echo; echo "== a program without the hook: the pool is the agent's, only the reserve is left"

@@ -40,16 +40,21 @@ END_TEST
 
 START_TEST(test_parse_line)
 {
-        char line[512], id[17];
+        char line[512], id[17], dir[GS_ALLOCS_DIR_MAX];
         char *ids[4];
         uint64_t created = 0;
 
         snprintf(line, sizeof(line), "0123456789abcdef 1700000000 2 X-u0 X-u1\n");
-        ck_assert_int_eq(gs_allocs_parse_line(line, id, &created, ids, 4), 2);
+        ck_assert_int_eq(gs_allocs_parse_line(line, id, &created, ids, 4, dir), 2);
         ck_assert_str_eq(id, "0123456789abcdef");
         ck_assert_uint_eq(created, 1700000000u);
         ck_assert_str_eq(ids[0], "X-u0");
         ck_assert_str_eq(ids[1], "X-u1");
+        ck_assert_str_eq(dir, "0123456789abcdef"); /* v1: the directory is the id */
+        snprintf(line, sizeof(line), "0123456789abcdef 1700000000 1 X-u0 dir=0123456789abcdef-00c0ffee\n");
+        ck_assert_int_eq(gs_allocs_parse_line(line, id, &created, ids, 4, dir), 1);
+        ck_assert_str_eq(ids[0], "X-u0");
+        ck_assert_str_eq(dir, "0123456789abcdef-00c0ffee");
 }
 END_TEST
 
@@ -66,14 +71,20 @@ START_TEST(test_parse_line_rejects)
                 "0123456789abcdef 1 0",        /* none */
                 "0123456789abcdef 1 5 a b c d e", /* over max_ids */
                 "0123456789abcdef 1 99999999999999999999999 a",
+                "0123456789abcdef 1 1 a dir=../etc",      /* not one hex component */
+                "0123456789abcdef 1 1 a dir=",
+                "0123456789abcdef 1 1 a dir=ab dir=cd",
+                "0123456789abcdef 1 1 a dir=ab b",
+                "0123456789abcdef 1 2 a dir=ab b",
+                "0123456789abcdef 1 1 a dir=0123456789abcdef-0123456789abcdef",
         };
-        char line[128], id[17] = "unchanged";
+        char line[128], id[17] = "unchanged", dir[GS_ALLOCS_DIR_MAX];
         char *ids[4];
         uint64_t created = 77;
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
                 snprintf(line, sizeof(line), "%s", bad[i]);
-                ck_assert_msg(gs_allocs_parse_line(line, id, &created, ids, 4) == -EINVAL,
+                ck_assert_msg(gs_allocs_parse_line(line, id, &created, ids, 4, dir) == -EINVAL,
                               "accepted '%s'", bad[i]);
                 ck_assert_uint_eq(created, 77);
         }
@@ -135,7 +146,7 @@ START_TEST(test_check_hello)
         ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), -EPROTO);
         ck_assert_ptr_nonnull(strstr(err, "magic"));
         hello(&h);
-        h.h.version = 2;
+        h.h.version = GS_WIRE_VERSION + 1;
         ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), -EPROTO);
         ck_assert_ptr_nonnull(strstr(err, "version"));
         hello(&h);

@@ -82,6 +82,10 @@ START_TEST(test_defaults)
         ck_assert_str_eq(c.cuda_library, "libcuda.so.1");
         ck_assert_str_eq(c.metrics_address, "");
         ck_assert_int_eq(c.log_level, GS_LOG_INFO);
+        ck_assert_uint_eq(c.worker_threads, 4);
+        ck_assert_uint_eq(c.max_conns, 4096);
+        ck_assert_uint_eq(c.max_conns_per_alloc, 1024);
+        ck_assert_uint_eq(c.max_conns_per_proc, 4);
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), 0);
 }
 END_TEST
@@ -118,7 +122,11 @@ START_TEST(test_every_key)
                  "deviceNodes: true\n"
                  "cudaLibrary: /opt/libcuda.so.1\n"
                  "metricsAddress: \"0.0.0.0:9400\"\n"
-                 "logLevel: debug\n",
+                 "logLevel: debug\n"
+                 "workerThreads: 8\n"
+                 "maxConnections: 100\n"
+                 "maxConnectionsPerAllocation: 50\n"
+                 "maxConnectionsPerProcess: 2\n",
                  &c, err, sizeof(err));
         ck_assert_msg(r == 0, "%s", err);
         ck_assert_str_eq(c.resource_name, "example.com/mem");
@@ -146,6 +154,10 @@ START_TEST(test_every_key)
         ck_assert_str_eq(c.cuda_library, "/opt/libcuda.so.1");
         ck_assert_str_eq(c.metrics_address, "0.0.0.0:9400");
         ck_assert_int_eq(c.log_level, GS_LOG_DEBUG);
+        ck_assert_uint_eq(c.worker_threads, 8);
+        ck_assert_uint_eq(c.max_conns, 100);
+        ck_assert_uint_eq(c.max_conns_per_alloc, 50);
+        ck_assert_uint_eq(c.max_conns_per_proc, 2);
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), 0);
 }
 END_TEST
@@ -267,6 +279,11 @@ START_TEST(test_errors)
         expect_error("- a\n- b\n", 1, "expected a mapping");
         expect_error("unitSize: [1Gi\n", 2, "");  /* YAML syntax error, with its line */
         expect_error("a: b: c\n", 1, "");
+        expect_error("workerThreads: 0\n", 1, "workerThreads: expected a whole number from 1 to 256, got '0'");
+        expect_error("workerThreads: 257\n", 1, "workerThreads: expected a whole number from 1 to 256");
+        expect_error("maxConnections: -5\n", 1, "maxConnections: expected a whole number");
+        expect_error("maxConnectionsPerAllocation: 10k\n", 1, "maxConnectionsPerAllocation: expected a whole number");
+        expect_error("maxConnectionsPerProcess: 99999999999999999999\n", 1, "maxConnectionsPerProcess: expected");
 }
 END_TEST
 

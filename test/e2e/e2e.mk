@@ -14,3 +14,11 @@ TESTS += test/e2e/test_e2e.py test/e2e/test_density.py test/e2e/test_keptfd.py t
 $(E2E_DIR)/e2e_cuda: $(E2E_DIR)/e2e_cuda.o $(FAKECUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda -lpthread
 TEST_DEPS += $(E2E_DIR)/e2e_cuda
+
+# Hostile tenants and faults (issue 10): create/restore failures, the
+# checkpoint, socket access, scrubbing, the worker pool.
+TESTS += test/e2e/test_harden.py
+$(E2E_DIR)/race_chmod.so: test/e2e/race_chmod.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(filter-out -fsanitize=%,$(CFLAGS)) -shared -o $@ $< -ldl
+TEST_DEPS += $(E2E_DIR)/race_chmod.so

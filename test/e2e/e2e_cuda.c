@@ -52,6 +52,13 @@
  *                               error, print "blocks COUNT RESULT"; after an
  *                               error free one and allocate again, print
  *                               "again RESULT"; free all once stdin closes
+ *   e2e_cuda mark MIB           allocate up to MIB in 1 MiB blocks, fill
+ *                               them with a marker word (cuMemsetD32),
+ *                               free them; print "marked N MiB"
+ *   e2e_cuda marks MIB          allocate up to MIB in 1 MiB blocks, read
+ *                               them back; print "N marker words in M MiB";
+ *                               exit 1 if any (memory granted to a process
+ *                               must hold no other process's data)
  * Exit 0 when the mode's own check holds. */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -519,6 +526,45 @@ static int blocks(unsigned long n)
         return 0;
 }
 
+#define MARKER 0x5ec12e7au
+
+/* mark / marks: see the top of the file. */
+static int markers(size_t mib, int write)
+{
+        CUdeviceptr *blocks = calloc(mib ? mib : 1, sizeof(*blocks));
+        uint32_t *host = malloc(MiB);
+        size_t n = 0, found = 0;
+        CUresult r;
+
+        if (!blocks || !host)
+                return 1;
+        while (n < mib && cuMemAlloc(&blocks[n], MiB) == CUDA_SUCCESS)
+                n++;
+        for (size_t i = 0; i < n; i++) {
+                if (write) {
+                        if ((r = cuMemsetD32(blocks[i], MARKER, MiB / 4)) != CUDA_SUCCESS)
+                                die("cuMemsetD32", r);
+                        continue;
+                }
+                if ((r = cuMemcpyDtoH(host, blocks[i], MiB)) != CUDA_SUCCESS)
+                        die("cuMemcpyDtoH", r);
+                for (size_t k = 0; k < MiB / 4; k++)
+                        found += host[k] == MARKER;
+        }
+        if ((r = cuCtxSynchronize()) != CUDA_SUCCESS)
+                die("cuCtxSynchronize", r);
+        for (size_t i = 0; i < n; i++)
+                if ((r = cuMemFree(blocks[i])) != CUDA_SUCCESS)
+                        die("cuMemFree", r);
+        if (write)
+                printf("marked %zu MiB\n", n);
+        else
+                printf("%zu marker words in %zu MiB\n", found, n);
+        free(blocks);
+        free(host);
+        return n == 0 || (!write && found);
+}
+
 int main(int argc, char **argv)
 {
         CUcontext ctx;
@@ -601,6 +647,8 @@ int main(int argc, char **argv)
                 return ipc_export(strtoull(argv[2], NULL, 0) * MiB);
         if (strcmp(argv[1], "ipc-import") == 0 && argc == 4)
                 return ipc_import(argv[2], strtoull(argv[3], NULL, 0) * MiB);
+        if ((strcmp(argv[1], "mark") == 0 || strcmp(argv[1], "marks") == 0) && argc == 3)
+                return markers(strtoull(argv[2], NULL, 0), argv[1][4] == '\0');
         if (strcmp(argv[1], "capture") == 0)
                 return capture();
         if (strcmp(argv[1], "vmm-export") == 0)

@@ -15,6 +15,11 @@
  *                                  prints "kept N distinct M bytes" (the
  *                                  memory it can still reach), then waits
  *                                  for a line on stdin
+ *   e2e_wire floodx A B N          N connections flood allocation A while
+ *                                  one process of B pings: B is served
+ *   e2e_wire conns SOCK N          opens N connections, prints how many
+ *                                  registered and how the others were
+ *                                  refused, holds them until stdin closes
  * Exit 0 when the check holds; a line on stderr says what failed. */
 #include <fcntl.h>
 #include <pthread.h>
@@ -368,7 +373,7 @@ static int cmd_hostile(const char *sock)
 
         /* Impossible ring indices: the agent drops the connection. */
         __atomic_store_n(&c.shm->req.head, c.head + 1000, __ATOMIC_RELEASE);
-        gs_doorbell_ring(&c.shm->agent_wake, &c.shm->agent_sleeping);
+        gs_doorbell_ring_fd(&c.shm->agent_wake, &c.shm->agent_sleeping, c.wakefd);
         CHECK(e2e_recv(c.sock, &dummy, sizeof(dummy), NULL, 3000) == 0,
               "connection with a corrupt ring not dropped");
         e2e_close(&c);
@@ -446,7 +451,7 @@ static void *flooder(void *arg)
         while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
                 /* Keep the request ring full; drain replies as they come. */
                 while (e2e_push(&c, GS_OP_PING, 0, 1, 0) == 0)
-                        f->sent++;
+                        __atomic_add_fetch(&f->sent, 1, __ATOMIC_RELAXED);
                 while (gs_ring_pop(&c.shm->rep, &c.tail, &rep) == 1)
                         ;
         }
@@ -556,6 +561,88 @@ static int cmd_keepfd(const char *sock, int rounds)
         return 0;
 }
 
+/* N flooders on allocation A; one process of B measures its PINGs. */
+static int cmd_floodx(const char *sock_a, const char *sock_b, int n)
+{
+        struct flood_arg f = { .sock = sock_a };
+        pthread_t t[256];
+        struct e2e_conn c;
+        struct gs_ring_msg rep;
+        static int64_t us[2000];
+        int64_t worst = 0;
+        int k = 0;
+
+        if (n < 1 || n > 256)
+                return 2;
+        for (k = 0; k < n; k++)
+                pthread_create(&t[k], NULL, flooder, &f);
+        usleep(200000);
+        must_open(&c, sock_b);
+        for (int i = 0; i < 2000; i++) {
+                struct timespec a, b;
+                clock_gettime(CLOCK_MONOTONIC, &a);
+                int r = e2e_call(&c, GS_OP_PING, 0, (uint64_t)i, 0, &rep, NULL, 0, NULL);
+                clock_gettime(CLOCK_MONOTONIC, &b);
+                CHECK(r == 0 && rep.arg[0] == (uint64_t)i, "PING %d of B during A's flood: %d", i, r);
+                us[i] = (b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000;
+                if (us[i] > worst)
+                        worst = us[i];
+                if (r)
+                        break;
+        }
+        __atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
+        for (int i = 0; i < k; i++)
+                pthread_join(t[i], NULL);
+        for (int i = 1; i < 2000; i++) /* insertion sort for the percentile */
+                for (int j = i; j > 0 && us[j - 1] > us[j]; j--) {
+                        int64_t x = us[j];
+                        us[j] = us[j - 1];
+                        us[j - 1] = x;
+                }
+        printf("floodx: %d connections of A pushed %llu pings; B: 2000 pings, median %lld us, p99 %lld us, worst %lld us\n",
+               n, (unsigned long long)__atomic_load_n(&f.sent, __ATOMIC_RELAXED), (long long)us[1000],
+               (long long)us[1980], (long long)worst);
+        CHECK(worst < 1000000, "a process of B waited %lld us during A's flood", (long long)worst);
+        e2e_close(&c);
+        return failures != 0;
+}
+
+/* Opens n connections; each either registers (WELCOME) or is refused with
+ * an ERROR before any WELCOME.  Prints "registered K refused R err E" and
+ * holds them until stdin closes. */
+static int cmd_conns(const char *sock, int n)
+{
+        struct e2e_conn *c = calloc((size_t)(n > 0 ? n : 1), sizeof(*c));
+        int ok = 0, refused = 0, err = 0;
+        char b;
+
+        if (!c)
+                return 2;
+        for (int i = 0; i < n; i++) {
+                int r = e2e_open(&c[i], sock);
+                if (r == 0) {
+                        ok++;
+                        continue;
+                }
+                /* e2e_open returns the ERROR's code; anything else (EOF,
+                 * a WELCOME without fds) is a protocol failure. */
+                refused++;
+                if (!err)
+                        err = r;
+                CHECK(r == -EMFILE, "connection %d: %d (%s), not an ERROR with -EMFILE", i, r, strerror(-r));
+                e2e_close(&c[i]);
+        }
+        printf("registered %d refused %d err %d\n", ok, refused, err);
+        fflush(stdout);
+        while (read(0, &b, 1) > 0)
+                ;
+        for (int i = 0; i < n; i++)
+                if (c[i].sock > 0)
+                        e2e_close(&c[i]);
+        free(c);
+        return failures != 0;
+}
+
 int main(int argc, char **argv)
 {
         signal(SIGPIPE, SIG_IGN);
@@ -575,6 +662,10 @@ int main(int argc, char **argv)
                 return cmd_flood(argv[2]);
         if (argc == 4 && strcmp(argv[1], "keepfd") == 0)
                 return cmd_keepfd(argv[2], atoi(argv[3]));
-        fprintf(stderr, "usage: e2e_wire quota|hold|big|concurrent|hostile|flood SOCK [ARG]\n");
+        if (argc == 5 && strcmp(argv[1], "floodx") == 0)
+                return cmd_floodx(argv[2], argv[3], atoi(argv[4]));
+        if (argc == 4 && strcmp(argv[1], "conns") == 0)
+                return cmd_conns(argv[2], atoi(argv[3]));
+        fprintf(stderr, "usage: e2e_wire quota|hold|big|concurrent|hostile|flood|floodx|conns|keepfd SOCK [ARG]\n");
         return 2;
 }

@@ -23,6 +23,7 @@
 struct e2e_conn {
         int sock;
         int shmfd;
+        int wakefd;      /* the agent's doorbell */
         struct gs_shm *shm;
         struct gs_sock_welcome w;
         uint32_t head, tail;
@@ -62,13 +63,14 @@ static inline void e2e_hello(struct gs_sock_hello *h)
         memcpy(h->comm, "e2e", 3);
 }
 
-/* Receives one message (and at most one fd) waiting timeout_ms.  Returns its
+/* Receives one message (and at most two fds: the first in *ret_fd, the
+ * second in *ret_fd2 if given, else closed) waiting timeout_ms.  Returns its
  * length, 0 on EOF, -ETIMEDOUT, or -errno. */
-static inline ssize_t e2e_recv(int sock, void *buf, size_t n, int *ret_fd, int timeout_ms)
+static inline ssize_t e2e_recv2(int sock, void *buf, size_t n, int *ret_fd, int *ret_fd2, int timeout_ms)
 {
         union {
                 struct cmsghdr c;
-                char b[CMSG_SPACE(sizeof(int))];
+                char b[CMSG_SPACE(2 * sizeof(int))];
         } u;
         struct iovec iov = { .iov_base = buf, .iov_len = n };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
@@ -78,6 +80,8 @@ static inline ssize_t e2e_recv(int sock, void *buf, size_t n, int *ret_fd, int t
 
         if (ret_fd)
                 *ret_fd = -1;
+        if (ret_fd2)
+                *ret_fd2 = -1;
         if (poll(&p, 1, timeout_ms) == 0)
                 return -ETIMEDOUT;
         r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
@@ -85,14 +89,22 @@ static inline ssize_t e2e_recv(int sock, void *buf, size_t n, int *ret_fd, int t
                 return -errno;
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
                 if (c->cmsg_type == SCM_RIGHTS) {
-                        int fd;
-                        memcpy(&fd, CMSG_DATA(c), sizeof(fd));
-                        if (ret_fd)
-                                *ret_fd = fd;
-                        else
-                                close(fd);
+                        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                        for (size_t i = 0; i < k; i++) {
+                                int fd, **dst = (int *[]){ ret_fd, ret_fd2 };
+                                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
+                                if (i < 2 && dst[i])
+                                        *dst[i] = fd;
+                                else
+                                        close(fd);
+                        }
                 }
         return r;
+}
+
+static inline ssize_t e2e_recv(int sock, void *buf, size_t n, int *ret_fd, int timeout_ms)
+{
+        return e2e_recv2(sock, buf, n, ret_fd, NULL, timeout_ms);
 }
 
 /* Connects and registers.  Returns 0 or a negative errno (or the agent's
@@ -108,10 +120,13 @@ static inline int e2e_open(struct e2e_conn *c, const char *path)
         if (c->sock < 0)
                 return -errno;
         e2e_hello(&h);
-        if (send(c->sock, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
+        /* A refused connection may be closed before our HELLO: its ERROR
+         * is still there to read. */
+        if (send(c->sock, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h) && errno != EPIPE &&
+            errno != ECONNRESET)
                 return -errno;
-        n = e2e_recv(c->sock, &c->w, sizeof(c->w), &fd, 5000);
-        if (n != (ssize_t)sizeof(c->w) || c->w.h.type != GS_SOCK_WELCOME || fd < 0) {
+        n = e2e_recv2(c->sock, &c->w, sizeof(c->w), &fd, &c->wakefd, 5000);
+        if (n != (ssize_t)sizeof(c->w) || c->w.h.type != GS_SOCK_WELCOME || fd < 0 || c->wakefd < 0) {
                 if (n >= (ssize_t)sizeof(struct gs_sock_hdr) && c->w.h.type == GS_SOCK_ERROR)
                         return ((struct gs_sock_error *)&c->w)->err;
                 return n < 0 ? (int)n : -EPROTO;
@@ -129,6 +144,8 @@ static inline void e2e_close(struct e2e_conn *c)
                 munmap(c->shm, c->w.shm_bytes);
         if (c->shmfd > 0)
                 close(c->shmfd);
+        if (c->wakefd > 0)
+                close(c->wakefd);
         if (c->sock >= 0)
                 close(c->sock);
         memset(c, 0, sizeof(*c));
@@ -141,7 +158,7 @@ static inline int e2e_push(struct e2e_conn *c, uint32_t op, uint32_t gpu, uint64
         int r = gs_ring_push(&c->shm->req, &c->head, &m);
 
         if (r == 0)
-                gs_doorbell_ring(&c->shm->agent_wake, &c->shm->agent_sleeping);
+                gs_doorbell_ring_fd(&c->shm->agent_wake, &c->shm->agent_sleeping, c->wakefd);
         return r;
 }
 

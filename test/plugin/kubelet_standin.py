@@ -426,6 +426,14 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     agent.set_lent(1, 0)
     m = st.until(lambda m: all(v == "Healthy" for v in health(m).values()))
     check("health: lent units returned -> Healthy again", m is not None)
+    agent.set_restoring(0, [2, 5])
+    m = st.until(lambda m: sum(health(m)[x] == "Unhealthy" for x in u0) == 2)
+    check("health: units of an allocation not restored yet -> exactly those Unhealthy",
+          m is not None and [x for x in u0 if health(m)[x] == "Unhealthy"] == [u0[2], u0[5]]
+          and all(health(m)[x] == "Healthy" for x in u1), m and health(m))
+    agent.set_restoring(0, [])
+    m = st.until(lambda m: all(v == "Healthy" for v in health(m).values()))
+    check("health: restored -> Healthy again", m is not None)
 
     # ---- agent down and back
     agent.stop()

@@ -35,7 +35,7 @@ class Agent:
         self.lock = threading.Condition()
         self.gpus = []
         for i in range(ngpus):
-            self.gpus.append(dict(index=i, uuid=uuid_of(i), units=units, healthy=True, lent=0,
+            self.gpus.append(dict(index=i, uuid=uuid_of(i), units=units, healthy=True, lent=0, restoring=[],
                                   numa=(numa[i] if numa else -1), pci="0000:%02x:00.0" % (0x10 + i)))
         self.allocs = {}     # id -> dict(ids=[sorted], parts=[...], dir=...)
         self.units_allocated = {}  # GPU index -> units held by allocations
@@ -55,6 +55,12 @@ class Agent:
     def set_lent(self, i, n):
         with self.lock:
             self.gpus[i]["lent"] = n
+            self._bump()
+
+    def set_restoring(self, i, units):
+        """Units of GPU i held by allocations the agent has yet to restore."""
+        with self.lock:
+            self.gpus[i]["restoring"] = list(units)
             self._bump()
 
     def set_delay(self, s):
@@ -171,7 +177,8 @@ class Agent:
                         total_bytes=(g["units"] + 1) * self.unit_bytes, reserve_bytes=self.unit_bytes,
                         chunk_bytes=256 << 20, unit_bytes=self.unit_bytes, units_total=g["units"],
                         units_allocated=alloc, units_lent=g["lent"], healthy=g["healthy"],
-                        pci_bus_id=g["pci"], health_reason="" if g["healthy"] else "fake: marked unhealthy")
+                        pci_bus_id=g["pci"], health_reason="" if g["healthy"] else "fake: marked unhealthy",
+                        units_restoring=g["restoring"])
         lg.generation = self.generation
         return rep
 
