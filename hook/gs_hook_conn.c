@@ -404,6 +404,15 @@ static int gs_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct g
                                 gs_conn_lost("the agent closed the connection");
                                 return -ECONNRESET;
                         }
+                        /* Still no reply after a whole slice: ring again, so
+                         * that a wake-up lost anywhere costs one slice, not
+                         * the request. */
+                        if (r == -ETIMEDOUT && g_wake >= 0 && !gs_ring_ready(&g_shm->rep, g_rep_tail)) {
+                                uint64_t one = 1;
+                                if (write(g_wake, &one, sizeof(one)) < 0) {
+                                        /* EAGAIN: a wake-up is pending anyway */
+                                }
+                        }
                 }
         }
         if (ret->seq != m.seq || ret->op != op) {
