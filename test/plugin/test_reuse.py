@@ -113,7 +113,9 @@ def body(ns, ag, podres, stub):
             return e.code(), e.details()
 
     def alloc_id(resp):
-        return os.path.basename([m.host_path for m in resp.mounts if m.container_path == "/var/run/gshare"][0])
+        # The socket directory is <allocation id>-<random> (a fresh one per allocation).
+        return os.path.basename([m.host_path for m in resp.mounts
+                                 if m.container_path == "/var/run/gshare"][0]).split("-")[0]
 
     st = kubelet_standin.Stream(stub, ns)
     m = st.next(5)
