@@ -47,6 +47,7 @@ struct gs_cu {
         CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
                                                  unsigned long long);
         CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+        CUresult (*cuDeviceCanAccessPeer)(int *, CUdevice, CUdevice);
         CUresult (*cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
         CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned int, CUdevice);
         CUresult (*cuCtxCreate_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);

@@ -476,13 +476,32 @@ static CUresult gs_reserve(const struct gs_cu *cu, struct gs_gpu *g)
 
 /* Imports a chunk's fd and maps it read-write for dev at [at, at + size).
  * Closes fd.  0, or -EIO with nothing left mapped. */
-/* Read-write access for dev to [at, at+size): one call may span several
- * mappings, which is what makes a k-chunk grant cheap. */
+static int gs_dev_gpu(const struct gs_cu *cu, CUdevice dev);
+
+/* Read-write access to [at, at+size) for dev, whose memory it is, and for
+ * every other device of this allocation that can reach dev's memory (peer
+ * access: cudaMemcpyPeer, t.to("cuda:1"), a kernel on one GPU reading the
+ * other's memory work on gshare memory as natively).  Devices outside the
+ * allocation get nothing.  One call may span several mappings, which is
+ * what makes a k-chunk grant cheap.  pre: g_mu held. */
 static int gs_set_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev)
 {
-        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUmemAccessDesc acc[GS_MAX_GPUS_PER_ALLOC];
+        size_t n = 0;
+        int count = 0;
 
-        return cu->cuMemSetAccess(at, size, &acc, 1) == CUDA_SUCCESS ? 0 : -EIO;
+        acc[n++] = (CUmemAccessDesc){ { CU_MEM_LOCATION_TYPE_DEVICE, dev }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        if (g_ngpus > 1 && cu->cuDeviceGetCount && cu->cuDeviceCanAccessPeer &&
+            cu->cuDeviceGetCount(&count) == CUDA_SUCCESS)
+                for (CUdevice d = 0; d < count && d < GS_MAX_DEVICES && n < GS_ARRAY_SIZE(acc); d++) {
+                        int can = 0;
+                        if (d == dev || gs_dev_gpu(cu, d) < 0 ||
+                            cu->cuDeviceCanAccessPeer(&can, d, dev) != CUDA_SUCCESS || !can)
+                                continue;
+                        acc[n++] = (CUmemAccessDesc){ { CU_MEM_LOCATION_TYPE_DEVICE, d },
+                                                      CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+                }
+        return cu->cuMemSetAccess(at, size, acc, n) == CUDA_SUCCESS ? 0 : -EIO;
 }
 
 /* Imports fd and maps it at `at`; access is set too unless the caller sets

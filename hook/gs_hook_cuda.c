@@ -60,7 +60,7 @@ static const struct {
         GS_CU_ENTRY(cuMemExportToShareableHandle), GS_CU_ENTRY(cuStreamIsCapturing),
         GS_CU_ENTRY(cuStreamIsCapturing_ptsz), GS_CU_ENTRY(cuDevicePrimaryCtxRetain),
         GS_CU_ENTRY(cuCtxCreate), GS_CU_ENTRY(cuCtxCreate_v2), GS_CU_ENTRY(cuCtxCreate_v3),
-        GS_CU_ENTRY(cuCtxCreate_v4),
+        GS_CU_ENTRY(cuCtxCreate_v4), GS_CU_ENTRY(cuDeviceCanAccessPeer),
 };
 
 static void gs_cu_load(void)

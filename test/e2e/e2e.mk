@@ -6,7 +6,7 @@ $(E2E_DIR)/e2e_wire: $(E2E_DIR)/e2e_wire.o
 	$(CC) $(LDFLAGS) -o $@ $^ -lpthread
 
 TEST_DEPS += $(E2E_DIR)/e2e_wire $(B)/test/fakecuda/libcuda.so.1 $(B)/gshare-agent $(B)/gsharectl
-TESTS += test/e2e/test_e2e.py test/e2e/test_density.py test/e2e/test_keptfd.py test/e2e/test_events.py
+TESTS += test/e2e/test_e2e.py test/e2e/test_density.py test/e2e/test_keptfd.py test/e2e/test_events.py test/e2e/test_peer.py
 
 # An ordinary driver-API program, linked against libcuda by name, no rpath:
 # the tests put the fake driver's directory on LD_LIBRARY_PATH; on a GPU

@@ -13,6 +13,11 @@
  *   e2e_cuda threads N MIB      N threads allocate 1 MiB blocks at once
  *                               until OOM; print the total
  *   e2e_cuda hold MIB           allocate, print "held", sleep until killed
+ *   e2e_cuda peer               two devices of one allocation: a block on
+ *                               device 0 is copied into one on device 1
+ *                               with device 1's context current, and read
+ *                               back from there (peer access, as natively);
+ *                               print "peer ok"
  *   e2e_cuda grow MIB           allocate MIB (0: nothing), print "held F T"
  *                               (cuMemGetInfo), then commands on stdin:
  *                               "module N" (the fake driver's
@@ -473,6 +478,40 @@ static int vmm_export(void)
         return 0;
 }
 
+static int peer(CUcontext ctx0)
+{
+        enum { N = 4 << 20 };
+        unsigned char *host = malloc(N), *back = malloc(N);
+        CUcontext ctx1;
+        CUdevice d1;
+        CUdeviceptr a, b;
+        CUresult r;
+
+        if (!host || !back)
+                return 1;
+        for (size_t i = 0; i < N; i++)
+                host[i] = (unsigned char)(i * 7 + 3);
+        if ((r = cuCtxSetCurrent(ctx0)) != CUDA_SUCCESS || (r = cuMemAlloc(&a, N)) != CUDA_SUCCESS ||
+            (r = cuMemcpyHtoD(a, host, N)) != CUDA_SUCCESS)
+                die("device 0 block", r);
+        if ((r = cuDeviceGet(&d1, 1)) != CUDA_SUCCESS || (r = cuDevicePrimaryCtxRetain(&ctx1, d1)) != CUDA_SUCCESS ||
+            (r = cuCtxSetCurrent(ctx1)) != CUDA_SUCCESS || (r = cuMemAlloc(&b, N)) != CUDA_SUCCESS)
+                die("device 1 block", r);
+        if ((r = cuMemcpyDtoD(b, a, N)) != CUDA_SUCCESS)
+                die("copy from device 0's memory with device 1's context", r);
+        if ((r = cuMemcpyDtoH(back, a, N)) != CUDA_SUCCESS)
+                die("read device 0's memory with device 1's context", r);
+        if (memcmp(back, host, N) != 0)
+                die("device 0's memory read from device 1", CUDA_ERROR_UNKNOWN);
+        memset(back, 0, N);
+        if ((r = cuMemcpyDtoH(back, b, N)) != CUDA_SUCCESS || memcmp(back, host, N) != 0)
+                die("the copy on device 1", r);
+        printf("peer ok\n");
+        free(host);
+        free(back);
+        return 0;
+}
+
 static int grow(uint64_t mib)
 {
         CUresult (*load)(size_t) = (CUresult(*)(size_t))dlsym(RTLD_DEFAULT, "fakecuda_module_load");
@@ -655,6 +694,8 @@ int main(int argc, char **argv)
                 return vmm_export();
         if (strcmp(argv[1], "ipc-open") == 0 && argc == 3)
                 return ipc_open_fails(argv[2]);
+        if (strcmp(argv[1], "peer") == 0)
+                return peer(ctx);
         if (strcmp(argv[1], "grow") == 0 && argc == 3)
                 return grow(strtoull(argv[2], NULL, 0));
         if (strcmp(argv[1], "hold") == 0 && argc == 3) {

@@ -81,6 +81,7 @@ struct fc_map {
         uintptr_t addr;
         size_t size;
         int hidx;
+        uint32_t access;  /* devices cuMemSetAccess let reach it (bit per device) */
 };
 
 #define FC_CTX_MAGIC 0x43545846u
@@ -1224,11 +1225,45 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 
 /* ---- copies and sets (host memory underneath) ----------------------- */
 
+/* A copy or memset issued from the current context touches [ptr, ptr+n):
+ * where that is VMM memory the context's device must have been given
+ * access (cuMemSetAccess), or a GPU faults.  cuMemAlloc memory: any. */
+static CUresult fc_reach(CUdeviceptr ptr, size_t n)
+{
+        CUresult r = CUDA_SUCCESS;
+        int dev = 0;
+
+        if (fc_cur_dev(&dev) != CUDA_SUCCESS || n == 0)
+                return CUDA_SUCCESS;
+        pthread_mutex_lock(&g_lock);
+        for (struct fc_map *m = g_maps; m; m = m->next)
+                if (m->addr < ptr + n && ptr < m->addr + m->size && !(m->access & (1u << dev)))
+                        r = CUDA_ERROR_ILLEGAL_ADDRESS;
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r == CUDA_SUCCESS)
+                r = fc_dev_check(peerDev);
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!canAccessPeer)
+                return CUDA_ERROR_INVALID_VALUE;
+        *canAccessPeer = dev != peerDev;
+        return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
         FC_INIT_CHECK();
         if (!dstDevice || (!srcHost && ByteCount))
                 return CUDA_ERROR_INVALID_VALUE;
+        if (fc_reach(dstDevice, ByteCount) != CUDA_SUCCESS)
+                return CUDA_ERROR_ILLEGAL_ADDRESS;
         memcpy((void *)dstDevice, srcHost, ByteCount);
         return CUDA_SUCCESS;
 }
@@ -1238,6 +1273,8 @@ CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t By
         FC_INIT_CHECK();
         if (!srcDevice || (!dstHost && ByteCount))
                 return CUDA_ERROR_INVALID_VALUE;
+        if (fc_reach(srcDevice, ByteCount) != CUDA_SUCCESS)
+                return CUDA_ERROR_ILLEGAL_ADDRESS;
         memcpy(dstHost, (const void *)srcDevice, ByteCount);
         return CUDA_SUCCESS;
 }
@@ -1247,6 +1284,8 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
         FC_INIT_CHECK();
         if (!dstDevice || !srcDevice)
                 return CUDA_ERROR_INVALID_VALUE;
+        if (fc_reach(dstDevice, ByteCount) != CUDA_SUCCESS || fc_reach(srcDevice, ByteCount) != CUDA_SUCCESS)
+                return CUDA_ERROR_ILLEGAL_ADDRESS;
         memmove((void *)dstDevice, (const void *)srcDevice, ByteCount);
         return CUDA_SUCCESS;
 }
@@ -1800,6 +1839,14 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
                 r = CUDA_ERROR_INVALID_VALUE; /* not all of it mapped */
         else if (mprotect((void *)ptr, size, prot) < 0)
                 r = CUDA_ERROR_OPERATING_SYSTEM;
+        if (r == CUDA_SUCCESS)
+                for (struct fc_map *m = g_maps; m; m = m->next)
+                        if (m->addr < ptr + size && ptr < m->addr + m->size) {
+                                m->access = 0;
+                                for (size_t i = 0; i < count; i++)
+                                        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE)
+                                                m->access |= 1u << desc[i].location.id;
+                        }
         pthread_mutex_unlock(&g_lock);
         return r;
 }
