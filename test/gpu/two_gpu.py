@@ -142,7 +142,9 @@ def hf():
         one = model.to("cuda:0").generate(ids.to("cuda:0"), max_new_tokens=16, do_sample=False, pad_token_id=0)
         model.to("cpu")
         from accelerate import dispatch_model
-        dm = {"transformer.wte": 0, "transformer.wpe": 0, "transformer.drop": 0, "transformer.ln_f": 1, "lm_head": 1}
+        # lm_head's weight is wte's (tied): both on GPU 0; the second half
+        # of the layers and ln_f on GPU 1, activations moved between them.
+        dm = {"transformer.wte": 0, "transformer.wpe": 0, "transformer.drop": 0, "transformer.ln_f": 1, "lm_head": 0}
         for i in range(cfg.n_layer):
             dm["transformer.h.%d" % i] = 0 if i < cfg.n_layer // 2 else 1
         split = dispatch_model(model, device_map=dm)

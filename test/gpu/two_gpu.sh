@@ -30,22 +30,26 @@ import json,sys
 d=json.load(sys.stdin)
 print(' '.join('%s-u%d' % (g['uuid'], u) for g in d['gpus'] for u in range($units)))")
 dir=$(ctl --json create $ids | python3 -c 'import json,sys; print(json.load(sys.stdin)["allocation"]["socket_dir"])')
-hooked() { env LD_PRELOAD="$B/libgshare.so" GSHARE_SOCKET="$dir/agent.sock" GSHARE_EXPECT_QUOTA=$((units << 30)) "$@"; }
+# A program (not a shell function) so that timeout can run it.
+hooked=$work/hooked
+printf '#!/bin/sh\nexec env LD_PRELOAD=%s GSHARE_SOCKET=%s GSHARE_EXPECT_QUOTA=%s "$@"\n' \
+  "$B/libgshare.so" "$dir/agent.sock" $((units << 30)) >"$hooked"
+chmod +x "$hooked"
 run() { local name=$1; shift; echo "=== $name"; timeout 240 "$@" || fail=1; }
-run "peer (gshare)" hooked python3 "$here/two_gpu.py" peer
-two() {  # two ranks, wrapper $1 (hooked or env)
+run "peer (gshare)" "$hooked" python3 "$here/two_gpu.py" peer
+two() {  # two ranks, wrapper $1 ($hooked or env)
   local w=$1 mode=$2 f; f=$(mktemp -u /tmp/gshare-2gpu-init.XXXXXX)
   timeout 200 $w python3 "$here/two_gpu.py" "$mode" 1 "$f" & local p1=$!
   timeout 200 $w python3 "$here/two_gpu.py" "$mode" 0 "$f"; local r0=$?
   wait $p1; local r1=$?; rm -f "$f"; return $(( r0 | r1 ))
 }
-echo "=== all-reduce, tensor parallel, quota (gshare)"; two hooked dist || fail=1
-run "model over both GPUs (gshare)" hooked python3 "$here/two_gpu.py" hf
-run "vLLM-style sizing (gshare)" hooked python3 "$here/two_gpu.py" size
+echo "=== all-reduce, tensor parallel, quota (gshare)"; two "$hooked" dist || fail=1
+run "model over both GPUs (gshare)" "$hooked" python3 "$here/two_gpu.py" hf
+run "vLLM-style sizing (gshare)" "$hooked" python3 "$here/two_gpu.py" size
 echo "=== all-reduce bus bandwidth, native and gshare taking turns"
 for round in 1 2; do
   echo "round $round native"; two env bench | tee -a "$work/native.bw"
-  echo "round $round gshare"; two hooked bench | tee -a "$work/gshare.bw"
+  echo "round $round gshare"; two "$hooked" bench | tee -a "$work/gshare.bw"
 done
 python3 - "$work/native.bw" "$work/gshare.bw" <<'PY'
 import re, sys
