@@ -67,6 +67,7 @@ struct fc_handle { /* cuMemCreate / import */
         int maps;         /* mappings; the memory lives while either is > 0 */
         uint64_t htypes;  /* requestedHandleTypes */
         int imported;     /* from cuMemImportFromShareableHandle */
+        int exported;     /* an fd of it was handed out: others may hold it */
         struct fc_charge ch; /* bytes == 0: not charged (import) */
 };
 
@@ -1490,7 +1491,7 @@ static void fc_handle_unref(int idx, int map)
                 close(e->fd);
                 /* Another process may hold the memory through a kept fd or
                  * a mapping: then it stays used, as on a GPU. */
-                if (e->ch.bytes && ino && fc_ino_in_use(ino))
+                if (e->ch.bytes && e->exported && ino && fc_ino_in_use(ino))
                         (void)fc_zombify(&e->ch, ino);
         }
         fc_uncharge(&e->ch);
@@ -1585,6 +1586,8 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
                         r = CUDA_ERROR_OPERATING_SYSTEM;
                 else
                         *(int *)shareableHandle = fd;
+                if (fd >= 0)
+                        e->exported = 1;
         }
         pthread_mutex_unlock(&g_lock);
         return r;
