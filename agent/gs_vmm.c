@@ -314,26 +314,6 @@ int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
         return 0;
 }
 
-/* The memory of chunk x could not be re-created at exit.  A chunk without
- * memory must not go back to the allocation, which would hand it out: x
- * takes the memory of a free pool chunk, which is retired in its place.
- * 0, or -ENOSPC if the pool has no free chunk. */
-static int chunk_replace(struct gs_gpu *g, uint32_t x)
-{
-        for (uint32_t z = 0; z < g->nchunks; z++) {
-                if (z == x || g->chunks[z].fd < 0 || gs_pool_retire_chunk(g->pool, z) < 0)
-                        continue;
-                /* z was on the system list: its memory has not been granted
-                 * since it was last (re-)created, so nobody else holds it. */
-                g->chunks[x] = g->chunks[z];
-                g->chunks[z].fd = -1;
-                g->chunks[z].handle = 0;
-                g->chunks_retired++;
-                log_warn("GPU %u: chunk %u retired, its memory now backs chunk %u", g->index, z, x);
-                return 0;
-        }
-        return -ENOSPC;
-}
 
 void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
 {
@@ -357,14 +337,11 @@ void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
 
                 if (chunk_give(g, s, s->nheld - 1, err, sizeof(err)) == 0)
                         continue;
-                log_warn("GPU %u: chunk %u behind VMM allocations could not be re-created: %s",
+                /* The allocation gets the chunk back without memory: it is
+                 * re-created when next granted, or when the allocation is
+                 * deleted (pending until the driver has room), never lost. */
+                log_info("GPU %u: chunk %u behind VMM allocations back without memory for now: %s",
                          g->index, x, err);
-                if (chunk_replace(g, x) < 0)
-                        /* The allocation gets a chunk without memory: granting
-                         * it fails (the hook gets no fd) until the allocation
-                         * is deleted and the pool recycles or retires it. */
-                        log_error("GPU %u: chunk %u has no memory and no free chunk can replace it",
-                                  g->index, x);
                 if (gs_pproc_free(s->pp, s->held[s->nheld - 1].off, NULL) < 0 ||
                     gs_pproc_release(s->pp, (uint32_t)(s->held[s->nheld - 1].off / g->chunk_bytes), 1) < 0)
                         log_error("GPU %u: VMM chunk %u not given back to the allocator", g->index, x);

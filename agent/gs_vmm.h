@@ -31,10 +31,10 @@
  * dropped by the agent itself and is known to be free.  Every operation
  * first tries to cover the debt again.  A chunk that cannot be re-created
  * stays in the set and is retried by the next operation; at exit (the
- * process is gone) a chunk still failing is replaced by a free pool chunk
- * whose memory it takes, and that one is retired (the pool shrinks by one
- * chunk, as for a failed recycle), so a chunk without memory is never
- * handed out.
+ * process is gone) a chunk still failing goes back to the allocation
+ * without memory: it is re-created when next granted (serve_alloc refuses
+ * the request if the driver has no room yet) or recycled, pending, when the
+ * allocation is deleted; it is never lost from the pool.
  *
  * Every call runs under g->lock with g->ctx made current by the callee. */
 #ifndef GS_VMM_H
