@@ -27,7 +27,7 @@ reserve=$(echo "$g" | py 'd["gpus"][0]["reserve_bytes"] >> 20')
 total=$(echo "$g" | py 'd["gpus"][0]["chunks_total"]')
 before=$(used)
 a=$(ctl --json create "$uuid-u0" | py 'd["allocation"]["socket_dir"]')
-aid=$(basename "$a")
+aid=$(basename "$a" | cut -d- -f1)  # the directory is <id>-<random>
 coproc KEEP { "$B/test/e2e/e2e_wire" keepfd "$a/agent.sock" 40; }
 read -r -t 60 line <&"${KEEP[0]}"
 after=$(used)
