@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gs_allocs.h"
@@ -60,9 +61,39 @@ void gs_agent_changed(struct gs_agent *ag)
         gs_ctlsrv_broadcast(ag->ctl);
 }
 
+static void notify(struct gs_agent *ag)
+{
+        uint64_t one = 1;
+
+        if (write(ag->notify_fd, &one, sizeof(one)) < 0) {
+                /* EAGAIN: the counter is full, a wake-up is pending anyway. */
+        }
+}
+
+void gs_agent_want_scan(struct gs_agent *ag)
+{
+        if (!__atomic_exchange_n(&ag->usage_kick, 1, __ATOMIC_ACQ_REL))
+                notify(ag);
+}
+
+void gs_agent_wait_scan(struct gs_agent *ag, int ms)
+{
+        unsigned before = __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE);
+        int64_t until = gs_mono_ms() + ms;
+
+        gs_agent_want_scan(ag);
+        /* Two scans: the one under way may have read NVML before the need. */
+        while (__atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE) - before < 2 && gs_mono_ms() < until) {
+                struct timespec ts = { 0, 2000000 };
+                nanosleep(&ts, NULL);
+        }
+}
+
 void gs_agent_poke(struct gs_agent *ag)
 {
         uint64_t one = 1;
+
+        __atomic_store_n(&ag->notify_changed, 1, __ATOMIC_RELEASE);
 
         if (write(ag->notify_fd, &one, sizeof(one)) < 0) {
                 /* EAGAIN: the counter is full, a wake-up is pending anyway. */

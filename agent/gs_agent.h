@@ -187,8 +187,9 @@ struct gs_agent {
         struct gs_nvml nvml;             /* gs_usage.h; fn NULL: no NVML */
         struct gs_events *events;        /* gs_event.h; NULL: no API server */
         int64_t usage_next_ms;           /* next scan (CLOCK_MONOTONIC); 0: none */
-        int usage_kick;                  /* atomic: a worker wants a scan now */
-        unsigned usage_scans;            /* atomic: scans done (gs_usage_wait) */
+        int usage_kick;                  /* atomic: a scan is wanted now (gs_agent_want_scan) */
+        int notify_changed;              /* atomic: gs_agent_poke since the last NOTIFY */
+        unsigned usage_scans;            /* atomic: scans done (gs_agent_wait_scan) */
         struct gs_workers *workers;      /* gs_workers.h: serve the processes' rings */
         uint32_t nconns;                 /* processes' connections, all allocations */
         bool stopping;
@@ -215,5 +216,12 @@ void gs_agent_changed(struct gs_agent *ag);
 /* Worker threads: a lending change happened; the main thread will call
  * gs_agent_changed. */
 void gs_agent_poke(struct gs_agent *ag);
+/* Any thread: the main thread should scan memory outside the pool now
+ * (gs_usage.h): a process registered or left, or the driver had no room. */
+void gs_agent_want_scan(struct gs_agent *ag);
+/* A worker thread holding no GPU lock: asks for a scan and waits until one
+ * has run, at most ms (the scan charges growth to its pods, which gives the
+ * headroom back unless memory is really held past a quota). */
+void gs_agent_wait_scan(struct gs_agent *ag, int ms);
 
 #endif

@@ -322,7 +322,8 @@ static int run(struct gs_agent *ag, int sfd)
                         case GS_EV_METRICS_CLIENT: gs_metrics_on_client(ag->metrics, ev, e); break;
                         case GS_EV_NOTIFY: {
                                 uint64_t v;
-                                if (read(ag->notify_fd, &v, sizeof(v)) > 0)
+                                if (read(ag->notify_fd, &v, sizeof(v)) > 0 &&
+                                    __atomic_exchange_n(&ag->notify_changed, 0, __ATOMIC_ACQ_REL))
                                         gs_agent_changed(ag);
                                 break;
                         }

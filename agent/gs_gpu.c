@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gs_log.h"
-#include "gs_usage.h"
 
 int gs_gpu_numa_node(const char *sysfs, const char *pci_bus_id)
 {
@@ -364,7 +364,7 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
          * this very context as NVML sees it, before any chunk exists
          * (without NVML: 0, contexts come out of the reserve). */
         g->ctx_expect_bytes = cfg->context_bytes ? cfg->context_bytes
-                                                 : gs_usage_own_bytes(g->agent, g);
+                                                 : gs_nvml_pid_bytes(&g->agent->nvml, g->uuid, getpid());
         if (gran && g->chunk_bytes % gran) {
                 snprintf(why, sizeof(why), "chunk size %llu is not a multiple of the VMM granularity %zu",
                          (unsigned long long)g->chunk_bytes, gran);

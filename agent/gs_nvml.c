@@ -112,3 +112,21 @@ int gs_nvml_procs(struct gs_nvml *n, void *dev, struct gs_nvml_proc *out, uint32
         free(info);
         return 0;
 }
+
+uint64_t gs_nvml_pid_bytes(struct gs_nvml *n, const char *uuid, pid_t pid)
+{
+        void *dev = gs_nvml_device(n, uuid);
+        struct gs_nvml_proc *pr;
+        uint32_t k = 0;
+        uint64_t b = 0;
+
+        if (!dev)
+                return 0;
+        pr = calloc(GS_NVML_MAX_PROCS, sizeof(*pr));
+        if (pr && gs_nvml_procs(n, dev, pr, GS_NVML_MAX_PROCS, &k) == 0)
+                for (uint32_t i = 0; i < k; i++)
+                        if (pr[i].pid == pid)
+                                b = pr[i].bytes;
+        free(pr);
+        return b;
+}

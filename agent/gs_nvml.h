@@ -36,6 +36,9 @@ int gs_nvml_open(struct gs_nvml *n, const char *path, char *err, size_t errlen) 
 void gs_nvml_close(struct gs_nvml *n);
 /* The NVML device whose UUID string is uuid ("GPU-..."); NULL if none. */
 void *gs_nvml_device(struct gs_nvml *n, const char *uuid);
+/* What NVML shows process pid holding on the device whose UUID string is
+ * uuid; 0 if unknown. */
+uint64_t gs_nvml_pid_bytes(struct gs_nvml *n, const char *uuid, pid_t pid);
 /* Fills out[0..*count) (capacity max) with the compute processes on dev.
  * Figures NVML does not give are 0.  0 or a negative errno. */
 int gs_nvml_procs(struct gs_nvml *n, void *dev, struct gs_nvml_proc *out, uint32_t max,

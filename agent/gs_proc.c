@@ -19,7 +19,6 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_ring.h"
-#include "gs_usage.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -175,7 +174,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                                 (void)p->agent->cu.ctx_set_current(g->ctx);
                                 if (gs_gpu_chunk_remake(g, c, err, sizeof(err)) < 0) {
                                         log_info("GPU %u: chunk %u has no memory yet: %s", g->index, c, err);
-                                        gs_usage_kick_async(p->agent);
+                                        gs_agent_want_scan(p->agent);
                                         r = -ENOMEM;
                                 }
                         }
@@ -262,7 +261,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 if (r != -ENOSPC || attempt == 1 || gs_mono_ms() - pg->room_wait_ms < 1000)
                         break;
                 pg->room_wait_ms = gs_mono_ms();
-                gs_usage_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
+                gs_agent_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
         }
         if (r < 0) {
                 rep->status = r == -ENOSPC ? -ENOMEM : r;
@@ -614,7 +613,7 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                          (unsigned long long)__atomic_load_n(&p->nrequests, __ATOMIC_RELAXED));
         free(p->grants);
         free(p->grant_fds);
-        gs_usage_kick(ag);
+        gs_agent_want_scan(ag);
         p->sock_ev.dead = p->pidfd_ev.dead = true;
         gs_agent_defer_free(ag, p);
         gs_allocs_reap(ag, a);
@@ -899,7 +898,7 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
                 return -ECONNRESET;
         }
         p->state = GS_PROC_ACTIVE;
-        gs_usage_kick(ag);
+        gs_agent_want_scan(ag);
         log_info("process %d (%s, uid %u) registered on allocation %s as #%llu", p->pid, p->comm,
                  (unsigned)p->uid, a->id, (unsigned long long)p->id);
         return 0;

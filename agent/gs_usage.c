@@ -18,7 +18,6 @@
 #include "gs_nvml.h"
 #include "gs_proc.h"
 
-#define KICK_MS 100
 
 void gs_usage_open(struct gs_agent *ag)
 {
@@ -40,24 +39,6 @@ static void *nvml_dev(struct gs_agent *ag, struct gs_gpu *g)
         if (!g->nvml_dev && ag->nvml.fn)
                 g->nvml_dev = gs_nvml_device(&ag->nvml, g->uuid);
         return g->nvml_dev;
-}
-
-uint64_t gs_usage_own_bytes(struct gs_agent *ag, struct gs_gpu *g)
-{
-        struct gs_nvml_proc *pr;
-        uint32_t n = 0;
-        uint64_t b = 0;
-        void *dev = nvml_dev(ag, g);
-
-        if (!dev)
-                return 0;
-        pr = calloc(GS_NVML_MAX_PROCS, sizeof(*pr));
-        if (pr && gs_nvml_procs(&ag->nvml, dev, pr, GS_NVML_MAX_PROCS, &n) == 0)
-                for (uint32_t i = 0; i < n; i++)
-                        if (pr[i].pid == getpid())
-                                b = pr[i].bytes;
-        free(pr);
-        return b;
 }
 
 int gs_usage_pod_uid(const char *text, char uid[37])
@@ -249,32 +230,6 @@ void gs_usage_scan(struct gs_agent *ag)
         }
         free(pr);
         __atomic_add_fetch(&ag->usage_scans, 1, __ATOMIC_ACQ_REL);
-}
-
-void gs_usage_kick(struct gs_agent *ag)
-{
-        int64_t t = gs_mono_ms() + KICK_MS;
-
-        if (ag->usage_next_ms == 0 || t < ag->usage_next_ms)
-                ag->usage_next_ms = t;
-}
-
-void gs_usage_wait_scan(struct gs_agent *ag, int ms)
-{
-        unsigned before = __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE);
-        int64_t until = gs_mono_ms() + ms;
-
-        gs_usage_kick_async(ag);
-        while (__atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE) - before < 2 && gs_mono_ms() < until) {
-                struct timespec ts = { 0, 2000000 };
-                nanosleep(&ts, NULL);
-        }
-}
-
-void gs_usage_kick_async(struct gs_agent *ag)
-{
-        if (!__atomic_exchange_n(&ag->usage_kick, 1, __ATOMIC_ACQ_REL))
-                gs_agent_poke(ag);
 }
 
 int gs_usage_tick(struct gs_agent *ag, int timeout)

@@ -33,21 +33,8 @@
  * NVML the agent runs on, charging expected context sizes only. */
 void gs_usage_open(struct gs_agent *ag);
 void gs_usage_close(struct gs_agent *ag);
-/* What NVML shows this process (the agent) holding on g; 0 if unknown.
- * gs_gpu_open measures its own context with it. */
-uint64_t gs_usage_own_bytes(struct gs_agent *ag, struct gs_gpu *g);
 /* Scans now. */
 void gs_usage_scan(struct gs_agent *ag);
-/* Makes the next scan come within 100 ms (a process registered or left). */
-void gs_usage_kick(struct gs_agent *ag);
-/* Any thread: asks the main thread for a scan now (no room in the driver:
- * growth since the last scan may have used the headroom). */
-void gs_usage_kick_async(struct gs_agent *ag);
-/* A worker thread (holding no GPU lock) that found no room: asks for a
- * scan and waits until one has run, at most ms.  The scan charges growth
- * to its pods, which restores the headroom unless memory is really held
- * past its quota; the caller then tries once more. */
-void gs_usage_wait_scan(struct gs_agent *ag, int ms);
 /* Scans if one is due.  Returns the ms until the next one, or timeout if
  * that is sooner (timeout < 0: none). */
 int gs_usage_tick(struct gs_agent *ag, int timeout);
