@@ -504,9 +504,13 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
         kubelet.registered.get()
     os.unlink(os.path.join(kdir, "gshare.sock"))
     t0 = time.monotonic()
-    t, reg = kubelet.wait_register(3)
-    check("own socket deleted: served and registered again within 1 s",
-          reg is not None and t - t0 < 1.0 and os.path.exists(os.path.join(kdir, "gshare.sock")))
+    # A registration retried from the restart above may still arrive: wait
+    # for one made after the unlink, with the socket served again.
+    again = False
+    while not again and time.monotonic() - t0 < 3:
+        t, reg = kubelet.wait_register(3 - (time.monotonic() - t0))
+        again = reg is not None and t >= t0 and os.path.exists(os.path.join(kdir, "gshare.sock"))
+    check("own socket deleted: served and registered again within 1 s", again and t - t0 < 1.0)
     check("plugin still running", plugin.poll() is None)
 
     # ---- a bad config is refused with file:line: key: problem
