@@ -29,7 +29,6 @@ struct gs_events {
         bool stop;
         struct item q[GS_EVENT_QUEUE];
         unsigned head, n;
-        uint64_t posted, failed, dropped;
         char base[GS_CONFIG_API_SERVER_MAX];
         char node[GS_CONFIG_NODE_NAME_MAX];
         char token_file[PATH_MAX];
@@ -183,12 +182,8 @@ static void *thread_main(void *arg)
                 ev->head = (ev->head + 1) % GS_EVENT_QUEUE;
                 ev->n--;
                 pthread_mutex_unlock(&ev->mu);
-                int r = post(ev, &it);
+                (void)post(ev, &it); /* a failure is logged there */
                 pthread_mutex_lock(&ev->mu);
-                if (r == 0)
-                        ev->posted++;
-                else
-                        ev->failed++;
         }
         pthread_mutex_unlock(&ev->mu);
         return NULL;
@@ -253,7 +248,6 @@ int gs_events_post(struct gs_events *ev, const char *ns, const char *name, const
                 return -EINVAL;
         pthread_mutex_lock(&ev->mu);
         if (ev->n == GS_EVENT_QUEUE) {
-                ev->dropped++;
                 pthread_mutex_unlock(&ev->mu);
                 return -EAGAIN;
         }
@@ -267,13 +261,4 @@ int gs_events_post(struct gs_events *ev, const char *ns, const char *name, const
         pthread_cond_signal(&ev->cv);
         pthread_mutex_unlock(&ev->mu);
         return 0;
-}
-
-void gs_events_counts(struct gs_events *ev, uint64_t *posted, uint64_t *failed, uint64_t *dropped)
-{
-        pthread_mutex_lock(&ev->mu);
-        *posted = ev->posted;
-        *failed = ev->failed;
-        *dropped = ev->dropped;
-        pthread_mutex_unlock(&ev->mu);
 }

@@ -6,7 +6,7 @@
  * <apiServer>/api/v1/namespaces/<ns>/events with the service account's
  * token (libcurl, the settings of gs_watch.h), so the main loop never
  * waits on the API server.  At most GS_EVENT_QUEUE Events wait; more are
- * dropped and counted.  Without an API server or a node name nothing is
+ * dropped (logged at debug level by the caller).  Without an API server or a node name nothing is
  * posted. */
 #ifndef GS_EVENT_H
 #define GS_EVENT_H
@@ -28,8 +28,6 @@ void gs_events_stop(struct gs_events *ev);
  * not a DNS label/subdomain, or ev NULL). */
 int gs_events_post(struct gs_events *ev, const char *ns, const char *name, const char *uid,
                    const char *reason, const char *message);
-/* Events posted, failed and dropped so far. */
-void gs_events_counts(struct gs_events *ev, uint64_t *posted, uint64_t *failed, uint64_t *dropped);
 
 /* The JSON body of an Event, for tests.  Returns the length written (< cap)
  * or -ENOSPC. */

@@ -13,18 +13,6 @@ struct gs_outside_held {
         uint32_t chunk;                /* pool chunk id */
 };
 
-uint64_t gs_outside_held_bytes(const struct gs_gpu *g, const struct gs_outside *o)
-{
-        return (uint64_t)o->nheld * g->chunk_bytes;
-}
-
-int gs_outside_room(struct gs_gpu *g, uint64_t bytes)
-{
-        char err[160];
-
-        return gs_gpu_room(g, bytes, err, sizeof(err)) == 0;
-}
-
 /* k more chunks, their memory released.  strict: all or nothing; else as
  * many as the quota gives.  Returns how many were taken, or a negative errno
  * (nothing taken). */

@@ -22,7 +22,7 @@
  *                caller applies the over-quota policy.
  *   charge down  re-create chunks and give them back, but only while the
  *                driver's free memory stays above the reserve plus what is
- *                promised to contexts not yet created (gs_outside_room):
+ *                promised to contexts not yet created (gs_gpu_room):
  *                memory released to the driver returns to the pool only once
  *                it is really free again.  A chunk that cannot be re-created
  *                yet stays in the set (still charged) and is retried by the
@@ -59,8 +59,6 @@ struct gs_outside {
  * charges need: the quota cannot cover them). */
 int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
                       uint64_t *slot, uint64_t bytes, bool strict) GS_WUR;
-/* Bytes whose memory the set has released to the driver. */
-uint64_t gs_outside_held_bytes(const struct gs_gpu *g, const struct gs_outside *o);
 /* Gives back what is not charged any more (retries chunks that could not
  * be re-created before).  Called by the periodic scan. */
 void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o);
@@ -68,8 +66,5 @@ void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o);
  * that cannot be stays without memory and is re-created when next granted),
  * the set's pproc deleted.  charged must be 0 (every process gone). */
 void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o);
-/* 1 if the driver has room for bytes more of pool memory without eating
- * into the reserve or the memory promised to contexts being created. */
-int gs_outside_room(struct gs_gpu *g, uint64_t bytes);
 
 #endif

@@ -13,8 +13,52 @@
 
 #include "gs_allocs.h"
 #include "gs_cuda.h"
+#include "gs_event.h"
 #include "gs_gpu.h"
 #include "gs_proc.h"
+#include "gs_usage.h"
+
+/* The pod UID in /proc/<pid>/cgroup as the systemd and cgroupfs drivers
+ * write it; anything else is no pod. */
+START_TEST(test_pod_uid)
+{
+        char uid[37];
+
+        ck_assert_int_eq(gs_usage_pod_uid("0::/kubepods.slice/kubepods-burstable.slice/"
+                                          "kubepods-burstable-pod0b5e7c1a_2f3d_4e5f_8a9b_0c1d2e3f4a5b.slice/"
+                                          "cri-containerd-0123.scope\n", uid), 0);
+        ck_assert_str_eq(uid, "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b");
+        ck_assert_int_eq(gs_usage_pod_uid("12:memory:/kubepods/besteffort/"
+                                          "pod0B5E7C1A-2F3D-4E5F-8A9B-0C1D2E3F4A5B/abc\n", uid), 0);
+        ck_assert_str_eq(uid, "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b");
+        ck_assert_int_eq(gs_usage_pod_uid("0::/user.slice/user-0.slice/session-1.scope\n", uid), -ENOENT);
+        /* too short, a bad character, one digit too many */
+        ck_assert_int_eq(gs_usage_pod_uid("0::/kubepods/pod0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5\n", uid), -ENOENT);
+        ck_assert_int_eq(gs_usage_pod_uid("0::/kubepods/pod0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5z\n", uid), -ENOENT);
+        ck_assert_int_eq(gs_usage_pod_uid("0::/kubepods/pod0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b0\n", uid), -ENOENT);
+}
+END_TEST
+
+/* An Event's JSON: the pod, the reason, the message escaped. */
+START_TEST(test_event_json)
+{
+        char buf[2048];
+        int n = gs_event_json(buf, sizeof(buf), "team-a", "trainer-0", "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b",
+                              "GPUMemoryOverQuota", "over \"quota\"\\\n", "node-1", 0);
+
+        ck_assert_int_gt(n, 0);
+        ck_assert_ptr_nonnull(strstr(buf, "\"involvedObject\":{\"apiVersion\":\"v1\",\"kind\":\"Pod\","
+                                          "\"namespace\":\"team-a\",\"name\":\"trainer-0\","
+                                          "\"uid\":\"0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b\"}"));
+        ck_assert_ptr_nonnull(strstr(buf, "\"message\":\"over \\\"quota\\\"\\\\\\u000a\""));
+        ck_assert_ptr_nonnull(strstr(buf, "\"firstTimestamp\":\"1970-01-01T00:00:00Z\""));
+        /* no uid: no uid field */
+        n = gs_event_json(buf, sizeof(buf), "ns", "p", "", "R", "m", "n", 0);
+        ck_assert_int_gt(n, 0);
+        ck_assert_ptr_null(strstr(buf, "\"uid\""));
+        ck_assert_int_eq(gs_event_json(buf, 64, "ns", "p", "", "R", "m", "n", 0), -ENOSPC);
+}
+END_TEST
 
 START_TEST(test_id_stable_and_distinct)
 {
@@ -217,6 +261,8 @@ int main(void)
         TCase *t = tcase_create("agent");
 
         tcase_add_test(t, test_id_stable_and_distinct);
+        tcase_add_test(t, test_pod_uid);
+        tcase_add_test(t, test_event_json);
         tcase_add_test(t, test_parse_line);
         tcase_add_test(t, test_parse_line_rejects);
         tcase_add_test(t, test_numa_node);
