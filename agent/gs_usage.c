@@ -83,11 +83,19 @@ static int pid_pod_uid(pid_t pid, char uid[37])
         return gs_usage_pod_uid(buf, uid);
 }
 
-static uint64_t lookup(const struct gs_nvml_proc *pr, uint32_t n, pid_t pid)
+/* A process NVML lists on a GPU, classified once per scan: uid is the pod
+ * UID of a process that bypasses the hook ("" for the agent, registered
+ * processes and processes of no pod). */
+struct seen {
+        struct gs_nvml_proc pr;
+        char uid[37];
+};
+
+static uint64_t lookup(const struct seen *sv, uint32_t n, pid_t pid)
 {
         for (uint32_t i = 0; i < n; i++)
-                if (pr[i].pid == pid)
-                        return pr[i].bytes;
+                if (sv[i].pr.pid == pid)
+                        return sv[i].pr.bytes;
         return 0;
 }
 
@@ -138,9 +146,9 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
                 log_debug("allocation %s: over-quota Event dropped", a->id);
 }
 
-/* One allocation part on g: charges from the NVML list pr[0..n). */
+/* One allocation part on g: charges from the scan's list sv[0..n). */
 static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_allocation *a, uint32_t i,
-                          const struct gs_nvml_proc *pr, uint32_t n)
+                          const struct seen *sv, uint32_t n)
 {
         struct gs_part *part = &a->parts[i];
         uint32_t slots = gs_proc_outside_slots(ag, part);
@@ -151,18 +159,13 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 for (struct gs_proc *p = a->procs; p && !a->pod_uid[0]; p = p->next)
                         if (pid_pod_uid(p->pid, a->pod_uid) < 0)
                                 a->pod_uid[0] = '\0';
-        if (a->pod_uid[0])
-                for (uint32_t k = 0; k < n; k++) {
-                        char uid[37];
-                        if (pr[k].pid == getpid() || registered(ag, pr[k].pid) ||
-                            pid_pod_uid(pr[k].pid, uid) < 0 || strcmp(uid, a->pod_uid) != 0)
-                                continue;
-                        bypass += pr[k].bytes;
-                }
+        for (uint32_t k = 0; a->pod_uid[0] && k < n; k++)
+                if (strcmp(sv[k].uid, a->pod_uid) == 0)
+                        bypass += sv[k].pr.bytes;
         pthread_mutex_lock(&g->lock);
         for (struct gs_proc *p = a->procs; p; p = p->next) {
                 struct gs_proc_gpu *pg = &p->gpus[i];
-                uint64_t m = lookup(pr, n, p->pid);
+                uint64_t m = lookup(sv, n, p->pid);
 
                 if (i >= p->ngpus || p->state == GS_PROC_HELLO)
                         continue;
@@ -178,14 +181,9 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
         if (gs_outside_charge(g, &part->out, part->pa, slots, &part->bypass_charge, bypass, false) ==
             -EDQUOT) {
                 over = true;
-                if (ag->cfg.over_quota == GS_OVER_QUOTA_KILL)
-                        for (uint32_t k = 0; k < n; k++) {
-                                char uid[37];
-                                if (pr[k].pid != getpid() && !registered(ag, pr[k].pid) &&
-                                    pid_pod_uid(pr[k].pid, uid) == 0 && strcmp(uid, a->pod_uid) == 0)
-                                        kill_pid(a, pr[k].pid, -1, pr[k].bytes,
-                                                 "process bypassing the hook");
-                        }
+                for (uint32_t k = 0; ag->cfg.over_quota == GS_OVER_QUOTA_KILL && a->pod_uid[0] && k < n; k++)
+                        if (strcmp(sv[k].uid, a->pod_uid) == 0)
+                                kill_pid(a, sv[k].pr.pid, -1, sv[k].pr.bytes, "process bypassing the hook");
         }
         measured += bypass;
         gs_outside_settle(g, &part->out);
@@ -198,9 +196,13 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
 void gs_usage_scan(struct gs_agent *ag)
 {
         struct gs_nvml_proc *pr = calloc(GS_NVML_MAX_PROCS, sizeof(*pr));
+        struct seen *sv = calloc(GS_NVML_MAX_PROCS, sizeof(*sv));
 
-        if (!pr)
+        if (!pr || !sv) {
+                free(pr);
+                free(sv);
                 return;
+        }
         for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
                 struct gs_gpu *g = &ag->gpus[gi];
                 void *dev = nvml_dev(ag, g);
@@ -220,15 +222,24 @@ void gs_usage_scan(struct gs_agent *ag)
                         log_debug("GPU %u: NVML process list: %s", g->index, strerror(-r));
                         continue;
                 }
+                /* Each process's cgroup is read once, whatever the number
+                 * of allocations. */
+                for (uint32_t k = 0; k < n; k++) {
+                        sv[k].pr = pr[k];
+                        if (pr[k].pid == getpid() || registered(ag, pr[k].pid) ||
+                            pid_pod_uid(pr[k].pid, sv[k].uid) < 0)
+                                sv[k].uid[0] = '\0';
+                }
                 for (struct gs_allocation *a = ag->allocs; a; a = a->next)
                         for (uint32_t i = 0; i < a->nparts; i++)
                                 if (a->parts[i].gpu == gi)
-                                        measured += scan_part(ag, g, a, i, pr, n);
+                                        measured += scan_part(ag, g, a, i, sv, n);
                 pthread_mutex_lock(&g->lock);
                 g->outside_measured = measured;
                 pthread_mutex_unlock(&g->lock);
         }
         free(pr);
+        free(sv);
         __atomic_add_fetch(&ag->usage_scans, 1, __ATOMIC_ACQ_REL);
 }
 
