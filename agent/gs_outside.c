@@ -4,93 +4,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gs_alloc.h"
+#include "gs_chunkset.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 
-struct gs_outside_held {
-        uint64_t off;                  /* its block in o->pp */
-        uint32_t chunk;                /* pool chunk id */
-};
-
-/* k more chunks, their memory released.  strict: all or nothing; else as
- * many as the quota gives.  Returns how many were taken, or a negative errno
- * (nothing taken). */
-static int take(struct gs_gpu *g, struct gs_outside *o, uint32_t k, bool strict)
+/* k more chunks into the set, their memory released.  Returns how many
+ * were taken, or a negative errno (nothing taken). */
+static int take(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
+                uint32_t k, bool strict)
 {
-        uint32_t got = 0;
-        int r = 0;
+        int r = gs_chunkset_take(g, &o->cs, pa, nslots, k, strict);
 
-        if (o->nheld + k > o->capheld) {
-                uint32_t cap = o->nheld + k > 2 * o->capheld ? o->nheld + k : 2 * o->capheld;
-                struct gs_outside_held *t = realloc(o->held, (size_t)cap * sizeof(*t));
-                if (!t)
-                        return -ENOMEM;
-                o->held = t;
-                o->capheld = cap;
-        }
-        while (got < k) {
-                struct gs_outside_held *h = &o->held[o->nheld + got];
-                struct gs_grant gr;
-                uint32_t n = 0;
-
-                r = gs_pproc_malloc(o->pp, g->chunk_bytes, &h->off, &gr, 1, &n);
-                if (r < 0) {
-                        r = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
-                        break;
-                }
-                if (n != 1) { /* the set's pproc never keeps a chunk with room */
-                        log_error("GPU %u: an outside chunk came with %u new ones", g->index, n);
-                        if (gs_pproc_free(o->pp, h->off, NULL) < 0)
-                                log_error("GPU %u: outside block at %llu not freed", g->index,
-                                          (unsigned long long)h->off);
-                        r = -EIO;
-                        break;
-                }
-                h->chunk = gr.chunk;
-                got++;
-        }
-        if (r < 0 && (strict || got == 0)) {
-                while (got--) {
-                        uint64_t off = o->held[o->nheld + got].off;
-                        if (gs_pproc_free(o->pp, off, NULL) < 0 ||
-                            gs_pproc_release(o->pp, (uint32_t)(off / g->chunk_bytes), 1) < 0)
-                                log_error("GPU %u: outside block at %llu not given back", g->index,
-                                          (unsigned long long)off);
-                }
-                return r;
-        }
-        for (uint32_t i = 0; i < got; i++)
-                gs_gpu_chunk_drop(g, o->held[o->nheld + i].chunk);
-        o->nheld += got;
-        g->outside_held += (uint64_t)got * g->chunk_bytes;
-        return (int)got;
+        if (r > 0)
+                g->outside_held += (uint64_t)r * g->chunk_bytes;
+        return r;
 }
 
 /* The last held chunk goes back to the allocation with fresh memory, if
- * the driver has room for it.  0, or -EAGAIN (it stays). */
+ * the driver has room for it (force: anyway, re-created when next
+ * granted).  0, or -EAGAIN (it stays). */
 static int give_last(struct gs_gpu *g, struct gs_outside *o, bool force)
 {
-        struct gs_outside_held h = o->held[o->nheld - 1];
+        uint32_t chunk = o->cs.held[o->cs.nheld - 1].chunk;
         char err[256];
-        int r;
+        int r = gs_chunkset_give(g, &o->cs, o->cs.nheld - 1, force, err, sizeof(err));
 
-        r = gs_gpu_chunk_remake(g, h.chunk, err, sizeof(err));
         if (r < 0) {
-                if (!force) {
-                        log_debug("GPU %u: outside chunk %u not re-created yet: %s", g->index,
-                                  h.chunk, err);
-                        return -EAGAIN;
-                }
-                /* Going anyway: it is re-created when next granted. */
-                log_warn("GPU %u: chunk %u back without memory (re-created when granted): %s",
-                         g->index, h.chunk, err);
+                log_debug("GPU %u: outside chunk %u not re-created yet: %s", g->index, chunk, err);
+                return -EAGAIN;
         }
-        if (gs_pproc_free(o->pp, h.off, NULL) < 0 ||
-            gs_pproc_release(o->pp, (uint32_t)(h.off / g->chunk_bytes), 1) < 0)
-                log_error("GPU %u: outside chunk %u at %llu not given back to the allocator",
-                          g->index, h.chunk, (unsigned long long)h.off);
-        o->nheld--;
+        if (r > 0)
+                log_warn("GPU %u: chunk %u back without memory (re-created when granted): %s",
+                         g->index, chunk, err);
         g->outside_held -= g->chunk_bytes;
         return 0;
 }
@@ -106,10 +51,10 @@ void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 {
         uint32_t want = target(g, o->charged);
 
-        if (o->nheld <= want)
+        if (o->cs.nheld <= want)
                 return;
         (void)g->agent->cu.ctx_set_current(g->ctx);
-        while (o->nheld > want && give_last(g, o, false) == 0)
+        while (o->cs.nheld > want && give_last(g, o, false) == 0)
                 ;
 }
 
@@ -122,25 +67,20 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
         int r;
 
         (void)g->agent->cu.ctx_set_current(g->ctx);
-        if (want > o->nheld) {
+        if (want > o->cs.nheld) {
                 if (want > nslots) {
                         if (strict)
                                 return -ENOMEM;
                         want = nslots;
                 }
-                if (!o->pp) {
-                        r = gs_pproc_new(pa, nslots, &o->pp);
-                        if (r < 0)
-                                return r;
-                }
-                r = take(g, o, want - o->nheld, strict);
+                r = take(g, o, pa, nslots, want - o->cs.nheld, strict);
                 if (r < 0 && strict)
                         return r;
         }
         o->charged = charged;
         *slot = bytes;
         gs_outside_settle(g, o);
-        if (up && o->nheld < target(g, charged)) {
+        if (up && o->cs.nheld < target(g, charged)) {
                 o->over_quota++;
                 return -EDQUOT;
         }
@@ -149,14 +89,10 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
 
 void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
 {
-        if (o->nheld)
+        if (o->cs.nheld)
                 (void)g->agent->cu.ctx_set_current(g->ctx);
-        while (o->nheld)
+        while (o->cs.nheld)
                 (void)give_last(g, o, true);
-        free(o->held);
-        o->held = NULL;
-        o->capheld = 0;
-        gs_pproc_del(o->pp);
-        o->pp = NULL;
+        gs_chunkset_fini(&o->cs);
         o->charged = 0;
 }

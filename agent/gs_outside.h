@@ -35,18 +35,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gs_chunkset.h"
 #include "gs_util.h"
 
 struct gs_gpu;
 struct gs_palloc;
-struct gs_pproc;
-struct gs_outside_held;
 
 /* Zeroed by the owner (the allocation part). */
 struct gs_outside {
-        struct gs_pproc *pp;           /* created on first use */
-        struct gs_outside_held *held;
-        uint32_t nheld, capheld;
+        struct gs_chunkset cs;         /* the chunks taken */
         uint64_t charged;              /* sum of the charge slots */
         uint32_t over_quota;           /* measurements the quota could not cover */
 };

@@ -5,14 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gs_chunkset.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_wire.h"
-
-struct gs_vmm_held {
-        uint64_t off;                  /* its block in s->pp */
-        uint32_t chunk;                /* pool chunk id */
-};
 
 struct gs_vmm_filler {
         CUmemGenericAllocationHandle h;
@@ -28,7 +24,7 @@ struct gs_vmm {
 
 static uint64_t set_total(const struct gs_gpu *g, const struct gs_vmm_set *s)
 {
-        return (uint64_t)s->nheld * g->chunk_bytes;
+        return (uint64_t)s->cs.nheld * g->chunk_bytes;
 }
 
 /* Bytes of the set covered by nothing of the agent's in the driver. */
@@ -137,21 +133,16 @@ static int fill_debt(struct gs_gpu *g, struct gs_vmm_set *s, char *err, size_t e
 }
 
 /* The set's chunk i goes back to the allocation with fresh memory.
- * pre: debt >= chunk_bytes.  On failure the chunk stays. */
-static int chunk_give(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i, char *err, size_t errlen)
+ * pre: debt >= chunk_bytes.  On failure the chunk stays; with force it goes
+ * back without memory (1), re-created when next granted. */
+static int chunk_give(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i, bool force, char *err,
+                      size_t errlen)
 {
-        struct gs_vmm_held h = s->held[i];
-        int r = gs_gpu_chunk_remake(g, h.chunk, err, errlen);
+        int r = gs_chunkset_give(g, &s->cs, i, force, err, errlen);
 
-        if (r < 0)
-                return r;
-        if (gs_pproc_free(s->pp, h.off, NULL) < 0 ||
-            gs_pproc_release(s->pp, (uint32_t)(h.off / g->chunk_bytes), 1) < 0)
-                log_error("GPU %u: VMM chunk %u at %llu not given back to the allocator", g->index,
-                          h.chunk, (unsigned long long)h.off);
-        s->held[i] = s->held[--s->nheld];
-        pending_clamp(g, s);
-        return 0;
+        if (r >= 0)
+                pending_clamp(g, s);
+        return r;
 }
 
 /* Gives back chunks the set does not need (see gs_vmm.h), then covers the
@@ -161,15 +152,16 @@ static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
         const uint64_t c = g->chunk_bytes;
         char err[256];
 
-        while (s->nheld) {
+        while (s->cs.nheld) {
                 uint64_t free_b = set_total(g, s) - s->live_bytes, dropped = 0;
 
                 if (free_b < c || (s->live_bytes && free_b < 2 * c))
                         break;
                 free_up(g, s, c, &dropped);
-                if (chunk_give(g, s, s->nheld - 1, err, sizeof(err)) < 0) {
+                if (chunk_give(g, s, s->cs.nheld - 1, false, err, sizeof(err)) < 0) {
                         log_warn("GPU %u: chunk %u behind VMM allocations not re-created yet "
-                                 "(retried later): %s", g->index, s->held[s->nheld - 1].chunk, err);
+                                 "(retried later): %s", g->index, s->cs.held[s->cs.nheld - 1].chunk,
+                                 err);
                         break;
                 }
         }
@@ -177,63 +169,6 @@ static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
                 log_debug("GPU %u: %llu bytes of VMM space not covered yet (%llu released, maybe "
                           "still mapped): %s", g->index, (unsigned long long)set_debt(g, s),
                           (unsigned long long)s->pending, err);
-}
-
-/* k more chunks for the set, their memory released.  -ENOMEM at the quota
- * (nothing changed). */
-static int chunks_take(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t k, char *err,
-                       size_t errlen)
-{
-        uint32_t got = 0;
-        int r = 0;
-
-        if (k > s->nslots - s->nheld)
-                return -ENOMEM;
-        if (s->nheld + k > s->capheld) {
-                uint32_t cap = s->nheld + k > 2 * s->capheld ? s->nheld + k : 2 * s->capheld;
-                struct gs_vmm_held *t = realloc(s->held, (size_t)cap * sizeof(*t));
-                if (!t)
-                        return -ENOMEM;
-                s->held = t;
-                s->capheld = cap;
-        }
-        while (got < k) {
-                struct gs_vmm_held *h = &s->held[s->nheld + got];
-                struct gs_grant gr;
-                uint32_t n = 0;
-
-                r = gs_pproc_malloc(s->pp, g->chunk_bytes, &h->off, &gr, 1, &n);
-                if (r < 0) {
-                        r = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
-                        break;
-                }
-                if (n != 1) { /* the set's pproc never keeps a chunk with room: cannot happen */
-                        snprintf(err, errlen, "a chunk for VMM allocations came with %u new ones", n);
-                        if (gs_pproc_free(s->pp, h->off, NULL) < 0)
-                                log_error("GPU %u: VMM block at %llu not freed", g->index,
-                                          (unsigned long long)h->off);
-                        r = -EIO;
-                        break;
-                }
-                h->chunk = gr.chunk;
-                got++;
-        }
-        if (r < 0) {
-                while (got--) {
-                        uint64_t off = s->held[s->nheld + got].off;
-                        if (gs_pproc_free(s->pp, off, NULL) < 0 ||
-                            gs_pproc_release(s->pp, (uint32_t)(off / g->chunk_bytes), 1) < 0)
-                                log_error("GPU %u: VMM block at %llu not given back", g->index,
-                                          (unsigned long long)off);
-                }
-                return r;
-        }
-        /* Their memory becomes the set's debt, covered in the same step by
-         * the caller. */
-        for (uint32_t i = 0; i < k; i++)
-                gs_gpu_chunk_drop(g, s->held[s->nheld + i].chunk);
-        s->nheld += k;
-        return 0;
 }
 
 int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_t *ret_id,
@@ -249,11 +184,6 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
                 return size && size % GS_VMM_ALIGN == 0 ? -ENOMEM : -EINVAL;
         if (s->count >= GS_VMM_MAX_PER_PROC)
                 return -ENOMEM;
-        if (!s->pp) {
-                r = gs_pproc_new(s->pa, s->nslots, &s->pp);
-                if (r < 0)
-                        return r;
-        }
         v = calloc(1, sizeof(*v));
         if (!v)
                 return -ENOMEM;
@@ -263,7 +193,9 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
                 err[0] = '\0'; /* retried below; the create may still fit */
         free_b = set_total(g, s) - s->live_bytes;
         if (free_b < size) {
-                r = chunks_take(g, s, (uint32_t)((size - free_b + c - 1) / c), err, sizeof(err));
+                /* Their memory becomes the set's debt, covered below. */
+                r = gs_chunkset_take(g, &s->cs, s->pa, s->nslots,
+                                     (uint32_t)((size - free_b + c - 1) / c), true);
                 if (r < 0)
                         goto fail;
         }
@@ -332,23 +264,18 @@ void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
                 filler_drop(g, s, 0);
         /* The process is gone, and its mappings with it: all of T is free. */
         s->pending = 0;
-        while (s->nheld) {
-                uint32_t x = s->held[s->nheld - 1].chunk;
+        while (s->cs.nheld) {
+                uint32_t x = s->cs.held[s->cs.nheld - 1].chunk;
 
-                if (chunk_give(g, s, s->nheld - 1, err, sizeof(err)) == 0)
-                        continue;
-                /* The allocation gets the chunk back without memory: it is
-                 * re-created when next granted, or when the allocation is
-                 * deleted (pending until the driver has room), never lost. */
-                log_info("GPU %u: chunk %u behind VMM allocations back without memory for now: %s",
-                         g->index, x, err);
-                if (gs_pproc_free(s->pp, s->held[s->nheld - 1].off, NULL) < 0 ||
-                    gs_pproc_release(s->pp, (uint32_t)(s->held[s->nheld - 1].off / g->chunk_bytes), 1) < 0)
-                        log_error("GPU %u: VMM chunk %u not given back to the allocator", g->index, x);
-                s->nheld--;
+                /* A chunk that cannot be re-created goes back without
+                 * memory: it is re-created when next granted, or when the
+                 * allocation is deleted (pending until the driver has
+                 * room), never lost. */
+                if (chunk_give(g, s, s->cs.nheld - 1, true, err, sizeof(err)) > 0)
+                        log_info("GPU %u: chunk %u behind VMM allocations back without memory "
+                                 "for now: %s", g->index, x, err);
         }
-        gs_pproc_del(s->pp);
-        free(s->held);
+        gs_chunkset_fini(&s->cs);
         free(s->fillers);
         *s = empty;
 }
@@ -357,9 +284,9 @@ void gs_vmm_stats(const struct gs_vmm_set *s, struct gs_pproc_stats *st)
 {
         struct gs_pproc_stats v;
 
-        if (!s->pp)
+        if (!s->cs.pp)
                 return;
-        gs_pproc_stats(s->pp, &v);
+        gs_pproc_stats(s->cs.pp, &v);
         st->chunks_held += v.chunks_held;
         st->bytes_requested += v.bytes_requested;
         st->bytes_in_blocks += v.bytes_in_blocks;
@@ -380,13 +307,13 @@ int gs_vmm_validate(const struct gs_gpu *g, const struct gs_vmm_set *s, char *wh
                          (unsigned long long)fill, (unsigned long long)s->filler_bytes);
         else if (live + fill > set_total(g, s))
                 snprintf(why, whylen, "%llu live + %llu in fillers over the %u chunks held",
-                         (unsigned long long)live, (unsigned long long)fill, s->nheld);
+                         (unsigned long long)live, (unsigned long long)fill, s->cs.nheld);
         else if (s->pending > set_debt(g, s))
                 snprintf(why, whylen, "%llu pending over a debt of %llu", (unsigned long long)s->pending,
                          (unsigned long long)set_debt(g, s));
         else if (s->nfillers > GS_VMM_MAX_FILLERS)
                 snprintf(why, whylen, "%u fillers", s->nfillers);
-        else if (s->pp == NULL && (s->nheld || s->count))
+        else if (s->cs.pp == NULL && (s->cs.nheld || s->count))
                 snprintf(why, whylen, "chunks or allocations without a pproc");
         else
                 return 0;

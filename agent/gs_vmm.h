@@ -41,6 +41,7 @@
 #define GS_VMM_H
 
 #include "gs_agent.h"
+#include "gs_chunkset.h"
 
 /* At most this many live VMM allocations per process per GPU. */
 #define GS_VMM_MAX_PER_PROC 65536u
@@ -48,16 +49,13 @@
 #define GS_VMM_MAX_FILLERS 64u
 
 struct gs_vmm;
-struct gs_vmm_held;
 struct gs_vmm_filler;
 
 /* Zeroed, then pa and nslots set, by the owner. */
 struct gs_vmm_set {
         struct gs_palloc *pa;          /* the allocation part chunks come from */
         uint32_t nslots;
-        struct gs_pproc *pp;           /* created on first use */
-        struct gs_vmm_held *held;      /* chunks held: T = nheld * chunk_bytes */
-        uint32_t nheld, capheld;
+        struct gs_chunkset cs;         /* chunks held: T = cs.nheld * chunk_bytes */
         struct gs_vmm_filler *fillers;
         uint32_t nfillers;
         uint64_t live_bytes;           /* L */

@@ -1,0 +1,94 @@
+/* gs_chunkset.c — see gs_chunkset.h. */
+#include "gs_chunkset.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gs_alloc.h"
+#include "gs_gpu.h"
+#include "gs_log.h"
+
+/* The block at off and its slot go back to the set's pproc. */
+static void put_back(struct gs_gpu *g, struct gs_chunkset *s, uint64_t off)
+{
+        if (gs_pproc_free(s->pp, off, NULL) < 0 ||
+            gs_pproc_release(s->pp, (uint32_t)(off / g->chunk_bytes), 1) < 0)
+                log_error("GPU %u: set block at %llu not given back to the allocator", g->index,
+                          (unsigned long long)off);
+}
+
+int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
+                     uint32_t k, bool all)
+{
+        uint32_t got = 0;
+        int r = 0;
+
+        if (k > nslots - s->nheld) {
+                if (all || s->nheld >= nslots)
+                        return -ENOMEM;
+                k = nslots - s->nheld;
+        }
+        if (!s->pp) {
+                r = gs_pproc_new(pa, nslots, &s->pp);
+                if (r < 0)
+                        return r;
+        }
+        if (s->nheld + k > s->capheld) {
+                uint32_t cap = s->nheld + k > 2 * s->capheld ? s->nheld + k : 2 * s->capheld;
+                struct gs_chunkset_ent *t = realloc(s->held, (size_t)cap * sizeof(*t));
+                if (!t)
+                        return -ENOMEM;
+                s->held = t;
+                s->capheld = cap;
+        }
+        while (got < k) {
+                struct gs_chunkset_ent *h = &s->held[s->nheld + got];
+                struct gs_grant gr;
+                uint32_t n = 0;
+
+                r = gs_pproc_malloc(s->pp, g->chunk_bytes, &h->off, &gr, 1, &n);
+                if (r < 0) {
+                        r = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
+                        break;
+                }
+                if (n != 1) { /* the set's pproc never keeps a chunk with room: cannot happen */
+                        log_error("GPU %u: a set chunk came with %u new ones", g->index, n);
+                        if (gs_pproc_free(s->pp, h->off, NULL) < 0)
+                                log_error("GPU %u: set block at %llu not freed", g->index,
+                                          (unsigned long long)h->off);
+                        r = -EIO;
+                        break;
+                }
+                h->chunk = gr.chunk;
+                got++;
+        }
+        if (r < 0 && (all || got == 0)) {
+                while (got--)
+                        put_back(g, s, s->held[s->nheld + got].off);
+                return r;
+        }
+        for (uint32_t i = 0; i < got; i++)
+                gs_gpu_chunk_drop(g, s->held[s->nheld + i].chunk);
+        s->nheld += got;
+        return (int)got;
+}
+
+int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool force, char *err,
+                     size_t errlen)
+{
+        struct gs_chunkset_ent h = s->held[i];
+        int r = gs_gpu_chunk_remake(g, h.chunk, err, errlen);
+
+        if (r < 0 && !force)
+                return r;
+        put_back(g, s, h.off);
+        s->held[i] = s->held[--s->nheld];
+        return r < 0 ? 1 : 0;
+}
+
+void gs_chunkset_fini(struct gs_chunkset *s)
+{
+        free(s->held);
+        gs_pproc_del(s->pp);
+        *s = (struct gs_chunkset){ 0 };
+}
