@@ -1,79 +1,46 @@
-/* gs_agent.c — the agent's main-loop services shared by its modules (see
+/* gs_agent.c — the agent's shared services on the main loop (see
  * gs_agent.h); main() is in gs_agent_main.c. */
 #include "gs_agent.h"
 
-#include <getopt.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "gs_allocs.h"
-#include "gs_ctlsrv.h"
-#include "gs_gpu.h"
-#include "gs_log.h"
-#include "gs_proc.h"
 
-int gs_agent_watch(struct gs_agent *ag, int fd, uint32_t events, struct gs_ev *ev)
+static void run_changed(void *data)
 {
-        struct epoll_event e = { .events = events, .data.ptr = ev };
+        struct gs_agent *ag = data;
 
-        ev->dead = false;
-        return epoll_ctl(ag->epfd, EPOLL_CTL_ADD, fd, &e) < 0 ? gs_neg_errno() : 0;
-}
-
-void gs_agent_unwatch(struct gs_agent *ag, int fd)
-{
-        (void)epoll_ctl(ag->epfd, EPOLL_CTL_DEL, fd, NULL);
-}
-
-void gs_agent_defer_free(struct gs_agent *ag, void *p)
-{
-        if (ag->ngrave == ag->capgrave) {
-                size_t cap = ag->capgrave ? ag->capgrave * 2 : 64;
-                void **np = realloc(ag->graveyard, cap * sizeof(*np));
-                if (!np)
-                        return; /* leak one object rather than risk a use after free */
-                ag->graveyard = np;
-                ag->capgrave = cap;
-        }
-        ag->graveyard[ag->ngrave++] = p;
-}
-
-void gs_agent_flush_graveyard(struct gs_agent *ag)
-{
-        for (size_t i = 0; i < ag->ngrave; i++)
-                free(ag->graveyard[i]);
-        ag->ngrave = 0;
+        if (ag->on_changed)
+                ag->on_changed(ag);
 }
 
 void gs_agent_changed(struct gs_agent *ag)
 {
         ag->generation++;
-        gs_ctlsrv_broadcast(ag->ctl);
+        gs_loop_post(ag->loop, &ag->changed_post, run_changed, ag);
 }
 
-static void notify(struct gs_agent *ag)
+static void on_poke(void *data)
 {
-        uint64_t one = 1;
+        gs_agent_changed(data);
+}
 
-        if (write(ag->notify_fd, &one, sizeof(one)) < 0) {
-                /* EAGAIN: the counter is full, a wake-up is pending anyway. */
-        }
+static void on_scan_wanted(void *data)
+{
+        struct gs_agent *ag = data;
+
+        gs_loop_timer_arm(&ag->usage_timer, 0);
+}
+
+void gs_agent_wire(struct gs_agent *ag, void (*on_changed)(struct gs_agent *ag))
+{
+        ag->on_changed = on_changed;
+        gs_loop_async_add(ag->loop, &ag->changed_async, on_poke, ag);
+        gs_loop_async_add(ag->loop, &ag->scan_async, on_scan_wanted, ag);
 }
 
 void gs_agent_want_scan(struct gs_agent *ag)
 {
-        if (!__atomic_exchange_n(&ag->usage_kick, 1, __ATOMIC_ACQ_REL))
-                notify(ag);
+        gs_loop_async_send(ag->loop, &ag->scan_async);
 }
 
 void gs_agent_wait_scan(struct gs_agent *ag, int ms)
@@ -91,26 +58,5 @@ void gs_agent_wait_scan(struct gs_agent *ag, int ms)
 
 void gs_agent_poke(struct gs_agent *ag)
 {
-        uint64_t one = 1;
-
-        __atomic_store_n(&ag->notify_changed, 1, __ATOMIC_RELEASE);
-
-        if (write(ag->notify_fd, &one, sizeof(one)) < 0) {
-                /* EAGAIN: the counter is full, a wake-up is pending anyway. */
-        }
-}
-
-
-int gs_agent_send_pending(int fd, const void *buf, size_t len, size_t *off)
-{
-        while (*off < len) {
-                ssize_t w = send(fd, (const char *)buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : gs_neg_errno();
-                }
-                *off += (size_t)w;
-        }
-        return 0;
+        gs_loop_async_send(ag->loop, &ag->changed_async);
 }

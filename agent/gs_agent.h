@@ -32,6 +32,7 @@
 #include "gs_cuda.h"
 #include "gs_devid.h"
 #include "gs_ipc.h"
+#include "gs_loop.h"
 #include "gs_nvml.h"
 #include "gs_outside.h"
 #include "gs_util.h"
@@ -95,20 +96,6 @@ struct gs_gpu {
         void *nvml_dev;          /* NVML's device, NULL until found */
 };
 
-/* Every object watched by the main epoll carries one of these first, so the
- * loop knows what became ready. */
-enum gs_ev_kind {
-        GS_EV_CTL_LISTEN = 1, GS_EV_CTL_CLIENT, GS_EV_ALLOC_LISTEN,
-        GS_EV_PROC_SOCK, GS_EV_PROC_PIDFD, GS_EV_SIGNAL, GS_EV_NOTIFY, GS_EV_TIMER,
-        GS_EV_RECON,
-        GS_EV_METRICS_LISTEN, GS_EV_METRICS_CLIENT,
-};
-struct gs_ev {
-        enum gs_ev_kind kind;
-        void *obj;
-        bool dead;       /* object destroyed: ignore its remaining events */
-};
-
 struct gs_proc;
 
 struct gs_part {
@@ -140,7 +127,7 @@ struct gs_allocation {
         char socket_dir[PATH_MAX];
         char socket_path[PATH_MAX];
         int listen_fd;
-        struct gs_ev listen_ev;
+        struct gs_loop_io listen_io;
         /* Released by the control API; deleted when its last process exits.
          * Its units stay taken until then (its processes still hold memory). */
         bool releasing;
@@ -173,45 +160,37 @@ struct gs_agent {
         uint32_t ngpus;
         struct gs_allocation *allocs;
         uint32_t nallocs;
-        /* Checkpoint lines not restored yet (gs_allocs.h), and when they
-         * are next retried (CLOCK_MONOTONIC ms). */
+        /* Checkpoint lines not restored yet (gs_allocs.h). */
         struct gs_allocs_pending *pending;
-        int64_t pending_retry_ms;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;
-        int epfd;
-        int notify_fd;           /* eventfd: workers -> main (lending changed) */
-        struct gs_ev notify_ev;
+        struct gs_loop *loop;            /* gs_loop.h: the main thread's reactor */
+        /* gs_agent_changed: posted, once per batch; main wires what runs. */
+        struct gs_loop_post changed_post;
+        void (*on_changed)(struct gs_agent *ag);
+        /* A connection waits on an allocation's socket (data: the
+         * allocation); main wires it to gs_proc. */
+        gs_loop_io_fn on_alloc_conn;
+        struct gs_loop_async changed_async;  /* gs_agent_poke */
+        struct gs_loop_async scan_async;     /* gs_agent_want_scan */
+        struct gs_loop_timer hello_timer;    /* gs_proc_tick */
+        struct gs_loop_timer restore_timer;  /* gs_allocs_tick */
+        struct gs_loop_timer usage_timer;    /* gs_usage_tick */
         struct gs_ctlsrv *ctl;
         struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
         struct gs_nvml nvml;             /* gs_usage.h; fn NULL: no NVML */
         struct gs_events *events;        /* gs_event.h; NULL: no API server */
-        int64_t usage_next_ms;           /* next scan (CLOCK_MONOTONIC); 0: none */
-        int usage_kick;                  /* atomic: a scan is wanted now (gs_agent_want_scan) */
-        int notify_changed;              /* atomic: gs_agent_poke since the last NOTIFY */
         unsigned usage_scans;            /* atomic: scans done (gs_agent_wait_scan) */
         struct gs_workers *workers;      /* gs_workers.h: serve the processes' rings */
         uint32_t nconns;                 /* processes' connections, all allocations */
-        bool stopping;
-        /* Objects destroyed while handling a batch of events are freed after
-         * it, since later events of the batch may still point at them. */
-        void **graveyard;
-        size_t ngrave, capgrave;
 };
 
-/* Registers fd with the main epoll for events, with ev as its tag. */
-int gs_agent_watch(struct gs_agent *ag, int fd, uint32_t events, struct gs_ev *ev) GS_WUR;
-void gs_agent_unwatch(struct gs_agent *ag, int fd);
-/* Sends buf[*off, len) on a non-blocking socket as far as it takes,
- * advancing *off.  0 (all sent, or the socket is full), or a negative
- * errno: the peer is gone. */
-int gs_agent_send_pending(int fd, const void *buf, size_t len, size_t *off) GS_WUR;
-/* free(p) after the current batch of events (see graveyard). */
-void gs_agent_defer_free(struct gs_agent *ag, void *p);
-/* Frees what gs_agent_defer_free collected.  Main loop, between batches. */
-void gs_agent_flush_graveyard(struct gs_agent *ag);
-/* Something that Watch clients see changed: bump the generation and send
- * them the GPU list.  Main thread only. */
+/* Wires the agent's own loop sources (pokes, scan requests) on ag->loop;
+ * main adds the timers.  on_changed runs once after
+ * each batch in which gs_agent_changed was called. */
+void gs_agent_wire(struct gs_agent *ag, void (*on_changed)(struct gs_agent *ag));
+/* Something that Watch clients see changed: bumps the generation; the
+ * GPU list goes to them once, after the current batch.  Main thread only. */
 void gs_agent_changed(struct gs_agent *ag);
 /* Worker threads: a lending change happened; the main thread will call
  * gs_agent_changed. */

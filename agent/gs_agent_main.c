@@ -291,68 +291,40 @@ static int mkdir_parents(const char *path, const char *what, char *err, size_t e
         return 0;
 }
 
-static int run(struct gs_agent *ag, int sfd)
+struct signals {
+        struct gs_loop *loop;
+        struct gs_loop_io io;
+        int fd;
+};
+
+static void on_signal(void *data, uint32_t events)
 {
-        struct epoll_event evs[64];
+        struct signals *sg = data;
+        struct signalfd_siginfo si;
 
-        while (!ag->stopping) {
-                int timeout = gs_usage_tick(ag, gs_allocs_tick(ag, gs_metrics_tick(ag->metrics, gs_proc_tick(ag))));
-                int n = epoll_wait(ag->epfd, evs, (int)GS_ARRAY_SIZE(evs), timeout);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        log_error("epoll_wait: %m");
-                        return gs_neg_errno();
-                }
-                for (int i = 0; i < n; i++) {
-                        struct gs_ev *ev = evs[i].data.ptr;
-                        uint32_t e = evs[i].events;
-
-                        if (ev->dead)
-                                continue;
-                        switch (ev->kind) {
-                        case GS_EV_CTL_LISTEN: gs_ctlsrv_on_listen(ev->obj); break;
-                        case GS_EV_CTL_CLIENT: gs_ctlsrv_on_client(ag->ctl, ev, e); break;
-                        case GS_EV_ALLOC_LISTEN: gs_proc_accept(ag, ev->obj); break;
-                        case GS_EV_PROC_SOCK: gs_proc_on_sock(ag, ev->obj, e); break;
-                        case GS_EV_PROC_PIDFD: gs_proc_on_pidfd(ag, ev->obj); break;
-                        case GS_EV_RECON: gs_recon_on_event(ev->obj); break;
-                        case GS_EV_METRICS_LISTEN: gs_metrics_on_listen(ev->obj); break;
-                        case GS_EV_METRICS_CLIENT: gs_metrics_on_client(ag->metrics, ev, e); break;
-                        case GS_EV_NOTIFY: {
-                                uint64_t v;
-                                if (read(ag->notify_fd, &v, sizeof(v)) > 0 &&
-                                    __atomic_exchange_n(&ag->notify_changed, 0, __ATOMIC_ACQ_REL))
-                                        gs_agent_changed(ag);
-                                break;
-                        }
-                        case GS_EV_SIGNAL: {
-                                struct signalfd_siginfo si;
-                                if (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-                                        log_info("signal %u: shutting down", si.ssi_signo);
-                                        ag->stopping = true;
-                                }
-                                break;
-                        }
-                        default: break;
-                        }
-                }
-                gs_agent_flush_graveyard(ag);
+        (void)events;
+        if (read(sg->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                log_info("signal %u: shutting down", si.ssi_signo);
+                gs_loop_stop(sg->loop);
         }
-        return 0;
+}
+
+/* After each batch in which something Watch clients see changed. */
+static void broadcast(struct gs_agent *ag)
+{
+        gs_ctlsrv_broadcast(ag->ctl);
 }
 
 int main(int argc, char **argv)
 {
-        struct gs_agent ag = { .epfd = -1, .notify_fd = -1 };
-        struct gs_ev sig_ev = { GS_EV_SIGNAL, NULL, false };
+        struct gs_agent ag = { 0 };
+        struct signals sg = { .fd = -1 };
         struct gs_recon *recon = NULL;
         struct gs_watch *watch = NULL;
         struct rlimit rl;
         sigset_t set;
         char err[512];
-        int sfd = -1, r, rc = 1;
+        int r, rc = 1;
 
         if (parse_args(argc, argv, &ag.cfg) < 0)
                 return 2;
@@ -371,19 +343,23 @@ int main(int argc, char **argv)
         sigprocmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
 
-        ag.epfd = epoll_create1(EPOLL_CLOEXEC);
-        ag.notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (ag.epfd < 0 || ag.notify_fd < 0 || sfd < 0) {
-                log_error("epoll/eventfd/signalfd: %m");
+        r = gs_loop_new(&ag.loop);
+        if (r < 0) {
+                log_error("epoll/eventfd: %s", strerror(-r));
                 goto out;
         }
-        ag.notify_ev = (struct gs_ev){ GS_EV_NOTIFY, NULL, false };
-        if (gs_agent_watch(&ag, ag.notify_fd, EPOLLIN, &ag.notify_ev) < 0 ||
-            gs_agent_watch(&ag, sfd, EPOLLIN, &sig_ev) < 0) {
-                log_error("epoll: %m");
+        sg.loop = ag.loop;
+        sg.fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sg.fd < 0 || gs_loop_io_add(ag.loop, &sg.io, sg.fd, EPOLLIN, on_signal, &sg) < 0) {
+                log_error("signalfd: %m");
                 goto out;
         }
+        /* Wiring: who runs when.  No module calls up into another. */
+        gs_agent_wire(&ag, broadcast);
+        ag.on_alloc_conn = gs_proc_on_listen;
+        gs_loop_timer_add(ag.loop, &ag.hello_timer, gs_proc_tick, &ag);
+        gs_loop_timer_add(ag.loop, &ag.restore_timer, gs_allocs_tick, &ag);
+        gs_loop_timer_add(ag.loop, &ag.usage_timer, gs_usage_tick, &ag);
         r = gs_cuda_open(&ag.cu, ag.cfg.cuda_library, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
@@ -443,7 +419,7 @@ int main(int argc, char **argv)
         log_info("serving %s; allocations under %s, state in %s; %u worker threads, at most %u connections (%u per allocation, %u per process)",
                  ag.cfg.agent_socket, ag.cfg.socket_root, ag.cfg.state_dir, ag.cfg.worker_threads,
                  ag.cfg.max_conns, ag.cfg.max_conns_per_alloc, ag.cfg.max_conns_per_proc);
-        rc = run(&ag, sfd) < 0;
+        rc = gs_loop_run(ag.loop) < 0;
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
@@ -452,17 +428,16 @@ out:
         gs_allocs_shutdown(&ag);
         gs_ctlsrv_free(ag.ctl);
         gs_metrics_free(ag.metrics);
-        gs_agent_flush_graveyard(&ag);
-        free(ag.graveyard);
         for (uint32_t i = 0; i < ag.ngpus; i++)
                 gs_gpu_close(&ag.gpus[i]);
         free(ag.gpus);
         gs_usage_close(&ag);
         gs_events_stop(ag.events);
         gs_cuda_close(&ag.cu);
-        gs_closep(&sfd);
-        gs_closep(&ag.notify_fd);
-        gs_closep(&ag.epfd);
+        if (sg.fd >= 0 && ag.loop)
+                gs_loop_io_del(ag.loop, &sg.io);
+        gs_closep(&sg.fd);
+        gs_loop_free(ag.loop);
         log_info("stopped");
         return rc;
 }

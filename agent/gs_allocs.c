@@ -18,14 +18,6 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 
-static int64_t mono_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17])
 {
         uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
@@ -266,9 +258,7 @@ static int open_socket(struct gs_agent *ag, struct gs_allocation *a, const char 
                 snprintf(err, errlen, "cannot listen on %s: %s", a->socket_path, strerror(-r));
                 goto fail;
         }
-        a->listen_ev.kind = GS_EV_ALLOC_LISTEN;
-        a->listen_ev.obj = a;
-        r = gs_agent_watch(ag, fd, EPOLLIN, &a->listen_ev);
+        r = gs_loop_io_add(ag->loop, &a->listen_io, fd, EPOLLIN, ag->on_alloc_conn, a);
         if (r < 0) {
                 snprintf(err, errlen, "epoll: %s", strerror(-r));
                 goto fail;
@@ -288,7 +278,7 @@ static void close_socket(struct gs_agent *ag, struct gs_allocation *a)
 {
         if (a->listen_fd < 0)
                 return;
-        gs_agent_unwatch(ag, a->listen_fd);
+        gs_loop_io_del(ag->loop, &a->listen_io);
         gs_closep(&a->listen_fd);
         (void)unlink(a->socket_path);
 }
@@ -322,8 +312,7 @@ static void destroy(struct gs_agent *ag, struct gs_allocation *a)
         }
         free(a->device_ids);
         gs_ipc_table_fini(&a->ipc);
-        a->listen_ev.dead = true;
-        gs_agent_defer_free(ag, a);
+        gs_loop_defer_free(ag->loop, a);
 }
 
 static void unlink_alloc(struct gs_agent *ag, struct gs_allocation *a)
@@ -789,6 +778,8 @@ static int keep_pending(struct gs_agent *ag, const char *line, const char *id, c
         snprintf(q->why, sizeof(q->why), "%s", why);
         q->next = ag->pending;
         ag->pending = q;
+        if (q->ids)
+                gs_loop_timer_arm(&ag->restore_timer, 0);
         return 0;
 }
 
@@ -864,9 +855,9 @@ int gs_allocs_restore(struct gs_agent *ag)
         return gs_allocs_checkpoint(ag);
 }
 
-int gs_allocs_tick(struct gs_agent *ag, int timeout)
+int64_t gs_allocs_tick(void *data, int64_t now)
 {
-        int64_t now = mono_ms();
+        struct gs_agent *ag = data;
         struct gs_allocs_pending *q, *next;
         bool any = false, changed = false;
         char err[512];
@@ -874,25 +865,17 @@ int gs_allocs_tick(struct gs_agent *ag, int timeout)
         for (q = ag->pending; q; q = q->next)
                 any |= q->ids != NULL;
         if (!any)
-                return timeout;
-        if (now >= ag->pending_retry_ms) {
-                for (q = ag->pending; q; q = next) {
-                        struct gs_allocation *a;
-                        bool made;
-                        next = q->next;
-                        if (q->ids && restore_pending(ag, q, &a, &made, err, sizeof(err)) == 0)
-                                changed = true;
-                }
-                ag->pending_retry_ms = now + GS_ALLOCS_RETRY_MS;
-                if (changed)
-                        gs_agent_changed(ag);
+                return GS_LOOP_NEVER;
+        for (q = ag->pending; q; q = next) {
+                struct gs_allocation *a;
+                bool made;
+                next = q->next;
+                if (q->ids && restore_pending(ag, q, &a, &made, err, sizeof(err)) == 0)
+                        changed = true;
         }
-        {
-                int64_t left = ag->pending_retry_ms - now;
-                if (left < 0)
-                        left = 0;
-                return timeout < 0 || left < timeout ? (int)left : timeout;
-        }
+        if (changed)
+                gs_agent_changed(ag);
+        return now + GS_ALLOCS_RETRY_MS;
 }
 
 int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,

@@ -91,10 +91,9 @@ int gs_allocs_checkpoint(struct gs_agent *ag) GS_WUR;
  * that cannot be restored.  A missing file is not an error. */
 int gs_allocs_restore(struct gs_agent *ag) GS_WUR;
 
-/* Retries the checkpoint lines not restored yet, at most every
- * GS_ALLOCS_RETRY_MS.  Returns the epoll timeout to use: timeout (ms, -1
- * none) or less if a retry is due sooner.  Main loop. */
-int gs_allocs_tick(struct gs_agent *ag, int timeout);
+/* ag->restore_timer's callback (gs_loop.h): retries the checkpoint lines
+ * not restored yet, every GS_ALLOCS_RETRY_MS while there are any. */
+int64_t gs_allocs_tick(void *ag, int64_t now);
 /* Releases a checkpoint line not restored yet, by id or by its exact set of
  * device IDs.  0, -ENOENT (no such line), or a negative errno with err. */
 int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,

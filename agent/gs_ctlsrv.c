@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,27 +14,12 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_proc.h"
-
-struct client {
-        struct client *next;
-        struct gs_ev ev;
-        int fd;
-        uint32_t events;        /* as registered with epoll */
-        uint8_t *in;
-        size_t in_len, in_cap;
-        uint8_t *out;
-        size_t out_off, out_len, out_cap;
-        bool watching;
-        bool closing;           /* close once out is flushed */
-};
+#include "gs_stream.h"
 
 struct gs_ctlsrv {
         struct gs_agent *ag;
-        int fd;
-        struct gs_ev ev;
+        struct gs_stream_srv *srv;
         char path[PATH_MAX];
-        struct client *clients;
-        uint32_t nclients;
 };
 
 /* ---- reply building: every piece from one arena, freed after packing ---- */
@@ -318,85 +302,47 @@ static void do_list_allocs(struct gs_ctlsrv *s, struct arena *ar, GsCtlReply *re
         rep->list_allocations = m;
 }
 
-/* ---- connection handling ---- */
+/* ---- the protocol over gs_stream ---- */
 
-static void set_events(struct gs_ctlsrv *s, struct client *c)
+/* gs_stream_data of a client that asked for Watch. */
+static char watching_tag;
+
+static bool watching(const struct gs_stream *c)
 {
-        uint32_t want = EPOLLIN | EPOLLRDHUP | (c->out_len > c->out_off ? EPOLLOUT : 0);
-        struct epoll_event e = { .events = want, .data.ptr = &c->ev };
-
-        if (want != c->events && epoll_ctl(s->ag->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
-                c->events = want;
+        return gs_stream_data(c) == &watching_tag;
 }
 
-static void client_close(struct gs_ctlsrv *s, struct client *c)
+/* Queues one framed message.  Returns 0, -EMSGSIZE, or -ENOBUFS (the queue
+ * limit: the client is not reading). */
+static int queue_msg(struct gs_stream *c, const ProtobufCMessage *msg)
 {
-        for (struct client **pp = &s->clients; *pp; pp = &(*pp)->next)
-                if (*pp == c) {
-                        *pp = c->next;
-                        s->nclients--;
-                        break;
-                }
-        gs_agent_unwatch(s->ag, c->fd);
-        gs_closep(&c->fd);
-        free(c->in);
-        free(c->out);
-        c->ev.dead = true;
-        gs_agent_defer_free(s->ag, c);
-}
-
-/* Queues one framed message.  Returns 0 or -ENOBUFS (queue limit). */
-static int queue_msg(struct client *c, const ProtobufCMessage *msg)
-{
-        size_t len = protobuf_c_message_get_packed_size(msg), need;
+        size_t len = protobuf_c_message_get_packed_size(msg);
+        uint8_t *p;
 
         if (len > GS_CTL_MAX_MSG)
                 return -EMSGSIZE;
-        if (c->out_off == c->out_len)
-                c->out_off = c->out_len = 0;
-        need = c->out_len + 4 + len;
-        if (need > GS_CTLSRV_MAX_QUEUED)
+        p = gs_stream_reserve(c, 4 + len);
+        if (!p)
                 return -ENOBUFS;
-        if (need > c->out_cap) {
-                size_t cap = need * 2 > GS_CTLSRV_MAX_QUEUED ? GS_CTLSRV_MAX_QUEUED : need * 2;
-                uint8_t *p = realloc(c->out, cap);
-                if (!p)
-                        return -ENOMEM;
-                c->out = p;
-                c->out_cap = cap;
-        }
-        c->out[c->out_len] = (uint8_t)len;
-        c->out[c->out_len + 1] = (uint8_t)(len >> 8);
-        c->out[c->out_len + 2] = (uint8_t)(len >> 16);
-        c->out[c->out_len + 3] = (uint8_t)(len >> 24);
-        protobuf_c_message_pack(msg, c->out + c->out_len + 4);
-        c->out_len += 4 + len;
+        p[0] = (uint8_t)len;
+        p[1] = (uint8_t)(len >> 8);
+        p[2] = (uint8_t)(len >> 16);
+        p[3] = (uint8_t)(len >> 24);
+        protobuf_c_message_pack(msg, p + 4);
         return 0;
 }
 
-/* Writes what the socket takes.  Returns 0, or < 0 if the client is gone. */
-static int flush(struct gs_ctlsrv *s, struct client *c)
-{
-        int r = gs_agent_send_pending(c->fd, c->out, c->out_len, &c->out_off);
-
-        if (r < 0)
-                return r;
-        if (c->out_off == c->out_len && c->closing)
-                return -ECONNRESET;
-        set_events(s, c);
-        return 0;
-}
-
-static void reply_error(struct client *c, int err, const char *msg)
+static void reply_error(struct gs_stream *c, int err, const char *msg)
 {
         GsCtlReply rep = GSHARE__CTL__V1__REPLY__INIT;
 
         rep.error = err;
         rep.message = (char *)msg;
         (void)queue_msg(c, &rep.base);
+        gs_stream_end(c);
 }
 
-static void handle(struct gs_ctlsrv *s, struct client *c, const uint8_t *buf, size_t len)
+static void handle(struct gs_ctlsrv *s, struct gs_stream *c, const uint8_t *buf, size_t len)
 {
         GsCtlReply rep = GSHARE__CTL__V1__REPLY__INIT;
         struct arena ar = { 0 };
@@ -406,7 +352,6 @@ static void handle(struct gs_ctlsrv *s, struct client *c, const uint8_t *buf, si
         req = gshare__ctl__v1__request__unpack(NULL, len, buf);
         if (!req) {
                 reply_error(c, -EBADMSG, "malformed request: not a gshare.ctl.v1.Request");
-                c->closing = true;
                 return;
         }
         switch (req->op_case) {
@@ -426,7 +371,7 @@ static void handle(struct gs_ctlsrv *s, struct client *c, const uint8_t *buf, si
         case GSHARE__CTL__V1__REQUEST__OP_WATCH:
                 rep.list_gpus = gpus_msg(&ar, s->ag);
                 rep.body_case = GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS;
-                c->watching = true;
+                gs_stream_set_data(c, &watching_tag);
                 break;
         default:
                 rep.error = -EOPNOTSUPP;
@@ -445,145 +390,65 @@ static void handle(struct gs_ctlsrv *s, struct client *c, const uint8_t *buf, si
         if (rep.error)
                 rep.body_case = GSHARE__CTL__V1__REPLY__BODY__NOT_SET;
         if (queue_msg(c, &rep.base) < 0)
-                c->closing = true;
+                gs_stream_end(c);
         arena_free(&ar);
         gshare__ctl__v1__request__free_unpacked(req, NULL);
 }
 
-void gs_ctlsrv_on_client(struct gs_ctlsrv *s, struct gs_ev *ev, uint32_t events)
+static int on_data(void *ctx, struct gs_stream *c)
 {
-        struct client *c = ev->obj;
+        struct gs_ctlsrv *s = ctx;
+        const uint8_t *in;
+        size_t have;
 
-        if (events & EPOLLIN) {
-                for (;;) {
-                        size_t want;
-                        ssize_t n;
+        /* Serve every whole frame received. */
+        while (!gs_stream_ended(c) && (in = gs_stream_input(c, &have), have >= 4)) {
+                uint32_t len = (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 |
+                               (uint32_t)in[3] << 24;
 
-                        if (c->closing) {
-                                uint8_t junk[256];
-                                n = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
-                        } else {
-                                if (c->in_len == c->in_cap) {
-                                        size_t cap = c->in_cap ? c->in_cap * 2 : 4096;
-                                        uint8_t *p;
-                                        if (cap > GS_CTL_MAX_MSG + 4)
-                                                cap = GS_CTL_MAX_MSG + 4;
-                                        p = realloc(c->in, cap);
-                                        if (!p) {
-                                                client_close(s, c);
-                                                return;
-                                        }
-                                        c->in = p;
-                                        c->in_cap = cap;
-                                }
-                                want = c->in_cap - c->in_len;
-                                n = recv(c->fd, c->in + c->in_len, want, MSG_DONTWAIT);
-                        }
-                        if (n == 0) {
-                                client_close(s, c);
-                                return;
-                        }
-                        if (n < 0) {
-                                if (errno == EINTR)
-                                        continue;
-                                if (errno == EAGAIN || errno == EWOULDBLOCK)
-                                        break;
-                                client_close(s, c);
-                                return;
-                        }
-                        if (c->closing)
-                                continue;
-                        c->in_len += (size_t)n;
-                        /* Serve every whole frame received. */
-                        while (c->in_len >= 4 && !c->closing) {
-                                uint32_t len = (uint32_t)c->in[0] | (uint32_t)c->in[1] << 8 |
-                                               (uint32_t)c->in[2] << 16 | (uint32_t)c->in[3] << 24;
-                                if (len == 0 || len > GS_CTL_MAX_MSG) {
-                                        reply_error(c, -EMSGSIZE, "frame length out of range");
-                                        c->closing = true;
-                                        break;
-                                }
-                                if (c->in_len < 4 + (size_t)len)
-                                        break;
-                                if (c->watching) {
-                                        /* A watch stream takes no more requests. */
-                                        reply_error(c, -EINVAL, "no requests after watch");
-                                        c->closing = true;
-                                        break;
-                                }
-                                handle(s, c, c->in + 4, len);
-                                memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
-                                c->in_len -= 4 + (size_t)len;
-                        }
+                if (len == 0 || len > GS_CTL_MAX_MSG) {
+                        reply_error(c, -EMSGSIZE, "frame length out of range");
+                        break;
                 }
+                if (have < 4 + (size_t)len)
+                        break;
+                if (watching(c)) {
+                        /* A watch stream takes no more requests. */
+                        reply_error(c, -EINVAL, "no requests after watch");
+                        break;
+                }
+                handle(s, c, in + 4, len);
+                gs_stream_consume(c, 4 + (size_t)len);
         }
-        if ((events & (EPOLLHUP | EPOLLERR)) && !(events & EPOLLIN)) {
-                client_close(s, c);
-                return;
-        }
-        if (flush(s, c) < 0)
-                client_close(s, c);
+        return 0;
 }
 
-void gs_ctlsrv_on_listen(struct gs_ctlsrv *s)
-{
-        for (;;) {
-                struct client *c;
-                int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-                if (fd < 0) {
-                        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                                log_warn("control socket: accept: %m");
-                        return;
-                }
-                if (s->nclients >= GS_CTLSRV_MAX_CLIENTS) {
-                        log_warn("control socket: %u clients already, refusing one", s->nclients);
-                        close(fd);
-                        continue;
-                }
-                c = calloc(1, sizeof(*c));
-                if (!c) {
-                        close(fd);
-                        continue;
-                }
-                c->fd = fd;
-                c->ev = (struct gs_ev){ GS_EV_CTL_CLIENT, c, false };
-                c->events = EPOLLIN | EPOLLRDHUP;
-                if (gs_agent_watch(s->ag, fd, c->events, &c->ev) < 0) {
-                        close(fd);
-                        free(c);
-                        continue;
-                }
-                c->next = s->clients;
-                s->clients = c;
-                s->nclients++;
-        }
-}
+static const struct gs_stream_ops ctl_ops = { .on_data = on_data };
 
 void gs_ctlsrv_broadcast(struct gs_ctlsrv *s)
 {
         GsCtlReply rep = GSHARE__CTL__V1__REPLY__INIT;
         struct arena ar = { 0 };
-        struct client *c, *nx;
+        struct gs_stream *c, *nx;
 
         if (!s)
                 return;
-        for (c = s->clients; c && !c->watching; c = c->next)
+        for (c = gs_stream_first(s->srv); c && !watching(c); c = gs_stream_next(c))
                 ;
         if (!c)
                 return;
         rep.list_gpus = gpus_msg(&ar, s->ag);
         rep.body_case = GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS;
         if (!ar.failed) {
-                for (c = s->clients; c; c = nx) {
-                        nx = c->next;
-                        if (!c->watching || c->closing)
+                for (c = gs_stream_first(s->srv); c; c = nx) {
+                        nx = gs_stream_next(c);
+                        if (!watching(c) || gs_stream_ended(c))
                                 continue;
                         if (queue_msg(c, &rep.base) < 0) {
                                 log_warn("control socket: a watcher is not reading; dropped");
-                                client_close(s, c);
-                        } else if (flush(s, c) < 0) {
-                                client_close(s, c);
+                                gs_stream_close(c);
+                        } else {
+                                (void)gs_stream_flush(c);
                         }
                 }
         }
@@ -593,10 +458,16 @@ void gs_ctlsrv_broadcast(struct gs_ctlsrv *s)
 int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret, char *err,
                   size_t errlen)
 {
+        static const struct gs_stream_limits lim = {
+                .max_conns = GS_CTLSRV_MAX_CLIENTS,
+                .in_max = GS_CTL_MAX_MSG + 4,
+                .out_max = GS_CTLSRV_MAX_QUEUED,
+                .linger_ms = GS_CTLSRV_LINGER_MS,
+        };
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         struct gs_ctlsrv *s;
         mode_t old;
-        int r;
+        int fd, r;
 
         if (strlen(path) >= sizeof(sa.sun_path)) {
                 snprintf(err, errlen, "control socket path %s is too long", path);
@@ -608,32 +479,30 @@ int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret,
                 return -ENOMEM;
         }
         s->ag = ag;
-        s->fd = -1;
         snprintf(s->path, sizeof(s->path), "%s", path);
         strcpy(sa.sun_path, path);
         (void)unlink(path);
-        s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (s->fd < 0) {
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
                 r = gs_neg_errno();
                 goto fail;
         }
         /* Born 0600: no window in which others could connect. */
         old = umask(0177);
-        r = bind(s->fd, (struct sockaddr *)&sa, sizeof(sa));
+        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
         umask(old);
-        if (r < 0 || listen(s->fd, 64) < 0) {
+        if (r < 0 || listen(fd, 64) < 0) {
                 r = gs_neg_errno();
+                close(fd);
                 goto fail;
         }
-        s->ev = (struct gs_ev){ GS_EV_CTL_LISTEN, s, false };
-        r = gs_agent_watch(ag, s->fd, EPOLLIN, &s->ev);
+        r = gs_stream_srv_new(ag->loop, fd, "control socket", &lim, &ctl_ops, s, &s->srv);
         if (r < 0)
                 goto fail;
         *ret = s;
         return 0;
 fail:
         snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(-r));
-        gs_closep(&s->fd);
         free(s);
         return r;
 }
@@ -642,12 +511,7 @@ void gs_ctlsrv_free(struct gs_ctlsrv *s)
 {
         if (!s)
                 return;
-        while (s->clients)
-                client_close(s, s->clients);
-        if (s->fd >= 0) {
-                gs_agent_unwatch(s->ag, s->fd);
-                close(s->fd);
-                (void)unlink(s->path);
-        }
+        gs_stream_srv_free(s->srv);
+        (void)unlink(s->path);
         free(s);
 }

@@ -7,46 +7,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_proc.h"
-
-enum conn_state { C_READ, C_WRITE, C_DRAIN };
-
-struct conn {
-        struct conn *next;
-        struct gs_ev ev;
-        int fd;
-        uint32_t events;        /* as registered with epoll */
-        enum conn_state state;
-        bool rd_eof;            /* the peer will send nothing more */
-        int64_t deadline_ms;
-        size_t in_len;
-        char in[GS_METRICS_MAX_REQUEST];
-        char *out;
-        size_t out_off, out_len;
-};
+#include "gs_stream.h"
 
 struct gs_metrics {
         struct gs_agent *ag;
-        int fd;
-        struct gs_ev ev;
-        struct conn *conns;
-        uint32_t nconns;
-        uint64_t refused;       /* connections over the cap, for the log */
+        struct gs_stream_srv *srv;
 };
-
-static int64_t mono_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- the exposition text ---- */
 
@@ -360,13 +331,15 @@ static const char *reason(int status)
         }
 }
 
-/* The whole response for status into c->out.  0 or -ENOMEM. */
-static int respond(struct gs_metrics *m, struct conn *c, int status, bool head)
+/* Queues the whole response for status and ends the connection.  0 or
+ * -ENOMEM. */
+static int respond(struct gs_metrics *m, struct gs_stream *c, int status, bool head)
 {
         struct buf b = { 0 };
         char *body = NULL;
         size_t blen = 0;
         const char *type = "text/plain; charset=utf-8";
+        uint8_t *out;
 
         if (status == 200) {
                 if (gs_metrics_render(m->ag, &body, &blen) < 0)
@@ -382,114 +355,28 @@ static int respond(struct gs_metrics *m, struct conn *c, int status, bool head)
         }
         put(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
             status, reason(status), type, blen, status == 405 ? "Allow: GET, HEAD\r\n" : "");
-        if (!head && body && !b.failed) {
-                if (b.cap - b.len < blen + 1) {
-                        char *p = realloc(b.p, b.len + blen + 1);
-                        if (!p)
-                                b.failed = true;
-                        else
-                                b.p = p, b.cap = b.len + blen + 1;
-                }
-                if (!b.failed) {
-                        memcpy(b.p + b.len, body, blen);
-                        b.len += blen;
-                }
+        if (head)
+                blen = 0;
+        out = b.failed ? NULL : gs_stream_reserve(c, b.len + blen);
+        if (out) {
+                memcpy(out, b.p, b.len);
+                if (blen)
+                        memcpy(out + b.len, body, blen);
         }
         free(body);
-        if (b.failed) {
-                free(b.p);
-                return -ENOMEM;
-        }
-        free(c->out);
-        c->out = b.p;
-        c->out_off = 0;
-        c->out_len = b.len;
-        c->state = C_WRITE;
-        return 0;
+        free(b.p);
+        gs_stream_end(c);
+        return out ? 0 : -ENOMEM;
 }
 
-static void set_events(struct gs_metrics *m, struct conn *c)
+static int on_data(void *ctx, struct gs_stream *c)
 {
-        uint32_t want = (c->rd_eof ? 0 : EPOLLIN | EPOLLRDHUP) | (c->state == C_WRITE ? EPOLLOUT : 0);
-        struct epoll_event e = { .events = want, .data.ptr = &c->ev };
+        size_t len;
+        const char *in = (const char *)gs_stream_input(c, &len);
+        bool head;
+        int status = gs_metrics_parse_request(in, len, &head);
 
-        if (want != c->events && epoll_ctl(m->ag->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
-                c->events = want;
-}
-
-static void conn_close(struct gs_metrics *m, struct conn *c)
-{
-        for (struct conn **pp = &m->conns; *pp; pp = &(*pp)->next)
-                if (*pp == c) {
-                        *pp = c->next;
-                        m->nconns--;
-                        break;
-                }
-        gs_agent_unwatch(m->ag, c->fd);
-        gs_closep(&c->fd);
-        free(c->out);
-        c->out = NULL;
-        c->ev.dead = true;
-        gs_agent_defer_free(m->ag, c);
-}
-
-/* Reads what is there.  Returns < 0 if the connection should be closed. */
-static int do_read(struct gs_metrics *m, struct conn *c)
-{
-        while (!c->rd_eof) {
-                char junk[1024];
-                bool reading = c->state == C_READ, head;
-                ssize_t n = reading ? recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, MSG_DONTWAIT)
-                                    : recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
-                int status;
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : gs_neg_errno();
-                }
-                if (n == 0) {
-                        /* Half-closed after a whole request: still answer it. */
-                        if (c->state != C_WRITE)
-                                return -ECONNRESET;
-                        c->rd_eof = true;
-                        break;
-                }
-                if (!reading)
-                        continue;       /* after the request: discarded */
-                c->in_len += (size_t)n;
-                status = gs_metrics_parse_request(c->in, c->in_len, &head);
-                if (status && respond(m, c, status, head) < 0)
-                        return -ENOMEM;
-        }
-        return 0;
-}
-
-/* Writes what the socket takes.  Returns < 0 if the connection should be
- * closed (error, or all sent and the peer is done). */
-static int flush(struct conn *c)
-{
-        int r = gs_agent_send_pending(c->fd, c->out, c->out_len, &c->out_off);
-
-        if (r < 0 || c->out_off < c->out_len)
-                return r;
-        /* All sent.  Closing now with unread input would reset the
-         * connection and could destroy the response in flight, so end our
-         * side and wait (until the deadline) for the peer to close. */
-        (void)shutdown(c->fd, SHUT_WR);
-        c->state = C_DRAIN;
-        return c->rd_eof ? -ECONNRESET : 0;
-}
-
-void gs_metrics_on_client(struct gs_metrics *m, struct gs_ev *ev, uint32_t events)
-{
-        struct conn *c = ev->obj;
-
-        if ((events & EPOLLERR) || do_read(m, c) < 0 || (c->state == C_WRITE && flush(c) < 0)) {
-                conn_close(m, c);
-                return;
-        }
-        set_events(m, c);
+        return status ? respond(ctx, c, status, head) : 0;
 }
 
 /* Best effort, never blocking: a short answer to a connection about to be
@@ -505,69 +392,22 @@ static void say_and_close(int fd, int status)
         (void)shutdown(fd, SHUT_WR);
 }
 
-void gs_metrics_on_listen(struct gs_metrics *m)
+static void on_refuse(void *ctx, int fd)
 {
-        for (;;) {
-                struct conn *c;
-                int fd = accept4(m->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-                if (fd < 0) {
-                        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                                log_warn("metrics: accept: %m");
-                        return;
-                }
-                if (m->nconns >= GS_METRICS_MAX_CLIENTS) {
-                        /* Accepted and closed, not left in the backlog: the
-                         * kernel's queue would fill and hide later scrapes. */
-                        if (m->refused++ % 1000 == 0)
-                                log_warn("metrics: %u connections already, refusing (%llu so far)",
-                                         m->nconns, (unsigned long long)m->refused);
-                        say_and_close(fd, 503);
-                        close(fd);
-                        continue;
-                }
-                c = calloc(1, sizeof(*c));
-                if (!c) {
-                        close(fd);
-                        continue;
-                }
-                c->fd = fd;
-                c->ev = (struct gs_ev){ GS_EV_METRICS_CLIENT, c, false };
-                c->events = EPOLLIN | EPOLLRDHUP;
-                c->deadline_ms = mono_ms() + GS_METRICS_DEADLINE_MS;
-                if (gs_agent_watch(m->ag, fd, c->events, &c->ev) < 0) {
-                        close(fd);
-                        free(c);
-                        continue;
-                }
-                c->next = m->conns;
-                m->conns = c;
-                m->nconns++;
-        }
+        (void)ctx;
+        say_and_close(fd, 503);
 }
 
-int gs_metrics_tick(struct gs_metrics *m, int timeout)
+static void on_timeout(void *ctx, struct gs_stream *c)
 {
-        int64_t now, next = -1;
-        struct conn *c, *nx;
-
-        if (!m || !m->conns)
-                return timeout;
-        now = mono_ms();
-        for (c = m->conns; c; c = nx) {
-                nx = c->next;
-                if (c->deadline_ms <= now) {
-                        if (c->state == C_READ)
-                                say_and_close(c->fd, 408);
-                        conn_close(m, c);
-                } else if (next < 0 || c->deadline_ms - now < next) {
-                        next = c->deadline_ms - now;
-                }
-        }
-        if (next >= 0 && (timeout < 0 || next < timeout))
-                return (int)next;
-        return timeout;
+        (void)ctx;
+        if (!gs_stream_ended(c))
+                say_and_close(gs_stream_fd(c), 408);
 }
+
+static const struct gs_stream_ops metrics_ops = {
+        .on_data = on_data, .on_refuse = on_refuse, .on_timeout = on_timeout,
+};
 
 int gs_metrics_parse_address(const char *addr, struct sockaddr_storage *ret, socklen_t *ret_len)
 {
@@ -613,8 +453,14 @@ int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **re
 {
         struct sockaddr_storage sa;
         socklen_t salen;
+        static const struct gs_stream_limits lim = {
+                .max_conns = GS_METRICS_MAX_CLIENTS,
+                .in_max = GS_METRICS_MAX_REQUEST,
+                .out_max = GS_METRICS_MAX_RESPONSE,
+                .deadline_ms = GS_METRICS_DEADLINE_MS,
+        };
         struct gs_metrics *m;
-        int one = 1, r;
+        int one = 1, fd, r;
 
         *ret = NULL;
         if (!addr[0])
@@ -629,22 +475,21 @@ int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **re
                 return -ENOMEM;
         }
         m->ag = ag;
-        m->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (m->fd < 0 ||
-            setsockopt(m->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-            bind(m->fd, (struct sockaddr *)&sa, salen) < 0 || listen(m->fd, 64) < 0) {
+        fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            bind(fd, (struct sockaddr *)&sa, salen) < 0 || listen(fd, 64) < 0) {
                 r = gs_neg_errno();
+                gs_closep(&fd);
                 goto fail;
         }
-        m->ev = (struct gs_ev){ GS_EV_METRICS_LISTEN, m, false };
-        r = gs_agent_watch(ag, m->fd, EPOLLIN, &m->ev);
+        r = gs_stream_srv_new(ag->loop, fd, "metrics", &lim, &metrics_ops, m, &m->srv);
         if (r < 0)
                 goto fail;
         *ret = m;
         return 0;
 fail:
         snprintf(err, errlen, "metricsAddress: cannot listen on %s: %s", addr, strerror(-r));
-        gs_closep(&m->fd);
         free(m);
         return r;
 }
@@ -653,11 +498,6 @@ void gs_metrics_free(struct gs_metrics *m)
 {
         if (!m)
                 return;
-        while (m->conns)
-                conn_close(m, m->conns);
-        if (m->fd >= 0) {
-                gs_agent_unwatch(m->ag, m->fd);
-                close(m->fd);
-        }
+        gs_stream_srv_free(m->srv);
         free(m);
 }

@@ -8,7 +8,8 @@
  * GS_METRICS_DEADLINE_MS from accept (408 and closed then, whatever it is
  * doing), at most GS_METRICS_MAX_CLIENTS are served at once (503 and closed
  * beyond), and the response is written with non-blocking sends, the unsent
- * part kept per connection.  One request per connection (Connection: close). */
+ * part kept per connection (a gs_stream server, gs_stream.h).  One request
+ * per connection (Connection: close). */
 #ifndef GS_METRICS_H
 #define GS_METRICS_H
 
@@ -20,6 +21,8 @@
 #define GS_METRICS_MAX_REQUEST 8192u
 #define GS_METRICS_DEADLINE_MS 5000
 #define GS_METRICS_MAX_CLIENTS 64u
+/* A response larger than this is not sent (the connection is closed). */
+#define GS_METRICS_MAX_RESPONSE (64u << 20)
 
 struct gs_metrics;
 
@@ -29,13 +32,6 @@ int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **re
                    size_t errlen) GS_WUR;
 /* Closes every connection and the listening socket.  NULL is fine. */
 void gs_metrics_free(struct gs_metrics *m);
-void gs_metrics_on_listen(struct gs_metrics *m);
-/* ev is the connection's tag as given to gs_agent_watch. */
-void gs_metrics_on_client(struct gs_metrics *m, struct gs_ev *ev, uint32_t events);
-/* Closes connections past their deadline.  Returns the epoll timeout to use:
- * timeout (ms, -1: none) or sooner if a connection's deadline comes first.
- * NULL m returns timeout. */
-int gs_metrics_tick(struct gs_metrics *m, int timeout);
 
 /* "host:port" with host an IPv4 literal or a bracketed IPv6 literal
  * (no name lookups) into *ret; -EINVAL otherwise. */

@@ -29,16 +29,6 @@
 #define F_SEAL_GROW 0x0004
 #endif
 
-static int64_t mono_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int64_t mono_ms(void) { return mono_ns() / 1000000; }
-
 int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen)
 {
         struct gs_sock_hello h;
@@ -84,7 +74,7 @@ static int send_msg_fds(int sock, const void *msg, size_t len, const int *fds, s
         } u;
         struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        int64_t deadline = mono_ms() + GS_PROC_SEND_MS;
+        int64_t deadline = gs_mono_ms() + GS_PROC_SEND_MS;
 
         if (nfds) {
                 memset(&u, 0, sizeof(u));
@@ -106,7 +96,7 @@ static int send_msg_fds(int sock, const void *msg, size_t len, const int *fds, s
                         continue;
                 if (errno != EAGAIN && errno != EWOULDBLOCK)
                         return gs_neg_errno();
-                if (mono_ms() >= deadline || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
+                if (gs_mono_ms() >= deadline || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
                         return -ETIMEDOUT;
                 struct pollfd pfd = { .fd = sock, .events = POLLOUT };
                 (void)poll(&pfd, 1, 20);
@@ -494,12 +484,12 @@ int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ri
  * full reply ring means the peer stopped reading: wait a little, then give up. */
 static int push_reply(struct gs_proc *p, const struct gs_ring_msg *rep)
 {
-        int64_t deadline = mono_ms() + GS_PROC_SEND_MS;
+        int64_t deadline = gs_mono_ms() + GS_PROC_SEND_MS;
         int r;
 
         while ((r = gs_ring_push(&p->shm->rep, &p->rep_head, rep)) == -EAGAIN) {
                 struct timespec ts = { 0, 1000000 };
-                if (mono_ms() >= deadline || __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
+                if (gs_mono_ms() >= deadline || __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
                         return -ETIMEDOUT;
                 nanosleep(&ts, NULL);
         }
@@ -551,6 +541,9 @@ static void stop_worker(struct gs_proc *p)
         gs_workers_remove(p->agent->workers, p);
 }
 
+static void on_sock(void *data, uint32_t events);
+static void on_pidfd(void *data, uint32_t events);
+
 /* Ends the connection (the process may live on). */
 static void close_conn(struct gs_agent *ag, struct gs_proc *p)
 {
@@ -559,7 +552,7 @@ static void close_conn(struct gs_agent *ag, struct gs_proc *p)
          * more to retire them), before its blocks may go. */
         gs_ipc_unexport_all(&p->alloc->ipc, p);
         if (p->sock >= 0) {
-                gs_agent_unwatch(ag, p->sock);
+                gs_loop_io_del(ag->loop, &p->sock_io);
                 gs_closep(&p->sock);
         }
         p->state = GS_PROC_CLOSED;
@@ -573,7 +566,7 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
 
         close_conn(ag, p);
         if (p->pidfd >= 0) {
-                gs_agent_unwatch(ag, p->pidfd);
+                gs_loop_io_del(ag->loop, &p->pidfd_io);
                 gs_closep(&p->pidfd);
         }
         for (uint32_t i = 0; i < p->ngpus; i++) {
@@ -614,8 +607,7 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
         free(p->grants);
         free(p->grant_fds);
         gs_agent_want_scan(ag);
-        p->sock_ev.dead = p->pidfd_ev.dead = true;
-        gs_agent_defer_free(ag, p);
+        gs_loop_defer_free(ag->loop, p);
         gs_allocs_reap(ag, a);
         (void)changed; /* the worker-side poke covers lending; nothing else changed */
 }
@@ -680,8 +672,12 @@ static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid,
         return false;
 }
 
-void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a)
+void gs_proc_on_listen(void *data, uint32_t events)
 {
+        struct gs_allocation *a = data;
+        struct gs_agent *ag = a->agent;
+
+        (void)events;
         for (;;) {
                 struct ucred cred;
                 socklen_t l = sizeof(cred);
@@ -736,15 +732,16 @@ void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a)
                         p->pidfd = -1;
                 }
                 snprintf(p->comm, sizeof(p->comm), "?");
-                p->hello_deadline_ms = mono_ms() + GS_PROC_HELLO_MS;
-                p->sock_ev = (struct gs_ev){ GS_EV_PROC_SOCK, p, false };
-                p->pidfd_ev = (struct gs_ev){ GS_EV_PROC_PIDFD, p, false };
+                p->hello_deadline_ms = gs_mono_ms() + GS_PROC_HELLO_MS;
+                gs_loop_timer_arm(&ag->hello_timer, p->hello_deadline_ms);
+                p->sock_io.fd = p->pidfd_io.fd = -1;
                 p->next = a->procs;
                 a->procs = p;
                 a->nprocs++;
                 ag->nconns++;
-                if (gs_agent_watch(ag, sock, EPOLLIN | EPOLLRDHUP, &p->sock_ev) < 0 ||
-                    (p->pidfd >= 0 && gs_agent_watch(ag, p->pidfd, EPOLLIN, &p->pidfd_ev) < 0)) {
+                if (gs_loop_io_add(ag->loop, &p->sock_io, sock, EPOLLIN | EPOLLRDHUP, on_sock, p) < 0 ||
+                    (p->pidfd >= 0 && gs_loop_io_add(ag->loop, &p->pidfd_io, p->pidfd, EPOLLIN,
+                                                     on_pidfd, p) < 0)) {
                         destroy(ag, p, NULL);
                         continue;
                 }
@@ -904,8 +901,10 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
         return 0;
 }
 
-void gs_proc_on_sock(struct gs_agent *ag, struct gs_proc *p, uint32_t events)
+static void on_sock(void *data, uint32_t events)
 {
+        struct gs_proc *p = data;
+        struct gs_agent *ag = p->agent;
         char err[256];
         int r;
 
@@ -936,14 +935,18 @@ void gs_proc_on_sock(struct gs_agent *ag, struct gs_proc *p, uint32_t events)
                 destroy(ag, p, "exited");
 }
 
-void gs_proc_on_pidfd(struct gs_agent *ag, struct gs_proc *p)
+static void on_pidfd(void *data, uint32_t events)
 {
-        destroy(ag, p, p->state == GS_PROC_HELLO ? NULL : "exited");
+        struct gs_proc *p = data;
+
+        (void)events;
+        destroy(p->agent, p, p->state == GS_PROC_HELLO ? NULL : "exited");
 }
 
-int gs_proc_tick(struct gs_agent *ag)
+int64_t gs_proc_tick(void *data, int64_t now)
 {
-        int64_t now = mono_ms(), next = -1;
+        struct gs_agent *ag = data;
+        int64_t next = GS_LOOP_NEVER;
 
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 struct gs_proc *p = a->procs, *nx;
@@ -958,11 +961,11 @@ int gs_proc_tick(struct gs_agent *ag)
                                 destroy(ag, p, NULL);
                                 continue;
                         }
-                        if (next < 0 || p->hello_deadline_ms - now < next)
-                                next = p->hello_deadline_ms - now;
+                        if (p->hello_deadline_ms < next)
+                                next = p->hello_deadline_ms;
                 }
         }
-        return (int)next;
+        return next;
 }
 
 void gs_proc_kill_all(struct gs_agent *ag)

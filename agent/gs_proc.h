@@ -64,7 +64,7 @@ struct gs_proc {
         int64_t hello_deadline_ms;
         int sock;
         int pidfd;
-        struct gs_ev sock_ev, pidfd_ev;
+        struct gs_loop_io sock_io, pidfd_io;
         int shmfd;
         struct gs_shm *shm;
         uint32_t ngpus;
@@ -83,13 +83,10 @@ struct gs_proc {
 
 /* The allocation's listening socket is readable: accept every waiting
  * connection. */
-void gs_proc_accept(struct gs_agent *ag, struct gs_allocation *a);
-/* Events on a process's socket or pidfd. */
-void gs_proc_on_sock(struct gs_agent *ag, struct gs_proc *p, uint32_t events);
-void gs_proc_on_pidfd(struct gs_agent *ag, struct gs_proc *p);
-/* Drops connections whose HELLO is late.  Returns the ms until the next
- * deadline, or -1 if none. */
-int gs_proc_tick(struct gs_agent *ag);
+void gs_proc_on_listen(void *a, uint32_t events);
+/* ag->hello_timer's callback (gs_loop.h): drops connections whose HELLO is
+ * late.  Returns the next deadline. */
+int64_t gs_proc_tick(void *ag, int64_t now);
 /* Shutdown: ends every process's connection and frees its memory. */
 void gs_proc_kill_all(struct gs_agent *ag);
 

@@ -3,7 +3,7 @@
  * Threads: the reconciler's thread only calls the kubelet and builds
  * snapshots; it never touches the agent's structures.  The latest snapshot
  * waits in rc->pending (under rc->mu) until the main thread, woken by the
- * eventfd, takes it and applies it. */
+ * loop (an async source), takes it and applies it. */
 #include "gs_recon.h"
 
 #include <errno.h>
@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,8 +47,7 @@ struct gs_recon {
         char socket[PATH_MAX];
         char resource[256];
         uint32_t interval_ms, grace_ms;
-        int efd;
-        struct gs_ev ev;
+        struct gs_loop_async snapshot_ready;  /* the thread -> the main loop */
         pthread_t thread;
         bool thread_started;
         pthread_mutex_t mu;
@@ -59,14 +56,6 @@ struct gs_recon {
         struct gs_recon_snapshot *pending; /* under mu */
         bool failing;            /* main thread: in a streak of failed Lists */
 };
-
-static int64_t mono_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- snapshots ---- */
 
@@ -277,7 +266,6 @@ static struct gs_recon_snapshot *list_once(struct gs_recon *rc)
 static void *thread_main(void *arg)
 {
         struct gs_recon *rc = arg;
-        uint64_t one = 1;
 
         /* One gRPC reference for the thread's life: each call's own
          * init/shutdown pair then nests inside it (no restart of the
@@ -296,10 +284,7 @@ static void *thread_main(void *arg)
                 if (s) {
                         gs_recon_snapshot_free(rc->pending);
                         rc->pending = s;
-                        if (write(rc->efd, &one, sizeof(one)) < 0) {
-                                /* Non-blocking eventfd: only a counter overflow,
-                                 * and the main thread is then due to read anyway. */
-                        }
+                        gs_loop_async_send(rc->ag->loop, &rc->snapshot_ready);
                 }
                 clock_gettime(CLOCK_MONOTONIC, &dl);
                 dl.tv_sec += rc->interval_ms / 1000;
@@ -319,15 +304,13 @@ static void *thread_main(void *arg)
 
 /* ---- main thread ---- */
 
-void gs_recon_on_event(struct gs_recon *rc)
+static void on_snapshot(void *data)
 {
+        struct gs_recon *rc = data;
         struct gs_recon_snapshot *s;
-        uint64_t v;
         unsigned n;
         uint64_t before;
 
-        if (read(rc->efd, &v, sizeof(v)) < 0)
-                return;
         pthread_mutex_lock(&rc->mu);
         s = rc->pending;
         rc->pending = NULL;
@@ -346,7 +329,7 @@ void gs_recon_on_event(struct gs_recon *rc)
                 log_info("reconciler: PodResources on %s answers again", rc->socket);
         rc->failing = false;
         before = draining_sig(rc->ag);
-        n = gs_recon_apply(rc->ag, s, mono_ms(), (uint64_t)time(NULL), rc->grace_ms);
+        n = gs_recon_apply(rc->ag, s, gs_mono_ms(), (uint64_t)time(NULL), rc->grace_ms);
         gs_recon_snapshot_free(s);
         /* Released allocations, or pods gone while their processes live on
          * (their units now draining): the plugin must hear of it. */
@@ -389,15 +372,7 @@ int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&rc->cv, &ca);
         pthread_condattr_destroy(&ca);
-        rc->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (rc->efd < 0) {
-                r = gs_neg_errno();
-                goto fail;
-        }
-        rc->ev = (struct gs_ev){ GS_EV_RECON, rc, false };
-        r = gs_agent_watch(ag, rc->efd, EPOLLIN, &rc->ev);
-        if (r < 0)
-                goto fail;
+        gs_loop_async_add(ag->loop, &rc->snapshot_ready, on_snapshot, rc);
         r = -pthread_create(&rc->thread, NULL, thread_main, rc);
         if (r < 0)
                 goto fail;
@@ -422,10 +397,7 @@ void gs_recon_stop(struct gs_recon *rc)
                 pthread_mutex_unlock(&rc->mu);
                 pthread_join(rc->thread, NULL);
         }
-        if (rc->efd >= 0) {
-                gs_agent_unwatch(rc->ag, rc->efd);
-                gs_closep(&rc->efd);
-        }
+        gs_loop_async_del(rc->ag->loop, &rc->snapshot_ready);
         gs_recon_snapshot_free(rc->pending);
         pthread_cond_destroy(&rc->cv);
         pthread_mutex_destroy(&rc->mu);

@@ -40,13 +40,11 @@ struct gs_recon;
 struct gs_recon_snapshot;
 
 /* Starts the reconciler of ag (ag->cfg: podResourcesSocket,
- * reconcileInterval, reclaimGrace, resourceName): its thread, and its
- * eventfd on ag's epoll (kind GS_EV_RECON, obj the reconciler).  With
- * reconcileInterval 0 it returns 0 and *ret NULL (reconciler off). */
+ * reconcileInterval, reclaimGrace, resourceName): its thread, which hands
+ * each snapshot to the main loop (an async source on ag->loop, where it is
+ * applied).  With reconcileInterval 0 it returns 0 and *ret NULL
+ * (reconciler off). */
 int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret) GS_WUR;
-
-/* Main thread, on GS_EV_RECON: applies the latest snapshot, if any. */
-void gs_recon_on_event(struct gs_recon *rc);
 
 /* Any thread: list again now instead of at the next interval. */
 void gs_recon_kick(struct gs_recon *rc);

@@ -26,7 +26,7 @@ void gs_usage_open(struct gs_agent *ag)
         if (gs_nvml_open(&ag->nvml, ag->cfg.nvml_library, err, sizeof(err)) < 0)
                 log_warn("NVML unavailable (%s): memory outside the pool is charged by expected "
                          "context size only, processes that bypass the hook are not seen", err);
-        ag->usage_next_ms = gs_mono_ms();
+        gs_loop_timer_arm(&ag->usage_timer, 0);
 }
 
 void gs_usage_close(struct gs_agent *ag)
@@ -243,21 +243,11 @@ void gs_usage_scan(struct gs_agent *ag)
         __atomic_add_fetch(&ag->usage_scans, 1, __ATOMIC_ACQ_REL);
 }
 
-int gs_usage_tick(struct gs_agent *ag, int timeout)
+int64_t gs_usage_tick(void *data, int64_t now)
 {
-        int64_t now = gs_mono_ms(), left;
+        struct gs_agent *ag = data;
 
-        if (__atomic_exchange_n(&ag->usage_kick, 0, __ATOMIC_ACQ_REL))
-                ag->usage_next_ms = now;
-        if (ag->usage_next_ms == 0)
-                return timeout;
-        if (now >= ag->usage_next_ms) {
-                gs_usage_scan(ag);
-                now = gs_mono_ms();
-                ag->usage_next_ms = ag->cfg.usage_interval_ms ? now + ag->cfg.usage_interval_ms : 0;
-                if (!ag->usage_next_ms)
-                        return timeout;
-        }
-        left = ag->usage_next_ms - now;
-        return timeout < 0 || left < timeout ? (int)left : timeout;
+        (void)now;
+        gs_usage_scan(ag);
+        return ag->cfg.usage_interval_ms ? gs_mono_ms() + ag->cfg.usage_interval_ms : GS_LOOP_NEVER;
 }

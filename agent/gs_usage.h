@@ -35,9 +35,9 @@ void gs_usage_open(struct gs_agent *ag);
 void gs_usage_close(struct gs_agent *ag);
 /* Scans now. */
 void gs_usage_scan(struct gs_agent *ag);
-/* Scans if one is due.  Returns the ms until the next one, or timeout if
- * that is sooner (timeout < 0: none). */
-int gs_usage_tick(struct gs_agent *ag, int timeout);
+/* ag->usage_timer's callback (gs_loop.h): scans; the next scan is due
+ * usageInterval later (gs_agent_want_scan brings it forward). */
+int64_t gs_usage_tick(void *ag, int64_t now);
 
 /* The pod UID in a /proc/<pid>/cgroup text ("...pod<uid>..." with '_' or
  * '-' in the UID, as the systemd and cgroupfs drivers write it), written

@@ -74,14 +74,6 @@ struct xfer {
         enum outcome outcome;
 };
 
-static int64_t mono_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* For logs: the server's bytes, printable and cut short. */
 static void printable(char *dst, size_t cap, const char *src, size_t len)
 {
@@ -358,7 +350,7 @@ int gs_watch_parse_list_rv(const char *body, size_t len, char *rv, size_t cap)
 
 static void kick(struct gs_watch *w)
 {
-        int64_t now = mono_ms();
+        int64_t now = gs_mono_ms();
 
         gs_recon_kick(w->rc);
         w->last_kick_ms = now;
@@ -369,7 +361,7 @@ static void kick(struct gs_watch *w)
 /* The follow-up List a grace after a kick; kicks meanwhile get theirs. */
 static void maybe_rekick(struct gs_watch *w)
 {
-        int64_t now = mono_ms();
+        int64_t now = gs_mono_ms();
 
         if (!w->rekick_ms || now < w->rekick_ms)
                 return;
@@ -381,7 +373,7 @@ static void maybe_rekick(struct gs_watch *w)
 
 static int poll_ms(const struct gs_watch *w, int64_t until)
 {
-        int64_t now = mono_ms(), t = 1000;
+        int64_t now = gs_mono_ms(), t = 1000;
 
         if (until && until - now < t)
                 t = until - now;
@@ -392,9 +384,9 @@ static int poll_ms(const struct gs_watch *w, int64_t until)
 
 static void nap(struct gs_watch *w, int64_t ms)
 {
-        int64_t until = mono_ms() + ms;
+        int64_t until = gs_mono_ms() + ms;
 
-        while (!atomic_load(&w->stop) && mono_ms() < until) {
+        while (!atomic_load(&w->stop) && gs_mono_ms() < until) {
                 maybe_rekick(w);
                 (void)curl_multi_poll(w->multi, NULL, 0, poll_ms(w, until), NULL);
         }
@@ -717,7 +709,7 @@ static int do_watch(struct gs_watch *w)
 {
         struct xfer x = { .w = w, .watch = true };
         char url[GS_CONFIG_API_SERVER_MAX + 2 * GS_CONFIG_NODE_NAME_MAX + 256];
-        int64_t t0 = mono_ms();
+        int64_t t0 = gs_mono_ms();
         bool lived;
         int r;
 
@@ -728,7 +720,7 @@ static int do_watch(struct gs_watch *w)
         log_debug("pod watch: watching from resourceVersion %s", w->rv);
         w->err[0] = '\0';
         r = get(w, url, &x);
-        lived = x.events > 0 || mono_ms() - t0 >= STREAM_LIVED_MS;
+        lived = x.events > 0 || gs_mono_ms() - t0 >= STREAM_LIVED_MS;
         if (r < 0)
                 goto out;
         if (x.status == 410 || x.outcome == OUT_RELIST) {

@@ -48,14 +48,6 @@ struct gs_workers {
         uint32_t nthr;
 };
 
-static int64_t mono_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void kick(struct gs_workers *w)
 {
         uint64_t one = 1;
@@ -197,11 +189,11 @@ static enum turn_end serve_turn(struct gs_workers *w, struct gs_wentry *e)
                         return gs_proc_has_work(p) ? END_MORE : END_IDLE;
                 /* Empty: a busy process sends again within microseconds.
                  * Spin for it, unless others wait. */
-                spin_until = mono_ns() + GS_PROC_SPIN_NS;
-                while (!gs_proc_has_work(p) && mono_ns() < spin_until &&
+                spin_until = gs_mono_ns() + GS_PROC_SPIN_NS;
+                while (!gs_proc_has_work(p) && gs_mono_ns() < spin_until &&
                        !__atomic_load_n(&w->nqueued, __ATOMIC_RELAXED) &&
                        !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
-                        __builtin_ia32_pause();
+                        gs_cpu_relax();
                 if (gs_proc_has_work(p))
                         continue;
                 /* Going to sleep: drain the doorbell first, then say so, then

@@ -40,13 +40,29 @@ static inline void gs_closep(int *fd)
 
 /* Negative errno from the current errno, never 0 (a failing call that forgot
  * to set errno still reports failure). */
-/* CLOCK_MONOTONIC in milliseconds. */
-static inline int64_t gs_mono_ms(void)
+/* CLOCK_MONOTONIC in nanoseconds and in milliseconds. */
+static inline int64_t gs_mono_ns(void)
 {
         struct timespec ts;
 
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline int64_t gs_mono_ms(void)
+{
+        return gs_mono_ns() / 1000000;
+}
+
+/* A spin-wait's pause: tells the CPU we are waiting (x86 PAUSE, arm64
+ * YIELD), nothing elsewhere. */
+static inline void gs_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield" ::: "memory");
+#endif
 }
 
 static inline int gs_neg_errno(void) { return errno > 0 ? -errno : -EIO; }

@@ -77,13 +77,6 @@ struct plugin {
         unsigned serial;   /* names of private sockets */
 };
 
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void free_gpus(struct gpu *g, size_t n)
 {
         for (size_t i = 0; g && i < n; i++)
@@ -1342,7 +1335,7 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
 
                 int timeout = 250;
 
-                if (need_register && now_ms() >= next_try) {
+                if (need_register && gs_mono_ms() >= next_try) {
                         if (stat(p->kubelet_sock, &st) < 0 || !kubelet_accepts(p)) {
                                 /* Not there, or not accepting yet: probe
                                  * again soon (inotify also wakes us when
@@ -1351,18 +1344,18 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                                         log_debug("kubelet at %s does not accept yet; probing",
                                                   p->kubelet_sock);
                                 waiting_logged = true;
-                                next_try = now_ms() + delay;
+                                next_try = gs_mono_ms() + delay;
                                 delay = delay * 2 > PROBE_MAX_MS ? PROBE_MAX_MS : delay * 2;
                         } else if (do_register(p) == 0) {
                                 need_register = false;
                         } else {
-                                next_try = now_ms() + reg_delay;
+                                next_try = gs_mono_ms() + reg_delay;
                                 reg_delay = reg_delay * 2 > REGISTER_RETRY_MAX_MS ? REGISTER_RETRY_MAX_MS
                                                                                   : reg_delay * 2;
                         }
                 }
                 if (need_register) {
-                        int64_t left = next_try - now_ms();
+                        int64_t left = next_try - gs_mono_ms();
                         timeout = left < 0 ? 0 : left < timeout ? (int)left : timeout;
                 }
                 if (poll(pf, 2, timeout) < 0 && errno != EINTR) {
