@@ -5,7 +5,7 @@
 #   $(ALLOC_DEBUG_A)  the same compiled with -DGS_ALLOC_DEBUG: every mutation
 #                     runs gs_pool_validate and aborts on a violation; the
 #                     tests link this one.
-ALLOC_SRC     := agent/gs_gsm.c agent/gs_buddy.c agent/gs_slab.c agent/gs_alloc.c
+ALLOC_SRC     := agent/gs_gsm.c agent/gs_buddy.c agent/gs_slab.c agent/gs_pool.c
 ALLOC_O       := $(patsubst %.c,$(B)/%.o,$(ALLOC_SRC))
 ALLOC_DEBUG_O := $(patsubst %.c,$(B)/alloc-debug/%.o,$(ALLOC_SRC))
 ALLOC_A       := $(B)/libgsalloc.a

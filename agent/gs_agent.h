@@ -1,23 +1,19 @@
-/* gs_agent.h — the node agent's state, shared by its modules:
+/* gs_agent.h — the node agent: the state its modules share (the
+ * configuration, the driver table, the GPUs, the allocations, the loop)
+ * and the few services of the main loop they call (gs_agent.c).  The
+ * domain types live with their modules: struct gs_gpu in gs_gpu.h, struct
+ * gs_allocation in gs_allocs.h, struct gs_proc in gs_proc.h.  docs/design.md
+ * draws the modules and which thread owns what.
  *
- *   gs_cuda    the driver table
- *   gs_gpu     one GPU: context, identity, the chunk pool and its recycling
- *   gs_allocs  allocations: validation of device IDs, ids, socket
- *              directories, the checkpoint
- *   gs_proc    registered processes: HELLO/WELCOME, the segment, the worker
- *              thread serving the request ring, grants, exit handling
- *   gs_ctlsrv  the control socket (proto/gshare.proto)
- *   gs_agent.c the main loop's services below; gs_agent_main.c: main(),
- *              configuration, the epoll loop, signals
- *
- * Threads: the main thread owns every structure below and is the only one
- * that creates or destroys allocations and processes.  A bounded pool of
- * worker threads (gs_workers.h) serves the processes' rings; a worker
- * touches the gs_proc it serves, and the pools under the GPU's mutex (the
- * allocator is not thread-safe).  A worker
- * tells the main thread about a protocol violation by shutting its socket
- * down (the main loop sees the hang-up) and about a lending change through
- * the agent's eventfd. */
+ * Threads: the main thread runs the loop (gs_loop.h), owns every structure
+ * here and is the only one that creates or destroys allocations and
+ * processes.  A bounded pool of worker threads (gs_workers.h) serves the
+ * processes' rings; a worker touches the gs_proc it serves, and the pools
+ * under the GPU's mutex (the allocator is not thread-safe).  A worker tells
+ * the main thread about a protocol violation by shutting its socket down
+ * (the loop sees the hang-up), about a lending change with gs_agent_poke,
+ * and asks for a usage scan with gs_agent_want_scan (both async sources of
+ * the loop). */
 #ifndef GS_AGENT_H
 #define GS_AGENT_H
 
@@ -27,127 +23,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "gs_alloc.h"
 #include "gs_config.h"
 #include "gs_cuda.h"
-#include "gs_devid.h"
-#include "gs_ipc.h"
 #include "gs_loop.h"
 #include "gs_nvml.h"
-#include "gs_outside.h"
 #include "gs_util.h"
-#include "gs_wire.h"
-#include "gs_workers.h"
 
 struct gs_agent;
 struct gs_allocation;
-
-struct gs_chunk {
-        CUmemGenericAllocationHandle handle;
-        int fd;          /* exported once; -1 when retired or pending */
-        /* Its fd went to a process of this allocation (NULL: to none, or
-         * the allocation is gone).  Main thread writes it at grant time
-         * under the GPU's lock. */
-        struct gs_allocation *owner;
-        bool pending;    /* retired until its memory can be re-created */
-        /* Under the GPU's lock: the id of the last process granted this
-         * memory (it may have written it), 0 if none since it was made or
-         * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
-        uint64_t writer;
-};
-
-struct gs_gpu {
-        struct gs_agent *agent;
-        uint32_t index;          /* CUDA ordinal */
-        CUdevice dev;
-        CUcontext ctx;           /* primary context, retained */
-        uint8_t uuid_raw[16];
-        char uuid[GS_UUID_STR_LEN + 1];
-        char name[256];
-        char pci_bus_id[32];
-        int numa_node;
-        uint64_t total_bytes;
-        uint64_t reserve_bytes;
-        uint64_t chunk_bytes;
-        uint64_t unit_bytes;
-        uint32_t nchunks;        /* chunks created at start */
-        uint32_t units_total;
-        uint32_t chunks_retired;
-        uint32_t chunks_pending; /* retired for now: re-created when the driver has room */
-        uint64_t ctx_promised;   /* under lock: charged for contexts not created yet */
-        struct gs_chunk *chunks;
-        struct gs_pool *pool;
-        /* Serializes every call on pool and every access to chunks[]. */
-        pthread_mutex_t lock;
-        bool healthy;
-        char health_reason[160];
-        /* units_total entries: the allocation holding each unit, or NULL.
-         * Main thread only. */
-        struct gs_allocation **unit_owner;
-        uint32_t last_borrowed;  /* under lock: for lending-change events */
-        /* Outside memory (gs_outside.h), under lock: what the outside sets
-         * released to the driver, and what the last scan measured the
-         * charged processes using outside the pool. */
-        uint64_t outside_held;
-        uint64_t outside_measured;
-        /* A context's expected size, charged when a process is about to
-         * create one (config contextSize, else measured at start). */
-        uint64_t ctx_expect_bytes;
-        void *nvml_dev;          /* NVML's device, NULL until found */
-};
-
-struct gs_proc;
-
-struct gs_part {
-        uint32_t gpu;            /* index into agent->gpus */
-        uint32_t units;
-        uint32_t quota_chunks;
-        struct gs_palloc *pa;
-        /* Its processes' memory outside the pool (gs_outside.h), under the
-         * GPU's lock; bypass_charge is the charge slot of processes of the
-         * pod that never registered (gs_usage.h). */
-        struct gs_outside out;
-        uint64_t bypass_charge;
-        bool gone;               /* being deleted: owes nothing any more */
-        int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
-};
-
-#define GS_ALLOCS_DIR_MAX 32      /* "<16 hex id>-<8 hex>" and a NUL */
-
-struct gs_allocation {
-        struct gs_allocation *next;
-        struct gs_agent *agent;
-        char id[17];             /* 16 hex digits of a hash of the sorted IDs */
-        char **device_ids;       /* sorted */
-        size_t ndevice_ids;
-        uint64_t created_unix;
-        uint32_t nparts;
-        struct gs_part parts[GS_MAX_GPUS_PER_ALLOC];
-        char dir_name[GS_ALLOCS_DIR_MAX]; /* of socket_dir, under socketRoot */
-        char socket_dir[PATH_MAX];
-        char socket_path[PATH_MAX];
-        int listen_fd;
-        struct gs_loop_io listen_io;
-        /* Released by the control API; deleted when its last process exits.
-         * Its units stay taken until then (its processes still hold memory). */
-        bool releasing;
-        struct gs_proc *procs;
-        uint32_t nprocs;
-        struct gs_ipc_table ipc;     /* CUDA IPC exports of its processes */
-        struct gs_wgroup wgroup;     /* its place in the worker pool's line */
-        /* The reconciler's (gs_recon.h): the container PodResources last
-         * showed holding its device IDs (empty: none seen yet), and since
-         * when (CLOCK_MONOTONIC ms) no container has held them (0: held, or
-         * not yet looked at). */
-        char pod_namespace[64];
-        char pod_name[254];
-        char container_name[64];
-        /* The pod's UID, from its registered processes' cgroups: processes
-         * of the pod that bypass the hook are charged here (gs_usage.h). */
-        char pod_uid[37];
-        int64_t unheld_since_ms;
-};
-
+struct gs_gpu;
 struct gs_ctlsrv;
 struct gs_metrics;
 struct gs_events;

@@ -23,6 +23,7 @@
 #include "gs_metrics.h"
 #include "gs_proc.h"
 #include "gs_recon.h"
+#include "gs_serve.h"
 #include "gs_usage.h"
 #include "gs_event.h"
 #include "gs_watch.h"
@@ -377,7 +378,7 @@ int main(int argc, char **argv)
                 log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
                          ag.cfg.max_conns, (unsigned long long)ag.cfg.max_conns * 4 + 1024,
                          (unsigned long long)rl.rlim_cur);
-        r = gs_workers_new(&ag, ag.cfg.worker_threads, ag.cfg.max_conns, &ag.workers, err,
+        r = gs_workers_new(gs_serve_turn, ag.cfg.worker_threads, ag.cfg.max_conns, &ag.workers, err,
                            sizeof(err));
         if (r < 0) {
                 log_error("%s", err);

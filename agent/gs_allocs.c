@@ -924,3 +924,10 @@ size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint
                 }
         return k;
 }
+
+uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part *part)
+{
+        const struct gs_gpu *g = &ag->gpus[part->gpu];
+
+        return part->quota_chunks + (uint32_t)(ag->cfg.balloon_cap_bytes / g->chunk_bytes);
+}

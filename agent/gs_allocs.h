@@ -39,7 +39,68 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <limits.h>
+
 #include "gs_agent.h"
+#include "gs_ipc.h"
+#include "gs_loop.h"
+#include "gs_outside.h"
+#include "gs_wire.h"
+#include "gs_workers.h"
+
+struct gs_palloc;
+struct gs_proc;
+
+struct gs_part {
+        uint32_t gpu;            /* index into agent->gpus */
+        uint32_t units;
+        uint32_t quota_chunks;
+        struct gs_palloc *pa;
+        /* Its processes' memory outside the pool (gs_outside.h), under the
+         * GPU's lock; bypass_charge is the charge slot of processes of the
+         * pod that never registered (gs_usage.h). */
+        struct gs_outside out;
+        uint64_t bypass_charge;
+        bool gone;               /* being deleted: owes nothing any more */
+        int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
+};
+
+#define GS_ALLOCS_DIR_MAX 32      /* "<16 hex id>-<8 hex>" and a NUL */
+
+struct gs_allocation {
+        struct gs_allocation *next;
+        struct gs_agent *agent;
+        char id[17];             /* 16 hex digits of a hash of the sorted IDs */
+        char **device_ids;       /* sorted */
+        size_t ndevice_ids;
+        uint64_t created_unix;
+        uint32_t nparts;
+        struct gs_part parts[GS_MAX_GPUS_PER_ALLOC];
+        char dir_name[GS_ALLOCS_DIR_MAX]; /* of socket_dir, under socketRoot */
+        char socket_dir[PATH_MAX];
+        char socket_path[PATH_MAX];
+        int listen_fd;
+        struct gs_loop_io listen_io;
+        /* Released by the control API; deleted when its last process exits.
+         * Its units stay taken until then (its processes still hold memory). */
+        bool releasing;
+        struct gs_proc *procs;
+        uint32_t nprocs;
+        struct gs_ipc_table ipc;     /* CUDA IPC exports of its processes */
+        struct gs_wgroup wgroup;     /* its place in the worker pool's line */
+        /* The reconciler's (gs_recon.h): the container PodResources last
+         * showed holding its device IDs (empty: none seen yet), and since
+         * when (CLOCK_MONOTONIC ms) no container has held them (0: held, or
+         * not yet looked at). */
+        char pod_namespace[64];
+        char pod_name[254];
+        char container_name[64];
+        /* The pod's UID, from its registered processes' cgroups: processes
+         * of the pod that bypass the hook are charged here (gs_usage.h). */
+        char pod_uid[37];
+        int64_t unheld_since_ms;
+};
+
 
 #define GS_ALLOCS_MAX_IDS 4096u   /* device IDs in one request */
 #define GS_CHECKPOINT_NAME "allocations"
@@ -113,5 +174,9 @@ void gs_allocs_shutdown(struct gs_agent *ag);
  * -EINVAL. */
 int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
                          size_t max_ids, char ret_dir[GS_ALLOCS_DIR_MAX]) GS_WUR;
+
+/* Slots of a part's outside set (gs_outside.h): its quota plus what it may
+ * borrow. */
+uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part *part);
 
 #endif

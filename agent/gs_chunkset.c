@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gs_alloc.h"
+#include "gs_pool.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 

@@ -1,6 +1,8 @@
 /* gs_gpu.c — see gs_gpu.h. */
 #include "gs_gpu.h"
 
+#include "gs_allocs.h"
+
 #include <ctype.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -460,4 +462,51 @@ uint32_t gs_gpu_units_allocated(const struct gs_gpu *g)
         for (uint32_t u = 0; u < g->units_total; u++)
                 n += g->unit_owner[u] != NULL;
         return n;
+}
+
+void gs_gpu_check_lending(struct gs_gpu *g)
+{
+        struct gs_pool_stats st;
+
+        gs_pool_stats(g->pool, &st);
+        if (st.chunks_borrowed != g->last_borrowed) {
+                g->last_borrowed = st.chunks_borrowed;
+                gs_agent_poke(g->agent);
+        }
+}
+
+int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n,
+                           struct gs_allocation *owner, uint64_t proc, int *fds, char *err,
+                           size_t errlen)
+{
+        /* A chunk whose memory was given back to the driver (gs_vmm,
+         * gs_outside) is re-created now, if the driver has room for it. */
+        for (uint32_t i = 0; i < n; i++) {
+                uint32_t c = gr[i].chunk;
+                char why[200];
+
+                if (c < g->nchunks && g->chunks[c].fd < 0) {
+                        (void)g->agent->cu.ctx_set_current(g->ctx);
+                        if (gs_gpu_chunk_remake(g, c, why, sizeof(why)) < 0) {
+                                snprintf(err, errlen, "chunk %u has no memory yet: %s", c, why);
+                                return -ENOMEM;
+                        }
+                }
+        }
+        for (uint32_t i = 0; i < n; i++) {
+                uint32_t c = gr[i].chunk;
+                char why[200];
+
+                fds[i] = c < g->nchunks ? g->chunks[c].fd : -1;
+                /* Its fd goes to a process of owner: its memory is the
+                 * allocation's until it is gone. */
+                if (c < g->nchunks)
+                        g->chunks[c].owner = owner;
+                /* It may hold another process's data. */
+                if (fds[i] >= 0 && gs_gpu_chunk_grant(g, c, proc, why, sizeof(why)) < 0) {
+                        log_warn("GPU %u: chunk %u not granted: %s", g->index, c, why);
+                        fds[i] = -1;
+                }
+        }
+        return 0;
 }

@@ -14,7 +14,71 @@
 #ifndef GS_GPU_H
 #define GS_GPU_H
 
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "gs_agent.h"
+#include "gs_cuda.h"
+#include "gs_devid.h"
+#include "gs_pool.h"
+
+struct gs_allocation;
+
+struct gs_chunk {
+        CUmemGenericAllocationHandle handle;
+        int fd;          /* exported once; -1 when retired or pending */
+        /* Its fd went to a process of this allocation (NULL: to none, or
+         * the allocation is gone).  Main thread writes it at grant time
+         * under the GPU's lock. */
+        struct gs_allocation *owner;
+        bool pending;    /* retired until its memory can be re-created */
+        /* Under the GPU's lock: the id of the last process granted this
+         * memory (it may have written it), 0 if none since it was made or
+         * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
+        uint64_t writer;
+};
+
+struct gs_gpu {
+        struct gs_agent *agent;
+        uint32_t index;          /* CUDA ordinal */
+        CUdevice dev;
+        CUcontext ctx;           /* primary context, retained */
+        uint8_t uuid_raw[16];
+        char uuid[GS_UUID_STR_LEN + 1];
+        char name[256];
+        char pci_bus_id[32];
+        int numa_node;
+        uint64_t total_bytes;
+        uint64_t reserve_bytes;
+        uint64_t chunk_bytes;
+        uint64_t unit_bytes;
+        uint32_t nchunks;        /* chunks created at start */
+        uint32_t units_total;
+        uint32_t chunks_retired;
+        uint32_t chunks_pending; /* retired for now: re-created when the driver has room */
+        uint64_t ctx_promised;   /* under lock: charged for contexts not created yet */
+        struct gs_chunk *chunks;
+        struct gs_pool *pool;
+        /* Serializes every call on pool and every access to chunks[]. */
+        pthread_mutex_t lock;
+        bool healthy;
+        char health_reason[160];
+        /* units_total entries: the allocation holding each unit, or NULL.
+         * Main thread only. */
+        struct gs_allocation **unit_owner;
+        uint32_t last_borrowed;  /* under lock: for lending-change events */
+        /* Outside memory (gs_outside.h), under lock: what the outside sets
+         * released to the driver, and what the last scan measured the
+         * charged processes using outside the pool. */
+        uint64_t outside_held;
+        uint64_t outside_measured;
+        /* A context's expected size, charged when a process is about to
+         * create one (config contextSize, else measured at start). */
+        uint64_t ctx_expect_bytes;
+        void *nvml_dev;          /* NVML's device, NULL until found */
+};
+
 
 /* Opens CUDA device `ordinal` into *g (zeroed by the caller, g->agent set).
  * A GPU whose pool cannot be built is still opened, unhealthy, with the
@@ -78,5 +142,18 @@ uint32_t gs_gpu_units_allocated(const struct gs_gpu *g);
 /* Reads /sys/bus/pci/devices/<bus id, lower case>/numa_node under sysfs
  * (normally "/sys"); -1 if absent or unreadable. */
 int gs_gpu_numa_node(const char *sysfs, const char *pci_bus_id);
+
+/* Under g->lock: the n chunks of gr just granted to process proc of
+ * allocation owner, made ready to send: re-created if their memory was
+ * given to the driver (-ENOMEM if the driver has no room for one: nothing
+ * handed out, err says why), owned by owner, scrubbed if another process
+ * may have written them (gs_gpu_chunk_grant).  Their fds in fds[0..n); -1
+ * for one that could not be scrubbed (logged; it must not be sent). */
+int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n,
+                           struct gs_allocation *owner, uint64_t proc, int *fds, char *err,
+                           size_t errlen) GS_WUR;
+/* After any change to the pool under g->lock: if what is lent changed,
+ * tells the main thread (gs_agent_poke). */
+void gs_gpu_check_lending(struct gs_gpu *g);
 
 #endif

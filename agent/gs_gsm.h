@@ -1,5 +1,5 @@
 /* gs_gsm.h — the chunk level of the agent's allocator (internal to
- * gs_alloc.c; see docs/allocator.md).
+ * gs_pool.c; see docs/allocator.md).
  *
  * A pool of nchunks fixed-size chunks (GSMs) and the lists they move
  * between, all intrusive doubly linked lists threaded through one array of
@@ -16,7 +16,7 @@
  * deflates as soon as the allocation's use falls.
  *
  * A chunk that goes back to the system list after having been granted to
- * a process passes through the pool's return callback (gs_alloc.h). */
+ * a process passes through the pool's return callback (gs_pool.h). */
 #ifndef GS_GSM_H
 #define GS_GSM_H
 
@@ -47,7 +47,7 @@ struct gs_gsm_chunk {
         uint8_t granted;       /* granted to a process since it left SYS */
         struct gs_gsm_alloc *alloc; /* OWN, HELD */
         struct gs_gsm_proc *proc;   /* HELD */
-        void *user;            /* HELD: free for gs_alloc.c's use */
+        void *user;            /* HELD: free for gs_pool.c's use */
 };
 
 struct gs_gsm_list {

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "gs_gpu.h"
 #include "gs_proc.h"
 
 struct gs_ipc_export {

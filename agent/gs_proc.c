@@ -19,6 +19,7 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_ring.h"
+#include "gs_sockmsg.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -54,491 +55,9 @@ int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen)
         return 0;
 }
 
-static void hdr_init(struct gs_sock_hdr *h, uint16_t type, uint32_t len)
-{
-        h->magic = GS_WIRE_MAGIC;
-        h->version = GS_WIRE_VERSION;
-        h->type = type;
-        h->len = len;
-        h->reserved = 0;
-}
-
-/* Sends one message with fds[0..nfds) (nfds <= 2) attached, waiting at
- * most GS_PROC_SEND_MS for room and giving up early if *stop is set. */
-static int send_msg_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds,
-                        const int *stop)
-{
-        union {
-                struct cmsghdr c;
-                char buf[CMSG_SPACE(2 * sizeof(int))];
-        } u;
-        struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        int64_t deadline = gs_mono_ms() + GS_PROC_SEND_MS;
-
-        if (nfds) {
-                memset(&u, 0, sizeof(u));
-                mh.msg_control = u.buf;
-                mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-                memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-        }
-        for (;;) {
-                ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (w == (ssize_t)len)
-                        return 0;
-                if (w >= 0)
-                        return -EPROTO; /* SEQPACKET never sends part of a record */
-                if (errno == EINTR)
-                        continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK)
-                        return gs_neg_errno();
-                if (gs_mono_ms() >= deadline || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
-                        return -ETIMEDOUT;
-                struct pollfd pfd = { .fd = sock, .events = POLLOUT };
-                (void)poll(&pfd, 1, 20);
-        }
-}
-
-/* Sends one message, with fd (>= 0) attached; as send_msg_fds. */
-static int send_msg(int sock, const void *msg, size_t len, int fd, const int *stop)
-{
-        return send_msg_fds(sock, msg, len, &fd, fd >= 0, stop);
-}
-
-static void send_error(int sock, int err, const char *msg)
-{
-        struct gs_sock_error e;
-
-        memset(&e, 0, sizeof(e));
-        hdr_init(&e.h, GS_SOCK_ERROR, sizeof(e));
-        e.err = err;
-        snprintf(e.msg, sizeof(e.msg), "%s", msg);
-        (void)send_msg(sock, &e, sizeof(e), -1, NULL);
-}
-
-/* After any mutation under g->lock: tell the main thread if lending changed. */
-static void check_lending(struct gs_agent *ag, struct gs_gpu *g)
-{
-        struct gs_pool_stats st;
-
-        gs_pool_stats(g->pool, &st);
-        if (st.chunks_borrowed != g->last_borrowed) {
-                g->last_borrowed = st.chunks_borrowed;
-                gs_agent_poke(ag);
-        }
-}
-
-static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
-                       struct gs_ring_msg *rep)
-{
-        struct gs_gpu *g = pg->g;
-        uint64_t size = req->arg[0], off = 0, limit;
-        uint32_t n = 0;
-        int r;
-
-        if (size == 0 || req->arg[1] != 0) {
-                rep->status = -EINVAL;
-                return 0;
-        }
-        /* Past the quota plus what may be borrowed no request can succeed:
-         * the answer a driver gives for too much is out of memory. */
-        limit = pg->quota_bytes + p->agent->cfg.balloon_cap_bytes;
-        if (size > limit) {
-                rep->status = -ENOMEM;
-                return 0;
-        }
-        pthread_mutex_lock(&g->lock);
-        r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
-        if (r == 0) {
-                for (uint32_t i = 0; i < n && r == 0; i++) {
-                        uint32_t c = p->grants[i].chunk;
-                        char err[256];
-                        /* A chunk whose memory was given back to the driver
-                         * (gs_vmm, gs_outside) is re-created now, if the
-                         * driver has room for it. */
-                        if (c < g->nchunks && g->chunks[c].fd < 0) {
-                                (void)p->agent->cu.ctx_set_current(g->ctx);
-                                if (gs_gpu_chunk_remake(g, c, err, sizeof(err)) < 0) {
-                                        log_info("GPU %u: chunk %u has no memory yet: %s", g->index, c, err);
-                                        gs_agent_want_scan(p->agent);
-                                        r = -ENOMEM;
-                                }
-                        }
-                }
-                if (r < 0) {
-                        /* Undo: the block, then the new chunks' slots. */
-                        if (gs_pproc_free(pg->pp, off, NULL) < 0)
-                                log_error("GPU %u: block at %llu not undone", g->index, (unsigned long long)off);
-                        for (uint32_t i = 0; i < n; i++)
-                                if (gs_pproc_release(pg->pp, p->grants[i].slot, 1) < 0)
-                                        log_error("GPU %u: slot %u not undone", g->index, p->grants[i].slot);
-                        n = 0;
-                }
-                for (uint32_t i = 0; i < n; i++) {
-                        uint32_t c = p->grants[i].chunk;
-                        char err[256];
-
-                        p->grant_fds[i] = c < g->nchunks ? g->chunks[c].fd : -1;
-                        /* Its fd goes to a process of this allocation: its
-                         * memory is the allocation's until it is gone. */
-                        if (c < g->nchunks)
-                                g->chunks[c].owner = p->alloc;
-                        /* It may hold another process's data. */
-                        if (p->grant_fds[i] >= 0 && gs_gpu_chunk_grant(g, c, p->id, err, sizeof(err)) < 0) {
-                                log_warn("GPU %u: chunk %u not granted: %s", g->index, c, err);
-                                p->grant_fds[i] = -1;
-                        }
-                }
-                check_lending(p->agent, g);
-        }
-        pthread_mutex_unlock(&g->lock);
-        if (r < 0) {
-                /* Out of slots or too many chunks at once is, to the caller,
-                 * out of memory too. */
-                rep->status = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
-                return 0;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-                struct gs_sock_grant m;
-
-                memset(&m, 0, sizeof(m));
-                hdr_init(&m.h, GS_SOCK_GRANT, sizeof(m));
-                m.seq = req->seq;
-                m.gpu = req->gpu;
-                m.slot = p->grants[i].slot;
-                m.chunk_bytes = g->chunk_bytes;
-                if (p->grant_fds[i] < 0)
-                        return -EIO;
-                r = send_msg(p->sock, &m, sizeof(m), p->grant_fds[i], &p->stop);
-                if (r < 0)
-                        return r; /* the process keeps the memory until it exits */
-        }
-        rep->arg[0] = off;
-        rep->arg[1] = n;
-        return 0;
-}
-
-static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
-                            struct gs_ring_msg *rep)
-{
-        struct gs_gpu *g = pg->g;
-        struct gs_sock_vmm_grant m;
-        uint64_t size = req->arg[0], id = 0;
-        int fd = -1, r;
-
-        if (size == 0 || size % GS_VMM_ALIGN || req->arg[1] != 0) {
-                rep->status = -EINVAL;
-                return 0;
-        }
-        if (size > pg->quota_bytes + p->agent->cfg.balloon_cap_bytes) {
-                rep->status = -ENOMEM;
-                return 0;
-        }
-        for (int attempt = 0;; attempt++) {
-                pthread_mutex_lock(&g->lock);
-                r = gs_vmm_create(g, &pg->vmm, size, &id, &fd);
-                if (r == 0)
-                        check_lending(p->agent, g);
-                pthread_mutex_unlock(&g->lock);
-                /* No room in the driver: growth since the last scan may
-                 * have used the headroom; a scan charges it to its pods and
-                 * gives it back.  Memory still held by a kept fd stays out
-                 * of memory to the caller. */
-                if (r != -ENOSPC || attempt == 1 || gs_mono_ms() - pg->room_wait_ms < 1000)
-                        break;
-                pg->room_wait_ms = gs_mono_ms();
-                gs_agent_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
-        }
-        if (r < 0) {
-                rep->status = r == -ENOSPC ? -ENOMEM : r;
-                return 0;
-        }
-        /* Only this worker touches the set while the process is served:
-         * the fd stays valid until a VMM_RELEASE from this same process. */
-        memset(&m, 0, sizeof(m));
-        hdr_init(&m.h, GS_SOCK_VMM_GRANT, sizeof(m));
-        m.seq = req->seq;
-        m.id = id;
-        m.size = size;
-        m.gpu = req->gpu;
-        r = send_msg(p->sock, &m, sizeof(m), fd, &p->stop);
-        if (r < 0)
-                return r; /* the allocation is freed when the process exits */
-        rep->arg[0] = id;
-        rep->arg[1] = 1;
-        return 0;
-}
-
-/* The part's outside set under the GPU's lock: what the allocation uses on
- * this GPU, and of it outside the pool. */
-static void part_usage(struct gs_gpu *g, struct gs_part *part, uint64_t *ret_used,
-                       uint64_t *ret_outside)
-{
-        struct gs_palloc_stats st;
-
-        gs_palloc_stats(part->pa, &st);
-        *ret_used = (uint64_t)st.chunks_held * g->chunk_bytes;
-        *ret_outside = part->out.charged;
-}
-
-uint32_t gs_proc_outside_slots(const struct gs_agent *ag, const struct gs_part *part)
-{
-        const struct gs_gpu *g = &ag->gpus[part->gpu];
-
-        return part->quota_chunks + (uint32_t)(ag->cfg.balloon_cap_bytes / g->chunk_bytes);
-}
-
-/* GS_OP_CTX: charge a context before the process creates it. */
-static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
-                     struct gs_ring_msg *rep)
-{
-        struct gs_part *part = &p->alloc->parts[req->gpu];
-        struct gs_gpu *g = pg->g;
-        uint64_t want;
-        int r = 0;
-
-        pthread_mutex_lock(&g->lock);
-        if (!pg->ctx_expect) {
-                want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes
-                                                                  : pg->outside_measured;
-                r = gs_outside_charge(g, &part->out, part->pa,
-                                      gs_proc_outside_slots(p->agent, part), &pg->outside_charge,
-                                      want, true);
-                if (r == 0) {
-                        pg->ctx_expect = g->ctx_expect_bytes;
-                        pg->ctx_promised = want;
-                        g->ctx_promised += want;
-                }
-                check_lending(p->agent, g);
-        }
-        part_usage(g, part, &rep->arg[1], &rep->arg[2]);
-        pthread_mutex_unlock(&g->lock);
-        rep->arg[0] = pg->quota_bytes;
-        rep->arg[3] = strtoull(p->alloc->id, NULL, 16);
-        if (r < 0) {
-                log_info("process %d (%s) of allocation %s: no room for a CUDA context on GPU %u "
-                         "(%llu of %llu MiB in use, %llu outside the pool)",
-                         p->pid, p->comm, p->alloc->id, g->index,
-                         (unsigned long long)(rep->arg[1] >> 20),
-                         (unsigned long long)(pg->quota_bytes >> 20),
-                         (unsigned long long)(rep->arg[2] >> 20));
-                rep->status = -ENOMEM;
-        }
-        return 0;
-}
-
-static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
-                            struct gs_ring_msg *rep)
-{
-        uint64_t base = 0, size = 0, tok[2];
-        int r;
-
-        pthread_mutex_lock(&pg->g->lock);
-        r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
-        pthread_mutex_unlock(&pg->g->lock);
-        /* Only this worker frees this process's blocks: the block stays
-         * live until the export is in the table. */
-        if (r == 0)
-                r = gs_ipc_export(&p->alloc->ipc, p, req->gpu, base, size, tok);
-        if (r < 0) {
-                rep->status = r == -ENOSPC ? -ENOMEM : r;
-                return 0;
-        }
-        rep->arg[0] = tok[0];
-        rep->arg[1] = tok[1];
-        rep->arg[2] = size;
-        rep->arg[3] = base;
-        return 0;
-}
-
-static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
-                          struct gs_ring_msg *rep)
-{
-        const uint64_t tok[2] = { req->arg[0], req->arg[1] };
-        struct gs_ipc_open o;
-        uint32_t k;
-        int r;
-
-        r = gs_ipc_open(&p->alloc->ipc, p, req->gpu, tok, &o);
-        if (r < 0) {
-                rep->status = r == -EMFILE || r == -ENFILE ? -ENOMEM : r;
-                return 0;
-        }
-        for (uint32_t i = 0; i < o.nchunks && r == 0; i++) {
-                struct gs_sock_grant m;
-
-                memset(&m, 0, sizeof(m));
-                hdr_init(&m.h, GS_SOCK_IPC_GRANT, sizeof(m));
-                m.seq = req->seq;
-                m.gpu = req->gpu;
-                m.slot = i;
-                m.chunk_bytes = pg->g->chunk_bytes;
-                r = send_msg(p->sock, &m, sizeof(m), o.fds[i], &p->stop);
-        }
-        k = o.nchunks;
-        gs_ipc_open_done(&o);
-        if (r < 0)
-                return r; /* part of the grants went out: the connection must go */
-        rep->arg[0] = o.off_in_chunk;
-        rep->arg[1] = k;
-        rep->arg[2] = o.size;
-        return 0;
-}
-
-int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
-{
-        struct gs_proc_gpu *pg;
-        struct gs_pproc_stats st;
-        struct gs_release rel = { 0, 0 };
-        uint64_t base = 0, size = 0;
-        int r;
-
-        memset(rep, 0, sizeof(*rep));
-        rep->seq = req->seq;
-        rep->op = req->op;
-        rep->gpu = req->gpu;
-        if (req->op == GS_OP_PING) {
-                rep->arg[0] = req->arg[0];
-                return 0;
-        }
-        if (req->gpu >= p->ngpus) {
-                rep->status = -EINVAL;
-                return 0;
-        }
-        pg = &p->gpus[req->gpu];
-        switch (req->op) {
-        case GS_OP_ALLOC:
-                return serve_alloc(p, pg, req, rep);
-        case GS_OP_FREE:
-                /* An exported block loses its export before it is freed. */
-                if (gs_ipc_count(p))
-                        gs_ipc_unexport(&p->alloc->ipc, p, req->gpu, req->arg[0]);
-                pthread_mutex_lock(&pg->g->lock);
-                r = gs_pproc_free(pg->pp, req->arg[0], &rel);
-                pthread_mutex_unlock(&pg->g->lock);
-                rep->status = r;
-                rep->arg[0] = rel.first_slot;
-                rep->arg[1] = rel.count;
-                return 0;
-        case GS_OP_MEMINFO:
-                pthread_mutex_lock(&pg->g->lock);
-                gs_pproc_stats(pg->pp, &st);
-                pthread_mutex_unlock(&pg->g->lock);
-                rep->arg[0] = st.bytes_obtainable;
-                rep->arg[1] = pg->quota_bytes;
-                return 0;
-        case GS_OP_RANGE:
-                pthread_mutex_lock(&pg->g->lock);
-                r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
-                pthread_mutex_unlock(&pg->g->lock);
-                rep->status = r;
-                rep->arg[0] = base;
-                rep->arg[1] = size;
-                return 0;
-        case GS_OP_RELEASE:
-                if (req->arg[0] >= pg->nslots || req->arg[1] == 0 ||
-                    req->arg[1] > pg->nslots - req->arg[0]) {
-                        rep->status = -EINVAL;
-                        return 0;
-                }
-                pthread_mutex_lock(&pg->g->lock);
-                r = gs_pproc_release(pg->pp, (uint32_t)req->arg[0], (uint32_t)req->arg[1]);
-                if (r == 0)
-                        check_lending(p->agent, pg->g);
-                pthread_mutex_unlock(&pg->g->lock);
-                rep->status = r;
-                return 0;
-        case GS_OP_VMM_CREATE:
-                return serve_vmm_create(p, pg, req, rep);
-        case GS_OP_IPC_EXPORT:
-                return serve_ipc_export(p, pg, req, rep);
-        case GS_OP_IPC_OPEN:
-                return serve_ipc_open(p, pg, req, rep);
-        case GS_OP_CTX:
-                return serve_ctx(p, pg, req, rep);
-        case GS_OP_CTX_DONE:
-                pthread_mutex_lock(&pg->g->lock);
-                pg->g->ctx_promised -= pg->ctx_promised;
-                pg->ctx_promised = 0;
-                pthread_mutex_unlock(&pg->g->lock);
-                return 0;
-        case GS_OP_VMM_RELEASE:
-                pthread_mutex_lock(&pg->g->lock);
-                r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
-                if (r == 0)
-                        check_lending(p->agent, pg->g);
-                pthread_mutex_unlock(&pg->g->lock);
-                rep->status = r;
-                return 0;
-        default:
-                rep->status = -EPROTO;
-                return 0;
-        }
-}
-
-/* Publishes a reply; the honest hook keeps one request outstanding, so a
- * full reply ring means the peer stopped reading: wait a little, then give up. */
-static int push_reply(struct gs_proc *p, const struct gs_ring_msg *rep)
-{
-        int64_t deadline = gs_mono_ms() + GS_PROC_SEND_MS;
-        int r;
-
-        while ((r = gs_ring_push(&p->shm->rep, &p->rep_head, rep)) == -EAGAIN) {
-                struct timespec ts = { 0, 1000000 };
-                if (gs_mono_ms() >= deadline || __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
-                        return -ETIMEDOUT;
-                nanosleep(&ts, NULL);
-        }
-        if (r == 0)
-                gs_doorbell_ring(&p->shm->hook_wake, &p->shm->hook_sleeping);
-        return r;
-}
-
-bool gs_proc_has_work(const struct gs_proc *p)
-{
-        return gs_ring_ready(&p->shm->req, p->req_tail);
-}
-
-int gs_proc_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
-{
-        struct gs_ring_msg req, rep;
-        uint32_t n = 0;
-        int r = 0;
-
-        if (p->ngpus)
-                (void)p->agent->cu.ctx_set_current(p->gpus[0].g->ctx); /* for recycling */
-        while (n < budget && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
-                r = gs_ring_pop(&p->shm->req, &p->req_tail, &req);
-                if (r <= 0)
-                        break;
-                r = gs_proc_serve(p, &req, &rep);
-                if (r == 0)
-                        r = push_reply(p, &rep);
-                if (r < 0)
-                        break;
-                n++;
-                __atomic_add_fetch(&p->nrequests, 1, __ATOMIC_RELAXED);
-        }
-        *ret_served = n;
-        if (r >= 0)
-                return 0;
-        if (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
-                log_warn("process %d (%s) of allocation %s: connection dropped: %s", p->pid,
-                         p->comm, p->alloc->id,
-                         r == -EPROTO ? "corrupt ring indices" : strerror(-r));
-                /* The main loop sees the hang-up and takes it from there. */
-                (void)shutdown(p->sock, SHUT_RDWR);
-        }
-        return r;
-}
-
 static void stop_worker(struct gs_proc *p)
 {
-        gs_workers_remove(p->agent->workers, p);
+        gs_workers_remove(p->agent->workers, &p->went);
 }
 
 static void on_sock(void *data, uint32_t events);
@@ -583,9 +102,9 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 g->ctx_promised -= p->gpus[i].ctx_promised;
                 p->gpus[i].ctx_promised = 0;
                 (void)!gs_outside_charge(g, &a->parts[i].out, a->parts[i].pa,
-                                        gs_proc_outside_slots(ag, &a->parts[i]),
+                                        gs_allocs_outside_slots(ag, &a->parts[i]),
                                         &p->gpus[i].outside_charge, 0, false);
-                check_lending(ag, g);
+                gs_gpu_check_lending(g);
                 changed |= before != g->last_borrowed;
                 pthread_mutex_unlock(&g->lock);
         }
@@ -699,7 +218,7 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 if (refuse_conn(ag, a, cred.pid, why, sizeof(why))) {
                         char junk[sizeof(struct gs_sock_hello) + 64];
                         log_warn("process %d on allocation %s refused: %s", cred.pid, a->id, why);
-                        send_error(sock, -EMFILE, why);
+                        gs_sockmsg_error(sock, -EMFILE, why);
                         /* Closing with its HELLO unread would reset the peer
                          * and lose the ERROR: stop it sending, drain, close. */
                         (void)shutdown(sock, SHUT_RD);
@@ -831,7 +350,7 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
         if (r < 0)
                 return r;
         memset(&w, 0, sizeof(w));
-        hdr_init(&w.h, GS_SOCK_WELCOME, sizeof(w));
+        gs_sockmsg_hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
         w.ngpus = a->nparts;
         w.shm_bytes = sizeof(struct gs_shm);
         w.proc_id = p->id;
@@ -881,14 +400,16 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
                 return r;
         }
         /* WELCOME only for a connection that will be served. */
-        r = gs_workers_add(ag->workers, p);
+        /* Asleep from the start: the first request rings the doorbell. */
+        __atomic_store_n(&p->shm->agent_sleeping, 1, __ATOMIC_SEQ_CST);
+        r = gs_workers_add(ag->workers, &p->went, p, &a->wgroup, p->wake_fd, &p->stop);
         if (r < 0) {
                 snprintf(err, errlen, "no worker slot: %s", strerror(-r));
                 return r;
         }
         {
                 const int fds[2] = { p->shmfd, p->wake_fd };
-                r = send_msg_fds(p->sock, &w, sizeof(w), fds, 2, NULL);
+                r = gs_sockmsg_send_fds(p->sock, &w, sizeof(w), fds, 2, NULL);
         }
         if (r < 0) {
                 snprintf(err, errlen, "sending WELCOME: %s", strerror(-r));
@@ -915,7 +436,7 @@ static void on_sock(void *data, uint32_t events)
                 if (r < 0) {
                         log_warn("process %d on allocation %s refused: %s", p->pid, p->alloc->id, err);
                         if (r != -ECONNRESET)
-                                send_error(p->sock, r, err);
+                                gs_sockmsg_error(p->sock, r, err);
                         /* It never got memory: nothing to keep. */
                         destroy(ag, p, NULL);
                 }
@@ -957,7 +478,7 @@ int64_t gs_proc_tick(void *data, int64_t now)
                         if (p->hello_deadline_ms <= now) {
                                 log_warn("process %d on allocation %s sent no HELLO in %d ms; dropped",
                                          p->pid, a->id, GS_PROC_HELLO_MS);
-                                send_error(p->sock, -ETIMEDOUT, "no HELLO in time");
+                                gs_sockmsg_error(p->sock, -ETIMEDOUT, "no HELLO in time");
                                 destroy(ag, p, NULL);
                                 continue;
                         }

@@ -24,11 +24,13 @@
 #define GS_PROC_H
 
 #include "gs_agent.h"
+#include "gs_allocs.h"
+#include "gs_ring.h"
 #include "gs_vmm.h"
+#include "gs_wire.h"
+#include "gs_workers.h"
 
 #define GS_PROC_HELLO_MS 2000
-#define GS_PROC_SPIN_NS 50000u
-#define GS_PROC_SEND_MS 2000
 /* A VMM create that found no room in the driver waits this long at most
  * for a scan to restore the headroom, then tries once more; at most once
  * a second per process, so that a process cannot hold a worker with it. */
@@ -89,22 +91,6 @@ void gs_proc_on_listen(void *a, uint32_t events);
 int64_t gs_proc_tick(void *ag, int64_t now);
 /* Shutdown: ends every process's connection and frees its memory. */
 void gs_proc_kill_all(struct gs_agent *ag);
-
-/* Worker pool: serves up to budget requests from p's ring (each reply
- * published, the hook woken), *ret_served of them.  0 when the ring is
- * empty or the budget spent; a negative errno when the connection must go
- * (logged, the socket shut down: the main loop sees the hang-up). */
-int gs_proc_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served) GS_WUR;
-/* Whether p's request ring holds a request. */
-bool gs_proc_has_work(const struct gs_proc *p);
-
-/* Serves one request (copied out of the ring) into *rep; sends the grants
- * of an ALLOC on the socket first.  Returns 0, or a negative errno when
- * the connection must be dropped. */
-int gs_proc_serve(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep) GS_WUR;
-
-/* Slots of a part's outside set: its quota plus what it may borrow. */
-uint32_t gs_proc_outside_slots(const struct gs_agent *ag, const struct gs_part *part);
 
 /* Validates a HELLO of n bytes received on the socket.  0 or -EPROTO with
  * the reason in err. */

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gs_alloc.h"
+#include "gs_pool.h"
 #include "gs_event.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
@@ -151,7 +151,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                           const struct seen *sv, uint32_t n)
 {
         struct gs_part *part = &a->parts[i];
-        uint32_t slots = gs_proc_outside_slots(ag, part);
+        uint32_t slots = gs_allocs_outside_slots(ag, part);
         uint64_t measured = 0, bypass = 0;
         bool over = false;
 

@@ -42,6 +42,7 @@
 
 #include "gs_agent.h"
 #include "gs_chunkset.h"
+#include "gs_pool.h"
 
 /* At most this many live VMM allocations per process per GPU. */
 #define GS_VMM_MAX_PER_PROC 65536u

@@ -10,6 +10,7 @@
  * the process finds the slot's generation changed and is ignored. */
 #include "gs_workers.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,6 @@
 #include <unistd.h>
 
 #include "gs_log.h"
-#include "gs_proc.h"
 
 enum { W_IDLE = 0, W_QUEUED, W_RUNNING, W_DEAD };
 
@@ -32,7 +32,7 @@ struct wslot {
 };
 
 struct gs_workers {
-        struct gs_agent *ag;
+        gs_workers_turn_fn turn;
         int ep;                      /* doorbells of IDLE processes, and kick */
         int kick;                    /* eventfd: work queued, or stopping */
         pthread_mutex_t mu;
@@ -64,8 +64,8 @@ static void arm(struct gs_workers *w, struct gs_wentry *e)
                                   .data.u64 = (uint64_t)e->gen << 32 | e->slot };
 
         e->state = W_IDLE;
-        if (epoll_ctl(w->ep, EPOLL_CTL_MOD, e->p->wake_fd, &ev) < 0)
-                log_error("process %d: cannot re-arm its doorbell: %m", e->p->pid);
+        if (epoll_ctl(w->ep, EPOLL_CTL_MOD, e->fd, &ev) < 0)
+                log_error("cannot re-arm doorbell fd %d: %m", e->fd);
 }
 
 /* pre: mu.  Puts g, not in line, at the back of the line. */
@@ -166,70 +166,23 @@ static struct gs_wentry *pick(struct gs_workers *w)
         return NULL;
 }
 
-enum turn_end { END_IDLE, END_MORE, END_DEAD };
-
-/* Serves e's ring for one turn; mu not held.  Returns how it ended. */
-static enum turn_end serve_turn(struct gs_workers *w, struct gs_wentry *e)
-{
-        struct gs_proc *p = e->p;
-        struct gs_shm *s = p->shm;
-        uint32_t served = 0;
-
-        __atomic_store_n(&s->agent_sleeping, 0, __ATOMIC_SEQ_CST);
-        for (;;) {
-                uint32_t n = 0;
-                int64_t spin_until;
-
-                if (gs_proc_serve_some(p, GS_WORKERS_BUDGET - served, &n) < 0)
-                        return END_DEAD;
-                served += n;
-                if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
-                        return END_IDLE;
-                if (served >= GS_WORKERS_BUDGET)
-                        return gs_proc_has_work(p) ? END_MORE : END_IDLE;
-                /* Empty: a busy process sends again within microseconds.
-                 * Spin for it, unless others wait. */
-                spin_until = gs_mono_ns() + GS_PROC_SPIN_NS;
-                while (!gs_proc_has_work(p) && gs_mono_ns() < spin_until &&
-                       !__atomic_load_n(&w->nqueued, __ATOMIC_RELAXED) &&
-                       !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
-                        gs_cpu_relax();
-                if (gs_proc_has_work(p))
-                        continue;
-                /* Going to sleep: drain the doorbell first, then say so, then
-                 * look once more.  A request published after that look sees
-                 * agent_sleeping (seq_cst on both sides) and writes the
-                 * doorbell, which stays readable for the re-armed epoll. */
-                {
-                        uint64_t v;
-                        if (read(p->wake_fd, &v, sizeof(v)) < 0) {
-                                /* EAGAIN: nothing rang */
-                        }
-                }
-                __atomic_store_n(&s->agent_sleeping, 1, __ATOMIC_SEQ_CST);
-                if (!gs_proc_has_work(p))
-                        return END_IDLE;
-                __atomic_store_n(&s->agent_sleeping, 0, __ATOMIC_SEQ_CST);
-        }
-}
-
 /* pre: mu held; e RUNNING on this thread.  Serves it, then files it. */
 static void run(struct gs_workers *w, struct gs_wentry *e)
 {
-        enum turn_end how;
+        enum gs_turn how;
 
         e->state = W_RUNNING;
         e->grp->busy++;
         pthread_mutex_unlock(&w->mu);
-        how = serve_turn(w, e);
+        how = w->turn(e->item, GS_WORKERS_BUDGET, &w->nqueued);
         pthread_mutex_lock(&w->mu);
         e->grp->busy--;
         if (e->removing) {
                 e->state = W_DEAD;
                 pthread_cond_broadcast(&w->cv);
-        } else if (how == END_DEAD) {
+        } else if (how == GS_TURN_DEAD) {
                 e->state = W_DEAD;
-        } else if (how == END_MORE) {
+        } else if (how == GS_TURN_MORE) {
                 enqueue(w, e);
                 if (w->nidle)
                         kick(w); /* others may take what this thread does not */
@@ -289,7 +242,7 @@ static void *worker(void *arg)
         return NULL;
 }
 
-int gs_workers_new(struct gs_agent *ag, uint32_t nthreads, uint32_t max_procs,
+int gs_workers_new(gs_workers_turn_fn turn, uint32_t nthreads, uint32_t max_procs,
                    struct gs_workers **ret, char *err, size_t errlen)
 {
         struct gs_workers *w = calloc(1, sizeof(*w));
@@ -302,7 +255,7 @@ int gs_workers_new(struct gs_agent *ag, uint32_t nthreads, uint32_t max_procs,
                 r = -ENOMEM;
                 goto fail;
         }
-        w->ag = ag;
+        w->turn = turn;
         w->kick = -1;
         w->nslots = max_procs;
         for (uint32_t i = 0; i < max_procs; i++)
@@ -358,9 +311,9 @@ void gs_workers_free(struct gs_workers *w)
         free(w);
 }
 
-int gs_workers_add(struct gs_workers *w, struct gs_proc *p)
+int gs_workers_add(struct gs_workers *w, struct gs_wentry *e, void *item, struct gs_wgroup *grp,
+                   int fd, int *stop)
 {
-        struct gs_wentry *e = &p->went;
         struct epoll_event ev;
         uint32_t slot;
         int r = 0;
@@ -372,18 +325,18 @@ int gs_workers_add(struct gs_workers *w, struct gs_proc *p)
                 goto out;
         }
         memset(e, 0, sizeof(*e));
-        e->p = p;
-        e->grp = &p->alloc->wgroup;
+        e->item = item;
+        e->grp = grp;
+        e->fd = fd;
+        e->stop = stop;
         e->slot = slot;
         e->gen = ++w->slots[slot].gen;
         e->state = W_IDLE;
-        /* Asleep from the start: the first request rings the doorbell. */
-        __atomic_store_n(&p->shm->agent_sleeping, 1, __ATOMIC_SEQ_CST);
         ev = (struct epoll_event){ .events = EPOLLIN | EPOLLONESHOT,
                                    .data.u64 = (uint64_t)e->gen << 32 | slot };
-        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, p->wake_fd, &ev) < 0) {
+        if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
                 r = gs_neg_errno();
-                e->p = NULL;
+                e->item = NULL;
                 goto out;
         }
         w->free_head = w->slots[slot].next_free;
@@ -393,16 +346,15 @@ out:
         return r;
 }
 
-void gs_workers_remove(struct gs_workers *w, struct gs_proc *p)
+void gs_workers_remove(struct gs_workers *w, struct gs_wentry *e)
 {
-        struct gs_wentry *e = &p->went;
-
-        __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
-        if (!w || e->p != p)
+        if (e->stop)
+                __atomic_store_n(e->stop, 1, __ATOMIC_RELEASE);
+        if (!w || !e->item)
                 return;
         pthread_mutex_lock(&w->mu);
         e->removing = true;
-        (void)epoll_ctl(w->ep, EPOLL_CTL_DEL, p->wake_fd, NULL);
+        (void)epoll_ctl(w->ep, EPOLL_CTL_DEL, e->fd, NULL);
         if (e->state == W_QUEUED)
                 dequeue_entry(w, e);
         while (e->state == W_RUNNING)
@@ -413,6 +365,6 @@ void gs_workers_remove(struct gs_workers *w, struct gs_proc *p)
         w->slots[e->slot].e = NULL;
         w->slots[e->slot].next_free = w->free_head;
         w->free_head = e->slot;
-        e->p = NULL;
+        e->item = NULL;
         pthread_mutex_unlock(&w->mu);
 }

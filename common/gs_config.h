@@ -72,7 +72,7 @@ struct gs_config {
         uint64_t reserve_bytes;
         uint64_t balloon_cap_bytes;
         /* Caps on live blocks, which bound the agent's memory per process
-           and per allocation on each GPU (agent/gs_alloc.h). */
+           and per allocation on each GPU (agent/gs_pool.h). */
         uint64_t max_blocks_per_process;
         uint64_t max_blocks_per_allocation;
         /* ndevices == 0 means all GPUs; else each entry a UUID or an index. */

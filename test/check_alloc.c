@@ -1,11 +1,11 @@
-/* check_alloc.c — the allocator through its public interface (gs_alloc.h). */
+/* check_alloc.c — the allocator through its public interface (gs_pool.h). */
 #include <check.h>
 
 #include "gs_check.h"
 #include <stdlib.h>
 #include <string.h>
 
-#include "gs_alloc.h"
+#include "gs_pool.h"
 
 #define CHUNK (256 * GS_MiB)
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gs_alloc.h"
+#include "gs_pool.h"
 
 #define CHUNK (4 * GS_MiB)
 #define NCHUNKS 48

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gs_check.h"
+#include "gs_allocs.h"
 #include "gs_metrics.h"
 
 static int req(const char *s, bool *head)

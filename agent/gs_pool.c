@@ -1,7 +1,7 @@
-/* gs_alloc.c — the allocator as the agent sees it (gs_alloc.h): the GSM
+/* gs_pool.c — the allocator as the agent sees it (gs_pool.h): the GSM
  * chunk level, a buddy and a slab cache per process, coalesced requests,
  * release hints and accounting. */
-#include "gs_alloc.h"
+#include "gs_pool.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -51,7 +51,7 @@ static void debug_validate(struct gs_pool *pool, const char *op)
         if (++pool->dbg_count % pool->dbg_every)
                 return;
         if (gs_pool_validate(pool, why, sizeof(why)) < 0) {
-                fprintf(stderr, "gs_alloc: invariant broken after %s: %s\n", op, why);
+                fprintf(stderr, "gs_pool: invariant broken after %s: %s\n", op, why);
                 abort();
         }
 }

@@ -1,4 +1,4 @@
-/* gs_alloc.h — the agent's three-level allocator for one GPU, as the rest
+/* gs_pool.h — the agent's three-level allocator for one GPU, as the rest
  * of the agent sees it (DESIGN.md "Memory path"; built by gs_gsm, gs_buddy
  * and gs_slab underneath).
  *
@@ -20,8 +20,8 @@
  * that fails returns a negative errno and leaves the state exactly as it was.
  * Debug builds (GS_ALLOC_DEBUG) run gs_pool_validate after each mutation and
  * abort on a violation. */
-#ifndef GS_ALLOC_H
-#define GS_ALLOC_H
+#ifndef GS_POOL_H
+#define GS_POOL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,432 @@
+/* gs_serve.c — see gs_serve.h. */
+#include "gs_serve.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_allocs.h"
+#include "gs_gpu.h"
+#include "gs_log.h"
+#include "gs_ring.h"
+#include "gs_sockmsg.h"
+
+static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                       struct gs_ring_msg *rep)
+{
+        struct gs_gpu *g = pg->g;
+        uint64_t size = req->arg[0], off = 0, limit;
+        uint32_t n = 0;
+        int r;
+
+        if (size == 0 || req->arg[1] != 0) {
+                rep->status = -EINVAL;
+                return 0;
+        }
+        /* Past the quota plus what may be borrowed no request can succeed:
+         * the answer a driver gives for too much is out of memory. */
+        limit = pg->quota_bytes + p->agent->cfg.balloon_cap_bytes;
+        if (size > limit) {
+                rep->status = -ENOMEM;
+                return 0;
+        }
+        pthread_mutex_lock(&g->lock);
+        r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
+        if (r == 0) {
+                char err[256];
+
+                r = gs_gpu_chunks_hand_out(g, p->grants, n, p->alloc, p->id, p->grant_fds, err,
+                                           sizeof(err));
+                if (r < 0) {
+                        log_info("GPU %u: %s", g->index, err);
+                        gs_agent_want_scan(p->agent);
+                        /* Undo: the block, then the new chunks' slots. */
+                        if (gs_pproc_free(pg->pp, off, NULL) < 0)
+                                log_error("GPU %u: block at %llu not undone", g->index, (unsigned long long)off);
+                        for (uint32_t i = 0; i < n; i++)
+                                if (gs_pproc_release(pg->pp, p->grants[i].slot, 1) < 0)
+                                        log_error("GPU %u: slot %u not undone", g->index, p->grants[i].slot);
+                        n = 0;
+                }
+                gs_gpu_check_lending(g);
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (r < 0) {
+                /* Out of slots or too many chunks at once is, to the caller,
+                 * out of memory too. */
+                rep->status = (r == -ENOSPC || r == -E2BIG) ? -ENOMEM : r;
+                return 0;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+                struct gs_sock_grant m;
+
+                memset(&m, 0, sizeof(m));
+                gs_sockmsg_hdr(&m.h, GS_SOCK_GRANT, sizeof(m));
+                m.seq = req->seq;
+                m.gpu = req->gpu;
+                m.slot = p->grants[i].slot;
+                m.chunk_bytes = g->chunk_bytes;
+                if (p->grant_fds[i] < 0)
+                        return -EIO;
+                r = gs_sockmsg_send(p->sock, &m, sizeof(m), p->grant_fds[i], &p->stop);
+                if (r < 0)
+                        return r; /* the process keeps the memory until it exits */
+        }
+        rep->arg[0] = off;
+        rep->arg[1] = n;
+        return 0;
+}
+
+static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                            struct gs_ring_msg *rep)
+{
+        struct gs_gpu *g = pg->g;
+        struct gs_sock_vmm_grant m;
+        uint64_t size = req->arg[0], id = 0;
+        int fd = -1, r;
+
+        if (size == 0 || size % GS_VMM_ALIGN || req->arg[1] != 0) {
+                rep->status = -EINVAL;
+                return 0;
+        }
+        if (size > pg->quota_bytes + p->agent->cfg.balloon_cap_bytes) {
+                rep->status = -ENOMEM;
+                return 0;
+        }
+        for (int attempt = 0;; attempt++) {
+                pthread_mutex_lock(&g->lock);
+                r = gs_vmm_create(g, &pg->vmm, size, &id, &fd);
+                if (r == 0)
+                        gs_gpu_check_lending(g);
+                pthread_mutex_unlock(&g->lock);
+                /* No room in the driver: growth since the last scan may
+                 * have used the headroom; a scan charges it to its pods and
+                 * gives it back.  Memory still held by a kept fd stays out
+                 * of memory to the caller. */
+                if (r != -ENOSPC || attempt == 1 || gs_mono_ms() - pg->room_wait_ms < 1000)
+                        break;
+                pg->room_wait_ms = gs_mono_ms();
+                gs_agent_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
+        }
+        if (r < 0) {
+                rep->status = r == -ENOSPC ? -ENOMEM : r;
+                return 0;
+        }
+        /* Only this worker touches the set while the process is served:
+         * the fd stays valid until a VMM_RELEASE from this same process. */
+        memset(&m, 0, sizeof(m));
+        gs_sockmsg_hdr(&m.h, GS_SOCK_VMM_GRANT, sizeof(m));
+        m.seq = req->seq;
+        m.id = id;
+        m.size = size;
+        m.gpu = req->gpu;
+        r = gs_sockmsg_send(p->sock, &m, sizeof(m), fd, &p->stop);
+        if (r < 0)
+                return r; /* the allocation is freed when the process exits */
+        rep->arg[0] = id;
+        rep->arg[1] = 1;
+        return 0;
+}
+
+/* The part's outside set under the GPU's lock: what the allocation uses on
+ * this GPU, and of it outside the pool. */
+static void part_usage(struct gs_gpu *g, struct gs_part *part, uint64_t *ret_used,
+                       uint64_t *ret_outside)
+{
+        struct gs_palloc_stats st;
+
+        gs_palloc_stats(part->pa, &st);
+        *ret_used = (uint64_t)st.chunks_held * g->chunk_bytes;
+        *ret_outside = part->out.charged;
+}
+
+/* GS_OP_CTX: charge a context before the process creates it. */
+static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                     struct gs_ring_msg *rep)
+{
+        struct gs_part *part = &p->alloc->parts[req->gpu];
+        struct gs_gpu *g = pg->g;
+        uint64_t want;
+        int r = 0;
+
+        pthread_mutex_lock(&g->lock);
+        if (!pg->ctx_expect) {
+                want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes
+                                                                  : pg->outside_measured;
+                r = gs_outside_charge(g, &part->out, part->pa,
+                                      gs_allocs_outside_slots(p->agent, part), &pg->outside_charge,
+                                      want, true);
+                if (r == 0) {
+                        pg->ctx_expect = g->ctx_expect_bytes;
+                        pg->ctx_promised = want;
+                        g->ctx_promised += want;
+                }
+                gs_gpu_check_lending(g);
+        }
+        part_usage(g, part, &rep->arg[1], &rep->arg[2]);
+        pthread_mutex_unlock(&g->lock);
+        rep->arg[0] = pg->quota_bytes;
+        rep->arg[3] = strtoull(p->alloc->id, NULL, 16);
+        if (r < 0) {
+                log_info("process %d (%s) of allocation %s: no room for a CUDA context on GPU %u "
+                         "(%llu of %llu MiB in use, %llu outside the pool)",
+                         p->pid, p->comm, p->alloc->id, g->index,
+                         (unsigned long long)(rep->arg[1] >> 20),
+                         (unsigned long long)(pg->quota_bytes >> 20),
+                         (unsigned long long)(rep->arg[2] >> 20));
+                rep->status = -ENOMEM;
+        }
+        return 0;
+}
+
+static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                            struct gs_ring_msg *rep)
+{
+        uint64_t base = 0, size = 0, tok[2];
+        int r;
+
+        pthread_mutex_lock(&pg->g->lock);
+        r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
+        pthread_mutex_unlock(&pg->g->lock);
+        /* Only this worker frees this process's blocks: the block stays
+         * live until the export is in the table. */
+        if (r == 0)
+                r = gs_ipc_export(&p->alloc->ipc, p, req->gpu, base, size, tok);
+        if (r < 0) {
+                rep->status = r == -ENOSPC ? -ENOMEM : r;
+                return 0;
+        }
+        rep->arg[0] = tok[0];
+        rep->arg[1] = tok[1];
+        rep->arg[2] = size;
+        rep->arg[3] = base;
+        return 0;
+}
+
+static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                          struct gs_ring_msg *rep)
+{
+        const uint64_t tok[2] = { req->arg[0], req->arg[1] };
+        struct gs_ipc_open o;
+        uint32_t k;
+        int r;
+
+        r = gs_ipc_open(&p->alloc->ipc, p, req->gpu, tok, &o);
+        if (r < 0) {
+                rep->status = r == -EMFILE || r == -ENFILE ? -ENOMEM : r;
+                return 0;
+        }
+        for (uint32_t i = 0; i < o.nchunks && r == 0; i++) {
+                struct gs_sock_grant m;
+
+                memset(&m, 0, sizeof(m));
+                gs_sockmsg_hdr(&m.h, GS_SOCK_IPC_GRANT, sizeof(m));
+                m.seq = req->seq;
+                m.gpu = req->gpu;
+                m.slot = i;
+                m.chunk_bytes = pg->g->chunk_bytes;
+                r = gs_sockmsg_send(p->sock, &m, sizeof(m), o.fds[i], &p->stop);
+        }
+        k = o.nchunks;
+        gs_ipc_open_done(&o);
+        if (r < 0)
+                return r; /* part of the grants went out: the connection must go */
+        rep->arg[0] = o.off_in_chunk;
+        rep->arg[1] = k;
+        rep->arg[2] = o.size;
+        return 0;
+}
+
+int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
+{
+        struct gs_proc_gpu *pg;
+        struct gs_pproc_stats st;
+        struct gs_release rel = { 0, 0 };
+        uint64_t base = 0, size = 0;
+        int r;
+
+        memset(rep, 0, sizeof(*rep));
+        rep->seq = req->seq;
+        rep->op = req->op;
+        rep->gpu = req->gpu;
+        if (req->op == GS_OP_PING) {
+                rep->arg[0] = req->arg[0];
+                return 0;
+        }
+        if (req->gpu >= p->ngpus) {
+                rep->status = -EINVAL;
+                return 0;
+        }
+        pg = &p->gpus[req->gpu];
+        switch (req->op) {
+        case GS_OP_ALLOC:
+                return serve_alloc(p, pg, req, rep);
+        case GS_OP_FREE:
+                /* An exported block loses its export before it is freed. */
+                if (gs_ipc_count(p))
+                        gs_ipc_unexport(&p->alloc->ipc, p, req->gpu, req->arg[0]);
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_pproc_free(pg->pp, req->arg[0], &rel);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                rep->arg[0] = rel.first_slot;
+                rep->arg[1] = rel.count;
+                return 0;
+        case GS_OP_MEMINFO:
+                pthread_mutex_lock(&pg->g->lock);
+                gs_pproc_stats(pg->pp, &st);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->arg[0] = st.bytes_obtainable;
+                rep->arg[1] = pg->quota_bytes;
+                return 0;
+        case GS_OP_RANGE:
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                rep->arg[0] = base;
+                rep->arg[1] = size;
+                return 0;
+        case GS_OP_RELEASE:
+                if (req->arg[0] >= pg->nslots || req->arg[1] == 0 ||
+                    req->arg[1] > pg->nslots - req->arg[0]) {
+                        rep->status = -EINVAL;
+                        return 0;
+                }
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_pproc_release(pg->pp, (uint32_t)req->arg[0], (uint32_t)req->arg[1]);
+                if (r == 0)
+                        gs_gpu_check_lending(pg->g);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                return 0;
+        case GS_OP_VMM_CREATE:
+                return serve_vmm_create(p, pg, req, rep);
+        case GS_OP_IPC_EXPORT:
+                return serve_ipc_export(p, pg, req, rep);
+        case GS_OP_IPC_OPEN:
+                return serve_ipc_open(p, pg, req, rep);
+        case GS_OP_CTX:
+                return serve_ctx(p, pg, req, rep);
+        case GS_OP_CTX_DONE:
+                pthread_mutex_lock(&pg->g->lock);
+                pg->g->ctx_promised -= pg->ctx_promised;
+                pg->ctx_promised = 0;
+                pthread_mutex_unlock(&pg->g->lock);
+                return 0;
+        case GS_OP_VMM_RELEASE:
+                pthread_mutex_lock(&pg->g->lock);
+                r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
+                if (r == 0)
+                        gs_gpu_check_lending(pg->g);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->status = r;
+                return 0;
+        default:
+                rep->status = -EPROTO;
+                return 0;
+        }
+}
+
+/* Publishes a reply; the honest hook keeps one request outstanding, so a
+ * full reply ring means the peer stopped reading: wait a little, then give up. */
+static int push_reply(struct gs_proc *p, const struct gs_ring_msg *rep)
+{
+        int64_t deadline = gs_mono_ms() + GS_SOCKMSG_SEND_MS;
+        int r;
+
+        while ((r = gs_ring_push(&p->shm->rep, &p->rep_head, rep)) == -EAGAIN) {
+                struct timespec ts = { 0, 1000000 };
+                if (gs_mono_ms() >= deadline || __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
+                        return -ETIMEDOUT;
+                nanosleep(&ts, NULL);
+        }
+        if (r == 0)
+                gs_doorbell_ring(&p->shm->hook_wake, &p->shm->hook_sleeping);
+        return r;
+}
+
+bool gs_serve_has_work(const struct gs_proc *p)
+{
+        return gs_ring_ready(&p->shm->req, p->req_tail);
+}
+
+int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
+{
+        struct gs_ring_msg req, rep;
+        uint32_t n = 0;
+        int r = 0;
+
+        if (p->ngpus)
+                (void)p->agent->cu.ctx_set_current(p->gpus[0].g->ctx); /* for recycling */
+        while (n < budget && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+                r = gs_ring_pop(&p->shm->req, &p->req_tail, &req);
+                if (r <= 0)
+                        break;
+                r = gs_serve_one(p, &req, &rep);
+                if (r == 0)
+                        r = push_reply(p, &rep);
+                if (r < 0)
+                        break;
+                n++;
+                __atomic_add_fetch(&p->nrequests, 1, __ATOMIC_RELAXED);
+        }
+        *ret_served = n;
+        if (r >= 0)
+                return 0;
+        if (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+                log_warn("process %d (%s) of allocation %s: connection dropped: %s", p->pid,
+                         p->comm, p->alloc->id,
+                         r == -EPROTO ? "corrupt ring indices" : strerror(-r));
+                /* The main loop sees the hang-up and takes it from there. */
+                (void)shutdown(p->sock, SHUT_RDWR);
+        }
+        return r;
+}
+
+enum gs_turn gs_serve_turn(void *item, uint32_t budget, const uint32_t *others_waiting)
+{
+        struct gs_proc *p = item;
+        struct gs_shm *s = p->shm;
+        uint32_t served = 0;
+
+        __atomic_store_n(&s->agent_sleeping, 0, __ATOMIC_SEQ_CST);
+        for (;;) {
+                uint32_t n = 0;
+                int64_t spin_until;
+
+                if (gs_serve_some(p, budget - served, &n) < 0)
+                        return GS_TURN_DEAD;
+                served += n;
+                if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
+                        return GS_TURN_IDLE;
+                if (served >= budget)
+                        return gs_serve_has_work(p) ? GS_TURN_MORE : GS_TURN_IDLE;
+                /* Empty: a busy process sends again within microseconds.
+                 * Spin for it, unless others wait. */
+                spin_until = gs_mono_ns() + GS_SERVE_SPIN_NS;
+                while (!gs_serve_has_work(p) && gs_mono_ns() < spin_until &&
+                       !__atomic_load_n(others_waiting, __ATOMIC_RELAXED) &&
+                       !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
+                        gs_cpu_relax();
+                if (gs_serve_has_work(p))
+                        continue;
+                /* Going to sleep: drain the doorbell first, then say so, then
+                 * look once more.  A request published after that look sees
+                 * agent_sleeping (seq_cst on both sides) and writes the
+                 * doorbell, which stays readable for the re-armed epoll. */
+                {
+                        uint64_t v;
+                        if (read(p->wake_fd, &v, sizeof(v)) < 0) {
+                                /* EAGAIN: nothing rang */
+                        }
+                }
+                __atomic_store_n(&s->agent_sleeping, 1, __ATOMIC_SEQ_CST);
+                if (!gs_serve_has_work(p))
+                        return GS_TURN_IDLE;
+                __atomic_store_n(&s->agent_sleeping, 0, __ATOMIC_SEQ_CST);
+        }
+}

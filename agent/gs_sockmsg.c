@@ -1,0 +1,71 @@
+/* gs_sockmsg.c — see gs_sockmsg.h. */
+#include "gs_sockmsg.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+void gs_sockmsg_hdr(struct gs_sock_hdr *h, uint16_t type, uint32_t len)
+{
+        h->magic = GS_WIRE_MAGIC;
+        h->version = GS_WIRE_VERSION;
+        h->type = type;
+        h->len = len;
+        h->reserved = 0;
+}
+
+int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds,
+                        const int *stop)
+{
+        union {
+                struct cmsghdr c;
+                char buf[CMSG_SPACE(2 * sizeof(int))];
+        } u;
+        struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        int64_t deadline = gs_mono_ms() + GS_SOCKMSG_SEND_MS;
+
+        if (nfds) {
+                memset(&u, 0, sizeof(u));
+                mh.msg_control = u.buf;
+                mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+                memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+        }
+        for (;;) {
+                ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w == (ssize_t)len)
+                        return 0;
+                if (w >= 0)
+                        return -EPROTO; /* SEQPACKET never sends part of a record */
+                if (errno == EINTR)
+                        continue;
+                if (errno != EAGAIN && errno != EWOULDBLOCK)
+                        return gs_neg_errno();
+                if (gs_mono_ms() >= deadline || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
+                        return -ETIMEDOUT;
+                struct pollfd pfd = { .fd = sock, .events = POLLOUT };
+                (void)poll(&pfd, 1, 20);
+        }
+}
+
+int gs_sockmsg_send(int sock, const void *msg, size_t len, int fd, const int *stop)
+{
+        return gs_sockmsg_send_fds(sock, msg, len, &fd, fd >= 0, stop);
+}
+
+void gs_sockmsg_error(int sock, int err, const char *msg)
+{
+        struct gs_sock_error e;
+
+        memset(&e, 0, sizeof(e));
+        gs_sockmsg_hdr(&e.h, GS_SOCK_ERROR, sizeof(e));
+        e.err = err;
+        snprintf(e.msg, sizeof(e.msg), "%s", msg);
+        (void)!gs_sockmsg_send(sock, &e, sizeof(e), -1, NULL);
+}

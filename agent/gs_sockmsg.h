@@ -1,0 +1,29 @@
+/* gs_sockmsg.h — messages on a process's socket (gs_wire.h: HELLO, WELCOME,
+ * GRANT, ERROR): the header, and sending one SOCK_SEQPACKET record with the
+ * fds it carries without ever blocking the caller for long.  Used by the
+ * session on the main thread (gs_proc.c) and by the request server on the
+ * worker threads (gs_serve.c). */
+#ifndef GS_SOCKMSG_H
+#define GS_SOCKMSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_util.h"
+#include "gs_wire.h"
+
+/* A send waits at most this long for room in the socket. */
+#define GS_SOCKMSG_SEND_MS 2000
+
+void gs_sockmsg_hdr(struct gs_sock_hdr *h, uint16_t type, uint32_t len);
+/* Sends one message with fds[0..nfds) (nfds <= 2) attached, waiting at
+ * most GS_SOCKMSG_SEND_MS for room and giving up early if *stop (may be
+ * NULL) is set.  0, -ETIMEDOUT, or the send's negative errno. */
+int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds,
+                        const int *stop) GS_WUR;
+/* As gs_sockmsg_send_fds, with fd attached if >= 0. */
+int gs_sockmsg_send(int sock, const void *msg, size_t len, int fd, const int *stop) GS_WUR;
+/* Best effort: an ERROR message with err and msg. */
+void gs_sockmsg_error(int sock, int err, const char *msg);
+
+#endif
