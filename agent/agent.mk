@@ -4,7 +4,7 @@
 
 AGENT_SRC := agent/gs_agent_main.c agent/gs_agent.c agent/gs_cuda.c agent/gs_gpu.c agent/gs_vmm.c agent/gs_ipc.c agent/gs_allocs.c \
 	agent/gs_proc.c agent/gs_workers.c agent/gs_ctlsrv.c agent/gs_recon.c agent/gs_metrics.c agent/gs_watch.c \
-	agent/gs_outside.c agent/gs_chunkset.c agent/gs_loop.c agent/gs_stream.c agent/gs_serve.c agent/gs_sockmsg.c agent/gs_nvml.c agent/gs_usage.c agent/gs_event.c
+	agent/gs_outside.c agent/gs_chunkset.c agent/gs_loop.c agent/gs_stream.c agent/gs_serve.c agent/gs_sockmsg.c agent/gs_kubeapi.c agent/gs_nvml.c agent/gs_usage.c agent/gs_event.c
 AGENT_LIB_SRC := $(filter-out agent/gs_agent_main.c,$(AGENT_SRC))
 AGENT_LIB_O := $(patsubst %.c,$(B)/%.o,$(AGENT_LIB_SRC))
 AGENT_LIBS  := -ldl -lpthread $(PKG_GRPC) $(PKG_PBC) $(PKG_YAML) $(PKG_CURL)
@@ -17,12 +17,15 @@ $(B)/gshare-agent: $(B)/agent/gs_agent_main.o $(AGENT_LIB_O) $(B)/libgsalloc.a $
 $(B)/gsharectl: $(B)/agent/gsharectl.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_PBC) $(PKG_YAML)
 
-$(B)/test/check_agent: $(B)/test/check_agent.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
+# One unit test per agent module that runs without a driver or a socket
+# (everything else runs end to end in test/e2e/).
+AGENT_CHECKS := $(patsubst %,$(B)/test/check_%,allocs gpu proc cuda usage event watch recon)
+$(AGENT_CHECKS): $(B)/test/check_%: $(B)/test/check_%.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS) $(PKG_CHECK)
-$(B)/test/check_agent.o: CPPFLAGS += -Iagent
+$(AGENT_CHECKS:%=%.o): CPPFLAGS += -Iagent
 
 BINS  += $(B)/gshare-agent $(B)/gsharectl
-TESTS += $(B)/test/check_agent
+TESTS += $(AGENT_CHECKS)
 
 .PHONY: demo
 demo: $(BINS) $(LIBS) $(TEST_DEPS)

@@ -11,9 +11,8 @@
 #include <time.h>
 
 #include "gs_log.h"
-#include "gs_watch.h"
+#include "gs_kubeapi.h"
 
-#define TOKEN_CAP (16u << 10)
 #define MSG_CAP 512
 #define BODY_CAP 2048
 #define POST_TIMEOUT_MS 10000L
@@ -106,9 +105,8 @@ static size_t sink(char *data, size_t size, size_t nmemb, void *arg)
 
 static int post(struct gs_events *ev, const struct item *it)
 {
-        char url[GS_CONFIG_API_SERVER_MAX + 160], body[BODY_CAP], curlerr[CURL_ERROR_SIZE] = "";
-        char *auth = NULL;
-        struct curl_slist *hdrs = NULL;
+        char url[GS_CONFIG_API_SERVER_MAX + 160], body[BODY_CAP], err[512];
+        struct gs_kubeapi_req q;
         CURL *easy;
         long code = 0;
         CURLcode cr;
@@ -119,50 +117,27 @@ static int post(struct gs_events *ev, const struct item *it)
         if (r < 0)
                 return r;
         snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/events", ev->base, it->ns);
-        easy = curl_easy_init();
-        if (!easy)
-                return -ENOMEM;
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-        if (ev->token_file[0]) {
-                auth = malloc(TOKEN_CAP + 32);
-                if (!auth) {
-                        r = -ENOMEM;
-                        goto out;
-                }
-                strcpy(auth, "Authorization: Bearer ");
-                r = gs_watch_read_token(ev->token_file, auth + strlen(auth), TOKEN_CAP);
-                if (r < 0)
-                        goto out;
-                hdrs = curl_slist_append(hdrs, auth);
+        r = gs_kubeapi_req_new(&q, url, ev->token_file, ev->ca_file, "application/json", err,
+                               sizeof(err));
+        if (r < 0) {
+                log_warn("Event on pod %s/%s not posted: %s", it->ns, it->name, err);
+                return r;
         }
-        curl_easy_setopt(easy, CURLOPT_URL, url);
-        curl_easy_setopt(easy, CURLOPT_HTTPHEADER, hdrs);
+        easy = q.easy;
         curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(easy, CURLOPT_USERAGENT, "gshare-agent");
         curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, POST_TIMEOUT_MS);
-        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, curlerr);
         curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, sink);
-        if (ev->ca_file[0])
-                curl_easy_setopt(easy, CURLOPT_CAINFO, ev->ca_file);
         cr = curl_easy_perform(easy);
         if (cr == CURLE_OK)
                 curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
         if (cr != CURLE_OK || code < 200 || code > 299) {
                 log_warn("Event on pod %s/%s not posted: %s", it->ns, it->name,
-                         cr != CURLE_OK ? (curlerr[0] ? curlerr : curl_easy_strerror(cr)) : "HTTP error");
+                         cr != CURLE_OK ? (q.errbuf[0] ? q.errbuf : curl_easy_strerror(cr)) : "HTTP error");
                 if (code)
                         log_warn("Event on pod %s/%s: HTTP %ld", it->ns, it->name, code);
                 r = -EIO;
         }
-out:
-        if (auth) {
-                explicit_bzero(auth, TOKEN_CAP + 32);
-                free(auth);
-        }
-        curl_slist_free_all(hdrs);
-        curl_easy_cleanup(easy);
+        gs_kubeapi_req_free(&q);
         return r;
 }
 
@@ -197,7 +172,7 @@ int gs_events_start(const struct gs_config *c, struct gs_events **ret, char *err
         int r;
 
         *ret = NULL;
-        r = gs_watch_api_server(c, base, sizeof(base), err, errlen);
+        r = gs_kubeapi_base_url(c, base, sizeof(base), err, errlen);
         if (r < 0 || !base[0] || !node || !node[0] || strlen(node) >= GS_CONFIG_NODE_NAME_MAX)
                 return r < 0 ? r : 0;
         ev = calloc(1, sizeof(*ev));

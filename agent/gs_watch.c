@@ -21,10 +21,11 @@
 
 #include <curl/curl.h>
 
+#include "gs_json.h"
+#include "gs_kubeapi.h"
 #include "gs_log.h"
 #include "gs_recon.h"
 
-#define TOKEN_MAX (16u << 10)
 #define ERRBODY_MAX 4096u
 #define CONNECT_TIMEOUT_MS 10000L
 #define LIST_TIMEOUT_MS 30000L
@@ -85,251 +86,16 @@ static void printable(char *dst, size_t cap, const char *src, size_t len)
                 dst[n] = '\0';
 }
 
-/* ---- a bounded JSON reader: only the string/number values at a few paths ---- */
-
-struct want {
-        const char *path;
-        char *buf;
-        size_t cap;
-        bool found;
-};
-
-struct jp {
-        const char *p, *end;
-        struct want *w;
-        size_t nw;
-        char path[128];
-};
-
-static void j_ws(struct jp *j)
-{
-        while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-                j->p++;
-}
-
-static struct want *j_match(struct jp *j, bool live)
-{
-        if (!live)
-                return NULL;
-        for (size_t i = 0; i < j->nw; i++)
-                if (strcmp(j->w[i].path, j->path) == 0)
-                        return &j->w[i];
-        return NULL;
-}
-
-/* A string at j->p (the opening quote), decoded into out (cap bytes, may be
- * 0); *ret_trunc says it did not fit.  \u escapes become '?': nothing we
- * read needs them. */
-static int j_string(struct jp *j, char *out, size_t cap, bool *ret_trunc)
-{
-        size_t n = 0;
-
-        *ret_trunc = false;
-        j->p++;
-        while (j->p < j->end) {
-                unsigned char ch = (unsigned char)*j->p++;
-                if (ch == '"') {
-                        if (cap)
-                                out[n] = '\0';
-                        return 0;
-                }
-                if (ch < 0x20)
-                        return -EINVAL;
-                if (ch == '\\') {
-                        if (j->p >= j->end)
-                                return -EINVAL;
-                        ch = (unsigned char)*j->p++;
-                        switch (ch) {
-                        case '"': case '\\': case '/': break;
-                        case 'b': ch = '\b'; break;
-                        case 'f': ch = '\f'; break;
-                        case 'n': ch = '\n'; break;
-                        case 'r': ch = '\r'; break;
-                        case 't': ch = '\t'; break;
-                        case 'u':
-                                if (j->end - j->p < 4)
-                                        return -EINVAL;
-                                for (int i = 0; i < 4; i++)
-                                        if (!isxdigit((unsigned char)j->p[i]))
-                                                return -EINVAL;
-                                j->p += 4;
-                                ch = '?';
-                                break;
-                        default: return -EINVAL;
-                        }
-                }
-                if (n + 1 < cap)
-                        out[n++] = (char)ch;
-                else
-                        *ret_trunc = true;
-        }
-        return -EINVAL;
-}
-
-static int j_value(struct jp *j, size_t plen, int depth, bool live);
-
-/* After a member or an element: 1 on ',' (another follows), 0 on close (the
- * end), -EINVAL on anything else. */
-static int j_next(struct jp *j, char close)
-{
-        j_ws(j);
-        if (j->p < j->end && (*j->p == ',' || *j->p == close))
-                return *j->p++ == ',';
-        return -EINVAL;
-}
-
-static int j_object(struct jp *j, size_t plen, int depth, bool live)
-{
-        char key[64];
-        bool trunc;
-        int r;
-
-        j->p++;
-        j_ws(j);
-        if (j->p < j->end && *j->p == '}') {
-                j->p++;
-                return 0;
-        }
-        for (;;) {
-                size_t klen, nlen = plen;
-                bool klive;
-
-                j_ws(j);
-                if (j->p >= j->end || *j->p != '"')
-                        return -EINVAL;
-                r = j_string(j, key, sizeof(key), &trunc);
-                if (r < 0)
-                        return r;
-                klen = strlen(key);
-                klive = live && !trunc && plen + 1 + klen < sizeof(j->path);
-                if (klive) {
-                        if (plen)
-                                j->path[nlen++] = '.';
-                        memcpy(j->path + nlen, key, klen + 1);
-                        nlen += klen;
-                }
-                j_ws(j);
-                if (j->p >= j->end || *j->p != ':')
-                        return -EINVAL;
-                j->p++;
-                r = j_value(j, nlen, depth, klive);
-                if (r == 0)
-                        r = j_next(j, '}');
-                if (r <= 0)
-                        return r;
-        }
-}
-
-static int j_array(struct jp *j, size_t plen, int depth)
-{
-        int r;
-
-        j->p++;
-        j_ws(j);
-        if (j->p < j->end && *j->p == ']') {
-                j->p++;
-                return 0;
-        }
-        for (;;) {
-                r = j_value(j, plen, depth, false); /* no wanted value is in a list */
-                if (r == 0)
-                        r = j_next(j, ']');
-                if (r <= 0)
-                        return r;
-        }
-}
-
-static int j_scalar(struct jp *j, struct want *w)
-{
-        static const char *const lits[] = { "true", "false", "null" };
-        const char *s = j->p;
-        size_t n;
-
-        while (j->p < j->end && (isalnum((unsigned char)*j->p) || *j->p == '-' || *j->p == '+' ||
-                                 *j->p == '.'))
-                j->p++;
-        n = (size_t)(j->p - s);
-        if (n == 0)
-                return -EINVAL;
-        if (*s == '-' || isdigit((unsigned char)*s)) {
-                for (size_t i = 0; i < n; i++)
-                        if (!isdigit((unsigned char)s[i]) && !strchr("-+.eE", s[i]))
-                                return -EINVAL;
-        } else {
-                size_t i;
-                for (i = 0; i < GS_ARRAY_SIZE(lits); i++)
-                        if (strlen(lits[i]) == n && memcmp(lits[i], s, n) == 0)
-                                break;
-                if (i == GS_ARRAY_SIZE(lits))
-                        return -EINVAL;
-        }
-        if (w && n < w->cap) {
-                memcpy(w->buf, s, n);
-                w->buf[n] = '\0';
-                w->found = true;
-        }
-        return 0;
-}
-
-static int j_value(struct jp *j, size_t plen, int depth, bool live)
-{
-        struct want *w;
-        bool trunc;
-        int r;
-
-        j->path[plen] = '\0';
-        j_ws(j);
-        if (j->p >= j->end)
-                return -EINVAL;
-        if (depth >= GS_WATCH_MAX_DEPTH)
-                return -EINVAL;
-        switch (*j->p) {
-        case '{': return j_object(j, plen, depth + 1, live);
-        case '[': return j_array(j, plen, depth + 1);
-        case '"':
-                w = j_match(j, live);
-                r = j_string(j, w ? w->buf : NULL, w ? w->cap : 0, &trunc);
-                if (r == 0 && w) {
-                        /* A value too long to hold is as good as absent. */
-                        w->found = !trunc;
-                        if (trunc)
-                                w->buf[0] = '\0';
-                }
-                return r;
-        default: return j_scalar(j, j_match(j, live));
-        }
-}
-
-/* One JSON object filling the wants; nothing but whitespace around it. */
-static int j_parse(const char *s, size_t len, struct want *w, size_t nw)
-{
-        struct jp j = { .p = s, .end = s + len, .w = w, .nw = nw };
-        int r;
-
-        for (size_t i = 0; i < nw; i++) {
-                w[i].found = false;
-                w[i].buf[0] = '\0';
-        }
-        j_ws(&j);
-        if (j.p >= j.end || *j.p != '{')
-                return -EINVAL;
-        r = j_value(&j, 0, 0, true);
-        if (r < 0)
-                return r;
-        j_ws(&j);
-        return j.p == j.end ? 0 : -EINVAL;
-}
-
 int gs_watch_parse_event(const char *line, size_t len, struct gs_watch_event *ev)
 {
-        struct want w[] = {
+        struct gs_json_want w[] = {
                 { "type", ev->type, sizeof(ev->type), false },
                 { "object.metadata.resourceVersion", ev->rv, sizeof(ev->rv), false },
                 { "object.status.phase", ev->phase, sizeof(ev->phase), false },
                 { "object.metadata.name", ev->name, sizeof(ev->name), false },
                 { "object.code", ev->code, sizeof(ev->code), false },
         };
-        int r = j_parse(line, len, w, GS_ARRAY_SIZE(w));
+        int r = gs_json_extract(line, len, w, GS_ARRAY_SIZE(w));
 
         if (r < 0)
                 return r;
@@ -338,8 +104,8 @@ int gs_watch_parse_event(const char *line, size_t len, struct gs_watch_event *ev
 
 int gs_watch_parse_list_rv(const char *body, size_t len, char *rv, size_t cap)
 {
-        struct want w[] = { { "metadata.resourceVersion", rv, cap, false } };
-        int r = j_parse(body, len, w, 1);
+        struct gs_json_want w[] = { { "metadata.resourceVersion", rv, cap, false } };
+        int r = gs_json_extract(body, len, w, 1);
 
         if (r < 0)
                 return r;
@@ -527,81 +293,26 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
         return n;
 }
 
-/* The token, one line of printable ASCII (it goes into a header). */
-int gs_watch_read_token(const char *path, char *buf, size_t cap)
-{
-        size_t len = 0;
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), r = 0;
-
-        if (fd < 0)
-                return gs_neg_errno();
-        r = gs_read_all(fd, buf, cap, &len);
-        if (r < 0)
-                goto out;
-        while (len && isspace((unsigned char)buf[len - 1]))
-                len--;
-        buf[len] = '\0';
-        if (len == 0)
-                r = -ENODATA;
-        for (size_t i = 0; i < len; i++)
-                if (buf[i] <= 0x20 || buf[i] >= 0x7f)
-                        r = -EINVAL;
-out:
-        close(fd);
-        return r;
-}
 
 /* One GET; the outcome in x.  Returns 0 when the transfer ran (whatever its
  * HTTP status), -ECANCELED on stop, or a negative errno with w->err set. */
 static int get(struct gs_watch *w, const char *url, struct xfer *x)
 {
-        struct curl_slist *hdrs = NULL;
-        char curlerr[CURL_ERROR_SIZE] = "", *auth = NULL;
+        struct gs_kubeapi_req q;
         CURLcode res = CURLE_OK;
         bool done = false;
         int running = 1, r = 0;
 
-        x->easy = curl_easy_init();
-        if (!x->easy) {
-                snprintf(w->err, sizeof(w->err), "curl_easy_init failed");
-                return -ENOMEM;
-        }
-        if (w->token_file[0]) {
-                auth = malloc(TOKEN_MAX + 32);
-                if (!auth) {
-                        r = -ENOMEM;
-                        goto out;
-                }
-                strcpy(auth, "Authorization: Bearer ");
-                r = gs_watch_read_token(w->token_file, auth + strlen(auth), TOKEN_MAX);
-                if (r < 0) {
-                        snprintf(w->err, sizeof(w->err), "cannot read the token %.300s: %s",
-                                 w->token_file,
-                                 r == -EINVAL ? "not one line of printable characters"
-                                 : r == -ENODATA ? "empty" : strerror(-r));
-                        goto out;
-                }
-                hdrs = curl_slist_append(hdrs, auth);
-        }
-        hdrs = curl_slist_append(hdrs, "Accept: application/json");
-        if (!hdrs) {
-                r = -ENOMEM;
-                goto out;
-        }
-        curl_easy_setopt(x->easy, CURLOPT_URL, url);
-        curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(x->easy, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(x->easy, CURLOPT_USERAGENT, "gshare-agent");
-        curl_easy_setopt(x->easy, CURLOPT_ERRORBUFFER, curlerr);
+        r = gs_kubeapi_req_new(&q, url, w->token_file, w->ca_file, NULL, w->err, sizeof(w->err));
+        if (r < 0)
+                return r;
+        x->easy = q.easy;
         curl_easy_setopt(x->easy, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
         curl_easy_setopt(x->easy, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(x->easy, CURLOPT_TCP_KEEPIDLE, 30L);
         curl_easy_setopt(x->easy, CURLOPT_TCP_KEEPINTVL, 10L);
         curl_easy_setopt(x->easy, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(x->easy, CURLOPT_WRITEDATA, x);
-        if (w->ca_file[0])
-                curl_easy_setopt(x->easy, CURLOPT_CAINFO, w->ca_file);
         if (x->watch) {
                 curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, WATCH_TIMEOUT_MS);
                 curl_easy_setopt(x->easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -616,11 +327,11 @@ static int get(struct gs_watch *w, const char *url, struct xfer *x)
         }
         while (!atomic_load(&w->stop)) {
                 CURLMsg *m;
-                int q;
+                int nq;
 
                 if (curl_multi_perform(w->multi, &running) != CURLM_OK)
                         break;
-                while ((m = curl_multi_info_read(w->multi, &q)))
+                while ((m = curl_multi_info_read(w->multi, &nq)))
                         if (m->msg == CURLMSG_DONE && m->easy_handle == x->easy) {
                                 res = m->data.result;
                                 done = true;
@@ -639,20 +350,15 @@ static int get(struct gs_watch *w, const char *url, struct xfer *x)
                 r = -EIO;
         } else if (res != CURLE_OK && x->outcome == OUT_NONE && x->status != 200) {
                 snprintf(w->err, sizeof(w->err), "GET %.240s: %s", url,
-                         curlerr[0] ? curlerr : curl_easy_strerror(res));
+                         q.errbuf[0] ? q.errbuf : curl_easy_strerror(res));
                 r = -EIO;
         } else if (res != CURLE_OK && x->outcome == OUT_NONE) {
                 /* A 200 stream cut short: how, for the log. */
                 snprintf(w->err, sizeof(w->err), "GET %.240s: %s", url,
-                         curlerr[0] ? curlerr : curl_easy_strerror(res));
+                         q.errbuf[0] ? q.errbuf : curl_easy_strerror(res));
         }
 out:
-        if (auth) {
-                explicit_bzero(auth, TOKEN_MAX + 32);
-                free(auth);
-        }
-        curl_slist_free_all(hdrs);
-        curl_easy_cleanup(x->easy);
+        gs_kubeapi_req_free(&q);
         x->easy = NULL;
         return r;
 }
@@ -807,33 +513,6 @@ static bool valid_node(const char *s)
 }
 
 /* The API server's base URL from c or the service environment; "" when none. */
-int gs_watch_api_server(const struct gs_config *c, char *buf, size_t cap, char *err, size_t errlen)
-{
-        const char *host = secure_getenv("KUBERNETES_SERVICE_HOST");
-        const char *port = secure_getenv("KUBERNETES_SERVICE_PORT");
-        size_t n;
-
-        buf[0] = '\0';
-        if (c->api_server[0]) {
-                snprintf(buf, cap, "%s", c->api_server);
-        } else if (host && *host && port && *port) {
-                if (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 ||
-                    strspn(host, "0123456789abcdefABCDEF.:-") != strlen(host)) {
-                        snprintf(err, errlen,
-                                 "KUBERNETES_SERVICE_HOST/PORT ('%.64s', '%.8s') are not an address and a port",
-                                 host, port);
-                        return -EINVAL;
-                }
-                if (strchr(host, ':'))
-                        snprintf(buf, cap, "https://[%s]:%s", host, port);
-                else
-                        snprintf(buf, cap, "https://%s:%s", host, port);
-        }
-        n = strlen(buf);
-        while (n && buf[n - 1] == '/')
-                buf[--n] = '\0';
-        return 0;
-}
 
 int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_watch **ret,
                    char *err, size_t errlen)
@@ -853,7 +532,7 @@ int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_wat
         w = calloc(1, sizeof(*w));
         if (!w)
                 return -ENOMEM;
-        r = gs_watch_api_server(c, w->base, sizeof(w->base), err, errlen);
+        r = gs_kubeapi_base_url(c, w->base, sizeof(w->base), err, errlen);
         if (r < 0)
                 goto off;
         if (!rc)

@@ -15,7 +15,7 @@
  * status or an ERROR event) lists again.  The token is read afresh at each
  * connect (projected tokens rotate).  The server's bytes are untrusted:
  * every line is bounded by GS_WATCH_MAX_LINE, every JSON value by
- * GS_WATCH_MAX_DEPTH; a bad line is logged and skipped.
+ * GS_JSON_MAX_DEPTH (gs_json.h); a bad line is logged and skipped.
  *
  * Configuration (gs_config.h): podWatch auto|on|off (auto: on when in a
  * cluster), apiServer (default https://$KUBERNETES_SERVICE_HOST:
@@ -34,7 +34,6 @@ struct gs_recon;
 struct gs_watch;
 
 #define GS_WATCH_MAX_LINE (1u << 20)
-#define GS_WATCH_MAX_DEPTH 64
 /* A list reply (limit=1: one pod at most) larger than this is refused. */
 #define GS_WATCH_MAX_LIST (4u << 20)
 #define GS_WATCH_BACKOFF_MIN_MS 1000
@@ -50,16 +49,6 @@ int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_wat
 /* Stops the thread at once (an HTTP transfer in flight is abandoned) and
  * frees w.  NULL is fine. */
 void gs_watch_stop(struct gs_watch *w);
-
-/* Shared with the agent's other API-server client (gs_event.h).
- * The API server's base URL into buf (no trailing '/'): apiServer, else
- * https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, else "".
- * 0 or -EINVAL (a bad environment) with err set. */
-int gs_watch_api_server(const struct gs_config *c, char *buf, size_t cap, char *err,
-                        size_t errlen) GS_WUR;
-/* The bearer token at path, one line of printable ASCII, into buf (cap
- * bytes, NUL-terminated).  0 or a negative errno. */
-int gs_watch_read_token(const char *path, char *buf, size_t cap) GS_WUR;
 
 /* ---- the parts, for tests ---- */
 

@@ -1,0 +1,41 @@
+/* check_event.c — the JSON body of a pod Event (gs_event.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gs_check.h"
+#include "gs_event.h"
+
+/* An Event's JSON: the pod, the reason, the message escaped. */
+START_TEST(test_event_json)
+{
+        char buf[2048];
+        int n = gs_event_json(buf, sizeof(buf), "team-a", "trainer-0", "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b",
+                              "GPUMemoryOverQuota", "over \"quota\"\\\n", "node-1", 0);
+
+        ck_assert_int_gt(n, 0);
+        ck_assert_ptr_nonnull(strstr(buf, "\"involvedObject\":{\"apiVersion\":\"v1\",\"kind\":\"Pod\","
+                                          "\"namespace\":\"team-a\",\"name\":\"trainer-0\","
+                                          "\"uid\":\"0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b\"}"));
+        ck_assert_ptr_nonnull(strstr(buf, "\"message\":\"over \\\"quota\\\"\\\\\\u000a\""));
+        ck_assert_ptr_nonnull(strstr(buf, "\"firstTimestamp\":\"1970-01-01T00:00:00Z\""));
+        /* no uid: no uid field */
+        n = gs_event_json(buf, sizeof(buf), "ns", "p", "", "R", "m", "n", 0);
+        ck_assert_int_gt(n, 0);
+        ck_assert_ptr_null(strstr(buf, "\"uid\""));
+        ck_assert_int_eq(gs_event_json(buf, 64, "ns", "p", "", "R", "m", "n", 0), -ENOSPC);
+}
+END_TEST
+
+int main(void)
+{
+        Suite *s = suite_create("event");
+        TCase *t = tcase_create("event");
+
+        tcase_add_test(t, test_event_json);
+        suite_add_tcase(s, t);
+        return gs_check_run(s);
+}
