@@ -17,7 +17,6 @@
 #define GS_PLUGIN_CTR_HOOK "/usr/lib/gshare/libgshare.so"
 #define GS_PLUGIN_CTR_PRELOAD "/etc/ld.so.preload"
 #define GS_PLUGIN_CTR_SOCKET_DIR "/var/run/gshare"
-#define GS_PLUGIN_MAX_GPUS 64
 
 struct gs_plugin_opts {
         struct gs_config cfg;
