@@ -622,6 +622,10 @@ void gs_allocs_shutdown(struct gs_agent *ag)
                 ag->pending = q->next;
                 pending_free(q);
         }
+        /* The pools go next: their chunks need no fresh memory. */
+        for (uint32_t i = 0; i < ag->ngpus; i++)
+                if (ag->gpus[i].pool)
+                        gs_pool_set_return_fn(ag->gpus[i].pool, NULL, NULL);
         while (ag->allocs) {
                 struct gs_allocation *a = ag->allocs;
                 unlink_alloc(ag, a);

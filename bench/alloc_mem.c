@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gs_alloc.h"
+#include "gs_pool.h"
 
 #define CHUNK (256 * GS_MiB)
 #define NCHUNKS 256

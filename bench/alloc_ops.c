@@ -1,4 +1,4 @@
-/* alloc_ops — single-thread alloc+free pairs per second through gs_alloc.h,
+/* alloc_ops — single-thread alloc+free pairs per second through gs_pool.h,
  * for slab-sized (256 B-4 KiB), buddy-sized (64 KiB-64 MiB) and coalesced
  * (512 MiB-4 GiB) requests, with 256 MiB chunks and a 64 GiB pool.
  *
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "gs_alloc.h"
+#include "gs_pool.h"
 
 #define CHUNK (256 * GS_MiB)
 #define NCHUNKS 256

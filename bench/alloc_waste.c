@@ -1,5 +1,5 @@
 /* alloc_waste — replays the driver-level allocation streams of real
- * frameworks (what the hook forwards to the agent) through gs_alloc.h and
+ * frameworks (what the hook forwards to the agent) through gs_pool.h and
  * reports, at the peak of bytes requested:
  *
  *   waste     = (bytes in blocks handed out - bytes requested) / bytes in blocks
@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gs_alloc.h"
+#include "gs_pool.h"
 
 #define CHUNK (256 * GS_MiB)
 #define NCHUNKS 256
