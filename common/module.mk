@@ -13,3 +13,8 @@ $(B)/test/check_json: $(B)/test/check_json.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK)
 
 TESTS += $(B)/test/check_json
+
+$(B)/test/check_ring: $(B)/test/check_ring.o $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK) -lpthread
+
+TESTS += $(B)/test/check_ring
