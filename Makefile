@@ -22,7 +22,17 @@ WERROR    ?= 1
 CC        ?= gcc
 PYTHON    ?= /usr/bin/python3
 
-ifeq ($(SANITIZE),)
+# CROSS=aarch64-linux-gnu: a cross build with Debian's cross compiler and
+# the arm64 libraries of multiarch (make deps installs both), into
+# build-aarch64-linux-gnu/.
+CROSS     ?=
+PKG_CONFIG ?= pkg-config
+ifneq ($(CROSS),)
+B := build-$(CROSS)
+CC := $(CROSS)-gcc
+AR := $(CROSS)-ar
+PKG_CONFIG := $(CROSS)-pkg-config
+else ifeq ($(SANITIZE),)
 B := build
 else
 B := build-$(SANITIZE)
@@ -48,11 +58,11 @@ CPPFLAGS += -D_GNU_SOURCE -Icommon -I$(B)/proto -I$(CUDA_HOME)/include
 CFLAGS   := -std=gnu11 $(OPT) -g -fPIC $(WARNINGS) $(SAN_FLAGS) $(EXTRA_CFLAGS)
 LDFLAGS  := $(SAN_FLAGS) -Wl,-z,relro,-z,now
 
-PKG_GRPC  = $(shell pkg-config --libs grpc 2>/dev/null)
-PKG_PBC   = $(shell pkg-config --libs libprotobuf-c 2>/dev/null)
-PKG_YAML  = $(shell pkg-config --libs yaml-0.1 2>/dev/null)
-PKG_CURL  = $(shell pkg-config --libs libcurl 2>/dev/null)
-PKG_CHECK = $(shell pkg-config --libs check 2>/dev/null)
+PKG_GRPC  = $(shell $(PKG_CONFIG) --libs grpc 2>/dev/null)
+PKG_PBC   = $(shell $(PKG_CONFIG) --libs libprotobuf-c 2>/dev/null)
+PKG_YAML  = $(shell $(PKG_CONFIG) --libs yaml-0.1 2>/dev/null)
+PKG_CURL  = $(shell $(PKG_CONFIG) --libs libcurl 2>/dev/null)
+PKG_CHECK = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
 # Filled in by the fragments.
 BINS    :=   # programs that ship
@@ -61,7 +71,7 @@ TESTS   :=   # test executables and scripts, run in order by test/run-tests.sh
 BENCHES :=   # benchmark executables and scripts, run by make bench
 TEST_DEPS :=  # anything else the tests need built (fake driver, test programs)
 
-.PHONY: all test test-unit asan tsan valgrind bench deps clean cuda-check install image manifest
+.PHONY: all test test-unit asan tsan valgrind bench deps clean cuda-check install image manifest cross-arm64
 .DEFAULT_GOAL := all
 
 # cuda.h is the only header not from a Debian package; say so plainly.
@@ -85,7 +95,7 @@ include $(sort $(wildcard agent/*.mk hook/*.mk plugin/*.mk test/*.mk test/*/*.mk
 
 all: $(BINS) $(LIBS) | cuda-check
 
-test: test-unit asan
+test: test-unit asan cross-arm64
 
 test-unit: $(BINS) $(LIBS) $(TESTS) $(TEST_DEPS)
 	@B=$(B) PYTHON=$(PYTHON) SANITIZE=$(SANITIZE) test/run-tests.sh $(TESTS)
@@ -98,6 +108,18 @@ asan:
 # gRPC/Abseil only).
 tsan:
 	$(MAKE) SANITIZE=tsan OPT=-O1 test-unit
+
+# The shipped programs and the hook for arm64 (GH200/GB200 nodes): they must
+# build there with -Werror and be arm64 ELF files; the hook still needs
+# only libc.
+ARM64 := aarch64-linux-gnu
+cross-arm64:
+	$(MAKE) CROSS=$(ARM64) all
+	@set -e; d=build-$(ARM64); for f in gshare-agent gsharectl gshare-device-plugin libgshare.so; do \
+	  $(ARM64)-readelf -h $$d/$$f | grep -q 'Machine: *AArch64' || { echo "cross-arm64: $$d/$$f is not arm64" >&2; exit 1; }; done; \
+	  n=$$($(ARM64)-readelf -d $$d/libgshare.so | grep NEEDED | grep -v 'libc.so' | wc -l); \
+	  [ $$n -eq 0 ] || { echo "cross-arm64: libgshare.so needs more than libc" >&2; exit 1; }; \
+	  echo "cross-arm64: agent, gsharectl, device plugin and hook built for arm64"
 
 valgrind: $(TESTS) $(TEST_DEPS)
 	@B=$(B) PYTHON=$(PYTHON) VALGRIND=1 test/run-tests.sh $(filter $(B)/test/check_%,$(TESTS))

@@ -13,11 +13,11 @@ ALLOC_DEBUG_A := $(B)/libgsalloc-debug.a
 
 $(ALLOC_A): $(ALLOC_O)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(ALLOC_DEBUG_A): $(ALLOC_DEBUG_O)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/alloc-debug/%.o: %.c | cuda-check
 	@mkdir -p $(dir $@)

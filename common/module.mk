@@ -7,7 +7,7 @@ COMMON_A   := $(B)/libgscommon.a
 
 $(COMMON_A): $(COMMON_O) $(PROTO_O)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 $(B)/test/check_json: $(B)/test/check_json.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK)
