@@ -67,7 +67,11 @@ PKG_CHECK = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 # Filled in by the fragments.
 BINS    :=   # programs that ship
 LIBS    :=   # shared libraries that ship
-TESTS   :=   # test executables and scripts, run in order by test/run-tests.sh
+# Every test, in the order run: the one list in test/tests.list (check_NAME
+# is the program $(B)/test/check_NAME; anything else a script's path; a
+# test marked "plain" runs in the plain build only).
+TEST_LIST := $(shell awk -v san="$(SANITIZE)" '{ sub(/\#.*/, "") } NF && !($$2 == "plain" && san != "") { print $$1 }' test/tests.list)
+TESTS   := $(foreach t,$(TEST_LIST),$(if $(filter check_%,$(t)),$(B)/test/$(t),$(t)))
 BENCHES :=   # benchmark executables and scripts, run by make bench
 TEST_DEPS :=  # anything else the tests need built (fake driver, test programs)
 
@@ -98,6 +102,7 @@ all: $(BINS) $(LIBS) | cuda-check
 test: test-unit asan cross-arm64
 
 test-unit: $(BINS) $(LIBS) $(TESTS) $(TEST_DEPS)
+	@test/check-list.sh
 	@B=$(B) PYTHON=$(PYTHON) SANITIZE=$(SANITIZE) test/run-tests.sh $(TESTS)
 
 asan:

@@ -25,7 +25,6 @@ $(AGENT_CHECKS): $(B)/test/check_%: $(B)/test/check_%.o $(AGENT_LIB_O) $(B)/libg
 $(AGENT_CHECKS:%=%.o): CPPFLAGS += -Iagent
 
 BINS  += $(B)/gshare-agent $(B)/gsharectl
-TESTS += $(AGENT_CHECKS)
 
 .PHONY: demo
 demo: $(BINS) $(LIBS) $(TEST_DEPS)

@@ -33,4 +33,3 @@ $(ALLOC_TEST_BINS): $(B)/test/%: $(B)/test/%.o $(ALLOC_DEBUG_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK)
 
 TEST_DEPS += $(ALLOC_A)
-TESTS += $(ALLOC_TEST_BINS)

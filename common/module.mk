@@ -12,9 +12,7 @@ $(COMMON_A): $(COMMON_O) $(PROTO_O)
 $(B)/test/check_json: $(B)/test/check_json.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK)
 
-TESTS += $(B)/test/check_json
 
 $(B)/test/check_ring: $(B)/test/check_ring.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK) -lpthread
 
-TESTS += $(B)/test/check_ring

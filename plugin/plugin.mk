@@ -23,4 +23,3 @@ $(B)/test/check_config: $(B)/test/check_config.o $(COMMON_A)
 $(B)/test/check_grpc: $(B)/test/check_grpc.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_GRPC) $(PKG_PBC) $(PKG_CHECK) -lpthread
 
-TESTS += $(B)/test/check_config $(B)/test/check_grpc

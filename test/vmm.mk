@@ -4,4 +4,3 @@ $(B)/test/check_vmm: $(B)/test/check_vmm.o $(AGENT_LIB_O) $(ALLOC_DEBUG_A) $(COM
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS) $(PKG_CHECK)
 $(B)/test/check_vmm.o: CPPFLAGS += -Iagent
 
-TESTS += $(B)/test/check_vmm

@@ -3,4 +3,3 @@
 $(E2E_DIR)/e2e_vmm: $(E2E_DIR)/e2e_vmm.o $(B)/test/fakecuda/libcuda.so.1
 	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda
 TEST_DEPS += $(E2E_DIR)/e2e_vmm
-TESTS += test/e2e/test_vmm.py

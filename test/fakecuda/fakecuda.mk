@@ -15,4 +15,3 @@ $(B)/test/check_fakecuda: $(B)/test/fakecuda/check_fakecuda.o $(FAKECUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $< $(FAKECUDA_LINK) $(PKG_CHECK)
 
 TEST_DEPS += $(FAKECUDA_SO)
-TESTS += $(B)/test/check_fakecuda

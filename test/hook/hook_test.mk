@@ -9,4 +9,3 @@ $(B)/test/hook_client: $(B)/test/hook/hook_client.o $(FAKECUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $< $(FAKECUDA_LINK)
 
 TEST_DEPS += $(B)/test/mock_agent $(B)/test/hook_client $(HOOK_SO)
-TESTS += test/hook/test_hook.sh

@@ -6,9 +6,7 @@
 # The image tree is built by make image's rule (Debian base by mmdebstrap,
 # kept while scripts/image-packages is unchanged); only the plain build runs
 # the last two (an ASan-built image would prove nothing more).
-TESTS += test/install/test_agent_dirs.py
 TEST_DEPS += $(B)/gshare-agent $(B)/gsharectl $(B)/test/fakecuda/libcuda.so.1
 ifeq ($(SANITIZE),)
-TESTS += test/install/test_chart.py test/install/test_install.py
 TEST_DEPS += $(B)/image/rootfs/usr/local/bin/gshare-install-hook $(B)/test/e2e/e2e_cuda
 endif

@@ -8,4 +8,3 @@ $(B)/test/check_metrics: $(B)/test/metrics/check_metrics.o $(AGENT_LIB_O) $(B)/l
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS) $(PKG_CHECK)
 
 TEST_DEPS += $(B)/gshare-agent $(B)/gsharectl $(B)/test/fakecuda/libcuda.so.1 $(B)/test/e2e/e2e_cuda $(HOOK_SO)
-TESTS += $(B)/test/check_metrics test/metrics/test_metrics.py

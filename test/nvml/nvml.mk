@@ -6,4 +6,3 @@ $(B)/test/nvml_client: $(B)/test/nvml/nvml_client.o $(FAKECUDA_SO) $(FAKENVML_SO
 	$(CC) $(LDFLAGS) -o $@ $< $(FAKECUDA_LINK) $(FAKENVML_LINK)
 
 TEST_DEPS += $(B)/test/nvml_client $(HOOK_SO) $(FAKENVML_SO)
-TESTS += test/nvml/test_nvml.py
