@@ -5,8 +5,13 @@
  *   gs_hook_cuda.c  the real driver behind one typed table (dlopen once),
  *                   the real dlsym, the "one line per process" messages
  *   gs_hook_conn.c  the connection to the agent: registration, the rings,
- *                   grants, the per-GPU virtual ranges
- *   gs_hook_api.c   the interposed functions, dlsym and cuGetProcAddress
+ *                   fork (gs_hook_conn.h)
+ *   gs_hook_space.c the per-GPU virtual ranges, granted chunks mapped
+ *   gs_hook_mem.c   device memory: alloc, free, ranges, meminfo, contexts
+ *   gs_hook_vmm.c   the application's own VMM allocations
+ *   gs_hook_ipc.c   CUDA IPC handles on gshare memory
+ *   gs_hook_api.c   the interposed functions, dlsym and cuGetProcAddress;
+ *                   errors to CUresult in one place
  *   gs_hook_nvml.c  NVML's memory queries (nvidia-smi, pynvml) */
 #ifndef GS_HOOK_H
 #define GS_HOOK_H
@@ -22,36 +27,36 @@
 /* The real driver.  Members are NULL when the library lacks the symbol;
  * every caller checks. */
 struct gs_cu {
-        CUresult (*cuInit)(unsigned int);
-        CUresult (*cuGetProcAddress)(const char *, void **, int, cuuint64_t);
-        CUresult (*cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-        CUresult (*cuCtxGetDevice)(CUdevice *);
-        CUresult (*cuDeviceGetUuid_v2)(CUuuid *, CUdevice);
-        CUresult (*cuDeviceGetCount)(int *);
-        CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-        CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
-        CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-        CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-        CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-        CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-        CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-        CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
-        CUresult (*cuStreamSynchronize)(CUstream);
-        CUresult (*cuStreamSynchronize_ptsz)(CUstream);
-        CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
-        CUresult (*cuStreamIsCapturing_ptsz)(CUstream, CUstreamCaptureStatus *);
-        CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
-        CUresult (*cuIpcOpenMemHandle_v2)(CUdeviceptr *, CUipcMemHandle, unsigned int);
-        CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
-        CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-        CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+        CUresult (*init)(unsigned int);
+        CUresult (*get_proc_address)(const char *, void **, int, cuuint64_t);
+        CUresult (*get_proc_address_v2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+        CUresult (*ctx_get_device)(CUdevice *);
+        CUresult (*device_get_uuid_v2)(CUuuid *, CUdevice);
+        CUresult (*device_get_count)(int *);
+        CUresult (*mem_address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+        CUresult (*mem_import_from_shareable_handle)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+        CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+        CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+        CUresult (*mem_release)(CUmemGenericAllocationHandle);
+        CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+        CUresult (*mem_unmap)(CUdeviceptr, size_t);
+        CUresult (*mem_get_address_range_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
+        CUresult (*stream_synchronize)(CUstream);
+        CUresult (*stream_synchronize_ptsz)(CUstream);
+        CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *);
+        CUresult (*stream_is_capturing_ptsz)(CUstream, CUstreamCaptureStatus *);
+        CUresult (*ipc_get_mem_handle)(CUipcMemHandle *, CUdeviceptr);
+        CUresult (*ipc_open_mem_handle_v2)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+        CUresult (*ipc_close_mem_handle)(CUdeviceptr);
+        CUresult (*mem_address_free)(CUdeviceptr, size_t);
+        CUresult (*mem_export_to_shareable_handle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
                                                  unsigned long long);
-        CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-        CUresult (*cuDeviceCanAccessPeer)(int *, CUdevice, CUdevice);
-        CUresult (*cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
-        CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned int, CUdevice);
-        CUresult (*cuCtxCreate_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
-        CUresult (*cuCtxCreate_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+        CUresult (*device_primary_ctx_retain)(CUcontext *, CUdevice);
+        CUresult (*device_can_access_peer)(int *, CUdevice, CUdevice);
+        CUresult (*ctx_create)(CUcontext *, unsigned int, CUdevice);
+        CUresult (*ctx_create_v2)(CUcontext *, unsigned int, CUdevice);
+        CUresult (*ctx_create_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
+        CUresult (*ctx_create_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).
@@ -72,62 +77,69 @@ void gs_hook_say_once(enum gs_once key, const char *fmt, ...) GS_PRINTF(2, 3);
 void gs_hook_debug(const char *fmt, ...) GS_PRINTF(1, 2);
 void gs_hook_once_reset(void);
 
-/* ---- gs_hook_conn.c ----------------------------------------------- */
+/* ---- what the interposed functions call --------------------------- */
+/* Every one returns 0 or a negative errno; gs_hook_api.c turns it into
+ * the driver's CUresult in one place (gs_cu_result). */
 
-/* Connects to the agent if not yet tried in this process.  0 when
- * connected; negative errno when not (memory calls then fail closed). */
+/* gs_hook_conn.c: connects to the agent if not yet tried in this process.
+ * 0 when connected; -ENOTCONN when not (memory calls then fail closed). */
 int gs_conn_ensure(void) GS_WUR;
 
-/* Serves an allocation on the current context's device.  CUresult. */
-CUresult gs_conn_alloc(CUdeviceptr *ret_ptr, size_t size);
-/* Frees a gshare address.  CUDA_ERROR_INVALID_VALUE if not one of ours. */
-CUresult gs_conn_free(CUdeviceptr ptr);
+/* gs_hook_mem.c.  An allocation on the current context's device (-ENOMEM
+ * past the quota or without an agent; -EBADR without a context). */
+int gs_hook_mem_alloc(CUdeviceptr *ret_ptr, size_t size) GS_WUR;
+/* Frees a gshare address: -EINVAL if not one of ours. */
+int gs_hook_mem_free(CUdeviceptr ptr);
 /* 1 if ptr lies in one of our reserved ranges. */
-int gs_conn_owns(CUdeviceptr ptr);
-CUresult gs_conn_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
+int gs_hook_mem_owns(CUdeviceptr ptr);
+/* The block holding ptr: -ENOENT if none. */
+int gs_hook_mem_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size) GS_WUR;
 /* free/total of the current context's device. */
-CUresult gs_conn_meminfo(size_t *ret_free, size_t *ret_total);
-/* The application's cuMemCreate of device memory on dev: a physical
- * allocation made by the agent, imported.  CUresult. */
-CUresult gs_conn_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevice dev);
-/* cuMemExportToShareableHandle(POSIX fd) of h: a new O_CLOEXEC duplicate
- * of the agent's fd in *ret_fd.  -ENOENT if h is not one of ours. */
-int gs_conn_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd) GS_WUR;
-/* After the real cuMemRelease(h) succeeded: tells the agent if h was one of
- * ours. */
-void gs_conn_vmm_released(CUmemGenericAllocationHandle h);
-/* CUDA IPC on gshare memory, brokered by the agent (agent/gs_ipc.h).
- * get: dptr is in one of our ranges; fills *h with a gs_ipc_handle. */
-CUresult gs_conn_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr);
-/* 1 if h is a gs_ipc_handle. */
-int gs_conn_ipc_is_ours(const CUipcMemHandle *h);
-/* open: maps the exported block in this process (again: the same address,
- * one more reference). */
-CUresult gs_conn_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h);
-/* close: CUDA_ERROR_NOT_FOUND if dptr is not an address we opened. */
-CUresult gs_conn_ipc_close(CUdeviceptr dptr);
-/* The opened block holding ptr: CUDA_ERROR_NOT_FOUND if none. */
-CUresult gs_conn_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size);
+int gs_hook_mem_info(size_t *ret_free, size_t *ret_total) GS_WUR;
 /* Before the application creates a context on dev: the agent charges it to
  * the allocation and makes room for it in the driver (GS_OP_CTX), once per
- * process and device.  CUDA_SUCCESS (also for a device outside the
- * allocation, or without an agent: memory calls fail closed then), or
- * CUDA_ERROR_OUT_OF_MEMORY with one line on stderr naming the allocation
- * and its usage (no room in the quota). */
-CUresult gs_conn_ctx(CUdevice dev);
+ * process and device.  0 (also for a device outside the allocation, or
+ * without an agent: memory calls fail closed then), or -ENOMEM with one
+ * line on stderr naming the allocation and its usage (no room in the
+ * quota). */
+int gs_hook_mem_ctx(CUdevice dev) GS_WUR;
 /* After the driver's context call returned (whatever it returned): the
  * room is not promised any more (GS_OP_CTX_DONE), once per process and
  * device. */
-void gs_conn_ctx_done(CUdevice dev);
-/* The allocation's quota on a device (0 if not in the allocation). */
-CUresult gs_conn_total(CUdevice dev, size_t *ret_bytes);
-
+void gs_hook_mem_ctx_done(CUdevice dev);
+/* The allocation's quota on a device (0 if not in the allocation);
+ * -ENODEV for a device the driver does not know. */
+int gs_hook_mem_total(CUdevice dev, size_t *ret_bytes) GS_WUR;
 /* The allocation's figures for the GPU whose raw UUID is uuid, without any
  * CUDA call (for NVML); connects to the agent if not yet tried.  0 with
  * *ret_obtainable (what this process can still obtain, <= the quota) and
  * *ret_quota; -ENODEV if the GPU is not in the allocation; -ENOTCONN if the
  * agent cannot be reached or was lost; -EIO if it refused the request. */
-int gs_conn_meminfo_uuid(const uint8_t uuid[16], uint64_t *ret_obtainable, uint64_t *ret_quota) GS_WUR;
+int gs_hook_mem_info_uuid(const uint8_t uuid[16], uint64_t *ret_obtainable, uint64_t *ret_quota) GS_WUR;
+
+/* gs_hook_vmm.c.  The application's cuMemCreate of device memory on dev: a
+ * physical allocation made by the agent, imported. */
+int gs_hook_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevice dev) GS_WUR;
+/* cuMemExportToShareableHandle(POSIX fd) of h: a new O_CLOEXEC duplicate
+ * of the agent's fd in *ret_fd.  -ENOENT if h is not one of ours. */
+int gs_hook_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd) GS_WUR;
+/* After the real cuMemRelease(h) succeeded: tells the agent if h was one of
+ * ours. */
+void gs_hook_vmm_released(CUmemGenericAllocationHandle h);
+
+/* gs_hook_ipc.c: CUDA IPC on gshare memory, brokered by the agent
+ * (agent/gs_ipc.h).  get: dptr is in one of our ranges; fills *h with a
+ * gs_ipc_handle. */
+int gs_hook_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr) GS_WUR;
+/* 1 if h is a gs_ipc_handle. */
+int gs_hook_ipc_is_ours(const CUipcMemHandle *h);
+/* open: maps the exported block in this process (again: the same address,
+ * one more reference). */
+int gs_hook_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h) GS_WUR;
+/* close: -ENOENT if dptr is not an address we opened. */
+int gs_hook_ipc_close(CUdeviceptr dptr);
+/* The opened block holding ptr: -ENOENT if none. */
+int gs_hook_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size) GS_WUR;
 
 /* ---- gs_hook_nvml.c ----------------------------------------------- */
 

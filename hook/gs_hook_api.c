@@ -121,9 +121,9 @@ GS_HOOK_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuGetProcAddress_v2)
+        if (!cu || !cu->get_proc_address_v2)
                 return CUDA_ERROR_NOT_FOUND;
-        r = cu->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+        r = cu->get_proc_address_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
         if (r == CUDA_SUCCESS && pfn)
                 *pfn = gs_swap(*pfn);
         return r;
@@ -134,12 +134,12 @@ GS_HOOK_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVe
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || (!cu->cuGetProcAddress && !cu->cuGetProcAddress_v2))
+        if (!cu || (!cu->get_proc_address && !cu->get_proc_address_v2))
                 return CUDA_ERROR_NOT_FOUND;
-        if (cu->cuGetProcAddress)
-                r = cu->cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+        if (cu->get_proc_address)
+                r = cu->get_proc_address(symbol, pfn, cudaVersion, flags);
         else
-                r = cu->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+                r = cu->get_proc_address_v2(symbol, pfn, cudaVersion, flags, NULL);
         if (r == CUDA_SUCCESS && pfn)
                 *pfn = gs_swap(*pfn);
         return r;
@@ -147,14 +147,29 @@ GS_HOOK_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVe
 
 /* ---- init ------------------------------------------------------------ */
 
+/* The one place where the hook's errors become the driver's codes. */
+static CUresult gs_cu_result(int err)
+{
+        switch (err) {
+        case 0: return CUDA_SUCCESS;
+        case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+        case -EINVAL: return CUDA_ERROR_INVALID_VALUE;
+        case -ENOENT: return CUDA_ERROR_NOT_FOUND;
+        case -EBADR: return CUDA_ERROR_INVALID_CONTEXT;
+        case -ENODEV: return CUDA_ERROR_INVALID_DEVICE;
+        case -EOPNOTSUPP: return CUDA_ERROR_NOT_SUPPORTED;
+        default: return CUDA_ERROR_UNKNOWN;
+        }
+}
+
 GS_HOOK_API CUresult cuInit(unsigned int Flags)
 {
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuInit)
+        if (!cu || !cu->init)
                 return CUDA_ERROR_NO_DEVICE;
-        r = cu->cuInit(Flags);
+        r = cu->init(Flags);
         /* Register now, so a missing agent is reported at start-up; memory
          * calls fail closed if it is not there.  cuInit itself succeeds. */
         if (r == CUDA_SUCCESS)
@@ -169,13 +184,13 @@ GS_HOOK_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuDevicePrimaryCtxRetain)
+        if (!cu || !cu->device_primary_ctx_retain)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        r = gs_conn_ctx(dev);
+        r = gs_cu_result(gs_hook_mem_ctx(dev));
         if (r != CUDA_SUCCESS)
                 return r;
-        r = cu->cuDevicePrimaryCtxRetain(pctx, dev);
-        gs_conn_ctx_done(dev);
+        r = cu->device_primary_ctx_retain(pctx, dev);
+        gs_hook_mem_ctx_done(dev);
         return r;
 }
 
@@ -184,13 +199,13 @@ GS_HOOK_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice d
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuCtxCreate)
+        if (!cu || !cu->ctx_create)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        r = gs_conn_ctx(dev);
+        r = gs_cu_result(gs_hook_mem_ctx(dev));
         if (r != CUDA_SUCCESS)
                 return r;
-        r = cu->cuCtxCreate(pctx, flags, dev);
-        gs_conn_ctx_done(dev);
+        r = cu->ctx_create(pctx, flags, dev);
+        gs_hook_mem_ctx_done(dev);
         return r;
 }
 
@@ -199,13 +214,13 @@ GS_HOOK_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevic
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuCtxCreate_v2)
+        if (!cu || !cu->ctx_create_v2)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        r = gs_conn_ctx(dev);
+        r = gs_cu_result(gs_hook_mem_ctx(dev));
         if (r != CUDA_SUCCESS)
                 return r;
-        r = cu->cuCtxCreate_v2(pctx, flags, dev);
-        gs_conn_ctx_done(dev);
+        r = cu->ctx_create_v2(pctx, flags, dev);
+        gs_hook_mem_ctx_done(dev);
         return r;
 }
 
@@ -215,13 +230,13 @@ GS_HOOK_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuCtxCreate_v3)
+        if (!cu || !cu->ctx_create_v3)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        r = gs_conn_ctx(dev);
+        r = gs_cu_result(gs_hook_mem_ctx(dev));
         if (r != CUDA_SUCCESS)
                 return r;
-        r = cu->cuCtxCreate_v3(pctx, params, n, flags, dev);
-        gs_conn_ctx_done(dev);
+        r = cu->ctx_create_v3(pctx, params, n, flags, dev);
+        gs_hook_mem_ctx_done(dev);
         return r;
 }
 
@@ -230,19 +245,19 @@ GS_HOOK_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, 
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuCtxCreate_v4)
+        if (!cu || !cu->ctx_create_v4)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        r = gs_conn_ctx(dev);
+        r = gs_cu_result(gs_hook_mem_ctx(dev));
         if (r != CUDA_SUCCESS)
                 return r;
-        r = cu->cuCtxCreate_v4(pctx, params, flags, dev);
-        gs_conn_ctx_done(dev);
+        r = cu->ctx_create_v4(pctx, params, flags, dev);
+        gs_hook_mem_ctx_done(dev);
         return r;
 }
 
 /* ---- allocation ------------------------------------------------------ */
 
-GS_HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return gs_conn_alloc(dptr, bytesize); }
+GS_HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return gs_cu_result(gs_hook_mem_alloc(dptr, bytesize)); }
 
 GS_HOOK_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                         unsigned int ElementSizeBytes)
@@ -258,7 +273,7 @@ GS_HOOK_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_
         pitch = (size_t)gs_align_up(WidthInBytes, 512);
         if (Height > SIZE_MAX / pitch)
                 return CUDA_ERROR_OUT_OF_MEMORY;
-        r = gs_conn_alloc(dptr, pitch * Height);
+        r = gs_cu_result(gs_hook_mem_alloc(dptr, pitch * Height));
         if (r == CUDA_SUCCESS)
                 *pPitch = pitch;
         return r;
@@ -285,21 +300,21 @@ GS_HOOK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
         if (dptr == 0)
                 return CUDA_SUCCESS;
-        return gs_conn_free(dptr);
+        return gs_cu_result(gs_hook_mem_free(dptr));
 }
 
 GS_HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
         const struct gs_cu *cu;
 
-        if (gs_conn_owns(dptr))
-                return gs_conn_range(dptr, pbase, psize);
-        if (gs_conn_ipc_range(dptr, pbase, psize) == CUDA_SUCCESS)
+        if (gs_hook_mem_owns(dptr))
+                return gs_cu_result(gs_hook_mem_range(dptr, pbase, psize));
+        if (gs_hook_ipc_range(dptr, pbase, psize) == 0)
                 return CUDA_SUCCESS;
         cu = gs_cu_get();
-        if (!cu || !cu->cuMemGetAddressRange_v2)
+        if (!cu || !cu->mem_get_address_range_v2)
                 return CUDA_ERROR_NOT_FOUND;
-        return cu->cuMemGetAddressRange_v2(pbase, psize, dptr);
+        return cu->mem_get_address_range_v2(pbase, psize, dptr);
 }
 
 /* Stream-ordered allocation is served at once: the memory is valid before
@@ -307,26 +322,26 @@ GS_HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, 
 GS_HOOK_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
         (void)hStream;
-        return gs_conn_alloc(dptr, bytesize);
+        return gs_cu_result(gs_hook_mem_alloc(dptr, bytesize));
 }
 
 GS_HOOK_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
         (void)hStream;
-        return gs_conn_alloc(dptr, bytesize);
+        return gs_cu_result(gs_hook_mem_alloc(dptr, bytesize));
 }
 
 GS_HOOK_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
         (void)pool, (void)hStream;
-        return gs_conn_alloc(dptr, bytesize);
+        return gs_cu_result(gs_hook_mem_alloc(dptr, bytesize));
 }
 
 GS_HOOK_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                   CUstream hStream)
 {
         (void)pool, (void)hStream;
-        return gs_conn_alloc(dptr, bytesize);
+        return gs_cu_result(gs_hook_mem_alloc(dptr, bytesize));
 }
 
 /* Work queued on the stream before the free may still use the memory:
@@ -346,25 +361,25 @@ static CUresult gs_free_async(CUdeviceptr dptr, CUstream hStream, int ptsz)
 
         if (dptr == 0)
                 return CUDA_SUCCESS;
-        if (!gs_conn_owns(dptr))
+        if (!gs_hook_mem_owns(dptr))
                 return CUDA_ERROR_INVALID_VALUE;
         if (!cu)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        is_capturing = ptsz && cu->cuStreamIsCapturing_ptsz ? cu->cuStreamIsCapturing_ptsz : cu->cuStreamIsCapturing;
+        is_capturing = ptsz && cu->stream_is_capturing_ptsz ? cu->stream_is_capturing_ptsz : cu->stream_is_capturing;
         if (is_capturing && is_capturing(hStream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) {
                 gs_hook_say_once(GS_ONCE_CAPTURE, "memory freed inside a CUDA graph capture stays allocated "
                                  "(owned by the graph) until the process exits");
                 return CUDA_SUCCESS;
         }
-        if (ptsz && cu->cuStreamSynchronize_ptsz)
-                r = cu->cuStreamSynchronize_ptsz(hStream);
-        else if (cu->cuStreamSynchronize)
-                r = cu->cuStreamSynchronize(hStream);
+        if (ptsz && cu->stream_synchronize_ptsz)
+                r = cu->stream_synchronize_ptsz(hStream);
+        else if (cu->stream_synchronize)
+                r = cu->stream_synchronize(hStream);
         else
                 r = CUDA_ERROR_NOT_SUPPORTED;
         if (r != CUDA_SUCCESS)
                 return r;
-        return gs_conn_free(dptr);
+        return gs_cu_result(gs_hook_mem_free(dptr));
 }
 
 GS_HOOK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return gs_free_async(dptr, hStream, 0); }
@@ -399,16 +414,16 @@ GS_HOOK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
                                       (unsigned long long)prop->requestedHandleTypes);
                         return CUDA_ERROR_NOT_SUPPORTED;
                 }
-                return gs_conn_vmm_create(handle, size, prop->location.id);
+                return gs_cu_result(gs_hook_vmm_create(handle, size, prop->location.id));
         }
         /* Host memory takes none of the GPU's: the real driver serves it. */
         if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
             prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
             prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
                 cu = gs_cu_get();
-                if (!cu || !cu->cuMemCreate)
+                if (!cu || !cu->mem_create)
                         return CUDA_ERROR_NOT_INITIALIZED;
-                return cu->cuMemCreate(handle, size, prop, flags);
+                return cu->mem_create(handle, size, prop, flags);
         }
         gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuMemCreate of this memory kind is not supported under gshare");
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -419,11 +434,11 @@ GS_HOOK_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
         const struct gs_cu *cu = gs_cu_get();
         CUresult r;
 
-        if (!cu || !cu->cuMemRelease)
+        if (!cu || !cu->mem_release)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        r = cu->cuMemRelease(handle);
+        r = cu->mem_release(handle);
         if (r == CUDA_SUCCESS)
-                gs_conn_vmm_released(handle);
+                gs_hook_vmm_released(handle);
         return r;
 }
 
@@ -437,7 +452,7 @@ GS_HOOK_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGe
         int fd = -1, r;
 
         if (handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shareableHandle && flags == 0) {
-                r = gs_conn_vmm_export(handle, &fd);
+                r = gs_hook_vmm_export(handle, &fd);
                 if (r == 0) {
                         *(int *)shareableHandle = fd;
                         return CUDA_SUCCESS;
@@ -446,9 +461,9 @@ GS_HOOK_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGe
                         return CUDA_ERROR_OPERATING_SYSTEM;
         }
         cu = gs_cu_get();
-        if (!cu || !cu->cuMemExportToShareableHandle)
+        if (!cu || !cu->mem_export_to_shareable_handle)
                 return CUDA_ERROR_NOT_INITIALIZED;
-        return cu->cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
+        return cu->mem_export_to_shareable_handle(shareableHandle, handle, handleType, flags);
 }
 
 /* Legacy IPC on gshare memory: the driver refuses it on VMM memory, and a
@@ -459,27 +474,27 @@ GS_HOOK_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr
 {
         const struct gs_cu *cu;
 
-        if (gs_conn_owns(dptr))
-                return gs_conn_ipc_get(pHandle, dptr);
+        if (gs_hook_mem_owns(dptr))
+                return gs_cu_result(gs_hook_ipc_get(pHandle, dptr));
         cu = gs_cu_get();
-        if (!cu || !cu->cuIpcGetMemHandle)
+        if (!cu || !cu->ipc_get_mem_handle)
                 return CUDA_ERROR_NOT_SUPPORTED;
-        return cu->cuIpcGetMemHandle(pHandle, dptr);
+        return cu->ipc_get_mem_handle(pHandle, dptr);
 }
 
 GS_HOOK_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
         const struct gs_cu *cu;
 
-        if (gs_conn_ipc_is_ours(&handle)) {
+        if (gs_hook_ipc_is_ours(&handle)) {
                 if (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
                         return CUDA_ERROR_INVALID_VALUE;
-                return gs_conn_ipc_open(pdptr, &handle);
+                return gs_cu_result(gs_hook_ipc_open(pdptr, &handle));
         }
         cu = gs_cu_get();
-        if (!cu || !cu->cuIpcOpenMemHandle_v2)
+        if (!cu || !cu->ipc_open_mem_handle_v2)
                 return CUDA_ERROR_NOT_SUPPORTED;
-        return cu->cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+        return cu->ipc_open_mem_handle_v2(pdptr, handle, Flags);
 }
 
 GS_HOOK_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
@@ -490,19 +505,19 @@ GS_HOOK_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handl
 GS_HOOK_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
         const struct gs_cu *cu;
-        CUresult r = gs_conn_ipc_close(dptr);
+        int r = gs_hook_ipc_close(dptr);
 
-        if (r != CUDA_ERROR_NOT_FOUND)
-                return r;
+        if (r != -ENOENT)
+                return gs_cu_result(r);
         cu = gs_cu_get();
-        if (!cu || !cu->cuIpcCloseMemHandle)
+        if (!cu || !cu->ipc_close_mem_handle)
                 return CUDA_ERROR_INVALID_VALUE;
-        return cu->cuIpcCloseMemHandle(dptr);
+        return cu->ipc_close_mem_handle(dptr);
 }
 
 /* ---- memory info ----------------------------------------------------- */
 
-GS_HOOK_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { return gs_conn_meminfo(free_bytes, total); }
+GS_HOOK_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { return gs_cu_result(gs_hook_mem_info(free_bytes, total)); }
 
 GS_HOOK_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
 {
@@ -511,7 +526,7 @@ GS_HOOK_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
 
         if (!free_bytes || !total)
                 return CUDA_ERROR_INVALID_VALUE;
-        r = gs_conn_meminfo(&f, &t);
+        r = gs_cu_result(gs_hook_mem_info(&f, &t));
         if (r == CUDA_SUCCESS) {
                 *free_bytes = f > UINT_MAX ? UINT_MAX : (unsigned)f;
                 *total = t > UINT_MAX ? UINT_MAX : (unsigned)t;
@@ -519,7 +534,7 @@ GS_HOOK_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
         return r;
 }
 
-GS_HOOK_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { return gs_conn_total(dev, bytes); }
+GS_HOOK_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { return gs_cu_result(gs_hook_mem_total(dev, bytes)); }
 
 GS_HOOK_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {
@@ -528,7 +543,7 @@ GS_HOOK_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 
         if (!bytes)
                 return CUDA_ERROR_INVALID_VALUE;
-        r = gs_conn_total(dev, &b);
+        r = gs_cu_result(gs_hook_mem_total(dev, &b));
         if (r == CUDA_SUCCESS)
                 *bytes = b > UINT_MAX ? UINT_MAX : (unsigned)b;
         return r;

@@ -45,22 +45,22 @@ void *gs_real_dlsym(void *handle, const char *name)
         return f ? f(handle, name) : NULL;
 }
 
-#define GS_CU_ENTRY(n) { #n, offsetof(struct gs_cu, n) }
+#define GS_CU_ENTRY(m, n) { #n, offsetof(struct gs_cu, m) }
 static const struct {
         const char *name;
         size_t off;
 } gs_cu_entries[] = {
-        GS_CU_ENTRY(cuInit), GS_CU_ENTRY(cuGetProcAddress), GS_CU_ENTRY(cuGetProcAddress_v2),
-        GS_CU_ENTRY(cuCtxGetDevice), GS_CU_ENTRY(cuDeviceGetUuid_v2), GS_CU_ENTRY(cuDeviceGetCount),
-        GS_CU_ENTRY(cuMemAddressReserve), GS_CU_ENTRY(cuMemImportFromShareableHandle), GS_CU_ENTRY(cuMemMap),
-        GS_CU_ENTRY(cuMemSetAccess), GS_CU_ENTRY(cuMemRelease), GS_CU_ENTRY(cuMemCreate), GS_CU_ENTRY(cuMemUnmap),
-        GS_CU_ENTRY(cuMemGetAddressRange_v2), GS_CU_ENTRY(cuStreamSynchronize),
-        GS_CU_ENTRY(cuStreamSynchronize_ptsz), GS_CU_ENTRY(cuIpcGetMemHandle),
-        GS_CU_ENTRY(cuIpcOpenMemHandle_v2), GS_CU_ENTRY(cuIpcCloseMemHandle), GS_CU_ENTRY(cuMemAddressFree),
-        GS_CU_ENTRY(cuMemExportToShareableHandle), GS_CU_ENTRY(cuStreamIsCapturing),
-        GS_CU_ENTRY(cuStreamIsCapturing_ptsz), GS_CU_ENTRY(cuDevicePrimaryCtxRetain),
-        GS_CU_ENTRY(cuCtxCreate), GS_CU_ENTRY(cuCtxCreate_v2), GS_CU_ENTRY(cuCtxCreate_v3),
-        GS_CU_ENTRY(cuCtxCreate_v4), GS_CU_ENTRY(cuDeviceCanAccessPeer),
+        GS_CU_ENTRY(init, cuInit), GS_CU_ENTRY(get_proc_address, cuGetProcAddress), GS_CU_ENTRY(get_proc_address_v2, cuGetProcAddress_v2),
+        GS_CU_ENTRY(ctx_get_device, cuCtxGetDevice), GS_CU_ENTRY(device_get_uuid_v2, cuDeviceGetUuid_v2), GS_CU_ENTRY(device_get_count, cuDeviceGetCount),
+        GS_CU_ENTRY(mem_address_reserve, cuMemAddressReserve), GS_CU_ENTRY(mem_import_from_shareable_handle, cuMemImportFromShareableHandle), GS_CU_ENTRY(mem_map, cuMemMap),
+        GS_CU_ENTRY(mem_set_access, cuMemSetAccess), GS_CU_ENTRY(mem_release, cuMemRelease), GS_CU_ENTRY(mem_create, cuMemCreate), GS_CU_ENTRY(mem_unmap, cuMemUnmap),
+        GS_CU_ENTRY(mem_get_address_range_v2, cuMemGetAddressRange_v2), GS_CU_ENTRY(stream_synchronize, cuStreamSynchronize),
+        GS_CU_ENTRY(stream_synchronize_ptsz, cuStreamSynchronize_ptsz), GS_CU_ENTRY(ipc_get_mem_handle, cuIpcGetMemHandle),
+        GS_CU_ENTRY(ipc_open_mem_handle_v2, cuIpcOpenMemHandle_v2), GS_CU_ENTRY(ipc_close_mem_handle, cuIpcCloseMemHandle), GS_CU_ENTRY(mem_address_free, cuMemAddressFree),
+        GS_CU_ENTRY(mem_export_to_shareable_handle, cuMemExportToShareableHandle), GS_CU_ENTRY(stream_is_capturing, cuStreamIsCapturing),
+        GS_CU_ENTRY(stream_is_capturing_ptsz, cuStreamIsCapturing_ptsz), GS_CU_ENTRY(device_primary_ctx_retain, cuDevicePrimaryCtxRetain),
+        GS_CU_ENTRY(ctx_create, cuCtxCreate), GS_CU_ENTRY(ctx_create_v2, cuCtxCreate_v2), GS_CU_ENTRY(ctx_create_v3, cuCtxCreate_v3),
+        GS_CU_ENTRY(ctx_create_v4, cuCtxCreate_v4), GS_CU_ENTRY(device_can_access_peer, cuDeviceCanAccessPeer),
 };
 
 static void gs_cu_load(void)

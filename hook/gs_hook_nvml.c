@@ -94,7 +94,7 @@ static nvmlReturn_t gs_nvml_figures(nvmlDevice_t dev, unsigned long long *ret_to
                 return NVML_ERROR_UNKNOWN;
         /* "MIG-..." instances and anything else unparsable are not GPUs an
          * allocation can name. */
-        r = gs_uuid_parse(s, raw) < 0 ? -ENODEV : gs_conn_meminfo_uuid(raw, &obtainable, &quota);
+        r = gs_uuid_parse(s, raw) < 0 ? -ENODEV : gs_hook_mem_info_uuid(raw, &obtainable, &quota);
         if (r == -ENODEV) {
                 *ret_total = *ret_free = *ret_used = 0;
                 return NVML_SUCCESS;

@@ -1,0 +1,74 @@
+/* gs_hook_conn.h — the connection to the agent (gs_wire.h), as the hook's
+ * other modules see it: the process's one connection, its GPUs as WELCOME
+ * described them, and one request at a time.
+ *
+ * Locking: gs_conn.mu guards everything here and every module's table
+ * (gs_hook_vmm.c, gs_hook_ipc.c); a module's entry point takes it, the
+ * functions below expect it held.  One request is outstanding at a time,
+ * so replies come back in order and application threads are safe.
+ * Whatever the agent sends is checked before use; a violation drops the
+ * connection (gs_conn_lost) and memory calls fail closed from then on. */
+#ifndef GS_HOOK_CONN_H
+#define GS_HOOK_CONN_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gs_hook.h"
+#include "gs_wire.h"
+
+#define GS_MAX_DEVICES 64
+
+/* One GPU of the allocation. */
+struct gs_hook_gpu {
+        uint8_t uuid[16];
+        uint64_t quota, chunk;
+        uint32_t max_slots;
+        CUdeviceptr va_base;   /* 0 until reserved */
+        uint8_t *mapped;       /* max_slots flags */
+        int ctx_charged;       /* GS_OP_CTX done for this process */
+        int ctx_done;          /* and GS_OP_CTX_DONE sent */
+};
+
+enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2 };
+
+struct gs_conn {
+        pthread_mutex_t mu;
+        int state;
+        int sock;
+        int wake;              /* the agent's doorbell (eventfd of WELCOME) */
+        struct gs_shm *shm;
+        uint32_t req_head, rep_tail;
+        uint64_t seq;
+        uint32_t ngpus;
+        struct gs_hook_gpu gpus[GS_MAX_GPUS_PER_ALLOC];
+        /* CUdevice -> index into gpus; -1: not in the allocation; -2: unknown. */
+        int devmap[GS_MAX_DEVICES];
+        const char *sock_path;
+};
+
+/* The process's connection (a fork child starts a new one). */
+extern struct gs_conn gs_conn;
+
+/* The following: pre gs_conn.mu held. */
+
+/* Connects if not yet tried (no CUDA call); whether connected. */
+int gs_conn_up(void);
+/* Connects if not yet tried; the driver table when connected, else NULL. */
+const struct gs_cu *gs_conn_ready(void);
+/* Sends one request and waits for its reply.  0 with *ret filled
+ * (ret->status is the agent's verdict), or a negative errno after which
+ * the connection is gone. */
+int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret) GS_WUR;
+/* Says why once, and forgets the connection. */
+void gs_conn_lost(const char *why);
+/* The next message on the socket, without waiting, and at most one fd
+ * (*ret_fd, -1 if none).  Its length, or a negative errno. */
+ssize_t gs_conn_recv_fd(void *buf, size_t len, int *ret_fd);
+/* Whether a received message of got bytes is a whole message of type. */
+int gs_conn_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize_t got);
+/* The agent's verdict on a request as a negative errno (0: done). */
+int gs_conn_status(int32_t st);
+
+#endif
