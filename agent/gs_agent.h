@@ -165,6 +165,7 @@ struct gs_ctlsrv;
 struct gs_metrics;
 struct gs_events;
 struct gs_allocs_pending;
+struct gs_claims;
 
 struct gs_agent {
         struct gs_config cfg;
@@ -176,6 +177,8 @@ struct gs_agent {
         /* Checkpoint lines not restored yet (gs_allocs.h), and when they
          * are next retried (CLOCK_MONOTONIC ms). */
         struct gs_allocs_pending *pending;
+        /* DRA claims' allocations (gs_claims.h); NULL until first used. */
+        struct gs_claims *claims;
         int64_t pending_retry_ms;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;
