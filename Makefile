@@ -81,7 +81,7 @@ $(B)/%.o: %.c | cuda-check $(PROTO_H)
 include common/module.mk
 # One fragment per part (agent/alloc.mk, agent/agent.mk, hook/hook.mk, ...),
 # so parts can be added without editing this file.
-include $(sort $(wildcard agent/*.mk hook/*.mk plugin/*.mk test/*.mk test/*/*.mk bench/*.mk))
+include $(sort $(wildcard agent/*.mk hook/*.mk plugin/*.mk dra/*.mk test/*.mk test/*/*.mk bench/*.mk))
 
 all: $(BINS) $(LIBS) | cuda-check
 

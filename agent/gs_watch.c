@@ -21,6 +21,7 @@
 
 #include <curl/curl.h>
 
+#include "gs_kapi.h"
 #include "gs_log.h"
 #include "gs_recon.h"
 
@@ -535,28 +536,10 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
         return n;
 }
 
-/* The token, one line of printable ASCII (it goes into a header). */
+/* The token: common/gs_kapi.h, shared with the DRA plugin. */
 int gs_watch_read_token(const char *path, char *buf, size_t cap)
 {
-        size_t len = 0;
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), r = 0;
-
-        if (fd < 0)
-                return gs_neg_errno();
-        r = gs_read_all(fd, buf, cap, &len);
-        if (r < 0)
-                goto out;
-        while (len && isspace((unsigned char)buf[len - 1]))
-                len--;
-        buf[len] = '\0';
-        if (len == 0)
-                r = -ENODATA;
-        for (size_t i = 0; i < len; i++)
-                if (buf[i] <= 0x20 || buf[i] >= 0x7f)
-                        r = -EINVAL;
-out:
-        close(fd);
-        return r;
+        return gs_kapi_read_token(path, buf, cap);
 }
 
 /* One GET; the outcome in x.  Returns 0 when the transfer ran (whatever its
@@ -814,33 +797,10 @@ static bool valid_node(const char *s)
         return true;
 }
 
-/* The API server's base URL from c or the service environment; "" when none. */
+/* The API server's base URL: common/gs_kapi.h, shared with the DRA plugin. */
 int gs_watch_api_server(const struct gs_config *c, char *buf, size_t cap, char *err, size_t errlen)
 {
-        const char *host = secure_getenv("KUBERNETES_SERVICE_HOST");
-        const char *port = secure_getenv("KUBERNETES_SERVICE_PORT");
-        size_t n;
-
-        buf[0] = '\0';
-        if (c->api_server[0]) {
-                snprintf(buf, cap, "%s", c->api_server);
-        } else if (host && *host && port && *port) {
-                if (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 ||
-                    strspn(host, "0123456789abcdefABCDEF.:-") != strlen(host)) {
-                        snprintf(err, errlen,
-                                 "KUBERNETES_SERVICE_HOST/PORT ('%.64s', '%.8s') are not an address and a port",
-                                 host, port);
-                        return -EINVAL;
-                }
-                if (strchr(host, ':'))
-                        snprintf(buf, cap, "https://[%s]:%s", host, port);
-                else
-                        snprintf(buf, cap, "https://%s:%s", host, port);
-        }
-        n = strlen(buf);
-        while (n && buf[n - 1] == '/')
-                buf[--n] = '\0';
-        return 0;
+        return gs_kapi_base_url(c, buf, cap, err, errlen);
 }
 
 int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_watch **ret,
