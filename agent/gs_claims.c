@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gs_allocs.h"
@@ -80,6 +81,8 @@ static int save(struct gs_agent *ag)
 
         if (path_of(ag, path, sizeof(path), "") < 0 || path_of(ag, tmp, sizeof(tmp), ".tmp") < 0)
                 return -ENAMETOOLONG;
+        if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)
+                return gs_neg_errno();
         fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return gs_neg_errno();

@@ -121,6 +121,12 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
         jstr(al->pod_name);
         printf(",\"container_name\":");
         jstr(al->container_name);
+        printf(",\"claim_uid\":");
+        jstr(al->claim_uid);
+        printf(",\"claim\":");
+        jstr(al->claim_name);
+        printf(",\"claim_namespace\":");
+        jstr(al->claim_namespace);
         printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
         for (size_t j = 0; j < al->n_device_ids; j++) {
                 if (j)

@@ -45,7 +45,7 @@ int gs_cdi_json(FILE *f, const char *kind, const char *name, const struct gs_ctr
                 gs_json_str(f, s->mounts[i].host);
                 fprintf(f, ",\"containerPath\":");
                 gs_json_str(f, s->mounts[i].ctr);
-                fprintf(f, ",\"options\":[\"%sbind\",\"nosuid\",\"nodev\"]}", s->mounts[i].ro ? "ro," : "");
+                fprintf(f, ",\"options\":[%s\"bind\",\"nosuid\",\"nodev\"]}", s->mounts[i].ro ? "\"ro\"," : "");
         }
         fprintf(f, "]}}]}\n");
         return ferror(f) ? -EIO : 0;
