@@ -14,7 +14,7 @@
 #   make bench           build and run the benchmarks (not part of make test)
 #   make install         the image's file layout under DESTDIR (docs/install.md)
 #   make image           the OCI image, without a registry ($(B)/image/)
-#   make manifest        regenerate manifests/gshare.yaml from charts/gshare
+#   make manifest        regenerate manifests/gshare.yaml (and gshare-dra.yaml) from charts/gshare
 
 CUDA_HOME ?= /usr/local/cuda
 SANITIZE  ?=
@@ -134,6 +134,8 @@ $(B)/image/rootfs/usr/local/bin/gshare-install-hook: $(BINS) $(LIBS) scripts/gsh
 manifest:
 	$(PYTHON) scripts/render-chart.py charts/gshare --manifest > manifests/gshare.yaml.new
 	mv manifests/gshare.yaml.new manifests/gshare.yaml
+	$(PYTHON) scripts/render-chart.py charts/gshare --manifest --set mode=dra > manifests/gshare-dra.yaml.new
+	mv manifests/gshare-dra.yaml.new manifests/gshare-dra.yaml
 
 clean:
 	rm -rf build build-asan build-tsan

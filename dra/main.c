@@ -21,6 +21,8 @@ static void usage(FILE *f)
                 "  --driver NAME           the DRA driver's name (default %s)\n"
                 "  --kubelet-root DIR      the kubelet's root (default /var/lib/kubelet): registration in\n"
                 "                          DIR/plugins_registry, our socket in DIR/plugins/<driver>\n"
+                "  --registry-dir DIR      overrides the registration directory (DIR/<driver>-reg.sock)\n"
+                "  --plugins-dir DIR       overrides the plugins directory (our socket in DIR/<driver>)\n"
                 "  --cdi-dir DIR           where CDI specs go (default /var/run/cdi)\n"
                 "  --agent-socket PATH     the agent's control socket (config agentSocket)\n"
                 "  --agent-timeout-ms N    bound on each call to the agent (default 5000)\n"
@@ -52,12 +54,14 @@ static int dns_ok(const char *s)
 
 int main(int argc, char **argv)
 {
-        enum { O_CONFIG = 256, O_DRIVER, O_ROOT, O_CDI, O_AGENT, O_TIMEOUT, O_NODE, O_PROC };
+        enum { O_CONFIG = 256, O_DRIVER, O_ROOT, O_CDI, O_AGENT, O_TIMEOUT, O_NODE, O_PROC, O_REG, O_PLUGINS };
         static const struct option longopts[] = {
                 { "config", required_argument, NULL, O_CONFIG },
                 { "driver", required_argument, NULL, O_DRIVER },
                 { "kubelet-root", required_argument, NULL, O_ROOT },
                 { "cdi-dir", required_argument, NULL, O_CDI },
+                { "registry-dir", required_argument, NULL, O_REG },
+                { "plugins-dir", required_argument, NULL, O_PLUGINS },
                 { "agent-socket", required_argument, NULL, O_AGENT },
                 { "agent-timeout-ms", required_argument, NULL, O_TIMEOUT },
                 { "node", required_argument, NULL, O_NODE },
@@ -68,6 +72,7 @@ int main(int argc, char **argv)
         };
         static struct gs_dra_opts o; /* large: off the stack */
         const char *config = NULL, *root = "/var/lib/kubelet", *agent = NULL, *node = NULL;
+        const char *regdir = NULL, *plugdir = NULL;
         char err[1024];
         int verbose = 0, c, r;
         struct stat st;
@@ -83,6 +88,8 @@ int main(int argc, char **argv)
                 case O_ROOT: root = optarg; break;
                 case O_AGENT: agent = optarg; break;
                 case O_NODE: node = optarg; break;
+                case O_REG: regdir = optarg; break;
+                case O_PLUGINS: plugdir = optarg; break;
                 case O_DRIVER:
                         if (copy_opt(o.driver, sizeof(o.driver), "--driver", optarg) < 0 || !dns_ok(o.driver))
                                 return 2;
@@ -132,9 +139,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "gshare-dra-plugin: no node name, or not a DNS name: give --node, nodeName or $NODE_NAME\n");
                 return 2;
         }
-        if (snprintf(o.registry_dir, sizeof(o.registry_dir), "%s/plugins_registry", root) >= (int)sizeof(o.registry_dir) ||
-            snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/plugins/%s", root, o.driver) >= (int)sizeof(o.plugin_dir)) {
-                fprintf(stderr, "gshare-dra-plugin: --kubelet-root too long\n");
+        if ((regdir ? snprintf(o.registry_dir, sizeof(o.registry_dir), "%s", regdir)
+                    : snprintf(o.registry_dir, sizeof(o.registry_dir), "%s/plugins_registry", root)) >=
+                    (int)sizeof(o.registry_dir) ||
+            (plugdir ? snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/%s", plugdir, o.driver)
+                     : snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/plugins/%s", root, o.driver)) >=
+                    (int)sizeof(o.plugin_dir)) {
+                fprintf(stderr, "gshare-dra-plugin: --kubelet-root, --registry-dir or --plugins-dir too long\n");
                 return 2;
         }
         gs_log_init("dra", verbose ? GS_LOG_DEBUG : o.cfg.log_level);
