@@ -6,6 +6,8 @@ GPU memory (e.g. 2Gi), running the shell SCRIPT in IMAGE with DIR mounted at
 workload.py does for the device plugin).  The hook, ld.so.preload and the
 agent's socket come from the claim's CDI spec, not from the pod."""
 import json
+import os
+import subprocess
 import sys
 
 name, mem, d, image, script = sys.argv[1:6]
@@ -15,28 +17,10 @@ tmpl = {
     "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
         "deviceClassName": "gpumem.gshare.io", "capacity": {"requests": {"memory": mem}}}}]}}},
 }
-pod = {
-    "apiVersion": "v1", "kind": "Pod",
-    "metadata": {"name": name, "namespace": "default"},
-    "spec": {
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 2,
-        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": name + "-gpu"}],
-        "containers": [{
-            "name": "cuda", "image": image, "imagePullPolicy": "Never",
-            "command": ["/bin/sh", "-c", script],
-            "env": [{"name": "GSHARE_FAKECUDA_STATE", "value": "/run/gshare-fakegpu/state"},
-                    {"name": "GSHARE_FAKECUDA_DEVICES", "value": "1"}],
-            "resources": {"claims": [{"name": "gpu"}]},
-            "volumeMounts": [
-                {"name": "e2e", "mountPath": "/opt/e2e", "readOnly": True},
-                {"name": "fake-libcuda", "mountPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "readOnly": True},
-                {"name": "fake-gpu", "mountPath": "/run/gshare-fakegpu"}],
-        }],
-        "volumes": [
-            {"name": "e2e", "hostPath": {"path": d, "type": "Directory"}},
-            {"name": "fake-libcuda", "hostPath": {"path": d + "/libcuda.so.1", "type": "File"}},
-            {"name": "fake-gpu", "hostPath": {"path": "/run/gshare-fakegpu", "type": "DirectoryOrCreate"}}],
-    },
-}
+# The device plugin's workload pod (workload.py), its resource limit
+# replaced by the claim.
+pod = json.loads(subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workload.py"),
+                                 name, "0", d, image, script], check=True, capture_output=True, text=True).stdout)
+pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": name + "-gpu"}]
+pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
 json.dump({"apiVersion": "v1", "kind": "List", "items": [tmpl, pod]}, sys.stdout, indent=1)
