@@ -28,6 +28,8 @@
 #define RECONNECT_MS 500
 #define REPUBLISH_MIN_MS 1000
 #define REPUBLISH_MAX_MS 30000
+/* How often the plugin checks that its slice still exists. */
+#define SLICE_CHECK_MS 5000
 
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim Claim;
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest PrepReq;
@@ -47,6 +49,7 @@ struct dra {
         char endpoint[PATH_MAX];      /* <plugin_dir>/dra.sock */
         char reg_socket[PATH_MAX];    /* <registry_dir>/<driver>-reg.sock */
         atomic_bool stop;
+        atomic_bool check_slice;     /* check at the watcher's next tick */
         pthread_t watcher;
         /* The agent's GPUs, as its last Watch message gave them. */
         pthread_mutex_t mu;
@@ -58,6 +61,9 @@ struct dra {
         size_t npublished;
         bool is_published;
         uint64_t generation;
+        bool dirty;                  /* to publish */
+        int64_t retry_at, check_at;  /* CLOCK_MONOTONIC ms */
+        int backoff;
 };
 
 static int64_t mono_ms(void)
@@ -132,6 +138,41 @@ static int publish(struct dra *d)
         return 0;
 }
 
+/* The watcher's periodic work: the slice published when it is due, and
+ * its existence checked every SLICE_CHECK_MS (and at once after a
+ * registration): the kubelet deletes the node's ResourceSlices when it
+ * starts, and a driver's when it stays unregistered for 30 s. */
+static void tick(struct dra *d)
+{
+        int64_t now = mono_ms();
+        char err[512];
+
+        if (d->kapi.base[0] && d->is_published && (atomic_exchange(&d->check_slice, false) || now >= d->check_at)) {
+                int r = gs_slice_exists(&d->kapi, d->o->driver, d->o->node, err, sizeof(err));
+
+                d->check_at = now + SLICE_CHECK_MS;
+                if (r == 0) {
+                        log_warn("ResourceSlice %s-%s is gone (deleted by the kubelet?); publishing it again",
+                                 d->o->node, d->o->driver);
+                        d->is_published = false;
+                        d->dirty = true;
+                        d->retry_at = 0;
+                } else if (r < 0) {
+                        log_debug("cannot check the ResourceSlice: %s", err);
+                }
+        }
+        if (d->dirty && now >= d->retry_at) {
+                if (publish(d) == 0) {
+                        d->dirty = false;
+                        d->backoff = REPUBLISH_MIN_MS;
+                        d->check_at = now + SLICE_CHECK_MS;
+                } else {
+                        d->retry_at = now + d->backoff;
+                        d->backoff = d->backoff * 2 > REPUBLISH_MAX_MS ? REPUBLISH_MAX_MS : d->backoff * 2;
+                }
+        }
+}
+
 /* Follows the agent's Watch stream, keeping the GPU table and the slice
  * current; reconnects every RECONNECT_MS while the agent is away (the
  * slice then stays as it was: an agent restart must not withdraw the
@@ -140,10 +181,8 @@ static void *watcher_main(void *arg)
 {
         struct dra *d = arg;
         bool warned = false;
-        int64_t retry_at = 0;
-        int backoff = REPUBLISH_MIN_MS;
-        bool dirty = true;
 
+        d->backoff = REPUBLISH_MIN_MS;
         while (!atomic_load(&d->stop)) {
                 GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
                 Gshare__Ctl__V1__WatchRequest w = GSHARE__CTL__V1__WATCH_REQUEST__INIT;
@@ -158,6 +197,7 @@ static void *watcher_main(void *arg)
                         warned = true;
                         if (fd >= 0)
                                 close(fd);
+                        tick(d);
                         nap_ms(RECONNECT_MS);
                         continue;
                 }
@@ -170,21 +210,13 @@ static void *watcher_main(void *arg)
                                         log_info("gshare agent at %s is back", d->o->cfg.agent_socket);
                                 warned = false;
                                 take_gpus(d, rep->list_gpus);
-                                dirty = true;
-                                retry_at = 0;
+                                d->dirty = true;
+                                d->retry_at = 0;
                         }
                         gs_ctl_reply_free(rep);
                         if (r < 0 && r != -ETIMEDOUT)
                                 break;
-                        if (dirty && mono_ms() >= retry_at) {
-                                if (publish(d) == 0) {
-                                        dirty = false;
-                                        backoff = REPUBLISH_MIN_MS;
-                                } else {
-                                        retry_at = mono_ms() + backoff;
-                                        backoff = backoff * 2 > REPUBLISH_MAX_MS ? REPUBLISH_MAX_MS : backoff * 2;
-                                }
-                        }
+                        tick(d);
                 }
                 close(fd);
                 if (!atomic_load(&d->stop)) {
@@ -244,6 +276,8 @@ static grpc_status_code notify_status(void *ctx, struct gs_grpc_call *call, cons
                 log_info("registered %s with the kubelet (%s)", d->o->driver, GS_DRA_SERVICE);
         else
                 log_error("the kubelet refused %s: %.300s", d->o->driver, st->error ? st->error : "");
+        /* A kubelet that just started deletes the node's slices. */
+        atomic_store(&d->check_slice, true);
         *ret = &r->base;
         return GRPC_STATUS_OK;
 }

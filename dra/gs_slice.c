@@ -102,6 +102,29 @@ int gs_slice_publish(const struct gs_kapi *k, const char *driver, const char *no
         return r;
 }
 
+int gs_slice_exists(const struct gs_kapi *k, const char *driver, const char *node, char *err, size_t errlen)
+{
+        char name[300], path[400], *reply = NULL;
+        size_t rlen = 0;
+        long code = 0;
+        int r;
+
+        if (gs_slice_name(name, sizeof(name), node, driver) < 0)
+                return -ENAMETOOLONG;
+        snprintf(path, sizeof(path), "/apis/resource.k8s.io/v1/resourceslices/%s", name);
+        r = gs_kapi_request(k, "GET", path, NULL, NULL, REPLY_MAX, &code, &reply, &rlen, err, errlen);
+        free(reply);
+        if (r < 0)
+                return r;
+        if (code == 404)
+                return 0;
+        if (code != 200) {
+                snprintf(err, errlen, "GET ResourceSlice %s: HTTP %ld", name, code);
+                return code == 401 || code == 403 ? -EACCES : -EIO;
+        }
+        return 1;
+}
+
 void gs_slice_driver_version(const char *path, char *buf, size_t cap)
 {
         char line[512], *p, *save = NULL;

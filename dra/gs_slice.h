@@ -49,6 +49,12 @@ int gs_slice_publish(const struct gs_kapi *k, const char *driver, const char *no
                      const struct gs_slice_gpu *g, size_t n, const char *driver_version, char *err,
                      size_t errlen) GS_WUR;
 
+/* Whether the slice exists on the API server: 1, 0 (404), or a negative
+ * errno with err (the kubelet deletes a node's slices when it starts, and
+ * a driver's when it stays unregistered for 30 s: the plugin checks). */
+int gs_slice_exists(const struct gs_kapi *k, const char *driver, const char *node, char *err,
+                    size_t errlen) GS_WUR;
+
 /* The driver's version from the first line of an NVIDIA version file
  * ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.03  ...") as a
  * semver ("580.159.3") into buf; "" when there is none. */

@@ -108,6 +108,8 @@ class FakeApi:
                     if (len(parts) == 7 and parts[:4] == ["apis", "resource.k8s.io", "v1", "namespaces"]
                             and parts[5] == "resourceclaims" and (parts[4], parts[6]) in api.claims):
                         obj = api.claims[(parts[4], parts[6])]
+                    elif len(parts) == 5 and parts[:4] == ["apis", "resource.k8s.io", "v1", "resourceslices"]:
+                        obj = api.slices.get(parts[4])
                     else:
                         obj = None
                 if obj is None:
@@ -142,6 +144,11 @@ class FakeApi:
     def slice(self):
         with self.lock:
             return self.slices.get("%s-%s" % (NODE, DRIVER))
+
+    def delete_slice(self):
+        """What the kubelet does to the node's slices when it starts."""
+        with self.lock:
+            self.slices.clear()
 
     def npatches(self):
         with self.lock:
@@ -314,6 +321,17 @@ def body(ns, api, ag, plugin, tmp):
     check(int(pol.get("default", 0)) == UNIT and int(pol.get("validRange", {}).get("min", 0)) == UNIT
           and int(pol["validRange"].get("step", 0)) == UNIT,
           "requestPolicy: default, min and step = the unit (%s)" % pol)
+
+    # ---- the kubelet deletes the node's slices when it starts: published again
+    gen = api.slice()["spec"]["pool"]["generation"]
+    api.delete_slice()
+    register(ns, plugin)
+    t = wait_for(lambda: api.slice() is not None, 3)
+    check(t is not None and api.slice()["spec"]["pool"]["generation"] > gen,
+          "slice deleted, then a registration: applied again at once (%s s)" % (t and round(t, 2)))
+    api.delete_slice()
+    t = wait_for(lambda: api.slice() is not None, 8)
+    check(t is not None, "slice deleted: applied again by the periodic check (%s s)" % (t and round(t, 2)))
 
     # ---- prepare two claims in one call
     api.set_claim("team", "claim-a", UID_A, memory="128Mi", share="share-a")
