@@ -10,9 +10,10 @@
  * cuMemAlloc* and cuMemCreate charge it, and fail with
  * CUDA_ERROR_OUT_OF_MEMORY beyond $GSHARE_FAKECUDA_MEM per device (default
  * 16Gi) on $GSHARE_FAKECUDA_DEVICES devices (default 1).  Charges are kept
- * per pid; those of pids that no longer exist are dropped when the state is
- * opened and when memory runs short, so a crashed test does not poison the
- * next.  The config is fixed by whoever creates the state file.
+ * per pid and pid namespace; those of pids that no longer exist are dropped
+ * when the state is opened and when memory runs short, so a crashed test
+ * does not poison the next (a pid of another namespace, a pod's on a real
+ * cluster, is judged only from the initial namespace: fc_slot_dead).  The config is fixed by whoever creates the state file.
  *
  * Legacy entry points with 32-bit device pointers exist (as in the real
  * driver) but return CUDA_ERROR_NOT_SUPPORTED: no fake address fits. */
