@@ -12,3 +12,11 @@ $(B)/gshare-dra-plugin: $(DRA_O) $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $(DRA_O) $(COMMON_A) $(PKG_GRPC) $(PKG_PBC) $(PKG_YAML) $(PKG_CURL) -lpthread
 
 BINS += $(B)/gshare-dra-plugin
+
+# test/check_dra.c: the parts that need no kubelet (claims, slice JSON, CDI).
+DRA_PARTS_O := $(B)/dra/gs_claim.o $(B)/dra/gs_slice.o $(B)/dra/gs_cdi.o $(B)/plugin/gs_ctrspec.o
+$(B)/test/check_dra.o: CPPFLAGS += -Iplugin -Idra
+$(B)/test/check_dra: $(B)/test/check_dra.o $(DRA_PARTS_O) $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_YAML) $(PKG_CURL) $(PKG_PBC) $(PKG_CHECK)
+
+TESTS += $(B)/test/check_dra
