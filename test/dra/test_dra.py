@@ -351,6 +351,8 @@ def body(ns, api, ag, plugin, tmp):
     check(A.get("parts", [{}])[0].get("units") == 2 and Bc.get("parts", [{}])[0].get("units") == 3
           and A.get("claim") == "claim-a" and A.get("claim_namespace") == "team",
           "claim-a 2 units, claim-b 3 units, on the claims' names")
+    table = subprocess.run([recon.CTL, "--socket", ag.sock, "allocations"], capture_output=True, text=True).stdout
+    check("claim team/claim-a" in table and "claim team/claim-b" in table, "gsharectl allocations names the claims")
     sa = cdi_spec(tmp, UID_A)
     dev = sa["devices"][0]
     env = dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
@@ -377,6 +379,14 @@ def body(ns, api, ag, plugin, tmp):
     check(rep.claims[UID_A].error == "" and list(rep.claims[UID_A].devices[0].cdi_device_ids) ==
           ["gshare.io/gpumem=" + UID_A] and claim_allocs(ag)[UID_A]["id"] == A["id"]
           and len(ag.allocs()) == 2, "prepare again: the same allocation, nothing new")
+
+    # the same claim UID now asking for another amount: refused, nothing changed
+    api.set_claim("team", "claim-a", UID_A, memory="192Mi", share="share-a")
+    rep = prepare(ns, plugin, ("team", "claim-a", UID_A))
+    check("already has allocation %s of 2 units" % A["id"] in rep.claims[UID_A].error
+          and claim_allocs(ag)[UID_A]["parts"][0]["units"] == 2,
+          "same claim, another amount: refused (%r)" % rep.claims[UID_A].error)
+    api.set_claim("team", "claim-a", UID_A, memory="128Mi", share="share-a")
 
     # ---- the reconciler (PodResources shows no pod) keeps claims' allocations
     time.sleep(GRACE + 1.0)
