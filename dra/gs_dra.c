@@ -233,7 +233,7 @@ static grpc_status_code get_info(void *ctx, struct gs_grpc_call *call, const Pro
                                  ProtobufCMessage **ret, char *msg, size_t msglen)
 {
         struct dra *d = ctx;
-        Pluginregistration__PluginInfo *info = calloc(1, sizeof(*info) + sizeof(char *));
+        Pluginregistration__PluginInfo *info = calloc(1, sizeof(*info) + 2 * sizeof(char *));
         (void)call;
         (void)req;
 
@@ -247,7 +247,8 @@ static grpc_status_code get_info(void *ctx, struct gs_grpc_call *call, const Pro
         info->endpoint = d->endpoint;
         info->supported_versions = (char **)(info + 1);
         info->supported_versions[0] = (char *)GS_DRA_SERVICE;
-        info->n_supported_versions = 1;
+        info->supported_versions[1] = (char *)GS_DRA_SERVICE_BETA;
+        info->n_supported_versions = 2;
         log_info("kubelet asked for the plugin's info");
         *ret = &info->base;
         return GRPC_STATUS_OK;
@@ -625,6 +626,14 @@ int gs_dra_run(const struct gs_dra_opts *o)
                   &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor, prepare,
                   free_plain, NULL },
                 { "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources",
+                  &k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__descriptor, unprepare,
+                  free_plain, NULL },
+                /* v1beta1 (kubelets 1.32, 1.33): the same messages but for
+                 * Device.share_id, which such a kubelet skips as unknown. */
+                { "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources",
+                  &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor, prepare,
+                  free_plain, NULL },
+                { "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources",
                   &k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__descriptor, unprepare,
                   free_plain, NULL },
         };

@@ -16,6 +16,7 @@
 
 #define GS_DRA_DRIVER "gpumem.gshare.io"
 #define GS_DRA_SERVICE "v1.DRAPlugin"
+#define GS_DRA_SERVICE_BETA "v1beta1.DRAPlugin"  /* same handlers: see gs_dra_run */
 #define GS_DRA_MAX_CLAIMS 64        /* claims in one call */
 
 struct gs_dra_opts {

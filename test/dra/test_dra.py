@@ -284,8 +284,8 @@ def body(ns, api, ag, plugin, tmp):
     # ---- registration
     info = register(ns, plugin)
     check(info.type == "DRAPlugin" and info.name == DRIVER and info.endpoint == plugin.endpoint
-          and list(info.supported_versions) == ["v1.DRAPlugin"],
-          "GetInfo: DRAPlugin %s at %s, v1.DRAPlugin (%s)" % (DRIVER, plugin.endpoint, str(info).replace("\n", " ")))
+          and list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+          "GetInfo: DRAPlugin %s at %s, v1.DRAPlugin and v1beta1.DRAPlugin (%s)" % (DRIVER, plugin.endpoint, str(info).replace("\n", " ")))
     check(wait_for(lambda: "registered %s with the kubelet" % DRIVER in plugin.logtext(), 5) is not None,
           "NotifyRegistrationStatus logged")
 
@@ -379,6 +379,15 @@ def body(ns, api, ag, plugin, tmp):
     check(rep.claims[UID_A].error == "" and list(rep.claims[UID_A].devices[0].cdi_device_ids) ==
           ["gshare.io/gpumem=" + UID_A] and claim_allocs(ag)[UID_A]["id"] == A["id"]
           and len(ag.allocs()) == 2, "prepare again: the same allocation, nothing new")
+
+    # v1beta1: the same messages (less share_id) on the v1beta1 service
+    with grpc.insecure_channel("unix:" + plugin.endpoint) as ch:
+        call = ch.unary_unary("/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources",
+                              request_serializer=ns.dra.NodePrepareResourcesRequest.SerializeToString,
+                              response_deserializer=ns.dra.NodePrepareResourcesResponse.FromString)
+        rep = call(ns.dra.NodePrepareResourcesRequest(claims=[claim_msg(ns, "team", "claim-a", UID_A)]), timeout=20)
+    check(rep.claims[UID_A].error == "" and list(rep.claims[UID_A].devices[0].cdi_device_ids) ==
+          ["gshare.io/gpumem=" + UID_A] and len(ag.allocs()) == 2, "v1beta1 prepare: the same claim, the same answer")
 
     # the same claim UID now asking for another amount: refused, nothing changed
     api.set_claim("team", "claim-a", UID_A, memory="192Mi", share="share-a")
