@@ -14,7 +14,7 @@
 #   make bench           build and run the benchmarks (not part of make test)
 #   make install         the image's file layout under DESTDIR (docs/install.md)
 #   make image           the OCI image, without a registry ($(B)/image/)
-#   make manifest        regenerate manifests/gshare.yaml from charts/gshare
+#   make manifest        regenerate manifests/gshare.yaml (and gshare-dra.yaml) from charts/gshare
 
 CUDA_HOME ?= /usr/local/cuda
 SANITIZE  ?=
@@ -95,7 +95,7 @@ $(B)/%.o: %.c | cuda-check $(PROTO_H)
 include common/module.mk
 # One fragment per part (agent/alloc.mk, agent/agent.mk, hook/hook.mk, ...),
 # so parts can be added without editing this file.
-include $(sort $(wildcard agent/*.mk hook/*.mk plugin/*.mk test/*.mk test/*/*.mk bench/*.mk))
+include $(sort $(wildcard agent/*.mk hook/*.mk plugin/*.mk dra/*.mk test/*.mk test/*/*.mk bench/*.mk))
 
 all: $(BINS) $(LIBS) | cuda-check
 
@@ -120,11 +120,11 @@ tsan:
 ARM64 := aarch64-linux-gnu
 cross-arm64:
 	$(MAKE) CROSS=$(ARM64) all
-	@set -e; d=build-$(ARM64); for f in gshare-agent gsharectl gshare-device-plugin libgshare.so; do \
+	@set -e; d=build-$(ARM64); for f in gshare-agent gsharectl gshare-device-plugin gshare-dra-plugin libgshare.so; do \
 	  $(ARM64)-readelf -h $$d/$$f | grep -q 'Machine: *AArch64' || { echo "cross-arm64: $$d/$$f is not arm64" >&2; exit 1; }; done; \
 	  n=$$($(ARM64)-readelf -d $$d/libgshare.so | grep NEEDED | grep -v 'libc.so' | wc -l); \
 	  [ $$n -eq 0 ] || { echo "cross-arm64: libgshare.so needs more than libc" >&2; exit 1; }; \
-	  echo "cross-arm64: agent, gsharectl, device plugin and hook built for arm64"
+	  echo "cross-arm64: agent, gsharectl, device and DRA plugins, hook built for arm64"
 
 valgrind: $(TESTS) $(TEST_DEPS)
 	@B=$(B) PYTHON=$(PYTHON) VALGRIND=1 test/run-tests.sh $(filter $(B)/test/check_%,$(TESTS))
@@ -161,6 +161,8 @@ $(B)/image/rootfs/usr/local/bin/gshare-install-hook: $(BINS) $(LIBS) scripts/gsh
 manifest:
 	$(PYTHON) scripts/render-chart.py charts/gshare --manifest > manifests/gshare.yaml.new
 	mv manifests/gshare.yaml.new manifests/gshare.yaml
+	$(PYTHON) scripts/render-chart.py charts/gshare --manifest --set mode=dra > manifests/gshare-dra.yaml.new
+	mv manifests/gshare-dra.yaml.new manifests/gshare-dra.yaml
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -36,6 +36,7 @@ struct gs_ctlsrv;
 struct gs_metrics;
 struct gs_events;
 struct gs_allocs_pending;
+struct gs_claims;
 
 struct gs_agent {
         struct gs_config cfg;
@@ -46,6 +47,8 @@ struct gs_agent {
         uint32_t nallocs;
         /* Checkpoint lines not restored yet (gs_allocs.h). */
         struct gs_allocs_pending *pending;
+        /* DRA claims' allocations (gs_claims.h); NULL until first used. */
+        struct gs_claims *claims;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;
         struct gs_loop *loop;            /* gs_loop.h: the main thread's reactor */

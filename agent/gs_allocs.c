@@ -859,6 +859,14 @@ int gs_allocs_restore(struct gs_agent *ag)
         return gs_allocs_checkpoint(ag);
 }
 
+bool gs_allocs_is_pending(const struct gs_agent *ag, const char *id)
+{
+        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+                if (strcmp(q->id, id) == 0)
+                        return true;
+        return false;
+}
+
 int64_t gs_allocs_tick(void *data, int64_t now)
 {
         struct gs_agent *ag = data;

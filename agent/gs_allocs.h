@@ -159,6 +159,8 @@ int64_t gs_allocs_tick(void *ag, int64_t now);
  * device IDs.  0, -ENOENT (no such line), or a negative errno with err. */
 int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
                               char *err, size_t errlen) GS_WUR;
+/* Whether the checkpoint line of allocation id waits to be restored. */
+bool gs_allocs_is_pending(const struct gs_agent *ag, const char *id);
 /* Units of g held by checkpoint lines not restored yet, into ret_units[max];
  * returns how many. */
 size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units,

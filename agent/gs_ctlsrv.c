@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
+#include "gs_claims.h"
 #include "gs_ctl.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
@@ -146,6 +147,19 @@ static Gshare__Ctl__V1__ListGpusReply *gpus_msg(struct arena *ar, struct gs_agen
         return m;
 }
 
+/* The claim fields of m, for a DRA claim's allocation.  false: out of memory. */
+static bool alloc_msg_claim(struct arena *ar, struct gs_allocation *a, Gshare__Ctl__V1__Allocation *m)
+{
+        const struct gs_claim *c = gs_claims_of(a->agent, a);
+
+        if (!c)
+                return true;
+        m->claim_uid = arena_str(ar, c->uid);
+        m->claim_namespace = arena_str(ar, c->ns);
+        m->claim_name = arena_str(ar, c->name);
+        return m->claim_uid && m->claim_namespace && m->claim_name;
+}
+
 static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_allocation *a)
 {
         struct gs_agent *ag = a->agent;
@@ -218,6 +232,8 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                 m->pod_name = arena_str(ar, a->pod_name);
                 m->container_name = arena_str(ar, a->container_name);
         }
+        if (!alloc_msg_claim(ar, a, m))
+                return NULL;
         return m;
 }
 
@@ -256,6 +272,36 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest 
         rep->create_allocation = m;
 }
 
+static void do_create_claim(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest *req,
+                            GsCtlReply *rep, char *err, size_t errlen)
+{
+        const Gshare__Ctl__V1__CreateClaimAllocationRequest *c = req->create_claim_allocation;
+        Gshare__Ctl__V1__CreateAllocationReply *m;
+        struct gs_allocation *a;
+        bool created = false;
+        int r;
+
+        r = gs_claims_create(s->ag, c->claim_uid, c->claim_namespace, c->claim_name, c->gpu_uuid, c->units,
+                             &a, &created, err, errlen);
+        if (r < 0) {
+                rep->error = r;
+                return;
+        }
+        if (created) {
+                log_info("allocation %s created for claim %s (%s/%s): %u units of GPU %s, socket %s", a->id,
+                         c->claim_uid, c->claim_namespace, c->claim_name, c->units, c->gpu_uuid,
+                         a->socket_path);
+                gs_agent_changed(s->ag);
+        }
+        m = NEW(ar, Gshare__Ctl__V1__CreateAllocationReply,
+                GSHARE__CTL__V1__CREATE_ALLOCATION_REPLY__INIT);
+        if (!m || !(m->allocation = alloc_msg(ar, a)))
+                return;
+        m->created = created;
+        rep->body_case = GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION;
+        rep->create_allocation = m;
+}
+
 static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest *req,
                        GsCtlReply *rep, char *err, size_t errlen)
 {
@@ -263,6 +309,10 @@ static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest
         struct gs_allocation *a = NULL;
         int r;
 
+        if (c->claim_uid && c->claim_uid[0]) {
+                r = gs_claims_release(s->ag, c->claim_uid, err, errlen);
+                goto done;
+        }
         if (c->id && c->id[0])
                 a = gs_allocs_find(s->ag, c->id);
         else if (c->n_device_ids)
@@ -277,6 +327,7 @@ static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest
         } else {
                 r = gs_allocs_release(s->ag, a, err, errlen);
         }
+done:
         if (r < 0) {
                 rep->error = r;
                 return;
@@ -360,6 +411,9 @@ static void handle(struct gs_ctlsrv *s, struct gs_stream *c, const uint8_t *buf,
                 break;
         case GSHARE__CTL__V1__REQUEST__OP_RELEASE_ALLOCATION:
                 do_release(s, &ar, req, &rep, err, sizeof(err));
+                break;
+        case GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION:
+                do_create_claim(s, &ar, req, &rep, err, sizeof(err));
                 break;
         case GSHARE__CTL__V1__REQUEST__OP_LIST_GPUS:
                 rep.list_gpus = gpus_msg(&ar, s->ag);

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "gs_log.h"
-#include "gs_kubeapi.h"
+#include "gs_kapi.h"
 
 #define MSG_CAP 512
 #define BODY_CAP 2048
@@ -106,7 +106,7 @@ static size_t sink(char *data, size_t size, size_t nmemb, void *arg)
 static int post(struct gs_events *ev, const struct item *it)
 {
         char url[GS_CONFIG_API_SERVER_MAX + 160], body[BODY_CAP], err[512];
-        struct gs_kubeapi_req q;
+        struct gs_kapi_req q;
         CURL *easy;
         long code = 0;
         CURLcode cr;
@@ -117,7 +117,7 @@ static int post(struct gs_events *ev, const struct item *it)
         if (r < 0)
                 return r;
         snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/events", ev->base, it->ns);
-        r = gs_kubeapi_req_new(&q, url, ev->token_file, ev->ca_file, "application/json", err,
+        r = gs_kapi_req_new(&q, url, ev->token_file, ev->ca_file, "application/json", err,
                                sizeof(err));
         if (r < 0) {
                 log_warn("Event on pod %s/%s not posted: %s", it->ns, it->name, err);
@@ -137,7 +137,7 @@ static int post(struct gs_events *ev, const struct item *it)
                         log_warn("Event on pod %s/%s: HTTP %ld", it->ns, it->name, code);
                 r = -EIO;
         }
-        gs_kubeapi_req_free(&q);
+        gs_kapi_req_free(&q);
         return r;
 }
 
@@ -172,7 +172,7 @@ int gs_events_start(const struct gs_config *c, struct gs_events **ret, char *err
         int r;
 
         *ret = NULL;
-        r = gs_kubeapi_base_url(c, base, sizeof(base), err, errlen);
+        r = gs_kapi_base_url(c, base, sizeof(base), err, errlen);
         if (r < 0 || !base[0] || !node || !node[0] || strlen(node) >= GS_CONFIG_NODE_NAME_MAX)
                 return r < 0 ? r : 0;
         ev = calloc(1, sizeof(*ev));

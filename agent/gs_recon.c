@@ -17,6 +17,7 @@
 #include <grpc/grpc.h>
 
 #include "gs_allocs.h"
+#include "gs_claims.h"
 #include "gs_grpc.h"
 #include "gs_log.h"
 #include "podresources_v1.pb-c.h"
@@ -185,6 +186,10 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
 
                 next = a->next; /* a may be deleted below */
                 if (a->releasing)
+                        continue;
+                /* A DRA claim's: PodResources shows no device IDs for it,
+                 * and it goes by NodeUnprepareResources only. */
+                if (gs_claims_of(ag, a))
                         continue;
                 /* Held if any of its IDs is: a partial match is odd, but it
                  * means a pod still uses the memory, so never reclaim it. */

@@ -22,7 +22,7 @@
 #include <curl/curl.h>
 
 #include "gs_json.h"
-#include "gs_kubeapi.h"
+#include "gs_kapi.h"
 #include "gs_log.h"
 #include "gs_recon.h"
 
@@ -298,12 +298,12 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
  * HTTP status), -ECANCELED on stop, or a negative errno with w->err set. */
 static int get(struct gs_watch *w, const char *url, struct xfer *x)
 {
-        struct gs_kubeapi_req q;
+        struct gs_kapi_req q;
         CURLcode res = CURLE_OK;
         bool done = false;
         int running = 1, r = 0;
 
-        r = gs_kubeapi_req_new(&q, url, w->token_file, w->ca_file, NULL, w->err, sizeof(w->err));
+        r = gs_kapi_req_new(&q, url, w->token_file, w->ca_file, NULL, w->err, sizeof(w->err));
         if (r < 0)
                 return r;
         x->easy = q.easy;
@@ -358,7 +358,7 @@ static int get(struct gs_watch *w, const char *url, struct xfer *x)
                          q.errbuf[0] ? q.errbuf : curl_easy_strerror(res));
         }
 out:
-        gs_kubeapi_req_free(&q);
+        gs_kapi_req_free(&q);
         x->easy = NULL;
         return r;
 }
@@ -532,7 +532,7 @@ int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_wat
         w = calloc(1, sizeof(*w));
         if (!w)
                 return -ENOMEM;
-        r = gs_kubeapi_base_url(c, w->base, sizeof(w->base), err, errlen);
+        r = gs_kapi_base_url(c, w->base, sizeof(w->base), err, errlen);
         if (r < 0)
                 goto off;
         if (!rc)

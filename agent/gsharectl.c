@@ -121,6 +121,12 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
         jstr(al->pod_name);
         printf(",\"container_name\":");
         jstr(al->container_name);
+        printf(",\"claim_uid\":");
+        jstr(al->claim_uid);
+        printf(",\"claim\":");
+        jstr(al->claim_name);
+        printf(",\"claim_namespace\":");
+        jstr(al->claim_namespace);
         printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
         for (size_t j = 0; j < al->n_device_ids; j++) {
                 if (j)
@@ -168,7 +174,7 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
         }
         printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
                "QUOTA", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "PROCS", "SOCKET DIR",
-               "POD/CONTAINER");
+               "POD/CONTAINER OR CLAIM");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
                 for (size_t j = 0; j < al->n_parts; j++) {
@@ -176,14 +182,20 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                         size_t np = 0;
                         for (size_t k = 0; k < al->n_processes; k++)
                                 np += al->processes[k]->gpu_index == p->gpu_index;
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-6u %-5zu %-40s %s%s%s%s%s\n",
+                        char who[600];
+                        if (al->pod_name[0])
+                                snprintf(who, sizeof(who), "%s/%s/%s", al->pod_namespace, al->pod_name,
+                                         al->container_name);
+                        else if (al->claim_name[0]) /* a DRA claim's (docs/dra.md) */
+                                snprintf(who, sizeof(who), "claim %s/%s", al->claim_namespace, al->claim_name);
+                        else
+                                snprintf(who, sizeof(who), "-");
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-6u %-5zu %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                sz(p->bytes_requested, b, sizeof(b)),
                                sz(p->bytes_in_chunks, c, sizeof(c)),
                                sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, np,
-                               al->socket_dir, al->pod_name[0] ? al->pod_namespace : "-",
-                               al->pod_name[0] ? "/" : "", al->pod_name,
-                               al->pod_name[0] ? "/" : "", al->pod_name[0] ? al->container_name : "");
+                               al->socket_dir, who);
                 }
         }
 }

@@ -222,6 +222,8 @@ FUNCS = {
     "kindIs": lambda k, v: kind_of(v) == k,
     "print": lambda *a: "".join(to_str(x) for x in a),
     "trim": lambda s: to_str(s).strip(),
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
     "include": None,  # needs the renderer: see Renderer.call
 }
 
@@ -391,7 +393,10 @@ def main(argv):
     except (TemplateError, yaml.YAMLError, OSError) as e:
         print("render-chart: %s" % e, file=sys.stderr)
         return 1
-    if a.manifest:
+    if a.manifest and a.set:
+        # manifests/gshare-dra.yaml and the like: say which values differ.
+        sys.stdout.write(MANIFEST_HEADER.replace("with its default values,", "with its default values and\n# --set %s," % " --set ".join(a.set)).replace("gshare.yaml", "gshare-%s.yaml" % "-".join(v.split("=", 1)[1] for v in a.set)))
+    elif a.manifest:
         sys.stdout.write(MANIFEST_HEADER)
     for t, d in docs:
         sys.stdout.write("---\n# Source: %s\n%s\n" % (t, d))

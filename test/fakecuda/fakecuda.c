@@ -10,9 +10,10 @@
  * cuMemAlloc* and cuMemCreate charge it, and fail with
  * CUDA_ERROR_OUT_OF_MEMORY beyond $GSHARE_FAKECUDA_MEM per device (default
  * 16Gi) on $GSHARE_FAKECUDA_DEVICES devices (default 1).  Charges are kept
- * per pid; those of pids that no longer exist are dropped when the state is
- * opened and when memory runs short, so a crashed test does not poison the
- * next.  The config is fixed by whoever creates the state file.
+ * per pid and pid namespace; those of pids that no longer exist are dropped
+ * when the state is opened and when memory runs short, so a crashed test
+ * does not poison the next (a pid of another namespace, a pod's on a real
+ * cluster, is judged only from the initial namespace: fc_slot_dead).  The config is fixed by whoever creates the state file.
  *
  * Legacy entry points with 32-bit device pointers exist (as in the real
  * driver) but return CUDA_ERROR_NOT_SUPPORTED: no fake address fits. */
@@ -150,7 +151,67 @@ static int fc_parse_size(const char *s, uint64_t *ret)
         return 0;
 }
 
-static int fc_pid_dead(int32_t pid) { return pid > 0 && kill(pid, 0) < 0 && errno == ESRCH; }
+/* The inode of this process's pid namespace, 0 if unknown. */
+static uint32_t fc_my_pidns(void)
+{
+        struct stat st;
+
+        return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+/* The kernel's initial pid namespace (PROC_PID_INIT_INO): from it every
+ * process, in every namespace, is visible in /proc. */
+#define FC_INIT_PIDNS 0xEFFFFFFCu
+
+/* 1 if a process of pid namespace ns has pid `pid` there (/proc/<p>/status
+ * NSpid ends with it).  Only meaningful from the initial namespace. */
+static int fc_nspid_alive(uint32_t ns, int32_t pid)
+{
+        DIR *proc = opendir("/proc");
+        struct dirent *d;
+        int alive = 0;
+
+        if (!proc)
+                return 1; /* cannot tell: keep it */
+        while (!alive && (d = readdir(proc))) {
+                char path[300], line[256];
+                struct stat st;
+                FILE *f;
+
+                if (d->d_name[0] < '0' || d->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/ns/pid", d->d_name);
+                if (stat(path, &st) < 0 || (uint32_t)st.st_ino != ns)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/status", d->d_name);
+                f = fopen(path, "re");
+                while (f && fgets(line, sizeof(line), f))
+                        if (strncmp(line, "NSpid:", 6) == 0) {
+                                char *last = strrchr(line, '\t');
+                                alive = last && atoi(last + 1) == pid;
+                                break;
+                        }
+                if (f)
+                        fclose(f);
+        }
+        closedir(proc);
+        return alive;
+}
+
+/* Whether the process of slot i is gone.  A pid of another pid namespace
+ * (a pod's, on a real cluster) means nothing to kill() here: it is judged
+ * only from the initial namespace, which sees every process, and otherwise
+ * kept. */
+static int fc_slot_dead(int i, int32_t pid)
+{
+        uint32_t ns = __atomic_load_n(&g_sh->procs[i].pidns, __ATOMIC_SEQ_CST), mine = fc_my_pidns();
+
+        if (pid <= 0)
+                return 0;
+        if (ns == 0 || ns == mine)
+                return kill(pid, 0) < 0 && errno == ESRCH;
+        return mine == FC_INIT_PIDNS && !fc_nspid_alive(ns, pid);
+}
 
 static void fc_drop_slot(int i, int32_t pid)
 {
@@ -164,6 +225,7 @@ static void fc_drop_slot(int i, int32_t pid)
                 if (b)
                         __atomic_sub_fetch(&g_sh->used[d], b, __ATOMIC_SEQ_CST);
         }
+        __atomic_store_n(&p->pidns, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&p->pid, 0, __ATOMIC_SEQ_CST);
 }
 
@@ -262,7 +324,7 @@ static void fc_reap(void)
 {
         for (int i = 0; i < FC_MAX_PROCS; i++) {
                 int32_t pid = __atomic_load_n(&g_sh->procs[i].pid, __ATOMIC_SEQ_CST);
-                if (fc_pid_dead(pid))
+                if (fc_slot_dead(i, pid))
                         fc_drop_slot(i, pid);
         }
         fc_reap_zombies();
@@ -278,13 +340,15 @@ static int fc_my_slot(void)
         /* A slot already carrying our pid belongs to a dead process whose pid
          * we reuse: its charges are not ours. */
         for (int i = 0; i < FC_MAX_PROCS; i++)
-                if (__atomic_load_n(&g_sh->procs[i].pid, __ATOMIC_SEQ_CST) == me)
+                if (__atomic_load_n(&g_sh->procs[i].pid, __ATOMIC_SEQ_CST) == me &&
+                    __atomic_load_n(&g_sh->procs[i].pidns, __ATOMIC_SEQ_CST) == fc_my_pidns())
                         fc_drop_slot(i, me);
         for (int pass = 0; pass < 2; pass++) {
                 for (int i = 0; i < FC_MAX_PROCS; i++) {
                         int32_t zero = 0;
                         if (__atomic_compare_exchange_n(&g_sh->procs[i].pid, &zero, me, 0, __ATOMIC_SEQ_CST,
                                                         __ATOMIC_SEQ_CST)) {
+                                __atomic_store_n(&g_sh->procs[i].pidns, fc_my_pidns(), __ATOMIC_SEQ_CST);
                                 g_slot = i;
                                 g_slot_pid = me;
                                 return i;

@@ -18,7 +18,9 @@
 
 struct fc_proc {
         int32_t pid;
-        uint32_t pad;
+        /* The inode of the process's pid namespace (0: unknown): pid is a
+         * pid in that namespace (a pod's processes have their own). */
+        uint32_t pidns;
         uint64_t bytes[FC_MAX_DEV];
 };
 

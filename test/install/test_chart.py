@@ -13,6 +13,7 @@
 """
 import importlib.util
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -91,6 +92,40 @@ def check_paths(objs, what):
           "%s: nothing is mounted over the image's /usr/local/lib/gshare" % what, hd)
 
 
+def check_dra(docs, sets_text):
+    """mode dra: the DRA plugin instead of the device plugin, its host
+    directories at the host's paths, RBAC for claims and slices, the
+    DeviceClass; manifests/gshare-dra.yaml is that render."""
+    with open(os.path.join(REPO, "manifests", "gshare-dra.yaml")) as f:
+        check(f.read() == sets_text, "manifests/gshare-dra.yaml is the chart rendered with mode=dra (else: make manifest)")
+    objs = objects(docs)
+    check(sorted(k[0] for k in objs) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass",
+                                         "ServiceAccount"], "mode dra: the five objects and a DeviceClass", sorted(objs))
+    dc = objs.get(("DeviceClass", "gpumem.gshare.io"), {})
+    check(dc.get("apiVersion") == "resource.k8s.io/v1" and dc.get("spec", {}).get("selectors") ==
+          [{"cel": {"expression": 'device.driver == "gpumem.gshare.io"'}}], "DeviceClass selects the driver", dc)
+    spec = objs[("DaemonSet", "gshare")]["spec"]["template"]["spec"]
+    ctrs = {c["name"]: c for c in spec["containers"]}
+    vols = {v["name"]: v for v in spec["volumes"]}
+    check(sorted(ctrs) == ["agent", "dra-plugin"] and "device-plugins" not in vols,
+          "mode dra: agent and dra-plugin, no device-plugin", sorted(ctrs))
+    dp = ctrs.get("dra-plugin", {})
+    cmd = dp.get("command", [])
+    check(cmd[:3] == ["/usr/local/bin/gshare-dra-plugin", "--config", "/etc/gshare/config.yaml"]
+          and any(e.get("name") == "NODE_NAME" for e in dp.get("env", [])), "dra-plugin command and NODE_NAME", cmd)
+    mounts = {m["name"]: m["mountPath"] for m in dp.get("volumeMounts", [])}
+    for flag, vol in (("--registry-dir", "kubelet-plugins-registry"), ("--plugins-dir", "kubelet-plugins"),
+                      ("--cdi-dir", "cdi")):
+        arg = cmd[cmd.index(flag) + 1] if flag in cmd else None
+        check(arg and mounts.get(vol) == arg == vols[vol]["hostPath"]["path"],
+              "dra-plugin %s %s mounted at the host's path" % (flag, arg), (mounts, vols.get(vol)))
+    check(mounts.get("run") == "/run/gshare", "dra-plugin reaches the agent's socket directory", mounts)
+    rules = objs[("ClusterRole", "gshare-pod-reader")]["rules"]
+    check({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]} in rules and
+          any(r["resources"] == ["resourceslices"] and {"get", "create", "patch", "delete"} <= set(r["verbs"])
+              for r in rules), "RBAC: get resourceclaims, manage resourceslices", rules)
+
+
 def main():
     docs = rc.render_chart(CHART)
     with open(os.path.join(REPO, "manifests", "gshare.yaml")) as f:
@@ -132,6 +167,13 @@ def main():
     check(ann["checksum/config"] != ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"],
           "checksum/config follows the ConfigMap")
     check_paths(objs2, "changed values")
+
+    check(("DeviceClass", "gpumem.gshare.io") not in objs and
+          not any("resource.k8s.io" in r["apiGroups"] for r in objs[("ClusterRole", "gshare-pod-reader")]["rules"]),
+          "mode deviceplugin (default): no DeviceClass, no resource.k8s.io rights")
+    docs3 = rc.render_chart(CHART, sets=["mode=dra"])
+    check_dra(docs3, subprocess.run(["/usr/bin/python3", os.path.join(REPO, "scripts", "render-chart.py"), CHART,
+                                     "--manifest", "--set", "mode=dra"], capture_output=True, text=True).stdout)
 
     # The renderer refuses what it does not implement, naming it.
     with tempfile.TemporaryDirectory() as d:

@@ -1,0 +1,71 @@
+/* gs_claims.h — allocations of DRA ResourceClaims (gshare-dra-plugin,
+ * docs/dra.md).  Main thread only.
+ *
+ * A claim's allocation is an ordinary allocation (gs_allocs.h) of units
+ * the agent picks among the GPU's free ones (lowest first), plus an entry
+ * claim UID -> allocation id in a table that the reconciler consults: the
+ * kubelet's PodResources names no device-plugin IDs for a claim, so without
+ * the entry the reconciler would reclaim the allocation after reclaimGrace.
+ * A claim's allocation goes only by release of the claim (the plugin's
+ * NodeUnprepareResources), through gs_allocs_release: deleted at once, or
+ * once its last process has exited.
+ *
+ * The table is kept in <stateDir>/claims, rewritten atomically on every
+ * change, one line per claim:
+ *     # gshare-agent claims v1
+ *     <claim uid> <allocation id> <gpu uuid> <units> <namespace> <name>
+ * The entry is written before the allocation is created and removed after
+ * it is released, so a crash in between leaves an entry whose allocation
+ * does not exist, which the next request for the claim replaces; never an
+ * unnamed claim allocation.  Loaded on first use (after the allocations'
+ * checkpoint is restored, which re-creates the allocations themselves). */
+#ifndef GS_CLAIMS_H
+#define GS_CLAIMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_agent.h"
+#include "gs_devid.h"
+
+#define GS_CLAIMS_NAME "claims"
+#define GS_CLAIMS_MAX 4096u       /* claims prepared on one node at once */
+#define GS_CLAIM_UID_MAX 36       /* a UUID */
+#define GS_CLAIM_NS_MAX 63
+#define GS_CLAIM_NAME_MAX 253
+
+struct gs_claim {
+        char uid[GS_CLAIM_UID_MAX + 1];
+        char alloc_id[17];
+        char gpu_uuid[GS_UUID_STR_LEN + 1];
+        uint32_t units;
+        char ns[GS_CLAIM_NS_MAX + 1];
+        char name[GS_CLAIM_NAME_MAX + 1];
+};
+
+/* Creates the allocation of claim uid: units units of GPU gpu_uuid, or
+ * finds the one it has (*ret_created false).  Returns 0 or a negative errno
+ * with err naming the problem, nothing changed: -EINVAL (a bad uid, 0 units,
+ * more than the GPU has), -ENODEV (no such GPU here), -EEXIST (the claim
+ * has an allocation of another size or GPU), -ENOSPC (too few free units),
+ * -EAGAIN (its allocation waits to be restored), or what gs_allocs_create
+ * returns (an unhealthy GPU: -EIO). */
+int gs_claims_create(struct gs_agent *ag, const char *uid, const char *ns, const char *name,
+                     const char *gpu_uuid, uint32_t units, struct gs_allocation **ret,
+                     bool *ret_created, char *err, size_t errlen) GS_WUR;
+
+/* Releases the allocation of claim uid (gs_allocs_release) and forgets the
+ * claim.  0 also when the claim has none (release is idempotent). */
+int gs_claims_release(struct gs_agent *ag, const char *uid, char *err, size_t errlen) GS_WUR;
+
+/* The claim whose allocation a is, or NULL. */
+const struct gs_claim *gs_claims_of(struct gs_agent *ag, const struct gs_allocation *a);
+
+/* Frees the table (agent shutdown).  The file stays. */
+void gs_claims_free(struct gs_agent *ag);
+
+/* Parses one line of the file (modified in place) into c.  0 or -EINVAL. */
+int gs_claims_parse_line(char *line, struct gs_claim *c) GS_WUR;
+
+#endif

@@ -1,0 +1,156 @@
+/* gs_claim.c — see gs_claim.h. */
+#include "gs_claim.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+static yaml_node_t *get(yaml_document_t *d, yaml_node_t *map, const char *key)
+{
+        if (!map || map->type != YAML_MAPPING_NODE)
+                return NULL;
+        for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+                yaml_node_t *k = yaml_document_get_node(d, p->key);
+                if (k && k->type == YAML_SCALAR_NODE && k->data.scalar.length == strlen(key) &&
+                    memcmp(k->data.scalar.value, key, k->data.scalar.length) == 0)
+                        return yaml_document_get_node(d, p->value);
+        }
+        return NULL;
+}
+
+/* The scalar n into out (cap bytes); "" when n is not a scalar.  -ENAMETOOLONG if it does not fit. */
+static int scalar(yaml_node_t *n, char *out, size_t cap)
+{
+        out[0] = '\0';
+        if (!n || n->type != YAML_SCALAR_NODE)
+                return 0;
+        if (n->data.scalar.length >= cap)
+                return -ENAMETOOLONG;
+        memcpy(out, n->data.scalar.value, n->data.scalar.length);
+        out[n->data.scalar.length] = '\0';
+        return 0;
+}
+
+int gs_claim_quantity(const char *s, uint64_t *ret)
+{
+        static const struct {
+                const char *sfx;
+                uint64_t mul;
+        } sfx[] = { { "Ki", 1ull << 10 }, { "Mi", 1ull << 20 }, { "Gi", 1ull << 30 }, { "Ti", 1ull << 40 },
+                    { "Pi", 1ull << 50 }, { "k", 1000ull },     { "M", 1000000ull },  { "G", 1000000000ull },
+                    { "T", 1000000000000ull }, { "", 1 } };
+        char *end;
+        unsigned long long v;
+
+        if (!s[0] || s[0] < '0' || s[0] > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno)
+                return -ERANGE;
+        if (end[0] == 'e' || end[0] == 'E') {
+                /* 1e9: a plain exponent of ten. */
+                char *e2;
+                unsigned long x = strtoul(end + 1, &e2, 10);
+                if (*e2 || end[1] < '0' || end[1] > '9' || x > 19)
+                        return -EINVAL;
+                for (; x; x--) {
+                        if (v > UINT64_MAX / 10)
+                                return -ERANGE;
+                        v *= 10;
+                }
+                *ret = v;
+                return 0;
+        }
+        for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++)
+                if (strcmp(end, sfx[i].sfx) == 0) {
+                        if (v > UINT64_MAX / sfx[i].mul)
+                                return -ERANGE;
+                        *ret = v * sfx[i].mul;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+static int result(yaml_document_t *d, yaml_node_t *n, struct gs_claim_result *r, char *err, size_t errlen)
+{
+        char mem[64];
+
+        memset(r, 0, sizeof(*r));
+        if (scalar(get(d, n, "request"), r->request, sizeof(r->request)) < 0 ||
+            scalar(get(d, n, "pool"), r->pool, sizeof(r->pool)) < 0 ||
+            scalar(get(d, n, "device"), r->device, sizeof(r->device)) < 0 ||
+            scalar(get(d, n, "shareID"), r->share_id, sizeof(r->share_id)) < 0 ||
+            scalar(get(d, get(d, n, "consumedCapacity"), "memory"), mem, sizeof(mem)) < 0) {
+                snprintf(err, errlen, "an allocation result has an over-long field");
+                return -EINVAL;
+        }
+        if (mem[0] && gs_claim_quantity(mem, &r->memory) < 0) {
+                snprintf(err, errlen, "consumedCapacity.memory '%.40s' of device %.64s is not a quantity of bytes",
+                         mem, r->device);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret,
+                   char *err, size_t errlen)
+{
+        yaml_parser_t p;
+        yaml_document_t d;
+        yaml_node_t *root, *alloc, *results;
+        int r = 0;
+
+        memset(ret, 0, sizeof(*ret));
+        if (!yaml_parser_initialize(&p)) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        yaml_parser_set_input_string(&p, (const unsigned char *)json, len);
+        if (!yaml_parser_load(&p, &d)) {
+                snprintf(err, errlen, "the ResourceClaim is not JSON: %.100s", p.problem ? p.problem : "?");
+                yaml_parser_delete(&p);
+                return -EINVAL;
+        }
+        root = yaml_document_get_root_node(&d);
+        if (!root || root->type != YAML_MAPPING_NODE) {
+                snprintf(err, errlen, "the ResourceClaim is not a JSON object");
+                r = -EINVAL;
+                goto out;
+        }
+        if (scalar(get(&d, get(&d, root, "metadata"), "uid"), ret->uid, sizeof(ret->uid)) < 0) {
+                snprintf(err, errlen, "the ResourceClaim's uid is too long");
+                r = -EINVAL;
+                goto out;
+        }
+        alloc = get(&d, get(&d, root, "status"), "allocation");
+        ret->allocated = alloc && alloc->type == YAML_MAPPING_NODE;
+        results = get(&d, get(&d, alloc, "devices"), "results");
+        if (!results || results->type != YAML_SEQUENCE_NODE)
+                goto out;
+        for (yaml_node_item_t *it = results->data.sequence.items.start; it < results->data.sequence.items.top;
+             it++) {
+                yaml_node_t *n = yaml_document_get_node(&d, *it);
+                char drv[254];
+
+                if (scalar(get(&d, n, "driver"), drv, sizeof(drv)) < 0 || strcmp(drv, driver) != 0)
+                        continue;
+                if (ret->nresults == GS_CLAIM_MAX_RESULTS) {
+                        snprintf(err, errlen, "the claim has more than %d results of %s", GS_CLAIM_MAX_RESULTS,
+                                 driver);
+                        r = -EINVAL;
+                        goto out;
+                }
+                r = result(&d, n, &ret->results[ret->nresults], err, errlen);
+                if (r < 0)
+                        goto out;
+                ret->nresults++;
+        }
+out:
+        yaml_document_delete(&d);
+        yaml_parser_delete(&p);
+        return r;
+}

@@ -1,0 +1,45 @@
+/* gs_claim.h — what the DRA plugin needs of a ResourceClaim
+ * (resource.k8s.io/v1): its UID and the allocation results of our driver,
+ * read from the API server's JSON (GET .../resourceclaims/<name>).
+ *
+ * The JSON is parsed with libyaml (JSON is YAML's flow style; one library
+ * fewer).  The server's bytes are untrusted: the caller bounds their size,
+ * every string is bounded here, and at most GS_CLAIM_MAX_RESULTS results
+ * are taken. */
+#ifndef GS_CLAIM_H
+#define GS_CLAIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_util.h"
+
+#define GS_CLAIM_MAX_RESULTS 32
+#define GS_CLAIM_MAX_BYTES (1u << 20)
+
+struct gs_claim_result {
+        char request[64];
+        char pool[254];
+        char device[64];
+        char share_id[64];
+        uint64_t memory;   /* consumedCapacity.memory in bytes; 0: none */
+};
+
+struct gs_claim_info {
+        char uid[64];
+        int allocated;     /* status.allocation present */
+        size_t nresults;   /* results of driver only */
+        struct gs_claim_result results[GS_CLAIM_MAX_RESULTS];
+};
+
+/* Parses the claim in json[0..len) keeping the results whose driver is
+ * driver.  0, or -EINVAL with err (not a JSON object; a consumedCapacity
+ * memory that is not a quantity; more than GS_CLAIM_MAX_RESULTS of ours). */
+int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret,
+                   char *err, size_t errlen) GS_WUR;
+
+/* A Kubernetes quantity of bytes: "8Gi", "2048Mi", "8G", "1e9", "123".
+ * -EINVAL for anything else (negative, fractional bytes, milli), -ERANGE. */
+int gs_claim_quantity(const char *s, uint64_t *ret) GS_WUR;
+
+#endif
