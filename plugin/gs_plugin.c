@@ -29,6 +29,7 @@
 #include "deviceplugin_v1beta1.pb-c.h"
 #include "gs_arena.h"
 #include "gs_ctl.h"
+#include "gs_ctrspec.h"
 #include "gs_devid.h"
 #include "gs_grpc.h"
 #include "gs_wire.h"
@@ -381,48 +382,29 @@ static V1beta1__DeviceSpec *devspec(struct gs_arena *a, const char *path)
         return d->host_path ? d : NULL;
 }
 
-/* The container's envs, mounts and devices for the agent's allocation. */
+/* The container's envs, mounts (gs_ctrspec.h, as the DRA plugin's CDI
+ * specs) and device nodes for the agent's allocation. */
 static grpc_status_code fill_response(struct plugin *p, const Gshare__Ctl__V1__Allocation *al,
                                       V1beta1__ContainerAllocateResponse *c, struct gs_arena *a,
                                       char *msg, size_t n)
 {
         const struct gs_config *cfg = &p->o->cfg;
-        char limits[GS_MAX_GPUS_PER_ALLOC * 24] = "", uuids[GS_MAX_GPUS_PER_ALLOC * 48] = "";
+        struct gs_ctrspec spec;
         size_t ne = 0, nm = 0, nd = 0;
 
-        if (al->n_parts == 0 || al->n_parts > GS_MAX_GPUS_PER_ALLOC || !al->socket_dir[0] ||
-            al->socket_dir[0] != '/') {
-                snprintf(msg, n, "agent returned an unusable allocation '%s' (%zu parts, socket dir '%s')",
-                         al->id, al->n_parts, al->socket_dir);
+        if (gs_ctrspec_build(cfg, al, &spec, msg, n) < 0)
                 return GRPC_STATUS_INTERNAL;
-        }
-        for (size_t i = 0; i < al->n_parts; i++) {
-                size_t l = strlen(limits), u = strlen(uuids);
-                snprintf(limits + l, sizeof(limits) - l, "%s%llu", i ? "," : "",
-                         (unsigned long long)al->parts[i]->quota_bytes);
-                snprintf(uuids + u, sizeof(uuids) - u, "%s%.40s", i ? "," : "", al->parts[i]->gpu_uuid);
-        }
-        c->envs = gs_arena_alloc(a, 6 * sizeof(*c->envs));
-        c->mounts = gs_arena_alloc(a, 3 * sizeof(*c->mounts));
+        c->envs = gs_arena_alloc(a, spec.nenv * sizeof(*c->envs));
+        c->mounts = gs_arena_alloc(a, spec.nmounts * sizeof(*c->mounts));
         c->devices = gs_arena_alloc(a, (3 + GS_MAX_GPUS_PER_ALLOC) * sizeof(*c->devices));
         if (!c->envs || !c->mounts || !c->devices)
                 goto oom;
-        if (!(c->envs[ne++] = env(a, "GSHARE_MEM_LIMIT", limits)) ||
-            !(c->envs[ne++] = env(a, "GSHARE_GPU", uuids)) ||
-            !(c->envs[ne++] = env(a, "GSHARE_SOCKET", GS_PLUGIN_CTR_SOCKET_DIR "/" GS_SOCKET_NAME)) ||
-            !(c->envs[ne++] = env(a, "NVIDIA_VISIBLE_DEVICES", uuids)))
-                goto oom;
-        if (cfg->inject == GS_INJECT_ENV && !(c->envs[ne++] = env(a, "LD_PRELOAD", GS_PLUGIN_CTR_HOOK)))
-                goto oom;
-        if (!(c->mounts[nm++] = mount(a, cfg->hook_path, GS_PLUGIN_CTR_HOOK, true)))
-                goto oom;
-        if (cfg->inject == GS_INJECT_PRELOAD &&
-            !(c->mounts[nm++] = mount(a, cfg->preload_path, GS_PLUGIN_CTR_PRELOAD, true)))
-                goto oom;
-        /* Read-only is enough: connecting to a unix socket does not write
-         * the file system, and the container must not plant files there. */
-        if (!(c->mounts[nm++] = mount(a, al->socket_dir, GS_PLUGIN_CTR_SOCKET_DIR, true)))
-                goto oom;
+        for (size_t i = 0; i < spec.nenv; i++)
+                if (!(c->envs[ne++] = env(a, spec.env[i].name, spec.env[i].value)))
+                        goto oom;
+        for (size_t i = 0; i < spec.nmounts; i++)
+                if (!(c->mounts[nm++] = mount(a, spec.mounts[i].host, spec.mounts[i].ctr, spec.mounts[i].ro)))
+                        goto oom;
         if (cfg->device_nodes) {
                 static const char *const ctl[] = { "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools" };
                 for (size_t i = 0; i < GS_ARRAY_SIZE(ctl); i++)
