@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
+#include "gs_claims.h"
 #include "gs_check.h"
 #include "gs_recon.h"
 #include "podresources_v1.pb-c.h"
@@ -159,6 +160,7 @@ START_TEST(test_apply)
         ck_assert_uint_eq(ag.nallocs, 0);
         gs_recon_snapshot_free(s);
         gs_recon_snapshot_free(none);
+        gs_claims_free(&ag);
         gs_loop_free(ag.loop); /* frees the released allocations */
         snprintf(path, sizeof(path), "%s/%s", dir, GS_CHECKPOINT_NAME);
         ck_assert_int_eq(unlink(path), 0); /* each release rewrote it */
