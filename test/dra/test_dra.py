@@ -462,6 +462,18 @@ def body(ns, api, ag, plugin, tmp):
     rep = unprepare(ns, plugin, ("team", "claim-d", UID_D))
     check(rep.claims[UID_D].error == "" and ag.gpus()[0]["units_allocated"] == 2, "claim-d unprepared")
 
+    # ---- the CDI spec cannot be written: the allocation made for it goes again
+    cdi = os.path.join(tmp, "cdi")
+    os.rename(cdi, cdi + ".away")
+    with open(cdi, "w") as f:
+        f.write("not a directory\n")
+    rep = prepare(ns, plugin, ("team", "claim-d", UID_D))
+    os.unlink(cdi)
+    os.rename(cdi + ".away", cdi)
+    check("cannot create" in rep.claims[UID_D].error and UID_D not in claim_allocs(ag)
+          and ag.gpus()[0]["units_allocated"] == 2 and len(ag.allocs()) == 1,
+          "CDI spec not writable: an error and the new allocation released (%r)" % rep.claims[UID_D].error)
+
     # ---- the agent's own checks (a client other than the plugin), nothing made
     gns = gsproto.load(tmp)
     before = (len(ag.allocs()), open(os.path.join(tmp, "state", "claims")).read())
