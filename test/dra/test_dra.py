@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -435,14 +436,64 @@ def body(ns, api, ag, plugin, tmp):
     check(rep.claims[UID_C].error == "" and rep.claims["12345678-0000-4000-8000-0000000000ff"].error,
           "one bad claim does not fail the good one in the same call")
 
-    # ---- unprepare, twice
+    # ---- unprepare, twice; a claim whose process lives is released when it exits
+    holder = subprocess.Popen([e2e.CUDA, "hold", "64"], env=e2e.hook_env(ag, claim_allocs(ag)[UID_B]),
+                              stdout=subprocess.PIPE, text=True)
+    check(holder.stdout.readline().strip() == "held", "a process of claim-b holds memory")
     for i in range(2):
         rep = unprepare(ns, plugin, ("team", "claim-b", UID_B), ("team", "claim-c", UID_C))
         check(rep.claims[UID_B].error == "" and rep.claims[UID_C].error == "",
               "unprepare%s: no error" % (" again" if i else ""))
     check(set(claim_allocs(ag)) == {UID_A} and cdi_files(tmp) == ["gshare.io-gpumem_%s.json" % UID_A],
-          "unprepare removed the allocations and the CDI specs")
-    check(ag.gpus()[0]["units_allocated"] == 2, "their units are free again")
+          "unprepare removed the claims and the CDI specs")
+    check(ag.gpus()[0]["units_allocated"] == 5, "claim-b's 3 units stay taken while its process lives")
+    UID_D = "0d0d0d0d-0000-4000-8000-00000000000d"
+    api.set_claim("team", "claim-d", UID_D, memory=str(10 * UNIT))
+    rep = prepare(ns, plugin, ("team", "claim-d", UID_D))
+    check("has 9 of its 14 units" in rep.claims[UID_D].error and UID_D not in claim_allocs(ag),
+          "a claim needing them meanwhile: refused, naming what is free (%r)" % rep.claims[UID_D].error)
+    holder.kill()
+    holder.wait()
+    check(wait_for(lambda: ag.gpus()[0]["units_allocated"] == 2, 5) is not None,
+          "the process exits: claim-b's units are free")
+    rep = prepare(ns, plugin, ("team", "claim-d", UID_D))
+    check(rep.claims[UID_D].error == "" and claim_allocs(ag)[UID_D]["parts"][0]["units"] == 10,
+          "and the kubelet's retry of that claim succeeds")
+    rep = unprepare(ns, plugin, ("team", "claim-d", UID_D))
+    check(rep.claims[UID_D].error == "" and ag.gpus()[0]["units_allocated"] == 2, "claim-d unprepared")
+
+    # ---- the CDI spec cannot be written: the allocation made for it goes again
+    cdi = os.path.join(tmp, "cdi")
+    os.rename(cdi, cdi + ".away")
+    with open(cdi, "w") as f:
+        f.write("not a directory\n")
+    rep = prepare(ns, plugin, ("team", "claim-d", UID_D))
+    os.unlink(cdi)
+    os.rename(cdi + ".away", cdi)
+    check("cannot create" in rep.claims[UID_D].error and UID_D not in claim_allocs(ag)
+          and ag.gpus()[0]["units_allocated"] == 2 and len(ag.allocs()) == 1,
+          "CDI spec not writable: an error and the new allocation released (%r)" % rep.claims[UID_D].error)
+
+    # ---- the agent's own checks (a client other than the plugin), nothing made
+    gns = gsproto.load(tmp)
+    before = (len(ag.allocs()), open(os.path.join(tmp, "state", "claims")).read())
+    for uid, cns, name, gpu_uuid, units, want in (
+            ("x y", "team", "c", gpu["uuid"], 1, "not a claim UID"),
+            ("aaaa\n", "team", "c", gpu["uuid"], 1, "not a claim UID"),
+            ("abcd", "te am", "c", gpu["uuid"], 1, "not a claim UID"),
+            ("abcd", "team", "", gpu["uuid"], 1, "not a claim UID"),
+            ("abcd", "team", "c", "GPU-00000000-0000-0000-0000-000000000000", 1, "not a GPU gshare manages"),
+            ("abcd", "team", "c", gpu["uuid"], 0, "asks for 0 units"),
+            ("abcd", "team", "c", gpu["uuid"], 1 << 31, "asks for 2147483648 units")):
+        req = gns.ctl.Request(create_claim_allocation=gns.ctl.CreateClaimAllocationRequest(
+            claim_uid=uid, claim_namespace=cns, claim_name=name, gpu_uuid=gpu_uuid, units=units))
+        body = req.SerializeToString()
+        data = e2e.ctl_raw(ag.sock, struct.pack("<I", len(body)) + body)
+        rep = gns.ctl.Reply.FromString(data[4:]) if len(data) >= 4 else gns.ctl.Reply()
+        check(rep.error < 0 and want in rep.message, "agent refuses %r/%r/%r %d units: %r" % (uid, cns, name, units,
+                                                                                              rep.message))
+    check((len(ag.allocs()), open(os.path.join(tmp, "state", "claims")).read()) == before,
+          "the agent made nothing and wrote no claim")
 
     # ---- plugin restart
     gen = api.slice()["spec"]["pool"]["generation"]
