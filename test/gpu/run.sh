@@ -101,7 +101,8 @@ wait $p1; r1=$?; wait $p2; r2=$?
 sleep 0.5
 held=$(ctl --json allocations | jq_py 'sum(p["chunks_held"] for a in (d if isinstance(d, list) else d["allocations"]) for p in a["processes"])')
 [[ $held == 0 ]] && ok "no process holds a chunk after all exited" || bad "processes still hold $held chunks"
-for dir in "$A" "$Bd"; do ctl release "$(basename "$dir")" >/dev/null || bad "release $(basename "$dir")"; done
+# An allocation's socket directory is <id>-<random> (fresh for each one).
+for dir in "$A" "$Bd"; do id=$(basename "$dir"); id=${id%%-*}; ctl release "$id" >/dev/null || bad "release $id"; done
 back=$(ctl --json gpus | jq_py 'str(d["gpus"][0]["chunks_free"]) + " " + str(d["gpus"][0]["chunks_total"])')
 read -r free total <<<"$back"
 [[ $free == "$total" ]] && ok "every chunk back on the system list ($free/$total)" || bad "chunks free $free of $total"
