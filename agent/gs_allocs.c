@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gs_file.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 
@@ -634,27 +635,10 @@ void gs_allocs_shutdown(struct gs_agent *ag)
         }
 }
 
-int gs_allocs_checkpoint(struct gs_agent *ag)
+static int checkpoint_fill(FILE *f, void *ctx)
 {
-        char path[PATH_MAX], tmp[PATH_MAX + 8];
-        FILE *f = NULL;
-        int fd = -1, dfd = -1, r = 0;
+        struct gs_agent *ag = ctx;
 
-        if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
-            (int)sizeof(path))
-                return -ENAMETOOLONG;
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)
-                return gs_neg_errno();
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return gs_neg_errno();
-        f = fdopen(fd, "w");
-        if (!f) {
-                r = gs_neg_errno();
-                close(fd);
-                goto fail;
-        }
         fprintf(f, "# gshare-agent allocations v2\n");
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 if (a->releasing)
@@ -667,26 +651,22 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
         /* Lines not restored (yet) leave only by release. */
         for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
                 fprintf(f, "%s\n", q->line);
-        if (fflush(f) != 0 || fsync(fileno(f)) < 0)
-                r = gs_neg_errno();
-        if (fclose(f) != 0 && r == 0)
-                r = gs_neg_errno();
-        if (r < 0)
-                goto fail;
-        if (rename(tmp, path) < 0) {
-                r = gs_neg_errno();
-                goto fail;
-        }
-        /* The rename itself must reach the disk. */
-        dfd = open(ag->cfg.state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-                (void)fsync(dfd);
-                close(dfd);
-        }
         return 0;
-fail:
-        (void)unlink(tmp);
-        log_error("cannot write the checkpoint %s: %s", path, strerror(-r));
+}
+
+int gs_allocs_checkpoint(struct gs_agent *ag)
+{
+        char path[PATH_MAX];
+        int r;
+
+        if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
+            (int)sizeof(path))
+                return -ENAMETOOLONG;
+        if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)
+                return gs_neg_errno();
+        r = gs_file_replace(path, 0600, checkpoint_fill, ag);
+        if (r < 0)
+                log_error("cannot write the checkpoint %s: %s", path, strerror(-r));
         return r;
 }
 

@@ -12,6 +12,7 @@
 #include "gs_allocs.h"
 #include "gs_gpu.h"
 #include "gs_devid.h"
+#include "gs_file.h"
 #include "gs_log.h"
 
 struct gs_claims {
@@ -73,41 +74,29 @@ static int path_of(const struct gs_agent *ag, char *buf, size_t cap, const char 
         return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
-static int save(struct gs_agent *ag)
+static int save_fill(FILE *f, void *ctx)
 {
-        struct gs_claims *t = ag->claims;
-        char path[PATH_MAX], tmp[PATH_MAX];
-        FILE *f;
-        int fd, r = 0;
+        const struct gs_claims *t = ctx;
 
-        if (path_of(ag, path, sizeof(path), "") < 0 || path_of(ag, tmp, sizeof(tmp), ".tmp") < 0)
-                return -ENAMETOOLONG;
-        if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)
-                return gs_neg_errno();
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return gs_neg_errno();
-        f = fdopen(fd, "w");
-        if (!f) {
-                r = gs_neg_errno();
-                close(fd);
-                goto fail;
-        }
         fprintf(f, "# gshare-agent claims v1\n");
         for (size_t i = 0; i < t->n; i++)
                 fprintf(f, "%s %s %s %u %s %s\n", t->v[i].uid, t->v[i].alloc_id, t->v[i].gpu_uuid,
                         t->v[i].units, t->v[i].ns, t->v[i].name);
-        if (fflush(f) != 0 || fsync(fileno(f)) < 0)
-                r = gs_neg_errno();
-        if (fclose(f) != 0 && r == 0)
-                r = gs_neg_errno();
-        if (r == 0 && rename(tmp, path) < 0)
-                r = gs_neg_errno();
-        if (r == 0)
-                return 0;
-fail:
-        (void)unlink(tmp);
-        log_error("cannot write %s: %s", path, strerror(-r));
+        return 0;
+}
+
+static int save(struct gs_agent *ag)
+{
+        char path[PATH_MAX];
+        int r;
+
+        if (path_of(ag, path, sizeof(path), "") < 0)
+                return -ENAMETOOLONG;
+        if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)
+                return gs_neg_errno();
+        r = gs_file_replace(path, 0600, save_fill, ag->claims);
+        if (r < 0)
+                log_error("cannot write %s: %s", path, strerror(-r));
         return r;
 }
 

@@ -3,12 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "gs_file.h"
 
 void gs_json_str(FILE *f, const char *s)
 {
@@ -65,13 +65,24 @@ static int spec_path(char *buf, size_t cap, const char *dir, const char *kind, c
         return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
+struct cdi_fill {
+        const char *kind, *name;
+        const struct gs_ctrspec *spec;
+};
+
+static int cdi_fill(FILE *f, void *ctx)
+{
+        const struct cdi_fill *c = ctx;
+
+        return gs_cdi_json(f, c->kind, c->name, c->spec);
+}
+
 int gs_cdi_write(const char *dir, const char *kind, const char *name, const struct gs_ctrspec *s,
                  char *err, size_t errlen)
 {
-        static atomic_uint seq;
-        char path[PATH_MAX], tmp[PATH_MAX], sfx[48];
-        FILE *f;
-        int fd, r;
+        struct cdi_fill c = { kind, name, s };
+        char path[PATH_MAX];
+        int r;
 
         if (strchr(name, '/') || name[0] == '.' || !name[0]) {
                 snprintf(err, errlen, "'%.64s' cannot name a CDI device", name);
@@ -82,36 +93,13 @@ int gs_cdi_write(const char *dir, const char *kind, const char *name, const stru
                 snprintf(err, errlen, "cannot create the CDI directory %.200s: %s", dir, strerror(-r));
                 return r;
         }
-        snprintf(sfx, sizeof(sfx), ".tmp.%d.%u", (int)getpid(), atomic_fetch_add(&seq, 1));
-        if (spec_path(path, sizeof(path), dir, kind, name, "") < 0 ||
-            spec_path(tmp, sizeof(tmp), dir, kind, name, sfx) < 0) {
+        if (spec_path(path, sizeof(path), dir, kind, name, "") < 0) {
                 snprintf(err, errlen, "CDI spec path under %.200s too long", dir);
                 return -ENAMETOOLONG;
         }
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (fd < 0) {
-                r = gs_neg_errno();
-                snprintf(err, errlen, "cannot create %.200s: %s", tmp, strerror(-r));
-                return r;
-        }
-        f = fdopen(fd, "w");
-        if (!f) {
-                r = gs_neg_errno();
-                close(fd);
-                goto fail;
-        }
-        r = gs_cdi_json(f, kind, name, s);
-        if (fflush(f) != 0 || fsync(fileno(f)) < 0)
-                r = gs_neg_errno();
-        if (fclose(f) != 0 && r == 0)
-                r = gs_neg_errno();
-        if (r == 0 && rename(tmp, path) < 0)
-                r = gs_neg_errno();
-        if (r == 0)
-                return 0;
-fail:
-        (void)unlink(tmp);
-        snprintf(err, errlen, "cannot write the CDI spec %.200s: %s", path, strerror(-r));
+        r = gs_file_replace(path, 0644, cdi_fill, &c);
+        if (r < 0)
+                snprintf(err, errlen, "cannot write the CDI spec %.200s: %s", path, strerror(-r));
         return r;
 }
 

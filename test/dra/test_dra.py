@@ -470,7 +470,7 @@ def body(ns, api, ag, plugin, tmp):
     rep = prepare(ns, plugin, ("team", "claim-d", UID_D))
     os.unlink(cdi)
     os.rename(cdi + ".away", cdi)
-    check("cannot create" in rep.claims[UID_D].error and UID_D not in claim_allocs(ag)
+    check("cannot write the CDI spec" in rep.claims[UID_D].error and UID_D not in claim_allocs(ag)
           and ag.gpus()[0]["units_allocated"] == 2 and len(ag.allocs()) == 1,
           "CDI spec not writable: an error and the new allocation released (%r)" % rep.claims[UID_D].error)
 

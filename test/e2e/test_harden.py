@@ -162,13 +162,20 @@ def create_failures():
         check(r.returncode == 0, "a line waiting to be restored can be released: " + r.stderr.strip())
         check(not any(ln.startswith("0123456789abcdef ") for ln in ckpt_lines(ag)),
               "release drops it from the checkpoint")
-        # The checkpoint cannot be written: the create fails, nothing changes.
-        os.mkdir(ckpt_path(ag) + ".tmp")
+        # The checkpoint cannot be written (a non-empty directory where it
+        # goes: the rename over it fails): the create fails, nothing changes.
+        os.rename(ckpt_path(ag), ckpt_path(ag) + ".away")
+        os.mkdir(ckpt_path(ag))
+        open(os.path.join(ckpt_path(ag), "x"), "w").close()
         before = set(ag.allocs())
         r = ag.ctl("create", dev(ag, 6), ok=False)
         check(r.returncode == 1 and "cannot write the checkpoint" in r.stderr and serving(ag) and
               set(ag.allocs()) == before, "checkpoint unwritable: create fails, the agent serves: " + r.stderr.strip())
-        os.rmdir(ckpt_path(ag) + ".tmp")
+        leftovers = [n for n in os.listdir(os.path.dirname(ckpt_path(ag))) if ".tmp" in n]
+        check(not leftovers, "no temporary file left behind: %s" % leftovers)
+        os.unlink(os.path.join(ckpt_path(ag), "x"))
+        os.rmdir(ckpt_path(ag))
+        os.rename(ckpt_path(ag) + ".away", ckpt_path(ag))
         check(ag.create([dev(ag, 6)])["created"], "and succeeds once it can be written")
     finally:
         ag.stop()
