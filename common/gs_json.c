@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 struct jp {
@@ -228,4 +229,19 @@ int gs_json_extract(const char *s, size_t len, struct gs_json_want *w, size_t nw
                 return r;
         j_ws(&j);
         return j.p == j.end ? 0 : -EINVAL;
+}
+
+void gs_json_write_str(FILE *f, const char *s)
+{
+        fputc('"', f);
+        for (; *s; s++) {
+                unsigned char c = (unsigned char)*s;
+                if (c == '"' || c == '\\')
+                        fprintf(f, "\\%c", c);
+                else if (c < 0x20)
+                        fprintf(f, "\\u%04x", c);
+                else
+                        fputc(c, f);
+        }
+        fputc('"', f);
 }

@@ -9,42 +9,28 @@
 #include <unistd.h>
 
 #include "gs_file.h"
-
-void gs_json_str(FILE *f, const char *s)
-{
-        fputc('"', f);
-        for (; *s; s++) {
-                unsigned char c = (unsigned char)*s;
-                if (c == '"' || c == '\\')
-                        fprintf(f, "\\%c", c);
-                else if (c < 0x20)
-                        fprintf(f, "\\u%04x", c);
-                else
-                        fputc(c, f);
-        }
-        fputc('"', f);
-}
+#include "gs_json.h"
 
 int gs_cdi_json(FILE *f, const char *kind, const char *name, const struct gs_ctrspec *s)
 {
         fprintf(f, "{\"cdiVersion\":\"%s\",\"kind\":", GS_CDI_VERSION);
-        gs_json_str(f, kind);
+        gs_json_write_str(f, kind);
         fprintf(f, ",\"devices\":[{\"name\":");
-        gs_json_str(f, name);
+        gs_json_write_str(f, name);
         fprintf(f, ",\"containerEdits\":{\"env\":[");
         for (size_t i = 0; i < s->nenv; i++) {
                 char kv[sizeof(s->env[0].name) + sizeof(s->env[0].value) + 2];
                 snprintf(kv, sizeof(kv), "%s=%s", s->env[i].name, s->env[i].value);
                 if (i)
                         fputc(',', f);
-                gs_json_str(f, kv);
+                gs_json_write_str(f, kv);
         }
         fprintf(f, "],\"mounts\":[");
         for (size_t i = 0; i < s->nmounts; i++) {
                 fprintf(f, "%s{\"hostPath\":", i ? "," : "");
-                gs_json_str(f, s->mounts[i].host);
+                gs_json_write_str(f, s->mounts[i].host);
                 fprintf(f, ",\"containerPath\":");
-                gs_json_str(f, s->mounts[i].ctr);
+                gs_json_write_str(f, s->mounts[i].ctr);
                 fprintf(f, ",\"options\":[%s\"bind\",\"nosuid\",\"nodev\"]}", s->mounts[i].ro ? "\"ro\"," : "");
         }
         fprintf(f, "]}}]}\n");

@@ -30,7 +30,5 @@ int gs_cdi_write(const char *dir, const char *kind, const char *name, const stru
 /* Removes it; 0 also if it was not there. */
 int gs_cdi_remove(const char *dir, const char *kind, const char *name) GS_WUR;
 
-/* Writes s as a JSON string (quoted, escaped) to f. */
-void gs_json_str(FILE *f, const char *s);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gs_cdi.h"
+#include "gs_json.h"
 
 #define REPLY_MAX (1u << 20)
 
@@ -25,27 +25,27 @@ int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t genera
         if (gs_slice_name(name, sizeof(name), node, driver) < 0)
                 return -ENAMETOOLONG;
         fprintf(f, "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceSlice\",\"metadata\":{\"name\":");
-        gs_json_str(f, name);
+        gs_json_write_str(f, name);
         fprintf(f, "},\"spec\":{\"driver\":");
-        gs_json_str(f, driver);
+        gs_json_write_str(f, driver);
         fprintf(f, ",\"nodeName\":");
-        gs_json_str(f, node);
+        gs_json_write_str(f, node);
         fprintf(f, ",\"pool\":{\"name\":");
-        gs_json_str(f, node);
+        gs_json_write_str(f, node);
         fprintf(f, ",\"generation\":%llu,\"resourceSliceCount\":1},\"devices\":[", (unsigned long long)generation);
         for (size_t i = 0; i < n; i++) {
                 fprintf(f, "%s{\"name\":\"gpu-%u\",\"allowMultipleAllocations\":true,\"attributes\":{\"uuid\":{\"string\":",
                         i ? "," : "", g[i].index);
-                gs_json_str(f, g[i].uuid);
+                gs_json_write_str(f, g[i].uuid);
                 fprintf(f, "},\"productName\":{\"string\":");
-                gs_json_str(f, g[i].name);
+                gs_json_write_str(f, g[i].name);
                 fprintf(f, "},\"index\":{\"int\":%u},\"memory\":{\"int\":%llu}", g[i].index,
                         (unsigned long long)g[i].total_bytes);
                 if (g[i].numa_node >= 0)
                         fprintf(f, ",\"numaNode\":{\"int\":%d}", g[i].numa_node);
                 if (driver_version[0]) {
                         fprintf(f, ",\"driverVersion\":{\"version\":");
-                        gs_json_str(f, driver_version);
+                        gs_json_write_str(f, driver_version);
                         fputc('}', f);
                 }
                 fprintf(f, "},\"capacity\":{\"memory\":{\"value\":\"%llu\",\"requestPolicy\":{\"default\":\"%llu\","

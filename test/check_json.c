@@ -115,6 +115,26 @@ START_TEST(test_depth_and_length)
 }
 END_TEST
 
+START_TEST(test_write_str)
+{
+        char *buf = NULL, v[32];
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        struct gs_json_want w[] = { { "k", v, sizeof(v), false } };
+        char doc[128];
+
+        ck_assert_ptr_nonnull(f);
+        gs_json_write_str(f, "a\"b\\c\n\x01" "d");
+        fclose(f);
+        ck_assert_str_eq(buf, "\"a\\\"b\\\\c\\u000a\\u0001d\"");
+        /* What it writes reads back (control characters as the reader reads \u escapes). */
+        snprintf(doc, sizeof(doc), "{\"k\":%s}", buf);
+        ck_assert_int_eq(extract(doc, w, 1), 0);
+        ck_assert_str_eq(v, "a\"b\\c??d"); /* control characters: \u escapes, read as '?' */
+        free(buf);
+}
+END_TEST
+
 static Suite *suite(void)
 {
         Suite *s = suite_create("json");
@@ -125,6 +145,7 @@ static Suite *suite(void)
         tcase_add_test(tc, test_truncated_is_absent);
         tcase_add_test(tc, test_malformed);
         tcase_add_test(tc, test_depth_and_length);
+        tcase_add_test(tc, test_write_str);
         suite_add_tcase(s, tc);
         return s;
 }
