@@ -10,14 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Milliseconds left until deadline (-1: no deadline). */
 static int left_ms(int64_t deadline)
 {
@@ -25,7 +17,7 @@ static int left_ms(int64_t deadline)
 
         if (deadline < 0)
                 return -1;
-        left = deadline - now_ms();
+        left = deadline - gs_mono_ms();
         return left < 0 ? 0 : (int)left;
 }
 
@@ -109,7 +101,7 @@ static int read_all(int fd, uint8_t *p, size_t n, int64_t deadline)
 
 int gs_ctl_send(int fd, const ProtobufCMessage *msg, int timeout_ms)
 {
-        int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+        int64_t deadline = timeout_ms < 0 ? -1 : gs_mono_ms() + timeout_ms;
         size_t len = protobuf_c_message_get_packed_size(msg);
         uint8_t *buf;
         int r;
@@ -131,7 +123,7 @@ int gs_ctl_send(int fd, const ProtobufCMessage *msg, int timeout_ms)
 
 int gs_ctl_recv_frame(int fd, int timeout_ms, uint8_t **ret_buf, size_t *ret_len)
 {
-        int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+        int64_t deadline = timeout_ms < 0 ? -1 : gs_mono_ms() + timeout_ms;
         uint8_t hdr[4];
         uint32_t len;
         uint8_t *buf;

@@ -66,14 +66,6 @@ struct dra {
         int backoff;
 };
 
-static int64_t mono_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void nap_ms(int ms)
 {
         struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
@@ -144,7 +136,7 @@ static int publish(struct dra *d)
  * starts, and a driver's when it stays unregistered for 30 s. */
 static void tick(struct dra *d)
 {
-        int64_t now = mono_ms();
+        int64_t now = gs_mono_ms();
         char err[512];
 
         if (d->kapi.base[0] && d->is_published && (atomic_exchange(&d->check_slice, false) || now >= d->check_at)) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gs_ring.h"
+#include "gs_util.h"
 #include "gs_wire.h"
 
 struct e2e_conn {
@@ -29,13 +30,6 @@ struct e2e_conn {
         uint32_t head, tail;
         uint64_t seq;
 };
-
-static inline int64_t e2e_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static inline int e2e_connect(const char *path)
 {
@@ -165,7 +159,7 @@ static inline int e2e_push(struct e2e_conn *c, uint32_t op, uint32_t gpu, uint64
 /* Waits for the next reply.  Returns 0, -ETIMEDOUT. */
 static inline int e2e_reply(struct e2e_conn *c, struct gs_ring_msg *rep, int timeout_ms)
 {
-        int64_t end = e2e_ms() + timeout_ms;
+        int64_t end = gs_mono_ms() + timeout_ms;
 
         for (;;) {
                 int r = gs_ring_pop(&c->shm->rep, &c->tail, rep);
@@ -173,7 +167,7 @@ static inline int e2e_reply(struct e2e_conn *c, struct gs_ring_msg *rep, int tim
                         return 0;
                 if (r < 0)
                         return r;
-                if (e2e_ms() >= end)
+                if (gs_mono_ms() >= end)
                         return -ETIMEDOUT;
                 (void)gs_doorbell_sleep(&c->shm->rep, c->tail, &c->shm->hook_wake,
                                         &c->shm->hook_sleeping, 10000000);
