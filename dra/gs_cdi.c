@@ -33,7 +33,17 @@ int gs_cdi_json(FILE *f, const char *kind, const char *name, const struct gs_ctr
                 gs_json_write_str(f, s->mounts[i].ctr);
                 fprintf(f, ",\"options\":[%s\"bind\",\"nosuid\",\"nodev\"]}", s->mounts[i].ro ? "\"ro\"," : "");
         }
-        fprintf(f, "]}}]}\n");
+        fprintf(f, "]");
+        if (s->ndevs) {
+                fprintf(f, ",\"deviceNodes\":[");
+                for (size_t i = 0; i < s->ndevs; i++) {
+                        fprintf(f, "%s{\"path\":", i ? "," : "");
+                        gs_json_write_str(f, s->devs[i]);
+                        fprintf(f, "}");
+                }
+                fprintf(f, "]");
+        }
+        fprintf(f, "}}]}\n");
         return ferror(f) ? -EIO : 0;
 }
 

@@ -88,6 +88,7 @@ static void take_gpus(struct dra *d, const Gshare__Ctl__V1__ListGpusReply *l)
                 snprintf(s->uuid, sizeof(s->uuid), "%s", g->uuid);
                 snprintf(s->name, sizeof(s->name), "%s", g->name);
                 s->numa_node = g->numa_node;
+                snprintf(s->pci, sizeof(s->pci), "%s", g->pci_bus_id);
                 s->total_bytes = g->total_bytes;
                 s->unit_bytes = g->unit_bytes;
                 s->capacity_bytes = (uint64_t)g->units_total * g->unit_bytes;
@@ -413,6 +414,17 @@ static int prepare_one(struct dra *d, const Claim *c, struct prep_out *out, char
                 goto out;
         }
         r = gs_ctrspec_build(&d->o->cfg, rep->create_allocation->allocation, &spec, err, errlen);
+        if (r == 0 && d->o->cfg.device_nodes) {
+                char pci[32] = "";
+                const char *pcis[1] = { pci };
+
+                pthread_mutex_lock(&d->mu);
+                for (size_t i = 0; i < d->ngpus; i++)
+                        if (strcasecmp(d->gpus[i].uuid, uuid) == 0)
+                                snprintf(pci, sizeof(pci), "%s", d->gpus[i].pci);
+                pthread_mutex_unlock(&d->mu);
+                gs_ctrspec_add_devices(&spec, d->o->nvidia_proc, pcis, 1);
+        }
         if (r == 0)
                 r = gs_cdi_write(d->o->cdi_dir, GS_CDI_KIND, c->uid, &spec, err, errlen);
         if (r < 0) {

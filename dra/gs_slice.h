@@ -34,6 +34,7 @@ struct gs_slice_gpu {
         uint64_t total_bytes;
         uint64_t capacity_bytes; /* units_total x unit_bytes */
         uint64_t unit_bytes;
+        char pci[32];            /* PCI bus id, for device nodes (not published) */
 };
 
 /* The slice's name: "<node>-<driver>" (a DNS subdomain). */

@@ -2,9 +2,11 @@
 #include "gs_ctrspec.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "gs_log.h"
 #include "gs_plugin.h"
 #include "gs_wire.h"
 
@@ -54,4 +56,43 @@ int gs_ctrspec_build(const struct gs_config *c, const Gshare__Ctl__V1__Allocatio
                 add_mount(ret, c->preload_path, GS_PLUGIN_CTR_PRELOAD);
         add_mount(ret, al->socket_dir, GS_PLUGIN_CTR_SOCKET_DIR);
         return 0;
+}
+
+/* A GPU's device minor from the driver's /proc entry, or -1. */
+static int device_minor(const char *nvidia_proc, const char *pci)
+{
+        char path[PATH_MAX], line[256];
+        FILE *f;
+        int minor = -1;
+
+        if (!*pci || strchr(pci, '/') || strlen(nvidia_proc) + strlen(pci) + 20 >= sizeof(path))
+                return -1;
+        snprintf(path, sizeof(path), "%s/gpus/%s/information", nvidia_proc, pci);
+        f = fopen(path, "re");
+        if (!f)
+                return -1;
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "Device Minor: %d", &minor) == 1)
+                        break;
+        fclose(f);
+        return minor >= 0 && minor < 256 ? minor : -1;
+}
+
+void gs_ctrspec_add_devices(struct gs_ctrspec *s, const char *nvidia_proc, const char *const *pci,
+                            size_t n)
+{
+        static const char *const ctl[] = { "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools" };
+
+        for (size_t i = 0; i < GS_ARRAY_SIZE(ctl) && s->ndevs < GS_CTRSPEC_MAX_DEVS; i++)
+                snprintf(s->devs[s->ndevs++], sizeof(s->devs[0]), "%s", ctl[i]);
+        for (size_t i = 0; i < n && s->ndevs < GS_CTRSPEC_MAX_DEVS; i++) {
+                int minor = device_minor(nvidia_proc, pci[i]);
+
+                if (minor < 0) {
+                        log_warn("no device minor for the GPU at PCI '%s' under %s/gpus: its /dev/nvidiaN not passed",
+                                 pci[i], nvidia_proc);
+                        continue;
+                }
+                snprintf(s->devs[s->ndevs++], sizeof(s->devs[0]), "/dev/nvidia%d", minor);
+        }
 }

@@ -323,27 +323,6 @@ static grpc_status_code check_request(struct plugin *p, const V1beta1__Container
 }
 
 /* "Device Minor: N" from <nvidia_proc>/gpus/<pci>/information; -1 if not found. */
-static int device_minor(struct plugin *p, const char *pci)
-{
-        char path[PATH_MAX], line[256];
-        FILE *f;
-        int minor = -1;
-
-        if (!*pci || strchr(pci, '/'))
-                return -1;
-        if (strlen(p->o->nvidia_proc) + strlen(pci) + 20 >= sizeof(path))
-                return -1;
-        snprintf(path, sizeof(path), "%.3000s/gpus/%.31s/information", p->o->nvidia_proc, pci);
-        f = fopen(path, "re");
-        if (!f)
-                return -1;
-        while (fgets(line, sizeof(line), f))
-                if (sscanf(line, "Device Minor: %d", &minor) == 1)
-                        break;
-        fclose(f);
-        return minor >= 0 && minor < 256 ? minor : -1;
-}
-
 static V1beta1__ContainerAllocateResponse__EnvsEntry *env(struct gs_arena *a, const char *k, const char *v)
 {
         V1beta1__ContainerAllocateResponse__EnvsEntry *e = gs_arena_alloc(a, sizeof(*e));
@@ -406,30 +385,22 @@ static grpc_status_code fill_response(struct plugin *p, const Gshare__Ctl__V1__A
                 if (!(c->mounts[nm++] = mount(a, spec.mounts[i].host, spec.mounts[i].ctr, spec.mounts[i].ro)))
                         goto oom;
         if (cfg->device_nodes) {
-                static const char *const ctl[] = { "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools" };
-                for (size_t i = 0; i < GS_ARRAY_SIZE(ctl); i++)
-                        if (!(c->devices[nd++] = devspec(a, ctl[i])))
-                                goto oom;
+                char pci[GS_MAX_GPUS_PER_ALLOC][32] = { { 0 } };
+                const char *pcis[GS_MAX_GPUS_PER_ALLOC];
+
+                pthread_mutex_lock(&p->m.mu);
                 for (size_t i = 0; i < al->n_parts; i++) {
-                        const struct gs_mirror_gpu *g;
-                        char pci[32] = "", dev[32];
-                        int minor;
-                        pthread_mutex_lock(&p->m.mu);
-                        g = gs_mirror_find(&p->m, al->parts[i]->gpu_uuid);
+                        const struct gs_mirror_gpu *g = gs_mirror_find(&p->m, al->parts[i]->gpu_uuid);
                         if (g)
-                                snprintf(pci, sizeof(pci), "%s", g->pci);
-                        pthread_mutex_unlock(&p->m.mu);
-                        minor = device_minor(p, pci);
-                        if (minor < 0) {
-                                log_warn("no device minor for GPU %s (PCI '%s') under %s/gpus: /dev/nvidiaN not passed",
-                                         al->parts[i]->gpu_uuid, pci, p->o->nvidia_proc);
-                                continue;
-                        }
-                        snprintf(dev, sizeof(dev), "/dev/nvidia%d", minor);
-                        if (!(c->devices[nd++] = devspec(a, dev)))
-                                goto oom;
+                                snprintf(pci[i], sizeof(pci[i]), "%s", g->pci);
+                        pcis[i] = pci[i];
                 }
+                pthread_mutex_unlock(&p->m.mu);
+                gs_ctrspec_add_devices(&spec, p->o->nvidia_proc, pcis, al->n_parts);
         }
+        for (size_t i = 0; i < spec.ndevs; i++)
+                if (!(c->devices[nd++] = devspec(a, spec.devs[i])))
+                        goto oom;
         c->n_envs = ne;
         c->n_mounts = nm;
         c->n_devices = nd;

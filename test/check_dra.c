@@ -291,6 +291,53 @@ START_TEST(test_cdi)
 }
 END_TEST
 
+/* deviceNodes: the control nodes and the GPU's node from its minor in the
+ * driver's /proc entry, in the CDI spec as containerEdits.deviceNodes. */
+START_TEST(test_cdi_device_nodes)
+{
+        char proc[] = "/tmp/gsprocXXXXXX", p[256], err[256], buf[4096];
+        const char *pcis[2] = { "0000:3b:00.0", "0000:af:00.0" }; /* the second has no entry */
+        struct gs_config c;
+        struct gs_ctrspec s;
+        char *out = NULL;
+        size_t len = 0;
+        FILE *f;
+
+        ck_assert_ptr_nonnull(mkdtemp(proc));
+        snprintf(p, sizeof(p), "%s/gpus", proc);
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof(p), "%s/gpus/%s", proc, pcis[0]);
+        ck_assert_int_eq(mkdir(p, 0755), 0);
+        snprintf(p, sizeof(p), "%s/gpus/%s/information", proc, pcis[0]);
+        f = fopen(p, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("Model: \t\t Fake GPU\nDevice Minor: \t 5\n", f);
+        fclose(f);
+        gs_config_defaults(&c);
+        ck_assert_int_eq(gs_ctrspec_build(&c, alloc_of("/run/gshare/alloc/x-1", 1), &s, err, sizeof(err)), 0);
+        ck_assert_uint_eq(s.ndevs, 0);
+        gs_ctrspec_add_devices(&s, proc, pcis, 2);
+        ck_assert_uint_eq(s.ndevs, 4);
+        ck_assert_str_eq(s.devs[0], "/dev/nvidiactl");
+        ck_assert_str_eq(s.devs[3], "/dev/nvidia5");
+        f = open_memstream(&out, &len);
+        ck_assert_int_eq(gs_cdi_json(f, GS_CDI_KIND, "u", &s), 0);
+        fclose(f);
+        ck_assert(parses(out, len));
+        snprintf(buf, sizeof(buf), "%s", out);
+        ck_assert_ptr_nonnull(strstr(buf, "\"deviceNodes\":[{\"path\":\"/dev/nvidiactl\"},"
+                                          "{\"path\":\"/dev/nvidia-uvm\"},{\"path\":\"/dev/nvidia-uvm-tools\"},"
+                                          "{\"path\":\"/dev/nvidia5\"}]"));
+        free(out);
+        unlink(p);
+        snprintf(p, sizeof(p), "%s/gpus/%s", proc, pcis[0]);
+        rmdir(p);
+        snprintf(p, sizeof(p), "%s/gpus", proc);
+        rmdir(p);
+        ck_assert_int_eq(rmdir(proc), 0);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("dra");
@@ -298,6 +345,7 @@ int main(void)
 
         tcase_add_test(tc, test_quantity);
         tcase_add_test(tc, test_claim);
+        tcase_add_test(tc, test_cdi_device_nodes);
         tcase_add_test(tc, test_slice_json);
         tcase_add_test(tc, test_driver_version);
         tcase_add_test(tc, test_ctrspec);
