@@ -17,7 +17,10 @@
 #define BODY_CAP 2048
 #define POST_TIMEOUT_MS 10000L
 
+#define OBJ(it) ((it)->obj == GS_EVENT_CLAIM ? "claim" : "pod")
+
 struct item {
+        enum gs_event_obj obj;
         char ns[64], name[254], uid[40], reason[64], message[MSG_CAP];
 };
 
@@ -70,8 +73,9 @@ static int jesc(char *out, size_t cap, const char *s)
         return 0;
 }
 
-int gs_event_json(char *buf, size_t cap, const char *ns, const char *name, const char *uid,
-                  const char *reason, const char *message, const char *node, int64_t unix_s)
+int gs_event_json(char *buf, size_t cap, enum gs_event_obj obj, const char *ns, const char *name,
+                  const char *uid, const char *reason, const char *message, const char *node,
+                  int64_t unix_s)
 {
         char msg[2 * MSG_CAP], ts[32];
         time_t t = (time_t)unix_s;
@@ -85,13 +89,15 @@ int gs_event_json(char *buf, size_t cap, const char *ns, const char *name, const
         n = snprintf(buf, cap,
                      "{\"apiVersion\":\"v1\",\"kind\":\"Event\","
                      "\"metadata\":{\"generateName\":\"gshare-\",\"namespace\":\"%s\"},"
-                     "\"involvedObject\":{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"namespace\":\"%s\","
+                     "\"involvedObject\":{\"apiVersion\":\"%s\",\"kind\":\"%s\",\"namespace\":\"%s\","
                      "\"name\":\"%s\"%s%s%s},"
                      "\"reason\":\"%s\",\"message\":\"%s\",\"type\":\"Warning\","
                      "\"source\":{\"component\":\"gshare-agent\",\"host\":\"%s\"},"
                      "\"reportingComponent\":\"gshare-agent\",\"reportingInstance\":\"%s\","
                      "\"firstTimestamp\":\"%s\",\"lastTimestamp\":\"%s\",\"count\":1}",
-                     ns, ns, name, uid[0] ? ",\"uid\":\"" : "", uid, uid[0] ? "\"" : "", reason, msg,
+                     ns, obj == GS_EVENT_CLAIM ? "resource.k8s.io/v1" : "v1",
+                     obj == GS_EVENT_CLAIM ? "ResourceClaim" : "Pod", ns, name,
+                     uid[0] ? ",\"uid\":\"" : "", uid, uid[0] ? "\"" : "", reason, msg,
                      node, node, ts, ts);
         return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 }
@@ -112,7 +118,7 @@ static int post(struct gs_events *ev, const struct item *it)
         CURLcode cr;
         int r;
 
-        r = gs_event_json(body, sizeof(body), it->ns, it->name, it->uid, it->reason, it->message,
+        r = gs_event_json(body, sizeof(body), it->obj, it->ns, it->name, it->uid, it->reason, it->message,
                           ev->node, (int64_t)time(NULL));
         if (r < 0)
                 return r;
@@ -120,7 +126,7 @@ static int post(struct gs_events *ev, const struct item *it)
         r = gs_kapi_req_new(&q, url, ev->token_file, ev->ca_file, "application/json", err,
                                sizeof(err));
         if (r < 0) {
-                log_warn("Event on pod %s/%s not posted: %s", it->ns, it->name, err);
+                log_warn("Event on %s %s/%s not posted: %s", OBJ(it), it->ns, it->name, err);
                 return r;
         }
         easy = q.easy;
@@ -131,10 +137,10 @@ static int post(struct gs_events *ev, const struct item *it)
         if (cr == CURLE_OK)
                 curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
         if (cr != CURLE_OK || code < 200 || code > 299) {
-                log_warn("Event on pod %s/%s not posted: %s", it->ns, it->name,
+                log_warn("Event on %s %s/%s not posted: %s", OBJ(it), it->ns, it->name,
                          cr != CURLE_OK ? (q.errbuf[0] ? q.errbuf : curl_easy_strerror(cr)) : "HTTP error");
                 if (code)
-                        log_warn("Event on pod %s/%s: HTTP %ld", it->ns, it->name, code);
+                        log_warn("Event on %s %s/%s: HTTP %ld", OBJ(it), it->ns, it->name, code);
                 r = -EIO;
         }
         gs_kapi_req_free(&q);
@@ -212,8 +218,8 @@ void gs_events_stop(struct gs_events *ev)
         free(ev);
 }
 
-int gs_events_post(struct gs_events *ev, const char *ns, const char *name, const char *uid,
-                   const char *reason, const char *message)
+int gs_events_post(struct gs_events *ev, enum gs_event_obj obj, const char *ns, const char *name,
+                   const char *uid, const char *reason, const char *message)
 {
         struct item *it;
 
@@ -227,6 +233,7 @@ int gs_events_post(struct gs_events *ev, const char *ns, const char *name, const
                 return -EAGAIN;
         }
         it = &ev->q[(ev->head + ev->n) % GS_EVENT_QUEUE];
+        it->obj = obj;
         snprintf(it->ns, sizeof(it->ns), "%s", ns);
         snprintf(it->name, sizeof(it->name), "%s", name);
         snprintf(it->uid, sizeof(it->uid), "%s", uid);

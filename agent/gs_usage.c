@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gs_pool.h"
+#include "gs_claims.h"
 #include "gs_event.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
@@ -121,11 +122,14 @@ static void kill_pid(struct gs_allocation *a, pid_t pid, int pidfd, uint64_t byt
                 close(fd);
 }
 
-/* The log line, and an Event on the pod at most once a minute. */
+/* The log line, and an Event at most once a minute: on the pod, or for a
+ * DRA claim's allocation (whose pod the agent does not know) on the claim. */
 static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g)
 {
+        const struct gs_claim *claim;
         char msg[400];
         int64_t now = gs_mono_ms();
+        int r;
         bool kill = ag->cfg.over_quota == GS_OVER_QUOTA_KILL;
 
         snprintf(msg, sizeof(msg), "gshare allocation %s is over its quota on GPU %s: %llu MiB of %llu "
@@ -139,10 +143,18 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
                          "%u times so far (overQuota: report)", a->id,
                          a->pod_namespace[0] ? a->pod_namespace : "?", a->pod_name[0] ? a->pod_name : "?",
                          g->index, (unsigned long long)(part->out.charged >> 20), part->out.over_quota);
-        if (!ag->events || !a->pod_name[0] || (part->event_ms && now - part->event_ms < GS_USAGE_EVENT_MS))
+        if (!ag->events || (part->event_ms && now - part->event_ms < GS_USAGE_EVENT_MS))
+                return;
+        if (a->pod_name[0])
+                r = gs_events_post(ag->events, GS_EVENT_POD, a->pod_namespace, a->pod_name, a->pod_uid,
+                                   "GPUMemoryOverQuota", msg);
+        else if ((claim = gs_claims_of(ag, a)))
+                r = gs_events_post(ag->events, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid,
+                                   "GPUMemoryOverQuota", msg);
+        else
                 return;
         part->event_ms = now;
-        if (gs_events_post(ag->events, a->pod_namespace, a->pod_name, a->pod_uid, "GPUMemoryOverQuota", msg) < 0)
+        if (r < 0)
                 log_debug("allocation %s: over-quota Event dropped", a->id);
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Over-quota Events on the pod (agent/gs_event.h), on the fake driver.
+"""Over-quota Events on the pod, or on the ResourceClaim of a DRA claim's
+allocation (agent/gs_event.h), on the fake driver.
 
 A PodResources stand-in (test/recon) tells the agent which pod holds the
 allocation; a fake API server records what the agent POSTs.  A process of
@@ -12,6 +13,7 @@ Environment: B (build dir), SANITIZE.
 import http.server
 import json
 import os
+import struct
 import sys
 import tempfile
 import threading
@@ -98,6 +100,31 @@ def main():
         check(part(ag, a["id"])["outside_bytes"] == CTX + 100 * MiB, "its outside memory is charged")
         p.end()
         check(len(api.posts) == 1, "one Event, not one per scan (%d)" % len(api.posts))
+
+        # A DRA claim's allocation: the agent knows the claim, not its pod,
+        # so the Event goes on the ResourceClaim.
+        uid = "aaaaaaaa-0000-4000-8000-0000000000e1"
+        req = ns.ctl.Request(create_claim_allocation=ns.ctl.CreateClaimAllocationRequest(
+            claim_uid=uid, claim_namespace="team-b", claim_name="gpu-claim", gpu_uuid=uuid, units=2))
+        body = req.SerializeToString()
+        data = e2e.ctl_raw(ag.sock, struct.pack("<I", len(body)) + body)
+        rep = ns.ctl.Reply.FromString(data[4:]) if len(data) >= 4 else ns.ctl.Reply()
+        check(rep.error == 0, "a claim's allocation is made (%r)" % rep.message)
+        c = ag.allocs()[rep.create_allocation.allocation.id]
+        q = Proc(ag, c, 0)
+        check(q.ok, "a process of the claim runs")
+        r = q.module(100)
+        check(len(r) == 4 and r[1] == "ok", "it loads modules past its quota (%s)" % r)
+        got = wait_for(lambda: len(api.posts) >= 2)
+        check(bool(got), "an Event is posted for the claim")
+        path, _, body = api.posts[1] if len(api.posts) > 1 else ("", "", b"{}")
+        ev = json.loads(body)
+        io = ev.get("involvedObject", {})
+        check(path == "/api/v1/namespaces/team-b/events" and io.get("kind") == "ResourceClaim" and
+              io.get("apiVersion") == "resource.k8s.io/v1" and io.get("name") == "gpu-claim" and
+              io.get("uid") == uid and c["id"] in ev.get("message", ""),
+              "on the ResourceClaim, in its namespace: %s %s" % (path, io))
+        q.end()
     finally:
         ag.stop()
         kubelet.stop()
