@@ -408,6 +408,8 @@ int main(int argc, char **argv)
         r = gs_allocs_restore(&ag);
         if (r < 0)
                 log_error("checkpoint in %s: %s", ag.cfg.state_dir, strerror(-r));
+        /* The previous agent's processes, before any connection is served. */
+        gs_proc_restore(&ag);
         /* After the restore, so that its first snapshot sees every allocation. */
         r = gs_recon_start(&ag, &recon);
         if (r < 0) {
@@ -425,6 +427,10 @@ int main(int argc, char **argv)
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
+        /* The ledgers keep saying what the processes hold: the next agent
+         * charges it (a stop is an upgrade or a restart, not their end). */
+        for (uint32_t i = 0; i < ag.ngpus; i++)
+                gs_gpu_ledger_stop(&ag.gpus[i]);
         gs_proc_kill_all(&ag);
         gs_workers_free(ag.workers);
         gs_allocs_shutdown(&ag);

@@ -32,6 +32,7 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                 r = gs_pproc_new(pa, nslots, &s->pp);
                 if (r < 0)
                         return r;
+                gs_pproc_set_tag(s->pp, s->tag);
         }
         if (s->nheld + k > s->capheld) {
                 uint32_t cap = s->nheld + k > 2 * s->capheld ? s->nheld + k : 2 * s->capheld;
@@ -90,5 +91,5 @@ void gs_chunkset_fini(struct gs_chunkset *s)
 {
         free(s->held);
         gs_pproc_del(s->pp);
-        *s = (struct gs_chunkset){ 0 };
+        *s = (struct gs_chunkset){ .tag = s->tag };
 }

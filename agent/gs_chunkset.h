@@ -32,6 +32,7 @@ struct gs_chunkset {
         struct gs_pproc *pp;           /* created on first take */
         struct gs_chunkset_ent *held;
         uint32_t nheld, capheld;
+        const void *tag;               /* the pproc's (gs_pproc_set_tag), set by the owner */
 };
 
 /* k more chunks from pa, the set's range being nslots chunks, their memory

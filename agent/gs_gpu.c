@@ -4,6 +4,8 @@
 #include "gs_allocs.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,6 +295,128 @@ static int chunk_recycle(void *ctx, uint32_t chunk)
         return 0;
 }
 
+
+/* gs_gsm_hold_fn: into the ledger (under g->lock). */
+static void chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held)
+{
+        struct gs_gpu *g = ctx;
+
+        gs_ledger_set(&g->ledger, chunk, tag, slot, held != 0);
+}
+
+/* The previous agent's ledger of this GPU, kept in g->held_before: its
+ * chunk count, or 0 if there is none (or it is not usable). */
+static uint32_t read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
+{
+        char path[PATH_MAX], why[160] = "";
+        uint64_t cb = 0;
+        int r;
+
+        if (gs_ledger_path(path, sizeof(path), cfg->state_dir, g->uuid) < 0)
+                return 0;
+        r = gs_ledger_read(path, g->uuid_raw, &g->held_before, &g->nheld_before, &cb, why, sizeof(why));
+        if (r == -ENOENT)
+                return 0;
+        if (r == 0 && cb != g->chunk_bytes) {
+                snprintf(why, sizeof(why), "chunks of %llu bytes, configured %llu", (unsigned long long)cb,
+                         (unsigned long long)g->chunk_bytes);
+                r = -EINVAL;
+        }
+        if (r < 0) {
+                log_warn("GPU %u: the previous agent's ledger %s is not used: %s", g->index, path,
+                         why[0] ? why : strerror(-r));
+                free(g->held_before);
+                g->held_before = NULL;
+                g->nheld_before = 0;
+                return 0;
+        }
+        /* The pool cannot have been larger than the GPU. */
+        if ((uint64_t)g->nheld_before * g->chunk_bytes > g->total_bytes)
+                return (uint32_t)(g->total_bytes / g->chunk_bytes);
+        return g->nheld_before;
+}
+
+/* At a restart's start: whether the driver has one more chunk above the
+ * reserve. */
+static bool room_at_start(struct gs_gpu *g)
+{
+        size_t free_b = 0, total_b = 0;
+
+        if (g->agent->cu.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
+                return false;
+        return free_b >= g->reserve_bytes + g->chunk_bytes;
+}
+
+int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir)
+{
+        char path[PATH_MAX];
+        int r;
+
+        if (!g->pool)
+                return 0;
+        if (mkdir(state_dir, 0700) < 0 && errno != EEXIST)
+                return gs_neg_errno();
+        r = gs_ledger_path(path, sizeof(path), state_dir, g->uuid);
+        if (r == 0)
+                r = gs_ledger_open(&g->ledger, path, g->uuid_raw, g->chunk_bytes, g->nchunks);
+        if (r < 0)
+                log_error("GPU %u: no ledger in %s (%s): a restarted agent will not know what processes "
+                          "hold", g->index, state_dir, strerror(-r));
+        return r;
+}
+
+void gs_gpu_ledger_commit(struct gs_gpu *g)
+{
+        int r;
+
+        free(g->held_before);
+        g->held_before = NULL;
+        g->nheld_before = 0;
+        if (g->ledger.fd < 0)
+                return;
+        r = gs_ledger_commit(&g->ledger);
+        if (r < 0)
+                log_error("GPU %u: cannot replace the ledger %s: %s", g->index, g->ledger.path, strerror(-r));
+}
+
+void gs_gpu_ledger_stop(struct gs_gpu *g)
+{
+        if (!g->pool)
+                return;
+        pthread_mutex_lock(&g->lock);
+        gs_pool_set_hold_fn(g->pool, NULL, NULL);
+        gs_ledger_close(&g->ledger);
+        pthread_mutex_unlock(&g->lock);
+}
+
+int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
+{
+        if (chunk >= g->nchunks || g->chunks[chunk].fd < 0)
+                return 0;
+        for (uint32_t d = 0; d < g->nchunks; d++) {
+                struct gs_chunk *c = &g->chunks[d];
+                if (c->fd >= 0 || c->pending || gs_pool_chunk_held(g->pool, d))
+                        continue;
+                struct gs_chunk t = g->chunks[chunk];
+                g->chunks[chunk] = *c;
+                *c = t;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+static bool no_memory(void *ctx, uint32_t chunk)
+{
+        struct gs_gpu *g = ctx;
+
+        return chunk < g->nchunks && g->chunks[chunk].fd < 0;
+}
+
+uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
+{
+        return p ? gs_pproc_count_held(p, no_memory, g) : 0;
+}
+
 static void set_unhealthy(struct gs_gpu *g, const char *why)
 {
         g->healthy = false;
@@ -307,10 +431,12 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
         CUuuid uuid;
         size_t free_b = 0, total_b = 0, gran = 0;
         uint64_t want;
+        uint32_t before;
         char why[256];
         int r;
 
         g->index = (uint32_t)ordinal;
+        g->ledger.fd = -1;
         g->numa_node = -1;
         g->chunk_bytes = cfg->chunk_bytes;
         g->unit_bytes = cfg->unit_bytes;
@@ -374,6 +500,16 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                 return 0;
         }
         want = free_b > g->reserve_bytes ? (free_b - g->reserve_bytes) / g->chunk_bytes : 0;
+        before = read_ledger(g, cfg);
+        if (before > want) {
+                /* Processes still map what a previous agent gave them: the
+                 * pool keeps its size, chunks beyond what is free now start
+                 * without memory. */
+                log_info("GPU %u: the previous agent had %u chunks, %llu can be made now: the rest are held "
+                         "by its processes or outside the pool, made once the memory is free",
+                         ordinal, before, (unsigned long long)want);
+                want = before;
+        }
         if (want > UINT32_MAX / 2)
                 want = UINT32_MAX / 2;
         if (want == 0) {
@@ -388,7 +524,19 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                 return -ENOMEM;
         }
         for (g->nchunks = 0; g->nchunks < want; g->nchunks++) {
-                r = chunk_make(g, &g->chunks[g->nchunks], why, sizeof(why));
+                if (before && !room_at_start(g)) {
+                        r = -ENOSPC;
+                        snprintf(why, sizeof(why), "no room for more now");
+                } else {
+                        r = chunk_make(g, &g->chunks[g->nchunks], why, sizeof(why));
+                }
+                if (r < 0 && before) {
+                        for (uint32_t i = g->nchunks; i < want; i++)
+                                g->chunks[i].fd = -1;
+                        g->chunks_made_at_start = g->nchunks;
+                        g->nchunks = (uint32_t)want;
+                        break;
+                }
                 if (r < 0) {
                         /* The free figure was a little optimistic: keep what we got. */
                         log_warn("GPU %u: stopped at %u of %llu chunks: %s", g->index, g->nchunks,
@@ -396,6 +544,8 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                         break;
                 }
         }
+        if (g->nchunks == want && !g->chunks_made_at_start)
+                g->chunks_made_at_start = g->nchunks;
         if (g->nchunks == 0) {
                 set_unhealthy(g, why);
                 return 0;
@@ -407,6 +557,7 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                 return -ENOMEM;
         }
         gs_pool_set_return_fn(g->pool, chunk_recycle, g);
+        gs_pool_set_hold_fn(g->pool, chunk_hold, g);
         if (gs_pool_set_block_caps(g->pool, cfg->max_blocks_per_process, cfg->max_blocks_per_allocation) < 0) {
                 snprintf(err, errlen, "maxBlocksPerProcess and maxBlocksPerAllocation must not be 0");
                 return -EINVAL;
@@ -426,6 +577,9 @@ void gs_gpu_close(struct gs_gpu *g)
 {
         if (!g || !g->agent)
                 return;
+        gs_ledger_close(&g->ledger);
+        free(g->held_before);
+        g->held_before = NULL;
         gs_pool_free(g->pool);
         g->pool = NULL;
         if (g->ctx)

@@ -21,6 +21,7 @@
 #include "gs_agent.h"
 #include "gs_cuda.h"
 #include "gs_devid.h"
+#include "gs_ledger.h"
 #include "gs_pool.h"
 
 struct gs_allocation;
@@ -77,6 +78,13 @@ struct gs_gpu {
          * create one (config contextSize, else measured at start). */
         uint64_t ctx_expect_bytes;
         void *nvml_dev;          /* NVML's device, NULL until found */
+        /* Who holds which chunk, for a restarted agent (gs_ledger.h);
+         * written under lock.  held_before: the previous agent's entries
+         * (nheld_before, one per chunk), until the processes are restored. */
+        struct gs_ledger ledger;
+        struct gs_ledger_ent *held_before;
+        uint32_t nheld_before;
+        uint32_t chunks_made_at_start; /* with memory; the rest stood for memory held */
 };
 
 
@@ -152,6 +160,29 @@ int gs_gpu_numa_node(const char *sysfs, const char *pci_bus_id);
 int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n,
                            struct gs_allocation *owner, uint64_t proc, int *fds, char *err,
                            size_t errlen) GS_WUR;
+/* ---- restarts (gs_ledger.h, docs/agent.md "Restarts") ----
+ * gs_gpu_open reads the previous agent's ledger: the pool keeps its size
+ * (units do not drop) and chunks whose memory the driver cannot give now
+ * (processes still map it) start without memory.  Then: */
+/* A new ledger for this agent under state_dir; chunk moves are recorded
+ * from now on.  0 or a negative errno (the agent runs without one). */
+int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir) GS_WUR;
+/* The new ledger replaces the old one; held_before goes. */
+void gs_gpu_ledger_commit(struct gs_gpu *g);
+/* Shutdown: stops recording, so that tearing the processes down leaves
+ * the file saying what they hold for the next agent.  Takes g->lock. */
+void gs_gpu_ledger_stop(struct gs_gpu *g);
+/* chunk was just placed for a process that already maps its memory (an
+ * agent restart): it must have no memory of its own, so it trades its
+ * memory with a chunk that has none and is held by nobody.  Under
+ * g->lock.  0, or -ENOENT if no such chunk is left (it keeps its memory;
+ * the process is charged twice for it until it lets go). */
+int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk);
+/* Chunks p holds whose memory the agent does not have: a process maps
+ * them from before a restart (the driver counts such memory to the
+ * process that maps it, so usage scans subtract them).  Under g->lock. */
+uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p);
+
 /* After any change to the pool under g->lock: if what is lent changed,
  * tells the main thread (gs_agent_poke). */
 void gs_gpu_check_lending(struct gs_gpu *g);

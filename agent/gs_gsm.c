@@ -2,6 +2,7 @@
  * (gs_gsm.h). */
 #include "gs_gsm.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,7 +267,7 @@ int gs_gsm_find_slots(struct gs_gsm_proc *p, uint32_t k, uint32_t *ret_first)
         return 0;
 }
 
-int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
+static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_chunk)
 {
         struct gs_gsm_alloc *a = p->alloc;
         struct gs_gsm *g = a->gsm;
@@ -274,7 +275,7 @@ int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
 
         if (a->own.count) {
                 id = list_pop(g->chunks, &a->own);
-        } else if (a->borrowed.count + a->debt < a->cap && g->sys.count) {
+        } else if ((force || a->borrowed.count + a->debt < a->cap) && g->sys.count) {
                 id = list_pop(g->chunks, &g->sys);
                 g->chunks[id].borrowed = 1;
                 list_push(g->chunks, &a->borrowed, id, 1);
@@ -295,8 +296,26 @@ int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
                 while (p->lo_free < p->nslots && gs_gsm_slot_chunk(p, p->lo_free) != GS_GSM_NONE)
                         p->lo_free++;
         a->held++;
+        if (g->hold_fn && p->tag)
+                g->hold_fn(g->hold_ctx, id, p->tag, slot, 1);
         *ret_chunk = id;
         return 0;
+}
+
+int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
+{
+        return take(p, slot, false, ret_chunk);
+}
+
+int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
+{
+        if (slot >= p->nslots || gs_gsm_slot_chunk(p, slot) != GS_GSM_NONE)
+                return -EBUSY;
+        int r = slots_grow(p, slot + 1);
+        if (r < 0)
+                return r;
+        r = take(p, slot, true, ret_chunk);
+        return r == -ENOMEM ? -ENOSPC : r;
 }
 
 void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
@@ -306,6 +325,8 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
         uint32_t id = p->slots[slot];
         struct gs_gsm_chunk *c = &g->chunks[id];
 
+        if (g->hold_fn && p->tag)
+                g->hold_fn(g->hold_ctx, id, p->tag, slot, 0);
         list_unlink(g->chunks, &p->held, id, 0);
         p->slots[slot] = GS_GSM_NONE;
         if (slot < p->lo_free)

@@ -55,6 +55,9 @@ struct gs_gsm_list {
 };
 
 typedef int (*gs_gsm_return_fn)(void *ctx, uint32_t chunk);
+/* A chunk was placed at (held) or taken from (!held) a slot of a process
+ * whose tag is not NULL (gs_ledger.h records who holds what). */
+typedef void (*gs_gsm_hold_fn)(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held);
 
 struct gs_gsm {
         struct gs_gsm_chunk *chunks;
@@ -68,6 +71,8 @@ struct gs_gsm {
         struct gs_gsm_alloc *allocs; /* doubly linked through next/prev */
         gs_gsm_return_fn return_fn;
         void *return_ctx;
+        gs_gsm_hold_fn hold_fn;
+        void *hold_ctx;
 };
 
 struct gs_gsm_alloc {
@@ -93,6 +98,7 @@ struct gs_gsm_proc {
         uint32_t slots_cap;
         uint32_t lo_free;  /* every slot below is occupied */
         struct gs_gsm_list held;
+        const void *tag;   /* for hold_fn; NULL: not reported */
 };
 
 /* pre: chunk_bytes a power of two, 2^16..2^47; nchunks >= 1. */
@@ -130,6 +136,11 @@ int gs_gsm_find_slots(struct gs_gsm_proc *p, uint32_t k, uint32_t *ret_first) GS
  * allocation's free list, else borrowed from the system list.  -ENOMEM if
  * neither can give one (nothing changed). */
 int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
+/* Like gs_gsm_take at a given free slot (< nslots), and past the balloon
+ * cap if it must (the chunk is already held: a process an agent restart
+ * found holding it, gs_pool.h "legacy").  -EBUSY (slot occupied), -ENOSPC
+ * (no chunk on either list), -ENOMEM. */
+int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
 /* The chunk at slot (held) goes back: see the top of this file. */
 void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot);
 

@@ -32,8 +32,27 @@ struct gs_palloc {
         uint64_t nblocks, bytes_requested, bytes_in_blocks;
 };
 
+/* A live block an agent restart found (gs_pool.h "legacy"). */
+struct legacy_blk {
+        uint64_t off, req; /* req 0: freed */
+};
+
+struct legacy {
+        struct legacy_blk *blk; /* sorted by off once sealed */
+        size_t n, cap, nlive;
+        uint32_t *count;        /* per slot: live legacy blocks over it */
+        uint8_t *claimed;       /* per slot: the process maps it */
+        uint32_t slots_cap;     /* entries of count and claimed */
+        uint32_t nchunks;       /* legacy chunks held */
+        bool sealed, exact;
+};
+
+/* The user pointer of a legacy chunk (never dereferenced as a block). */
+static struct gs_blk legacy_mark;
+
 struct gs_pproc {
         struct gs_gsm_proc g;
+        struct legacy leg;
         struct gs_palloc *a;
         struct gs_buddy buddy;
         struct gs_slab_cache slab;
@@ -92,6 +111,9 @@ struct gs_pool *gs_pool_new(uint32_t nchunks, uint64_t chunk_bytes)
 static void pproc_destroy(struct gs_pproc *p)
 {
         gs_gsm_proc_fini(&p->g);
+        free(p->leg.blk);
+        free(p->leg.count);
+        free(p->leg.claimed);
         gs_slab_fini(&p->slab);
         gs_buddy_fini(&p->buddy);
         free(p);
@@ -113,6 +135,33 @@ void gs_pool_free(struct gs_pool *pool)
         }
         gs_gsm_fini(&pool->gsm);
         free(pool);
+}
+
+void gs_pool_set_hold_fn(struct gs_pool *pool, void (*fn)(void *ctx, uint32_t chunk, const void *tag,
+                                                          uint32_t slot, int held), void *ctx)
+{
+        pool->gsm.hold_fn = fn;
+        pool->gsm.hold_ctx = ctx;
+}
+
+void gs_pproc_set_tag(struct gs_pproc *p, const void *tag)
+{
+        p->g.tag = tag;
+}
+
+bool gs_pool_chunk_held(const struct gs_pool *pool, uint32_t chunk)
+{
+        return chunk < pool->gsm.nchunks && pool->gsm.chunks[chunk].state == GS_GSM_HELD;
+}
+
+uint32_t gs_pproc_count_held(const struct gs_pproc *p, bool (*pred)(void *ctx, uint32_t chunk), void *ctx)
+{
+        const struct gs_gsm_chunk *cs = p->a->pool->gsm.chunks;
+        uint32_t n = 0;
+
+        for (uint32_t id = p->g.held.head; id != GS_GSM_NONE; id = cs[id].next)
+                n += pred(ctx, id);
+        return n;
 }
 
 void gs_pool_set_return_fn(struct gs_pool *pool, gs_pool_return_fn fn, void *ctx)
@@ -456,6 +505,228 @@ int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         return 0;
 }
 
+
+/* ---- legacy chunks (gs_pool.h) ---- */
+
+static bool is_legacy(const struct gs_pproc *p, uint32_t slot)
+{
+        uint32_t c = gs_gsm_slot_chunk(&p->g, slot);
+
+        return c != GS_GSM_NONE && p->a->pool->gsm.chunks[c].user == &legacy_mark;
+}
+
+static int legacy_slots_grow(struct legacy *l, uint32_t need)
+{
+        if (need <= l->slots_cap)
+                return 0;
+        uint32_t cap = l->slots_cap ? l->slots_cap : 16;
+        while (cap < need)
+                cap *= 2;
+        uint32_t *c = realloc(l->count, (size_t)cap * sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        l->count = c;
+        uint8_t *m = realloc(l->claimed, cap);
+        if (!m)
+                return -ENOMEM;
+        l->claimed = m;
+        memset(c + l->slots_cap, 0, (size_t)(cap - l->slots_cap) * sizeof(*c));
+        memset(m + l->slots_cap, 0, cap - l->slots_cap);
+        l->slots_cap = cap;
+        return 0;
+}
+
+uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p)
+{
+        return p->leg.nchunks;
+}
+
+int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
+{
+        uint32_t chunk;
+        int r;
+
+        if (slot >= p->g.nslots || gs_gsm_slot_chunk(&p->g, slot) != GS_GSM_NONE)
+                return -EBUSY;
+        r = legacy_slots_grow(&p->leg, slot + 1);
+        if (r < 0)
+                return r;
+        r = gs_gsm_take_at(&p->g, slot, &chunk);
+        if (r < 0)
+                return r;
+        p->a->pool->gsm.chunks[chunk].user = &legacy_mark;
+        p->leg.nchunks++;
+        *ret_chunk = chunk;
+        DEBUG_VALIDATE(p->a->pool, "adopt");
+        return 0;
+}
+
+int gs_pproc_legacy_claim(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
+{
+        int r;
+
+        *ret_chunk = UINT32_MAX;
+        if (p->leg.sealed)
+                return -EALREADY;
+        if (slot >= p->g.nslots)
+                return -EBUSY;
+        if (gs_gsm_slot_chunk(&p->g, slot) == GS_GSM_NONE) {
+                r = gs_pproc_adopt(p, slot, ret_chunk);
+                if (r < 0)
+                        return r;
+        } else if (!is_legacy(p, slot)) {
+                return -EBUSY;
+        }
+        p->leg.claimed[slot] = 1;
+        return 0;
+}
+
+int gs_pproc_legacy_block(struct gs_pproc *p, uint64_t off, uint64_t size)
+{
+        struct gs_pool *pool = p->a->pool;
+        uint64_t cb = pool->chunk_bytes;
+        struct legacy *l = &p->leg;
+
+        if (l->sealed)
+                return -EALREADY;
+        if (size == 0 || off % GS_MIN_ALIGN || off / cb >= p->g.nslots ||
+            size > (uint64_t)p->g.nslots * cb - off)
+                return -EINVAL;
+        for (uint64_t s = off / cb; s <= (off + size - 1) / cb; s++)
+                if (s >= l->slots_cap || !l->claimed[s] || !is_legacy(p, (uint32_t)s))
+                        return -EINVAL;
+        if (p->nblocks >= pool->max_proc_blocks || p->a->nblocks >= pool->max_alloc_blocks)
+                return -ENOMEM;
+        if (l->n == l->cap) {
+                size_t cap = l->cap ? 2 * l->cap : 64;
+                struct legacy_blk *b = realloc(l->blk, cap * sizeof(*b));
+                if (!b)
+                        return -ENOMEM;
+                l->blk = b;
+                l->cap = cap;
+        }
+        l->blk[l->n++] = (struct legacy_blk){ off, size };
+        l->nlive++;
+        account(p, 1, size, gs_align_up(size, GS_MIN_ALIGN));
+        return 0;
+}
+
+static int blk_cmp(const void *a, const void *b)
+{
+        const struct legacy_blk *x = a, *y = b;
+
+        return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Claimed legacy chunk at slot, under no legacy block any more: an empty
+ * chunk of the process.  pre: the buddy's records and chunk map reserved. */
+static void legacy_to_empty(struct gs_pproc *p, uint32_t slot)
+{
+        uint64_t cb = p->a->pool->chunk_bytes;
+        uint32_t c = gs_gsm_slot_chunk(&p->g, slot);
+
+        p->a->pool->gsm.chunks[c].user = NULL;
+        p->leg.nchunks--;
+        p->leg.claimed[slot] = 0;
+        if (gs_buddy_add_chunk(&p->buddy, (uint64_t)slot * cb) < 0)
+                abort(); /* reserved by the caller */
+}
+
+int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete)
+{
+        struct legacy *l = &p->leg;
+        uint64_t cb = p->a->pool->chunk_bytes;
+        int r = 0;
+
+        if (l->sealed)
+                return -EALREADY;
+        l->sealed = true;
+        if (l->n > 1)
+                qsort(l->blk, l->n, sizeof(*l->blk), blk_cmp);
+        l->exact = complete;
+        for (size_t i = 0; l->exact && i + 1 < l->n; i++)
+                if (l->blk[i].req > l->blk[i + 1].off - l->blk[i].off) {
+                        l->exact = false;
+                        r = -EINVAL;
+                }
+        if (!l->exact)
+                return r;
+        for (size_t i = 0; i < l->n; i++)
+                for (uint64_t s = l->blk[i].off / cb; s <= (l->blk[i].off + l->blk[i].req - 1) / cb; s++)
+                        l->count[s]++;
+        r = gs_buddy_reserve(&p->buddy, (size_t)l->slots_cap + GS_BUDDY_OP_RECS);
+        if (r == 0)
+                r = gs_buddy_reserve_chunks(&p->buddy, (uint64_t)l->slots_cap * cb);
+        if (r < 0) {
+                /* Cannot track them exactly: they stay opaque. */
+                l->exact = false;
+                return r;
+        }
+        for (uint32_t s = 0; s < l->slots_cap; s++)
+                if (l->claimed[s] && l->count[s] == 0 && is_legacy(p, s))
+                        legacy_to_empty(p, s);
+        DEBUG_VALIDATE(p->a->pool, "legacy_seal");
+        return 0;
+}
+
+/* The legacy block starting at off (live), or NULL. */
+static struct legacy_blk *legacy_find(const struct legacy *l, uint64_t off, bool containing)
+{
+        size_t lo = 0, hi = l->n;
+
+        if (!l->sealed || !l->n)
+                return NULL;
+        /* The last block starting at or below off. */
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (l->blk[mid].off <= off)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        for (size_t i = lo; i-- > 0;) {
+                struct legacy_blk *b = &l->blk[i];
+                if (!containing)
+                        return b->off == off && b->req ? b : NULL;
+                if (b->req && off - b->off < b->req)
+                        return b;
+                if (l->exact)
+                        return NULL; /* no overlaps: an earlier one ends before */
+        }
+        return NULL;
+}
+
+static int freed(struct gs_pproc *p, uint64_t req, uint64_t size, uint64_t empty, struct gs_release rel,
+                 struct gs_release *ret_release);
+
+static int legacy_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_release)
+{
+        struct legacy *l = &p->leg;
+        uint64_t cb = p->a->pool->chunk_bytes, empty = UINT64_MAX;
+        struct legacy_blk *b = legacy_find(l, off, false);
+        struct gs_release rel = { 0, 0 };
+
+        if (!b)
+                return -ENOENT;
+        uint64_t req = b->req, first = off / cb, last = (off + req - 1) / cb;
+        if (l->exact) {
+                int r = gs_buddy_reserve(&p->buddy, (size_t)(last - first + 1) + GS_BUDDY_OP_RECS);
+                if (r == 0)
+                        r = gs_buddy_reserve_chunks(&p->buddy, (last + 1) * cb);
+                if (r < 0)
+                        return r;
+                for (uint64_t s = first; s <= last; s++)
+                        if (--l->count[s] == 0 && l->claimed[s] && is_legacy(p, (uint32_t)s)) {
+                                legacy_to_empty(p, (uint32_t)s);
+                                if (empty == UINT64_MAX)
+                                        empty = s * cb;
+                        }
+        }
+        b->req = 0;
+        l->nlive--;
+        return freed(p, req, gs_align_up(req, GS_MIN_ALIGN), empty, rel, ret_release);
+}
+
 /* The end of every successful free: a chunk the free emptied is handed
  * back if another empty one is cached; the counters. */
 static int freed(struct gs_pproc *p, uint64_t req, uint64_t size, uint64_t empty, struct gs_release rel,
@@ -484,6 +755,8 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
         if (off % GS_MIN_ALIGN || off / cb >= p->g.nslots)
                 return -ENOENT;
         x = gs_buddy_find(&p->buddy, off);
+        if (!x && p->leg.nlive && is_legacy(p, (uint32_t)(off / cb)))
+                return legacy_free(p, off, ret_release);
         if (!x || x->kind == GS_BLK_SLAB) {
                 /* A slot: in the slab block at off (slot 0), or inside one. */
                 struct gs_slab *s = x ? x->owner : gs_slab_find(&p->slab, off);
@@ -586,6 +859,14 @@ int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base, u
                 return -ENOENT;
         const struct gs_blk *x = pool->gsm.chunks[chunk].user;
         uint64_t base, req;
+        const struct legacy_blk *lb = p->leg.nlive ? legacy_find(&p->leg, off, true) : NULL;
+        if (lb) {
+                *ret_base = lb->off;
+                *ret_size = lb->req;
+                return 0;
+        }
+        if (x == &legacy_mark)
+                return -ENOENT;
         if (!x) {
                 x = gs_buddy_find_containing(&p->buddy, off);
                 if (x && x->kind == GS_BLK_TAIL)
@@ -624,7 +905,7 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
 {
         const struct gs_gsm *g = &pool->gsm;
         uint64_t cb = pool->chunk_bytes, nblocks = 0, req = 0, bytes = 0;
-        uint32_t whole = 0, inbuddy = 0;
+        uint32_t whole = 0, inbuddy = 0, legacy = 0;
         int r;
 
         r = gs_buddy_validate(&p->buddy, why, whylen);
@@ -637,6 +918,10 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                 const struct gs_blk *x = c->user;
                 uint64_t base = (uint64_t)c->slot * cb;
 
+                if (x == &legacy_mark) {
+                        legacy++;
+                        continue;
+                }
                 if (x) {
                         if (x->kind != GS_BLK_WHOLE || base < x->off || base - x->off >= x->size ||
                             gs_buddy_find(&p->buddy, x->off) != x)
@@ -649,6 +934,14 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                         FAIL("chunk %u at slot %u is in no buddy tree", id, c->slot);
                 inbuddy++;
         }
+        if (legacy != p->leg.nchunks)
+                FAIL("process: %u legacy chunks, counter %u", legacy, p->leg.nchunks);
+        for (size_t i = 0; i < p->leg.n; i++)
+                if (p->leg.blk[i].req) {
+                        nblocks++;
+                        req += p->leg.blk[i].req;
+                        bytes += gs_align_up(p->leg.blk[i].req, GS_MIN_ALIGN);
+                }
         if (whole != p->whole_chunks || inbuddy != p->buddy.nchunks)
                 FAIL("process: %u coalesced chunks (counter %u), %u buddy chunks (buddy %llu)", whole,
                      p->whole_chunks, inbuddy, (unsigned long long)p->buddy.nchunks);

@@ -23,6 +23,7 @@
 #ifndef GS_POOL_H
 #define GS_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -162,10 +163,61 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
  * slot holds no chunk, -EBUSY if a chunk still has a live block.  All or
  * nothing. */
 int gs_pproc_release(struct gs_pproc *p, uint32_t first_slot, uint32_t count) GS_WUR;
-/* The live block containing off: its start and requested size.  -ENOENT. */
 /* The pool chunk id at slot, or UINT32_MAX if the slot holds none. */
 uint32_t gs_pproc_slot_chunk(const struct gs_pproc *p, uint32_t slot);
+/* The live block containing off: its start and requested size.  -ENOENT. */
 int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base,
                    uint64_t *ret_size) GS_WUR;
+
+/* ---- after an agent restart: chunks a process already holds ---------
+ *
+ * A new agent knows (gs_ledger.h) which slots each live process held and
+ * learns from the process (its hook) which of them it still maps and its
+ * live blocks there; it does not know how the old agent carved them.
+ * Such "legacy" chunks are held and charged as any other, opaque to the
+ * buddy: their free space is not handed out again until every legacy
+ * block in the chunk is freed, when the chunk becomes an ordinary empty
+ * chunk of the process (and may be given back).  Legacy blocks are freed
+ * and looked up (gs_pproc_free, gs_pproc_range) like any other.
+ *
+ *   gs_pproc_adopt        a chunk at a given free slot, opaque
+ *   gs_pproc_legacy_claim the process maps the slot (adopting it if needed)
+ *   gs_pproc_legacy_block a live block in claimed slots
+ *   gs_pproc_legacy_seal  the list is complete: claimed chunks without a
+ *                         block become empty chunks; no more blocks
+ *
+ * Slots not claimed stay opaque until the process is deleted (it may
+ * still map them, and its hook does not know them). */
+
+/* Takes a chunk for p at slot (free), past the balloon cap if it must: it
+ * is already held.  -EBUSY (slot occupied or out of range), -ENOSPC (the
+ * pool has no chunk left to stand for it), -ENOMEM. */
+int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
+/* The process maps slot: a legacy chunk there is claimed; a free slot is
+ * adopted first (*ret_chunk its chunk, else UINT32_MAX).  -EBUSY if the
+ * slot holds an ordinary chunk, -EALREADY once sealed. */
+int gs_pproc_legacy_claim(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
+/* A live block [off, off + size) whose slots are all claimed legacy
+ * chunks.  -EINVAL (misaligned, empty, outside), -EALREADY (sealed),
+ * -ENOMEM (the live-block caps). */
+int gs_pproc_legacy_block(struct gs_pproc *p, uint64_t off, uint64_t size) GS_WUR;
+/* Ends the claims.  complete: the blocks are all there are; claimed
+ * chunks under none become empty chunks of the process.  Blocks that
+ * overlap: -EINVAL, and then, as with !complete, every legacy chunk stays
+ * opaque and the blocks are kept only for lookups and frees (a free of one
+ * never empties a chunk). */
+int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete) GS_WUR;
+/* Legacy chunks p still holds (opaque or under legacy blocks). */
+uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p);
+/* Every chunk placed at or taken from a slot of a process with a tag
+ * (gs_pproc_set_tag) is reported to fn, under the caller's serialization
+ * (gs_gsm_hold_fn). */
+void gs_pool_set_hold_fn(struct gs_pool *pool, void (*fn)(void *ctx, uint32_t chunk, const void *tag,
+                                                          uint32_t slot, int held), void *ctx);
+void gs_pproc_set_tag(struct gs_pproc *p, const void *tag);
+/* Whether chunk is held by a process (at a slot). */
+bool gs_pool_chunk_held(const struct gs_pool *pool, uint32_t chunk);
+/* How many of the chunks p holds satisfy pred. */
+uint32_t gs_pproc_count_held(const struct gs_pproc *p, bool (*pred)(void *ctx, uint32_t chunk), void *ctx);
 
 #endif

@@ -48,8 +48,12 @@ int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen)
                          GS_WIRE_VERSION);
                 return -EPROTO;
         }
-        if (h.h.type != GS_SOCK_HELLO || h.h.len != sizeof(h) || h.h.reserved || h.flags) {
+        if (h.h.type != GS_SOCK_HELLO || h.h.len != sizeof(h) || h.h.reserved) {
                 snprintf(err, errlen, "not a HELLO (type %u, len %u)", h.h.type, h.h.len);
+                return -EPROTO;
+        }
+        if (h.flags & ~GS_HELLO_RECLAIM) {
+                snprintf(err, errlen, "HELLO flags 0x%x, this agent knows 0x%x", h.flags, GS_HELLO_RECLAIM);
                 return -EPROTO;
         }
         return 0;
@@ -96,6 +100,8 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 pthread_mutex_lock(&g->lock);
                 gs_vmm_clear(g, &p->gpus[i].vmm);
                 gs_pproc_del(p->gpus[i].pp);
+                gs_pproc_del(p->gpus[i].vpp);
+                p->gpus[i].vpp = NULL;
                 /* Its context is gone with it: what it was charged goes
                  * back once the driver has the memory free again. */
                 g->outside_measured -= p->gpus[i].outside_measured;
@@ -181,8 +187,9 @@ static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid,
                 return true;
         }
         /* A pid from another pid namespace reads 0: no per-process count. */
+        /* A closed connection is none (the process may be reclaiming it). */
         for (const struct gs_proc *q = a->procs; pid > 0 && q; q = q->next)
-                mine += q->pid == pid;
+                mine += q->pid == pid && q->state != GS_PROC_CLOSED;
         if (mine >= c->max_conns_per_proc) {
                 snprintf(why, whylen, "process %d has %u connections already (maxConnectionsPerProcess)",
                          pid, mine);
@@ -240,6 +247,7 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 p->alloc = a;
                 p->id = ++ag->next_proc_id;
                 p->pid = cred.pid;
+                p->start = cred.pid > 0 ? gs_ledger_pid_start(cred.pid) : 0;
                 p->uid = cred.uid;
                 p->sock = sock;
                 p->shmfd = -1;
@@ -300,6 +308,93 @@ fail:
         return r;
 }
 
+
+/* The allocation's id as the ledger keeps it. */
+static uint64_t alloc_num(const struct gs_allocation *a)
+{
+        return strtoull(a->id, NULL, 16);
+}
+
+/* One gs_pproc per GPU of the allocation, with their ledger tags. */
+static int gpus_init(struct gs_agent *ag, struct gs_proc *p, char *err, size_t errlen)
+{
+        struct gs_allocation *a = p->alloc;
+        int r;
+
+        for (uint32_t i = 0; i < a->nparts; i++) {
+                struct gs_part *part = &a->parts[i];
+                struct gs_proc_gpu *pg = &p->gpus[i];
+                struct gs_gpu *g = &ag->gpus[part->gpu];
+                uint64_t slots = 2 * ((uint64_t)part->quota_chunks +
+                                      ag->cfg.balloon_cap_bytes / g->chunk_bytes);
+
+                if (slots > (1u << 20))
+                        slots = 1u << 20;
+                pg->g = g;
+                pg->nslots = (uint32_t)(slots ? slots : 1);
+                pg->quota_bytes = (uint64_t)part->quota_chunks * g->chunk_bytes;
+                pg->vmm.pa = part->pa;
+                pg->vmm.nslots = pg->nslots;
+                pg->tag = (struct gs_ledger_tag){ (uint32_t)p->pid, GS_LEDGER_SLOT, p->start, alloc_num(a) };
+                pg->vtag = pg->tag;
+                pg->vtag.kind = GS_LEDGER_VMM;
+                pg->vmm.cs.tag = p->start ? &pg->vtag : NULL;
+                pthread_mutex_lock(&g->lock);
+                r = gs_pproc_new(part->pa, pg->nslots, &pg->pp);
+                if (r == 0 && p->start)
+                        gs_pproc_set_tag(pg->pp, &pg->tag);
+                pthread_mutex_unlock(&g->lock);
+                if (r < 0) {
+                        snprintf(err, errlen, "cannot create the process on GPU %u: %s", g->index,
+                                 strerror(-r));
+                        return r;
+                }
+                p->ngpus = i + 1;
+        }
+        return 0;
+}
+
+/* A reclaiming process p: a closed record of the same process (a ghost
+ * from the ledger, or a connection it lost) hands p everything it holds. */
+static void take_over_closed(struct gs_agent *ag, struct gs_proc *p)
+{
+        struct gs_proc *q;
+
+        for (q = p->alloc->procs; q; q = q->next)
+                if (q != p && q->state == GS_PROC_CLOSED && q->pid == p->pid && q->start == p->start && p->start)
+                        break;
+        if (!q)
+                return;
+        for (uint32_t i = 0; i < p->ngpus && i < q->ngpus; i++) {
+                struct gs_proc_gpu *pg = &p->gpus[i], *qg = &q->gpus[i];
+                struct gs_gpu *g = pg->g;
+
+                pthread_mutex_lock(&g->lock);
+                gs_pproc_del(pg->pp);
+                pg->pp = qg->pp;
+                qg->pp = NULL;
+                gs_pproc_set_tag(pg->pp, &pg->tag);
+                pg->vpp = qg->vpp;
+                qg->vpp = NULL;
+                if (pg->vpp)
+                        gs_pproc_set_tag(pg->vpp, &pg->vtag);
+                pg->vmm = qg->vmm;
+                qg->vmm = (struct gs_vmm_set){ .pa = qg->vmm.pa, .nslots = qg->vmm.nslots };
+                pg->vmm.cs.tag = &pg->vtag;
+                if (pg->vmm.cs.pp)
+                        gs_pproc_set_tag(pg->vmm.cs.pp, &pg->vtag);
+                pg->outside_charge = qg->outside_charge;
+                pg->ctx_expect = qg->ctx_expect;
+                pg->outside_measured = qg->outside_measured;
+                pg->ctx_promised = qg->ctx_promised;
+                qg->outside_charge = qg->outside_measured = qg->ctx_promised = 0;
+                pthread_mutex_unlock(&g->lock);
+        }
+        log_info("process %d of allocation %s reconnected: it keeps what it held (#%llu)", p->pid, p->alloc->id,
+                 (unsigned long long)q->id);
+        destroy(ag, q, NULL);
+}
+
 /* HELLO arrived (or not): registers the process. */
 static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t errlen)
 {
@@ -351,40 +446,26 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
                 return r;
         memset(&w, 0, sizeof(w));
         gs_sockmsg_hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
+        w.h.reserved = GS_FEAT_RECLAIM;
         w.ngpus = a->nparts;
         w.shm_bytes = sizeof(struct gs_shm);
         w.proc_id = p->id;
+        r = gpus_init(ag, p, err, errlen);
+        if (r < 0)
+                return r;
         p->max_grants = 1;
         for (uint32_t i = 0; i < a->nparts; i++) {
-                struct gs_part *part = &a->parts[i];
                 struct gs_proc_gpu *pg = &p->gpus[i];
-                struct gs_gpu *g = &ag->gpus[part->gpu];
-                uint64_t slots = 2 * ((uint64_t)part->quota_chunks +
-                                      ag->cfg.balloon_cap_bytes / g->chunk_bytes);
 
-                if (slots > (1u << 20))
-                        slots = 1u << 20;
-                pg->g = g;
-                pg->nslots = (uint32_t)(slots ? slots : 1);
-                pg->quota_bytes = (uint64_t)part->quota_chunks * g->chunk_bytes;
-                pg->vmm.pa = part->pa;
-                pg->vmm.nslots = pg->nslots;
-                pthread_mutex_lock(&g->lock);
-                r = gs_pproc_new(part->pa, pg->nslots, &pg->pp);
-                pthread_mutex_unlock(&g->lock);
-                if (r < 0) {
-                        snprintf(err, errlen, "cannot create the process on GPU %u: %s", g->index,
-                                 strerror(-r));
-                        return r;
-                }
-                p->ngpus = i + 1;
-                memcpy(w.gpus[i].uuid, g->uuid_raw, 16);
+                memcpy(w.gpus[i].uuid, pg->g->uuid_raw, 16);
                 w.gpus[i].quota_bytes = pg->quota_bytes;
-                w.gpus[i].chunk_bytes = g->chunk_bytes;
+                w.gpus[i].chunk_bytes = pg->g->chunk_bytes;
                 w.gpus[i].max_slots = pg->nslots;
                 if (pg->nslots > p->max_grants)
                         p->max_grants = pg->nslots;
         }
+        if (h.flags & GS_HELLO_RECLAIM)
+                take_over_closed(ag, p);
         if (p->max_grants > GS_MAX_GRANTS_PER_REPLY)
                 p->max_grants = GS_MAX_GRANTS_PER_REPLY;
         p->grants = calloc(p->max_grants, sizeof(*p->grants));
@@ -402,10 +483,12 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
         /* WELCOME only for a connection that will be served. */
         /* Asleep from the start: the first request rings the doorbell. */
         __atomic_store_n(&p->shm->agent_sleeping, 1, __ATOMIC_SEQ_CST);
-        r = gs_workers_add(ag->workers, &p->went, p, &a->wgroup, p->wake_fd, &p->stop);
-        if (r < 0) {
-                snprintf(err, errlen, "no worker slot: %s", strerror(-r));
-                return r;
+        if (!(h.flags & GS_HELLO_RECLAIM)) {
+                r = gs_workers_add(ag->workers, &p->went, p, &a->wgroup, p->wake_fd, &p->stop);
+                if (r < 0) {
+                        snprintf(err, errlen, "no worker slot: %s", strerror(-r));
+                        return r;
+                }
         }
         {
                 const int fds[2] = { p->shmfd, p->wake_fd };
@@ -415,11 +498,118 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
                 snprintf(err, errlen, "sending WELCOME: %s", strerror(-r));
                 return -ECONNRESET;
         }
+        if (h.flags & GS_HELLO_RECLAIM) {
+                p->state = GS_PROC_RECLAIM;
+                p->hello_deadline_ms = gs_mono_ms() + GS_PROC_RECLAIM_MS;
+                gs_loop_timer_arm(&ag->hello_timer, p->hello_deadline_ms);
+                return 0;
+        }
         p->state = GS_PROC_ACTIVE;
         gs_agent_want_scan(ag);
         log_info("process %d (%s, uid %u) registered on allocation %s as #%llu", p->pid, p->comm,
                  (unsigned)p->uid, a->id, (unsigned long long)p->id);
         return 0;
+}
+
+/* One GS_SOCK_RECLAIM message of a reclaiming process: 1 for more to
+ * come, 0 when the process is served from now on, or a negative errno
+ * with err set (its connection ends; it keeps what it holds). */
+static int on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t errlen)
+{
+        static struct gs_sock_reclaim m; /* main thread only */
+        union {
+                struct cmsghdr c;
+                char buf[CMSG_SPACE(sizeof(int) * 8)];
+        } u;
+        struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                             .msg_controllen = sizeof(u.buf) };
+        const size_t head = offsetof(struct gs_sock_reclaim, item);
+        ssize_t n;
+        int r = 0;
+
+        n = recvmsg(p->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return 1;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                                int fd;
+                                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                                close(fd);
+                        }
+        if (n <= 0) {
+                snprintf(err, errlen, "closed during its reclaim");
+                return -ECONNRESET;
+        }
+        if ((size_t)n < head || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || m.h.magic != GS_WIRE_MAGIC ||
+            m.h.version != GS_WIRE_VERSION || m.h.type != GS_SOCK_RECLAIM || m.h.len != (size_t)n ||
+            m.count > GS_RECLAIM_MAX_ITEMS || (size_t)n != head + 8 * (size_t)m.count) {
+                snprintf(err, errlen, "malformed reclaim message (%zd bytes)", n);
+                return -EPROTO;
+        }
+        if (m.kind == GS_RECLAIM_END) {
+                for (uint32_t i = 0; i < p->ngpus; i++) {
+                        struct gs_gpu *g = p->gpus[i].g;
+                        pthread_mutex_lock(&g->lock);
+                        r = gs_pproc_legacy_seal(p->gpus[i].pp, (m.flags >> i) & 1);
+                        pthread_mutex_unlock(&g->lock);
+                        if (r < 0)
+                                log_warn("process %d of allocation %s: its blocks on GPU %u are kept opaque: %s",
+                                         p->pid, p->alloc->id, g->index, strerror(-r));
+                }
+                r = gs_workers_add(ag->workers, &p->went, p, &p->alloc->wgroup, p->wake_fd, &p->stop);
+                if (r < 0) {
+                        snprintf(err, errlen, "no worker slot: %s", strerror(-r));
+                        return r;
+                }
+                struct gs_sock_error done = { 0 };
+                gs_sockmsg_hdr(&done.h, GS_SOCK_RECLAIM_DONE, sizeof(done));
+                if (send(p->sock, &done, sizeof(done), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(done)) {
+                        snprintf(err, errlen, "sending RECLAIM_DONE: %s", strerror(errno));
+                        return -ECONNRESET;
+                }
+                p->state = GS_PROC_ACTIVE;
+                gs_agent_want_scan(ag);
+                log_info("process %d (%s) reclaimed its memory on allocation %s as #%llu", p->pid, p->comm,
+                         p->alloc->id, (unsigned long long)p->id);
+                return 0;
+        }
+        if (m.gpu >= p->ngpus || (m.kind != GS_RECLAIM_SLOTS && m.kind != GS_RECLAIM_BLOCKS) ||
+            (m.kind == GS_RECLAIM_BLOCKS && m.count % 2)) {
+                snprintf(err, errlen, "bad reclaim message (GPU %u, kind %u, %u items)", m.gpu, m.kind, m.count);
+                return -EPROTO;
+        }
+        struct gs_proc_gpu *pg = &p->gpus[m.gpu];
+        pthread_mutex_lock(&pg->g->lock);
+        for (uint32_t k = 0; k < m.count && r == 0; k++) {
+                if (m.kind == GS_RECLAIM_SLOTS) {
+                        uint32_t chunk;
+                        if (m.item[k] >= pg->nslots) {
+                                r = -EINVAL;
+                                break;
+                        }
+                        r = gs_pproc_legacy_claim(pg->pp, (uint32_t)m.item[k], &chunk);
+                        if (r == 0 && chunk != UINT32_MAX && gs_gpu_chunk_orphan(pg->g, chunk) < 0)
+                                log_warn("GPU %u: no chunk without memory to stand for slot %u of process %d",
+                                         pg->g->index, (unsigned)m.item[k], p->pid);
+                        if (r == -ENOSPC) {
+                                log_warn("GPU %u: process %d maps slot %u, but the pool has no chunk left for it",
+                                         pg->g->index, p->pid, (unsigned)m.item[k]);
+                                r = 0;
+                        }
+                } else {
+                        r = gs_pproc_legacy_block(pg->pp, m.item[k], m.item[k + 1]);
+                        k++;
+                }
+        }
+        gs_gpu_check_lending(pg->g);
+        pthread_mutex_unlock(&pg->g->lock);
+        if (r < 0) {
+                snprintf(err, errlen, "reclaim on GPU %u refused: %s", m.gpu, strerror(-r));
+                return r == -ENOMEM ? r : -EPROTO;
+        }
+        return 1;
 }
 
 static void on_sock(void *data, uint32_t events)
@@ -440,6 +630,19 @@ static void on_sock(void *data, uint32_t events)
                         /* It never got memory: nothing to keep. */
                         destroy(ag, p, NULL);
                 }
+                return;
+        }
+        if (p->state == GS_PROC_RECLAIM) {
+                r = on_reclaim(ag, p, err, sizeof(err));
+                if (r >= 0)
+                        return;
+                log_warn("process %d on allocation %s: %s", p->pid, p->alloc->id, err);
+                if (r != -ECONNRESET)
+                        gs_sockmsg_error(p->sock, r, err);
+                /* It keeps what it holds until it exits. */
+                close_conn(ag, p);
+                if (p->pidfd < 0 || pidfd_exited(p->pidfd))
+                        destroy(ag, p, "exited");
                 return;
         }
         if (p->state == GS_PROC_ACTIVE) {
@@ -473,6 +676,15 @@ int64_t gs_proc_tick(void *data, int64_t now)
                 struct gs_proc *p = a->procs, *nx;
                 for (; p; p = nx) {
                         nx = p->next;
+                        if (p->state == GS_PROC_RECLAIM && p->hello_deadline_ms <= now) {
+                                log_warn("process %d on allocation %s did not finish its reclaim in %d ms; "
+                                         "it keeps what it holds", p->pid, a->id, GS_PROC_RECLAIM_MS);
+                                gs_sockmsg_error(p->sock, -ETIMEDOUT, "no reclaim in time");
+                                close_conn(ag, p);
+                                continue;
+                        }
+                        if (p->state == GS_PROC_RECLAIM && p->hello_deadline_ms < next)
+                                next = p->hello_deadline_ms;
                         if (p->state != GS_PROC_HELLO)
                                 continue;
                         if (p->hello_deadline_ms <= now) {
@@ -496,4 +708,147 @@ void gs_proc_kill_all(struct gs_agent *ag)
         for (struct gs_allocation *a = ag->allocs; a; a = a->next)
                 while (a->procs)
                         destroy(ag, a->procs, NULL);
+}
+
+/* ---- restart: the previous agent's processes (gs_ledger.h) ---- */
+
+/* The closed record of (pid, start) on allocation a, made if the process
+ * still lives: NULL if it does not (its memory is free in the driver). */
+static struct gs_proc *ghost(struct gs_agent *ag, struct gs_allocation *a, const struct gs_ledger_ent *e)
+{
+        struct gs_proc *q;
+        char err[200], path[64];
+        int pidfd, fd;
+
+        for (q = a->procs; q; q = q->next)
+                if (q->pid == (pid_t)e->pid && q->start == e->start)
+                        return q;
+        pidfd = (int)syscall(SYS_pidfd_open, (pid_t)e->pid, 0);
+        if (pidfd < 0)
+                return NULL;
+        /* After the pidfd: a pid reused since cannot pass for it. */
+        if (gs_ledger_pid_start((pid_t)e->pid) != e->start) {
+                close(pidfd);
+                return NULL;
+        }
+        (void)fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+        q = calloc(1, sizeof(*q));
+        if (!q) {
+                close(pidfd);
+                return NULL;
+        }
+        q->agent = ag;
+        q->alloc = a;
+        q->id = ++ag->next_proc_id;
+        q->pid = (pid_t)e->pid;
+        q->start = e->start;
+        q->sock = q->shmfd = q->wake_fd = -1;
+        q->pidfd = pidfd;
+        q->sock_io.fd = q->pidfd_io.fd = -1;
+        q->state = GS_PROC_CLOSED;
+        snprintf(q->comm, sizeof(q->comm), "?");
+        snprintf(path, sizeof(path), "/proc/%d/comm", q->pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                ssize_t n = read(fd, q->comm, sizeof(q->comm) - 1);
+                q->comm[n > 0 ? n : 0] = '\0';
+                if (n > 0 && q->comm[n - 1] == '\n')
+                        q->comm[n - 1] = '\0';
+                close(fd);
+        }
+        q->next = a->procs;
+        a->procs = q;
+        a->nprocs++;
+        ag->nconns++;
+        if (gpus_init(ag, q, err, sizeof(err)) < 0 ||
+            gs_loop_io_add(ag->loop, &q->pidfd_io, q->pidfd, EPOLLIN, on_pidfd, q) < 0) {
+                log_error("process %d of allocation %s: %s", q->pid, a->id, err);
+                destroy(ag, q, NULL);
+                return NULL;
+        }
+        log_info("process %d (%s) of allocation %s held memory from before the restart: charged until it "
+                 "reconnects or exits (#%llu)", q->pid, q->comm, a->id, (unsigned long long)q->id);
+        return q;
+}
+
+static struct gs_allocation *alloc_by_num(struct gs_agent *ag, uint64_t num, uint32_t gpu, uint32_t *ret_part)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                if (a->releasing || alloc_num(a) != num)
+                        continue;
+                for (uint32_t i = 0; i < a->nparts; i++)
+                        if (a->parts[i].gpu == gpu && !a->parts[i].gone) {
+                                *ret_part = i;
+                                return a;
+                        }
+        }
+        return NULL;
+}
+
+/* One chunk the previous agent's ledger says a live process holds. */
+static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t *lost)
+{
+        struct gs_allocation *a;
+        struct gs_proc *q = NULL;
+        uint32_t pi, chunk;
+        int r = -ESRCH;
+
+        a = alloc_by_num(ag, e->alloc, g->index, &pi);
+        if (a)
+                q = ghost(ag, a, e);
+        else if (e->pid && gs_ledger_pid_start((pid_t)e->pid) == e->start)
+                r = -ENOENT; /* alive, of an allocation gone */
+        if (!q) {
+                if (r == -ENOENT)
+                        (*lost)++;
+                return;
+        }
+        struct gs_proc_gpu *pg = &q->gpus[pi];
+        pthread_mutex_lock(&g->lock);
+        if (e->kind == GS_LEDGER_VMM && !pg->vpp) {
+                r = gs_pproc_new(a->parts[pi].pa, pg->nslots, &pg->vpp);
+                if (r == 0)
+                        gs_pproc_set_tag(pg->vpp, &pg->vtag);
+        }
+        struct gs_pproc *pp = e->kind == GS_LEDGER_VMM ? pg->vpp : pg->pp;
+        r = pp ? gs_pproc_adopt(pp, e->slot, &chunk) : -ENOMEM;
+        if (r == 0 && gs_gpu_chunk_orphan(g, chunk) < 0)
+                log_warn("GPU %u: no chunk without memory to stand for slot %u of process %d", g->index,
+                         e->slot, q->pid);
+        pthread_mutex_unlock(&g->lock);
+        if (r < 0)
+                log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot,
+                         q->pid, a->id, strerror(-r));
+}
+
+void gs_proc_restore(struct gs_agent *ag)
+{
+        for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
+                struct gs_gpu *g = &ag->gpus[gi];
+                uint32_t lost = 0, made;
+
+                if (!g->pool)
+                        continue;
+                (void)!gs_gpu_ledger_start(g, ag->cfg.state_dir);
+                for (uint32_t i = 0; i < g->nheld_before; i++)
+                        if (g->held_before[i].kind == GS_LEDGER_SLOT || g->held_before[i].kind == GS_LEDGER_VMM)
+                                restore_one(ag, g, &g->held_before[i], &lost);
+                /* Live processes of allocations that are gone hold memory
+                 * no allocation pays for: as many chunks without memory
+                 * wait, pending, until it is free. */
+                pthread_mutex_lock(&g->lock);
+                made = 0;
+                for (uint32_t c = 0; c < g->nchunks && made < lost; c++)
+                        if (g->chunks[c].fd < 0 && !g->chunks[c].pending &&
+                            gs_pool_retire_chunk(g->pool, c) == 0) {
+                                g->chunks[c].pending = true;
+                                g->chunks_pending++;
+                                made++;
+                        }
+                pthread_mutex_unlock(&g->lock);
+                if (lost)
+                        log_warn("GPU %u: %u chunks held by live processes of allocations that are gone: pending "
+                                 "until they are free", g->index, lost);
+                gs_gpu_ledger_commit(g);
+        }
 }

@@ -25,6 +25,7 @@
 
 #include "gs_agent.h"
 #include "gs_allocs.h"
+#include "gs_ledger.h"
 #include "gs_ring.h"
 #include "gs_vmm.h"
 #include "gs_wire.h"
@@ -50,9 +51,18 @@ struct gs_proc_gpu {
         uint64_t outside_measured;
         uint64_t ctx_promised;       /* part of g->ctx_promised: until GS_OP_CTX_DONE */
         int64_t room_wait_ms;        /* last wait for a scan (GS_PROC_ROOM_WAIT_MS) */
+        /* Restarts (gs_ledger.h): who holds pp's and vmm's chunks, and
+         * the chunks behind VMM allocations the process made under an
+         * earlier agent (held until it exits; NULL if none). */
+        struct gs_ledger_tag tag, vtag;
+        struct gs_pproc *vpp;
 };
 
-enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED };
+/* RECLAIM: WELCOME sent to a reclaiming HELLO, its GS_SOCK_RECLAIM
+ * messages being read; not served yet. */
+enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED, GS_PROC_RECLAIM };
+/* A reclaiming process has this long to send its reclaim messages. */
+#define GS_PROC_RECLAIM_MS 10000
 
 struct gs_proc {
         struct gs_proc *next;        /* in alloc->procs */
@@ -60,6 +70,7 @@ struct gs_proc {
         struct gs_allocation *alloc;
         uint64_t id;
         pid_t pid;
+        uint64_t start;              /* its start time (gs_ledger_pid_start) */
         uid_t uid;
         char comm[17];
         enum gs_proc_state state;
@@ -92,6 +103,13 @@ int64_t gs_proc_tick(void *ag, int64_t now);
 /* Shutdown: ends every process's connection and frees its memory. */
 void gs_proc_kill_all(struct gs_agent *ag);
 
+/* At start, after the allocations are restored: the processes the
+ * previous agent's ledger names that still live get records (closed
+ * connections, their chunks held at their slots, their memory none of the
+ * agent's) until they reclaim them or exit; processes of allocations
+ * that are gone leave their chunks pending.  Then the new ledger replaces
+ * the old one. */
+void gs_proc_restore(struct gs_agent *ag);
 /* Validates a HELLO of n bytes received on the socket.  0 or -EPROTO with
  * the reason in err. */
 int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen) GS_WUR;

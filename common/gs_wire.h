@@ -27,6 +27,21 @@
  *      closed it; the agent returns the process's memory once the process
  *      has exited (pidfd readable), since a live process that merely closed
  *      the socket still has its chunks mapped.
+ *   6. Reclaim (the agent restarted, docs/agent.md "Restarts").  A hook
+ *      whose agent went away keeps its memory mapped and connects again;
+ *      its HELLO carries GS_HELLO_RECLAIM.  After WELCOME it sends
+ *      GS_SOCK_RECLAIM messages: per GPU the slots it has mapped
+ *      (GS_RECLAIM_SLOTS) and its live blocks (GS_RECLAIM_BLOCKS), then one
+ *      GS_RECLAIM_END; the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
+ *      ERROR and close, and only then serves the rings.  What the process
+ *      holds is charged from the agent's own ledger, never from these
+ *      messages: they only say where the free space is.
+ *
+ * Versions.  The segment and message layouts are GS_WIRE_VERSION; features
+ * added since are negotiated: an agent sets the bits it supports in the
+ * WELCOME header's `reserved` field (GS_FEAT_*; an older agent leaves 0,
+ * and refuses a HELLO with flags it does not know), and a hook uses a
+ * feature only if the agent announced it.
  *
  * Addresses on the wire are offsets into the process's reserved virtual
  * range of that GPU, never device pointers: offset = slot * chunk_bytes +
@@ -56,7 +71,14 @@ enum gs_sock_type {
         GS_SOCK_ERROR   = 4, /* agent -> hook, then close */
         GS_SOCK_VMM_GRANT = 5, /* agent -> hook, with one VMM allocation's fd */
         GS_SOCK_IPC_GRANT = 6, /* agent -> hook, with one chunk fd of an opened IPC handle */
+        GS_SOCK_RECLAIM = 7,      /* hook -> agent, after a reclaiming HELLO's WELCOME */
+        GS_SOCK_RECLAIM_DONE = 8, /* agent -> hook: struct gs_sock_error, err 0 */
 };
+
+/* gs_sock_hello.flags */
+#define GS_HELLO_RECLAIM 1u    /* the process held memory from an earlier agent */
+/* WELCOME's h.reserved: what this agent supports. */
+#define GS_FEAT_RECLAIM 1u
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -70,7 +92,7 @@ _Static_assert(sizeof(struct gs_sock_hdr) == 16, "gs_sock_hdr layout");
 struct gs_sock_hello {
         struct gs_sock_hdr h;
         uint32_t pid;      /* informational only; the agent uses SO_PEERCRED */
-        uint32_t flags;    /* 0 */
+        uint32_t flags;    /* GS_HELLO_*; 0 for a first registration */
         char comm[16];     /* informational, for gsharectl; need not be NUL-terminated */
 };
 _Static_assert(sizeof(struct gs_sock_hello) == 40, "gs_sock_hello layout");
@@ -102,6 +124,22 @@ struct gs_sock_grant {
         uint64_t chunk_bytes;
 };
 _Static_assert(sizeof(struct gs_sock_grant) == 40, "gs_sock_grant layout");
+
+/* One reclaim message: count items of kind for GPU gpu.  len = 32 + 8 *
+ * count.  SLOTS: each item a slot; BLOCKS: pairs (offset, size) of live
+ * blocks, count even; END: count 0, flags bit i set when GPU i's blocks
+ * are complete (else the agent keeps every chunk of that GPU opaque). */
+enum gs_reclaim_kind { GS_RECLAIM_SLOTS = 1, GS_RECLAIM_BLOCKS = 2, GS_RECLAIM_END = 3 };
+#define GS_RECLAIM_MAX_ITEMS 4096u
+struct gs_sock_reclaim {
+        struct gs_sock_hdr h;
+        uint32_t gpu;
+        uint32_t kind;         /* enum gs_reclaim_kind */
+        uint32_t count;
+        uint32_t flags;
+        uint64_t item[GS_RECLAIM_MAX_ITEMS];
+};
+_Static_assert(sizeof(struct gs_sock_reclaim) == 32 + 8 * GS_RECLAIM_MAX_ITEMS, "gs_sock_reclaim layout");
 
 /* GS_SOCK_IPC_GRANT uses struct gs_sock_grant too: before the reply to a
  * GS_OP_IPC_OPEN, one per chunk under the exported block, in order; slot is

@@ -2,6 +2,7 @@
  * WELCOME, the sealed segment), the request/reply exchange on the rings
  * with its doorbells, and what a fork does to it.  See gs_hook_conn.h. */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gs_hook_conn.h"
@@ -27,15 +29,22 @@
 struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1 };
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
-/* pre: gs_conn.mu held.  Forgets the connection (the agent reclaims our memory
- * when we exit; chunks still mapped stay usable until freed). */
-static void gs_conn_drop(void)
+/* pre: gs_conn.mu held.  Closes the socket, the doorbell and the segment. */
+static void gs_conn_close(void)
 {
         gs_closep(&gs_conn.sock);
         gs_closep(&gs_conn.wake);
         if (gs_conn.shm)
                 munmap(gs_conn.shm, sizeof(*gs_conn.shm));
         gs_conn.shm = NULL;
+}
+
+/* pre: gs_conn.mu held.  Forgets the connection for good (the agent
+ * reclaims our memory when we exit; chunks still mapped stay usable until
+ * freed). */
+static void gs_conn_drop(void)
+{
+        gs_conn_close();
         gs_conn.state = GS_CONN_DOWN;
 }
 
@@ -45,6 +54,21 @@ void gs_conn_lost(const char *why)
         gs_hook_say_once(GS_ONCE_AGENT, "lost the connection to the gshare agent at %s (%s); "
                          "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
         gs_conn_drop();
+}
+
+/* pre: gs_conn.mu held. */
+void gs_conn_broken(const char *why)
+{
+        gs_conn_close();
+        if (!(gs_conn.features & GS_FEAT_RECLAIM)) {
+                gs_conn_lost(why);
+                return;
+        }
+        gs_hook_say_once(GS_ONCE_AGENT, "lost the connection to the gshare agent at %s (%s); waiting up to "
+                         "%llu ms for an agent to take this process's memory back", gs_conn.sock_path, why,
+                         (unsigned long long)(gs_conn.wait_ns / 1000000));
+        gs_conn.state = GS_CONN_LOST;
+        gs_conn.lost_ns = (uint64_t)gs_mono_ns();
 }
 
 /* ---- fork ---------------------------------------------------------- */
@@ -67,6 +91,7 @@ static void gs_atfork_child(void)
         for (uint32_t i = 0; i < gs_conn.ngpus; i++) {
                 free(gs_conn.gpus[i].mapped);
                 gs_conn.gpus[i].mapped = NULL;
+                gs_blocks_clear(&gs_conn.gpus[i].blocks);
                 gs_conn.gpus[i].va_base = 0;
                 gs_conn.gpus[i].ctx_charged = 0;
                 gs_conn.gpus[i].ctx_done = 0;
@@ -138,8 +163,9 @@ int gs_conn_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize
                h->type == type && h->len == len;
 }
 
-/* pre: gs_conn.mu held.  Validates the welcome and maps the segment. */
-static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, const char **why)
+/* pre: gs_conn.mu held.  Validates the welcome and maps the segment.  For
+ * a reclaim the GPUs must be those we have (same chunks, same ranges). */
+static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, int reclaim, const char **why)
 {
         struct stat st;
         struct gs_shm *s;
@@ -153,6 +179,15 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, const char *
                 if (!gs_is_pow2(g->chunk_bytes) || g->chunk_bytes < 2 * GS_MiB || g->max_slots < 1 ||
                     g->chunk_bytes > GS_MAX_VA / g->max_slots)
                         return -EPROTO;
+                if (reclaim && (w->ngpus != gs_conn.ngpus || memcmp(g->uuid, gs_conn.gpus[i].uuid, 16) ||
+                                g->chunk_bytes != gs_conn.gpus[i].chunk || g->max_slots != gs_conn.gpus[i].max_slots)) {
+                        *why = "the new agent's GPUs, chunks or ranges differ from the old one's";
+                        return -EPROTO;
+                }
+        }
+        if (reclaim && !(w->h.reserved & GS_FEAT_RECLAIM)) {
+                *why = "the new agent cannot take memory back";
+                return -EPROTO;
         }
         /* The segment must be sealed against shrinking, or the agent could
          * make our reads fault. */
@@ -175,6 +210,12 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, const char *
         gs_conn.shm = s;
         gs_conn.req_head = __atomic_load_n(&s->req.head, __ATOMIC_ACQUIRE);
         gs_conn.rep_tail = __atomic_load_n(&s->rep.tail, __ATOMIC_ACQUIRE);
+        gs_conn.features = w->h.reserved;
+        if (reclaim) {
+                for (uint32_t i = 0; i < w->ngpus; i++)
+                        gs_conn.gpus[i].quota = w->gpus[i].quota_bytes;
+                return 0;
+        }
         gs_conn.ngpus = w->ngpus;
         for (uint32_t i = 0; i < w->ngpus; i++) {
                 memset(&gs_conn.gpus[i], 0, sizeof(gs_conn.gpus[i]));
@@ -190,8 +231,109 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, const char *
         return 0;
 }
 
-/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_NEW. */
-static int gs_conn_connect(void)
+/* pre: gs_conn.mu held.  Sends one reclaim message of count items. */
+static int gs_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags)
+{
+        size_t len = offsetof(struct gs_sock_reclaim, item) + 8 * (size_t)count;
+        ssize_t n;
+
+        m->h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_RECLAIM, (uint32_t)len, 0 };
+        m->gpu = gpu;
+        m->kind = kind;
+        m->count = count;
+        m->flags = flags;
+        do
+                n = send(gs_conn.sock, m, len, MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        return n == (ssize_t)len ? 0 : -EIO;
+}
+
+/* pre: gs_conn.mu held, WELCOME taken.  Tells the new agent what we map
+ * and where our live blocks are, and waits for its answer: 0, -EPERM
+ * (refused: for good), or another negative errno (try again). */
+static int gs_reclaim(const char **why)
+{
+        struct gs_sock_reclaim *m = malloc(sizeof(*m));
+        uint32_t complete = 0;
+        int r = 0;
+
+        if (!m) {
+                *why = "out of memory";
+                return -ENOMEM;
+        }
+        for (uint32_t gi = 0; gi < gs_conn.ngpus && r == 0; gi++) {
+                struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+                uint32_t k = 0;
+
+                if (!g->va_base)
+                        continue;
+                for (uint32_t s = 0; s < g->max_slots && r == 0; s++) {
+                        if (!g->mapped[s])
+                                continue;
+                        m->item[k++] = s;
+                        if (k == GS_RECLAIM_MAX_ITEMS) {
+                                r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                                k = 0;
+                        }
+                }
+                if (r == 0 && k)
+                        r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                k = 0;
+                for (size_t i = 0; i < g->blocks.cap && r == 0; i++) {
+                        uint64_t off, size;
+                        if (!gs_blocks_at(&g->blocks, i, &off, &size))
+                                continue;
+                        m->item[k++] = off;
+                        m->item[k++] = size;
+                        if (k == GS_RECLAIM_MAX_ITEMS) {
+                                r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                                k = 0;
+                        }
+                }
+                if (r == 0 && k)
+                        r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                if (!g->blocks.broken)
+                        complete |= 1u << gi;
+        }
+        for (uint32_t gi = 0; gi < gs_conn.ngpus; gi++)
+                if (!gs_conn.gpus[gi].va_base)
+                        complete |= 1u << gi; /* nothing there */
+        if (r == 0)
+                r = gs_reclaim_send(m, 0, GS_RECLAIM_END, 0, complete);
+        free(m);
+        if (r < 0) {
+                *why = "cannot send the reclaim";
+                return r;
+        }
+        union {
+                struct gs_sock_error e;
+                struct gs_sock_hdr h;
+        } rep;
+        struct pollfd pfd = { .fd = gs_conn.sock, .events = POLLIN };
+        int fds[1];
+        do
+                r = poll(&pfd, 1, GS_WELCOME_TIMEOUT_MS);
+        while (r < 0 && errno == EINTR);
+        ssize_t n = r > 0 ? gs_recv_fds(gs_conn.sock, &rep, sizeof(rep), fds, 1, MSG_DONTWAIT) : -ETIMEDOUT;
+        if (n >= 0)
+                gs_closep(&fds[0]);
+        if (n >= 0 && gs_conn_hdr_ok(&rep.h, GS_SOCK_RECLAIM_DONE, sizeof(rep.e), n) && rep.e.err == 0)
+                return 0;
+        if (n >= 0 && gs_conn_hdr_ok(&rep.h, GS_SOCK_ERROR, sizeof(rep.e), n)) {
+                rep.e.msg[sizeof(rep.e.msg) - 1] = '\0';
+                gs_hook_debug("the agent refused the reclaim: %s", rep.e.msg);
+                *why = "the agent refused to take our memory back";
+                return -EPERM;
+        }
+        *why = "no answer to the reclaim";
+        return n < 0 ? (int)n : -EPROTO;
+}
+
+/* pre: gs_conn.mu held, no connection.  Connects, HELLO (reclaim: with
+ * GS_HELLO_RECLAIM), WELCOME, and for a reclaim the reclaim itself.
+ * 0 when up; -EPERM when refused (for good: an ERROR, or a protocol
+ * violation); another negative errno when no agent answered (try again). */
+static int gs_conn_open(int reclaim, const char **why)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         struct gs_sock_hello hello = { 0 };
@@ -201,74 +343,164 @@ static int gs_conn_connect(void)
                 struct gs_sock_hdr h;
         } m;
         struct pollfd pfd;
-        const char *why = NULL;
         ssize_t n;
         int fds[2] = { -1, -1 }, r;
 
-        pthread_once(&g_atfork_once, gs_atfork_register);
-        gs_conn.sock_path = secure_getenv("GSHARE_SOCKET");
-        if (!gs_conn.sock_path || !*gs_conn.sock_path)
-                gs_conn.sock_path = GS_DEFAULT_SOCKET;
         if (strlen(gs_conn.sock_path) >= sizeof(sa.sun_path)) {
-                errno = ENAMETOOLONG;
-                goto fail_errno;
+                *why = strerror(ENAMETOOLONG);
+                return -EPERM;
         }
         strcpy(sa.sun_path, gs_conn.sock_path);
         gs_conn.sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (gs_conn.sock < 0 || connect(gs_conn.sock, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-                goto fail_errno;
+        if (gs_conn.sock < 0 || connect(gs_conn.sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+                r = gs_neg_errno();
+                *why = strerror(-r);
+                goto fail;
+        }
         hello.h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_HELLO, sizeof(hello), 0 };
         hello.pid = (uint32_t)getpid();
+        hello.flags = reclaim ? GS_HELLO_RECLAIM : 0;
         if (prctl(PR_GET_NAME, hello.comm) < 0)
                 memset(hello.comm, 0, sizeof(hello.comm));
         /* An agent refusing this connection (its caps) sends ERROR and
          * closes, maybe before our HELLO: read the ERROR all the same. */
         if (send(gs_conn.sock, &hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello) &&
-            errno != EPIPE && errno != ECONNRESET)
-                goto fail_errno;
+            errno != EPIPE && errno != ECONNRESET) {
+                r = gs_neg_errno();
+                *why = strerror(-r);
+                goto fail;
+        }
         pfd = (struct pollfd){ .fd = gs_conn.sock, .events = POLLIN };
         do
                 r = poll(&pfd, 1, GS_WELCOME_TIMEOUT_MS);
         while (r < 0 && errno == EINTR);
         if (r == 0) {
-                why = "no welcome from the agent";
+                *why = "no welcome from the agent";
+                r = -ETIMEDOUT;
                 goto fail;
         }
         memset(&m, 0, sizeof(m));
         n = gs_recv_fds(gs_conn.sock, &m, sizeof(m), fds, 2, MSG_DONTWAIT);
         if (n < 0) {
-                errno = (int)-n;
-                goto fail_errno;
+                r = (int)n;
+                *why = strerror(-r);
+                goto fail;
+        }
+        if (n == 0) {
+                *why = "the agent closed the connection";
+                r = -ECONNRESET;
+                goto fail;
         }
         if (gs_conn_hdr_ok(&m.h, GS_SOCK_ERROR, sizeof(m.e), n)) {
                 m.e.msg[sizeof(m.e.msg) - 1] = '\0';
                 gs_hook_say_once(GS_ONCE_AGENT, "the gshare agent at %s refused this process: %s; "
                                  "GPU memory allocation is disabled for this process", gs_conn.sock_path, m.e.msg);
-                gs_closep(&fds[0]);
-                gs_closep(&fds[1]);
-                gs_conn_drop();
-                return -EPERM;
+                *why = "refused";
+                r = -EPERM;
+                goto fail;
         }
+        r = -EPERM;
         if (!gs_conn_hdr_ok(&m.h, GS_SOCK_WELCOME, sizeof(m.w), n) || fds[0] < 0 || fds[1] < 0) {
-                why = "unexpected reply to HELLO";
+                *why = "unexpected reply to HELLO";
                 goto fail;
         }
-        r = gs_conn_welcome(&m.w, fds[0], &why);
+        r = gs_conn_welcome(&m.w, fds[0], reclaim, why);
         gs_closep(&fds[0]);
-        if (r < 0)
+        if (r < 0) {
+                r = -EPERM;
                 goto fail;
+        }
         gs_conn.wake = fds[1];
+        fds[1] = -1;
+        if (reclaim) {
+                r = gs_reclaim(why);
+                if (r < 0)
+                        goto fail;
+                gs_conn.reconnects++;
+        }
         gs_conn.state = GS_CONN_UP;
         return 0;
-fail_errno:
-        why = strerror(errno);
 fail:
         gs_closep(&fds[0]);
         gs_closep(&fds[1]);
-        gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
-                         "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
-        gs_conn_drop();
+        gs_conn_close();
+        return r;
+}
+
+/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_NEW. */
+static int gs_conn_connect(void)
+{
+        const char *why = NULL, *w;
+        int r;
+
+        pthread_once(&g_atfork_once, gs_atfork_register);
+        gs_conn.sock_path = secure_getenv("GSHARE_SOCKET");
+        if (!gs_conn.sock_path || !*gs_conn.sock_path)
+                gs_conn.sock_path = GS_DEFAULT_SOCKET;
+        w = secure_getenv("GSHARE_AGENT_WAIT");
+        gs_conn.wait_ns = (uint64_t)GS_AGENT_WAIT_S * 1000000000ull;
+        if (w && *w) {
+                char *end;
+                double sec = strtod(w, &end);
+                if (*end == '\0' && sec >= 0 && sec <= 86400)
+                        gs_conn.wait_ns = (uint64_t)(sec * 1e9);
+        }
+        r = gs_conn_open(0, &why);
+        if (r == 0)
+                return 0;
+        if (r != -EPERM || strcmp(why, "refused") != 0)
+                gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
+                                 "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
+        gs_conn.state = GS_CONN_DOWN;
         return -ECONNREFUSED;
+}
+
+/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_LOST.  Connects to the
+ * new agent and reclaims; while none answers, tries again until wait_ns
+ * after the loss (after that, once per call).  Whether up. */
+static int gs_conn_reconnect(void)
+{
+        uint64_t sleep_ns = 5000000;
+        const char *why = NULL;
+
+        for (;;) {
+                int r = gs_conn_open(1, &why);
+                if (r == 0) {
+                        gs_hook_debug("reconnected to the gshare agent at %s; memory reclaimed", gs_conn.sock_path);
+                        return 1;
+                }
+                if (r == -EPERM) {
+                        gs_hook_say_once(GS_ONCE_AGENT, "the gshare agent at %s did not take this process's memory "
+                                         "back (%s); GPU memory allocation is disabled for this process",
+                                         gs_conn.sock_path, why);
+                        gs_conn.state = GS_CONN_DOWN;
+                        return 0;
+                }
+                uint64_t now = (uint64_t)gs_mono_ns();
+                if (now - gs_conn.lost_ns >= gs_conn.wait_ns)
+                        return 0;
+                uint64_t left = gs_conn.wait_ns - (now - gs_conn.lost_ns);
+                struct timespec ts;
+                if (sleep_ns > left)
+                        sleep_ns = left;
+                ts.tv_sec = (time_t)(sleep_ns / 1000000000ull);
+                ts.tv_nsec = (long)(sleep_ns % 1000000000ull);
+                /* The lock stays held: this process's other memory calls
+                 * wait for the agent too, as they must. */
+                (void)nanosleep(&ts, NULL);
+                if (sleep_ns < 100000000ull)
+                        sleep_ns *= 2;
+        }
+}
+
+/* pre: gs_conn.mu held.  Connects or reconnects as needed; whether up. */
+static int gs_conn_upkeep(void)
+{
+        if (gs_conn.state == GS_CONN_NEW)
+                (void)gs_conn_connect();
+        else if (gs_conn.state == GS_CONN_LOST)
+                (void)gs_conn_reconnect();
+        return gs_conn.state == GS_CONN_UP;
 }
 
 int gs_conn_ensure(void)
@@ -276,18 +508,14 @@ int gs_conn_ensure(void)
         int r;
 
         pthread_mutex_lock(&gs_conn.mu);
-        if (gs_conn.state == GS_CONN_NEW)
-                (void)gs_conn_connect();
-        r = gs_conn.state == GS_CONN_UP ? 0 : -ENOTCONN;
+        r = gs_conn_upkeep() ? 0 : -ENOTCONN;
         pthread_mutex_unlock(&gs_conn.mu);
         return r;
 }
 
 int gs_conn_up(void)
 {
-        if (gs_conn.state == GS_CONN_NEW)
-                (void)gs_conn_connect();
-        return gs_conn.state == GS_CONN_UP;
+        return gs_conn_upkeep();
 }
 
 /* pre: gs_conn.mu held.  Connects if needed; the driver table or NULL. */
@@ -297,9 +525,7 @@ const struct gs_cu *gs_conn_ready(void)
 
         if (!cu)
                 return NULL;
-        if (gs_conn.state == GS_CONN_NEW)
-                (void)gs_conn_connect();
-        return gs_conn.state == GS_CONN_UP ? cu : NULL;
+        return gs_conn_upkeep() ? cu : NULL;
 }
 
 /* ---- requests ------------------------------------------------------ */
@@ -307,12 +533,38 @@ const struct gs_cu *gs_conn_ready(void)
 /* pre: gs_conn.mu held, connected.  Sends one request and waits for its reply.
  * Returns 0 with *ret filled (ret->status is the agent's verdict), or a
  * negative errno after which the connection is gone. */
+/* Requests that only give something back: after the agent went away they
+ * are done (what the process no longer holds is not reclaimed), and never
+ * wait for a new agent. */
+static int gs_op_gives_back(uint32_t op)
+{
+        return op == GS_OP_FREE || op == GS_OP_RELEASE || op == GS_OP_VMM_RELEASE || op == GS_OP_CTX_DONE;
+}
+
+/* pre: gs_conn.mu held.  The transport failed during a call: LOST, and
+ * the request is either done (give-backs) or sent again to a new agent.
+ * 1 to send again, 0 with *ret a success, or a negative errno. */
+static int gs_conn_call_lost(uint32_t op, const char *why, struct gs_ring_msg *ret, int tries)
+{
+        gs_conn_broken(why);
+        if (gs_op_gives_back(op)) {
+                memset(ret, 0, sizeof(*ret));
+                ret->op = op;
+                return 0;
+        }
+        if (tries < 3 && gs_conn.state == GS_CONN_LOST && gs_conn_reconnect())
+                return 1;
+        return -ECONNRESET;
+}
+
 int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret)
 {
         struct gs_ring_msg m = { 0 };
-        uint64_t start = (uint64_t)gs_mono_ns(), now;
-        int r;
+        uint64_t start, now;
+        int r, tries = 0;
 
+again:
+        start = (uint64_t)gs_mono_ns();
         m.seq = ++gs_conn.seq;
         m.op = op;
         m.gpu = gpu;
@@ -339,8 +591,10 @@ int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_
                         continue;
                 }
                 if (now - start > GS_REPLY_TIMEOUT_NS) {
-                        gs_conn_lost("no reply within 60 s");
-                        return -ETIMEDOUT;
+                        r = gs_conn_call_lost(op, "no reply within 60 s", ret, ++tries);
+                        if (r == 1)
+                                goto again;
+                        return r;
                 }
                 r = gs_doorbell_sleep(&gs_conn.shm->rep, gs_conn.rep_tail, &gs_conn.shm->hook_wake, &gs_conn.shm->hook_sleeping,
                                       GS_SLEEP_SLICE_NS);
@@ -348,8 +602,10 @@ int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_
                         struct pollfd pfd = { .fd = gs_conn.sock, .events = POLLRDHUP };
                         if (!gs_ring_ready(&gs_conn.shm->rep, gs_conn.rep_tail) && poll(&pfd, 1, 0) > 0 &&
                             (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
-                                gs_conn_lost("the agent closed the connection");
-                                return -ECONNRESET;
+                                r = gs_conn_call_lost(op, "the agent closed the connection", ret, ++tries);
+                                if (r == 1)
+                                        goto again;
+                                return r;
                         }
                         /* Still no reply after a whole slice: ring again, so
                          * that a wake-up lost anywhere costs one slice, not

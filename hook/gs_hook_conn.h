@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "gs_hook.h"
+#include "gs_hook_blocks.h"
 #include "gs_wire.h"
 
 #define GS_MAX_DEVICES 64
@@ -29,9 +30,16 @@ struct gs_hook_gpu {
         uint8_t *mapped;       /* max_slots flags */
         int ctx_charged;       /* GS_OP_CTX done for this process */
         int ctx_done;          /* and GS_OP_CTX_DONE sent */
+        struct gs_blocks blocks; /* live blocks, for a reclaim */
 };
 
-enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2 };
+/* LOST: the agent went away (its socket closed, or it stopped answering);
+ * our memory stays mapped and the next call connects again and reclaims
+ * it (gs_wire.h "Reclaim"), waiting up to $GSHARE_AGENT_WAIT seconds
+ * (default GS_AGENT_WAIT_S) from the loss for an agent to answer.  DOWN:
+ * for good (refused, or a protocol violation). */
+enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2, GS_CONN_LOST = 3 };
+#define GS_AGENT_WAIT_S 30
 
 struct gs_conn {
         pthread_mutex_t mu;
@@ -46,6 +54,10 @@ struct gs_conn {
         /* CUdevice -> index into gpus; -1: not in the allocation; -2: unknown. */
         int devmap[GS_MAX_DEVICES];
         const char *sock_path;
+        uint32_t features;     /* GS_FEAT_* the agent announced */
+        uint64_t lost_ns;      /* LOST since (gs_mono_ns) */
+        uint64_t wait_ns;      /* how long calls wait for a new agent */
+        uint64_t reconnects;   /* successful reclaims, for tests and logs */
 };
 
 /* The process's connection (a fork child starts a new one). */
@@ -61,8 +73,11 @@ const struct gs_cu *gs_conn_ready(void);
  * (ret->status is the agent's verdict), or a negative errno after which
  * the connection is gone. */
 int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret) GS_WUR;
-/* Says why once, and forgets the connection. */
+/* Says why once, and forgets the connection for good. */
 void gs_conn_lost(const char *why);
+/* The agent went away: the connection is LOST (reconnected at the next
+ * call).  Says why once. */
+void gs_conn_broken(const char *why);
 /* The next message on the socket, without waiting, and at most one fd
  * (*ret_fd, -1 if none).  Its length, or a negative errno. */
 ssize_t gs_conn_recv_fd(void *buf, size_t len, int *ret_fd);

@@ -72,6 +72,7 @@ int gs_hook_mem_alloc(CUdeviceptr *ret_ptr, size_t size)
                         goto out;
                 }
         *ret_ptr = g->va_base + off;
+        gs_blocks_add(&g->blocks, off, size);
         res = 0;
 out:
         pthread_mutex_unlock(&gs_conn.mu);
@@ -102,13 +103,16 @@ int gs_hook_mem_free(CUdeviceptr ptr)
                 res = -EINVAL;
                 goto out;
         }
+        g = &gs_conn.gpus[gi];
+        /* Gone from what a reclaim reports, whatever happens next. */
+        (void)gs_blocks_del(&g->blocks, ptr - g->va_base);
         if (gs_conn.state != GS_CONN_UP || !cu) {
-                /* Lost agent: nothing to give back to; the memory returns
-                 * when the process exits. */
+                /* No agent now: a free never waits for one.  A new agent
+                 * learns it from the reclaim (the block is not in it); a
+                 * lost one for good gets the memory back at exit. */
                 res = 0;
                 goto out;
         }
-        g = &gs_conn.gpus[gi];
         if (gs_conn_call(GS_OP_FREE, (uint32_t)gi, ptr - g->va_base, 0, &rep) < 0) {
                 res = 0;
                 goto out;
@@ -148,7 +152,7 @@ int gs_hook_mem_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size)
 
         pthread_mutex_lock(&gs_conn.mu);
         gi = gs_space_owner(ptr);
-        if (gi < 0 || gs_conn.state != GS_CONN_UP) {
+        if (gi < 0 || !gs_conn_up()) {
                 res = -ENOENT;
                 goto out;
         }
