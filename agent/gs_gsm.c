@@ -276,6 +276,8 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
         if (a->own.count) {
                 id = list_pop(g->chunks, &a->own);
         } else if ((force || a->borrowed.count + a->debt < a->cap) && g->sys.count) {
+                if (a->borrowed.count + a->debt >= a->cap)
+                        a->over++; /* held already: past the cap for now */
                 id = list_pop(g->chunks, &g->sys);
                 g->chunks[id].borrowed = 1;
                 list_push(g->chunks, &a->borrowed, id, 1);
@@ -332,6 +334,8 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
         if (slot < p->lo_free)
                 p->lo_free = slot;
         a->held--;
+        if ((c->borrowed || a->borrowed.count) && a->over)
+                a->over--;
         if (c->borrowed) {
                 list_unlink(g->chunks, &a->borrowed, id, 1);
                 g->borrowed--;
@@ -420,7 +424,7 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                 for (uint32_t id = a->borrowed.head; id != GS_GSM_NONE; id = g->chunks[id].bnext)
                         if (!g->chunks[id].borrowed || g->chunks[id].alloc != a)
                                 FAIL("chunk %u on a borrowed list but not borrowed by it", id);
-                if (a->borrowed.count > a->cap)
+                if (a->borrowed.count > a->cap + a->over)
                         FAIL("allocation borrowed %u over its cap %u", a->borrowed.count, a->cap);
                 if (a->own.count + a->held != a->quota + a->borrowed.count)
                         FAIL("allocation: free %u + held %u != quota %u + borrowed %u",

@@ -87,6 +87,9 @@ struct gs_gsm_alloc {
         /* Borrowed chunks it gave back whose memory its processes may still
          * hold (not re-created yet): they count against the cap. */
         uint32_t debt;
+        /* Borrowed past the cap by gs_gsm_take_at (chunks a restarted
+         * agent found held): the cap is exceeded by at most this. */
+        uint32_t over;
 };
 
 struct gs_gsm_proc {

@@ -465,6 +465,154 @@ START_TEST(test_release_hint)
 }
 END_TEST
 
+
+/* hold_fn records, for the ledger test below. */
+static int holds[16], hold_slot[16];
+static void on_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held)
+{
+        (void)ctx;
+        ck_assert_ptr_nonnull(tag);
+        ck_assert_uint_lt(chunk, 16);
+        holds[chunk] += held ? 1 : -1;
+        hold_slot[chunk] = held ? (int)slot : -1;
+}
+
+/* After an agent restart (gs_pool.h "legacy"): chunks adopted at given
+ * slots stay opaque until the process says which it maps and where its
+ * live blocks are; then only their free space outside those blocks is
+ * handed out, and a chunk whose last legacy block goes is an empty chunk. */
+START_TEST(test_legacy)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        uint64_t base, size;
+        uint32_t c, c2;
+        static int tag;
+
+        memset(holds, 0, sizeof(holds));
+        gs_pool_set_hold_fn(pool, on_hold, NULL);
+        ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 32, &p), 0);
+        gs_pproc_set_tag(p, &tag);
+        /* Five slots held before: one more than the quota (past the cap,
+         * borrowed: it is held already). */
+        uint32_t slots[] = { 3, 4, 5, 9, 12 };
+        for (unsigned i = 0; i < 5; i++) {
+                ck_assert_int_eq(gs_pproc_adopt(p, slots[i], &c), 0);
+                ck_assert_int_eq(holds[c], 1);
+                ck_assert_int_eq(hold_slot[c], (int)slots[i]);
+                valid();
+        }
+        ck_assert_int_eq(gs_pproc_adopt(p, 3, &c), -EBUSY);
+        ck_assert_int_eq(gs_pproc_adopt(p, 32, &c), -EBUSY);
+        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 5);
+        /* Before the claims nothing is handed out of them: a request
+         * needs a chunk of its own (none left in the quota: refused). */
+        uint64_t off = 0;
+        ck_assert_int_eq(gs_pproc_malloc(p, 4096, &off, grants, 16, &ngrants), -ENOMEM);
+        /* The process maps 3, 4, 9, 12 and 20 (20 unknown to the ledger:
+         * adopted, charged); not 5 (kept opaque). */
+        uint32_t claimed[] = { 3, 4, 9, 12, 20 };
+        for (unsigned i = 0; i < 5; i++) {
+                ck_assert_int_eq(gs_pproc_legacy_claim(p, claimed[i], &c), 0);
+                ck_assert_uint_eq(c == UINT32_MAX, claimed[i] != 20);
+        }
+        valid();
+        /* Blocks: one in 3, one spanning 3..4, one in 12; slot 9 and 20
+         * have none. */
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 3 * CHUNK + 4096, 1000), 0);
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 3 * CHUNK + CHUNK / 2, CHUNK), 0);
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 12 * CHUNK, 300), 0);
+        /* Not in claimed legacy slots, misaligned, empty: refused. */
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 5 * CHUNK, 256), -EINVAL);
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 7 * CHUNK, 256), -EINVAL);
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 3 * CHUNK + 8, 256), -EINVAL);
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 3 * CHUNK, 0), -EINVAL);
+        valid();
+        ck_assert_int_eq(gs_pproc_legacy_seal(p, true), 0);
+        ck_assert_int_eq(gs_pproc_legacy_seal(p, true), -EALREADY);
+        ck_assert_int_eq(gs_pproc_legacy_claim(p, 21, &c), -EALREADY);
+        valid();
+        /* 9 and 20 are empty chunks now; 3, 4, 12 under blocks, 5 opaque. */
+        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 4);
+        struct gs_pproc_stats st;
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.chunks_held, 6);
+        ck_assert_uint_eq(st.chunks_empty, 2);
+        ck_assert_uint_eq(st.nblocks, 3);
+        /* Lookups inside legacy blocks. */
+        ck_assert_int_eq(gs_pproc_range(p, 3 * CHUNK + CHUNK / 2 + CHUNK - 1, &base, &size), 0);
+        ck_assert_uint_eq(base, 3 * CHUNK + CHUNK / 2);
+        ck_assert_uint_eq(size, CHUNK);
+        ck_assert_int_eq(gs_pproc_range(p, 3 * CHUNK + 4096 + 999, &base, &size), 0);
+        ck_assert_uint_eq(base, 3 * CHUNK + 4096);
+        ck_assert_int_eq(gs_pproc_range(p, 3 * CHUNK + 4096 + 1000, &base, &size), -ENOENT);
+        ck_assert_int_eq(gs_pproc_range(p, 5 * CHUNK, &base, &size), -ENOENT);
+        /* New blocks come from the empty chunks (no grant), never from
+         * legacy ones. */
+        off = must_malloc(p, CHUNK / 2);
+        ck_assert_uint_eq(ngrants, 0);
+        ck_assert(off / CHUNK == 9 || off / CHUNK == 20);
+        /* Free a legacy block: its chunk stays legacy while another block
+         * is over it. */
+        must_free(p, 3 * CHUNK + 4096);
+        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 4);
+        ck_assert_int_eq(gs_pproc_free(p, 3 * CHUNK + 4096, NULL), -ENOENT);
+        /* The spanning block's free empties 3 and 4. */
+        must_free(p, 3 * CHUNK + CHUNK / 2);
+        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 2);
+        off = must_malloc(p, 2 * CHUNK);
+        ck_assert_uint_eq(ngrants, 0); /* 3 and 4 reused, cached */
+        ck_assert_uint_eq(off, 3 * CHUNK);
+        must_free(p, off);
+        must_free(p, 12 * CHUNK);
+        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 1); /* slot 5 */
+        c = gs_pproc_slot_chunk(p, 5);
+        ck_assert_int_eq(gs_pproc_release(p, 5, 1), -EBUSY);
+        /* The process goes: every chunk is back, the ledger told. */
+        gs_pproc_del(p);
+        valid();
+        for (unsigned i = 0; i < 16; i++)
+                ck_assert_int_eq(holds[i], 0);
+        (void)c2;
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+        valid();
+}
+END_TEST
+
+/* Overlapping blocks, or an incomplete list: every legacy chunk stays
+ * opaque; the blocks can still be freed and looked up. */
+START_TEST(test_legacy_inexact)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        uint32_t c;
+        uint64_t base, size;
+
+        for (int complete = 0; complete < 2; complete++) {
+                ck_assert_int_eq(gs_palloc_new(pool, 2, 0, &a), 0);
+                ck_assert_int_eq(gs_pproc_new(a, 8, &p), 0);
+                ck_assert_int_eq(gs_pproc_legacy_claim(p, 0, &c), 0);
+                ck_assert_int_eq(gs_pproc_legacy_claim(p, 1, &c), 0);
+                ck_assert_int_eq(gs_pproc_legacy_block(p, 0, 8192), 0);
+                if (complete)
+                        ck_assert_int_eq(gs_pproc_legacy_block(p, 4096, 256), 0); /* overlaps */
+                ck_assert_int_eq(gs_pproc_legacy_seal(p, complete), complete ? -EINVAL : 0);
+                valid();
+                ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 2);
+                ck_assert_int_eq(gs_pproc_range(p, 100, &base, &size), 0);
+                ck_assert_uint_eq(base, 0);
+                must_free(p, 0);
+                ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 2); /* still opaque */
+                uint64_t off;
+                ck_assert_int_eq(gs_pproc_malloc(p, 256, &off, grants, 16, &ngrants), -ENOMEM);
+                gs_pproc_del(p);
+                ck_assert_int_eq(gs_palloc_del(a), 0);
+                valid();
+        }
+}
+END_TEST
+
 START_TEST(test_two_procs_isolated)
 {
         struct gs_palloc *a;
@@ -504,6 +652,8 @@ int main(void)
         tcase_add_test(tc, test_balloon);
         tcase_add_test(tc, test_release_hint);
         tcase_add_test(tc, test_two_procs_isolated);
+        tcase_add_test(tc, test_legacy);
+        tcase_add_test(tc, test_legacy_inexact);
         suite_add_tcase(s, tc);
         return gs_check_run(s);
 }

@@ -40,9 +40,13 @@ START_TEST(test_check_hello)
         hello(&h);
         h.h.len = 4096;
         ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), -EPROTO);
+        /* A reclaim (an agent restart) is a known flag; others are not. */
         hello(&h);
-        h.flags = 1;
+        h.flags = GS_HELLO_RECLAIM;
+        ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), 0);
+        h.flags = 2;
         ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), -EPROTO);
+        ck_assert_ptr_nonnull(strstr(err, "flags"));
         hello(&h);
         h.h.reserved = 1;
         ck_assert_int_eq(gs_proc_check_hello(&h, sizeof(h), err, sizeof(err)), -EPROTO);
