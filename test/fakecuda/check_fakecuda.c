@@ -5,10 +5,13 @@
 #include <check.h>
 
 #include "../gs_check.h"
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,6 +250,284 @@ START_TEST(test_vmm_export_import_across_processes)
 }
 END_TEST
 
+/* ---- helpers for the children of a test (no ck_assert there) ------- */
+
+#define FD_TYPE CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+
+static int send_fd(int sock, int fd)
+{
+        char c = 'f';
+        struct iovec iov = { &c, 1 };
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } u;
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+        struct cmsghdr *h;
+
+        memset(&u, 0, sizeof(u));
+        h = CMSG_FIRSTHDR(&m);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &fd, sizeof(int));
+        return sendmsg(sock, &m, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+/* The fd of one message of send_fd, or -1. */
+static int recv_fd(int sock)
+{
+        char c;
+        struct iovec iov = { &c, 1 };
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } u;
+        struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+        struct cmsghdr *h;
+        int fd = -1;
+
+        if (recvmsg(sock, &m, MSG_CMSG_CLOEXEC) != 1)
+                return -1;
+        h = CMSG_FIRSTHDR(&m);
+        if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len == CMSG_LEN(sizeof(int)))
+                memcpy(&fd, CMSG_DATA(h), sizeof(int));
+        return fd;
+}
+
+/* h mapped read-write at a fresh address, or 0. */
+static CUdeviceptr try_map(CUmemGenericAllocationHandle h, size_t size)
+{
+        CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, 0 }, CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUdeviceptr va;
+
+        if (cuMemAddressReserve(&va, size, 0, 0, 0) != CUDA_SUCCESS)
+                return 0;
+        if (cuMemMap(va, size, 0, h, 0) != CUDA_SUCCESS || cuMemSetAccess(va, size, &acc, 1) != CUDA_SUCCESS)
+                return 0;
+        return va;
+}
+
+/* New VMM memory of size bytes on device 0, mapped here and filled with
+ * fill: an exported fd of it, or -1.  Its handle and mapping stay. */
+static int create_exported(size_t size, int fill)
+{
+        CUmemAllocationProp prop = { 0 };
+        CUmemGenericAllocationHandle h;
+        CUdeviceptr va;
+        int fd = -1;
+
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.requestedHandleTypes = FD_TYPE;
+        if (cuMemCreate(&h, size, &prop, 0) != CUDA_SUCCESS ||
+            cuMemExportToShareableHandle(&fd, h, FD_TYPE, 0) != CUDA_SUCCESS)
+                return -1;
+        va = try_map(h, size);
+        if (!va)
+                return -1;
+        memset((void *)va, fill, size);
+        return fd;
+}
+
+/* Sends command cmd to a child over sock; 1 if it answers 'y'. */
+static int ask(int sock, char cmd)
+{
+        char c = 0;
+
+        return write(sock, &cmd, 1) == 1 && read(sock, &c, 1) == 1 && c == 'y';
+}
+
+/* The real driver refuses to export an imported handle again
+ * (CUDA_ERROR_INVALID_VALUE), also once the exporter has exited, while the
+ * imported memory stays valid: used, readable and writable. */
+START_TEST(test_vmm_reexport_refused)
+{
+        CUmemGenericAllocationHandle ih, rh;
+        CUdeviceptr q;
+        unsigned char in[64], out[64];
+        int sv[2], fd, efd = -1, status;
+        pid_t pid;
+
+        setup_state("64Mi", "1");
+        make_ctx(0);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                /* The exporter: 4 MiB of 0x3c, sent to the parent; it exits
+                 * when told, releasing nothing. */
+                char c;
+                int xfd = create_exported(4 * MiB, 0x3c);
+
+                if (xfd < 0 || send_fd(sv[1], xfd) < 0)
+                        _exit(1);
+                (void)!read(sv[1], &c, 1);
+                _exit(0);
+        }
+        close(sv[1]);
+        fd = recv_fd(sv[0]);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(cuMemImportFromShareableHandle(&ih, (void *)(intptr_t)fd, FD_TYPE), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemExportToShareableHandle(&efd, ih, FD_TYPE, 0), CUDA_ERROR_INVALID_VALUE);
+        q = map_handle(ih, 4 * MiB);
+        ck_assert_int_eq(((unsigned char *)q)[4 * MiB - 1], 0x3c);
+        ck_assert_uint_eq(used_bytes(), 4 * MiB);
+
+        ck_assert_int_eq(write(sv[0], "x", 1), 1);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ck_assert_int_eq(cuMemExportToShareableHandle(&efd, ih, FD_TYPE, 0), CUDA_ERROR_INVALID_VALUE);
+        /* Nor through a handle retained from the mapping, nor a new import. */
+        ck_assert_int_eq(cuMemRetainAllocationHandle(&rh, (void *)q), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemExportToShareableHandle(&efd, rh, FD_TYPE, 0), CUDA_ERROR_INVALID_VALUE);
+        ck_assert_int_eq(cuMemRelease(rh), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemImportFromShareableHandle(&rh, (void *)(intptr_t)fd, FD_TYPE), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemExportToShareableHandle(&efd, rh, FD_TYPE, 0), CUDA_ERROR_INVALID_VALUE);
+        ck_assert_int_eq(cuMemRelease(rh), CUDA_SUCCESS);
+        ck_assert_int_eq(efd, -1);
+
+        /* The memory is still there, and still used, as on a GPU. */
+        ck_assert_int_eq(((unsigned char *)q)[0], 0x3c);
+        memset(in, 0xa5, sizeof(in));
+        ck_assert_int_eq(cuMemcpyHtoD_v2(q + 4096, in, sizeof(in)), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemcpyDtoH_v2(out, q + 4096, sizeof(out)), CUDA_SUCCESS);
+        ck_assert(memcmp(in, out, sizeof(in)) == 0);
+        ck_assert_uint_eq(used_bytes(), 4 * MiB);
+        close(fd);
+        ck_assert_int_eq(cuMemUnmap(q, 4 * MiB), CUDA_SUCCESS);
+        ck_assert_uint_eq(used_bytes(), 4 * MiB); /* the handle holds it */
+        ck_assert_int_eq(cuMemRelease(ih), CUDA_SUCCESS);
+        ck_assert_uint_eq(used_bytes(), 0);
+        close(sv[0]);
+        teardown_state();
+}
+END_TEST
+
+/* The holder of test_vmm_killed_creator: gets two fds from peer, then
+ * does what ctl says, answering 'y' (done, all as expected) or 'n'. */
+static int holder(int ctl, int peer)
+{
+        CUmemGenericAllocationHandle ih;
+        CUdeviceptr q = 0;
+        unsigned char *m = MAP_FAILED;
+        int fd = recv_fd(peer), fd2 = recv_fd(peer), efd = -1, ok;
+        char cmd;
+
+        /* 'h': holds the two fds, nothing else. */
+        ok = fd >= 0 && fd2 >= 0;
+        if (read(ctl, &cmd, 1) != 1 || cmd != 'h' || write(ctl, ok ? "y" : "n", 1) != 1)
+                return 1;
+        /* 'm': the 6 MiB through the driver, the creator dead: its data is
+         * there, it can be written, not exported again; then drops the
+         * 2 MiB and holds the 6 MiB by a plain mapping only. */
+        if (read(ctl, &cmd, 1) != 1 || cmd != 'm')
+                return 1;
+        ok = cuMemImportFromShareableHandle(&ih, (void *)(intptr_t)fd, FD_TYPE) == CUDA_SUCCESS &&
+             cuMemExportToShareableHandle(&efd, ih, FD_TYPE, 0) == CUDA_ERROR_INVALID_VALUE &&
+             (q = try_map(ih, 6 * MiB)) != 0;
+        ok = ok && ((unsigned char *)q)[6 * MiB - 1] == 0x5a;
+        if (ok)
+                ((unsigned char *)q)[0] = 0x11;
+        m = mmap(NULL, 6 * MiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ok = ok && m != MAP_FAILED && m[0] == 0x11 && m[1] == 0x5a;
+        ok = ok && close(fd) == 0 && close(fd2) == 0 && cuMemUnmap(q, 6 * MiB) == CUDA_SUCCESS &&
+             cuMemRelease(ih) == CUDA_SUCCESS;
+        if (write(ctl, ok ? "y" : "n", 1) != 1)
+                return 1;
+        /* 'u': unmaps it: holds nothing any more. */
+        if (read(ctl, &cmd, 1) != 1 || cmd != 'u')
+                return 1;
+        ok = m != MAP_FAILED && munmap(m, 6 * MiB) == 0;
+        if (write(ctl, ok ? "y" : "n", 1) != 1)
+                return 1;
+        /* 'x': exits. */
+        return read(ctl, &cmd, 1) == 1 && cmd == 'x' ? 0 : 1;
+}
+
+/* The creator of test_vmm_killed_creator: 6 and 2 MiB exported to the
+ * holder, 4 MiB exported to nobody, 2 MiB of cuMemAlloc; then says 'r' and
+ * waits to be killed. */
+static int creator(int ctl, int peer)
+{
+        CUdeviceptr p;
+        int fd = create_exported(6 * MiB, 0x5a), fd2 = create_exported(2 * MiB, 0x22);
+        int fd3 = create_exported(4 * MiB, 0x44);
+        char c;
+
+        if (fd < 0 || fd2 < 0 || fd3 < 0 || cuMemAlloc_v2(&p, 2 * MiB) != CUDA_SUCCESS ||
+            send_fd(peer, fd) < 0 || send_fd(peer, fd2) < 0)
+                return 1;
+        close(fd);
+        close(fd2);
+        close(fd3);
+        if (write(ctl, "r", 1) != 1)
+                return 1;
+        (void)!read(ctl, &c, 1); /* until SIGKILL */
+        return 1;
+}
+
+/* As on a GPU, memory stays used while any process maps it or holds an fd
+ * of it, also after its creator was killed (kill -9); it is free once
+ * nobody holds it.  Seen from a third process. */
+START_TEST(test_vmm_killed_creator)
+{
+        int ta[2], tb[2], ab[2], status;
+        pid_t a, b;
+        char c = 0;
+
+        setup_state("64Mi", "1");
+        make_ctx(0);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ta), 0);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, tb), 0);
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ab), 0);
+        b = fork();
+        ck_assert_int_ge(b, 0);
+        if (b == 0) {
+                close(ta[0]);
+                close(ta[1]);
+                close(tb[0]);
+                close(ab[0]);
+                _exit(holder(tb[1], ab[1]));
+        }
+        a = fork();
+        ck_assert_int_ge(a, 0);
+        if (a == 0) {
+                close(tb[0]);
+                close(tb[1]);
+                close(ta[0]);
+                close(ab[1]);
+                _exit(creator(ta[1], ab[0]));
+        }
+        close(ta[1]);
+        close(tb[1]);
+        close(ab[0]);
+        close(ab[1]);
+        ck_assert_int_eq(read(ta[0], &c, 1), 1);
+        ck_assert_int_eq(c, 'r');
+        ck_assert(ask(tb[0], 'h'));
+        ck_assert_uint_eq(used_bytes(), 14 * MiB);
+
+        ck_assert_int_eq(kill(a, SIGKILL), 0);
+        ck_assert_int_eq(waitpid(a, &status, 0), a);
+        ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        /* What the holder holds (by fds) stays used; the rest is free. */
+        ck_assert_uint_eq(used_bytes(), 8 * MiB);
+        ck_assert(ask(tb[0], 'm'));
+        ck_assert_uint_eq(used_bytes(), 6 * MiB); /* a plain mapping holds it */
+        ck_assert(ask(tb[0], 'u'));
+        ck_assert_uint_eq(used_bytes(), 0);
+        ck_assert_int_eq(write(tb[0], "x", 1), 1);
+        ck_assert_int_eq(waitpid(b, &status, 0), b);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ck_assert_uint_eq(used_bytes(), 0);
+        ck_assert_int_eq(cuMemAlloc_v2(&(CUdeviceptr){ 0 }, 64 * MiB), CUDA_SUCCESS);
+        close(ta[0]);
+        close(tb[0]);
+        teardown_state();
+}
+END_TEST
+
 START_TEST(test_vmm_checks)
 {
         CUmemGenericAllocationHandle h, h2;
@@ -343,6 +624,8 @@ int main(void)
         tcase_add_test(tc, test_oom_at_limit);
         tcase_add_test(tc, test_accounting_across_processes);
         tcase_add_test(tc, test_vmm_export_import_across_processes);
+        tcase_add_test(tc, test_vmm_reexport_refused);
+        tcase_add_test(tc, test_vmm_killed_creator);
         tcase_add_test(tc, test_vmm_checks);
         tcase_add_test(tc, test_get_proc_address);
         tcase_add_test(tc, test_contexts_streams);

@@ -11,9 +11,19 @@
  * CUDA_ERROR_OUT_OF_MEMORY beyond $GSHARE_FAKECUDA_MEM per device (default
  * 16Gi) on $GSHARE_FAKECUDA_DEVICES devices (default 1).  Charges are kept
  * per pid and pid namespace; those of pids that no longer exist are dropped
- * when the state is opened and when memory runs short, so a crashed test
- * does not poison the next (a pid of another namespace, a pod's on a real
- * cluster, is judged only from the initial namespace: fc_slot_dead).  The config is fixed by whoever creates the state file.
+ * when the state is opened, on cuMemGetInfo and when memory runs short, so a
+ * crashed test does not poison the next (a pid of another namespace, a
+ * pod's on a real cluster, is judged only from the initial namespace:
+ * fc_slot_dead).  The config is fixed by whoever creates the state file.
+ *
+ * As on a GPU, memory lives while any process holds it: exported memory
+ * (cuMemExportToShareableHandle) that another process still has an fd or a
+ * mapping of outlives its creator's release, and its creator's death, as a
+ * zombie (fc_state.h): still used until nobody holds it.  Who holds what is
+ * read from /proc, in one pass per reap.
+ *
+ * An imported handle cannot be exported again (CUDA_ERROR_INVALID_VALUE),
+ * as with the real driver.
  *
  * Legacy entry points with 32-bit device pointers exist (as in the real
  * driver) but return CUDA_ERROR_NOT_SUPPORTED: no fake address fits. */
@@ -69,6 +79,7 @@ struct fc_handle { /* cuMemCreate / import */
         uint64_t htypes;  /* requestedHandleTypes */
         int imported;     /* from cuMemImportFromShareableHandle */
         int exported;     /* an fd of it was handed out: others may hold it */
+        int ex;           /* its entry in g_sh->exports[] + 1, 0 if none */
         struct fc_charge ch; /* bytes == 0: not charged (import) */
 };
 
@@ -151,12 +162,20 @@ static int fc_parse_size(const char *s, uint64_t *ret)
         return 0;
 }
 
-/* The inode of this process's pid namespace, 0 if unknown. */
+/* The inode of this process's pid namespace, 0 if unknown.  A process
+ * never changes it (unshare and setns move only its children), so it is
+ * looked up once per process: fc_reap asks for it for every slot. */
 static uint32_t fc_my_pidns(void)
 {
+        static __thread pid_t pid;
+        static __thread uint32_t ns;
         struct stat st;
 
-        return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+        if (pid != getpid()) {
+                ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+                pid = getpid();
+        }
+        return ns;
 }
 
 /* The kernel's initial pid namespace (PROC_PID_INIT_INO): from it every
@@ -204,130 +223,333 @@ static int fc_nspid_alive(uint32_t ns, int32_t pid)
  * kept. */
 static int fc_slot_dead(int i, int32_t pid)
 {
-        uint32_t ns = __atomic_load_n(&g_sh->procs[i].pidns, __ATOMIC_SEQ_CST), mine = fc_my_pidns();
+        uint32_t ns, mine;
 
         if (pid <= 0)
                 return 0;
+        ns = __atomic_load_n(&g_sh->procs[i].pidns, __ATOMIC_SEQ_CST);
+        mine = fc_my_pidns();
         if (ns == 0 || ns == mine)
                 return kill(pid, 0) < 0 && errno == ESRCH;
         return mine == FC_INIT_PIDNS && !fc_nspid_alive(ns, pid);
 }
 
-static void fc_drop_slot(int i, int32_t pid)
+/* *p -= v, not below 0: a process killed between the two steps of an update
+ * (a few instructions) must not make the figures wrap round. */
+static void fc_sub(uint64_t *p, uint64_t v)
 {
-        struct fc_proc *p = &g_sh->procs[i];
+        uint64_t o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
 
-        /* Claim the slot first: only one process may subtract its charges. */
-        if (!__atomic_compare_exchange_n(&p->pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-                return;
-        for (unsigned d = 0; d < FC_MAX_DEV; d++) {
-                uint64_t b = __atomic_exchange_n(&p->bytes[d], 0, __ATOMIC_SEQ_CST);
-                if (b)
-                        __atomic_sub_fetch(&g_sh->used[d], b, __ATOMIC_SEQ_CST);
-        }
-        __atomic_store_n(&p->pidns, 0, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&p->pid, 0, __ATOMIC_SEQ_CST);
+        while (!__atomic_compare_exchange_n(p, &o, o > v ? o - v : 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                ;
 }
 
-/* 1 if any process has an fd or a mapping of the memfd with inode ino. */
-static int fc_ino_in_use(uint64_t ino)
+/* ---- exported memory and its holders (fc_state.h) -------------------- */
+
+/* An entry of exports[] whose holders a scan of /proc looks for. */
+struct fc_cand {
+        uint64_t ino;
+        uint64_t state;   /* the entry's state when it was read */
+        uint64_t bytes;
+        int32_t dev;
+        uint32_t ex;      /* its index in exports[] */
+        uint32_t held;
+};
+
+static int fc_cand_cmp(const void *a, const void *b)
+{
+        uint64_t x = ((const struct fc_cand *)a)->ino, y = ((const struct fc_cand *)b)->ino;
+
+        return (x > y) - (x < y);
+}
+
+/* pre: c[0..n) sorted by ino.  Marks held the candidates of inode ino;
+ * returns how many were not marked before. */
+static size_t fc_cand_mark(struct fc_cand *c, size_t n, uint64_t ino)
+{
+        struct fc_cand key = { .ino = ino }, *hit = bsearch(&key, c, n, sizeof(*c), fc_cand_cmp);
+        size_t lo, hi, marked = 0;
+
+        if (!hit)
+                return 0;
+        for (lo = (size_t)(hit - c); lo > 0 && c[lo - 1].ino == ino; lo--)
+                ;
+        for (hi = (size_t)(hit - c); hi < n && c[hi].ino == ino; hi++)
+                ;
+        for (size_t k = lo; k < hi; k++) {
+                marked += !c[k].held;
+                c[k].held = 1;
+        }
+        return marked;
+}
+
+/* pre: c[0..n) sorted by ino.  Marks held every candidate whose memfd some
+ * process has an fd or a mapping of.  One pass over /proc whatever n is,
+ * ending early once all are held; if /proc cannot be read, all are held
+ * (cannot tell: keep them). */
+static void fc_scan_held(struct fc_cand *c, size_t n)
 {
         DIR *proc = opendir("/proc");
         struct dirent *d;
-        int used = 0;
+        size_t left = n;
 
-        if (!proc)
-                return 1; /* cannot tell: keep it */
-        while (!used && (d = readdir(proc))) {
+        if (!proc) {
+                for (size_t k = 0; k < n; k++)
+                        c[k].held = 1;
+                return;
+        }
+        while (left && (d = readdir(proc))) {
                 char path[300], line[512];
                 DIR *fds;
                 FILE *maps;
                 struct dirent *f;
+                int whole = 1;
 
                 if (d->d_name[0] < '0' || d->d_name[0] > '9')
                         continue;
                 snprintf(path, sizeof(path), "/proc/%s/fd", d->d_name);
                 fds = opendir(path);
-                while (fds && !used && (f = readdir(fds))) {
+                while (fds && left && (f = readdir(fds))) {
                         struct stat st;
+                        /* A memfd is a regular file with no link. */
                         if (f->d_name[0] != '.' && fstatat(dirfd(fds), f->d_name, &st, 0) == 0 &&
-                            (uint64_t)st.st_ino == ino && S_ISREG(st.st_mode) && st.st_nlink == 0)
-                                used = 1;
+                            S_ISREG(st.st_mode) && st.st_nlink == 0)
+                                left -= fc_cand_mark(c, n, (uint64_t)st.st_ino);
                 }
                 if (fds)
                         closedir(fds);
                 snprintf(path, sizeof(path), "/proc/%s/maps", d->d_name);
-                maps = used ? NULL : fopen(path, "re");
-                while (maps && !used && fgets(line, sizeof(line), maps)) {
-                        unsigned long long i = 0;
-                        if (sscanf(line, "%*s %*s %*s %*s %llu", &i) == 1 && i == ino &&
-                            strstr(line, "memfd:gshare-fake"))
-                                used = 1;
+                maps = left ? fopen(path, "re") : NULL;
+                while (maps && left && fgets(line, sizeof(line), maps)) {
+                        unsigned long long ino = 0;
+                        /* Only the start of a line (a long path may split it). */
+                        int start = whole;
+
+                        whole = strchr(line, '\n') != NULL;
+                        if (start && strstr(line, "memfd:gshare-fake") &&
+                            sscanf(line, "%*s %*s %*s %*s %llu", &ino) == 1)
+                                left -= fc_cand_mark(c, n, ino);
                 }
                 if (maps)
                         fclose(maps);
         }
         closedir(proc);
-        return used;
 }
 
-/* Zombie memory (fc_state.h) whose last holder is gone is free at last. */
-static void fc_reap_zombies(void)
+/* 1 if any process has an fd or a mapping of the memfd with inode ino. */
+static int fc_ino_in_use(uint64_t ino)
 {
-        for (int i = 0; i < FC_MAX_ZOMBIES; i++) {
-                struct fc_zombie *z = &g_sh->zombies[i];
-                int32_t zero = 0;
+        struct fc_cand c = { .ino = ino };
 
-                if (!__atomic_load_n(&z->ino, __ATOMIC_SEQ_CST) ||
-                    !__atomic_compare_exchange_n(&z->busy, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-                        continue;
-                if (z->ino && !fc_ino_in_use(z->ino)) {
-                        __atomic_sub_fetch(&g_sh->used[z->dev], z->bytes, __ATOMIC_SEQ_CST);
-                        __atomic_store_n(&z->ino, 0, __ATOMIC_SEQ_CST);
-                }
-                __atomic_store_n(&z->busy, 0, __ATOMIC_SEQ_CST);
-        }
+        fc_scan_held(&c, 1);
+        return c.held != 0;
 }
 
-/* pre: g_lock held.  The charge c of memfd ino outlives its creator's last
- * handle: move it from the creator to a zombie entry (still used).  0, or
- * -1 if the table is full (then it is simply released). */
-static int fc_zombify(struct fc_charge *c, uint64_t ino)
-{
-        for (int i = 0; i < FC_MAX_ZOMBIES; i++) {
-                struct fc_zombie *z = &g_sh->zombies[i];
-                int32_t zero = 0;
+/* Candidates of one reap; g_lock serializes their use. */
+static struct fc_cand g_cand[FC_MAX_EXPORTS];
 
-                if (__atomic_load_n(&z->ino, __ATOMIC_SEQ_CST) ||
-                    !__atomic_compare_exchange_n(&z->busy, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+/* pre: g_lock held.  Claims exports[] entry j (free) for the creator of
+ * charge c, or returns -1. */
+static int fc_ex_claim(const struct fc_charge *c)
+{
+        uint64_t mine = fc_ex_state(FC_EX_WRITING, (uint32_t)c->slot, (uint32_t)c->pid);
+
+        for (uint32_t j = 0; j < FC_MAX_EXPORTS; j++) {
+                uint64_t zero = 0;
+                uint32_t hwm;
+
+                if (__atomic_load_n(&g_sh->exports[j].state, __ATOMIC_SEQ_CST) ||
+                    !__atomic_compare_exchange_n(&g_sh->exports[j].state, &zero, mine, 0, __ATOMIC_SEQ_CST,
+                                                 __ATOMIC_SEQ_CST))
                         continue;
-                if (z->ino) {
-                        __atomic_store_n(&z->busy, 0, __ATOMIC_SEQ_CST);
-                        continue;
-                }
-                z->bytes = c->bytes;
-                z->dev = c->dev;
-                /* Off the creator's books, still in the device's used. */
-                if (__atomic_load_n(&g_sh->procs[c->slot].pid, __ATOMIC_SEQ_CST) == c->pid)
-                        __atomic_sub_fetch(&g_sh->procs[c->slot].bytes[c->dev], c->bytes, __ATOMIC_SEQ_CST);
-                else
-                        __atomic_add_fetch(&g_sh->used[c->dev], c->bytes, __ATOMIC_SEQ_CST);
-                c->bytes = 0;
-                __atomic_store_n(&z->ino, ino, __ATOMIC_SEQ_CST);
-                __atomic_store_n(&z->busy, 0, __ATOMIC_SEQ_CST);
-                return 0;
+                hwm = __atomic_load_n(&g_sh->ex_hwm, __ATOMIC_SEQ_CST);
+                while (hwm <= j && !__atomic_compare_exchange_n(&g_sh->ex_hwm, &hwm, j + 1, 0, __ATOMIC_SEQ_CST,
+                                                                 __ATOMIC_SEQ_CST))
+                        ;
+                return (int)j;
         }
         return -1;
 }
 
+/* pre: g_lock held.  Exported memory of charge c, memfd ino: entered in
+ * exports[] as on the books of c's payer, so that it outlives the payer
+ * while others hold it.  Its index + 1, or 0 if not entered (the table is
+ * full, or the payer is gone). */
+static int fc_ex_enter(const struct fc_charge *c, uint64_t ino)
+{
+        struct fc_export *x;
+        int j;
+
+        if (!c->bytes || __atomic_load_n(&g_sh->procs[c->slot].pid, __ATOMIC_SEQ_CST) != c->pid)
+                return 0;
+        j = fc_ex_claim(c);
+        if (j < 0)
+                return 0;
+        x = &g_sh->exports[j];
+        x->ino = ino;
+        x->bytes = c->bytes;
+        x->dev = c->dev;
+        __atomic_store_n(&x->state, fc_ex_state(FC_EX_OWNED, (uint32_t)c->slot, (uint32_t)c->pid), __ATOMIC_SEQ_CST);
+        return j + 1;
+}
+
+/* pre: g_lock held.  The charge c of memfd ino, not in exports[], outlives
+ * its creator's last handle: move it from the creator to a zombie entry
+ * (still used).  0, or -1 if the table is full (then it is simply
+ * released). */
+static int fc_zombify(struct fc_charge *c, uint64_t ino)
+{
+        int j = fc_ex_claim(c);
+        struct fc_export *x;
+
+        if (j < 0)
+                return -1;
+        x = &g_sh->exports[j];
+        x->ino = ino;
+        x->bytes = c->bytes;
+        x->dev = c->dev;
+        /* Off the creator's books, still in the device's used. */
+        if (__atomic_load_n(&g_sh->procs[c->slot].pid, __ATOMIC_SEQ_CST) == c->pid)
+                fc_sub(&g_sh->procs[c->slot].bytes[c->dev], c->bytes);
+        else
+                __atomic_add_fetch(&g_sh->used[c->dev], c->bytes, __ATOMIC_SEQ_CST);
+        c->bytes = 0;
+        __atomic_store_n(&x->state, fc_ex_state(FC_EX_ZOMBIE, 0, (uint32_t)ino), __ATOMIC_SEQ_CST);
+        return 0;
+}
+
+/* pre: g_lock held.  The creator's handle e of exported memory (memfd ino)
+ * lost its last reference and mapping.  Another process may hold the memory
+ * through a kept fd or a mapping: then it stays used, as on a GPU. */
+static void fc_unexport(struct fc_handle *e, uint64_t ino)
+{
+        struct fc_charge *c = &e->ch;
+        uint64_t owned;
+        struct fc_export *x;
+
+        if (!c->bytes || !e->exported || !ino)
+                return;
+        if (!e->ex) { /* the table was full at export */
+                if (fc_ino_in_use(ino))
+                        (void)fc_zombify(c, ino);
+                return;
+        }
+        x = &g_sh->exports[e->ex - 1];
+        owned = fc_ex_state(FC_EX_OWNED, (uint32_t)c->slot, (uint32_t)c->pid);
+        if (fc_ino_in_use(ino)) {
+                if (__atomic_compare_exchange_n(&x->state, &owned, fc_ex_state(FC_EX_ZOMBIE, 0, (uint32_t)ino), 0,
+                                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) &&
+                    __atomic_load_n(&g_sh->procs[c->slot].pid, __ATOMIC_SEQ_CST) == c->pid)
+                        fc_sub(&g_sh->procs[c->slot].bytes[c->dev], c->bytes);
+                /* Else the payer died (we are its fork child) and its reaper
+                 * made this a zombie or freed it: not ours either way. */
+                c->bytes = 0;
+        } else if (!__atomic_compare_exchange_n(&x->state, &owned, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+                c->bytes = 0; /* the payer's reaper took it */
+        }
+        /* Not held and the entry is free: the caller uncharges c. */
+}
+
+/* pre: g_lock held.  Drops slot i of a dead process pid, after its entries
+ * in exports[] (c[0..n), scanned): memory another process holds becomes a
+ * zombie (still used), the rest is freed with the slot's charges. */
+static void fc_drop_slot(int i, int32_t pid, struct fc_cand *c, size_t n)
+{
+        struct fc_proc *p = &g_sh->procs[i];
+        uint64_t owned = fc_ex_state(FC_EX_OWNED, (uint32_t)i, (uint32_t)pid);
+        uint64_t writing = fc_ex_state(FC_EX_WRITING, (uint32_t)i, (uint32_t)pid);
+
+        /* Claim the slot first: only one process may subtract its charges. */
+        if (!__atomic_compare_exchange_n(&p->pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                return;
+        for (size_t k = 0; k < n; k++) {
+                uint64_t st = c[k].state;
+
+                if (st == owned && c[k].held) {
+                        if (__atomic_compare_exchange_n(&g_sh->exports[c[k].ex].state, &st,
+                                                        fc_ex_state(FC_EX_ZOMBIE, 0, (uint32_t)c[k].ino), 0,
+                                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                                fc_sub(&p->bytes[c[k].dev], c[k].bytes); /* off its books, still used */
+                } else if (st == owned || st == writing) {
+                        /* Nobody holds it, or it was never finished. */
+                        (void)__atomic_compare_exchange_n(&g_sh->exports[c[k].ex].state, &st, 0, 0,
+                                                          __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+                }
+        }
+        for (unsigned d = 0; d < FC_MAX_DEV; d++) {
+                uint64_t b = __atomic_exchange_n(&p->bytes[d], 0, __ATOMIC_SEQ_CST);
+                if (b)
+                        fc_sub(&g_sh->used[d], b);
+        }
+        __atomic_store_n(&p->pidns, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&p->pid, 0, __ATOMIC_SEQ_CST);
+}
+
+/* pre: g_lock held.  Drops the slots of dead processes (dead[i]: the pid
+ * slot i had, 0 if it is alive) and frees zombie memory nobody holds any
+ * more.  The cost is a walk of exports[] up to its high-water mark and at
+ * most one pass over /proc, none when no exported memory needs judging. */
+static void fc_reap_dead(const int32_t *dead)
+{
+        uint32_t hwm = __atomic_load_n(&g_sh->ex_hwm, __ATOMIC_SEQ_CST);
+        size_t n = 0;
+
+        if (hwm > FC_MAX_EXPORTS)
+                hwm = FC_MAX_EXPORTS;
+        for (uint32_t j = 0; j < hwm; j++) {
+                struct fc_export *x = &g_sh->exports[j];
+                uint64_t st = __atomic_load_n(&x->state, __ATOMIC_SEQ_CST);
+                unsigned kind = fc_ex_kind(st);
+                uint32_t slot = (uint32_t)(st >> 32) & 0xffffffu;
+                int32_t pid = (int32_t)(uint32_t)st;
+                struct fc_cand *c = &g_cand[n];
+
+                if (kind != FC_EX_ZOMBIE &&
+                    (kind == 0 || slot >= FC_MAX_PROCS || pid <= 0 || dead[slot] != pid))
+                        continue;
+                c->ino = __atomic_load_n(&x->ino, __ATOMIC_SEQ_CST);
+                c->bytes = __atomic_load_n(&x->bytes, __ATOMIC_SEQ_CST);
+                c->dev = __atomic_load_n(&x->dev, __ATOMIC_SEQ_CST);
+                c->state = st;
+                c->ex = j;
+                c->held = 0;
+                /* Taken only if unchanged while read; a half-written entry
+                 * (kind WRITING) is dropped whatever it says. */
+                if (__atomic_load_n(&x->state, __ATOMIC_SEQ_CST) != st)
+                        continue;
+                if (kind != FC_EX_WRITING && (c->dev < 0 || (uint32_t)c->dev >= g_sh->ndev))
+                        continue;
+                n++;
+        }
+        if (n) {
+                qsort(g_cand, n, sizeof(*g_cand), fc_cand_cmp);
+                fc_scan_held(g_cand, n);
+        }
+        for (int i = 0; i < FC_MAX_PROCS; i++)
+                if (dead[i])
+                        fc_drop_slot(i, dead[i], g_cand, n);
+        /* A zombie's holders are gone for good once none is left: no one
+         * can reach its memfd any more. */
+        for (size_t k = 0; k < n; k++) {
+                uint64_t st = g_cand[k].state;
+
+                if (fc_ex_kind(st) == FC_EX_ZOMBIE && !g_cand[k].held &&
+                    __atomic_compare_exchange_n(&g_sh->exports[g_cand[k].ex].state, &st, 0, 0, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_SEQ_CST))
+                        fc_sub(&g_sh->used[g_cand[k].dev], g_cand[k].bytes);
+        }
+}
+
+/* pre: g_lock held. */
 static void fc_reap(void)
 {
+        int32_t dead[FC_MAX_PROCS];
+
         for (int i = 0; i < FC_MAX_PROCS; i++) {
                 int32_t pid = __atomic_load_n(&g_sh->procs[i].pid, __ATOMIC_SEQ_CST);
-                if (fc_slot_dead(i, pid))
-                        fc_drop_slot(i, pid);
+                dead[i] = fc_slot_dead(i, pid) ? pid : 0;
         }
-        fc_reap_zombies();
+        fc_reap_dead(dead);
 }
 
 /* pre: g_lock held.  The slot of this process (a fork child gets its own). */
@@ -341,8 +563,12 @@ static int fc_my_slot(void)
          * we reuse: its charges are not ours. */
         for (int i = 0; i < FC_MAX_PROCS; i++)
                 if (__atomic_load_n(&g_sh->procs[i].pid, __ATOMIC_SEQ_CST) == me &&
-                    __atomic_load_n(&g_sh->procs[i].pidns, __ATOMIC_SEQ_CST) == fc_my_pidns())
-                        fc_drop_slot(i, me);
+                    __atomic_load_n(&g_sh->procs[i].pidns, __ATOMIC_SEQ_CST) == fc_my_pidns()) {
+                        int32_t dead[FC_MAX_PROCS] = { 0 };
+
+                        dead[i] = me;
+                        fc_reap_dead(dead);
+                }
         for (int pass = 0; pass < 2; pass++) {
                 for (int i = 0; i < FC_MAX_PROCS; i++) {
                         int32_t zero = 0;
@@ -393,8 +619,8 @@ static void fc_uncharge(struct fc_charge *c)
         p = &g_sh->procs[c->slot];
         /* If the payer is gone its charges were dropped already. */
         if (__atomic_load_n(&p->pid, __ATOMIC_SEQ_CST) == c->pid) {
-                __atomic_sub_fetch(&p->bytes[c->dev], c->bytes, __ATOMIC_SEQ_CST);
-                __atomic_sub_fetch(&g_sh->used[c->dev], c->bytes, __ATOMIC_SEQ_CST);
+                fc_sub(&p->bytes[c->dev], c->bytes);
+                fc_sub(&g_sh->used[c->dev], c->bytes);
         }
         c->bytes = 0;
 }
@@ -1553,10 +1779,7 @@ static void fc_handle_unref(int idx, int map)
                 struct stat st;
                 uint64_t ino = fstat(e->fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
                 close(e->fd);
-                /* Another process may hold the memory through a kept fd or
-                 * a mapping: then it stays used, as on a GPU. */
-                if (e->ch.bytes && e->exported && ino && fc_ino_in_use(ino))
-                        (void)fc_zombify(&e->ch, ino);
+                fc_unexport(e, ino);
         }
         fc_uncharge(&e->ch);
         e->fd = -1;
@@ -1628,6 +1851,7 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
                                               CUmemAllocationHandleType handleType, unsigned long long flags)
 {
         struct fc_handle *e;
+        struct stat st;
         CUresult r = CUDA_SUCCESS;
         int fd;
 
@@ -1640,18 +1864,22 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
         e = fc_handle_get(handle, NULL);
         if (!e || e->imported) {
                 /* An imported handle cannot be exported again: the real
-                 * driver (580, H100) says CUDA_ERROR_INVALID_VALUE. */
+                 * driver (580, H100) says CUDA_ERROR_INVALID_VALUE, also once
+                 * the exporter has exited (the memory stays usable here). */
                 r = CUDA_ERROR_INVALID_VALUE;
         } else if (!(e->htypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
                 r = CUDA_ERROR_NOT_PERMITTED;
         } else {
                 fd = fcntl(e->fd, F_DUPFD_CLOEXEC, 0);
-                if (fd < 0)
+                if (fd < 0) {
                         r = CUDA_ERROR_OPERATING_SYSTEM;
-                else
+                } else {
                         *(int *)shareableHandle = fd;
-                if (fd >= 0)
+                        /* Others may hold it from now on, also after we die. */
+                        if (!e->exported && fstat(e->fd, &st) == 0)
+                                e->ex = fc_ex_enter(&e->ch, (uint64_t)st.st_ino);
                         e->exported = 1;
+                }
         }
         pthread_mutex_unlock(&g_lock);
         return r;
