@@ -5,7 +5,7 @@
 AGENT_SRC := agent/gs_agent_main.c agent/gs_agent.c agent/gs_cuda.c agent/gs_gpu.c agent/gs_vmm.c agent/gs_ipc.c agent/gs_allocs.c \
 	agent/gs_proc.c agent/gs_workers.c agent/gs_ctlsrv.c agent/gs_recon.c agent/gs_metrics.c agent/gs_watch.c \
 	agent/gs_outside.c agent/gs_chunkset.c agent/gs_loop.c agent/gs_stream.c agent/gs_serve.c agent/gs_sockmsg.c agent/gs_nvml.c agent/gs_usage.c agent/gs_event.c \
-	agent/gs_claims.c agent/gs_ledger.c
+	agent/gs_claims.c agent/gs_ledger.c agent/gs_handover.c
 AGENT_LIB_SRC := $(filter-out agent/gs_agent_main.c,$(AGENT_SRC))
 AGENT_LIB_O := $(patsubst %.c,$(B)/%.o,$(AGENT_LIB_SRC))
 AGENT_LIBS  := -ldl -lpthread $(PKG_GRPC) $(PKG_PBC) $(PKG_YAML) $(PKG_CURL)

@@ -70,6 +70,12 @@ struct gs_agent {
         unsigned usage_scans;            /* atomic: scans done (gs_agent_wait_scan) */
         struct gs_workers *workers;      /* gs_workers.h: serve the processes' rings */
         uint32_t nconns;                 /* processes' connections, all allocations */
+        /* Upgrades (gs_handover.h): the listening handover socket, and
+         * whether this agent handed everything over (its sockets' paths
+         * are the new agent's then: none is removed at exit). */
+        int handover_fd;
+        struct gs_loop_io handover_io;
+        bool handed_over;
 };
 
 /* Wires the agent's own loop sources (pokes, scan requests) on ag->loop;

@@ -20,6 +20,7 @@
 #include "gs_claims.h"
 #include "gs_ctlsrv.h"
 #include "gs_gpu.h"
+#include "gs_handover.h"
 #include "gs_log.h"
 #include "gs_metrics.h"
 #include "gs_proc.h"
@@ -191,9 +192,10 @@ static bool device_selected(const struct gs_config *c, int ordinal, const char *
         return false;
 }
 
-static int open_gpus(struct gs_agent *ag)
+static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
 {
         const struct gs_cuda *cu = &ag->cu;
+        struct gs_gpu_inherit *inh = NULL;
         char err[512], sz[4][32];
         int count = 0, ver = 0, r;
 
@@ -224,10 +226,28 @@ static int open_gpus(struct gs_agent *ag)
                         continue;
                 }
                 g->agent = ag;
-                r = gs_gpu_open(g, i, &ag->cfg, err, sizeof(err));
+                r = gs_gpu_open_ctx(g, i, &ag->cfg, err, sizeof(err));
                 ag->ngpus++;
                 if (r < 0) {
                         log_error("GPU %d: %s", i, err);
+                        return r;
+                }
+        }
+        /* An upgrade: the contexts exist, the old agent hands its pools over
+         * (from here its processes wait for us). */
+        if (ho && gs_handover_take(ho, ag, &inh, err, sizeof(err)) < 0) {
+                log_error("%s", err);
+                return -EIO;
+        }
+        for (uint32_t i = 0; i < ag->ngpus; i++) {
+                struct gs_gpu *g = &ag->gpus[i];
+
+                r = gs_gpu_open_pool(g, &ag->cfg, inh && inh[i].nchunks ? &inh[i] : NULL, err, sizeof(err));
+                if (r == 0 && inh && inh[i].nchunks)
+                        inh[i].nchunks = 0; /* its fds are the GPU's now */
+                if (r < 0) {
+                        log_error("GPU %u: %s", g->index, err);
+                        gs_handover_inherit_free(inh, ag->ngpus);
                         return r;
                 }
                 gs_format_size(g->total_bytes, sz[0], sizeof(sz[0]));
@@ -244,6 +264,7 @@ static int open_gpus(struct gs_agent *ag)
                         log_error("GPU %u %s (%s): unhealthy, no pool: %s", g->index, g->uuid,
                                   g->name, g->health_reason);
         }
+        gs_handover_inherit_free(inh, ag->ngpus);
         log_info("CUDA driver %d.%d (%s): %d GPUs, %u in use", ver / 1000, (ver % 1000) / 10,
                  ag->cfg.cuda_library, count, ag->ngpus);
         return 0;
@@ -323,11 +344,13 @@ int main(int argc, char **argv)
         struct signals sg = { .fd = -1 };
         struct gs_recon *recon = NULL;
         struct gs_watch *watch = NULL;
+        struct gs_handover *ho = NULL;
         struct rlimit rl;
         sigset_t set;
         char err[512];
         int r, rc = 1;
 
+        ag.handover_fd = -1;
         if (parse_args(argc, argv, &ag.cfg) < 0)
                 return 2;
         gs_log_init("agent", ag.cfg.log_level);
@@ -371,7 +394,14 @@ int main(int argc, char **argv)
         r = gs_events_start(&ag.cfg, &ag.events, err, sizeof(err));
         if (r < 0)
                 log_warn("no Events on pods: %s", err);
-        if (open_gpus(&ag) < 0)
+        /* A running agent (an upgrade) hands over to us; none: a first
+         * start, or a restart after a crash (the ledger tells). */
+        r = gs_handover_begin(&ag, &ho, err, sizeof(err));
+        if (r < 0) {
+                log_error("%s", err);
+                goto out;
+        }
+        if (open_gpus(&ag, ho) < 0)
                 goto out;
         /* Each connection holds its socket, pidfd, segment and doorbell. */
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
@@ -410,6 +440,11 @@ int main(int argc, char **argv)
                 log_error("checkpoint in %s: %s", ag.cfg.state_dir, strerror(-r));
         /* The previous agent's processes, before any connection is served. */
         gs_proc_restore(&ag);
+        if (gs_handover_listen(&ag, err, sizeof(err)) < 0)
+                log_warn("%s: an upgrade will not take over from this agent without a gap", err);
+        /* An upgrade: the old agent lets its processes go to us now. */
+        gs_handover_finish(ho);
+        ho = NULL;
         /* After the restore, so that its first snapshot sees every allocation. */
         r = gs_recon_start(&ag, &recon);
         if (r < 0) {
@@ -427,6 +462,24 @@ int main(int argc, char **argv)
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
+        gs_handover_finish(ho); /* failed before READY: the old agent serves on */
+        gs_handover_close(&ag);
+        if (ag.handed_over) {
+                /* Everything is the new agent's: close our sockets (their
+                 * paths are its), keep every byte as it is (processes map
+                 * it), and wait for the end; exiting now would have the
+                 * kubelet start this old version again. */
+                gs_ctlsrv_free(ag.ctl);
+                gs_metrics_free(ag.metrics);
+                gs_allocs_listen(&ag, false);
+                for (struct gs_allocation *a = ag.allocs; a; a = a->next)
+                        gs_closep(&a->listen_fd);
+                log_info("handed over; waiting for SIGTERM");
+                int sig;
+                while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+                        ;
+                return 0;
+        }
         /* The ledgers keep saying what the processes hold: the next agent
          * charges it (a stop is an upgrade or a restart, not their end). */
         for (uint32_t i = 0; i < ag.ngpus; i++)

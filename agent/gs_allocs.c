@@ -281,7 +281,22 @@ static void close_socket(struct gs_agent *ag, struct gs_allocation *a)
                 return;
         gs_loop_io_del(ag->loop, &a->listen_io);
         gs_closep(&a->listen_fd);
-        (void)unlink(a->socket_path);
+        /* Handed over: the path is the new agent's socket. */
+        if (!ag->handed_over)
+                (void)unlink(a->socket_path);
+}
+
+void gs_allocs_listen(struct gs_agent *ag, bool on)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                if (a->listen_fd < 0)
+                        continue;
+                if (!on)
+                        gs_loop_io_del(ag->loop, &a->listen_io);
+                else if (a->listen_io.dead &&
+                         gs_loop_io_add(ag->loop, &a->listen_io, a->listen_fd, EPOLLIN, ag->on_alloc_conn, a) < 0)
+                        log_error("allocation %s: cannot accept on its socket again", a->id);
+        }
 }
 
 /* Frees the parts and the memory of a; a has no process.  Leaves the list. */

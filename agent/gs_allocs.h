@@ -181,4 +181,8 @@ int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, cha
  * borrow. */
 uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part *part);
 
+/* An upgrade (gs_handover.h): stops (on false) or resumes accepting on
+ * every allocation's socket. */
+void gs_allocs_listen(struct gs_agent *ag, bool on);
+
 #endif

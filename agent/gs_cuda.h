@@ -33,6 +33,7 @@
         X(mem_create, cuMemCreate, 1)                            \
         X(mem_release, cuMemRelease, 1)                          \
         X(mem_export, cuMemExportToShareableHandle, 1)           \
+        X(mem_import, cuMemImportFromShareableHandle, 1)         \
         X(mem_address_reserve, cuMemAddressReserve, 1)           \
         X(mem_address_free, cuMemAddressFree, 1)                 \
         X(mem_map, cuMemMap, 1)                                  \

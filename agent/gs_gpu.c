@@ -157,6 +157,8 @@ int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size
         return r;
 }
 
+static int chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen);
+
 int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err, size_t errlen)
 {
         struct gs_chunk *c;
@@ -168,6 +170,9 @@ int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *er
         }
         c = &g->chunks[chunk];
         if (c->writer != 0 && c->writer != proc) {
+                r = chunk_handle(g, c, err, errlen);
+                if (r < 0)
+                        return r;
                 r = gs_gpu_scrub(g, c->handle, g->chunk_bytes, err, errlen);
                 if (r < 0)
                         return r;
@@ -185,8 +190,24 @@ static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t 
 
 static void chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
 {
-        if (c->fd >= 0)
+        if (c->fd >= 0 && c->handle)
                 gs_gpu_mem_drop(g, c->handle, &c->fd);
+        else
+                gs_closep(&c->fd);
+        c->handle = 0;
+        c->inherited = false;
+}
+
+/* An inherited chunk's handle, imported from its fd on first need. */
+static int chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen)
+{
+        if (c->handle)
+                return 0;
+        (void)g->agent->cu.ctx_set_current(g->ctx);
+        return gs_cuda_check(&g->agent->cu,
+                             g->agent->cu.mem_import(&c->handle, (void *)(intptr_t)c->fd,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                             "cuMemImportFromShareableHandle", err, errlen);
 }
 
 void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk)
@@ -365,6 +386,24 @@ int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir)
         return r;
 }
 
+void gs_gpu_inherit_settle(struct gs_gpu *g)
+{
+        uint32_t n = 0;
+
+        pthread_mutex_lock(&g->lock);
+        for (uint32_t i = 0; i < g->nchunks; i++) {
+                struct gs_chunk *c = &g->chunks[i];
+                if (!c->inherited || c->writer == 0 || gs_pool_chunk_held(g->pool, i))
+                        continue;
+                chunk_drop(g, c);
+                n++;
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (n)
+                log_info("GPU %u: %u handed-over chunks a process may still reach are made anew when next needed",
+                         g->index, n);
+}
+
 void gs_gpu_ledger_commit(struct gs_gpu *g)
 {
         int r;
@@ -379,6 +418,15 @@ void gs_gpu_ledger_commit(struct gs_gpu *g)
                 log_error("GPU %u: cannot replace the ledger %s: %s", g->index, g->ledger.path, strerror(-r));
 }
 
+void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
+{
+        if (!g->pool)
+                return;
+        pthread_mutex_lock(&g->lock);
+        gs_pool_set_hold_fn(g->pool, pause ? NULL : chunk_hold, pause ? NULL : g);
+        pthread_mutex_unlock(&g->lock);
+}
+
 void gs_gpu_ledger_stop(struct gs_gpu *g)
 {
         if (!g->pool)
@@ -387,6 +435,20 @@ void gs_gpu_ledger_stop(struct gs_gpu *g)
         gs_pool_set_hold_fn(g->pool, NULL, NULL);
         gs_ledger_close(&g->ledger);
         pthread_mutex_unlock(&g->lock);
+}
+
+int gs_gpu_chunk_stand_for(struct gs_gpu *g, uint32_t chunk, uint32_t was)
+{
+        /* Handed over: the very memory the process maps is chunk `was`. */
+        if (was < g->nchunks && was != chunk && g->chunks[was].inherited && !gs_pool_chunk_held(g->pool, was)) {
+                struct gs_chunk t = g->chunks[chunk];
+                g->chunks[chunk] = g->chunks[was];
+                g->chunks[was] = t;
+                return 0;
+        }
+        if (was == chunk && chunk < g->nchunks && g->chunks[chunk].inherited)
+                return 0;
+        return gs_gpu_chunk_orphan(g, chunk);
 }
 
 int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
@@ -409,7 +471,7 @@ static bool no_memory(void *ctx, uint32_t chunk)
 {
         struct gs_gpu *g = ctx;
 
-        return chunk < g->nchunks && g->chunks[chunk].fd < 0;
+        return chunk < g->nchunks && (g->chunks[chunk].fd < 0 || g->chunks[chunk].inherited);
 }
 
 uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
@@ -423,15 +485,19 @@ static void set_unhealthy(struct gs_gpu *g, const char *why)
         snprintf(g->health_reason, sizeof(g->health_reason), "%.159s", why);
 }
 
-int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err,
-                size_t errlen)
+int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err, size_t errlen)
+{
+        int r = gs_gpu_open_ctx(g, ordinal, cfg, err, errlen);
+
+        return r < 0 ? r : gs_gpu_open_pool(g, cfg, NULL, err, errlen);
+}
+
+int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err, size_t errlen)
 {
         const struct gs_cuda *cu = &g->agent->cu;
         CUmemAllocationProp prop;
         CUuuid uuid;
         size_t free_b = 0, total_b = 0, gran = 0;
-        uint64_t want;
-        uint32_t before;
         char why[256];
         int r;
 
@@ -499,6 +565,59 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                 set_unhealthy(g, why);
                 return 0;
         }
+        g->ctx_ready = true;
+        return 0;
+}
+
+/* The pool of an agent handed over by a previous one: its chunks as they
+ * were (inh), the previous ledger for what processes hold. */
+static int open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
+                          char *err, size_t errlen)
+{
+        (void)read_ledger(g, cfg);
+        g->chunks = calloc(inh->nchunks, sizeof(*g->chunks));
+        if (!g->chunks) {
+                snprintf(err, errlen, "out of memory for %u chunks", inh->nchunks);
+                return -ENOMEM;
+        }
+        for (uint32_t i = 0; i < inh->nchunks; i++) {
+                struct gs_chunk *c = &g->chunks[i];
+                c->fd = inh->fd[i];
+                c->handle = 0; /* imported when the agent itself needs it (scrub) */
+                c->inherited = c->fd >= 0;
+                /* Another agent's process ids: scrubbed before any grant. */
+                c->writer = inh->written[i] ? UINT64_MAX : 0;
+                if (c->fd >= 0)
+                        g->chunks_made_at_start++;
+        }
+        g->nchunks = inh->nchunks;
+        return 0;
+}
+
+int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+                     size_t errlen)
+{
+        size_t free_b = 0, total_b = 0;
+        uint64_t want;
+        uint32_t before;
+        char why[256];
+        int r;
+
+        if (!g->ctx_ready)
+                return 0; /* unhealthy: no pool */
+        if (inh) {
+                r = open_inherited(g, cfg, inh, err, errlen);
+                if (r < 0)
+                        return r;
+                goto pool;
+        }
+        (void)g->agent->cu.ctx_set_current(g->ctx);
+        r = gs_cuda_check(&g->agent->cu, g->agent->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
+                          sizeof(why));
+        if (r < 0) {
+                set_unhealthy(g, why);
+                return 0;
+        }
         want = free_b > g->reserve_bytes ? (free_b - g->reserve_bytes) / g->chunk_bytes : 0;
         before = read_ledger(g, cfg);
         if (before > want) {
@@ -507,7 +626,7 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                  * without memory. */
                 log_info("GPU %u: the previous agent had %u chunks, %llu can be made now: the rest are held "
                          "by its processes or outside the pool, made once the memory is free",
-                         ordinal, before, (unsigned long long)want);
+                         g->index, before, (unsigned long long)want);
                 want = before;
         }
         if (want > UINT32_MAX / 2)
@@ -550,6 +669,7 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
                 set_unhealthy(g, why);
                 return 0;
         }
+pool:
         g->pool = gs_pool_new(g->nchunks, g->chunk_bytes);
         if (!g->pool) {
                 snprintf(err, errlen, "cannot create the pool of %u chunks of %llu bytes",

@@ -34,6 +34,9 @@ struct gs_chunk {
          * under the GPU's lock. */
         struct gs_allocation *owner;
         bool pending;    /* retired until its memory can be re-created */
+        /* Made by an earlier agent and handed over (gs_handover.h): fd is
+         * that agent's export, handle 0 until the agent needs one. */
+        bool inherited;
         /* Under the GPU's lock: the id of the last process granted this
          * memory (it may have written it), 0 if none since it was made or
          * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
@@ -85,6 +88,16 @@ struct gs_gpu {
         struct gs_ledger_ent *held_before;
         uint32_t nheld_before;
         uint32_t chunks_made_at_start; /* with memory; the rest stood for memory held */
+        bool ctx_ready;          /* gs_gpu_open_ctx done: a pool may be built */
+};
+
+/* What an earlier agent hands over of one GPU's pool (gs_handover.h):
+ * per chunk id its exported fd (-1: no memory) and whether a process may
+ * have written it (its writer). */
+struct gs_gpu_inherit {
+        uint32_t nchunks;
+        int *fd;
+        uint8_t *written;
 };
 
 
@@ -94,6 +107,14 @@ struct gs_gpu {
  * message in err only if the device cannot be used at all. */
 int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err,
                 size_t errlen) GS_WUR;
+/* gs_gpu_open in two steps, for an upgrade (gs_handover.h): the context
+ * first, while the previous agent still serves; the pool once it handed
+ * its chunks over (inh; NULL: made from the driver's free memory as
+ * gs_gpu_open does).  The fds of inh are the GPU's from then on. */
+int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err,
+                    size_t errlen) GS_WUR;
+int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
+                     char *err, size_t errlen) GS_WUR;
 /* Frees the pool, releases every chunk, releases the context.  A zeroed or
  * half-opened g is fine. */
 void gs_gpu_close(struct gs_gpu *g);
@@ -167,17 +188,29 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
 /* A new ledger for this agent under state_dir; chunk moves are recorded
  * from now on.  0 or a negative errno (the agent runs without one). */
 int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir) GS_WUR;
+/* After the processes are restored on a handed-over pool: chunks a
+ * process of the previous agent was granted and does not hold now (it may
+ * have kept their fds) lose their memory, made anew when next needed, as
+ * a recycled chunk is; the others (never granted) are kept. */
+void gs_gpu_inherit_settle(struct gs_gpu *g);
 /* The new ledger replaces the old one; held_before goes. */
 void gs_gpu_ledger_commit(struct gs_gpu *g);
 /* Shutdown: stops recording, so that tearing the processes down leaves
  * the file saying what they hold for the next agent.  Takes g->lock. */
 void gs_gpu_ledger_stop(struct gs_gpu *g);
+/* An upgrade (gs_handover.h): stops (pause) or resumes recording, leaving
+ * the file as it is.  Takes g->lock. */
+void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause);
 /* chunk was just placed for a process that already maps its memory (an
  * agent restart): it must have no memory of its own, so it trades its
  * memory with a chunk that has none and is held by nobody.  Under
  * g->lock.  0, or -ENOENT if no such chunk is left (it keeps its memory;
  * the process is charged twice for it until it lets go). */
 int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk);
+/* The same for a chunk a process held as chunk `was` of the previous
+ * agent: handed over, the chunk takes exactly that memory (which the
+ * process maps); else as gs_gpu_chunk_orphan. */
+int gs_gpu_chunk_stand_for(struct gs_gpu *g, uint32_t chunk, uint32_t was);
 /* Chunks p holds whose memory the agent does not have: a process maps
  * them from before a restart (the driver counts such memory to the
  * process that maps it, so usage scans subtract them).  Under g->lock. */

@@ -149,6 +149,11 @@ void gs_pproc_set_tag(struct gs_pproc *p, const void *tag)
         p->g.tag = tag;
 }
 
+bool gs_pool_chunk_in_sys(const struct gs_pool *pool, uint32_t chunk)
+{
+        return chunk < pool->gsm.nchunks && pool->gsm.chunks[chunk].state == GS_GSM_SYS;
+}
+
 bool gs_pool_chunk_held(const struct gs_pool *pool, uint32_t chunk)
 {
         return chunk < pool->gsm.nchunks && pool->gsm.chunks[chunk].state == GS_GSM_HELD;

@@ -215,6 +215,8 @@ uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p);
 void gs_pool_set_hold_fn(struct gs_pool *pool, void (*fn)(void *ctx, uint32_t chunk, const void *tag,
                                                           uint32_t slot, int held), void *ctx);
 void gs_pproc_set_tag(struct gs_pproc *p, const void *tag);
+/* Whether chunk is on the system free list. */
+bool gs_pool_chunk_in_sys(const struct gs_pool *pool, uint32_t chunk);
 /* Whether chunk is held by a process (at a slot). */
 bool gs_pool_chunk_held(const struct gs_pool *pool, uint32_t chunk);
 /* How many of the chunks p holds satisfy pred. */

@@ -77,6 +77,10 @@ static void close_conn(struct gs_agent *ag, struct gs_proc *p)
         if (p->sock >= 0) {
                 gs_loop_io_del(ag->loop, &p->sock_io);
                 gs_closep(&p->sock);
+                /* A hook waiting for a reply wakes and finds the socket
+                 * closed now, not a sleep slice later. */
+                if (p->shm)
+                        gs_doorbell_ring(&p->shm->hook_wake, &p->shm->hook_sleeping);
         }
         p->state = GS_PROC_CLOSED;
 }
@@ -786,7 +790,8 @@ static struct gs_allocation *alloc_by_num(struct gs_agent *ag, uint64_t num, uin
 }
 
 /* One chunk the previous agent's ledger says a live process holds. */
-static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t *lost)
+static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t was,
+                        uint32_t *lost)
 {
         struct gs_allocation *a;
         struct gs_proc *q = NULL;
@@ -812,7 +817,7 @@ static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_l
         }
         struct gs_pproc *pp = e->kind == GS_LEDGER_VMM ? pg->vpp : pg->pp;
         r = pp ? gs_pproc_adopt(pp, e->slot, &chunk) : -ENOMEM;
-        if (r == 0 && gs_gpu_chunk_orphan(g, chunk) < 0)
+        if (r == 0 && gs_gpu_chunk_stand_for(g, chunk, was) < 0)
                 log_warn("GPU %u: no chunk without memory to stand for slot %u of process %d", g->index,
                          e->slot, q->pid);
         pthread_mutex_unlock(&g->lock);
@@ -832,7 +837,8 @@ void gs_proc_restore(struct gs_agent *ag)
                 (void)!gs_gpu_ledger_start(g, ag->cfg.state_dir);
                 for (uint32_t i = 0; i < g->nheld_before; i++)
                         if (g->held_before[i].kind == GS_LEDGER_SLOT || g->held_before[i].kind == GS_LEDGER_VMM)
-                                restore_one(ag, g, &g->held_before[i], &lost);
+                                restore_one(ag, g, &g->held_before[i], i, &lost);
+                gs_gpu_inherit_settle(g);
                 /* Live processes of allocations that are gone hold memory
                  * no allocation pays for: as many chunks without memory
                  * wait, pending, until it is free. */
@@ -851,4 +857,31 @@ void gs_proc_restore(struct gs_agent *ag)
                                  "until they are free", g->index, lost);
                 gs_gpu_ledger_commit(g);
         }
+}
+
+void gs_proc_pause_all(struct gs_agent *ag)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (struct gs_proc *p = a->procs; p; p = p->next)
+                        if (p->state == GS_PROC_ACTIVE) {
+                                stop_worker(p);
+                                __atomic_store_n(&p->stop, 0, __ATOMIC_RELEASE);
+                        }
+}
+
+void gs_proc_resume_all(struct gs_agent *ag)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (struct gs_proc *p = a->procs; p; p = p->next)
+                        if (p->state == GS_PROC_ACTIVE &&
+                            gs_workers_add(ag->workers, &p->went, p, &a->wgroup, p->wake_fd, &p->stop) < 0)
+                                shutdown(p->sock, SHUT_RDWR); /* no slot: it reconnects */
+}
+
+void gs_proc_disconnect_all(struct gs_agent *ag)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (struct gs_proc *p = a->procs; p; p = p->next)
+                        if (p->state != GS_PROC_CLOSED)
+                                close_conn(ag, p);
 }

@@ -110,6 +110,13 @@ void gs_proc_kill_all(struct gs_agent *ag);
  * that are gone leave their chunks pending.  Then the new ledger replaces
  * the old one. */
 void gs_proc_restore(struct gs_agent *ag);
+/* An upgrade (gs_handover.h).  pause: the workers let go of every process
+ * (their requests wait in the rings); resume: they serve them again;
+ * disconnect: every connection ends, each process keeping what it holds
+ * (its hook connects to the new agent). */
+void gs_proc_pause_all(struct gs_agent *ag);
+void gs_proc_resume_all(struct gs_agent *ag);
+void gs_proc_disconnect_all(struct gs_agent *ag);
 /* Validates a HELLO of n bytes received on the socket.  0 or -EPROTO with
  * the reason in err. */
 int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen) GS_WUR;
