@@ -49,6 +49,7 @@ void gs_config_defaults(struct gs_config *c)
         snprintf(c->nvml_library, sizeof(c->nvml_library), "libnvidia-ml.so.1");
         c->context_bytes = 0;
         c->usage_interval_ms = 1000;
+        c->agent_wait_ms = 30000;
         c->over_quota = GS_OVER_QUOTA_KILL;
         c->metrics_address[0] = '\0';
         c->log_level = GS_LOG_INFO;
@@ -598,6 +599,12 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
         }
         if (strcmp(key, "usageInterval") == 0)
                 return set_duration(x, v, key, &c->usage_interval_ms);
+        if (strcmp(key, "agentWait") == 0) {
+                r = set_duration(x, v, key, &c->agent_wait_ms);
+                if (r == 0 && c->agent_wait_ms > 3600000)
+                        return fail_at(x, v, key, "must be at most 1h");
+                return r;
+        }
         if (strcmp(key, "overQuota") == 0) {
                 r = want_scalar(x, v, key, &s);
                 if (r < 0)

@@ -91,6 +91,9 @@ struct gs_config {
         char nvml_library[PATH_MAX];
         uint64_t context_bytes;         /* 0: auto */
         uint32_t usage_interval_ms;     /* 0: no scan */
+        /* How long a hooked process's calls wait for a new agent after
+         * losing its agent (GSHARE_AGENT_WAIT, docs/agent.md "Restarts"). */
+        uint32_t agent_wait_ms;
         enum gs_over_quota over_quota;
         char metrics_address[256];
         int log_level; /* enum gs_log_level */

@@ -1,6 +1,7 @@
 /* gs_dra.c — see gs_dra.h. */
 #include "gs_dra.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -9,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -608,6 +611,45 @@ static grpc_status_code unprepare(void *ctx, struct gs_grpc_call *call, const Pr
 
 /* ---- run ---- */
 
+/* Sockets named <prefix>[-<uid>]<suffix> in dir that nothing serves any
+ * more (an instance that died): removed, so that the kubelet does not keep
+ * probing them.  Live ones (another instance's) are left alone. */
+static void remove_stale(const char *dir, const char *prefix, const char *suffix)
+{
+        DIR *dh = opendir(dir);
+        struct dirent *e;
+        size_t pl = strlen(prefix), sl = strlen(suffix);
+
+        if (!dh)
+                return;
+        while ((e = readdir(dh))) {
+                size_t n = strlen(e->d_name);
+                char path[PATH_MAX];
+                struct sockaddr_un sa = { .sun_family = AF_UNIX };
+                struct stat st;
+                int fd;
+
+                if (n < pl + sl || strncmp(e->d_name, prefix, pl) || strcmp(e->d_name + n - sl, suffix) ||
+                    (n > pl + sl && e->d_name[pl] != '-'))
+                        continue;
+                if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(sa.sun_path) ||
+                    lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode))
+                        continue;
+                strcpy(sa.sun_path, path);
+                /* Non-blocking: a live listener with a full backlog says
+                 * EAGAIN and is left alone. */
+                fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+                if (fd < 0)
+                        continue;
+                if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == ECONNREFUSED) {
+                        log_info("removing %s: nothing serves it", path);
+                        (void)unlink(path);
+                }
+                close(fd);
+        }
+        closedir(dh);
+}
+
 static int mkdirs(const char *path)
 {
         char p[PATH_MAX];
@@ -668,8 +710,19 @@ int gs_dra_run(const struct gs_dra_opts *o)
                 log_warn("no API server (apiServer, KUBERNETES_SERVICE_HOST): no ResourceSlice, no claim can be prepared");
         snprintf(vfile, sizeof(vfile), "%s/version", o->nvidia_proc);
         gs_slice_driver_version(vfile, d->driver_version, sizeof(d->driver_version));
-        if (snprintf(d->endpoint, sizeof(d->endpoint), "%s/dra.sock", o->plugin_dir) >= (int)sizeof(d->endpoint) ||
-            snprintf(d->reg_socket, sizeof(d->reg_socket), "%s/%s-reg.sock", o->registry_dir, o->driver) >=
+        /* Per pod with $POD_UID (the chart sets it): an upgrade's new pod
+         * serves beside the old one, and the kubelet (1.33 and later) moves
+         * to the newer registration without a gap, each instance removing
+         * only its own sockets. */
+        const char *uid = getenv("POD_UID");
+        char sfx[80] = "";
+        if (uid && *uid && strlen(uid) <= 64 && strspn(uid, "0123456789abcdef-") == strlen(uid))
+                snprintf(sfx, sizeof(sfx), "-%s", uid);
+        else if (uid && *uid)
+                log_warn("POD_UID '%.64s' is not a pod UID: sockets without it (no rolling update beside another "
+                         "instance)", uid);
+        if (snprintf(d->endpoint, sizeof(d->endpoint), "%s/dra%s.sock", o->plugin_dir, sfx) >= (int)sizeof(d->endpoint) ||
+            snprintf(d->reg_socket, sizeof(d->reg_socket), "%s/%s%s-reg.sock", o->registry_dir, o->driver, sfx) >=
                     (int)sizeof(d->reg_socket)) {
                 log_error("socket paths too long");
                 r = -ENAMETOOLONG;
@@ -679,6 +732,8 @@ int gs_dra_run(const struct gs_dra_opts *o)
                 log_error("cannot create %s or %s: %s", o->plugin_dir, o->registry_dir, strerror(-r));
                 goto out;
         }
+        remove_stale(o->registry_dir, o->driver, "-reg.sock");
+        remove_stale(o->plugin_dir, "dra", ".sock");
         r = pthread_create(&d->watcher, NULL, watcher_main, d);
         if (r) {
                 log_error("cannot start a thread: %s", strerror(r));

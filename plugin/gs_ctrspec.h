@@ -15,7 +15,7 @@
 #include "gs_wire.h"
 #include "gshare.pb-c.h"
 
-#define GS_CTRSPEC_MAX_ENV 6
+#define GS_CTRSPEC_MAX_ENV 7
 #define GS_CTRSPEC_MAX_MOUNTS 3
 #define GS_CTRSPEC_VALUE_MAX 1024
 /* The driver's three control nodes and one node per GPU. */

@@ -58,6 +58,9 @@ struct plugin {
         struct gs_grpc_server *server;
         ino_t server_ino;
         unsigned serial;   /* names of private sockets */
+        /* A newer instance (an upgrade's new pod, beside us until we are
+         * stopped) serves our path: we neither serve nor register again. */
+        bool standby;
 };
 
 /* A reply message together with the arena that holds its pieces; base first,
@@ -644,15 +647,15 @@ static int do_register(struct plugin *p)
  * creates the socket file a while before it accepts on it (about 0.3 s for
  * 1.36), and a Register sent in that window is refused; a bare connect()
  * costs nothing and tells us when to send it. */
-static bool kubelet_accepts(const struct plugin *p)
+static bool accepts(const char *path)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         bool ok;
         int fd;
 
-        if (strlen(p->kubelet_sock) >= sizeof(sa.sun_path))
+        if (strlen(path) >= sizeof(sa.sun_path))
                 return true; /* let Register report the problem */
-        strcpy(sa.sun_path, p->kubelet_sock);
+        strcpy(sa.sun_path, path);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return true;
@@ -660,6 +663,21 @@ static bool kubelet_accepts(const struct plugin *p)
         ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN;
         close(fd);
         return ok;
+}
+
+static bool kubelet_accepts(const struct plugin *p)
+{
+        return accepts(p->kubelet_sock);
+}
+
+/* Another live instance's socket is at our path: a newer one renamed it
+ * there (an upgrade with maxSurge), and the kubelet talks to it. */
+static bool newer_serves(const struct plugin *p)
+{
+        struct stat st;
+
+        return p->server && stat(p->sock_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino != p->server_ino &&
+               accepts(p->sock_path);
 }
 
 static bool our_socket_ok(struct plugin *p)
@@ -806,7 +824,19 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 }
                 if (pf[1].revents)
                         read_events(ifd, &kubelet_new);
-                if (kubelet_new) {
+                if (p->standby) {
+                        continue;
+                } else if (!kubelet_new && !our_socket_ok(p) && newer_serves(p)) {
+                        /* Serving again would take the path back from it, and
+                         * it would take it back from us, until we stop. */
+                        log_info("another instance serves %s now (an upgrade): standing by until stopped",
+                                 p->sock_path);
+                        gs_grpc_server_stop(p->server);
+                        p->server = NULL;
+                        p->standby = true;
+                        need_register = false;
+                        continue;
+                } else if (kubelet_new) {
                         log_info("kubelet socket %s (re)created: serving a fresh socket and registering again",
                                  p->kubelet_sock);
                 } else if (!our_socket_ok(p)) {
