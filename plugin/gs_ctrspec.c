@@ -48,12 +48,12 @@ int gs_ctrspec_build(const struct gs_config *c, const Gshare__Ctl__V1__Allocatio
         add_env(ret, "GSHARE_MEM_LIMIT", limits);
         add_env(ret, "GSHARE_GPU", uuids);
         add_env(ret, "GSHARE_SOCKET", GS_PLUGIN_CTR_SOCKET_DIR "/" GS_SOCKET_NAME);
-        char wait[32];
-        snprintf(wait, sizeof(wait), "%u.%03u", c->agent_wait_ms / 1000, c->agent_wait_ms % 1000);
-        add_env(ret, "GSHARE_AGENT_WAIT", wait);
         add_env(ret, "NVIDIA_VISIBLE_DEVICES", uuids);
         if (c->inject == GS_INJECT_ENV)
                 add_env(ret, "LD_PRELOAD", GS_PLUGIN_CTR_HOOK);
+        char wait[32];
+        snprintf(wait, sizeof(wait), "%u.%03u", c->agent_wait_ms / 1000, c->agent_wait_ms % 1000);
+        add_env(ret, "GSHARE_AGENT_WAIT", wait);
         add_mount(ret, c->hook_path, GS_PLUGIN_CTR_HOOK);
         if (c->inject == GS_INJECT_PRELOAD)
                 add_mount(ret, c->preload_path, GS_PLUGIN_CTR_PRELOAD);

@@ -106,6 +106,7 @@ START_TEST(test_every_key)
                  "nvmlLibrary: /opt/nvml.so\n"
                  "contextSize: 600Mi\n"
                  "usageInterval: 250ms\n"
+                 "agentWait: 5s\n"
                  "overQuota: report\n"
                  "maxBlocksPerProcess: 1000\n"
                  "maxBlocksPerAllocation: 1073741824\n"
@@ -133,6 +134,7 @@ START_TEST(test_every_key)
         ck_assert_uint_eq(c.unit_bytes, 2 * GS_GiB);
         ck_assert_uint_eq(c.chunk_bytes, 512 * GS_MiB);
         ck_assert_uint_eq(c.reserve_bytes, 1536 * GS_MiB);
+        ck_assert_uint_eq(c.agent_wait_ms, 5000);
         ck_assert_uint_eq(c.balloon_cap_bytes, 4 * GS_GiB);
         ck_assert_str_eq(c.nvml_library, "/opt/nvml.so");
         ck_assert_uint_eq(c.context_bytes, 600 * GS_MiB);
@@ -247,6 +249,8 @@ START_TEST(test_errors)
         expect_error("contextSize: lots\n", 1, "contextSize");
         expect_error("contextSize: 100Gi\n", 1, "contextSize: must be auto or at most 64Gi");
         expect_error("usageInterval: -1s\n", 1, "usageInterval");
+        expect_error("agentWait: 2h\n", 1, "agentWait: must be at most 1h");
+        expect_error("agentWait: soon\n", 1, "agentWait");
         expect_error("balloonCap: [1, 2]\n", 1, "balloonCap: expected a single value, got a list");
         expect_error("maxBlocksPerProcess: 0\n", 1, "maxBlocksPerProcess: must be 1 to 1073741824, got 0");
         expect_error("maxBlocksPerProcess: 1073741825\n", 1, "maxBlocksPerProcess: must be 1 to 1073741824");

@@ -225,7 +225,9 @@ START_TEST(test_ctrspec)
 
         gs_config_defaults(&c);
         ck_assert_int_eq(gs_ctrspec_build(&c, alloc_of("/run/gshare/alloc/x-1", 2), &s, err, sizeof(err)), 0);
-        ck_assert_uint_eq(s.nenv, 4);
+        ck_assert_uint_eq(s.nenv, 5);
+        ck_assert_str_eq(s.env[4].name, "GSHARE_AGENT_WAIT");
+        ck_assert_str_eq(s.env[4].value, "30.000");
         ck_assert_str_eq(s.env[0].name, "GSHARE_MEM_LIMIT");
         ck_assert_str_eq(s.env[0].value, "2147483648,3221225472");
         ck_assert_str_eq(s.env[1].value, "GPU-a,GPU-b");
@@ -237,8 +239,11 @@ START_TEST(test_ctrspec)
         ck_assert(s.mounts[0].ro && s.mounts[1].ro && s.mounts[2].ro);
         c.inject = GS_INJECT_ENV;
         ck_assert_int_eq(gs_ctrspec_build(&c, alloc_of("/run/gshare/alloc/x-1", 1), &s, err, sizeof(err)), 0);
-        ck_assert_uint_eq(s.nenv, 5);
+        ck_assert_uint_eq(s.nenv, 6);
         ck_assert_str_eq(s.env[4].name, "LD_PRELOAD");
+        c.agent_wait_ms = 1500;
+        ck_assert_int_eq(gs_ctrspec_build(&c, alloc_of("/run/gshare/alloc/x-1", 1), &s, err, sizeof(err)), 0);
+        ck_assert_str_eq(s.env[5].value, "1.500");
         ck_assert_uint_eq(s.nmounts, 2);
         ck_assert_int_eq(gs_ctrspec_build(&c, alloc_of("/run/x", 0), &s, err, sizeof(err)), -EINVAL);
         ck_assert_int_eq(gs_ctrspec_build(&c, alloc_of("relative/dir", 1), &s, err, sizeof(err)), -EINVAL);
