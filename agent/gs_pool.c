@@ -546,6 +546,27 @@ uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p)
         return p->leg.nchunks;
 }
 
+uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep)
+{
+        const struct gs_gsm_chunk *cs = p->a->pool->gsm.chunks;
+        uint32_t n = 0;
+
+        for (uint32_t id = p->g.held.head; id != GS_GSM_NONE && p->leg.nchunks > keep;) {
+                uint32_t next = cs[id].next, slot = cs[id].slot;
+                if (cs[id].user == &legacy_mark && (slot >= p->leg.slots_cap || p->leg.count[slot] == 0)) {
+                        if (slot < p->leg.slots_cap)
+                                p->leg.claimed[slot] = 0;
+                        gs_gsm_put(&p->g, slot);
+                        p->leg.nchunks--;
+                        n++;
+                }
+                id = next;
+        }
+        if (n)
+                DEBUG_VALIDATE(p->a->pool, "legacy_shed");
+        return n;
+}
+
 int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
 {
         uint32_t chunk;

@@ -207,6 +207,9 @@ int gs_pproc_legacy_block(struct gs_pproc *p, uint64_t off, uint64_t size) GS_WU
  * opaque and the blocks are kept only for lookups and frees (a free of one
  * never empties a chunk). */
 int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete) GS_WUR;
+/* Gives back opaque legacy chunks (under no legacy block) until at most
+ * keep legacy chunks remain; returns how many went. */
+uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep);
 /* Legacy chunks p still holds (opaque or under legacy blocks). */
 uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p);
 /* Every chunk placed at or taken from a slot of a process with a tag

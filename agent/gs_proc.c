@@ -106,6 +106,9 @@ static void destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 gs_pproc_del(p->gpus[i].pp);
                 gs_pproc_del(p->gpus[i].vpp);
                 p->gpus[i].vpp = NULL;
+                free(p->gpus[i].lvmm);
+                p->gpus[i].lvmm = NULL;
+                p->gpus[i].nlvmm = 0;
                 /* Its context is gone with it: what it was charged goes
                  * back once the driver has the memory free again. */
                 g->outside_measured -= p->gpus[i].outside_measured;
@@ -387,6 +390,12 @@ static void take_over_closed(struct gs_agent *ag, struct gs_proc *p)
                 pg->vmm.cs.tag = &pg->vtag;
                 if (pg->vmm.cs.pp)
                         gs_pproc_set_tag(pg->vmm.cs.pp, &pg->vtag);
+                pg->lvmm = qg->lvmm;
+                pg->nlvmm = qg->nlvmm;
+                pg->lvmm_bytes = qg->lvmm_bytes;
+                qg->lvmm = NULL;
+                qg->nlvmm = 0;
+                qg->lvmm_bytes = 0;
                 pg->outside_charge = qg->outside_charge;
                 pg->ctx_expect = qg->ctx_expect;
                 pg->outside_measured = qg->outside_measured;
@@ -515,6 +524,50 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
         return 0;
 }
 
+/* pre: the GPU's lock.  vpp keeps as many chunks as the legacy VMM
+ * allocations' bytes need: more are given back (their fillers died with
+ * the old agent), fewer (no ledger said so) are adopted, standing for
+ * memory the process holds. */
+static void legacy_vmm_settle(struct gs_proc *p, struct gs_proc_gpu *pg, uint32_t gi)
+{
+        struct gs_gpu *g = pg->g;
+        uint32_t keep = (uint32_t)((pg->lvmm_bytes + g->chunk_bytes - 1) / g->chunk_bytes);
+        struct gs_part *part = &p->alloc->parts[gi];
+
+        if (!pg->vpp && keep == 0)
+                return;
+        if (!pg->vpp) {
+                if (gs_pproc_new(part->pa, pg->nslots, &pg->vpp) < 0)
+                        return;
+                gs_pproc_set_tag(pg->vpp, &pg->vtag);
+        }
+        (void)gs_pproc_legacy_shed(pg->vpp, keep);
+        for (uint32_t s = 0; s < pg->nslots && gs_pproc_legacy_chunks(pg->vpp) < keep; s++) {
+                uint32_t chunk;
+                if (gs_pproc_slot_chunk(pg->vpp, s) != UINT32_MAX)
+                        continue;
+                if (gs_pproc_adopt(pg->vpp, s, &chunk) < 0)
+                        break;
+                (void)gs_gpu_chunk_orphan(g, chunk);
+        }
+        gs_gpu_check_lending(g);
+}
+
+int gs_proc_legacy_vmm_release(struct gs_proc_gpu *pg, uint64_t id)
+{
+        for (uint32_t i = 0; i < pg->nlvmm; i++) {
+                if (pg->lvmm[i].id != id)
+                        continue;
+                pg->lvmm_bytes -= pg->lvmm[i].size;
+                pg->lvmm[i] = pg->lvmm[--pg->nlvmm];
+                if (pg->vpp)
+                        (void)gs_pproc_legacy_shed(pg->vpp, (uint32_t)((pg->lvmm_bytes + pg->g->chunk_bytes - 1) /
+                                                                       pg->g->chunk_bytes));
+                return 0;
+        }
+        return -ENOENT;
+}
+
 /* One GS_SOCK_RECLAIM message of a reclaiming process: 1 for more to
  * come, 0 when the process is served from now on, or a negative errno
  * with err set (its connection ends; it keeps what it holds). */
@@ -557,6 +610,7 @@ static int on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
                         struct gs_gpu *g = p->gpus[i].g;
                         pthread_mutex_lock(&g->lock);
                         r = gs_pproc_legacy_seal(p->gpus[i].pp, (m.flags >> i) & 1);
+                        legacy_vmm_settle(p, &p->gpus[i], i);
                         pthread_mutex_unlock(&g->lock);
                         if (r < 0)
                                 log_warn("process %d of allocation %s: its blocks on GPU %u are kept opaque: %s",
@@ -579,12 +633,39 @@ static int on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
                          p->alloc->id, (unsigned long long)p->id);
                 return 0;
         }
-        if (m.gpu >= p->ngpus || (m.kind != GS_RECLAIM_SLOTS && m.kind != GS_RECLAIM_BLOCKS) ||
-            (m.kind == GS_RECLAIM_BLOCKS && m.count % 2)) {
+        if (m.gpu >= p->ngpus ||
+            (m.kind != GS_RECLAIM_SLOTS && m.kind != GS_RECLAIM_BLOCKS && m.kind != GS_RECLAIM_VMM) ||
+            (m.kind != GS_RECLAIM_SLOTS && m.count % 2)) {
                 snprintf(err, errlen, "bad reclaim message (GPU %u, kind %u, %u items)", m.gpu, m.kind, m.count);
                 return -EPROTO;
         }
         struct gs_proc_gpu *pg = &p->gpus[m.gpu];
+        if (m.kind == GS_RECLAIM_VMM) {
+                /* Main thread; the workers do not serve p yet. */
+                for (uint32_t k = 0; k + 1 < m.count; k += 2) {
+                        uint64_t id = m.item[k], size = m.item[k + 1];
+                        if (!size || size % GS_VMM_ALIGN || size > (uint64_t)pg->nslots * pg->g->chunk_bytes ||
+                            pg->nlvmm >= GS_VMM_MAX_PER_PROC) {
+                                snprintf(err, errlen, "bad reclaimed VMM allocation %llu of %llu bytes",
+                                         (unsigned long long)id, (unsigned long long)size);
+                                return -EPROTO;
+                        }
+                        if (!pg->lvmm || (pg->nlvmm >= 16 && !(pg->nlvmm & (pg->nlvmm - 1)))) {
+                                struct gs_legacy_vmm *t = realloc(pg->lvmm, (pg->lvmm ? 2 * pg->nlvmm : 16) *
+                                                                                    sizeof(*t));
+                                if (!t) {
+                                        snprintf(err, errlen, "out of memory");
+                                        return -ENOMEM;
+                                }
+                                pg->lvmm = t;
+                        }
+                        pg->lvmm[pg->nlvmm++] = (struct gs_legacy_vmm){ id, size };
+                        pg->lvmm_bytes += size;
+                        if (pg->vmm.next_id < id)
+                                pg->vmm.next_id = id; /* new ids never meet old ones */
+                }
+                return 1;
+        }
         pthread_mutex_lock(&pg->g->lock);
         for (uint32_t k = 0; k < m.count && r == 0; k++) {
                 if (m.kind == GS_RECLAIM_SLOTS) {

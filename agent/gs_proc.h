@@ -37,6 +37,10 @@
  * a second per process, so that a process cannot hold a worker with it. */
 #define GS_PROC_ROOM_WAIT_MS 300
 
+struct gs_legacy_vmm {
+        uint64_t id, size;
+};
+
 struct gs_proc_gpu {
         struct gs_gpu *g;
         struct gs_pproc *pp;
@@ -56,7 +60,17 @@ struct gs_proc_gpu {
          * earlier agent (held until it exits; NULL if none). */
         struct gs_ledger_tag tag, vtag;
         struct gs_pproc *vpp;
+        /* Its VMM allocations made under an earlier agent (reclaimed): vpp
+         * keeps chunks for their bytes, fewer as they are released. */
+        struct gs_legacy_vmm *lvmm;
+        uint32_t nlvmm;
+        uint64_t lvmm_bytes;
 };
+
+/* After the application released a VMM allocation the set does not know:
+ * one of the legacy ones (its chunks go back as far as the others allow),
+ * 0; else -ENOENT.  Under the GPU's lock. */
+int gs_proc_legacy_vmm_release(struct gs_proc_gpu *pg, uint64_t id);
 
 /* RECLAIM: WELCOME sent to a reclaiming HELLO, its GS_SOCK_RECLAIM
  * messages being read; not served yet. */

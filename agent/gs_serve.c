@@ -320,6 +320,8 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
         case GS_OP_VMM_RELEASE:
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
+                if (r == -ENOENT)
+                        r = gs_proc_legacy_vmm_release(pg, req->arg[0]);
                 if (r == 0)
                         gs_gpu_check_lending(pg->g);
                 pthread_mutex_unlock(&pg->g->lock);

@@ -129,7 +129,14 @@ _Static_assert(sizeof(struct gs_sock_grant) == 40, "gs_sock_grant layout");
  * count.  SLOTS: each item a slot; BLOCKS: pairs (offset, size) of live
  * blocks, count even; END: count 0, flags bit i set when GPU i's blocks
  * are complete (else the agent keeps every chunk of that GPU opaque). */
-enum gs_reclaim_kind { GS_RECLAIM_SLOTS = 1, GS_RECLAIM_BLOCKS = 2, GS_RECLAIM_END = 3 };
+enum gs_reclaim_kind {
+        GS_RECLAIM_SLOTS = 1,
+        GS_RECLAIM_BLOCKS = 2,
+        GS_RECLAIM_END = 3,
+        /* pairs (id, size) of the process's live VMM allocations made by an
+         * earlier agent (its GS_OP_VMM_RELEASE of such an id is accepted) */
+        GS_RECLAIM_VMM = 4,
+};
 #define GS_RECLAIM_MAX_ITEMS 4096u
 struct gs_sock_reclaim {
         struct gs_sock_hdr h;

@@ -265,6 +265,12 @@ static int gs_reclaim(const char **why)
                 struct gs_hook_gpu *g = &gs_conn.gpus[gi];
                 uint32_t k = 0;
 
+                for (size_t from = 0, next; r == 0; from = next) {
+                        size_t n = gs_hook_vmm_list(gi, from, m->item, GS_RECLAIM_MAX_ITEMS / 2, &next);
+                        if (n == 0)
+                                break;
+                        r = gs_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0);
+                }
                 if (!g->va_base)
                         continue;
                 for (uint32_t s = 0; s < g->max_slots && r == 0; s++) {

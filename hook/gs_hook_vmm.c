@@ -13,6 +13,7 @@
 struct gs_vmm_ent {
         CUmemGenericAllocationHandle h;
         uint64_t id;
+        uint64_t size;
         uint32_t gpu;
         int fd;        /* the agent's fd, kept: an imported handle cannot be
                           exported again, so cuMemExportToShareableHandle
@@ -111,7 +112,7 @@ int gs_hook_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevic
                 res = -ENOMEM;
                 goto out;
         }
-        g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], (uint32_t)gi, fd };
+        g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], size, (uint32_t)gi, fd };
         *ret_h = h;
         res = 0;
 out:
@@ -156,3 +157,17 @@ int gs_hook_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd)
         return r;
 }
 
+
+size_t gs_hook_vmm_list(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next)
+{
+        size_t n = 0, i;
+
+        for (i = from; i < g_nvmm && n < max_pairs; i++)
+                if (g_vmm[i].gpu == gpu) {
+                        pairs[2 * n] = g_vmm[i].id;
+                        pairs[2 * n + 1] = g_vmm[i].size;
+                        n++;
+                }
+        *ret_next = i;
+        return n;
+}
