@@ -3,6 +3,7 @@
  * docs/agent.md). */
 #include "gs_agent.h"
 
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -234,7 +235,15 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
                 }
         }
         /* An upgrade: the contexts exist, the old agent hands its pools over
-         * (from here its processes wait for us). */
+         * (from here its processes wait for us).  A GPU whose context found
+         * no room would have no pool: better the old agent serves on. */
+        for (uint32_t i = 0; ho && i < ag->ngpus; i++)
+                if (!ag->gpus[i].ctx_ready && strstr(ag->gpus[i].health_reason, "OUT_OF_MEMORY")) {
+                        log_error("GPU %u: no room for this agent's context beside the running agent (%s): the "
+                                  "running agent serves on; this one stops (retried at its restart)",
+                                  ag->gpus[i].index, ag->gpus[i].health_reason);
+                        return -ENOMEM;
+                }
         if (ho && gs_handover_take(ho, ag, &inh, err, sizeof(err)) < 0) {
                 log_error("%s", err);
                 return -EIO;
@@ -332,6 +341,27 @@ static void on_signal(void *data, uint32_t events)
         }
 }
 
+/* The readiness probe's file (config readyFile): there while this agent
+ * serves or stands ready to take over. */
+static void ready_file(const struct gs_config *c, bool ready)
+{
+        int fd;
+
+        if (!c->ready_file[0])
+                return;
+        if (!ready) {
+                (void)unlink(c->ready_file);
+                return;
+        }
+        fd = open(c->ready_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) {
+                log_warn("cannot create the ready file %s: %m", c->ready_file);
+                return;
+        }
+        dprintf(fd, "%d\n", (int)getpid());
+        close(fd);
+}
+
 /* After each batch in which something Watch clients see changed. */
 static void broadcast(struct gs_agent *ag)
 {
@@ -401,6 +431,26 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
+        if (r == 0 && gs_handover_older_agent(&ag)) {
+                /* An agent of an earlier release, which cannot hand over:
+                 * ready to take over (so that the rollout stops it), but
+                 * nothing of ours may touch the GPU or its paths before it
+                 * is gone. */
+                log_warn("an agent without handover (an earlier release) serves %s: waiting for it to stop; its "
+                         "processes keep their memory but cannot allocate after it",
+                         ag.cfg.agent_socket);
+                ready_file(&ag.cfg, true);
+                while (gs_handover_older_agent(&ag)) {
+                        struct timespec ts = { 0, 200 * 1000 * 1000 };
+                        int sig;
+                        if (sigtimedwait(&set, NULL, &ts) >= 0) {
+                                (void)sig;
+                                log_info("stopped while waiting");
+                                goto out;
+                        }
+                }
+                log_info("the earlier agent is gone: starting as after a restart");
+        }
         if (open_gpus(&ag, ho) < 0)
                 goto out;
         /* Each connection holds its socket, pidfd, segment and doorbell. */
@@ -445,6 +495,7 @@ int main(int argc, char **argv)
         /* An upgrade: the old agent lets its processes go to us now. */
         gs_handover_finish(ho);
         ho = NULL;
+        ready_file(&ag.cfg, true);
         /* After the restore, so that its first snapshot sees every allocation. */
         r = gs_recon_start(&ag, &recon);
         if (r < 0) {
@@ -462,8 +513,9 @@ int main(int argc, char **argv)
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
-        gs_handover_finish(ho); /* failed before READY: the old agent serves on */
+        gs_handover_abort(ho); /* failed before READY: the old agent serves on */
         gs_handover_close(&ag);
+        ready_file(&ag.cfg, false);
         if (ag.handed_over) {
                 /* Everything is the new agent's: close our sockets (their
                  * paths are its), keep every byte as it is (processes map

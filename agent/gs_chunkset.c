@@ -68,8 +68,13 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                         put_back(g, s, s->held[s->nheld + got].off);
                 return r;
         }
-        for (uint32_t i = 0; i < got; i++)
-                gs_gpu_chunk_drop(g, s->held[s->nheld + i].chunk);
+        for (uint32_t i = 0; i < got; i++) {
+                uint32_t c = s->held[s->nheld + i].chunk;
+                /* Its memory is what the set gives the driver: a chunk
+                 * without any (after a restart) takes a free chunk's. */
+                (void)gs_gpu_chunk_fill(g, c);
+                gs_gpu_chunk_drop(g, c);
+        }
         s->nheld += got;
         return (int)got;
 }

@@ -216,6 +216,24 @@ void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk)
                 chunk_drop(g, &g->chunks[chunk]);
 }
 
+bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
+{
+        if (chunk >= g->nchunks)
+                return false;
+        if (g->chunks[chunk].fd >= 0)
+                return true;
+        for (uint32_t d = 0; d < g->nchunks; d++) {
+                struct gs_chunk *c = &g->chunks[d];
+                if (c->fd < 0 || c->pending || !gs_pool_chunk_in_sys(g->pool, d))
+                        continue;
+                struct gs_chunk t = g->chunks[chunk];
+                g->chunks[chunk] = *c;
+                *c = t;
+                return true;
+        }
+        return false;
+}
+
 int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen)
 {
         struct gs_chunk *c;
@@ -231,6 +249,10 @@ int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errl
         r = chunk_make(g, c, err, errlen);
         if (r < 0)
                 c->fd = -1;
+        /* No room: the memory may be a free chunk's (after a restart the
+         * pool's chunks without memory need not be the right ones). */
+        if (r == -ENOSPC && gs_gpu_chunk_fill(g, chunk))
+                r = 0;
         return r;
 }
 

@@ -127,6 +127,11 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
                     CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen) GS_WUR;
 /* Closes *fd (if >= 0) and releases h. */
 void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd);
+/* A chunk without memory takes the memory of a chunk on the system free
+ * list (which then has none, made again once the driver has room): the
+ * memory a pool's chunks stand for is the same, whichever chunk holds it.
+ * Whether chunk has memory now.  Under g->lock. */
+bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk);
 /* Releases a pool chunk's memory (its fd becomes -1); the chunk stays in the
  * pool's books.  gs_gpu_chunk_remake creates and exports it again (no-op if
  * it has memory).  Both under g->lock with g->ctx current. */

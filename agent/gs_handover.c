@@ -460,6 +460,30 @@ fail:
         return r;
 }
 
+void gs_handover_abort(struct gs_handover *h)
+{
+        if (!h)
+                return;
+        close(h->fd);
+        free(h);
+}
+
+bool gs_handover_older_agent(const struct gs_agent *ag)
+{
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        bool up;
+        int fd;
+
+        if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ag->cfg.agent_socket) >= (int)sizeof(sa.sun_path))
+                return false;
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return false;
+        up = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN;
+        close(fd);
+        return up;
+}
+
 void gs_handover_finish(struct gs_handover *h)
 {
         struct ho_msg m;

@@ -63,6 +63,12 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
                      size_t errlen) GS_WUR;
 /* READY, and the connection goes.  NULL is fine (nothing to do). */
 void gs_handover_finish(struct gs_handover *h);
+/* This agent cannot take over: the connection goes without READY and the
+ * old agent serves on.  NULL is fine. */
+void gs_handover_abort(struct gs_handover *h);
+/* No handover socket answers: whether an agent (of an earlier release,
+ * without one) still serves the control socket. */
+bool gs_handover_older_agent(const struct gs_agent *ag);
 /* Frees what gs_handover_take returned (fds not taken are closed). */
 void gs_handover_inherit_free(struct gs_gpu_inherit *inh, uint32_t n);
 

@@ -567,13 +567,15 @@ uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep)
         return n;
 }
 
-int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
+static int adopt(struct gs_pproc *p, uint32_t slot, bool force, uint32_t *ret_chunk)
 {
         uint32_t chunk;
         int r;
 
         if (slot >= p->g.nslots || gs_gsm_slot_chunk(&p->g, slot) != GS_GSM_NONE)
                 return -EBUSY;
+        if (!force && gs_gsm_alloc_obtainable(&p->a->g) == 0)
+                return -ENOMEM;
         r = legacy_slots_grow(&p->leg, slot + 1);
         if (r < 0)
                 return r;
@@ -587,6 +589,16 @@ int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
         return 0;
 }
 
+int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
+{
+        return adopt(p, slot, true, ret_chunk);
+}
+
+int gs_pproc_adopt_capped(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
+{
+        return adopt(p, slot, false, ret_chunk);
+}
+
 int gs_pproc_legacy_claim(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
 {
         int r;
@@ -597,7 +609,7 @@ int gs_pproc_legacy_claim(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk
         if (slot >= p->g.nslots)
                 return -EBUSY;
         if (gs_gsm_slot_chunk(&p->g, slot) == GS_GSM_NONE) {
-                r = gs_pproc_adopt(p, slot, ret_chunk);
+                r = adopt(p, slot, false, ret_chunk);
                 if (r < 0)
                         return r;
         } else if (!is_legacy(p, slot)) {

@@ -193,9 +193,13 @@ int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base,
  * is already held.  -EBUSY (slot occupied or out of range), -ENOSPC (the
  * pool has no chunk left to stand for it), -ENOMEM. */
 int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
+/* The same within the quota and balloon cap (-ENOMEM past them): for
+ * what only the process says it holds. */
+int gs_pproc_adopt_capped(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
 /* The process maps slot: a legacy chunk there is claimed; a free slot is
- * adopted first (*ret_chunk its chunk, else UINT32_MAX).  -EBUSY if the
- * slot holds an ordinary chunk, -EALREADY once sealed. */
+ * adopted first, within the quota and balloon cap (*ret_chunk its chunk,
+ * else UINT32_MAX; -ENOMEM past them).  -EBUSY if the slot holds an
+ * ordinary chunk, -EALREADY once sealed. */
 int gs_pproc_legacy_claim(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
 /* A live block [off, off + size) whose slots are all claimed legacy
  * chunks.  -EINVAL (misaligned, empty, outside), -EALREADY (sealed),

@@ -546,7 +546,7 @@ static void legacy_vmm_settle(struct gs_proc *p, struct gs_proc_gpu *pg, uint32_
                 uint32_t chunk;
                 if (gs_pproc_slot_chunk(pg->vpp, s) != UINT32_MAX)
                         continue;
-                if (gs_pproc_adopt(pg->vpp, s, &chunk) < 0)
+                if (gs_pproc_adopt_capped(pg->vpp, s, &chunk) < 0)
                         break;
                 (void)gs_gpu_chunk_orphan(g, chunk);
         }
@@ -678,10 +678,14 @@ static int on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
                         if (r == 0 && chunk != UINT32_MAX && gs_gpu_chunk_orphan(pg->g, chunk) < 0)
                                 log_warn("GPU %u: no chunk without memory to stand for slot %u of process %d",
                                          pg->g->index, (unsigned)m.item[k], p->pid);
-                        if (r == -ENOSPC) {
-                                log_warn("GPU %u: process %d maps slot %u, but the pool has no chunk left for it",
-                                         pg->g->index, p->pid, (unsigned)m.item[k]);
-                                r = 0;
+                        if (r == -ENOSPC || r == -ENOMEM) {
+                                /* Not in the ledger: only the process says so,
+                                 * and its quota cannot cover it.  Serving it
+                                 * would hand that slot out again. */
+                                snprintf(err, errlen, "it maps slot %u on GPU %u, which the ledger does not name and "
+                                         "its quota cannot cover", (unsigned)m.item[k], pg->g->index);
+                                pthread_mutex_unlock(&pg->g->lock);
+                                return -EDQUOT;
                         }
                 } else {
                         r = gs_pproc_legacy_block(pg->pp, m.item[k], m.item[k + 1]);

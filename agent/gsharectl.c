@@ -7,7 +7,9 @@
  * bad usage, 3 if the agent could not be reached. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,6 +31,7 @@ static void usage(FILE *f)
                    "  create ID...       create (or find) the allocation of these device IDs\n"
                    "  release ID         release an allocation by id\n"
                    "  watch              print the GPU list on every change (Ctrl-C ends)\n"
+                   "  ready FILE         exit 0 if the agent's ready file (config readyFile) exists\n"
                    "The socket defaults to $GSHARE_AGENT_SOCKET, else %s.\n",
                 GS_CTL_DEFAULT_SOCKET);
 }
@@ -299,6 +302,15 @@ int main(int argc, char **argv)
         cmd = argv[optind++];
         if (strcmp(cmd, "watch") == 0)
                 return watch(path);
+        if (strcmp(cmd, "ready") == 0 && optind + 1 == argc) {
+                /* The readiness probe: this pod's own agent, not whichever
+                 * agent answers on the node's shared socket path. */
+                struct stat st;
+                if (stat(argv[optind], &st) == 0 && S_ISREG(st.st_mode))
+                        return 0;
+                fprintf(stderr, "gsharectl: not ready: %s: %s\n", argv[optind], strerror(errno));
+                return 1;
+        }
         if (strcmp(cmd, "gpus") == 0) {
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_LIST_GPUS;
                 req.list_gpus = &lg;

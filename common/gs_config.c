@@ -560,6 +560,8 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
                 return set_path(x, v, key, c->socket_root, sizeof(c->socket_root));
         if (strcmp(key, "stateDir") == 0)
                 return set_path(x, v, key, c->state_dir, sizeof(c->state_dir));
+        if (strcmp(key, "readyFile") == 0)
+                return set_path(x, v, key, c->ready_file, sizeof(c->ready_file));
         if (strcmp(key, "kubeletDir") == 0)
                 return set_path(x, v, key, c->kubelet_dir, sizeof(c->kubelet_dir));
         if (strcmp(key, "hookPath") == 0)

@@ -81,6 +81,10 @@ struct gs_config {
         char agent_socket[PATH_MAX];
         char socket_root[PATH_MAX];
         char state_dir[PATH_MAX];
+        /* Created once this agent serves (or stands ready to take over from
+         * an agent of an earlier release), removed when it stops or hands
+         * over: the readiness probe's file, private to the pod ("": none). */
+        char ready_file[PATH_MAX];
         char kubelet_dir[PATH_MAX];
         char hook_path[PATH_MAX];
         char preload_path[PATH_MAX];

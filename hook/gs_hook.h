@@ -72,7 +72,8 @@ void *gs_real_dlsym_fn(void);
 
 /* One line on stderr, "gshare: ...", at most once per process per key (a
  * fork child may print again).  Debug lines only with $GSHARE_HOOK_DEBUG=1. */
-enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE_CAPTURE, GS_ONCE_CTX, GS_ONCE__N };
+enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE_CAPTURE, GS_ONCE_CTX, GS_ONCE_RECLAIM,
+               GS_ONCE__N };
 void gs_hook_say_once(enum gs_once key, const char *fmt, ...) GS_PRINTF(2, 3);
 void gs_hook_debug(const char *fmt, ...) GS_PRINTF(1, 2);
 void gs_hook_once_reset(void);

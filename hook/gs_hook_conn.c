@@ -327,7 +327,8 @@ static int gs_reclaim(const char **why)
                 return 0;
         if (n >= 0 && gs_conn_hdr_ok(&rep.h, GS_SOCK_ERROR, sizeof(rep.e), n)) {
                 rep.e.msg[sizeof(rep.e.msg) - 1] = '\0';
-                gs_hook_debug("the agent refused the reclaim: %s", rep.e.msg);
+                gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s refused this process's reclaim: %s",
+                                 gs_conn.sock_path, rep.e.msg);
                 *why = "the agent refused to take our memory back";
                 return -EPERM;
         }
@@ -476,7 +477,7 @@ static int gs_conn_reconnect(void)
                         return 1;
                 }
                 if (r == -EPERM) {
-                        gs_hook_say_once(GS_ONCE_AGENT, "the gshare agent at %s did not take this process's memory "
+                        gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s did not take this process's memory "
                                          "back (%s); GPU memory allocation is disabled for this process",
                                          gs_conn.sock_path, why);
                         gs_conn.state = GS_CONN_DOWN;

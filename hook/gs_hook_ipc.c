@@ -51,7 +51,7 @@ int gs_hook_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr)
                 res = -EINVAL;
                 goto out;
         }
-        if (gs_conn.state != GS_CONN_UP || gs_conn_call(GS_OP_IPC_EXPORT, (uint32_t)gi, dptr - gs_conn.gpus[gi].va_base, 0, &rep) < 0) {
+        if (!gs_conn_up() || gs_conn_call(GS_OP_IPC_EXPORT, (uint32_t)gi, dptr - gs_conn.gpus[gi].va_base, 0, &rep) < 0) {
                 res = -EOPNOTSUPP;
                 goto out;
         }

@@ -13,6 +13,10 @@
 #include "gs_ctl.h"
 #include "gs_log.h"
 
+/* How long the agent may be unreachable (a restart, an upgrade's
+ * handover) before every unit is reported Unhealthy. */
+#define GS_MIRROR_GRACE_MS 1000
+
 static void free_gpus(struct gs_mirror_gpu *g, size_t n)
 {
         for (size_t i = 0; g && i < n; i++)
@@ -255,6 +259,20 @@ static void *watcher(void *arg)
                 watch_once(m);
                 if (stopping(m))
                         break;
+                /* A restart or an upgrade closes the stream and the agent
+                 * answers again within a moment: units go Unhealthy only
+                 * if it does not. */
+                bool back = false;
+                for (int64_t t0 = gs_mono_ms(); !back && !stopping(m) && gs_mono_ms() - t0 < GS_MIRROR_GRACE_MS;) {
+                        int fd = gs_ctl_connect(m->agent_socket);
+                        back = fd >= 0;
+                        if (back)
+                                close(fd);
+                        else
+                                usleep(50 * 1000);
+                }
+                if (back)
+                        continue;
                 publish(m, NULL, 0, false);
                 for (int i = 0; i < 5 && !stopping(m); i++) /* retry every 0.5 s */
                         usleep(100 * 1000);
