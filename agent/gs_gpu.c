@@ -279,6 +279,19 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
 {
         char err[256];
 
+        /* Free chunks without memory (after a restart, or given back
+         * without it) are made as soon as the driver has room: memory left
+         * free would be a bypassing process's for the taking. */
+        for (uint32_t i = 0; i < g->nchunks; i++) {
+                struct gs_chunk *c = &g->chunks[i];
+                if (c->fd >= 0 || c->pending || gs_pool_chunk_held(g->pool, i))
+                        continue;
+                (void)g->agent->cu.ctx_set_current(g->ctx);
+                if (chunk_make(g, c, err, sizeof(err)) < 0) {
+                        c->fd = -1;
+                        break;
+                }
+        }
         if (!g->chunks_pending)
                 return;
         (void)g->agent->cu.ctx_set_current(g->ctx);
