@@ -42,6 +42,7 @@ struct gs_cu {
         CUresult (*mem_unmap)(CUdeviceptr, size_t);
         CUresult (*mem_get_address_range_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
         CUresult (*stream_synchronize)(CUstream);
+        CUresult (*ctx_synchronize)(void);
         CUresult (*stream_synchronize_ptsz)(CUstream);
         CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *);
         CUresult (*stream_is_capturing_ptsz)(CUstream, CUstreamCaptureStatus *);

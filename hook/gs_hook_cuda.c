@@ -55,6 +55,7 @@ static const struct {
         GS_CU_ENTRY(mem_address_reserve, cuMemAddressReserve), GS_CU_ENTRY(mem_import_from_shareable_handle, cuMemImportFromShareableHandle), GS_CU_ENTRY(mem_map, cuMemMap),
         GS_CU_ENTRY(mem_set_access, cuMemSetAccess), GS_CU_ENTRY(mem_release, cuMemRelease), GS_CU_ENTRY(mem_create, cuMemCreate), GS_CU_ENTRY(mem_unmap, cuMemUnmap),
         GS_CU_ENTRY(mem_get_address_range_v2, cuMemGetAddressRange_v2), GS_CU_ENTRY(stream_synchronize, cuStreamSynchronize),
+        GS_CU_ENTRY(ctx_synchronize, cuCtxSynchronize),
         GS_CU_ENTRY(stream_synchronize_ptsz, cuStreamSynchronize_ptsz), GS_CU_ENTRY(ipc_get_mem_handle, cuIpcGetMemHandle),
         GS_CU_ENTRY(ipc_open_mem_handle_v2, cuIpcOpenMemHandle_v2), GS_CU_ENTRY(ipc_close_mem_handle, cuIpcCloseMemHandle), GS_CU_ENTRY(mem_address_free, cuMemAddressFree),
         GS_CU_ENTRY(mem_export_to_shareable_handle, cuMemExportToShareableHandle), GS_CU_ENTRY(stream_is_capturing, cuStreamIsCapturing),

@@ -125,6 +125,11 @@ int gs_hook_mem_free(CUdeviceptr ptr)
                 gs_conn_lost("the agent asked to release slots outside our range");
                 goto out;
         }
+        /* Natively cuMemFree waits for the device: work still queued may use
+         * the chunk (its other blocks were freed before, their kernels
+         * maybe not done).  Only a release pays this, not every free. */
+        if (cu->ctx_synchronize)
+                (void)cu->ctx_synchronize();
         for (uint64_t s = first; s < first + count; s++) {
                 if (!g->mapped[s])
                         continue;

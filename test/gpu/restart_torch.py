@@ -1,0 +1,95 @@
+"""PyTorch across agent restarts (issue 18): holds HOLD_GIB of data and keeps
+training a transformer block, allocating and freeing temporaries (the
+caching allocator off, so every step goes to the agent), while
+test/gpu/restart_check.sh kills the agent (kill -9) and starts a new one,
+then upgrades it (a second build takes over beside it).
+
+Prints one JSON line per second: steps, the longest step (ms, the stall),
+failed calls (exceptions), data checks.  On a line "grow" on stdin it
+allocates 64 MiB tensors until out of memory and prints what it got; on
+"quit" it checks its data one last time, prints a summary and exits 0 if
+nothing failed."""
+import json
+import os
+import select
+import sys
+import time
+
+import torch
+
+HOLD = int(float(os.environ.get("HOLD_GIB", "4")) * (1 << 30))
+dev = "cuda"
+torch.manual_seed(0)
+hold = torch.arange(HOLD // 8, dtype=torch.int64, device=dev)
+expect = int(hold[:: 1 << 20].sum().item())
+d, heads, seq, batch = 512, 8, 256, 16
+model = torch.nn.TransformerEncoderLayer(d, heads, dim_feedforward=4 * d, batch_first=True, dropout=0.0).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x = torch.randn(batch, seq, d, device=dev)
+stats = {"steps": 0, "failed": 0, "errors": [], "max_step_ms": 0.0, "max_step_at": 0.0, "checks": 0,
+         "check_failures": 0, "grown_bytes": 0}
+t_start = time.monotonic()
+
+
+def check_data():
+    stats["checks"] += 1
+    got = int(hold[:: 1 << 20].sum().item())
+    if got != expect or int(hold[-1].item()) != HOLD // 8 - 1:
+        stats["check_failures"] += 1
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    tmp = torch.empty(int(torch.randint(1 << 10, 64 << 20, (1,)).item()), dtype=torch.uint8, device=dev)
+    tmp.fill_(1)
+    del tmp
+    torch.cuda.synchronize()
+
+
+def grow():
+    got = []
+    try:
+        while True:
+            got.append(torch.empty(64 << 20, dtype=torch.uint8, device=dev))
+    except torch.OutOfMemoryError:
+        pass
+    stats["grown_bytes"] = len(got) * (64 << 20)
+    print(json.dumps({"event": "grown", "bytes": stats["grown_bytes"]}), flush=True)
+    del got
+    torch.cuda.empty_cache()
+
+
+print(json.dumps({"event": "ready", "hold_bytes": HOLD, "pid": os.getpid()}), flush=True)
+last = time.monotonic()
+while True:
+    t0 = time.monotonic()
+    try:
+        step()
+        stats["steps"] += 1
+    except Exception as e:  # noqa: BLE001
+        stats["failed"] += 1
+        if len(stats["errors"]) < 5:
+            stats["errors"].append(f"{type(e).__name__}: {e}"[:200])
+    ms = (time.monotonic() - t0) * 1000
+    if ms > stats["max_step_ms"] and stats["steps"] > 5:
+        stats["max_step_ms"] = ms
+        stats["max_step_at"] = round(t0 - t_start, 3)
+    if time.monotonic() - last >= 1.0:
+        last = time.monotonic()
+        check_data()
+        print(json.dumps({"event": "tick", **stats}), flush=True)
+    r, _, _ = select.select([sys.stdin], [], [], 0)
+    if r:
+        cmd = sys.stdin.readline().strip()
+        if cmd == "grow":
+            grow()
+        elif cmd == "quit" or cmd == "":
+            break
+        elif cmd == "reset":
+            stats["max_step_ms"] = 0.0
+check_data()
+print(json.dumps({"event": "summary", **stats}), flush=True)
+sys.exit(0 if stats["failed"] == 0 and stats["check_failures"] == 0 else 1)
