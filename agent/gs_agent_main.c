@@ -453,6 +453,8 @@ int main(int argc, char **argv)
         }
         if (open_gpus(&ag, ho) < 0)
                 goto out;
+        if (ho)
+                log_info("upgrade: pools built on the old agent's chunks");
         /* Each connection holds its socket, pidfd, segment and doorbell. */
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
             (uint64_t)ag.cfg.max_conns * 4 + 1024 > rl.rlim_cur)
@@ -490,6 +492,8 @@ int main(int argc, char **argv)
                 log_error("checkpoint in %s: %s", ag.cfg.state_dir, strerror(-r));
         /* The previous agent's processes, before any connection is served. */
         gs_proc_restore(&ag);
+        if (ho)
+                log_info("upgrade: allocations and processes restored");
         if (gs_handover_listen(&ag, err, sizeof(err)) < 0)
                 log_warn("%s: an upgrade will not take over from this agent without a gap", err);
         /* An upgrade: the old agent lets its processes go to us now. */
@@ -517,20 +521,14 @@ out:
         gs_handover_close(&ag);
         ready_file(&ag.cfg, false);
         if (ag.handed_over) {
-                /* Everything is the new agent's: close our sockets (their
-                 * paths are its), keep every byte as it is (processes map
-                 * it), and wait for the end; exiting now would have the
-                 * kubelet start this old version again. */
-                gs_ctlsrv_free(ag.ctl);
-                gs_metrics_free(ag.metrics);
-                gs_allocs_listen(&ag, false);
+                /* Everything is the new agent's: our sockets' and files'
+                 * paths are its own (nothing is removed or written), and
+                 * our memory goes without any made in its place (the new
+                 * agent holds the chunks; processes map them). */
+                for (uint32_t i = 0; i < ag.ngpus; i++)
+                        ag.gpus[i].frozen = true;
                 for (struct gs_allocation *a = ag.allocs; a; a = a->next)
                         gs_closep(&a->listen_fd);
-                log_info("handed over; waiting for SIGTERM");
-                int sig;
-                while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
-                        ;
-                return 0;
         }
         /* The ledgers keep saying what the processes hold: the next agent
          * charges it (a stop is an upgrade or a restart, not their end). */
@@ -552,6 +550,15 @@ out:
                 gs_loop_io_del(ag.loop, &sg.io);
         gs_closep(&sg.fd);
         gs_loop_free(ag.loop);
+        if (ag.handed_over) {
+                /* Exiting would have the kubelet start this old version
+                 * again: wait for the end of the pod. */
+                int sig;
+                log_info("handed over; waiting for SIGTERM");
+                while (sigwait(&set, &sig) == 0 && sig == SIGHUP)
+                        ;
+                rc = 0;
+        }
         log_info("stopped");
         return rc;
 }

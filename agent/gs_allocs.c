@@ -674,6 +674,9 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
         char path[PATH_MAX];
         int r;
 
+        /* Handed over: the file is the new agent's. */
+        if (ag->handed_over)
+                return 0;
         if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
             (int)sizeof(path))
                 return -ENAMETOOLONG;

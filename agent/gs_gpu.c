@@ -75,6 +75,10 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
         CUmemGenericAllocationHandle h;
         int fd = -1, r;
 
+        if (g->frozen) {
+                snprintf(err, errlen, "this agent handed its GPUs over: it makes no memory");
+                return -ENOSPC;
+        }
         /* Once the pool exists, new memory never eats into what is kept
          * free: memory the agent released comes back only once it is
          * really free (a process may hold it through a kept fd). */
@@ -196,6 +200,7 @@ static void chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
                 gs_closep(&c->fd);
         c->handle = 0;
         c->inherited = false;
+        c->recycle = false;
 }
 
 /* An inherited chunk's handle, imported from its fd on first need. */
@@ -224,7 +229,7 @@ bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
                 return true;
         for (uint32_t d = 0; d < g->nchunks; d++) {
                 struct gs_chunk *c = &g->chunks[d];
-                if (c->fd < 0 || c->pending || !gs_pool_chunk_in_sys(g->pool, d))
+                if (c->fd < 0 || c->pending || c->recycle || !gs_pool_chunk_in_sys(g->pool, d))
                         continue;
                 struct gs_chunk t = g->chunks[chunk];
                 g->chunks[chunk] = *c;
@@ -281,12 +286,17 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
 
         /* Free chunks without memory (after a restart, or given back
          * without it) are made as soon as the driver has room: memory left
-         * free would be a bypassing process's for the taking. */
-        for (uint32_t i = 0; i < g->nchunks; i++) {
+         * free would be a bypassing process's for the taking.  A bounded
+         * number per scan: the workers wait for the lock meanwhile. */
+        uint32_t budget = GS_GPU_REMAKE_PER_SCAN;
+        for (uint32_t i = 0; i < g->nchunks && budget; i++) {
                 struct gs_chunk *c = &g->chunks[i];
-                if (c->fd >= 0 || c->pending || gs_pool_chunk_held(g->pool, i))
+                if ((c->fd >= 0 && !c->recycle) || c->pending || gs_pool_chunk_held(g->pool, i))
                         continue;
                 (void)g->agent->cu.ctx_set_current(g->ctx);
+                if (c->recycle)
+                        chunk_drop(g, c);
+                budget--;
                 if (chunk_make(g, c, err, sizeof(err)) < 0) {
                         c->fd = -1;
                         break;
@@ -425,17 +435,20 @@ void gs_gpu_inherit_settle(struct gs_gpu *g)
 {
         uint32_t n = 0;
 
+        /* Marked only: dropping their memory costs the driver time the
+         * processes would wait for (an upgrade's gap); it is done before
+         * any grant and by the next scans. */
         pthread_mutex_lock(&g->lock);
         for (uint32_t i = 0; i < g->nchunks; i++) {
                 struct gs_chunk *c = &g->chunks[i];
                 if (!c->inherited || c->writer == 0 || gs_pool_chunk_held(g->pool, i))
                         continue;
-                chunk_drop(g, c);
+                c->recycle = true;
                 n++;
         }
         pthread_mutex_unlock(&g->lock);
         if (n)
-                log_info("GPU %u: %u handed-over chunks a process may still reach are made anew when next needed",
+                log_info("GPU %u: %u handed-over chunks a process may still reach are made anew before use",
                          g->index, n);
 }
 
@@ -794,6 +807,8 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 uint32_t c = gr[i].chunk;
                 char why[200];
 
+                if (c < g->nchunks && g->chunks[c].recycle)
+                        chunk_drop(g, &g->chunks[c]);
                 if (c < g->nchunks && g->chunks[c].fd < 0) {
                         (void)g->agent->cu.ctx_set_current(g->ctx);
                         if (gs_gpu_chunk_remake(g, c, why, sizeof(why)) < 0) {

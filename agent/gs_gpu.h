@@ -25,6 +25,8 @@
 #include "gs_pool.h"
 
 struct gs_allocation;
+/* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
+#define GS_GPU_REMAKE_PER_SCAN 16u
 
 struct gs_chunk {
         CUmemGenericAllocationHandle handle;
@@ -37,6 +39,9 @@ struct gs_chunk {
         /* Made by an earlier agent and handed over (gs_handover.h): fd is
          * that agent's export, handle 0 until the agent needs one. */
         bool inherited;
+        /* Inherited, and a process may still reach it through a kept fd:
+         * its memory is dropped and made anew before anyone gets it. */
+        bool recycle;
         /* Under the GPU's lock: the id of the last process granted this
          * memory (it may have written it), 0 if none since it was made or
          * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
@@ -89,6 +94,7 @@ struct gs_gpu {
         uint32_t nheld_before;
         uint32_t chunks_made_at_start; /* with memory; the rest stood for memory held */
         bool ctx_ready;          /* gs_gpu_open_ctx done: a pool may be built */
+        bool frozen;             /* handed over (gs_handover.h): makes no memory */
 };
 
 /* What an earlier agent hands over of one GPU's pool (gs_handover.h):

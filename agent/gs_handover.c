@@ -41,6 +41,7 @@ struct ho_msg {
 
 struct gs_handover {
         int fd;
+        int64_t take_ms;       /* when TAKE was sent: the processes wait since */
 };
 
 static size_t msg_len(const struct ho_msg *m)
@@ -235,6 +236,7 @@ static void serve(struct gs_agent *ag, int fd)
                 return;
         }
         /* From here the processes wait: nothing they hold may move. */
+        int64_t t_take = gs_mono_ms();
         gs_proc_pause_all(ag);
         gs_allocs_listen(ag, false);
         for (uint32_t i = 0; i < ag->ngpus; i++)
@@ -254,7 +256,8 @@ static void serve(struct gs_agent *ag, int fd)
          * it), our paths are its own now. */
         ag->handed_over = true;
         gs_proc_disconnect_all(ag);
-        log_info("upgrade: handed over to the new agent; waiting for the end");
+        log_info("upgrade: handed over to the new agent %lld ms after it took over; waiting for the end",
+                 (long long)(gs_mono_ms() - t_take));
         gs_loop_stop(ag->loop);
 }
 
@@ -401,6 +404,7 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
         }
         memset(m, 0, offsetof(struct ho_msg, ent));
         m->type = HO_TAKE;
+        h->take_ms = gs_mono_ms();
         r = ho_send(h->fd, m, NULL, 0);
         while (r == 0) {
                 r = ho_recv(h->fd, m, 0, fds, &nfds);
@@ -494,6 +498,9 @@ void gs_handover_finish(struct gs_handover *h)
         m.type = HO_READY;
         if (ho_send(h->fd, &m, NULL, 0) < 0)
                 log_warn("upgrade: cannot tell the old agent we serve");
+        else
+                log_info("upgrade: serving %lld ms after taking over; the old agent lets its processes go",
+                         (long long)(gs_mono_ms() - h->take_ms));
         close(h->fd);
         free(h);
 }

@@ -17,6 +17,8 @@ case $B in /*) ;; *) B=$root/$B ;; esac
 PY=${PYTHON_GPU:-python3}
 [[ -n ${GSHARE_LIBDIR:-} ]] && export LD_LIBRARY_PATH=$GSHARE_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 work=$(mktemp -d /tmp/gshare-restart.XXXXXX)
+trap '' PIPE
+trap 'tar czf "${OUT:-/tmp}/restart-logs.tgz" -C "$work" --exclude in --exclude "*.sock" --exclude alloc . 2>/dev/null' EXIT
 sock=$work/agent.sock
 AGENT1=$B/gshare-agent
 AGENT2=${AGENT2:-$work/gshare-agent-next}
@@ -42,7 +44,7 @@ units0=$(units); chunks0=$(free_chunks)
 dir=$(ctl --json create $(for u in 0 1 2 3 4 5 6 7; do printf '%s-u%d ' "$uuid" $u; done) | js 'd["allocation"]["socket_dir"]')
 Q=$((8 << 30))
 note "units $units0, chunks free $chunks0; allocation $dir (8 GiB)"
-hooked() { env LD_PRELOAD="$B/libgshare.so" GSHARE_SOCKET="$dir/agent.sock" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+hooked() { env GSHARE_HOOK_DEBUG=1 LD_PRELOAD="$B/libgshare.so" GSHARE_SOCKET="$dir/agent.sock" PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
            PYTHONUNBUFFERED=1 "$@"; }
 mkfifo "$work/in"
 hooked "$PY" "$here/restart_torch.py" <"$work/in" >"$work/trainer.out" 2>"$work/trainer.err" &
@@ -65,37 +67,47 @@ got = []
 try:
     while True:
         got.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
-except torch.OutOfMemoryError:
-    pass
+except (torch.OutOfMemoryError, RuntimeError) as e:
+    if "out of memory" not in str(e):
+        raise
 print(len(got) * (64 << 20))' 2>>"$work/grow.err" | tail -n 1
 }
+snap() { ctl --json allocations >"$work/alloc-$1.json"; ctl --json gpus >"$work/gpus-$1.json"; }
+measure() {  # what a new process of the pod obtains, the trainer paused
+  say pause
+  for _ in $(seq 100); do [[ $(grep -c paused "$work/trainer.out") -gt $npause ]] && break; sleep 0.05; done
+  npause=$((npause + 1))
+  grown
+  say resume
+}
+npause=0
 drain 5
-note "before: $last"
-g0=$(grown); note "before: a new process of the pod obtains $((g0 >> 20)) MiB"
+note "before: $last"; snap before
+g0=$(measure); note "before: a new process of the pod obtains $((g0 >> 20)) MiB"
 
 # ---- crash: kill -9, a new agent started at once (a container restart)
-say reset
+say reset; sleep 1
 kill -9 "$a1"; while kill -0 "$a1" 2>/dev/null; do sleep 0.01; done
 t0=$(date +%s%N)
 a2=$(start "$AGENT1" "$work/agent2.log"); wait_ctl || bad "agent 2 did not start"
 note "crash: the new agent answers after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 drain 8
-crash_tick=$last; note "crash: $crash_tick"
+crash_tick=$last; note "crash: $crash_tick"; snap crash
 units1=$(units); note "crash: units $units0 -> $units1"
-g1=$(grown); note "crash: a new process of the pod obtains $((g1 >> 20)) MiB (before the crash $((g0 >> 20)))"
+g1=$(measure); note "crash: a new process of the pod obtains $((g1 >> 20)) MiB (before the crash $((g0 >> 20)))"
 
 # ---- upgrade: another build beside it takes over, then the old one stops
-say reset
+say reset; sleep 1
 a3=$(start "$AGENT2" "$work/agent3.log")
 for _ in $(seq 600); do grep -q "upgrade: handed over" "$work/agent2.log" && break; sleep 0.05; done
 grep -q "upgrade: handed over" "$work/agent2.log" || bad "no handover in agent 2's log"
 kill -TERM "$a2"; while kill -0 "$a2" 2>/dev/null; do sleep 0.01; done
 drain 8
-up_tick=$last; note "upgrade: $up_tick"
+up_tick=$last; note "upgrade: $up_tick"; snap upgrade
 units2=$(units); note "upgrade: units $units0 -> $units2"
-g2=$(grown); note "upgrade: a new process of the pod obtains $((g2 >> 20)) MiB"
+g2=$(measure); note "upgrade: a new process of the pod obtains $((g2 >> 20)) MiB"
 
-say grow; drain 10; note "trainer grown: $(grep grown "$work/trainer.out" | tail -n 1)"
+say pause; sleep 1; say grow; drain 10; note "trainer grown: $(grep grown "$work/trainer.out" | tail -n 1)"
 say quit
 for _ in $(seq 600); do kill -0 $tr 2>/dev/null || break; sleep 0.1; done
 summary=$(grep summary "$work/trainer.out" | tail -n 1)
@@ -120,5 +132,4 @@ PYEOF
 [[ $units1 == "$units0" && $units2 == "$units0" ]] || bad "units advertised dropped"
 [[ $chunks_end == "$chunks0" ]] || bad "chunks not all back"
 echo "--- logs (tails)"; for f in "$work"/agent*.log "$work/trainer.err"; do echo "== $f"; tail -n 15 "$f"; done
-cp "$work"/*.log "$work"/*.err "${OUT:-/tmp}/" 2>/dev/null
 exit $((fail > 0))

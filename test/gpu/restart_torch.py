@@ -5,7 +5,9 @@ test/gpu/restart_check.sh kills the agent (kill -9) and starts a new one,
 then upgrades it (a second build takes over beside it).
 
 Prints one JSON line per second: steps, the longest step (ms, the stall),
-failed calls (exceptions), data checks.  On a line "grow" on stdin it
+failed calls (exceptions), data checks.  Lines on stdin: "reset" (the longest step starts over), "pause" /
+"resume" (no steps meanwhile: another process of the pod measures what it
+can obtain), "grow": it it
 allocates 64 MiB tensors until out of memory and prints what it got; on
 "quit" it checks its data one last time, prints a summary and exits 0 if
 nothing failed."""
@@ -54,8 +56,10 @@ def grow():
     try:
         while True:
             got.append(torch.empty(64 << 20, dtype=torch.uint8, device=dev))
-    except torch.OutOfMemoryError:
-        pass
+    except (torch.OutOfMemoryError, RuntimeError) as e:
+        # without the caching allocator an out of memory is an AcceleratorError
+        if "out of memory" not in str(e):
+            raise
     stats["grown_bytes"] = len(got) * (64 << 20)
     print(json.dumps({"event": "grown", "bytes": stats["grown_bytes"]}), flush=True)
     del got
@@ -64,13 +68,23 @@ def grow():
 
 print(json.dumps({"event": "ready", "hold_bytes": HOLD, "pid": os.getpid()}), flush=True)
 last = time.monotonic()
+paused = False
 while True:
+    if paused:
+        time.sleep(0.01)
     t0 = time.monotonic()
     try:
-        step()
-        stats["steps"] += 1
+        if not paused:
+            step()
+            stats["steps"] += 1
     except Exception as e:  # noqa: BLE001
         stats["failed"] += 1
+        stats["last_error_at"] = round(time.monotonic() - t_start, 3)
+        if stats["failed"] <= 20:
+            import traceback
+            tb = traceback.extract_tb(e.__traceback__)[-1]
+            print(json.dumps({"event": "error", "t": stats["last_error_at"], "unix": time.time(),
+                              "where": "%s:%d %s" % (os.path.basename(tb.filename), tb.lineno, tb.line)}), flush=True)
         if len(stats["errors"]) < 5:
             stats["errors"].append(f"{type(e).__name__}: {e}"[:200])
     ms = (time.monotonic() - t0) * 1000
@@ -90,6 +104,11 @@ while True:
             break
         elif cmd == "reset":
             stats["max_step_ms"] = 0.0
+        elif cmd == "pause":  # while another process of the pod measures the quota
+            paused = True
+            print(json.dumps({"event": "paused"}), flush=True)
+        elif cmd == "resume":
+            paused = False
 check_data()
 print(json.dumps({"event": "summary", **stats}), flush=True)
 sys.exit(0 if stats["failed"] == 0 and stats["check_failures"] == 0 else 1)
