@@ -1,6 +1,8 @@
 /* gs_buddy.c — per-process buddy allocator over whole chunks (gs_buddy.h). */
 #include "gs_buddy.h"
 
+#include <stdbool.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +253,122 @@ int gs_buddy_add_chunk(struct gs_buddy *b, uint64_t base)
         return 0;
 }
 
+size_t gs_buddy_pieces(uint64_t start, uint64_t end, void (*fn)(void *ctx, uint64_t off, unsigned order),
+                       void *ctx)
+{
+        size_t n = 0;
+
+        while (start < end) {
+                unsigned o = start ? (unsigned)__builtin_ctzll(start) : 63u;
+                while (o > GS_BUDDY_MIN_SHIFT && (o >= 63u || start + (UINT64_C(1) << o) > end))
+                        o--;
+                if (fn)
+                        fn(ctx, start, o);
+                start += UINT64_C(1) << o;
+                n++;
+        }
+        return n;
+}
+
+struct used_ctx {
+        struct gs_buddy *b;
+        bool used;
+};
+
+static void add_piece(void *ctx, uint64_t off, unsigned order)
+{
+        struct used_ctx *u = ctx;
+        struct gs_buddy *b = u->b;
+        struct gs_blk *r = gs_buddy_rec_get(b);
+
+        if (!u->used) {
+                free_block_add(b, r, off, order);
+                return;
+        }
+        r->off = off;
+        r->size = UINT64_C(1) << order;
+        r->kind = GS_BLK_LEGACY;
+        r->order = (uint8_t)order;
+        r->req = r->size;
+        r->owner = NULL;
+        gs_buddy_insert(b, off, r);
+        b->bytes_used += r->size;
+        *fill_of(b, off) += r->size;
+}
+
+int gs_buddy_add_chunk_used(struct gs_buddy *b, uint64_t base, const uint64_t *rg, size_t n)
+{
+        uint64_t end = base + (UINT64_C(1) << b->chunk_shift), pos = base;
+        size_t need = 0;
+        int r;
+
+        for (size_t i = 0; i < n; i++) {
+                need += gs_buddy_pieces(pos, rg[2 * i], NULL, NULL) + gs_buddy_pieces(rg[2 * i], rg[2 * i + 1], NULL, NULL);
+                pos = rg[2 * i + 1];
+        }
+        need += gs_buddy_pieces(pos, end, NULL, NULL);
+        r = gs_buddy_reserve(b, need);
+        if (r == 0)
+                r = gs_buddy_reserve_chunks(b, base + 1);
+        if (r < 0)
+                return r;
+        struct used_ctx u = { b, false };
+        pos = base;
+        for (size_t i = 0; i < n; i++) {
+                u.used = false;
+                gs_buddy_pieces(pos, rg[2 * i], add_piece, &u);
+                u.used = true;
+                gs_buddy_pieces(rg[2 * i], rg[2 * i + 1], add_piece, &u);
+                pos = rg[2 * i + 1];
+        }
+        u.used = false;
+        gs_buddy_pieces(pos, end, add_piece, &u);
+        b->nchunks++;
+        return 0;
+}
+
+struct free_ctx {
+        struct gs_buddy *b;
+        int r;
+        uint64_t empty;
+};
+
+static void check_piece(void *ctx, uint64_t off, unsigned order)
+{
+        struct free_ctx *f = ctx;
+        const struct gs_blk *x = gs_buddy_find(f->b, off);
+
+        if (!x || x->kind != GS_BLK_LEGACY || x->size != UINT64_C(1) << order)
+                f->r = -ENOENT;
+}
+
+static void free_piece(void *ctx, uint64_t off, unsigned order)
+{
+        struct free_ctx *f = ctx;
+        uint64_t e = UINT64_MAX;
+
+        (void)order;
+        if (gs_buddy_free(f->b, gs_buddy_find(f->b, off), &e) < 0)
+                abort(); /* reserved by the caller */
+        if (e != UINT64_MAX && f->empty == UINT64_MAX)
+                f->empty = e;
+}
+
+int gs_buddy_free_pieces(struct gs_buddy *b, uint64_t start, uint64_t end, uint64_t *ret_empty_base)
+{
+        struct free_ctx f = { b, 0, UINT64_MAX };
+        size_t n = gs_buddy_pieces(start, end, check_piece, &f);
+
+        if (f.r < 0)
+                return f.r;
+        f.r = gs_buddy_reserve(b, n * GS_BUDDY_OP_RECS);
+        if (f.r < 0)
+                return f.r;
+        gs_buddy_pieces(start, end, free_piece, &f);
+        *ret_empty_base = f.empty;
+        return 0;
+}
+
 int gs_buddy_chunk_is_free(const struct gs_buddy *b, uint64_t base)
 {
         const struct gs_blk *r = gs_buddy_find(b, base);
@@ -472,6 +590,12 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                                              (unsigned long long)x->off,
                                              (unsigned long long)bd->off);
                         }
+                        break;
+                case GS_BLK_LEGACY:
+                        if (x->size > top || x->size != UINT64_C(1) << x->order || x->off & (x->size - 1))
+                                FAIL("legacy piece %#llx+%#llx misaligned", (unsigned long long)x->off,
+                                     (unsigned long long)x->size);
+                        used += x->size;
                         break;
                 case GS_BLK_USED:
                 case GS_BLK_SLAB:

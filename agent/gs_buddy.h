@@ -42,6 +42,8 @@ enum gs_blk_kind {
         GS_BLK_WHOLE,    /* whole chunks of a coalesced request (gs_pool.c) */
         GS_BLK_TAIL,     /* the partial last chunk of a coalesced request,
                             carved at the chunk's base; owner = its WHOLE */
+        GS_BLK_LEGACY,   /* an aligned power-of-two piece of a block an
+                            earlier agent carved (gs_pool.h "legacy") */
 };
 
 /* 40 bytes: a free block needs its list links, any other its size asked
@@ -113,6 +115,22 @@ int gs_buddy_reserve_chunks(struct gs_buddy *b, uint64_t end) GS_WUR;
  * not already added).  -ENOMEM (never after gs_buddy_reserve(b, 1) and
  * gs_buddy_reserve_chunks covering it). */
 int gs_buddy_add_chunk(struct gs_buddy *b, uint64_t base) GS_WUR;
+/* The aligned power-of-two pieces [start, end) splits into, greedily from
+ * the start (each the largest aligned to its position that fits): the
+ * canonical decomposition, which leaves no two free buddies.  Calls fn
+ * for each if not NULL; returns how many.  pre: both 256-aligned. */
+size_t gs_buddy_pieces(uint64_t start, uint64_t end, void (*fn)(void *ctx, uint64_t off, unsigned order),
+                       void *ctx);
+/* Adds a chunk at base (not in this buddy) whose ranges [r[2i], r[2i+1])
+ * (i < n; sorted, disjoint, 256-aligned, inside the chunk) are in use:
+ * they become GS_BLK_LEGACY pieces, the rest free blocks.  -ENOMEM
+ * (nothing added). */
+int gs_buddy_add_chunk_used(struct gs_buddy *b, uint64_t base, const uint64_t *r, size_t n) GS_WUR;
+/* Frees the GS_BLK_LEGACY pieces of [start, end) (as gs_buddy_pieces
+ * splits it), merging as gs_buddy_free does.  *ret_empty_base: a chunk it
+ * left wholly free, else UINT64_MAX.  -ENOENT if a piece is not there
+ * (nothing freed), -ENOMEM. */
+int gs_buddy_free_pieces(struct gs_buddy *b, uint64_t start, uint64_t end, uint64_t *ret_empty_base) GS_WUR;
 /* 1 if the chunk at base is in this buddy and wholly free, else 0. */
 int gs_buddy_chunk_is_free(const struct gs_buddy *b, uint64_t base);
 /* Takes a wholly free chunk out.  -EBUSY if it is not wholly free (or not

@@ -656,20 +656,6 @@ static int blk_cmp(const void *a, const void *b)
         return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Claimed legacy chunk at slot, under no legacy block any more: an empty
- * chunk of the process.  pre: the buddy's records and chunk map reserved. */
-static void legacy_to_empty(struct gs_pproc *p, uint32_t slot)
-{
-        uint64_t cb = p->a->pool->chunk_bytes;
-        uint32_t c = gs_gsm_slot_chunk(&p->g, slot);
-
-        p->a->pool->gsm.chunks[c].user = NULL;
-        p->leg.nchunks--;
-        p->leg.claimed[slot] = 0;
-        if (gs_buddy_add_chunk(&p->buddy, (uint64_t)slot * cb) < 0)
-                abort(); /* reserved by the caller */
-}
-
 int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete)
 {
         struct legacy *l = &p->leg;
@@ -689,20 +675,50 @@ int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete)
                 }
         if (!l->exact)
                 return r;
-        for (size_t i = 0; i < l->n; i++)
-                for (uint64_t s = l->blk[i].off / cb; s <= (l->blk[i].off + l->blk[i].req - 1) / cb; s++)
-                        l->count[s]++;
-        r = gs_buddy_reserve(&p->buddy, (size_t)l->slots_cap + GS_BUDDY_OP_RECS);
-        if (r == 0)
-                r = gs_buddy_reserve_chunks(&p->buddy, (uint64_t)l->slots_cap * cb);
+        /* Each claimed chunk joins the buddy with its blocks in place, as
+         * aligned pieces: its free space serves new requests at once. */
+        uint64_t *rg = NULL;
+        size_t cap = 0, i0 = 0;
+        for (uint32_t s = 0; s < l->slots_cap && r == 0; s++) {
+                if (!l->claimed[s] || !is_legacy(p, s))
+                        continue;
+                uint64_t base = (uint64_t)s * cb, end = base + cb;
+                size_t n = 0;
+                while (i0 < l->n && l->blk[i0].off + gs_align_up(l->blk[i0].req, GS_MIN_ALIGN) <= base)
+                        i0++;
+                for (size_t i = i0; i < l->n && l->blk[i].off < end; i++) {
+                        uint64_t a = l->blk[i].off, z = a + gs_align_up(l->blk[i].req, GS_MIN_ALIGN);
+                        if (n + 1 > cap) {
+                                size_t nc = cap ? 2 * cap : 64;
+                                uint64_t *t = realloc(rg, 2 * nc * sizeof(*t));
+                                if (!t) {
+                                        r = -ENOMEM;
+                                        break;
+                                }
+                                rg = t;
+                                cap = nc;
+                        }
+                        rg[2 * n] = a < base ? base : a;
+                        rg[2 * n + 1] = z > end ? end : z;
+                        n++;
+                }
+                if (r == 0)
+                        r = gs_buddy_add_chunk_used(&p->buddy, base, rg, n);
+                if (r == 0) {
+                        p->a->pool->gsm.chunks[gs_gsm_slot_chunk(&p->g, s)].user = NULL;
+                        p->leg.nchunks--;
+                        l->claimed[s] = 0;
+                }
+        }
+        free(rg);
         if (r < 0) {
-                /* Cannot track them exactly: they stay opaque. */
+                /* The chunks not done stay opaque; frees of their blocks
+                 * only count. */
                 l->exact = false;
+                for (uint32_t s = 0; s < l->slots_cap; s++)
+                        l->claimed[s] = 0;
                 return r;
         }
-        for (uint32_t s = 0; s < l->slots_cap; s++)
-                if (l->claimed[s] && l->count[s] == 0 && is_legacy(p, s))
-                        legacy_to_empty(p, s);
         DEBUG_VALIDATE(p->a->pool, "legacy_seal");
         return 0;
 }
@@ -746,19 +762,27 @@ static int legacy_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_
 
         if (!b)
                 return -ENOENT;
-        uint64_t req = b->req, first = off / cb, last = (off + req - 1) / cb;
+        uint64_t req = b->req, end = off + gs_align_up(req, GS_MIN_ALIGN);
         if (l->exact) {
-                int r = gs_buddy_reserve(&p->buddy, (size_t)(last - first + 1) + GS_BUDDY_OP_RECS);
-                if (r == 0)
-                        r = gs_buddy_reserve_chunks(&p->buddy, (last + 1) * cb);
+                /* Its pieces, chunk by chunk: all there, or nothing freed. */
+                size_t pieces = 0;
+                for (uint64_t a = off; a < end; a = (a / cb + 1) * cb) {
+                        uint64_t z = (a / cb + 1) * cb < end ? (a / cb + 1) * cb : end;
+                        const struct gs_blk *x = gs_buddy_find(&p->buddy, a);
+                        if (!x || x->kind != GS_BLK_LEGACY)
+                                return -ENOENT;
+                        pieces += gs_buddy_pieces(a, z, NULL, NULL);
+                }
+                int r = gs_buddy_reserve(&p->buddy, pieces * GS_BUDDY_OP_RECS);
                 if (r < 0)
                         return r;
-                for (uint64_t s = first; s <= last; s++)
-                        if (--l->count[s] == 0 && l->claimed[s] && is_legacy(p, (uint32_t)s)) {
-                                legacy_to_empty(p, (uint32_t)s);
-                                if (empty == UINT64_MAX)
-                                        empty = s * cb;
-                        }
+                for (uint64_t a = off; a < end; a = (a / cb + 1) * cb) {
+                        uint64_t z = (a / cb + 1) * cb < end ? (a / cb + 1) * cb : end, e;
+                        if (gs_buddy_free_pieces(&p->buddy, a, z, &e) < 0)
+                                abort(); /* checked and reserved above */
+                        if (e != UINT64_MAX && empty == UINT64_MAX)
+                                empty = e;
+                }
         }
         b->req = 0;
         l->nlive--;
@@ -793,7 +817,7 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
         if (off % GS_MIN_ALIGN || off / cb >= p->g.nslots)
                 return -ENOENT;
         x = gs_buddy_find(&p->buddy, off);
-        if (!x && p->leg.nlive && is_legacy(p, (uint32_t)(off / cb)))
+        if ((x && x->kind == GS_BLK_LEGACY) || (!x && p->leg.nlive && is_legacy(p, (uint32_t)(off / cb))))
                 return legacy_free(p, off, ret_release);
         if (!x || x->kind == GS_BLK_SLAB) {
                 /* A slot: in the slab block at off (slot 0), or inside one. */
@@ -909,6 +933,8 @@ int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base, u
                 x = gs_buddy_find_containing(&p->buddy, off);
                 if (x && x->kind == GS_BLK_TAIL)
                         x = x->owner;
+                if (x && x->kind == GS_BLK_LEGACY)
+                        return -ENOENT; /* past its block's end (legacy_find had it) */
         }
         if (x && x->kind == GS_BLK_SLAB) {
                 const struct gs_slab *s = x->owner;
@@ -985,7 +1011,7 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                      p->whole_chunks, inbuddy, (unsigned long long)p->buddy.nchunks);
         for (size_t i = 0; i < p->buddy.tab_cap; i++) {
                 const struct gs_blk *x = p->buddy.tab[i].blk;
-                if (!x || x->kind == GS_BLK_FREE || x->kind == GS_BLK_SLAB)
+                if (!x || x->kind == GS_BLK_FREE || x->kind == GS_BLK_SLAB || x->kind == GS_BLK_LEGACY)
                         continue;
                 if (x->kind == GS_BLK_TAIL) {
                         const struct gs_blk *w = x->owner;

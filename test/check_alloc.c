@@ -479,25 +479,25 @@ static void on_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, i
 
 /* After an agent restart (gs_pool.h "legacy"): chunks adopted at given
  * slots stay opaque until the process says which it maps and where its
- * live blocks are; then only their free space outside those blocks is
- * handed out, and a chunk whose last legacy block goes is an empty chunk. */
+ * live blocks are; then each claimed chunk is an ordinary buddy chunk with
+ * those blocks in place, its free space handed out again. */
 START_TEST(test_legacy)
 {
         struct gs_palloc *a;
         struct gs_pproc *p;
-        uint64_t base, size;
-        uint32_t c, c2;
+        uint64_t base, size, off = 0, off2;
+        uint32_t c;
         static int tag;
 
         memset(holds, 0, sizeof(holds));
         gs_pool_set_hold_fn(pool, on_hold, NULL);
-        ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
+        ck_assert_int_eq(gs_palloc_new(pool, 6, 0, &a), 0);
         ck_assert_int_eq(gs_pproc_new(a, 32, &p), 0);
         gs_pproc_set_tag(p, &tag);
-        /* Five slots held before: one more than the quota (past the cap,
-         * borrowed: it is held already). */
-        uint32_t slots[] = { 3, 4, 5, 9, 12 };
-        for (unsigned i = 0; i < 5; i++) {
+        /* Seven slots held before (the ledger says so): one more than the
+         * quota (past the cap, borrowed: it is held already). */
+        uint32_t slots[] = { 3, 4, 5, 9, 12, 13, 14 };
+        for (unsigned i = 0; i < 7; i++) {
                 ck_assert_int_eq(gs_pproc_adopt(p, slots[i], &c), 0);
                 ck_assert_int_eq(holds[c], 1);
                 ck_assert_int_eq(hold_slot[c], (int)slots[i]);
@@ -505,24 +505,25 @@ START_TEST(test_legacy)
         }
         ck_assert_int_eq(gs_pproc_adopt(p, 3, &c), -EBUSY);
         ck_assert_int_eq(gs_pproc_adopt(p, 32, &c), -EBUSY);
-        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 5);
-        /* Before the claims nothing is handed out of them: a request
-         * needs a chunk of its own (none left in the quota: refused). */
-        uint64_t off = 0;
+        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 7);
+        /* Before the claims nothing is handed out of them, and the quota is
+         * used up: refused. */
         ck_assert_int_eq(gs_pproc_malloc(p, 4096, &off, grants, 16, &ngrants), -ENOMEM);
-        /* The process maps 3, 4, 9, 12 and 20 (20 unknown to the ledger:
-         * adopted, charged); not 5 (kept opaque). */
-        uint32_t claimed[] = { 3, 4, 9, 12, 20 };
-        for (unsigned i = 0; i < 5; i++) {
+        /* A slot the ledger does not name: only within the quota (none left). */
+        ck_assert_int_eq(gs_pproc_legacy_claim(p, 20, &c), -ENOMEM);
+        /* The process maps 3, 4, 9, 12, 13, 14; not 5 (kept opaque). */
+        uint32_t claimed[] = { 3, 4, 9, 12, 13, 14 };
+        for (unsigned i = 0; i < 6; i++) {
                 ck_assert_int_eq(gs_pproc_legacy_claim(p, claimed[i], &c), 0);
-                ck_assert_uint_eq(c == UINT32_MAX, claimed[i] != 20);
+                ck_assert_uint_eq(c, UINT32_MAX);
         }
         valid();
-        /* Blocks: one in 3, one spanning 3..4, one in 12; slot 9 and 20
-         * have none. */
+        /* Blocks: one in 3, one spanning 3..4, one in 12, one over 13..14
+         * (a coalesced block); 9 has none. */
         ck_assert_int_eq(gs_pproc_legacy_block(p, 3 * CHUNK + 4096, 1000), 0);
         ck_assert_int_eq(gs_pproc_legacy_block(p, 3 * CHUNK + CHUNK / 2, CHUNK), 0);
         ck_assert_int_eq(gs_pproc_legacy_block(p, 12 * CHUNK, 300), 0);
+        ck_assert_int_eq(gs_pproc_legacy_block(p, 13 * CHUNK, CHUNK + 12345), 0);
         /* Not in claimed legacy slots, misaligned, empty: refused. */
         ck_assert_int_eq(gs_pproc_legacy_block(p, 5 * CHUNK, 256), -EINVAL);
         ck_assert_int_eq(gs_pproc_legacy_block(p, 7 * CHUNK, 256), -EINVAL);
@@ -533,13 +534,13 @@ START_TEST(test_legacy)
         ck_assert_int_eq(gs_pproc_legacy_seal(p, true), -EALREADY);
         ck_assert_int_eq(gs_pproc_legacy_claim(p, 21, &c), -EALREADY);
         valid();
-        /* 9 and 20 are empty chunks now; 3, 4, 12 under blocks, 5 opaque. */
-        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 4);
+        /* Only 5 is opaque now; 9 is an empty chunk. */
+        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 1);
         struct gs_pproc_stats st;
         gs_pproc_stats(p, &st);
-        ck_assert_uint_eq(st.chunks_held, 6);
-        ck_assert_uint_eq(st.chunks_empty, 2);
-        ck_assert_uint_eq(st.nblocks, 3);
+        ck_assert_uint_eq(st.chunks_held, 7);
+        ck_assert_uint_eq(st.chunks_empty, 1);
+        ck_assert_uint_eq(st.nblocks, 4);
         /* Lookups inside legacy blocks. */
         ck_assert_int_eq(gs_pproc_range(p, 3 * CHUNK + CHUNK / 2 + CHUNK - 1, &base, &size), 0);
         ck_assert_uint_eq(base, 3 * CHUNK + CHUNK / 2);
@@ -547,34 +548,36 @@ START_TEST(test_legacy)
         ck_assert_int_eq(gs_pproc_range(p, 3 * CHUNK + 4096 + 999, &base, &size), 0);
         ck_assert_uint_eq(base, 3 * CHUNK + 4096);
         ck_assert_int_eq(gs_pproc_range(p, 3 * CHUNK + 4096 + 1000, &base, &size), -ENOENT);
+        ck_assert_int_eq(gs_pproc_range(p, 14 * CHUNK + 12344, &base, &size), 0);
+        ck_assert_uint_eq(base, 13 * CHUNK);
         ck_assert_int_eq(gs_pproc_range(p, 5 * CHUNK, &base, &size), -ENOENT);
-        /* New blocks come from the empty chunks (no grant), never from
-         * legacy ones. */
+        /* The free space around the blocks serves new requests, without a
+         * grant: half of chunk 4 is free. */
         off = must_malloc(p, CHUNK / 2);
         ck_assert_uint_eq(ngrants, 0);
-        ck_assert(off / CHUNK == 9 || off / CHUNK == 20);
-        /* Free a legacy block: its chunk stays legacy while another block
-         * is over it. */
+        ck_assert_uint_eq(off, 4 * CHUNK + CHUNK / 2);
+        off2 = must_malloc(p, 100000);
+        ck_assert_uint_eq(ngrants, 0);
+        ck_assert(off2 / CHUNK != 5);
+        /* Frees of legacy blocks; a second is refused. */
         must_free(p, 3 * CHUNK + 4096);
-        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 4);
         ck_assert_int_eq(gs_pproc_free(p, 3 * CHUNK + 4096, NULL), -ENOENT);
-        /* The spanning block's free empties 3 and 4. */
         must_free(p, 3 * CHUNK + CHUNK / 2);
-        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 2);
-        off = must_malloc(p, 2 * CHUNK);
-        ck_assert_uint_eq(ngrants, 0); /* 3 and 4 reused, cached */
-        ck_assert_uint_eq(off, 3 * CHUNK);
-        must_free(p, off);
+        must_free(p, 13 * CHUNK);
         must_free(p, 12 * CHUNK);
-        ck_assert_uint_eq(gs_pproc_legacy_chunks(p), 1); /* slot 5 */
-        c = gs_pproc_slot_chunk(p, 5);
+        must_free(p, off);
+        must_free(p, off2);
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.nblocks, 0);
+        ck_assert_uint_eq(st.chunks_empty, 6); /* all but the opaque one */
         ck_assert_int_eq(gs_pproc_release(p, 5, 1), -EBUSY);
+        ck_assert_int_eq(gs_pproc_release(p, 12, 1), 0);
+        valid();
         /* The process goes: every chunk is back, the ledger told. */
         gs_pproc_del(p);
         valid();
         for (unsigned i = 0; i < 16; i++)
                 ck_assert_int_eq(holds[i], 0);
-        (void)c2;
         ck_assert_int_eq(gs_palloc_del(a), 0);
         valid();
 }
@@ -610,6 +613,58 @@ START_TEST(test_legacy_inexact)
                 ck_assert_int_eq(gs_palloc_del(a), 0);
                 valid();
         }
+}
+END_TEST
+
+
+/* Random legacy blocks of every size, sealed into the buddy; then random
+ * requests and frees of both kinds, every invariant checked after each
+ * step (debug build), until everything is freed. */
+START_TEST(test_legacy_random)
+{
+        struct gs_palloc *a;
+        struct gs_pproc *p;
+        uint64_t live[512];
+        unsigned nlive = 0;
+        uint32_t c;
+
+        srand(7);
+        ck_assert_int_eq(gs_palloc_new(pool, 8, 0, &a), 0);
+        ck_assert_int_eq(gs_pproc_new(a, 16, &p), 0);
+        for (uint32_t s = 0; s < 4; s++)
+                ck_assert_int_eq(gs_pproc_legacy_claim(p, s, &c), 0);
+        /* Disjoint blocks at random 256-aligned places in slots 0..3. */
+        for (uint64_t pos = 0; pos < 4 * CHUNK && nlive < 200;) {
+                pos += (uint64_t)(rand() % 64) * 256 * (1 + (rand() % 4 == 0) * 4096);
+                uint64_t sz = 1 + (uint64_t)rand() % (rand() % 8 == 0 ? CHUNK / 2 : 70000);
+                if (pos + sz > 4 * CHUNK)
+                        break;
+                ck_assert_int_eq(gs_pproc_legacy_block(p, pos, sz), 0);
+                live[nlive++] = pos;
+                pos = gs_align_up(pos + sz, 256);
+        }
+        ck_assert_int_eq(gs_pproc_legacy_seal(p, true), 0);
+        valid();
+        for (int step = 0; step < 3000 || nlive; step++) {
+                if (step < 3000 && nlive < 512 && rand() % 2) {
+                        uint64_t off;
+                        uint64_t sz = 1 + (uint64_t)rand() % (rand() % 16 == 0 ? CHUNK : 100000);
+                        if (gs_pproc_malloc(p, sz, &off, grants, 16, &ngrants) == 0)
+                                live[nlive++] = off;
+                } else if (nlive) {
+                        unsigned i = (unsigned)rand() % nlive;
+                        ck_assert_int_eq(gs_pproc_free(p, live[i], NULL), 0);
+                        live[i] = live[--nlive];
+                }
+                valid();
+        }
+        struct gs_pproc_stats st;
+        gs_pproc_stats(p, &st);
+        ck_assert_uint_eq(st.nblocks, 0);
+        ck_assert_uint_eq(st.chunks_empty, st.chunks_held);
+        gs_pproc_del(p);
+        ck_assert_int_eq(gs_palloc_del(a), 0);
+        valid();
 }
 END_TEST
 
@@ -654,6 +709,7 @@ int main(void)
         tcase_add_test(tc, test_two_procs_isolated);
         tcase_add_test(tc, test_legacy);
         tcase_add_test(tc, test_legacy_inexact);
+        tcase_add_test(tc, test_legacy_random);
         suite_add_tcase(s, tc);
         return gs_check_run(s);
 }
