@@ -189,7 +189,9 @@ int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *er
 static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
 {
         ret->writer = 0; /* scrubbed by gs_gpu_mem_make */
-        return gs_gpu_mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, err, errlen);
+        int r = gs_gpu_mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, err, errlen);
+        ret->memid = r == 0 ? ++g->memid_next : 0;
+        return r;
 }
 
 static void chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
@@ -201,6 +203,7 @@ static void chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
         c->handle = 0;
         c->inherited = false;
         c->recycle = false;
+        c->memid = 0;
 }
 
 /* An inherited chunk's handle, imported from its fd on first need. */
@@ -635,6 +638,9 @@ static int open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
                 c->inherited = c->fd >= 0;
                 /* Another agent's process ids: scrubbed before any grant. */
                 c->writer = inh->written[i] ? UINT64_MAX : 0;
+                c->memid = c->fd >= 0 ? inh->memid[i] : 0;
+                if (c->memid > g->memid_next)
+                        g->memid_next = c->memid;
                 if (c->fd >= 0)
                         g->chunks_made_at_start++;
         }

@@ -42,6 +42,9 @@ struct gs_chunk {
         /* Inherited, and a process may still reach it through a kept fd:
          * its memory is dropped and made anew before anyone gets it. */
         bool recycle;
+        /* Names this memory (not the chunk id: records trade memory);
+         * 0 without memory.  An upgrade sends each fd once (gs_handover.h). */
+        uint64_t memid;
         /* Under the GPU's lock: the id of the last process granted this
          * memory (it may have written it), 0 if none since it was made or
          * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
@@ -95,6 +98,8 @@ struct gs_gpu {
         uint32_t chunks_made_at_start; /* with memory; the rest stood for memory held */
         bool ctx_ready;          /* gs_gpu_open_ctx done: a pool may be built */
         bool frozen;             /* handed over (gs_handover.h): makes no memory */
+        uint64_t memid_next;     /* under lock: the last memid given */
+        uint64_t ho_snap_memid;  /* an upgrade: memids up to this went at PREPARE */
 };
 
 /* What an earlier agent hands over of one GPU's pool (gs_handover.h):
@@ -104,6 +109,7 @@ struct gs_gpu_inherit {
         uint32_t nchunks;
         int *fd;
         uint8_t *written;
+        uint64_t *memid;       /* the old agent's: kept, for its next upgrade */
 };
 
 

@@ -24,9 +24,13 @@
 
 enum ho_type { HO_PREPARE = 1, HO_ROOM, HO_TAKE, HO_GPU, HO_CHUNKS, HO_SENT, HO_READY, HO_FAIL };
 
+#define HO_WRITTEN 1u /* a process may have written it */
+#define HO_FD 2u      /* its fd comes with this message (else: sent at PREPARE) */
+
 struct ho_ent {
         uint32_t chunk;
-        uint32_t written;
+        uint32_t flags;
+        uint64_t memid;        /* gs_chunk.memid: the memory, whichever chunk holds it */
 };
 
 struct ho_msg {
@@ -39,10 +43,29 @@ struct ho_msg {
         struct ho_ent ent[HO_MAX_FDS];
 };
 
+/* The chunks' fds the old agent sent at PREPARE, per GPU, by memid. */
+struct ho_snap {
+        uint8_t uuid[16];
+        uint64_t *memid;
+        int *fd;
+        size_t n, cap;
+};
+
 struct gs_handover {
         int fd;
         int64_t take_ms;       /* when TAKE was sent: the processes wait since */
+        struct ho_snap *snap;
+        size_t nsnap;
 };
+
+static uint32_t fds_in(const struct ho_msg *m)
+{
+        uint32_t k = 0;
+
+        for (uint32_t i = 0; i < m->n && i < HO_MAX_FDS; i++)
+                k += (m->ent[i].flags & HO_FD) != 0;
+        return k;
+}
 
 static size_t msg_len(const struct ho_msg *m)
 {
@@ -119,7 +142,7 @@ static int ho_recv(int fd, struct ho_msg *m, uint16_t type, int *fds, uint32_t *
                 r = -ECONNRESET;
         else if ((size_t)n < offsetof(struct ho_msg, ent) || m->magic != HO_MAGIC || m->version != HO_VERSION ||
                  (type && m->type != type) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-                 (m->type == HO_CHUNKS && (m->n > HO_MAX_FDS || (size_t)n != msg_len(m) || got != m->n)))
+                 (m->type == HO_CHUNKS && (m->n > HO_MAX_FDS || (size_t)n != msg_len(m) || got != fds_in(m))))
                 r = m->type == HO_FAIL ? -ECANCELED : -EPROTO;
         if (r < 0)
                 for (uint32_t i = 0; i < got; i++)
@@ -169,8 +192,10 @@ static void make_room(struct gs_agent *ag, uint64_t want)
         }
 }
 
-/* Sends every GPU's chunks with memory. */
-static int send_chunks(struct gs_agent *ag, int fd)
+/* Sends every GPU's chunks with memory.  snapshot (PREPARE): every one
+ * with its fd, and the GPU remembers up to which memid it sent; else
+ * (TAKE): every one, with an fd only for memory made since. */
+static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
 {
         struct ho_msg *m = calloc(1, sizeof(*m));
         int fds[HO_MAX_FDS], r = 0;
@@ -189,19 +214,25 @@ static int send_chunks(struct gs_agent *ag, int fd)
                 memcpy(m->uuid, g->uuid_raw, 16);
                 r = ho_send(fd, m, NULL, 0);
                 pthread_mutex_lock(&g->lock);
+                if (snapshot)
+                        g->ho_snap_memid = g->memid_next;
                 for (uint32_t c = 0; c < g->nchunks && r == 0;) {
-                        uint32_t n = 0;
+                        uint32_t n = 0, nfds = 0;
                         for (; c < g->nchunks && n < HO_MAX_FDS; c++) {
                                 struct gs_chunk *k = &g->chunks[c];
-                                if (k->fd < 0 || k->pending)
+                                if (k->fd < 0 || k->pending || !k->memid)
                                         continue;
-                                m->ent[n] = (struct ho_ent){ c, k->writer != 0 || k->owner != NULL };
-                                fds[n++] = k->fd;
+                                bool with_fd = snapshot || k->memid > g->ho_snap_memid;
+                                m->ent[n++] = (struct ho_ent){ c,
+                                        (k->writer != 0 || k->owner != NULL ? HO_WRITTEN : 0) | (with_fd ? HO_FD : 0),
+                                        k->memid };
+                                if (with_fd)
+                                        fds[nfds++] = k->fd;
                         }
                         if (n) {
                                 m->type = HO_CHUNKS;
                                 m->n = n;
-                                r = ho_send(fd, m, fds, n);
+                                r = ho_send(fd, m, fds, nfds);
                         }
                 }
                 pthread_mutex_unlock(&g->lock);
@@ -229,9 +260,13 @@ static void serve(struct gs_agent *ag, int fd)
         }
         log_info("upgrade: a new agent takes over; making room for its context");
         make_room(ag, m.arg);
+        /* Every chunk's fd now, while the processes are served: receiving
+         * a thousand fds takes the new agent tens of ms (H100), which
+         * they would otherwise wait for at TAKE. */
+        r = send_chunks(ag, fd, true);
         memset(&m, 0, offsetof(struct ho_msg, ent));
         m.type = HO_ROOM;
-        if (ho_send(fd, &m, NULL, 0) < 0 || ho_recv(fd, &m, HO_TAKE, NULL, NULL) < 0) {
+        if (r < 0 || ho_send(fd, &m, NULL, 0) < 0 || ho_recv(fd, &m, HO_TAKE, NULL, NULL) < 0) {
                 log_warn("upgrade: the new agent went away before taking over; serving on");
                 return;
         }
@@ -241,7 +276,10 @@ static void serve(struct gs_agent *ag, int fd)
         gs_allocs_listen(ag, false);
         for (uint32_t i = 0; i < ag->ngpus; i++)
                 gs_gpu_ledger_pause(&ag->gpus[i], true);
-        r = send_chunks(ag, fd);
+        int64_t t_paused = gs_mono_ms();
+        r = send_chunks(ag, fd, false);
+        log_info("upgrade: processes paused in %lld ms, chunks sent in %lld ms", (long long)(t_paused - t_take),
+                 (long long)(gs_mono_ms() - t_paused));
         if (r == 0)
                 r = ho_recv(fd, &m, HO_READY, NULL, NULL);
         if (r < 0) {
@@ -337,6 +375,95 @@ void gs_handover_close(struct gs_agent *ag)
 
 /* ---- the new agent ---- */
 
+static void snap_free(struct gs_handover *h)
+{
+        for (size_t i = 0; i < h->nsnap; i++) {
+                for (size_t k = 0; k < h->snap[i].n; k++)
+                        gs_closep(&h->snap[i].fd[k]);
+                free(h->snap[i].fd);
+                free(h->snap[i].memid);
+        }
+        free(h->snap);
+        h->snap = NULL;
+        h->nsnap = 0;
+}
+
+/* PREPARE's answer: every chunk's fd, per GPU, kept by memid. */
+static int recv_snapshot(struct gs_handover *h)
+{
+        struct ho_msg *m = calloc(1, sizeof(*m));
+        struct ho_snap *cur = NULL;
+        int fds[HO_MAX_FDS], r;
+        uint32_t nfds;
+
+        if (!m)
+                return -ENOMEM;
+        for (;;) {
+                r = ho_recv(h->fd, m, 0, fds, &nfds);
+                if (r < 0 || m->type == HO_SENT)
+                        break;
+                if (m->type == HO_GPU) {
+                        struct ho_snap *t = realloc(h->snap, (h->nsnap + 1) * sizeof(*t));
+                        if (!t) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        h->snap = t;
+                        cur = &h->snap[h->nsnap++];
+                        memset(cur, 0, sizeof(*cur));
+                        memcpy(cur->uuid, m->uuid, 16);
+                        continue;
+                }
+                if (m->type != HO_CHUNKS || !cur || nfds != m->n) {
+                        for (uint32_t i = 0; i < nfds; i++)
+                                close(fds[i]);
+                        r = -EPROTO;
+                        break;
+                }
+                if (cur->n + nfds > cur->cap) {
+                        size_t cap = cur->cap ? 2 * cur->cap : 1024;
+                        while (cap < cur->n + nfds)
+                                cap *= 2;
+                        uint64_t *mi = realloc(cur->memid, cap * sizeof(*mi));
+                        if (mi)
+                                cur->memid = mi;
+                        int *f = mi ? realloc(cur->fd, cap * sizeof(*f)) : NULL;
+                        if (f)
+                                cur->fd = f;
+                        if (!mi || !f) {
+                                for (uint32_t i = 0; i < nfds; i++)
+                                        close(fds[i]);
+                                r = -ENOMEM;
+                                break;
+                        }
+                        cur->cap = cap;
+                }
+                for (uint32_t i = 0; i < nfds; i++) {
+                        cur->memid[cur->n] = m->ent[i].memid;
+                        cur->fd[cur->n++] = fds[i];
+                }
+        }
+        free(m);
+        return r;
+}
+
+/* The fd the snapshot holds for memid on the GPU uuid (taken out), or -1. */
+static int snap_take(struct gs_handover *h, const uint8_t uuid[16], uint64_t memid)
+{
+        for (size_t i = 0; i < h->nsnap; i++) {
+                struct ho_snap *s = &h->snap[i];
+                if (memcmp(s->uuid, uuid, 16))
+                        continue;
+                for (size_t k = 0; k < s->n; k++)
+                        if (s->memid[k] == memid && s->fd[k] >= 0) {
+                                int fd = s->fd[k];
+                                s->fd[k] = -1;
+                                return fd;
+                        }
+        }
+        return -1;
+}
+
 int gs_handover_begin(struct gs_agent *ag, struct gs_handover **ret, char *err, size_t errlen)
 {
         struct sockaddr_un sa;
@@ -356,25 +483,28 @@ int gs_handover_begin(struct gs_agent *ag, struct gs_handover **ret, char *err, 
                 close(fd); /* none listens: a first start or a restart */
                 return 0;
         }
+        struct gs_handover *h = calloc(1, sizeof(*h));
+        if (!h) {
+                close(fd);
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        h->fd = fd;
         memset(&m, 0, offsetof(struct ho_msg, ent));
         m.type = HO_PREPARE;
         m.arg = ag->cfg.context_bytes ? ag->cfg.context_bytes : GS_GiB;
         r = ho_send(fd, &m, NULL, 0);
         if (r == 0)
+                r = recv_snapshot(h);
+        if (r == 0)
                 r = ho_recv(fd, &m, HO_ROOM, NULL, NULL);
         if (r < 0) {
-                close(fd);
+                gs_handover_abort(h);
                 snprintf(err, errlen, "the running agent did not answer on %s: %s", sa.sun_path, strerror(-r));
                 return r;
         }
-        *ret = calloc(1, sizeof(**ret));
-        if (!*ret) {
-                close(fd);
-                snprintf(err, errlen, "out of memory");
-                return -ENOMEM;
-        }
-        (*ret)->fd = fd;
-        log_info("upgrade: the running agent made room; taking over from it");
+        *ret = h;
+        log_info("upgrade: the running agent made room and sent its chunks; taking over from it");
         return 1;
 }
 
@@ -385,6 +515,7 @@ void gs_handover_inherit_free(struct gs_gpu_inherit *inh, uint32_t n)
                         gs_closep(&inh[i].fd[c]);
                 free(inh[i].fd);
                 free(inh[i].written);
+                free(inh[i].memid);
         }
         free(inh);
 }
@@ -397,6 +528,7 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
         struct ho_msg *m = calloc(1, sizeof(*m));
         int fds[HO_MAX_FDS], r;
         uint32_t nfds;
+        uint8_t uuid_cur[16] = { 0 };
 
         if (!inh || !m) {
                 r = -ENOMEM;
@@ -414,6 +546,7 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
                         break;
                 if (m->type == HO_GPU) {
                         cur = NULL;
+                        memcpy(uuid_cur, m->uuid, 16);
                         for (uint32_t gi = 0; gi < ag->ngpus; gi++)
                                 if (!memcmp(ag->gpus[gi].uuid_raw, m->uuid, 16) && ag->gpus[gi].ctx_ready)
                                         cur = &inh[gi];
@@ -427,9 +560,11 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
                                 continue;
                         }
                         cur->nchunks = m->nchunks;
+                        memcpy(uuid_cur, m->uuid, 16);
                         cur->fd = malloc(m->nchunks * sizeof(int));
                         cur->written = calloc(m->nchunks, 1);
-                        if (!cur->fd || !cur->written) {
+                        cur->memid = calloc(m->nchunks, sizeof(uint64_t));
+                        if (!cur->fd || !cur->written || !cur->memid) {
                                 r = -ENOMEM;
                                 break;
                         }
@@ -441,20 +576,27 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
                         r = -EPROTO;
                         break;
                 }
-                for (uint32_t i = 0; i < nfds; i++) {
+                for (uint32_t i = 0, k = 0; i < m->n; i++) {
                         uint32_t c = m->ent[i].chunk;
-                        if (!cur || c >= cur->nchunks || cur->fd[c] >= 0) {
-                                close(fds[i]);
+                        int f = (m->ent[i].flags & HO_FD) ? fds[k++] : snap_take(h, uuid_cur, m->ent[i].memid);
+                        if (!cur || c >= cur->nchunks || cur->fd[c] >= 0 || f < 0) {
+                                if (cur && f < 0)
+                                        log_warn("upgrade: chunk %u (memory %llu) came without its fd", c,
+                                                 (unsigned long long)m->ent[i].memid);
+                                gs_closep(&f);
                                 continue;
                         }
-                        cur->fd[c] = fds[i];
-                        cur->written[c] = m->ent[i].written != 0;
+                        cur->fd[c] = f;
+                        cur->written[c] = (m->ent[i].flags & HO_WRITTEN) != 0;
+                        cur->memid[c] = m->ent[i].memid;
                 }
         }
         free(m);
         m = NULL;
         if (r < 0)
                 goto fail;
+        snap_free(h); /* memory gone since PREPARE: its fds are not needed */
+        log_info("upgrade: the old agent's chunks received %lld ms after TAKE", (long long)(gs_mono_ms() - h->take_ms));
         *ret_inh = inh;
         return 0;
 fail:
@@ -468,6 +610,7 @@ void gs_handover_abort(struct gs_handover *h)
 {
         if (!h)
                 return;
+        snap_free(h);
         close(h->fd);
         free(h);
 }
@@ -501,6 +644,7 @@ void gs_handover_finish(struct gs_handover *h)
         else
                 log_info("upgrade: serving %lld ms after taking over; the old agent lets its processes go",
                          (long long)(gs_mono_ms() - h->take_ms));
+        snap_free(h);
         close(h->fd);
         free(h);
 }
