@@ -71,7 +71,8 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
         for (uint32_t i = 0; i < got; i++) {
                 uint32_t c = s->held[s->nheld + i].chunk;
                 /* Its memory is what the set gives the driver: a chunk
-                 * without any (after a restart) takes a free chunk's. */
+                 * without any for no process's sake (a restart) takes a
+                 * free chunk's first. */
                 (void)gs_gpu_chunk_fill(g, c);
                 gs_gpu_chunk_drop(g, c);
         }
@@ -87,6 +88,8 @@ int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool f
 
         if (r < 0 && !force)
                 return r;
+        if (r < 0)
+                g->chunks[h.chunk].kept = true; /* its process may still hold the memory */
         put_back(g, s, h.off);
         s->held[i] = s->held[--s->nheld];
         return r < 0 ? 1 : 0;

@@ -191,6 +191,8 @@ static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t 
         ret->writer = 0; /* scrubbed by gs_gpu_mem_make */
         int r = gs_gpu_mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, err, errlen);
         ret->memid = r == 0 ? ++g->memid_next : 0;
+        if (r == 0)
+                ret->kept = false;
         return r;
 }
 
@@ -230,6 +232,10 @@ bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
                 return false;
         if (g->chunks[chunk].fd >= 0)
                 return true;
+        /* Its memory may be held by a process of the allocation: granted
+         * to one (owner), or behind its VMM allocations (kept). */
+        if (g->chunks[chunk].kept || g->chunks[chunk].owner)
+                return false;
         for (uint32_t d = 0; d < g->nchunks; d++) {
                 struct gs_chunk *c = &g->chunks[d];
                 if (c->fd < 0 || c->pending || c->recycle || !gs_pool_chunk_in_sys(g->pool, d))
@@ -257,8 +263,8 @@ int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errl
         r = chunk_make(g, c, err, errlen);
         if (r < 0)
                 c->fd = -1;
-        /* No room: the memory may be a free chunk's (after a restart the
-         * pool's chunks without memory need not be the right ones). */
+        /* No room: a free chunk's memory serves, unless a process of the
+         * allocation may hold this one's (kept). */
         if (r == -ENOSPC && gs_gpu_chunk_fill(g, chunk))
                 r = 0;
         return r;
@@ -508,7 +514,7 @@ int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
                 return 0;
         for (uint32_t d = 0; d < g->nchunks; d++) {
                 struct gs_chunk *c = &g->chunks[d];
-                if (c->fd >= 0 || c->pending || gs_pool_chunk_held(g->pool, d))
+                if (c->fd >= 0 || c->pending || c->kept || gs_pool_chunk_held(g->pool, d))
                         continue;
                 struct gs_chunk t = g->chunks[chunk];
                 g->chunks[chunk] = *c;

@@ -45,6 +45,11 @@ struct gs_chunk {
         /* Names this memory (not the chunk id: records trade memory);
          * 0 without memory.  An upgrade sends each fd once (gs_handover.h). */
         uint64_t memid;
+        /* Given back without memory by a set of this allocation (gs_vmm,
+         * gs_outside) because the driver had no room: a process of the
+         * allocation may still hold its memory.  Never takes another
+         * chunk's (gs_gpu_chunk_fill): it is made anew or not at all. */
+        bool kept;
         /* Under the GPU's lock: the id of the last process granted this
          * memory (it may have written it), 0 if none since it was made or
          * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
@@ -140,9 +145,13 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
 /* Closes *fd (if >= 0) and releases h. */
 void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd);
 /* A chunk without memory takes the memory of a chunk on the system free
- * list (which then has none, made again once the driver has room): the
- * memory a pool's chunks stand for is the same, whichever chunk holds it.
- * Whether chunk has memory now.  Under g->lock. */
+ * list (which then has none, made again once the driver has room).  Only
+ * for a chunk whose memory is known to be free in the driver and was made
+ * into the pool's other chunks (a restart: the old agent's VMM fillers,
+ * never exported), or chunks that went without memory for no process's
+ * sake (a restart's start, a handover): never for one marked kept, whose
+ * process may still hold its memory (taking another's would let it past
+ * its quota).  Whether chunk has memory now.  Under g->lock. */
 bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk);
 /* Releases a pool chunk's memory (its fd becomes -1); the chunk stays in the
  * pool's books.  gs_gpu_chunk_remake creates and exports it again (no-op if

@@ -548,6 +548,12 @@ uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p)
 
 uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep)
 {
+        return gs_pproc_legacy_shed_fill(p, keep, NULL, NULL);
+}
+
+uint32_t gs_pproc_legacy_shed_fill(struct gs_pproc *p, uint32_t keep, void (*fn)(void *ctx, uint32_t chunk),
+                                   void *ctx)
+{
         const struct gs_gsm_chunk *cs = p->a->pool->gsm.chunks;
         uint32_t n = 0;
 
@@ -559,6 +565,8 @@ uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep)
                         gs_gsm_put(&p->g, slot);
                         p->leg.nchunks--;
                         n++;
+                        if (fn)
+                                fn(ctx, id);
                 }
                 id = next;
         }

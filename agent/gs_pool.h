@@ -214,6 +214,10 @@ int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete) GS_WUR;
 /* Gives back opaque legacy chunks (under no legacy block) until at most
  * keep legacy chunks remain; returns how many went. */
 uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep);
+/* The same, calling fn with each chunk that went (now on its allocation's
+ * or the system list). */
+uint32_t gs_pproc_legacy_shed_fill(struct gs_pproc *p, uint32_t keep, void (*fn)(void *ctx, uint32_t chunk),
+                                   void *ctx);
 /* Legacy chunks p still holds (opaque or under legacy blocks). */
 uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p);
 /* Every chunk placed at or taken from a slot of a process with a tag

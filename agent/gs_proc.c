@@ -524,6 +524,15 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
         return 0;
 }
 
+static void fill_shed(void *ctx, uint32_t chunk)
+{
+        struct gs_gpu *g = ctx;
+
+        /* Filler memory: never exported, nobody may hold it. */
+        g->chunks[chunk].owner = NULL;
+        (void)gs_gpu_chunk_fill(g, chunk);
+}
+
 /* pre: the GPU's lock.  vpp keeps as many chunks as the legacy VMM
  * allocations' bytes need: more are given back (their fillers died with
  * the old agent), fewer (no ledger said so) are adopted, standing for
@@ -541,7 +550,12 @@ static void legacy_vmm_settle(struct gs_proc *p, struct gs_proc_gpu *pg, uint32_
                         return;
                 gs_pproc_set_tag(pg->vpp, &pg->vtag);
         }
-        (void)gs_pproc_legacy_shed(pg->vpp, keep);
+        /* What goes stood for the old agent's fillers: memory it never
+         * exported, free since it died and made into this agent's free
+         * chunks at its start: the chunks that go back take theirs. */
+        uint32_t shed = gs_pproc_legacy_shed_fill(pg->vpp, keep, fill_shed, g);
+        if (shed)
+                log_debug("GPU %u: %u chunks behind VMM fillers of process %d given back", g->index, shed, p->pid);
         for (uint32_t s = 0; s < pg->nslots && gs_pproc_legacy_chunks(pg->vpp) < keep; s++) {
                 uint32_t chunk;
                 if (gs_pproc_slot_chunk(pg->vpp, s) != UINT32_MAX)
@@ -549,6 +563,7 @@ static void legacy_vmm_settle(struct gs_proc *p, struct gs_proc_gpu *pg, uint32_
                 if (gs_pproc_adopt_capped(pg->vpp, s, &chunk) < 0)
                         break;
                 (void)gs_gpu_chunk_orphan(g, chunk);
+                g->chunks[chunk].owner = p->alloc; /* the process holds that memory */
         }
         gs_gpu_check_lending(g);
 }
@@ -678,6 +693,8 @@ static int on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
                         if (r == 0 && chunk != UINT32_MAX && gs_gpu_chunk_orphan(pg->g, chunk) < 0)
                                 log_warn("GPU %u: no chunk without memory to stand for slot %u of process %d",
                                          pg->g->index, (unsigned)m.item[k], p->pid);
+                        if (r == 0 && chunk != UINT32_MAX)
+                                pg->g->chunks[chunk].owner = p->alloc;
                         if (r == -ENOSPC || r == -ENOMEM) {
                                 /* Not in the ledger: only the process says so,
                                  * and its quota cannot cover it.  Serving it
@@ -905,6 +922,10 @@ static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_l
         if (r == 0 && gs_gpu_chunk_stand_for(g, chunk, was) < 0)
                 log_warn("GPU %u: no chunk without memory to stand for slot %u of process %d", g->index,
                          e->slot, q->pid);
+        /* The process maps that memory: it is its allocation's until gone
+         * (never a free chunk's to take, gs_gpu_chunk_fill). */
+        if (r == 0)
+                g->chunks[chunk].owner = a;
         pthread_mutex_unlock(&g->lock);
         if (r < 0)
                 log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot,
@@ -920,9 +941,13 @@ void gs_proc_restore(struct gs_agent *ag)
                 if (!g->pool)
                         continue;
                 (void)!gs_gpu_ledger_start(g, ag->cfg.state_dir);
-                for (uint32_t i = 0; i < g->nheld_before; i++)
-                        if (g->held_before[i].kind == GS_LEDGER_SLOT || g->held_before[i].kind == GS_LEDGER_VMM)
-                                restore_one(ag, g, &g->held_before[i], i, &lost);
+                /* Mapped chunks first: the chunks without memory stand for
+                 * what processes map; VMM backing chunks counted the old
+                 * agent's fillers too, which died with it. */
+                for (uint32_t kind = GS_LEDGER_SLOT; kind <= GS_LEDGER_VMM; kind++)
+                        for (uint32_t i = 0; i < g->nheld_before; i++)
+                                if (g->held_before[i].kind == kind)
+                                        restore_one(ag, g, &g->held_before[i], i, &lost);
                 gs_gpu_inherit_settle(g);
                 /* Live processes of allocations that are gone hold memory
                  * no allocation pays for: as many chunks without memory

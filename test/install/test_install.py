@@ -317,10 +317,13 @@ def body(node, ns, kubelet):
     agent_sock = node.host(cfg["agentSocket"])
     check(wait_for(lambda: os.path.exists(agent_sock) or agent.poll() is not None, 20) and agent.poll() is None,
           "agent starts from /etc/gshare/config.yaml and serves %s" % cfg["agentSocket"], logtext(agent)[-2000:])
+    # The probe asks this container's own agent (its ready file), not the
+    # node's shared socket path, which an upgrade's other pod may serve.
     probe = node.container("agent")["readinessProbe"]["exec"]["command"]
     r = node.exec_in(agent, probe)
-    check(r.returncode == 0 and "GPU-" in r.stdout, "agent readiness probe passes: %s" % " ".join(probe),
-          r.stdout + r.stderr)
+    check(r.returncode == 0, "agent readiness probe passes: %s" % " ".join(probe), r.stdout + r.stderr)
+    r = node.exec_in(agent, probe[:-1] + [probe[-1] + ".missing"])
+    check(r.returncode != 0 and "not ready" in r.stderr, "the probe fails without the ready file", r.stderr)
     plugin = node.run_container("device-plugin", wait=False)
     t, reg = kubelet.wait_register(10)
     check(reg is not None and reg.resource_name == cfg["resourceName"] and reg.endpoint == "gshare.sock",
