@@ -4,8 +4,11 @@ requesting UNITS of gshare.io/gpumem that runs the shell SCRIPT in IMAGE with
 DIR mounted at /opt/e2e (DIR holds e2e_cuda, the test program of test/e2e,
 and the fake driver's libcuda.so.1), the fake driver's library and state
 mounted as the NVIDIA runtime would (see fakegpu.py).  NODE: spec.nodeName,
-for a cluster without a scheduler."""
+for a cluster without a scheduler.  FAKEGPU_DIR in the environment: the
+host directory of the fake driver's state (default /run/gshare-fakegpu, as
+fakegpu.py mounts it; /run/gshare/fakegpu with fakeimage.sh's image)."""
 import json
+import os
 import sys
 
 name, units, d, image, script = sys.argv[1:6]
@@ -30,7 +33,8 @@ pod = {
         "volumes": [
             {"name": "e2e", "hostPath": {"path": d, "type": "Directory"}},
             {"name": "fake-libcuda", "hostPath": {"path": d + "/libcuda.so.1", "type": "File"}},
-            {"name": "fake-gpu", "hostPath": {"path": "/run/gshare-fakegpu", "type": "DirectoryOrCreate"}}],
+            {"name": "fake-gpu", "hostPath": {"path": os.environ.get("FAKEGPU_DIR", "/run/gshare-fakegpu"),
+                                              "type": "DirectoryOrCreate"}}],
     },
 }
 if node:
