@@ -76,6 +76,8 @@ struct gs_agent {
         int handover_fd;
         struct gs_loop_io handover_io;
         bool handed_over;
+        bool handover_retake;            /* a failed takeover: listen on our handover socket anew */
+        int64_t settle_until_ms;         /* atomic: after taking over, the old agent lets memory go */
 };
 
 /* Wires the agent's own loop sources (pokes, scan requests) on ag->loop;

@@ -497,6 +497,8 @@ int main(int argc, char **argv)
         if (gs_handover_listen(&ag, err, sizeof(err)) < 0)
                 log_warn("%s: an upgrade will not take over from this agent without a gap", err);
         /* An upgrade: the old agent lets its processes go to us now. */
+        if (ho)
+                __atomic_store_n(&ag.settle_until_ms, gs_mono_ms() + 5000, __ATOMIC_RELAXED);
         gs_handover_finish(ho);
         ho = NULL;
         ready_file(&ag.cfg, true);

@@ -286,6 +286,22 @@ static void close_socket(struct gs_agent *ag, struct gs_allocation *a)
                 (void)unlink(a->socket_path);
 }
 
+void gs_allocs_rebind(struct gs_agent *ag)
+{
+        char err[256];
+
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                if (a->listen_fd < 0)
+                        continue;
+                gs_loop_io_del(ag->loop, &a->listen_io);
+                gs_closep(&a->listen_fd);
+                char dir[GS_ALLOCS_DIR_MAX];
+                snprintf(dir, sizeof(dir), "%s", a->dir_name);
+                if (open_socket(ag, a, dir, err, sizeof(err)) < 0)
+                        log_error("allocation %s: cannot listen again: %s", a->id, err);
+        }
+}
+
 void gs_allocs_listen(struct gs_agent *ag, bool on)
 {
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {

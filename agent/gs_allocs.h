@@ -184,5 +184,8 @@ uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part
 /* An upgrade (gs_handover.h): stops (on false) or resumes accepting on
  * every allocation's socket. */
 void gs_allocs_listen(struct gs_agent *ag, bool on);
+/* An upgrade that failed after the new agent bound its sockets at our
+ * paths: every allocation listens again on a fresh socket at its path. */
+void gs_allocs_rebind(struct gs_agent *ag);
 
 #endif

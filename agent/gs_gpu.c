@@ -494,18 +494,15 @@ void gs_gpu_ledger_stop(struct gs_gpu *g)
         pthread_mutex_unlock(&g->lock);
 }
 
-int gs_gpu_chunk_stand_for(struct gs_gpu *g, uint32_t chunk, uint32_t was)
+void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b)
 {
-        /* Handed over: the very memory the process maps is chunk `was`. */
-        if (was < g->nchunks && was != chunk && g->chunks[was].inherited && !gs_pool_chunk_held(g->pool, was)) {
-                struct gs_chunk t = g->chunks[chunk];
-                g->chunks[chunk] = g->chunks[was];
-                g->chunks[was] = t;
-                return 0;
-        }
-        if (was == chunk && chunk < g->nchunks && g->chunks[chunk].inherited)
-                return 0;
-        return gs_gpu_chunk_orphan(g, chunk);
+        struct gs_chunk t;
+
+        if (a >= g->nchunks || b >= g->nchunks || a == b)
+                return;
+        t = g->chunks[a];
+        g->chunks[a] = g->chunks[b];
+        g->chunks[b] = t;
 }
 
 int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)

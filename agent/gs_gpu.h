@@ -233,10 +233,8 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause);
  * g->lock.  0, or -ENOENT if no such chunk is left (it keeps its memory;
  * the process is charged twice for it until it lets go). */
 int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk);
-/* The same for a chunk a process held as chunk `was` of the previous
- * agent: handed over, the chunk takes exactly that memory (which the
- * process maps); else as gs_gpu_chunk_orphan. */
-int gs_gpu_chunk_stand_for(struct gs_gpu *g, uint32_t chunk, uint32_t was);
+/* Chunks a and b trade their memory (records).  Under g->lock. */
+void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b);
 /* Chunks p holds whose memory the agent does not have: a process maps
  * them from before a restart (the driver counts such memory to the
  * process that maps it, so usage scans subtract them).  Under g->lock. */

@@ -283,11 +283,20 @@ static void serve(struct gs_agent *ag, int fd)
         if (r == 0)
                 r = ho_recv(fd, &m, HO_READY, NULL, NULL);
         if (r < 0) {
+                char err[256];
                 log_warn("upgrade: the new agent failed to take over (%s); serving on", strerror(-r));
                 for (uint32_t i = 0; i < ag->ngpus; i++)
                         gs_gpu_ledger_pause(&ag->gpus[i], false);
-                gs_allocs_listen(ag, true);
+                /* It may have bound its sockets at our paths already: ours
+                 * again, fresh (connections in flight to its are lost and
+                 * retried by their clients). */
+                gs_allocs_rebind(ag);
+                gs_ctlsrv_free(ag->ctl);
+                ag->ctl = NULL;
+                if (gs_ctlsrv_new(ag, ag->cfg.agent_socket, &ag->ctl, err, sizeof(err)) < 0)
+                        log_error("upgrade: %s", err);
                 gs_proc_resume_all(ag);
+                ag->handover_retake = true;
                 return;
         }
         /* The new agent serves: our connections end (the hooks reconnect to
@@ -318,6 +327,14 @@ static void on_conn(void *data, uint32_t events)
         }
         serve(ag, fd);
         close(fd);
+        if (ag->handover_retake && !ag->handed_over) {
+                char err[256];
+                ag->handover_retake = false;
+                gs_loop_io_del(ag->loop, &ag->handover_io);
+                gs_closep(&ag->handover_fd);
+                if (gs_handover_listen(ag, err, sizeof(err)) < 0)
+                        log_error("upgrade: %s", err);
+        }
 }
 
 int gs_handover_listen(struct gs_agent *ag, char *err, size_t errlen)

@@ -892,8 +892,9 @@ static struct gs_allocation *alloc_by_num(struct gs_agent *ag, uint64_t num, uin
 }
 
 /* One chunk the previous agent's ledger says a live process holds. */
-static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t was,
-                        uint32_t *lost)
+/* The chunk adopted for the entry, or UINT32_MAX. */
+static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t *lost,
+                            struct gs_allocation **ret_owner)
 {
         struct gs_allocation *a;
         struct gs_proc *q = NULL;
@@ -908,7 +909,7 @@ static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_l
         if (!q) {
                 if (r == -ENOENT)
                         (*lost)++;
-                return;
+                return UINT32_MAX;
         }
         struct gs_proc_gpu *pg = &q->gpus[pi];
         pthread_mutex_lock(&g->lock);
@@ -919,17 +920,48 @@ static void restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_l
         }
         struct gs_pproc *pp = e->kind == GS_LEDGER_VMM ? pg->vpp : pg->pp;
         r = pp ? gs_pproc_adopt(pp, e->slot, &chunk) : -ENOMEM;
-        if (r == 0 && gs_gpu_chunk_stand_for(g, chunk, was) < 0)
-                log_warn("GPU %u: no chunk without memory to stand for slot %u of process %d", g->index,
-                         e->slot, q->pid);
-        /* The process maps that memory: it is its allocation's until gone
-         * (never a free chunk's to take, gs_gpu_chunk_fill). */
-        if (r == 0)
-                g->chunks[chunk].owner = a;
+        *ret_owner = a;
         pthread_mutex_unlock(&g->lock);
-        if (r < 0)
+        if (r < 0) {
                 log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot,
                          q->pid, a->id, strerror(-r));
+                return UINT32_MAX;
+        }
+        return chunk;
+}
+
+/* Under g->lock, once every entry is adopted: each adopted chunk takes the
+ * memory its process maps.  Handed over (target: the memid the old agent's
+ * chunk had): exactly that memory, wherever it sits now (a permutation:
+ * a chunk once given its target keeps it); after a crash (target 0): none,
+ * trading its memory with a chunk that has none. */
+static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_t *target,
+                          struct gs_allocation *const *owner, uint32_t n)
+{
+        uint32_t lacking = 0;
+
+        for (uint32_t k = 0; k < n; k++) {
+                if (!target[k] || g->chunks[chunk[k]].memid == target[k])
+                        continue;
+                for (uint32_t j = 0; j < g->nchunks; j++)
+                        if (g->chunks[j].memid == target[k] && g->chunks[j].fd >= 0) {
+                                gs_gpu_chunk_swap(g, chunk[k], j);
+                                break;
+                        }
+        }
+        for (uint32_t k = 0; k < n; k++) {
+                if (target[k] && g->chunks[chunk[k]].memid == target[k])
+                        continue;
+                if (gs_gpu_chunk_orphan(g, chunk[k]) < 0)
+                        lacking++;
+        }
+        /* The process maps that memory: it is its allocation's until gone
+         * (never a free chunk's to take, gs_gpu_chunk_fill). */
+        for (uint32_t k = 0; k < n; k++)
+                g->chunks[chunk[k]].owner = owner[k];
+        if (lacking)
+                log_warn("GPU %u: %u chunks processes hold have no chunk without memory to stand for them", g->index,
+                         lacking);
 }
 
 void gs_proc_restore(struct gs_agent *ag)
@@ -941,13 +973,45 @@ void gs_proc_restore(struct gs_agent *ag)
                 if (!g->pool)
                         continue;
                 (void)!gs_gpu_ledger_start(g, ag->cfg.state_dir);
+                /* What each of the old agent's chunks held, before anything
+                 * moves (handed over: its memid; after a crash: nothing). */
+                uint64_t *was = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*was));
+                uint64_t *target = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*target));
+                uint32_t *chunk = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*chunk));
+                struct gs_allocation **owner = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*owner));
+                uint32_t n = 0;
+                if (!was || !target || !chunk || !owner) {
+                        free(owner);
+                        log_error("GPU %u: out of memory restoring processes", g->index);
+                        free(was);
+                        free(target);
+                        free(chunk);
+                        gs_gpu_ledger_commit(g);
+                        continue;
+                }
+                for (uint32_t i = 0; i < g->nheld_before && i < g->nchunks; i++)
+                        was[i] = g->chunks[i].inherited ? g->chunks[i].memid : 0;
                 /* Mapped chunks first: the chunks without memory stand for
                  * what processes map; VMM backing chunks counted the old
                  * agent's fillers too, which died with it. */
                 for (uint32_t kind = GS_LEDGER_SLOT; kind <= GS_LEDGER_VMM; kind++)
                         for (uint32_t i = 0; i < g->nheld_before; i++)
-                                if (g->held_before[i].kind == kind)
-                                        restore_one(ag, g, &g->held_before[i], i, &lost);
+                                if (g->held_before[i].kind == kind) {
+                                        struct gs_allocation *a = NULL;
+                                        uint32_t c = restore_one(ag, g, &g->held_before[i], &lost, &a);
+                                        if (c != UINT32_MAX) {
+                                                chunk[n] = c;
+                                                owner[n] = a;
+                                                target[n++] = was[i];
+                                        }
+                                }
+                pthread_mutex_lock(&g->lock);
+                place_adopted(g, chunk, target, owner, n);
+                pthread_mutex_unlock(&g->lock);
+                free(owner);
+                free(was);
+                free(target);
+                free(chunk);
                 gs_gpu_inherit_settle(g);
                 /* Live processes of allocations that are gone hold memory
                  * no allocation pays for: as many chunks without memory

@@ -106,7 +106,11 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                  * have used the headroom; a scan charges it to its pods and
                  * gives it back.  Memory still held by a kept fd stays out
                  * of memory to the caller. */
-                if (r != -ENOSPC || attempt == 1 || gs_mono_ms() - pg->room_wait_ms < 1000)
+                /* Just after a handover the old agent is still letting its
+                 * memory go (its VMM fillers, its context): wait for it. */
+                bool settling = gs_mono_ms() < __atomic_load_n(&p->agent->settle_until_ms, __ATOMIC_RELAXED);
+                if (r != -ENOSPC || (attempt >= 1 && !(settling && attempt < 10)) ||
+                    (!settling && gs_mono_ms() - pg->room_wait_ms < 1000))
                         break;
                 pg->room_wait_ms = gs_mono_ms();
                 gs_agent_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);

@@ -620,6 +620,75 @@ def agent_wait():
         s.finish()
 
 
+def handover_faults():
+    """(e) Faults during a handover: the new agent killed at a random moment
+    of it (the old one serves on, its sockets its own again), then a proper
+    upgrade; then the old agent killed at a random moment of one (a new
+    start recovers as after a crash).  The clients see no failed call."""
+    what = "handover faults"
+    s = Setup(what)
+    try:
+        if not s.ok:
+            return
+        cs = start_clients(s)
+        for c in cs:
+            c.ticks(1)
+        ag = s.ag
+        for i in range(3):
+            n0 = ag.logtext().count("a new agent takes over")
+            new = subprocess.Popen(ag.args(), env=ag.env, stdout=ag.log, stderr=ag.log)
+            wait_for(lambda: ag.logtext().count("a new agent takes over") > n0 or new.poll() is not None, LONG)
+            time.sleep(random.uniform(0, 0.05))
+            new.kill()
+            new.wait()
+            check(ag.proc.poll() is None, "%s: the old agent runs on after the new one died mid-handover (%d)"
+                  % (what, i))
+            check(wait_for(lambda: ag.ctl("gpus", ok=False).returncode == 0, LONG),
+                  "%s: and answers on its control socket (%d)" % (what, i))
+            for c in cs:
+                check(c.ticks(1) and c.p.poll() is None, "%s: %s still runs (%d)" % (what, c.name, i))
+        # A process that registers now reaches the old agent's socket again
+        # (the new one had bound its own at that path).
+        r = e.run([e.CUDA, "meminfo"], e.hook_env(ag, s.A), timeout=LONG)
+        check(r.returncode == 0, "%s: a new process registers with the old agent: %s" % (what, r.stdout.strip()[:200]))
+        handed, rc = ag.handover()
+        check(handed and rc == 0, "%s: then a new agent takes over (rc %s)" % (what, rc))
+        for c in cs:
+            check(c.ticks(1) and c.p.poll() is None, "%s: %s still runs after the upgrade" % (what, c.name))
+        # The old agent killed in the middle of a handover.
+        n0 = ag.logtext().count("a new agent takes over")
+        old = ag.proc
+        ag.proc = subprocess.Popen(ag.args(), env=ag.env, stdout=ag.log, stderr=ag.log)
+        wait_for(lambda: ag.logtext().count("a new agent takes over") > n0 or ag.proc.poll() is not None, LONG)
+        time.sleep(random.uniform(0, 0.05))
+        old.kill()
+        old.wait()
+        if not wait_for(lambda: ag.proc.poll() is not None or ag.ctl("gpus", ok=False).returncode == 0, LONG):
+            check(False, "%s: the new agent either serves or stops after the old one died" % what)
+            return
+        if ag.proc.poll() is not None:
+            ag.start()  # it stopped before READY: a restart (the kubelet's)
+        for c in cs:
+            check(c.ticks(2) and c.p.poll() is None, "%s: %s still runs after the old agent died mid-handover"
+                  % (what, c.name))
+        units_same(s, what + ": after")
+        reconnected(s, cs, what + ": after")
+        for c in cs:
+            c.stop()
+            sm = c.summary
+            # Killed mid-handover the old agent may have dropped free chunks'
+            # memory for the new one's context (PREPARE): allocations may
+            # fail for want of room until it is made again.  Never data,
+            # never a process, never a byte.
+            check(sm is not None and sm["verify_failures"] == 0 and sm["faults"] == 0 and c.p.poll() is not None,
+                  "%s: %s (pid %d) ran to its end with every byte read back right: %s"
+                  % (what, c.name, c.pid, brief(sm)))
+            print("info %s: %s: %d failed calls" % (what, c.name, (sm or {}).get("failed_calls", -1)))
+        pool_back(s, what)
+    finally:
+        s.finish()
+
+
 def storm():
     """(d) kill -9 five times in a row while the clients churn flat out."""
     what = "storm"
@@ -664,8 +733,9 @@ def main():
     print("info GSHARE_TEST_SEED=%d" % seed)
     random.seed(seed)
     parts = {"crash": lambda: restart("crash"), "term": lambda: restart("term"),
-             "upgrade": lambda: restart("upgrade"), "wait": agent_wait, "storm": storm}
-    chosen = os.environ.get("GSHARE_RESTART_PARTS", "crash,term,upgrade,wait,storm").split(",")
+             "upgrade": lambda: restart("upgrade"), "wait": agent_wait, "storm": storm,
+             "handover_faults": handover_faults}
+    chosen = os.environ.get("GSHARE_RESTART_PARTS", "crash,term,upgrade,wait,storm,handover_faults").split(",")
     for name in chosen:
         if name not in parts:
             check(False, "GSHARE_RESTART_PARTS: no part %r" % name)
