@@ -497,7 +497,12 @@ int main(int argc, char **argv)
         if (gs_handover_listen(&ag, err, sizeof(err)) < 0)
                 log_warn("%s: an upgrade will not take over from this agent without a gap", err);
         /* An upgrade: the old agent lets its processes go to us now. */
-        if (ho)
+        /* After a handover or a restart the memory of the agent before is
+         * let go for a moment yet (gs_serve waits for it). */
+        bool settle = ho != NULL;
+        for (uint32_t i = 0; i < ag.ngpus; i++)
+                settle |= ag.gpus[i].chunks_made_at_start < ag.gpus[i].nchunks;
+        if (settle)
                 __atomic_store_n(&ag.settle_until_ms, gs_mono_ms() + 5000, __ATOMIC_RELAXED);
         gs_handover_finish(ho);
         ho = NULL;

@@ -26,7 +26,7 @@
 
 struct gs_allocation;
 /* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
-#define GS_GPU_REMAKE_PER_SCAN 16u
+#define GS_GPU_REMAKE_PER_SCAN 4u
 
 struct gs_chunk {
         CUmemGenericAllocationHandle handle;

@@ -33,6 +33,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                 rep->status = -ENOMEM;
                 return 0;
         }
+        for (int attempt = 0;; attempt++) {
         pthread_mutex_lock(&g->lock);
         r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
         if (r == 0) {
@@ -41,7 +42,8 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                 r = gs_gpu_chunks_hand_out(g, p->grants, n, p->alloc, p->id, p->grant_fds, err,
                                            sizeof(err));
                 if (r < 0) {
-                        log_info("GPU %u: %s", g->index, err);
+                        if (attempt == 0)
+                                log_info("GPU %u: %s", g->index, err);
                         gs_agent_want_scan(p->agent);
                         /* Undo: the block, then the new chunks' slots. */
                         if (gs_pproc_free(pg->pp, off, NULL) < 0)
@@ -50,10 +52,23 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                                 if (gs_pproc_release(pg->pp, p->grants[i].slot, 1) < 0)
                                         log_error("GPU %u: slot %u not undone", g->index, p->grants[i].slot);
                         n = 0;
+                        r = -EAGAIN;
                 }
                 gs_gpu_check_lending(g);
         }
         pthread_mutex_unlock(&g->lock);
+        /* No room in the driver for a chunk's memory: just after a start or
+         * a handover the memory of the agent before is still being let go
+         * (a killed one's by the driver): wait for it.  Else out of memory. */
+        if (r == -EAGAIN && attempt < 10 &&
+            gs_mono_ms() < __atomic_load_n(&p->agent->settle_until_ms, __ATOMIC_RELAXED)) {
+                gs_agent_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
+                continue;
+        }
+        if (r == -EAGAIN)
+                r = -ENOMEM;
+        break;
+        }
         if (r < 0) {
                 /* Out of slots or too many chunks at once is, to the caller,
                  * out of memory too. */

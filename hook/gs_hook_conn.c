@@ -603,6 +603,19 @@ again:
                                 goto again;
                         return r;
                 }
+                /* An agent that closed the connection (an upgrade hands us
+                 * over, a stop) before we went to sleep wakes no one: look
+                 * before sleeping, not a slice later. */
+                {
+                        struct pollfd hp = { .fd = gs_conn.sock, .events = POLLRDHUP };
+                        if (poll(&hp, 1, 0) > 0 && (hp.revents & (POLLHUP | POLLRDHUP | POLLERR)) &&
+                            !gs_ring_ready(&gs_conn.shm->rep, gs_conn.rep_tail)) {
+                                r = gs_conn_call_lost(op, "the agent closed the connection", ret, ++tries);
+                                if (r == 1)
+                                        goto again;
+                                return r;
+                        }
+                }
                 r = gs_doorbell_sleep(&gs_conn.shm->rep, gs_conn.rep_tail, &gs_conn.shm->hook_wake, &gs_conn.shm->hook_sleeping,
                                       GS_SLEEP_SLICE_NS);
                 if (r == -ETIMEDOUT || r == 0) {

@@ -14,8 +14,9 @@
 #include "gs_log.h"
 
 /* How long the agent may be unreachable (a restart, an upgrade's
- * handover) before every unit is reported Unhealthy. */
-#define GS_MIRROR_GRACE_MS 1000
+ * handover; a killed agent's container restarts in about a second) before
+ * every unit is reported Unhealthy. */
+#define GS_MIRROR_GRACE_MS 5000
 
 static void free_gpus(struct gs_mirror_gpu *g, size_t n)
 {

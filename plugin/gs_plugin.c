@@ -61,6 +61,12 @@ struct plugin {
         /* A newer instance (an upgrade's new pod, beside us until we are
          * stopped) serves our path: we neither serve nor register again. */
         bool standby;
+        /* ListAndWatch streams open, and when the last one ended (atomics):
+         * a kubelet that dropped us (it may disconnect the newer of two
+         * instances of a resource when the older's stream ends) opens
+         * none; we register again. */
+        int lw_active;
+        int64_t lw_ended_ms;
 };
 
 /* A reply message together with the arena that holds its pieces; base first,
@@ -127,6 +133,9 @@ static grpc_status_code agent_error_code(int32_t e)
 
 /* ---- ListAndWatch ---- */
 
+/* No stream this long after the last one ended: the kubelet dropped us. */
+#define LW_GONE_MS 1000
+
 /* Builds the device list; pre: mu held. */
 static V1beta1__ListAndWatchResponse *build_list(struct plugin *p, struct gs_arena *a)
 {
@@ -178,6 +187,9 @@ static V1beta1__ListAndWatchResponse *build_list(struct plugin *p, struct gs_are
         return r;
 }
 
+static grpc_status_code list_and_watch_loop(struct plugin *p, struct gs_grpc_call *call, char *msg, size_t msglen,
+                                            uint64_t *pseen, bool *pfirst);
+
 static grpc_status_code list_and_watch(void *ctx, struct gs_grpc_call *call,
                                        const ProtobufCMessage *req, char *msg, size_t msglen)
 {
@@ -185,7 +197,22 @@ static grpc_status_code list_and_watch(void *ctx, struct gs_grpc_call *call,
         uint64_t seen = 0;
         bool first = true;
 
+        grpc_status_code st;
+
         (void)req;
+        __atomic_add_fetch(&p->lw_active, 1, __ATOMIC_SEQ_CST);
+        st = list_and_watch_loop(p, call, msg, msglen, &seen, &first);
+        __atomic_store_n(&p->lw_ended_ms, gs_mono_ms(), __ATOMIC_SEQ_CST);
+        __atomic_sub_fetch(&p->lw_active, 1, __ATOMIC_SEQ_CST);
+        return st;
+}
+
+static grpc_status_code list_and_watch_loop(struct plugin *p, struct gs_grpc_call *call, char *msg, size_t msglen,
+                                            uint64_t *pseen, bool *pfirst)
+{
+        uint64_t seen = *pseen;
+        bool first = *pfirst;
+
         for (;;) {
                 struct gs_arena a = { 0 };
                 V1beta1__ListAndWatchResponse *r = NULL;
@@ -825,6 +852,15 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 if (pf[1].revents)
                         read_events(ifd, &kubelet_new);
                 if (p->standby) {
+                        continue;
+                } else if (!need_register && p->server && __atomic_load_n(&p->lw_active, __ATOMIC_SEQ_CST) == 0 &&
+                           __atomic_load_n(&p->lw_ended_ms, __ATOMIC_SEQ_CST) &&
+                           gs_mono_ms() - __atomic_load_n(&p->lw_ended_ms, __ATOMIC_SEQ_CST) > LW_GONE_MS) {
+                        log_info("the kubelet closed our ListAndWatch and opened none for %d ms: registering again",
+                                 LW_GONE_MS);
+                        __atomic_store_n(&p->lw_ended_ms, 0, __ATOMIC_SEQ_CST);
+                        need_register = true;
+                        next_try = 0;
                         continue;
                 } else if (!kubelet_new && !our_socket_ok(p) && newer_serves(p)) {
                         /* Serving again would take the path back from it, and

@@ -437,8 +437,10 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
 
     # ---- agent down and back
     agent.stop()
-    m = st.until(lambda m: all(v == "Unhealthy" for v in health(m).values()))
-    check("agent unreachable -> all units Unhealthy", m is not None and len(m.devices) == 16)
+    # Not at once: a restart or an upgrade's handover takes a moment (the
+    # plugin's grace, GS_MIRROR_GRACE_MS, 5 s), then every unit.
+    m = st.until(lambda m: all(v == "Unhealthy" for v in health(m).values()), timeout=20)
+    check("agent unreachable past the grace -> all units Unhealthy", m is not None and len(m.devices) == 16)
     code, msg = err_of(lambda: alloc([u1[7]]))
     check("Allocate with the agent down -> UNAVAILABLE naming the agent", code == grpc.StatusCode.UNAVAILABLE and "cannot reach the gshare agent" in msg, (code, msg))
     agent.start()
