@@ -128,10 +128,7 @@ int gs_hook_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd) GS_WUR;
 /* After the real cuMemRelease(h) succeeded: tells the agent if h was one of
  * ours. */
 void gs_hook_vmm_released(CUmemGenericAllocationHandle h);
-/* pre: gs_conn.mu held.  For a reclaim: up to max_pairs (id, size) of the
- * live VMM allocations on gpu, from table index from on; *ret_next is
- * where to go on.  Returns how many. */
-size_t gs_hook_vmm_list(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next);
+
 
 /* gs_hook_ipc.c: CUDA IPC on gshare memory, brokered by the agent
  * (agent/gs_ipc.h).  get: dptr is in one of our ranges; fills *h with a

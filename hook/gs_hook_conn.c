@@ -27,6 +27,12 @@
 #define GS_MAX_VA (UINT64_C(1) << 47)
 
 struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1 };
+static gs_conn_vmm_list_fn g_vmm_list;
+
+void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn)
+{
+        g_vmm_list = fn;
+}
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
 /* pre: gs_conn.mu held.  Closes the socket, the doorbell and the segment. */
@@ -265,8 +271,8 @@ static int gs_reclaim(const char **why)
                 struct gs_hook_gpu *g = &gs_conn.gpus[gi];
                 uint32_t k = 0;
 
-                for (size_t from = 0, next; r == 0; from = next) {
-                        size_t n = gs_hook_vmm_list(gi, from, m->item, GS_RECLAIM_MAX_ITEMS / 2, &next);
+                for (size_t from = 0, next; r == 0 && g_vmm_list; from = next) {
+                        size_t n = g_vmm_list(gi, from, m->item, GS_RECLAIM_MAX_ITEMS / 2, &next);
                         if (n == 0)
                                 break;
                         r = gs_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0);

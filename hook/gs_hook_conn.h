@@ -73,6 +73,12 @@ const struct gs_cu *gs_conn_ready(void);
  * (ret->status is the agent's verdict), or a negative errno after which
  * the connection is gone. */
 int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret) GS_WUR;
+/* For a reclaim, a module's list of the live VMM allocations on gpu (up to
+ * max_pairs (id, size) pairs from table index from on, *ret_next where to
+ * go on; how many): gs_hook_vmm sets it at its first allocation, so this
+ * module calls none of its users. */
+typedef size_t (*gs_conn_vmm_list_fn)(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next);
+void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn);
 /* Says why once, and forgets the connection for good. */
 void gs_conn_lost(const char *why);
 /* The agent went away: the connection is LOST (reconnected at the next

@@ -33,6 +33,8 @@ static void gs_vmm_fork_child(void)
         g_nvmm = g_capvmm = 0;
 }
 
+static size_t gs_hook_vmm_list(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next);
+
 static void gs_vmm_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_vmm_fork_child); }
 
 /* pre: gs_conn.mu held.  Reads the VMM_GRANT that precedes a VMM_CREATE reply and
@@ -113,6 +115,7 @@ int gs_hook_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevic
                 goto out;
         }
         g_vmm[g_nvmm++] = (struct gs_vmm_ent){ h, rep.arg[0], size, (uint32_t)gi, fd };
+        gs_conn_set_vmm_lister(gs_hook_vmm_list); /* reported if the agent restarts */
         *ret_h = h;
         res = 0;
 out:
@@ -158,7 +161,8 @@ int gs_hook_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd)
 }
 
 
-size_t gs_hook_vmm_list(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next)
+/* gs_conn_vmm_list_fn: for a reclaim (pre: gs_conn.mu held). */
+static size_t gs_hook_vmm_list(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next)
 {
         size_t n = 0, i;
 
