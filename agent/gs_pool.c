@@ -40,7 +40,6 @@ struct legacy_blk {
 struct legacy {
         struct legacy_blk *blk; /* sorted by off once sealed */
         size_t n, cap, nlive;
-        uint32_t *count;        /* per slot: live legacy blocks over it */
         uint8_t *claimed;       /* per slot: the process maps it */
         uint32_t slots_cap;     /* entries of count and claimed */
         uint32_t nchunks;       /* legacy chunks held */
@@ -112,7 +111,6 @@ static void pproc_destroy(struct gs_pproc *p)
 {
         gs_gsm_proc_fini(&p->g);
         free(p->leg.blk);
-        free(p->leg.count);
         free(p->leg.claimed);
         gs_slab_fini(&p->slab);
         gs_buddy_fini(&p->buddy);
@@ -527,15 +525,10 @@ static int legacy_slots_grow(struct legacy *l, uint32_t need)
         uint32_t cap = l->slots_cap ? l->slots_cap : 16;
         while (cap < need)
                 cap *= 2;
-        uint32_t *c = realloc(l->count, (size_t)cap * sizeof(*c));
-        if (!c)
-                return -ENOMEM;
-        l->count = c;
         uint8_t *m = realloc(l->claimed, cap);
         if (!m)
                 return -ENOMEM;
         l->claimed = m;
-        memset(c + l->slots_cap, 0, (size_t)(cap - l->slots_cap) * sizeof(*c));
         memset(m + l->slots_cap, 0, cap - l->slots_cap);
         l->slots_cap = cap;
         return 0;
@@ -559,9 +552,8 @@ uint32_t gs_pproc_legacy_shed_fill(struct gs_pproc *p, uint32_t keep, void (*fn)
 
         for (uint32_t id = p->g.held.head; id != GS_GSM_NONE && p->leg.nchunks > keep;) {
                 uint32_t next = cs[id].next, slot = cs[id].slot;
-                if (cs[id].user == &legacy_mark && (slot >= p->leg.slots_cap || p->leg.count[slot] == 0)) {
-                        if (slot < p->leg.slots_cap)
-                                p->leg.claimed[slot] = 0;
+                /* Never claimed: no legacy block lies over it. */
+                if (cs[id].user == &legacy_mark && !p->leg.claimed[slot]) {
                         gs_gsm_put(&p->g, slot);
                         p->leg.nchunks--;
                         n++;

@@ -211,7 +211,7 @@ int gs_pproc_legacy_block(struct gs_pproc *p, uint64_t off, uint64_t size) GS_WU
  * opaque and the blocks are kept only for lookups and frees (a free of one
  * never empties a chunk). */
 int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete) GS_WUR;
-/* Gives back opaque legacy chunks (under no legacy block) until at most
+/* Gives back legacy chunks never claimed (opaque, under no block) until at most
  * keep legacy chunks remain; returns how many went. */
 uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep);
 /* The same, calling fn with each chunk that went (now on its allocation's

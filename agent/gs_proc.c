@@ -412,35 +412,21 @@ static void take_over_closed(struct gs_agent *ag, struct gs_proc *p)
 static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t errlen)
 {
         struct gs_allocation *a = p->alloc;
-        union {
-                struct cmsghdr c;
-                char buf[CMSG_SPACE(sizeof(int) * 8)];
-        } u;
         char buf[sizeof(struct gs_sock_hello) + 64];
-        struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                             .msg_controllen = sizeof(u.buf) };
         struct gs_sock_welcome w;
         struct gs_sock_hello h;
+        bool trunc;
         ssize_t n;
         int r;
 
-        n = recvmsg(p->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        n = gs_sockmsg_recv(p->sock, buf, sizeof(buf), &trunc);
+        if (n == -EAGAIN)
                 return 1; /* spurious */
-        /* Close whatever fds a hostile peer attached. */
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                                int fd;
-                                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                                close(fd);
-                        }
         if (n <= 0) {
                 snprintf(err, errlen, "closed before HELLO");
                 return -ECONNRESET;
         }
-        if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+        if (trunc) {
                 snprintf(err, errlen, "oversized HELLO");
                 return -EPROTO;
         }
@@ -589,32 +575,19 @@ int gs_proc_legacy_vmm_release(struct gs_proc_gpu *pg, uint64_t id)
 static int on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t errlen)
 {
         static struct gs_sock_reclaim m; /* main thread only */
-        union {
-                struct cmsghdr c;
-                char buf[CMSG_SPACE(sizeof(int) * 8)];
-        } u;
-        struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                             .msg_controllen = sizeof(u.buf) };
         const size_t head = offsetof(struct gs_sock_reclaim, item);
+        bool trunc;
         ssize_t n;
         int r = 0;
 
-        n = recvmsg(p->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        n = gs_sockmsg_recv(p->sock, &m, sizeof(m), &trunc);
+        if (n == -EAGAIN)
                 return 1;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                                int fd;
-                                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                                close(fd);
-                        }
         if (n <= 0) {
                 snprintf(err, errlen, "closed during its reclaim");
                 return -ECONNRESET;
         }
-        if ((size_t)n < head || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || m.h.magic != GS_WIRE_MAGIC ||
+        if ((size_t)n < head || trunc || m.h.magic != GS_WIRE_MAGIC ||
             m.h.version != GS_WIRE_VERSION || m.h.type != GS_SOCK_RECLAIM || m.h.len != (size_t)n ||
             m.count > GS_RECLAIM_MAX_ITEMS || (size_t)n != head + 8 * (size_t)m.count) {
                 snprintf(err, errlen, "malformed reclaim message (%zd bytes)", n);

@@ -69,3 +69,26 @@ void gs_sockmsg_error(int sock, int err, const char *msg)
         snprintf(e.msg, sizeof(e.msg), "%s", msg);
         (void)!gs_sockmsg_send(sock, &e, sizeof(e), -1, NULL);
 }
+
+ssize_t gs_sockmsg_recv(int sock, void *buf, size_t len, bool *ret_trunc)
+{
+        union {
+                struct cmsghdr c;
+                char b[CMSG_SPACE(sizeof(int) * 8)];
+        } u;
+        struct iovec iov = { .iov_base = buf, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+        ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+        if (n < 0)
+                return errno == EINTR ? -EAGAIN : gs_neg_errno();
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                                int fd;
+                                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                                close(fd);
+                        }
+        *ret_trunc = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+        return n;
+}

@@ -6,6 +6,7 @@
 #ifndef GS_SOCKMSG_H
 #define GS_SOCKMSG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,5 +26,9 @@ int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, s
 int gs_sockmsg_send(int sock, const void *msg, size_t len, int fd, const int *stop) GS_WUR;
 /* Best effort: an ERROR message with err and msg. */
 void gs_sockmsg_error(int sock, int err, const char *msg);
+/* Receives one message from a process (non-blocking) into buf; closes
+ * whatever fds a hostile peer attached.  The length (0: closed), or a
+ * negative errno (-EAGAIN: nothing yet); *ret_trunc when it was cut. */
+ssize_t gs_sockmsg_recv(int sock, void *buf, size_t len, bool *ret_trunc) GS_WUR;
 
 #endif
