@@ -76,6 +76,9 @@ struct gs_agent {
         int handover_fd;
         struct gs_loop_io handover_io;
         bool handed_over;
+        /* The sockets' and files' paths are another agent's (handed over,
+         * or a takeover of ours that failed): none is removed or written. */
+        bool paths_theirs;
         bool handover_retake;            /* a failed takeover: listen on our handover socket anew */
         int64_t settle_until_ms;         /* atomic: after taking over, the old agent lets memory go */
 };

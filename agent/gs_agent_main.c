@@ -524,7 +524,10 @@ int main(int argc, char **argv)
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
-        gs_handover_abort(ho); /* failed before READY: the old agent serves on */
+        /* Failed before READY: the old agent serves on, at its paths (it
+         * binds its sockets again and puts its ledger back). */
+        ag.paths_theirs |= ho != NULL;
+        gs_handover_abort(ho);
         gs_handover_close(&ag);
         ready_file(&ag.cfg, false);
         if (ag.handed_over) {

@@ -281,8 +281,8 @@ static void close_socket(struct gs_agent *ag, struct gs_allocation *a)
                 return;
         gs_loop_io_del(ag->loop, &a->listen_io);
         gs_closep(&a->listen_fd);
-        /* Handed over: the path is the new agent's socket. */
-        if (!ag->handed_over)
+        /* Another agent's path (gs_agent.h, paths_theirs). */
+        if (!ag->paths_theirs)
                 (void)unlink(a->socket_path);
 }
 
@@ -690,8 +690,8 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
         char path[PATH_MAX];
         int r;
 
-        /* Handed over: the file is the new agent's. */
-        if (ag->handed_over)
+        /* Another agent's file (gs_agent.h, paths_theirs). */
+        if (ag->paths_theirs)
                 return 0;
         if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
             (int)sizeof(path))

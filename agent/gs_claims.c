@@ -90,8 +90,8 @@ static int save(struct gs_agent *ag)
         char path[PATH_MAX];
         int r;
 
-        if (ag->handed_over)
-                return 0; /* the file is the new agent's */
+        if (ag->paths_theirs)
+                return 0; /* the file is the other agent's */
         if (path_of(ag, path, sizeof(path), "") < 0)
                 return -ENAMETOOLONG;
         if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)

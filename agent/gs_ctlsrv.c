@@ -566,7 +566,7 @@ void gs_ctlsrv_free(struct gs_ctlsrv *s)
         if (!s)
                 return;
         gs_stream_srv_free(s->srv);
-        if (!s->ag->handed_over) /* else the path is the new agent's socket */
+        if (!s->ag->paths_theirs) /* else the path is the other agent's socket */
                 (void)unlink(s->path);
         free(s);
 }

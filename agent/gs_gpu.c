@@ -480,6 +480,11 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
         if (!g->pool)
                 return;
         pthread_mutex_lock(&g->lock);
+        /* A new agent that failed after its restore replaced our file. */
+        int r = pause ? 0 : gs_ledger_relink(&g->ledger);
+        if (r < 0 && r != -EBADF)
+                log_error("GPU %u: cannot put the ledger %s back: %s; a restarted agent will not know what "
+                          "processes hold", g->index, g->ledger.path, strerror(-r));
         gs_pool_set_hold_fn(g->pool, pause ? NULL : chunk_hold, pause ? NULL : g);
         pthread_mutex_unlock(&g->lock);
 }

@@ -224,8 +224,9 @@ void gs_gpu_ledger_commit(struct gs_gpu *g);
 /* Shutdown: stops recording, so that tearing the processes down leaves
  * the file saying what they hold for the next agent.  Takes g->lock. */
 void gs_gpu_ledger_stop(struct gs_gpu *g);
-/* An upgrade (gs_handover.h): stops (pause) or resumes recording, leaving
- * the file as it is.  Takes g->lock. */
+/* An upgrade (gs_handover.h): stops (pause) or resumes recording; on
+ * resuming, the file is put back at its path if a new agent that failed
+ * had replaced it.  Takes g->lock. */
 void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause);
 /* chunk was just placed for a process that already maps its memory (an
  * agent restart): it must have no memory of its own, so it trades its

@@ -302,6 +302,7 @@ static void serve(struct gs_agent *ag, int fd)
         /* The new agent serves: our connections end (the hooks reconnect to
          * it), our paths are its own now. */
         ag->handed_over = true;
+        ag->paths_theirs = true;
         gs_proc_disconnect_all(ag);
         log_info("upgrade: handed over to the new agent %lld ms after it took over; waiting for the end",
                  (long long)(gs_mono_ms() - t_take));
@@ -386,7 +387,7 @@ void gs_handover_close(struct gs_agent *ag)
                 return;
         gs_loop_io_del(ag->loop, &ag->handover_io);
         gs_closep(&ag->handover_fd);
-        if (!ag->handed_over && sock_path(ag, &sa) == 0)
+        if (!ag->paths_theirs && sock_path(ag, &sa) == 0)
                 (void)unlink(sa.sun_path);
 }
 

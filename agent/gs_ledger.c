@@ -138,6 +138,50 @@ void gs_ledger_set(struct gs_ledger *l, uint32_t chunk, const struct gs_ledger_t
         __atomic_store_n(&e->kind, t->kind, __ATOMIC_RELEASE);
 }
 
+int gs_ledger_relink(struct gs_ledger *l)
+{
+        char tmp[PATH_MAX + 8];
+        struct stat a, b;
+        void *map;
+        int fd, r;
+
+        if (l->fd < 0 || l->tmp[0])
+                return l->fd < 0 ? -EBADF : 0; /* not committed: the path was never ours */
+        if (stat(l->path, &a) == 0 && fstat(l->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+                return 0;
+        if (snprintf(tmp, sizeof(tmp), "%s.old", l->path) >= (int)sizeof(tmp))
+                return -ENAMETOOLONG;
+        (void)unlink(tmp);
+        fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return gs_neg_errno();
+        if (ftruncate(fd, (off_t)l->len) < 0) {
+                r = gs_neg_errno();
+                goto fail;
+        }
+        map = mmap(NULL, l->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) {
+                r = gs_neg_errno();
+                goto fail;
+        }
+        memcpy(map, l->map, l->len);
+        if (rename(tmp, l->path) < 0) {
+                r = gs_neg_errno();
+                munmap(map, l->len);
+                goto fail;
+        }
+        munmap(l->map, l->len);
+        close(l->fd);
+        l->fd = fd;
+        l->map = map;
+        l->ent = (struct gs_ledger_ent *)((struct gs_ledger_hdr *)map + 1);
+        return 0;
+fail:
+        (void)unlink(tmp);
+        close(fd);
+        return r;
+}
+
 void gs_ledger_close(struct gs_ledger *l)
 {
         if (l->map)

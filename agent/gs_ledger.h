@@ -93,6 +93,10 @@ int gs_ledger_open(struct gs_ledger *l, const char *path, const uint8_t uuid[16]
 int gs_ledger_commit(struct gs_ledger *l) GS_WUR;
 /* Records chunk as held by t at slot, or as free. */
 void gs_ledger_set(struct gs_ledger *l, uint32_t chunk, const struct gs_ledger_tag *t, uint32_t slot, bool held);
+/* A committed ledger no longer at its path (another agent's replaced it:
+ * a takeover that failed) is put there again, a copy mapped in its place;
+ * the caller keeps gs_ledger_set away meanwhile.  0 or a negative errno. */
+int gs_ledger_relink(struct gs_ledger *l) GS_WUR;
 /* Unmaps and closes; the file stays as it is.  l->fd -1 is fine. */
 void gs_ledger_close(struct gs_ledger *l);
 /* A process's start time in clock ticks since boot (field 22 of

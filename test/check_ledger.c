@@ -153,6 +153,51 @@ START_TEST(test_bad_files)
 }
 END_TEST
 
+/* A new agent that failed after its restore had put its own ledger at
+ * the path: the old agent, serving on, puts its own back and goes on
+ * writing it in place. */
+START_TEST(test_relink)
+{
+        char path[256], why[160];
+        struct gs_ledger l, other;
+        struct gs_ledger_ent *e;
+        struct gs_ledger_tag t = { 42, GS_LEDGER_SLOT, 12345, 0xabcdef };
+        struct gs_ledger_tag u = { 99, GS_LEDGER_SLOT, 5, 0x2 };
+        uint32_t n;
+        uint64_t cb;
+
+        ck_assert_int_eq(gs_ledger_path(path, sizeof(path), dir, "GPU-x"), 0);
+        ck_assert_int_eq(gs_ledger_open(&l, path, uuid, 1 << 26, 4), 0);
+        ck_assert_int_eq(gs_ledger_relink(&l), 0); /* not committed: nothing to do */
+        ck_assert_int_eq(gs_ledger_commit(&l), 0);
+        gs_ledger_set(&l, 1, &t, 3, true);
+        ck_assert_int_eq(gs_ledger_relink(&l), 0); /* still at its path: left as it is */
+        ck_assert_int_eq(gs_ledger_open(&other, path, uuid, 1 << 26, 4), 0);
+        gs_ledger_set(&other, 2, &u, 1, true);
+        ck_assert_int_eq(gs_ledger_commit(&other), 0);
+        gs_ledger_close(&other);
+        ck_assert_int_eq(gs_ledger_read(path, uuid, &e, &n, &cb, why, sizeof(why)), 0);
+        ck_assert_uint_eq(e[1].kind, GS_LEDGER_FREE);
+        ck_assert_uint_eq(e[2].kind, GS_LEDGER_SLOT);
+        free(e);
+        ck_assert_int_eq(gs_ledger_relink(&l), 0);
+        gs_ledger_set(&l, 0, &t, 7, true); /* after: in the file at the path */
+        ck_assert_int_eq(gs_ledger_read(path, uuid, &e, &n, &cb, why, sizeof(why)), 0);
+        ck_assert_uint_eq(n, 4);
+        ck_assert_uint_eq(e[0].kind, GS_LEDGER_SLOT);
+        ck_assert_uint_eq(e[0].slot, 7);
+        ck_assert_uint_eq(e[1].kind, GS_LEDGER_SLOT);
+        ck_assert_uint_eq(e[1].pid, 42);
+        ck_assert_uint_eq(e[1].slot, 3);
+        ck_assert_uint_eq(e[2].kind, GS_LEDGER_FREE);
+        free(e);
+        char tmp[300];
+        snprintf(tmp, sizeof(tmp), "%s.old", path);
+        ck_assert_int_ne(access(tmp, F_OK), 0); /* no temporary left */
+        gs_ledger_close(&l);
+}
+END_TEST
+
 START_TEST(test_pid_start)
 {
         uint64_t me = gs_ledger_pid_start(getpid());
@@ -176,6 +221,7 @@ int main(void)
         tcase_add_test(t, test_roundtrip);
         tcase_add_test(t, test_killed_writer);
         tcase_add_test(t, test_bad_files);
+        tcase_add_test(t, test_relink);
         tcase_add_test(t, test_pid_start);
         suite_add_tcase(s, t);
         return gs_check_run(s);

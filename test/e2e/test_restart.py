@@ -52,6 +52,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -636,19 +637,47 @@ def handover_faults():
         for c in cs:
             c.ticks(1)
         ag = s.ag
-        for i in range(3):
+        # A port held here: a new agent told to serve its metrics there
+        # fails after TAKE, before READY, every time (the abort path).
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        cfg = os.path.join(s.tmp, "metrics-taken.yaml")
+        with open(cfg, "w") as f:
+            f.write('metricsAddress: "127.0.0.1:%d"\n' % held.getsockname()[1])
+        for i in range(4):
             n0 = ag.logtext().count("a new agent takes over")
-            new = subprocess.Popen(ag.args(), env=ag.env, stdout=ag.log, stderr=ag.log)
-            wait_for(lambda: ag.logtext().count("a new agent takes over") > n0 or new.poll() is not None, LONG)
-            time.sleep(random.uniform(0, 0.05))
+            h0 = ag.logtext().count("handed over to the new agent")
+            if i == 0:
+                new = subprocess.Popen(ag.args() + ["--config", cfg], env=ag.env, stdout=ag.log, stderr=ag.log)
+                check(wait_for(lambda: new.poll() is not None, LONG) and new.returncode != 0,
+                      "%s: a new agent that cannot serve its metrics fails after taking over (rc %s)"
+                      % (what, new.returncode))
+                check(ag.logtext().count("the new agent failed to take over") > 0,
+                      "%s: the old agent saw it fail after TAKE" % what)
+            else:
+                new = subprocess.Popen(ag.args(), env=ag.env, stdout=ag.log, stderr=ag.log)
+                wait_for(lambda: ag.logtext().count("a new agent takes over") > n0 or new.poll() is not None, LONG)
+                time.sleep(random.uniform(0, 0.05))
             new.kill()
             new.wait()
-            check(ag.proc.poll() is None, "%s: the old agent runs on after the new one died mid-handover (%d)"
-                  % (what, i))
-            check(wait_for(lambda: ag.ctl("gpus", ok=False).returncode == 0, LONG),
-                  "%s: and answers on its control socket (%d)" % (what, i))
+            if ag.logtext().count("handed over to the new agent") > h0:
+                # It had served already: a crash of the serving agent.  The
+                # rollout stops the old one; the kubelet starts the new again.
+                print("info %s: the new agent had taken over before it was killed (%d)" % (what, i))
+                ag.proc.terminate()
+                check(wait_for(lambda: ag.proc.poll() is not None, LONG),
+                      "%s: the old agent, handed over, stops on SIGTERM (%d)" % (what, i))
+                if not ag.start():
+                    return
+            else:
+                check(ag.proc.poll() is None, "%s: the old agent runs on after the new one died mid-handover (%d)"
+                      % (what, i))
+                check(wait_for(lambda: ag.ctl("gpus", ok=False).returncode == 0, LONG),
+                      "%s: and answers on its control socket (%d)" % (what, i))
             for c in cs:
                 check(c.ticks(1) and c.p.poll() is None, "%s: %s still runs (%d)" % (what, c.name, i))
+        held.close()
         # A process that registers now reaches the old agent's socket again
         # (the new one had bound its own at that path).
         r = e.run([e.CUDA, "meminfo"], e.hook_env(ag, s.A), timeout=LONG)
