@@ -424,21 +424,24 @@ enum gs_turn gs_serve_turn(void *item, uint32_t budget, const uint32_t *others_w
                 served += n;
                 if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
                         return GS_TURN_IDLE;
-                if (served >= budget)
-                        return gs_serve_has_work(p) ? GS_TURN_MORE : GS_TURN_IDLE;
+                if (served >= budget && gs_serve_has_work(p))
+                        return GS_TURN_MORE;
                 /* Empty: a busy process sends again within microseconds.
-                 * Spin for it, unless others wait. */
+                 * Spin for it, unless others wait or the budget is spent. */
                 spin_until = gs_mono_ns() + GS_SERVE_SPIN_NS;
-                while (!gs_serve_has_work(p) && gs_mono_ns() < spin_until &&
+                while (served < budget && !gs_serve_has_work(p) && gs_mono_ns() < spin_until &&
                        !__atomic_load_n(others_waiting, __ATOMIC_RELAXED) &&
                        !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
                         gs_cpu_relax();
-                if (gs_serve_has_work(p))
+                if (served < budget && gs_serve_has_work(p))
                         continue;
                 /* Going to sleep: drain the doorbell first, then say so, then
                  * look once more.  A request published after that look sees
                  * agent_sleeping (seq_cst on both sides) and writes the
-                 * doorbell, which stays readable for the re-armed epoll. */
+                 * doorbell, which stays readable for the re-armed epoll.
+                 * Every IDLE return goes this way: an earlier turn drained
+                 * the doorbell, so IDLE with agent_sleeping 0 would leave a
+                 * request rung once unseen (the lost wake-up of issue 19). */
                 {
                         uint64_t v;
                         if (read(p->wake_fd, &v, sizeof(v)) < 0) {
@@ -449,5 +452,7 @@ enum gs_turn gs_serve_turn(void *item, uint32_t budget, const uint32_t *others_w
                 if (!gs_serve_has_work(p))
                         return GS_TURN_IDLE;
                 __atomic_store_n(&s->agent_sleeping, 0, __ATOMIC_SEQ_CST);
+                if (served >= budget)
+                        return GS_TURN_MORE;
         }
 }

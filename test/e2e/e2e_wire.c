@@ -20,6 +20,13 @@
  *   e2e_wire conns SOCK N          opens N connections, prints how many
  *                                  registered and how the others were
  *                                  refused, holds them until stdin closes
+ *   e2e_wire wakeup SOCK T N       T threads, a connection each, make N
+ *                                  requests each (256 B ALLOC, FREE), each
+ *                                  rung exactly once: never rung again, a
+ *                                  request the agent does not answer is a
+ *                                  hang.  Prints the requests over 5 ms
+ *                                  and the longest; fails on a request
+ *                                  unanswered for WAKEUP_HANG_MS
  * Exit 0 when the check holds; a line on stderr says what failed. */
 #include <fcntl.h>
 #include <pthread.h>
@@ -641,6 +648,101 @@ static int cmd_conns(const char *sock, int n)
         return failures != 0;
 }
 
+#define WAKEUP_HANG_MS 5000
+
+struct wakeup_arg {
+        const char *sock;
+        int n;
+        uint64_t over5, hangs, done;
+        int64_t max_us;
+        int err;
+};
+
+/* One request, rung once (e2e_push), its reply waited for without ever
+ * ringing again.  Returns its status, or -ETIMEDOUT for a hang. */
+static int ring_once(struct e2e_conn *c, uint32_t op, uint64_t a0, struct gs_ring_msg *rep, int64_t *us)
+{
+        int64_t t0 = gs_mono_ns();
+        int r = e2e_push(c, op, 0, a0, 0);
+
+        if (r == 0)
+                r = e2e_reply(c, rep, WAKEUP_HANG_MS);
+        *us = (gs_mono_ns() - t0) / 1000;
+        if (r < 0)
+                return r;
+        if (op == GS_OP_ALLOC && rep->status == 0)
+                for (uint64_t i = 0; i < rep->arg[1]; i++) {
+                        struct gs_sock_grant g;
+                        int fd;
+                        if (e2e_recv(c->sock, &g, sizeof(g), &fd, WAKEUP_HANG_MS) != (ssize_t)sizeof(g) || fd < 0)
+                                return -EPROTO;
+                        close(fd);
+                }
+        return rep->status;
+}
+
+static void *waker(void *arg)
+{
+        struct wakeup_arg *w = arg;
+        struct e2e_conn c;
+        struct gs_ring_msg rep;
+
+        must_open(&c, w->sock);
+        for (int i = 0; i < w->n && !w->err; i++)
+                for (int k = 0; k < 2; k++) {
+                        int64_t us;
+                        int r = k == 0 ? ring_once(&c, GS_OP_ALLOC, 256, &rep, &us)
+                                       : ring_once(&c, GS_OP_FREE, rep.arg[0], &rep, &us);
+                        if (r == -ETIMEDOUT) {
+                                w->hangs++;
+                                w->err = r;
+                                break;
+                        }
+                        if (r != 0) {
+                                w->err = r;
+                                break;
+                        }
+                        w->done++;
+                        w->over5 += us > 5000;
+                        if (us > w->max_us)
+                                w->max_us = us;
+                }
+        e2e_close(&c);
+        return NULL;
+}
+
+static int cmd_wakeup(const char *sock, int nthreads, int n)
+{
+        struct wakeup_arg w[16];
+        pthread_t t[16];
+        uint64_t over5 = 0, hangs = 0, done = 0;
+        int64_t max_us = 0;
+
+        if (nthreads < 1 || nthreads > 16 || n < 1) {
+                fprintf(stderr, "wakeup: 1 to 16 threads, at least 1 request\n");
+                return 2;
+        }
+        for (int i = 0; i < nthreads; i++) {
+                w[i] = (struct wakeup_arg){ .sock = sock, .n = n };
+                pthread_create(&t[i], NULL, waker, &w[i]);
+        }
+        for (int i = 0; i < nthreads; i++) {
+                pthread_join(t[i], NULL);
+                over5 += w[i].over5;
+                hangs += w[i].hangs;
+                done += w[i].done;
+                if (w[i].max_us > max_us)
+                        max_us = w[i].max_us;
+                CHECK(w[i].err == 0 || w[i].err == -ETIMEDOUT, "thread %d: a request failed: %d", i, w[i].err);
+        }
+        printf("wakeup: %llu requests, %llu over 5 ms, longest %.1f ms, %llu unanswered for %d ms\n",
+               (unsigned long long)done, (unsigned long long)over5, max_us / 1000.0, (unsigned long long)hangs,
+               WAKEUP_HANG_MS);
+        CHECK(hangs == 0, "%llu requests rung once were never answered (a lost wake-up)",
+              (unsigned long long)hangs);
+        return failures != 0;
+}
+
 int main(int argc, char **argv)
 {
         signal(SIGPIPE, SIG_IGN);
@@ -664,6 +766,8 @@ int main(int argc, char **argv)
                 return cmd_floodx(argv[2], argv[3], atoi(argv[4]));
         if (argc == 4 && strcmp(argv[1], "conns") == 0)
                 return cmd_conns(argv[2], atoi(argv[3]));
-        fprintf(stderr, "usage: e2e_wire quota|hold|big|concurrent|hostile|flood|floodx|conns|keepfd SOCK [ARG]\n");
+        if (argc == 5 && strcmp(argv[1], "wakeup") == 0)
+                return cmd_wakeup(argv[2], atoi(argv[3]), atoi(argv[4]));
+        fprintf(stderr, "usage: e2e_wire quota|hold|big|concurrent|hostile|flood|floodx|conns|keepfd|wakeup SOCK [ARG]\n");
         return 2;
 }
