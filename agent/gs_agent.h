@@ -60,6 +60,10 @@ struct gs_agent {
         gs_loop_io_fn on_alloc_conn;
         struct gs_loop_async changed_async;  /* gs_agent_poke */
         struct gs_loop_async scan_async;     /* gs_agent_want_scan */
+        /* gs_agent_want_give_back: main wires what runs (gs_proc). */
+        struct gs_loop_async give_back_async;
+        void (*on_give_back)(struct gs_agent *ag);
+        unsigned give_back_sweeps;       /* atomic: sweeps done (gs_agent_wait_give_back) */
         struct gs_loop_timer hello_timer;    /* gs_proc_tick */
         struct gs_loop_timer restore_timer;  /* gs_allocs_tick */
         struct gs_loop_timer usage_timer;    /* gs_usage_tick */
@@ -96,6 +100,12 @@ void gs_agent_poke(struct gs_agent *ag);
 /* Any thread: the main thread should scan memory outside the pool now
  * (gs_usage.h): a process registered or left, or the driver had no room. */
 void gs_agent_want_scan(struct gs_agent *ag);
+/* Any thread: an allocation part was marked give_back_wanted (gs_allocs.h);
+ * the main loop asks its processes for their wholly free chunks. */
+void gs_agent_want_give_back(struct gs_agent *ag);
+/* The same, then waits (at most ms) until the main loop has done it:
+ * whether it did. */
+bool gs_agent_wait_give_back(struct gs_agent *ag, int ms);
 /* A worker thread holding no GPU lock: asks for a scan and waits until one
  * has run, at most ms (the scan charges growth to its pods, which gives the
  * headroom back unless memory is really held past a quota). */

@@ -412,6 +412,7 @@ int main(int argc, char **argv)
         /* Wiring: who runs when.  No module calls up into another. */
         gs_agent_wire(&ag, broadcast);
         ag.on_alloc_conn = gs_proc_on_listen;
+        ag.on_give_back = gs_proc_give_back_sweep;
         gs_loop_timer_add(ag.loop, &ag.hello_timer, gs_proc_tick, &ag);
         gs_loop_timer_add(ag.loop, &ag.restore_timer, gs_allocs_tick, &ag);
         gs_loop_timer_add(ag.loop, &ag.usage_timer, gs_usage_tick, &ag);

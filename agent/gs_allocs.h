@@ -62,6 +62,11 @@ struct gs_part {
         struct gs_outside out;
         uint64_t bypass_charge;
         bool gone;               /* being deleted: owes nothing any more */
+        /* Under the GPU's lock: a request of a process failed for want of
+         * memory; the main loop asks the others for their wholly free
+         * chunks (gs_proc_ask_give_back) and clears it. */
+        bool give_back_wanted;
+        uint32_t others_asked;   /* processes the last sweep asked */
         int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
 };
 

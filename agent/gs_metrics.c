@@ -92,7 +92,7 @@ struct part_snap {
         const struct gs_allocation *a;
         const struct gs_gpu *g;
         uint32_t units;
-        uint64_t quota_bytes, held_bytes, requested_bytes, outside_bytes;
+        uint64_t quota_bytes, held_bytes, requested_bytes, outside_bytes, over_quota_bytes;
         uint32_t over_quota;
 };
 
@@ -198,16 +198,17 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                         struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
                         struct gs_palloc_stats st;
 
-                        uint64_t outside;
+                        uint64_t outside, over_bytes;
                         uint32_t over;
 
                         pthread_mutex_lock(&g->lock);
                         gs_palloc_stats(a->parts[i].pa, &st);
                         outside = a->parts[i].out.charged;
                         over = a->parts[i].out.over_quota;
+                        over_bytes = a->parts[i].out.short_bytes;
                         pthread_mutex_unlock(&g->lock);
                         ps[nparts++] = (struct part_snap){
-                                .outside_bytes = outside, .over_quota = over,
+                                .outside_bytes = outside, .over_quota = over, .over_quota_bytes = over_bytes,
                                 .a = a, .g = g, .units = a->parts[i].units,
                                 .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
                                 .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
@@ -220,6 +221,9 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
         put(&b, "gshare_allocations %u\n", ag->nallocs);
         family(&b, "gshare_processes", "gauge", "Registered processes of all allocations.");
         put(&b, "gshare_processes %u\n", nprocs);
+        family(&b, "gshare_usage_scans_total", "counter",
+               "Scans of the memory processes hold outside the pool (usageInterval, and on demand).");
+        put(&b, "gshare_usage_scans_total %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
 
         GPU_FAMILY("healthy", "1 if the GPU's pool is usable, 0 if not.", g->healthy ? 1 : 0);
         GPU_FAMILY("chunk_bytes", "Size of one GSM chunk, in bytes.", g->chunk_bytes);
@@ -242,6 +246,8 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                     requested_bytes);
         PART_FAMILY("outside_bytes", "Bytes its processes hold outside the pool (contexts, modules, "
                     "processes that bypass the hook), charged to its quota.", outside_bytes);
+        PART_FAMILY("over_quota_bytes", "Bytes outside the pool its quota does not cover yet (0: within its "
+                    "quota); meanwhile its allocations fail with out of memory.", over_quota_bytes);
         family(&b, "gshare_allocation_over_quota_total", "counter",
                "Times a scan found memory outside the pool that the allocation's quota could not cover.");
         for (size_t i = 0; i < nparts; i++) {

@@ -47,6 +47,33 @@ static uint32_t target(const struct gs_gpu *g, uint64_t charged)
         return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
+/* short_bytes and short_since_ms from the charges and the chunks held. */
+static void update_short(struct gs_gpu *g, struct gs_outside *o)
+{
+        uint64_t held = (uint64_t)o->cs.nheld * g->chunk_bytes;
+
+        o->short_bytes = o->cs.nheld < target(g, o->charged) ? o->charged - held : 0;
+        if (!o->short_bytes)
+                o->short_since_ms = 0;
+        else if (!o->short_since_ms)
+                o->short_since_ms = gs_mono_ms();
+}
+
+void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots)
+{
+        uint32_t want = target(g, o->charged);
+
+        if (!o->short_bytes)
+                return;
+        if (want > nslots)
+                want = nslots;
+        if (want > o->cs.nheld) {
+                (void)g->agent->cu.ctx_set_current(g->ctx);
+                (void)take(g, o, pa, nslots, want - o->cs.nheld, false);
+        }
+        update_short(g, o);
+}
+
 void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 {
         uint32_t want = target(g, o->charged);
@@ -80,8 +107,9 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
         o->charged = charged;
         *slot = bytes;
         gs_outside_settle(g, o);
-        if (up && o->cs.nheld < target(g, charged)) {
-                o->over_quota++;
+        update_short(g, o);
+        if (o->short_bytes) {
+                o->over_quota += up;
                 return -EDQUOT;
         }
         return 0;
@@ -95,4 +123,6 @@ void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
                 (void)give_last(g, o, true);
         gs_chunkset_fini(&o->cs);
         o->charged = 0;
+        o->short_bytes = 0;
+        o->short_since_ms = 0;
 }

@@ -46,6 +46,12 @@ struct gs_outside {
         struct gs_chunkset cs;         /* the chunks taken */
         uint64_t charged;              /* sum of the charge slots */
         uint32_t over_quota;           /* measurements the quota could not cover */
+        /* Charged beyond what the set holds (the quota could not cover it:
+         * the memory came from the reserve), and since when (0: covered).
+         * Meanwhile every chunk the allocation gets back comes here first
+         * (gs_outside_cover), before any process may take it. */
+        uint64_t short_bytes;
+        int64_t short_since_ms;
 };
 
 /* Sets *slot (one process's charge on this GPU, part of o->charged) to
@@ -56,6 +62,10 @@ struct gs_outside {
  * charges need: the quota cannot cover them). */
 int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
                       uint64_t *slot, uint64_t bytes, bool strict) GS_WUR;
+/* While short: takes what the allocation has free towards the charges.
+ * After anything that gave chunks back to the allocation (a release, a
+ * process's exit) and before a grant from it. */
+void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots);
 /* Gives back what is not charged any more (retries chunks that could not
  * be re-created before).  Called by the periodic scan. */
 void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o);

@@ -368,6 +368,29 @@ static bool cached_run(const struct gs_pproc *p, uint32_t k, uint32_t *ret_first
         return false;
 }
 
+uint32_t gs_pproc_empty_run(const struct gs_pproc *p, uint32_t max, uint32_t *ret_first)
+{
+        const struct gs_pool *pool = p->a->pool;
+        uint64_t cb = pool->chunk_bytes;
+        uint32_t run = 0;
+
+        if (p->buddy.nchunks_empty == 0 || max == 0)
+                return 0;
+        for (uint32_t s = 0; s < p->g.slots_cap; s++) {
+                uint32_t c = gs_gsm_slot_chunk(&p->g, s);
+                if (c != GS_GSM_NONE && !pool->gsm.chunks[c].user &&
+                    gs_buddy_chunk_is_free(&p->buddy, (uint64_t)s * cb)) {
+                        if (run++ == 0)
+                                *ret_first = s;
+                        if (run == max)
+                                return run;
+                } else if (run) {
+                        return run;
+                }
+        }
+        return run;
+}
+
 static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
                         struct gs_grant *ret_grants, uint32_t max_grants, uint32_t *ret_ngrants)
 {

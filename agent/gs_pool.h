@@ -163,6 +163,11 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
  * slot holds no chunk, -EBUSY if a chunk still has a live block.  All or
  * nothing. */
 int gs_pproc_release(struct gs_pproc *p, uint32_t first_slot, uint32_t count) GS_WUR;
+/* The lowest run of at most max consecutive slots of p holding wholly
+ * free chunks (no live block, not legacy): its length (0: none) and its
+ * first slot in *ret_first.  What the process can give back (unmap, then
+ * gs_pproc_release) when memory is wanted elsewhere. */
+uint32_t gs_pproc_empty_run(const struct gs_pproc *p, uint32_t max, uint32_t *ret_first);
 /* The pool chunk id at slot, or UINT32_MAX if the slot holds none. */
 uint32_t gs_pproc_slot_chunk(const struct gs_pproc *p, uint32_t slot);
 /* The live block containing off: its start and requested size.  -ENOENT. */

@@ -445,7 +445,7 @@ static int on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t er
                 return r;
         memset(&w, 0, sizeof(w));
         gs_sockmsg_hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
-        w.h.reserved = GS_FEAT_RECLAIM;
+        w.h.reserved = GS_FEAT_RECLAIM | GS_FEAT_GIVEBACK;
         w.ngpus = a->nparts;
         w.shm_bytes = sizeof(struct gs_shm);
         w.proc_id = p->id;
@@ -1004,6 +1004,38 @@ void gs_proc_restore(struct gs_agent *ag)
                                  "until they are free", g->index, lost);
                 gs_gpu_ledger_commit(g);
         }
+}
+
+uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i)
+{
+        uint32_t n = 0;
+
+        for (struct gs_proc *p = a->procs; p; p = p->next) {
+                struct gs_pproc_stats st;
+                if (p->state != GS_PROC_ACTIVE || i >= p->ngpus || !p->gpus[i].pp || !p->shm)
+                        continue;
+                gs_pproc_stats(p->gpus[i].pp, &st);
+                if (st.chunks_empty == 0)
+                        continue;
+                __atomic_add_fetch(&p->shm->give_back, 1, __ATOMIC_RELEASE);
+                n++;
+        }
+        return n;
+}
+
+void gs_proc_give_back_sweep(struct gs_agent *ag)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (uint32_t i = 0; i < a->nparts; i++) {
+                        struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                        pthread_mutex_lock(&g->lock);
+                        if (a->parts[i].give_back_wanted) {
+                                a->parts[i].give_back_wanted = false;
+                                a->parts[i].others_asked = gs_proc_ask_give_back(a, i);
+                        }
+                        pthread_mutex_unlock(&g->lock);
+                }
+        __atomic_add_fetch(&ag->give_back_sweeps, 1, __ATOMIC_ACQ_REL);
 }
 
 void gs_proc_pause_all(struct gs_agent *ag)

@@ -106,6 +106,7 @@ struct gs_proc {
         int stop;                    /* atomic: main asks the workers to let go */
         uint64_t nrequests;          /* atomic, for logs */
         uint32_t nexports;           /* atomic: live IPC exports (gs_ipc.h) */
+        bool over_killed;            /* main: killed by the over-quota policy (gs_usage.h) */
 };
 
 /* The allocation's listening socket is readable: accept every waiting
@@ -129,6 +130,14 @@ void gs_proc_restore(struct gs_agent *ag);
  * disconnect: every connection ends, each process keeping what it holds
  * (its hook connects to the new agent). */
 void gs_proc_pause_all(struct gs_agent *ag);
+/* Memory is wanted in allocation a on its part i: each of its served
+ * processes holding a chunk with no live block there has its segment's
+ * give_back bumped; its hook gives them back at its next call
+ * (gs_wire.h, GS_FEAT_GIVEBACK).  How many were asked.  Main thread, under
+ * the part's GPU's lock. */
+uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i);
+/* ag->on_give_back: the same for every part marked give_back_wanted. */
+void gs_proc_give_back_sweep(struct gs_agent *ag);
 void gs_proc_resume_all(struct gs_agent *ag);
 void gs_proc_disconnect_all(struct gs_agent *ag);
 /* Validates a HELLO of n bytes received on the socket.  0 or -EPROTO with

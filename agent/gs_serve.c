@@ -14,6 +14,16 @@
 #include "gs_ring.h"
 #include "gs_sockmsg.h"
 
+/* Under the GPU's lock: while the allocation's memory outside the pool is
+ * not covered (gs_outside.h), what it has free goes there first. */
+static void cover(struct gs_proc *p, uint32_t i)
+{
+        struct gs_part *part = &p->alloc->parts[i];
+
+        if (part->out.short_bytes)
+                gs_outside_cover(p->gpus[i].g, &part->out, part->pa, gs_allocs_outside_slots(p->agent, part));
+}
+
 static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                        struct gs_ring_msg *rep)
 {
@@ -35,6 +45,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         }
         for (int attempt = 0;; attempt++) {
         pthread_mutex_lock(&g->lock);
+        cover(p, req->gpu);
         r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
         if (r == 0) {
                 char err[256];
@@ -113,6 +124,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
         }
         for (int attempt = 0;; attempt++) {
                 pthread_mutex_lock(&g->lock);
+                cover(p, req->gpu);
                 r = gs_vmm_create(g, &pg->vmm, size, &id, &fd);
                 if (r == 0)
                         gs_gpu_check_lending(g);
@@ -259,6 +271,34 @@ static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struc
         return 0;
 }
 
+/* A request failed for want of memory: the allocation's other processes
+ * are asked for their wholly free chunks (the main loop does it: it owns
+ * the process list); this one's hook gives back its own (GS_OP_GIVE_BACK)
+ * and tries once more. */
+static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep, int r)
+{
+        struct gs_part *part = &p->alloc->parts[req->gpu];
+        struct gs_gpu *g = p->gpus[req->gpu].g;
+        bool ask;
+
+        if (r < 0 || rep->status != -ENOMEM)
+                return r;
+        /* One sweep at a time per part (it walks the part's processes
+         * only): a process failing in a loop waits for each. */
+        pthread_mutex_lock(&g->lock);
+        ask = !part->give_back_wanted;
+        part->give_back_wanted = true;
+        pthread_mutex_unlock(&g->lock);
+        /* Not swept yet (the main loop busy, or another request's sweep
+         * pending): the others may be asked in a moment; the hook's
+         * patience is bounded anyway. */
+        bool swept = ask && gs_agent_wait_give_back(p->agent, GS_GIVE_BACK_WAIT_MS);
+        pthread_mutex_lock(&g->lock);
+        rep->others_asked = swept ? part->others_asked : 1;
+        pthread_mutex_unlock(&g->lock);
+        return r;
+}
+
 int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
 {
         struct gs_proc_gpu *pg;
@@ -282,13 +322,18 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
         pg = &p->gpus[req->gpu];
         switch (req->op) {
         case GS_OP_ALLOC:
-                return serve_alloc(p, pg, req, rep);
+                return short_of_memory(p, req, rep, serve_alloc(p, pg, req, rep));
         case GS_OP_FREE:
                 /* An exported block loses its export before it is freed. */
                 if (gs_ipc_count(p))
                         gs_ipc_unexport(&p->alloc->ipc, p, req->gpu, req->arg[0]);
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_pproc_free(pg->pp, req->arg[0], &rel);
+                /* Memory is wanted (the pod's memory outside the pool not
+                 * covered, or a process short): nothing stays cached. */
+                if (r == 0 && rel.count == 0 &&
+                    (p->alloc->parts[req->gpu].out.short_bytes || p->alloc->parts[req->gpu].give_back_wanted))
+                        rel.count = gs_pproc_empty_run(pg->pp, GS_GIVE_BACK_RUN, &rel.first_slot);
                 pthread_mutex_unlock(&pg->g->lock);
                 rep->status = r;
                 rep->arg[0] = rel.first_slot;
@@ -317,19 +362,30 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 }
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_pproc_release(pg->pp, (uint32_t)req->arg[0], (uint32_t)req->arg[1]);
-                if (r == 0)
+                if (r == 0) {
+                        cover(p, req->gpu);
                         gs_gpu_check_lending(pg->g);
+                }
                 pthread_mutex_unlock(&pg->g->lock);
                 rep->status = r;
                 return 0;
         case GS_OP_VMM_CREATE:
-                return serve_vmm_create(p, pg, req, rep);
+                return short_of_memory(p, req, rep, serve_vmm_create(p, pg, req, rep));
         case GS_OP_IPC_EXPORT:
                 return serve_ipc_export(p, pg, req, rep);
         case GS_OP_IPC_OPEN:
                 return serve_ipc_open(p, pg, req, rep);
         case GS_OP_CTX:
-                return serve_ctx(p, pg, req, rep);
+                return short_of_memory(p, req, rep, serve_ctx(p, pg, req, rep));
+        case GS_OP_GIVE_BACK: {
+                uint32_t first = 0, n;
+                pthread_mutex_lock(&pg->g->lock);
+                n = gs_pproc_empty_run(pg->pp, GS_GIVE_BACK_RUN, &first);
+                pthread_mutex_unlock(&pg->g->lock);
+                rep->arg[0] = n ? first : 0;
+                rep->arg[1] = n;
+                return 0;
+        }
         case GS_OP_CTX_DONE:
                 pthread_mutex_lock(&pg->g->lock);
                 pg->g->ctx_promised -= pg->ctx_promised;
@@ -341,8 +397,10 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
                 if (r == -ENOENT)
                         r = gs_proc_legacy_vmm_release(pg, req->arg[0]);
-                if (r == 0)
+                if (r == 0) {
+                        cover(p, req->gpu);
                         gs_gpu_check_lending(pg->g);
+                }
                 pthread_mutex_unlock(&pg->g->lock);
                 rep->status = r;
                 return 0;

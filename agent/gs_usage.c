@@ -124,26 +124,37 @@ static void kill_pid(struct gs_allocation *a, pid_t pid, int pidfd, uint64_t byt
 
 /* The log line, and an Event at most once a minute: on the pod, or for a
  * DRA claim's allocation (whose pod the agent does not know) on the claim. */
-static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g)
+static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g,
+                   uint64_t over, uint32_t killed)
 {
         const struct gs_claim *claim;
-        char msg[400];
+        char msg[600], what[200];
         int64_t now = gs_mono_ms();
         int r;
-        bool kill = ag->cfg.over_quota == GS_OVER_QUOTA_KILL;
 
-        snprintf(msg, sizeof(msg), "gshare allocation %s is over its quota on GPU %s: %llu MiB of %llu "
-                 "held outside the pool (contexts, modules, processes bypassing the hook); %s",
-                 a->id, g->uuid, (unsigned long long)(part->out.charged >> 20),
-                 (unsigned long long)(((uint64_t)part->quota_chunks * g->chunk_bytes) >> 20),
-                 kill ? "the processes it cannot cover were killed (overQuota: kill)"
-                      : "reported only (overQuota: report)");
-        if (!kill)
-                log_warn("allocation %s (pod %s/%s) is over its quota on GPU %u: %llu MiB outside the pool, "
-                         "%u times so far (overQuota: report)", a->id,
-                         a->pod_namespace[0] ? a->pod_namespace : "?", a->pod_name[0] ? a->pod_name : "?",
-                         g->index, (unsigned long long)(part->out.charged >> 20), part->out.over_quota);
-        if (!ag->events || (part->event_ms && now - part->event_ms < GS_USAGE_EVENT_MS))
+        if (killed)
+                snprintf(what, sizeof(what), "over by more than overQuotaBound (%llu MiB) for overQuotaGrace: %u "
+                         "process(es) killed (overQuota: kill)",
+                         (unsigned long long)(ag->cfg.over_quota_bound_bytes >> 20), killed);
+        else if (over > ag->cfg.over_quota_bound_bytes && ag->cfg.over_quota == GS_OVER_QUOTA_KILL)
+                snprintf(what, sizeof(what), "its processes are killed if it stays over by more than "
+                         "overQuotaBound (%llu MiB) for overQuotaGrace (%u ms)",
+                         (unsigned long long)(ag->cfg.over_quota_bound_bytes >> 20), ag->cfg.over_quota_grace_ms);
+        else
+                snprintf(what, sizeof(what), "no process is killed (%s)",
+                         ag->cfg.over_quota == GS_OVER_QUOTA_KILL ? "within overQuotaBound" : "overQuota: report");
+        snprintf(msg, sizeof(msg), "gshare allocation %s is over its quota on GPU %s by %llu MiB: %llu MiB of %llu "
+                 "held outside the pool (contexts, modules, processes bypassing the hook); its allocations fail "
+                 "with CUDA_ERROR_OUT_OF_MEMORY until memory it frees covers it; %s",
+                 a->id, g->uuid, (unsigned long long)((over + (1 << 20) - 1) >> 20),
+                 (unsigned long long)(part->out.charged >> 20),
+                 (unsigned long long)(((uint64_t)part->quota_chunks * g->chunk_bytes) >> 20), what);
+        if (!killed && part->event_ms && now - part->event_ms < GS_USAGE_EVENT_MS)
+                return; /* said already, once a minute at most */
+        log_warn("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
+                 a->pod_name[0] ? a->pod_name : "?", msg);
+        part->event_ms = now;
+        if (!ag->events)
                 return;
         if (a->pod_name[0])
                 r = gs_events_post(ag->events, GS_EVENT_POD, a->pod_namespace, a->pod_name, a->pod_uid,
@@ -153,9 +164,38 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
                                    "GPUMemoryOverQuota", msg);
         else
                 return;
-        part->event_ms = now;
         if (r < 0)
                 log_debug("allocation %s: over-quota Event dropped", a->id);
+}
+
+/* The last resort: processes of part i killed until what they hold outside
+ * the pool covers over bytes: those that bypass the hook first, then the
+ * registered ones holding most outside the pool.  How many were killed. */
+static uint32_t kill_over(struct gs_allocation *a, uint32_t i, const struct seen *sv, uint32_t n, uint64_t over)
+{
+        uint64_t freed = 0;
+        uint32_t killed = 0;
+
+        for (uint32_t k = 0; a->pod_uid[0] && k < n && freed < over; k++)
+                if (strcmp(sv[k].uid, a->pod_uid) == 0) {
+                        kill_pid(a, sv[k].pr.pid, -1, sv[k].pr.bytes, "process bypassing the hook");
+                        freed += sv[k].pr.bytes;
+                        killed++;
+                }
+        while (freed < over) {
+                struct gs_proc *big = NULL;
+                for (struct gs_proc *p = a->procs; p; p = p->next)
+                        if (i < p->ngpus && p->state != GS_PROC_HELLO && !p->over_killed &&
+                            (!big || p->gpus[i].outside_measured > big->gpus[i].outside_measured))
+                                big = p;
+                if (!big || !big->gpus[i].outside_measured)
+                        break;
+                big->over_killed = true;
+                kill_pid(a, big->pid, big->pidfd, big->gpus[i].outside_measured, "process");
+                freed += big->gpus[i].outside_measured;
+                killed++;
+        }
+        return killed;
 }
 
 /* One allocation part on g: charges from the scan's list sv[0..n). */
@@ -163,9 +203,8 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                           const struct seen *sv, uint32_t n)
 {
         struct gs_part *part = &a->parts[i];
-        uint32_t slots = gs_allocs_outside_slots(ag, part);
-        uint64_t measured = 0, bypass = 0;
-        bool over = false;
+        uint32_t slots = gs_allocs_outside_slots(ag, part), killed = 0;
+        uint64_t measured = 0, bypass = 0, over;
 
         if (!a->pod_uid[0])
                 for (struct gs_proc *p = a->procs; p && !a->pod_uid[0]; p = p->next)
@@ -189,25 +228,28 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 m = m > orphan ? m - orphan : 0;
                 pg->outside_measured = m;
                 measured += m;
-                if (gs_outside_charge(g, &part->out, part->pa, slots, &pg->outside_charge,
-                                      m > pg->ctx_expect ? m : pg->ctx_expect, false) == -EDQUOT) {
-                        over = true;
-                        if (ag->cfg.over_quota == GS_OVER_QUOTA_KILL)
-                                kill_pid(a, p->pid, p->pidfd, m, "process");
-                }
+                (void)!gs_outside_charge(g, &part->out, part->pa, slots, &pg->outside_charge,
+                                        m > pg->ctx_expect ? m : pg->ctx_expect, false);
         }
-        if (gs_outside_charge(g, &part->out, part->pa, slots, &part->bypass_charge, bypass, false) ==
-            -EDQUOT) {
-                over = true;
-                for (uint32_t k = 0; ag->cfg.over_quota == GS_OVER_QUOTA_KILL && a->pod_uid[0] && k < n; k++)
-                        if (strcmp(sv[k].uid, a->pod_uid) == 0)
-                                kill_pid(a, sv[k].pr.pid, -1, sv[k].pr.bytes, "process bypassing the hook");
-        }
+        (void)!gs_outside_charge(g, &part->out, part->pa, slots, &part->bypass_charge, bypass, false);
         measured += bypass;
         gs_outside_settle(g, &part->out);
+        over = part->out.short_bytes;
+        if (over) {
+                /* Covered first from the pod's own free memory: chunks its
+                 * processes hold with no live block come back (their hooks
+                 * give them back at their next call) and the set takes
+                 * them before any process may (gs_outside_cover). */
+                (void)gs_proc_ask_give_back(a, i);
+                /* Killing is the last resort: over by more than the bound,
+                 * for longer than the grace. */
+                if (ag->cfg.over_quota == GS_OVER_QUOTA_KILL && over > ag->cfg.over_quota_bound_bytes &&
+                    gs_mono_ms() - part->out.short_since_ms >= (int64_t)ag->cfg.over_quota_grace_ms)
+                        killed = kill_over(a, i, sv, n, over);
+        }
         pthread_mutex_unlock(&g->lock);
         if (over)
-                report(ag, a, part, g);
+                report(ag, a, part, g, over, killed);
         return measured;
 }
 

@@ -51,6 +51,8 @@ void gs_config_defaults(struct gs_config *c)
         c->usage_interval_ms = 1000;
         c->agent_wait_ms = 30000;
         c->over_quota = GS_OVER_QUOTA_KILL;
+        c->over_quota_bound_bytes = 256 * GS_MiB;
+        c->over_quota_grace_ms = 5000;
         c->metrics_address[0] = '\0';
         c->log_level = GS_LOG_INFO;
         snprintf(c->pod_resources_socket, sizeof(c->pod_resources_socket),
@@ -618,6 +620,14 @@ static int set_key(struct ctx *x, struct gs_config *c, const char *key, const ya
                 else
                         return fail_at(x, v, key, "expected kill or report, got '%s'", s);
                 return 0;
+        }
+        if (strcmp(key, "overQuotaBound") == 0)
+                return set_size(x, v, key, &c->over_quota_bound_bytes, 1);
+        if (strcmp(key, "overQuotaGrace") == 0) {
+                r = set_duration(x, v, key, &c->over_quota_grace_ms);
+                if (r == 0 && c->over_quota_grace_ms > 3600000)
+                        return fail_at(x, v, key, "must be at most 1h");
+                return r;
         }
         if (strcmp(key, "metricsAddress") == 0)
                 return set_metrics(x, v, c);

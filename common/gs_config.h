@@ -99,6 +99,11 @@ struct gs_config {
          * losing its agent (GSHARE_AGENT_WAIT, docs/agent.md "Restarts"). */
         uint32_t agent_wait_ms;
         enum gs_over_quota over_quota;
+        /* overQuota applies only to a pod over its quota by more than
+         * over_quota_bound_bytes for over_quota_grace_ms; up to the bound
+         * it is never killed (its allocations fail until it is covered). */
+        uint64_t over_quota_bound_bytes;
+        uint32_t over_quota_grace_ms;
         char metrics_address[256];
         int log_level; /* enum gs_log_level */
         /* The agent's reconciler (agent/gs_recon.h). */

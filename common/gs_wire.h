@@ -37,6 +37,11 @@
  *      holds is charged from the agent's own ledger, never from these
  *      messages: they only say where the free space is.
  *
+ * 7. Give-back (GS_FEAT_GIVEBACK).  Chunks a process holds with no live
+ *    block in them (freed, cached for reuse) are its to keep only while
+ *    nobody else of its allocation needs memory: after a request fails
+ *    with -ENOMEM, or when gs_shm.give_back changed, the hook asks
+ *    GS_OP_GIVE_BACK for such chunks, unmaps and RELEASEs them.
  * Versions.  The segment and message layouts are GS_WIRE_VERSION; features
  * added since are negotiated: an agent sets the bits it supports in the
  * WELCOME header's `reserved` field (GS_FEAT_*; an older agent leaves 0,
@@ -79,6 +84,7 @@ enum gs_sock_type {
 #define GS_HELLO_RECLAIM 1u    /* the process held memory from an earlier agent */
 /* WELCOME's h.reserved: what this agent supports. */
 #define GS_FEAT_RECLAIM 1u
+#define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -237,6 +243,13 @@ enum gs_op {
         /* The context GS_OP_CTX made room for was created (or the attempt
          * failed): the room is no longer promised.  No result. */
         GS_OP_CTX_DONE = 12,
+        /* Memory is wanted elsewhere (GS_FEAT_GIVEBACK): a request of this
+         * process failed with -ENOMEM, or the agent bumped gs_shm.give_back.
+         * ret0 = first slot, ret1 = count (0: none) of consecutive slots whose
+         * chunks hold no live block: the hook unmaps them and RELEASEs them,
+         * and asks again until count is 0.  Then a failed request is worth
+         * one more try. */
+        GS_OP_GIVE_BACK = 13,
 };
 
 /* The CUipcMemHandle (64 bytes) the hook gives the application for gshare
@@ -258,7 +271,11 @@ struct gs_ring_msg {
         uint32_t gpu;     /* index into welcome.gpus */
         uint64_t arg[4];  /* request arguments; in a reply, the results (ret) */
         int32_t status;   /* reply only */
-        uint32_t pad;
+        /* A reply with status -ENOMEM (GS_FEAT_GIVEBACK): how many other
+         * processes of the allocation hold chunks with no live block and
+         * were just asked to give them back: the request may succeed if
+         * tried again in a moment.  0 otherwise. */
+        uint32_t others_asked;
         uint64_t pad2;
 };
 _Static_assert(sizeof(struct gs_ring_msg) == 64, "gs_ring_msg is one cache line");
@@ -290,6 +307,13 @@ struct gs_shm {
          * instead of a FUTEX_WAKE on agent_wake. */
         _Alignas(64) uint32_t agent_wake;
         uint32_t agent_sleeping;
+        /* GS_FEAT_GIVEBACK: the agent bumps it when another process of the
+         * allocation, or the allocation's memory outside the pool, wants
+         * the chunks this process holds without a live block; the hook,
+         * seeing it changed at its next call, gives them back
+         * (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
+         * layout is unchanged for hooks that do not know it. */
+        uint32_t give_back;
         _Alignas(64) uint32_t hook_wake;
         uint32_t hook_sleeping;
         struct gs_ring req;    /* hook -> agent */

@@ -217,6 +217,7 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, int reclaim,
         gs_conn.req_head = __atomic_load_n(&s->req.head, __ATOMIC_ACQUIRE);
         gs_conn.rep_tail = __atomic_load_n(&s->rep.tail, __ATOMIC_ACQUIRE);
         gs_conn.features = w->h.reserved;
+        gs_conn.give_back_seen = 0;
         if (reclaim) {
                 for (uint32_t i = 0; i < w->ngpus; i++)
                         gs_conn.gpus[i].quota = w->gpus[i].quota_bytes;

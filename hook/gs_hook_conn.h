@@ -55,6 +55,7 @@ struct gs_conn {
         int devmap[GS_MAX_DEVICES];
         const char *sock_path;
         uint32_t features;     /* GS_FEAT_* the agent announced */
+        uint32_t give_back_seen; /* gs_shm.give_back when last looked at */
         uint64_t lost_ns;      /* LOST since (gs_mono_ns) */
         uint64_t wait_ns;      /* how long calls wait for a new agent */
         uint64_t reconnects;   /* successful reclaims, for tests and logs */

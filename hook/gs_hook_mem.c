@@ -4,6 +4,7 @@
  * Every function returns 0 or a negative errno (gs_hook_api.c turns them
  * into the driver's codes). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -40,6 +41,10 @@ int gs_hook_mem_alloc(CUdeviceptr *ret_ptr, size_t size)
         res = gs_space_reserve(cu, g);
         if (res != 0)
                 goto out;
+        gs_space_give_back_if_asked(cu);
+        bool retried = false;
+        uint32_t waited = 0;
+again:
         if (gs_conn_call(GS_OP_ALLOC, (uint32_t)gi, size, 0, &rep) < 0) {
                 res = -ENOMEM;
                 goto out;
@@ -54,6 +59,15 @@ int gs_hook_mem_alloc(CUdeviceptr *ret_ptr, size_t size)
                 res = -ENOMEM;
                 goto out;
         }
+        if (rep.status == -ENOMEM && !retried && gs_space_give_back(cu, gi) > 0) {
+                /* Chunks of ours without a live block were in the way
+                 * (cached for reuse, or freed): they are the allocation's
+                 * again, for this request too. */
+                retried = true;
+                goto again;
+        }
+        if (rep.status == -ENOMEM && rep.others_asked && gs_space_wait_for_others(&waited))
+                goto again;
         if (rep.status != 0) {
                 res = gs_conn_status(rep.status);
                 goto out;
@@ -92,7 +106,7 @@ int gs_hook_mem_owns(CUdeviceptr ptr)
 int gs_hook_mem_free(CUdeviceptr ptr)
 {
         const struct gs_cu *cu = gs_cu_get();
-        struct gs_ring_msg rep, rel;
+        struct gs_ring_msg rep;
         struct gs_hook_gpu *g;
         int res;
         int gi;
@@ -125,26 +139,10 @@ int gs_hook_mem_free(CUdeviceptr ptr)
                 gs_conn_lost("the agent asked to release slots outside our range");
                 goto out;
         }
-        /* Natively cuMemFree waits for the device: work still queued may use
-         * the chunk (its other blocks were freed before, their kernels
-         * maybe not done).  Only a release pays this, not every free. */
-        if (cu->ctx_synchronize)
-                (void)cu->ctx_synchronize();
-        for (uint64_t s = first; s < first + count; s++) {
-                if (!g->mapped[s])
-                        continue;
-                if (cu->mem_unmap && cu->mem_unmap(g->va_base + s * g->chunk, g->chunk) == CUDA_SUCCESS) {
-                        g->mapped[s] = 0;
-                } else {
-                        /* Still mapped here: the chunk must not go back. */
-                        gs_conn_lost("cannot unmap a released chunk");
-                        goto out;
-                }
-        }
-        if (gs_conn_call(GS_OP_RELEASE, (uint32_t)gi, first, count, &rel) == 0 && rel.status != 0)
-                gs_hook_debug("the agent refused RELEASE of slots %llu+%llu: %d", (unsigned long long)first,
-                              (unsigned long long)count, rel.status);
+        (void)gs_space_release(cu, gi, first, count);
 out:
+        if (cu)
+                gs_space_give_back_if_asked(cu);
         pthread_mutex_unlock(&gs_conn.mu);
         return res;
 }
@@ -211,6 +209,7 @@ int gs_hook_mem_info(size_t *ret_free, size_t *ret_total)
                 res = 0;
                 goto out;
         }
+        gs_space_give_back_if_asked(cu);
         if (gs_conn_call(GS_OP_MEMINFO, (uint32_t)gi, 0, 0, &rep) < 0 || rep.status != 0)
                 goto out;
         *ret_total = rep.arg[1];
@@ -244,6 +243,9 @@ int gs_hook_mem_ctx(CUdevice dev)
                 goto out;
         }
         if (gs_conn_call(GS_OP_CTX, (uint32_t)gi, 0, 0, &rep) < 0)
+                goto out;
+        if (rep.status == -ENOMEM && gs_space_give_back(cu, gi) > 0 &&
+            gs_conn_call(GS_OP_CTX, (uint32_t)gi, 0, 0, &rep) < 0)
                 goto out;
         if (rep.status == 0) {
                 gs_conn.gpus[gi].ctx_charged = 1;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gs_hook_space.h"
@@ -231,3 +232,87 @@ int gs_space_gpu_err(int gi, CUdevice dev)
         return -ENOMEM;
 }
 
+
+int gs_space_release(const struct gs_cu *cu, int gi, uint64_t first, uint64_t count)
+{
+        struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        struct gs_ring_msg rel;
+
+        /* Natively cuMemFree waits for the device: work still queued may
+         * use the chunk (its other blocks were freed before, their kernels
+         * maybe not done).  Only a release pays this, not every free. */
+        if (cu->ctx_synchronize)
+                (void)cu->ctx_synchronize();
+        for (uint64_t s = first; s < first + count; s++) {
+                if (!g->mapped[s])
+                        continue;
+                if (cu->mem_unmap && cu->mem_unmap(g->va_base + s * g->chunk, g->chunk) == CUDA_SUCCESS) {
+                        g->mapped[s] = 0;
+                } else {
+                        /* Still mapped here: the chunk must not go back. */
+                        gs_conn_lost("cannot unmap a released chunk");
+                        return -EIO;
+                }
+        }
+        if (gs_conn_call(GS_OP_RELEASE, (uint32_t)gi, first, count, &rel) == 0 && rel.status != 0)
+                gs_hook_debug("the agent refused RELEASE of slots %llu+%llu: %d", (unsigned long long)first,
+                              (unsigned long long)count, rel.status);
+        return 0;
+}
+
+uint32_t gs_space_give_back(const struct gs_cu *cu, int gi)
+{
+        struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        struct gs_ring_msg rep;
+        uint32_t n = 0;
+
+        if (!(gs_conn.features & GS_FEAT_GIVEBACK) || !g->mapped)
+                return 0;
+        /* Each round gives back at least one chunk: bounded by the slots. */
+        for (uint32_t round = 0; round <= g->max_slots; round++) {
+                if (gs_conn.state != GS_CONN_UP || gs_conn_call(GS_OP_GIVE_BACK, (uint32_t)gi, 0, 0, &rep) < 0 ||
+                    rep.status != 0 || rep.arg[1] == 0)
+                        break;
+                uint64_t first = rep.arg[0], count = rep.arg[1];
+                if (first >= g->max_slots || count > g->max_slots - first) {
+                        gs_conn_lost("the agent asked to give back slots outside our range");
+                        break;
+                }
+                if (gs_space_release(cu, gi, first, count) < 0)
+                        break;
+                n += (uint32_t)count;
+        }
+        return n;
+}
+
+bool gs_space_wait_for_others(uint32_t *waited_ms)
+{
+        uint32_t step = *waited_ms < 2 ? 1 : *waited_ms / 2;
+        struct timespec ts;
+
+        if (*waited_ms >= GS_GIVE_BACK_PATIENCE_MS)
+                return false;
+        if (step > GS_GIVE_BACK_PATIENCE_MS - *waited_ms)
+                step = GS_GIVE_BACK_PATIENCE_MS - *waited_ms;
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)step * 1000000L;
+        pthread_mutex_unlock(&gs_conn.mu);
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&gs_conn.mu);
+        *waited_ms += step;
+        return gs_conn.state == GS_CONN_UP;
+}
+
+void gs_space_give_back_if_asked(const struct gs_cu *cu)
+{
+        uint32_t v;
+
+        if (!(gs_conn.features & GS_FEAT_GIVEBACK) || gs_conn.state != GS_CONN_UP || !gs_conn.shm)
+                return;
+        v = __atomic_load_n(&gs_conn.shm->give_back, __ATOMIC_ACQUIRE);
+        if (v == gs_conn.give_back_seen)
+                return;
+        gs_conn.give_back_seen = v;
+        for (uint32_t i = 0; i < gs_conn.ngpus; i++)
+                (void)gs_space_give_back(cu, (int)i);
+}

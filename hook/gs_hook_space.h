@@ -5,7 +5,13 @@
 #ifndef GS_HOOK_SPACE_H
 #define GS_HOOK_SPACE_H
 
+#include <stdbool.h>
+
 #include "gs_hook_conn.h"
+
+/* How long a request short of memory waits, at most, for the allocation's
+ * other processes to give back chunks they hold without a live block. */
+#define GS_GIVE_BACK_PATIENCE_MS 100u
 
 /* The gs_conn.gpus index of device dev, or -ENODEV (not in the allocation). */
 int gs_space_dev_gpu(const struct gs_cu *cu, CUdevice dev);
@@ -22,6 +28,21 @@ int gs_space_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevic
  * / -EIO with why (the caller drops the connection). */
 int gs_space_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uint64_t seq, uint64_t k,
                          const char **why) GS_WUR;
+/* The process unmaps slots [first, first + count) of GPU gi, once the
+ * device is done with them, and RELEASEs them to the agent.  0, or -EIO
+ * (one could not be unmapped: the connection is dropped, nothing goes
+ * back). */
+int gs_space_release(const struct gs_cu *cu, int gi, uint64_t first, uint64_t count);
+/* Gives back every chunk of GPU gi with no live block (GS_OP_GIVE_BACK),
+ * if the agent supports it: how many went. */
+uint32_t gs_space_give_back(const struct gs_cu *cu, int gi);
+/* A request failed with -ENOMEM while other processes of the allocation
+ * were asked to give back chunks (its reply's others_asked): waits a
+ * little, gs_conn.mu let go meanwhile, and says whether to try again
+ * (*waited_ms, 0 at first, bounds the whole wait). */
+bool gs_space_wait_for_others(uint32_t *waited_ms);
+/* If the agent asked (gs_shm.give_back changed), gives back on every GPU. */
+void gs_space_give_back_if_asked(const struct gs_cu *cu);
 /* The GPU whose range holds ptr, or -1. */
 int gs_space_owner(CUdeviceptr ptr);
 /* What an allocation on a device outside the allocation (gi = -ENODEV,

@@ -3,6 +3,7 @@
  * table of their handles, whose fds cuMemExportToShareableHandle hands out
  * again (an imported handle cannot be exported).  Guarded by gs_conn.mu. */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -88,19 +89,36 @@ int gs_hook_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevic
                 res = gs_space_gpu_err(gi, dev);
                 goto out;
         }
-        if (g_nvmm == g_capvmm) {
-                size_t cap = g_capvmm ? 2 * g_capvmm : 64;
-                struct gs_vmm_ent *t = realloc(g_vmm, cap * sizeof(*t));
-                if (!t) {
+        /* Short of memory: our chunks without a live block (cuMemAlloc's,
+         * freed or cached) go back to the allocation, and this path gets
+         * them; or other processes were asked for theirs: a moment later. */
+        bool gave = false;
+        uint32_t waited = 0;
+        gs_space_give_back_if_asked(cu);
+        for (;;) {
+                /* Again each time: the wait lets other threads in. */
+                if (g_nvmm == g_capvmm) {
+                        size_t cap = g_capvmm ? 2 * g_capvmm : 64;
+                        struct gs_vmm_ent *t = realloc(g_vmm, cap * sizeof(*t));
+                        if (!t) {
+                                res = -ENOMEM;
+                                goto out;
+                        }
+                        g_vmm = t;
+                        g_capvmm = cap;
+                }
+                if (gs_conn_call(GS_OP_VMM_CREATE, (uint32_t)gi, size, 0, &rep) < 0) {
                         res = -ENOMEM;
                         goto out;
                 }
-                g_vmm = t;
-                g_capvmm = cap;
-        }
-        if (gs_conn_call(GS_OP_VMM_CREATE, (uint32_t)gi, size, 0, &rep) < 0) {
-                res = -ENOMEM;
-                goto out;
+                if (rep.status != -ENOMEM)
+                        break;
+                if (!gave && gs_space_give_back(cu, gi) > 0) {
+                        gave = true;
+                        continue;
+                }
+                if (!rep.others_asked || !gs_space_wait_for_others(&waited))
+                        break;
         }
         if (rep.status != 0 || rep.arg[1] == 0) {
                 res = rep.status == 0 ? -EIO : gs_conn_status(rep.status);

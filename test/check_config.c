@@ -66,6 +66,8 @@ START_TEST(test_defaults)
         ck_assert_uint_eq(c.context_bytes, 0);
         ck_assert_uint_eq(c.usage_interval_ms, 1000);
         ck_assert_int_eq(c.over_quota, GS_OVER_QUOTA_KILL);
+        ck_assert_uint_eq(c.over_quota_bound_bytes, 256ull << 20);
+        ck_assert_uint_eq(c.over_quota_grace_ms, 5000);
         ck_assert_str_eq(c.nvml_library, "libnvidia-ml.so.1");
         ck_assert_uint_eq(c.balloon_cap_bytes, 0);
         ck_assert_uint_eq(c.max_blocks_per_process, 1048576);
@@ -108,6 +110,8 @@ START_TEST(test_every_key)
                  "usageInterval: 250ms\n"
                  "agentWait: 5s\n"
                  "overQuota: report\n"
+                 "overQuotaBound: 64Mi\n"
+                 "overQuotaGrace: 2s\n"
                  "maxBlocksPerProcess: 1000\n"
                  "maxBlocksPerAllocation: 1073741824\n"
                  "devices:\n"
@@ -140,6 +144,8 @@ START_TEST(test_every_key)
         ck_assert_uint_eq(c.context_bytes, 600 * GS_MiB);
         ck_assert_uint_eq(c.usage_interval_ms, 250);
         ck_assert_int_eq(c.over_quota, GS_OVER_QUOTA_REPORT);
+        ck_assert_uint_eq(c.over_quota_bound_bytes, 64ull << 20);
+        ck_assert_uint_eq(c.over_quota_grace_ms, 2000);
         ck_assert_uint_eq(c.max_blocks_per_process, 1000);
         ck_assert_uint_eq(c.max_blocks_per_allocation, 1073741824);
         ck_assert_uint_eq(c.ndevices, 2);
@@ -246,6 +252,8 @@ START_TEST(test_errors)
         expect_error("unitSize: -1\n", 1, "unitSize: not a size");
         expect_error("reserve: 99999999999999999999\n", 1, "reserve: size '99999999999999999999' is too large");
         expect_error("overQuota: maybe\n", 1, "overQuota: expected kill or report, got 'maybe'");
+        expect_error("overQuotaBound: lots\n", 1, "overQuotaBound: not a size: 'lots'");
+        expect_error("overQuotaGrace: 2h\n", 1, "overQuotaGrace: must be at most 1h");
         expect_error("contextSize: lots\n", 1, "contextSize");
         expect_error("contextSize: 100Gi\n", 1, "contextSize: must be auto or at most 64Gi");
         expect_error("usageInterval: -1s\n", 1, "usageInterval");

@@ -23,7 +23,12 @@
  *                               "module N" (the fake driver's
  *                               fakecuda_module_load of N MiB: memory outside
  *                               the pool, as lazily loaded modules; print
- *                               "module ok|oom F T"), "exit"
+ *                               "module ok|oom F T"), "alloc N" (cuMemAlloc
+ *                               of N MiB, kept; print "alloc ok" or "alloc
+ *                               CUDA_ERROR_..."), "busy N" (N calls of
+ *                               cuMemGetInfo 1 ms apart; print "busy
+ *                               done"), "free" (free every block;
+ *                               print "free ok"), "exit"
  *   e2e_cuda vmm MIB PIECE_MIB  cuMemCreate pieces of 2 MiB and PIECE_MIB
  *                               in turn, up to MIB or out of memory, map
  *                               them back to back in one reserved range,
@@ -57,6 +62,10 @@
  *                               error, print "blocks COUNT RESULT"; after an
  *                               error free one and allocate again, print
  *                               "again RESULT"; free all once stdin closes
+ *   e2e_cuda paths BLOCK PIECE  cuMemAlloc BLOCK MiB blocks until out of
+ *                               memory, free them; cuMemCreate PIECE MiB
+ *                               pieces until out of memory, release them;
+ *                               cuMemAlloc again: prints the MiB of each
  *   e2e_cuda mark MIB           allocate up to MIB in 1 MiB blocks, fill
  *                               them with a marker word (cuMemsetD32),
  *                               free them; print "marked N MiB"
@@ -517,7 +526,8 @@ static int grow(uint64_t mib)
         CUresult (*load)(size_t) = (CUresult(*)(size_t))dlsym(RTLD_DEFAULT, "fakecuda_module_load");
         size_t fr = 0, total = 0;
         char line[64];
-        CUdeviceptr p;
+        CUdeviceptr p = 0, held[64];
+        unsigned nheld = 0;
         CUresult r;
 
         if (mib && (r = cuMemAlloc(&p, mib * MiB)) != CUDA_SUCCESS)
@@ -531,6 +541,32 @@ static int grow(uint64_t mib)
                         r = load ? load(n * MiB) : CUDA_ERROR_NOT_SUPPORTED;
                         cuMemGetInfo(&fr, &total);
                         printf("module %s %zu %zu\n", r == CUDA_SUCCESS ? "ok" : "oom", fr, total);
+                        fflush(stdout);
+                } else if (sscanf(line, "alloc %llu", &n) == 1) {
+                        CUdeviceptr q;
+                        r = cuMemAlloc(&q, n * MiB);
+                        if (r == CUDA_SUCCESS && nheld < 64)
+                                held[nheld++] = q;
+                        printf("alloc %s\n", r == CUDA_SUCCESS ? "ok" : r == CUDA_ERROR_OUT_OF_MEMORY ?
+                               "CUDA_ERROR_OUT_OF_MEMORY" : "other-error");
+                        fflush(stdout);
+                } else if (sscanf(line, "busy %llu", &n) == 1) {
+                        struct timespec ms = { 0, 1000000 };
+                        for (unsigned long long i = 0; i < n; i++) {
+                                cuMemGetInfo(&fr, &total);
+                                nanosleep(&ms, NULL);
+                        }
+                        printf("busy done\n");
+                        fflush(stdout);
+                } else if (strncmp(line, "free", 4) == 0) {
+                        r = CUDA_SUCCESS;
+                        if (mib) {
+                                r = cuMemFree(p);
+                                mib = 0;
+                        }
+                        while (r == CUDA_SUCCESS && nheld)
+                                r = cuMemFree(held[--nheld]);
+                        printf("free %s\n", r == CUDA_SUCCESS ? "ok" : "error");
                         fflush(stdout);
                 } else if (strncmp(line, "exit", 4) == 0) {
                         break;
@@ -602,6 +638,52 @@ static int markers(size_t mib, int write)
         free(blocks);
         free(host);
         return n == 0 || (!write && found);
+}
+
+/* Fills with cuMemAlloc of blocks of block bytes until out of memory, and
+ * frees them all: the MiB obtained. */
+static uint64_t fill_free(uint64_t block)
+{
+        static CUdeviceptr ptr[65536];
+        uint64_t n = 0;
+
+        while (n < 65536 && cuMemAlloc(&ptr[n], block) == CUDA_SUCCESS)
+                n++;
+        for (uint64_t i = 0; i < n; i++)
+                if (cuMemFree(ptr[i]) != CUDA_SUCCESS)
+                        die("cuMemFree", CUDA_ERROR_UNKNOWN);
+        return n * block / MiB;
+}
+
+/* The same with cuMemCreate of piece bytes, released. */
+static uint64_t vmm_fill_release(uint64_t piece)
+{
+        static CUmemGenericAllocationHandle h[65536];
+        CUmemAllocationProp prop = { 0 };
+        uint64_t n = 0;
+
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        while (n < 65536 && cuMemCreate(&h[n], piece, &prop, 0) == CUDA_SUCCESS)
+                n++;
+        for (uint64_t i = 0; i < n; i++)
+                if (cuMemRelease(h[i]) != CUDA_SUCCESS)
+                        die("cuMemRelease", CUDA_ERROR_UNKNOWN);
+        return n * piece / MiB;
+}
+
+/* Memory freed on one path, obtained on the other (issue 19): cuMemAlloc
+ * fill and free, cuMemCreate fill and release, cuMemAlloc again. */
+static int paths(uint64_t block, uint64_t piece)
+{
+        uint64_t a = fill_free(block);
+        uint64_t v = vmm_fill_release(piece);
+        uint64_t a2 = fill_free(block);
+
+        printf("paths: alloc %llu MiB, then vmm %llu MiB, then alloc %llu MiB\n", (unsigned long long)a,
+               (unsigned long long)v, (unsigned long long)a2);
+        return 0;
 }
 
 int main(int argc, char **argv)
@@ -696,6 +778,8 @@ int main(int argc, char **argv)
                 return ipc_open_fails(argv[2]);
         if (strcmp(argv[1], "peer") == 0)
                 return peer(ctx);
+        if (strcmp(argv[1], "paths") == 0 && argc == 4)
+                return paths(strtoull(argv[2], NULL, 0) * MiB, strtoull(argv[3], NULL, 0) * MiB);
         if (strcmp(argv[1], "grow") == 0 && argc == 3)
                 return grow(strtoull(argv[2], NULL, 0));
         if (strcmp(argv[1], "hold") == 0 && argc == 3) {

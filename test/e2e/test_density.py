@@ -47,11 +47,11 @@ def metrics(ag):
 class DensityAgent(e2e.Agent):
     """One fake GPU of 1 GiB, contexts of 40 MiB, an NVML scan every 100 ms."""
 
-    def __init__(self, tmp, policy="kill"):
+    def __init__(self, tmp, policy="kill", extra=""):
         config = os.path.join(tmp, "config.yaml")
         with open(config, "w") as f:
-            f.write("nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: %s\nmetricsAddress: 127.0.0.1:%d\n"
-                    % (NVML, policy, e2e.free_port()))
+            f.write("nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: %s\nmetricsAddress: 127.0.0.1:%d\n%s"
+                    % (NVML, policy, e2e.free_port(), extra))
         super().__init__(tmp, ["--config", config])
         self.config = config
         self.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(CTX)
@@ -231,17 +231,86 @@ def bypass(ag, tmp):
     ag.ctl("release", aid)
 
 
+def over_bytes(ag, aid):
+    for line in metrics(ag).splitlines():
+        if line.startswith("gshare_allocation_over_quota_bytes{") and 'allocation="%s"' % aid in line:
+            return int(line.split()[-1])
+    return None
+
+
+def scans(ag, n):
+    """Waits for n more usage scans (the agent counts them in /metrics)."""
+    def count():
+        for line in metrics(ag).splitlines():
+            if line.startswith("gshare_usage_scans_total "):
+                return int(line.split()[-1])
+        return None
+    c0 = count()
+    if c0 is None:
+        return False
+    return wait_for(lambda: count() >= c0 + n, 30)
+
+
+def catchable(ag, tmp):
+    """Issue 19, item 2: a module load past the quota, within overQuotaBound
+    (default): the process lives, its allocations fail with
+    CUDA_ERROR_OUT_OF_MEMORY, and memory it frees covers the overage."""
+    gpu = ag.gpus()[0]
+    a = ag.create(["%s-u%d" % (gpu["uuid"], u) for u in range(2, 4)])["allocation"]  # 128 MiB
+    aid = a["id"]
+    p = Proc(ag, a, 32)
+    ck("catchable: a process with 32 MiB runs", p.ok)
+    r = p.module(32)
+    ck("catchable: it loads a 32 MiB module (%s)" % r, len(r) == 4 and r[1] == "ok")
+    # 128 - 40 (context) - 32 (module) - 32 (block) = 24 MiB left; 64 more: 40 over.
+    r = p.module(64)
+    ck("catchable: the fake driver gives the module its memory from the reserve (%s)" % r,
+       len(r) == 4 and r[1] == "ok")
+    over = wait_for(lambda: over_bytes(ag, aid), 10)
+    ck("catchable: the agent sees the pod over its quota (%s bytes uncovered)" % over,
+       bool(over) and over > 0)
+    ck("catchable: and says so, killing nobody", "over its quota" in ag.logtext()
+       and "no process is killed (within overQuotaBound)" in ag.logtext())
+    r = p.p.stdin.write("alloc 1\n") and p.p.stdin.flush()
+    line = p.p.stdout.readline().split()
+    ck("catchable: meanwhile its cuMemAlloc fails with an error it can catch (%s)" % line,
+       line == ["alloc", "CUDA_ERROR_OUT_OF_MEMORY"])
+    ck("catchable: many scans later it still lives", bool(scans(ag, 10)) and p.p.poll() is None)
+    ck("catchable: not killed", "killed (overQuota: kill)" not in ag.logtext())
+    # It frees its 32 MiB: that chunk comes back to cover the overage.
+    p.p.stdin.write("free\n")
+    p.p.stdin.flush()
+    line = p.p.stdout.readline().split()
+    ck("catchable: it frees its block (%s)" % line, line == ["free", "ok"])
+    p.module(0)  # a call: the hook gives back what the agent asked for
+    wait_for(lambda: (lambda v: v is not None and v < over)(over_bytes(ag, aid)), 10)
+    left = over_bytes(ag, aid)
+    ck("catchable: the freed chunk covers what it can (%s of %s bytes left uncovered)" % (left, over),
+       left is not None and left < over)
+    ck("catchable: the process lives on", p.p.poll() is None)
+    p.end()
+    ok = wait_for(lambda: not ag.allocs()[aid]["processes"] and over_bytes(ag, aid) == 0, 10)
+    ck("catchable: once it exited nothing is over", bool(ok))
+    ag.ctl("release", aid)
+
+
 def main():
     e2e.need(e2e.AGENT, e2e.CTL, e2e.CUDA, e2e.FAKE, e2e.HOOK, NVML)
-    for policy in ("kill", "report"):
+    # kill: over by more than 8 MiB kills at once; report: never; default:
+    # overQuotaBound 256Mi, overQuotaGrace 5s.
+    for policy, extra in (("kill", "overQuotaBound: 8Mi\noverQuotaGrace: 0s\n"), ("report", ""),
+                          ("default", "")):
         tmp = tempfile.mkdtemp(prefix="gshare-density-")
-        ag = DensityAgent(tmp, policy)
+        ag = DensityAgent(tmp, "kill" if policy == "default" else policy, extra)
         ag.start()
         try:
             if policy == "kill":
                 contexts(ag, tmp)
                 bypass(ag, tmp)
-            growth(ag, tmp, policy)
+            if policy == "default":
+                catchable(ag, tmp)
+            else:
+                growth(ag, tmp, policy)
         finally:
             ag.stop()
         e2e.report(ag, tmp)
