@@ -17,7 +17,8 @@ Target: 0 stalls over 5 ms (on a machine with a core per process and
 the agent's threads; on fewer cores the scheduler makes some).
 
 Environment: B (build dir), GSHARE_BENCH_PROCS, GSHARE_BENCH_REQUESTS,
-GSHARE_BENCH_CUDA (a libcuda.so.1 other than the fake: a real GPU).
+GSHARE_BENCH_CUDA (a libcuda.so.1 other than the fake: a real GPU; then
+GSHARE_LIBDIR is the agent's library path).
 """
 import os
 import re
@@ -40,6 +41,7 @@ def main():
     cuda = os.environ.get("GSHARE_BENCH_CUDA")
     if cuda:
         ag.extra += ["--cuda-library", cuda]
+        ag.env["LD_LIBRARY_PATH"] = os.environ.get("GSHARE_LIBDIR", "")
     ag.start()
     done = over = hangs = 0
     worst = 0.0
