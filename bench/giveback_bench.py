@@ -5,7 +5,8 @@ The real agent, one allocation of GSHARE_BENCH_UNITS units (default 8 on
 the fake driver's 1 GiB GPU); one hooked process (e2e_cuda paths): cuMemAlloc
 blocks of BLOCK MiB until out of memory, free them all; cuMemCreate pieces
 of 2 MiB until out of memory, release them all; cuMemAlloc again.  For
-BLOCK = 1 MiB and BLOCK = one chunk, prints what each path obtained; last
+BLOCK = 1 MiB, one chunk and 1.25 chunks (coalesced), prints what each path
+obtained; last
 
   RESULT vmm_after_alloc_pct=X alloc_after_vmm_pct=Y
 
@@ -39,7 +40,10 @@ def main():
     try:
         g = ag.gpus()[0]
         A = ag.create(["%s-u%d" % (g["uuid"], u) for u in range(units)])["allocation"]
-        for block in (1, g["chunk_bytes"] >> 20):
+        cmib = g["chunk_bytes"] >> 20
+        # 1 MiB: one empty chunk cached; a chunk; 1.25 chunks: coalesced
+        # blocks, whose chunks are cached whole.
+        for block in (1, cmib, cmib + cmib // 4):
             r = e.run([e.CUDA, "paths", str(block), "2"], e.hook_env(ag, A), timeout=600)
             m = re.search(r"paths: alloc (\d+) MiB, then vmm (\d+) MiB, then alloc (\d+) MiB", r.stdout)
             if not m:

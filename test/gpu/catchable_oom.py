@@ -6,6 +6,8 @@ agent covers the growth from the pod's free memory or fails its allocations,
 never kills it within overQuotaBound).  Then the program frees half of what
 it holds and tries again.  Prints one JSON line; run by catchable_oom.sh."""
 import json
+import os
+import time
 
 import torch
 
@@ -55,5 +57,9 @@ attempt("tensor_after_free", make)
 attempt("fft_after_free", lambda: torch.fft.fft(a))
 attempt("svd_after_free", lambda: torch.linalg.svd(a))
 attempt("alloc_after_free", lambda: torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+# Living on: the agent's usage scans (every second) see what the modules
+# hold; a process killed over its quota never prints the line below.
+time.sleep(float(os.environ.get("GSHARE_LIVE_S", "4")))
+attempt("alloc_later", lambda: torch.empty(16 << 20, dtype=torch.uint8, device="cuda"))
 res["alive"] = True
 print(json.dumps(res), flush=True)
