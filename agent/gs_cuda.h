@@ -41,6 +41,14 @@
         X(mem_set_access, cuMemSetAccess, 1)                     \
         X(memset_d32, cuMemsetD32_v2, 1)                         \
         X(ctx_synchronize, cuCtxSynchronize, 1)                  \
+        X(ctx_get_stream_priority_range, cuCtxGetStreamPriorityRange, 1) \
+        X(stream_create_with_priority, cuStreamCreateWithPriority, 1) \
+        X(stream_destroy, cuStreamDestroy, 1)                    \
+        X(memset_d32_async, cuMemsetD32Async, 1)                 \
+        X(event_create, cuEventCreate, 1)                        \
+        X(event_record, cuEventRecord, 1)                        \
+        X(event_synchronize, cuEventSynchronize, 1)              \
+        X(event_destroy, cuEventDestroy, 1)                      \
         X(get_error_name, cuGetErrorName, 0)                     \
         X(get_error_string, cuGetErrorString, 0)
 

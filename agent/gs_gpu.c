@@ -7,11 +7,14 @@
 #include <errno.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "gs_gsm.h"
 #include "gs_log.h"
 
 int gs_gpu_numa_node(const char *sysfs, const char *pci_bus_id)
@@ -67,12 +70,103 @@ int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
         return -ENOSPC;
 }
 
-int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
-                    CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen)
+/* ---- scrubbing (gs_gpu.h) ---- */
+
+/* Queues the zeroing of [va, va + size) on the scrub stream (without
+ * one: on the legacy stream, waited for by scrub_sync). */
+static int scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *err, size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+
+        if (!g->scrub_stream)
+                return gs_cuda_check(cu, cu->memset_d32(va, 0, size / 4), "scrub: cuMemsetD32", err, errlen);
+        return gs_cuda_check(cu, cu->memset_d32_async(va, 0, size / 4, g->scrub_stream), "scrub: cuMemsetD32Async",
+                             err, errlen);
+}
+
+/* Waits, under g->lock, for everything queued on the scrub stream so far.
+ * The event blocks the thread: a spinning wait is what cost the agent its
+ * CPU (cuCtxSynchronize under the default scheduling). */
+static int scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        int r;
+
+        if (!g->scrub_stream)
+                return gs_cuda_check(cu, cu->ctx_synchronize(), "scrub: cuCtxSynchronize", err, errlen);
+        r = gs_cuda_check(cu, cu->event_record(g->sync_ev, g->scrub_stream), "scrub: cuEventRecord", err, errlen);
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->event_synchronize(g->sync_ev), "scrub: cuEventSynchronize", err, errlen);
+        return r;
+}
+
+/* Maps size bytes of h at a fresh address of the agent's, read-write on g. */
+static int map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va,
+                   char *err, size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)g->dev },
+                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        CUdeviceptr va = 0;
+        int r;
+
+        r = gs_cuda_check(cu, cu->mem_address_reserve(&va, size, 0, 0, 0), "scrub: cuMemAddressReserve", err,
+                          errlen);
+        if (r < 0)
+                return r;
+        r = gs_cuda_check(cu, cu->mem_map(va, size, 0, h, 0), "scrub: cuMemMap", err, errlen);
+        if (r < 0) {
+                (void)cu->mem_address_free(va, size);
+                return r;
+        }
+        r = gs_cuda_check(cu, cu->mem_set_access(va, size, &acc, 1), "scrub: cuMemSetAccess", err, errlen);
+        if (r < 0) {
+                (void)cu->mem_unmap(va, size);
+                (void)cu->mem_address_free(va, size);
+                return r;
+        }
+        *ret_va = va;
+        return 0;
+}
+
+static void unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size)
+{
+        (void)g->agent->cu.mem_unmap(va, size);
+        (void)g->agent->cu.mem_address_free(va, size);
+}
+
+int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
+                 size_t errlen)
+{
+        CUdeviceptr va = 0;
+        int r;
+
+        if (size == 0 || size % 4)
+                return 0;
+        r = gs_cuda_check(&g->agent->cu, g->agent->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
+                          errlen);
+        if (r == 0)
+                r = map_new(g, h, size, &va, err, errlen);
+        if (r < 0)
+                return r;
+        r = scrub_queue(g, va, size, err, errlen);
+        /* Done before anyone may map it, and before the mapping goes. */
+        if (r == 0)
+                r = scrub_sync(g, err, errlen);
+        unmap_va(g, va, size);
+        return r;
+}
+
+/* Creates size bytes of memory, zeroed, exported if export_fd.  ret_va
+ * non-NULL (a chunk): the agent's mapping that zeroed it stays, in
+ * *ret_va, for later scrubs; else none is left. */
+static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGenericAllocationHandle *ret_h,
+                    int *ret_fd, CUdeviceptr *ret_va, char *err, size_t errlen)
 {
         const struct gs_cuda *cu = &g->agent->cu;
         CUmemAllocationProp prop;
         CUmemGenericAllocationHandle h;
+        CUdeviceptr va = 0;
         int fd = -1, r;
 
         if (g->frozen) {
@@ -97,7 +191,17 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
                 /* Exported memory goes to processes: none of what it held
                  * before (the driver reuses the agent's own memory) may
                  * reach one. */
-                r = gs_gpu_scrub(g, h, size, err, errlen);
+                if (ret_va) {
+                        r = gs_cuda_check(cu, cu->ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err, errlen);
+                        if (r == 0)
+                                r = map_new(g, h, size, &va, err, errlen);
+                        if (r == 0)
+                                r = scrub_queue(g, va, size, err, errlen);
+                        if (r == 0)
+                                r = scrub_sync(g, err, errlen);
+                } else {
+                        r = gs_gpu_scrub(g, h, size, err, errlen);
+                }
                 if (r < 0)
                         goto fail;
                 r = gs_cuda_check(cu, cu->mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
@@ -113,11 +217,21 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
         }
         *ret_h = h;
         *ret_fd = fd;
+        if (ret_va)
+                *ret_va = va;
         return 0;
 fail:
         gs_closep(&fd);
+        if (va)
+                unmap_va(g, va, size);
         (void)cu->mem_release(h);
         return r;
+}
+
+int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
+                    CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen)
+{
+        return mem_make(g, size, export_fd, ret_h, ret_fd, NULL, err, errlen);
 }
 
 void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
@@ -126,46 +240,141 @@ void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
         (void)g->agent->cu.mem_release(h);
 }
 
-int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
-                 size_t errlen)
+static int chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen);
+
+/* The agent's mapping of c's memory, made on first need (an inherited
+ * chunk's, or after a failure). */
+static int chunk_map(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
-        CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)g->dev },
-                                .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-        CUdeviceptr va = 0;
-        bool mapped = false;
         int r;
 
-        if (size == 0 || size % 4)
+        if (c->va)
                 return 0;
-        r = gs_cuda_check(cu, cu->ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err, errlen);
-        if (r == 0)
-                r = gs_cuda_check(cu, cu->mem_address_reserve(&va, size, 0, 0, 0),
-                                  "scrub: cuMemAddressReserve", err, errlen);
-        if (r < 0)
-                return r;
-        r = gs_cuda_check(cu, cu->mem_map(va, size, 0, h, 0), "scrub: cuMemMap", err, errlen);
-        mapped = r == 0;
-        if (r == 0)
-                r = gs_cuda_check(cu, cu->mem_set_access(va, size, &acc, 1), "scrub: cuMemSetAccess",
-                                  err, errlen);
-        if (r == 0)
-                r = gs_cuda_check(cu, cu->memset_d32(va, 0, size / 4), "scrub: cuMemsetD32", err,
-                                  errlen);
-        /* The memset is asynchronous to us: done before anyone may map it. */
-        if (r == 0)
-                r = gs_cuda_check(cu, cu->ctx_synchronize(), "scrub: cuCtxSynchronize", err, errlen);
-        if (mapped)
-                (void)cu->mem_unmap(va, size);
-        (void)cu->mem_address_free(va, size);
-        return r;
+        r = chunk_handle(g, c, err, errlen);
+        return r < 0 ? r : map_new(g, c->handle, g->chunk_bytes, &c->va, err, errlen);
 }
 
-static int chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen);
+/* The record now holding the memory mapped at va (at hint unless it
+ * traded it), or UINT32_MAX. */
+static uint32_t chunk_of_va(const struct gs_gpu *g, uint32_t hint, CUdeviceptr va)
+{
+        if (hint < g->nchunks && g->chunks[hint].va == va)
+                return hint;
+        for (uint32_t i = 0; i < g->nchunks; i++)
+                if (g->chunks[i].va == va)
+                        return i;
+        return UINT32_MAX;
+}
+
+/* Under g->lock: the scrubber's batch in flight completed (ok) or failed;
+ * either thread that saw it end says so, once.  Its chunks hold no
+ * process's data now: clean for the pool (to the head of their free
+ * list).  A record may have traded its memory meanwhile: the memory is
+ * found by its mapping, which lives at least as long as the batch. */
+static void batch_done(struct gs_gpu *g, bool ok, const char *why)
+{
+        for (uint32_t i = 0; i < g->nbatch; i++) {
+                uint32_t id = chunk_of_va(g, g->batch[i].chunk, g->batch[i].va);
+                if (id == UINT32_MAX || !g->chunks[id].scrubbing)
+                        continue;
+                g->chunks[id].scrubbing = false;
+                if (!ok)
+                        continue;
+                g->chunks[id].writer = 0;
+                g->scrub_st.scrubbed_bg++;
+                if (g->gsm)
+                        gs_gsm_clean(g->gsm, id);
+        }
+        if (!ok && g->nbatch) {
+                g->scrub_st.failures += g->nbatch;
+                g->scrub_retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
+                uint32_t nf = ++g->scrub_batch_failures;
+                if (!(nf & (nf - 1))) /* said at 1, 2, 4, ... failed batches */
+                        log_warn("GPU %u: %u chunks not scrubbed in the background (zeroed when granted; %u "
+                                 "failed batches): %s", g->index, g->nbatch, g->scrub_batch_failures, why);
+        }
+        g->nbatch = 0;
+}
+
+/* Under g->lock: waits for the scrubber's batch in flight, if any.  The
+ * lock is kept: nothing changes under the caller (the scrubber records
+ * no new batch without it). */
+static void batch_wait(struct gs_gpu *g)
+{
+        char why[200];
+        int r;
+
+        if (!g->nbatch)
+                return;
+        r = gs_cuda_check(&g->agent->cu, g->agent->cu.event_synchronize(g->scrub_ev), "scrub: cuEventSynchronize",
+                          why, sizeof(why));
+        batch_done(g, r == 0, why);
+}
+
+static void chunk_unmap(struct gs_gpu *g, struct gs_chunk *c)
+{
+        if (c->scrubbing)
+                batch_wait(g); /* its memset must not outlive the mapping */
+        if (c->va)
+                unmap_va(g, c->va, g->chunk_bytes);
+        c->va = 0;
+        c->scrubbing = false;
+}
+
+/* Under g->lock, before chunk c goes to process proc: its memory holds no
+ * other process's data once what it queued (*queued) is waited for.
+ * The batch in flight is waited for if c is in it. */
+static int grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bool *queued, char *err,
+                         size_t errlen)
+{
+        int r;
+
+        g->scrub_st.grants++;
+        if (c->scrubbing) {
+                batch_wait(g);
+                if (c->writer == 0) {
+                        g->scrub_st.grants_waited++;
+                        return 0;
+                }
+        }
+        if (c->writer == 0) {
+                g->scrub_st.grants_clean++;
+                return 0;
+        }
+        if (c->writer == proc) {
+                g->scrub_st.grants_same++;
+                return 0;
+        }
+        r = gs_cuda_check(&g->agent->cu, g->agent->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
+                          errlen);
+        if (r == 0)
+                r = chunk_map(g, c, err, errlen);
+        if (r == 0)
+                r = scrub_queue(g, c->va, g->chunk_bytes, err, errlen);
+        if (r < 0) {
+                g->scrub_st.failures++;
+                return r;
+        }
+        g->scrub_st.grants_scrubbed_sync++;
+        *queued = true;
+        return 0;
+}
+
+/* What grant_prepare queued is done (the batch before it on the stream
+ * too). */
+static int grant_wait(struct gs_gpu *g, char *err, size_t errlen)
+{
+        int r = scrub_sync(g, err, errlen);
+
+        if (r == 0 && g->nbatch && g->scrub_stream)
+                batch_done(g, true, NULL); /* ahead on the same stream */
+        return r;
+}
 
 int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err, size_t errlen)
 {
         struct gs_chunk *c;
+        bool queued = false;
         int r;
 
         if (chunk >= g->nchunks || g->chunks[chunk].fd < 0) {
@@ -173,23 +382,30 @@ int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *er
                 return -EINVAL;
         }
         c = &g->chunks[chunk];
-        if (c->writer != 0 && c->writer != proc) {
-                r = chunk_handle(g, c, err, errlen);
-                if (r < 0)
-                        return r;
-                r = gs_gpu_scrub(g, c->handle, g->chunk_bytes, err, errlen);
-                if (r < 0)
-                        return r;
-        }
+        r = grant_prepare(g, c, proc, &queued, err, errlen);
+        if (r == 0 && queued)
+                r = grant_wait(g, err, errlen);
+        if (r < 0)
+                return r;
         c->writer = proc;
         return 0;
 }
 
-/* Creates and exports one chunk.  Returns 0 or a negative errno (err set). */
+void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
+{
+        pthread_mutex_lock(&g->lock);
+        *ret = g->scrub_st;
+        pthread_mutex_unlock(&g->lock);
+}
+
+/* Creates and exports one chunk, mapped for the agent.  Returns 0 or a
+ * negative errno (err set). */
 static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
 {
-        ret->writer = 0; /* scrubbed by gs_gpu_mem_make */
-        int r = gs_gpu_mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, err, errlen);
+        ret->writer = 0; /* zeroed by mem_make */
+        ret->va = 0;
+        ret->scrubbing = false;
+        int r = mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, &ret->va, err, errlen);
         ret->memid = r == 0 ? ++g->memid_next : 0;
         if (r == 0)
                 ret->kept = false;
@@ -198,6 +414,7 @@ static int chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t 
 
 static void chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
 {
+        chunk_unmap(g, c);
         if (c->fd >= 0 && c->handle)
                 gs_gpu_mem_drop(g, c->handle, &c->fd);
         else
@@ -379,6 +596,237 @@ static void chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot
         gs_ledger_set(&g->ledger, chunk, tag, slot, held != 0);
 }
 
+/* ---- the scrubber (gs_gpu.h "Scrubbing") ---- */
+
+/* gs_pool.c keeps the chunk level as the first member of struct gs_pool,
+ * and a pointer to a structure points to its first member (C11 6.7.2.1):
+ * the scrubber reads and orders the free lists, which gs_pool.h does not
+ * show.  Checked against what was set through gs_pool.h just before; if
+ * it does not match, NULL: no scrubber, every scrub on the request path. */
+static struct gs_gsm *pool_gsm(struct gs_gpu *g)
+{
+        struct gs_gsm *m = (struct gs_gsm *)(void *)g->pool;
+
+        if (!m || m->nchunks != g->nchunks || m->return_fn != chunk_recycle || m->return_ctx != g ||
+            !m->chunks)
+                return NULL;
+        return m;
+}
+
+/* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
+ * a clean one left it. */
+static void scrub_kick(void *ctx)
+{
+        struct gs_gpu *g = ctx;
+
+        if (!g->scrub_kicked) {
+                g->scrub_kicked = true;
+                pthread_cond_signal(&g->scrub_cond);
+        }
+}
+
+/* Under g->lock: queues the next batch (gs_gsm_scrub_next) on the scrub
+ * stream and records scrub_ev after it; how many chunks are in it.
+ * Chunks that need no zeroing (made anew since, or before their grant)
+ * are only said clean. */
+static uint32_t batch_fill(struct gs_gpu *g)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        uint32_t ids[GS_GPU_SCRUB_BATCH];
+        char why[200] = "";
+        bool again = true;
+        int r = 0;
+
+        if (g->scrub_paused || !g->gsm || g->frozen || g->nbatch)
+                return 0;
+        (void)cu->ctx_set_current(g->ctx);
+        for (int round = 0; again && r == 0 && g->nbatch == 0 && round < 8; round++) {
+                uint32_t n = gs_gsm_scrub_next(g->gsm, GS_GPU_SCRUB_AHEAD, ids, GS_GPU_SCRUB_BATCH);
+
+                again = false;
+                for (uint32_t i = 0; i < n; i++) {
+                        struct gs_chunk *c = &g->chunks[ids[i]];
+                        if (c->fd < 0 || c->recycle || c->writer == 0) {
+                                gs_gsm_clean(g->gsm, ids[i]);
+                                again = true;
+                                continue;
+                        }
+                        r = chunk_map(g, c, why, sizeof(why));
+                        if (r == 0)
+                                r = scrub_queue(g, c->va, g->chunk_bytes, why, sizeof(why));
+                        if (r < 0) {
+                                /* Retried later; said at 1, 2, 4, ... failures. */
+                                g->scrub_st.failures++;
+                                g->scrub_retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
+                                if (!(g->scrub_st.failures & (g->scrub_st.failures - 1)))
+                                        log_warn("GPU %u: chunk %u not scrubbed in the background (zeroed when "
+                                                 "granted; %llu failures): %s", g->index, ids[i],
+                                                 (unsigned long long)g->scrub_st.failures, why);
+                                break;
+                        }
+                        c->scrubbing = true;
+                        g->batch[g->nbatch++] = (struct gs_gpu_scrub_ent){ .va = c->va, .chunk = ids[i] };
+                }
+        }
+        if (!g->nbatch)
+                return 0;
+        g->scrub_st.batches_bg++;
+        r = gs_cuda_check(cu, cu->event_record(g->scrub_ev, g->scrub_stream), "scrub: cuEventRecord", why,
+                          sizeof(why));
+        if (r < 0) {
+                (void)cu->ctx_synchronize(); /* no memset may outlive the batch */
+                batch_done(g, false, why);
+                return 0;
+        }
+        return g->nbatch;
+}
+
+/* The scrubber: woken by kicks, it lets releases gather, queues a batch,
+ * waits for it without the lock (the workers serve on; a grant that needs
+ * a chunk of the batch waits itself, batch_wait), and says its chunks are
+ * clean.  It leaves only between batches. */
+static void *scrubber(void *arg)
+{
+        struct gs_gpu *g = arg;
+        const struct gs_cuda *cu = &g->agent->cu;
+        bool gather = true;
+
+        (void)cu->ctx_set_current(g->ctx);
+        pthread_mutex_lock(&g->lock);
+        while (!g->scrub_stop) {
+                if (g->scrub_paused || !g->scrub_kicked) {
+                        pthread_cond_wait(&g->scrub_cond, &g->lock);
+                        gather = true;
+                        continue;
+                }
+                int64_t now = gs_mono_ms();
+                if (now < g->scrub_retry_ms) {
+                        struct timespec ts;
+                        clock_gettime(CLOCK_MONOTONIC, &ts);
+                        int64_t ns = ts.tv_nsec + (g->scrub_retry_ms - now) * 1000000;
+                        ts.tv_sec += ns / 1000000000;
+                        ts.tv_nsec = ns % 1000000000;
+                        (void)pthread_cond_timedwait(&g->scrub_cond, &g->lock, &ts);
+                        continue;
+                }
+                if (gather) {
+                        struct timespec ts = { 0, GS_GPU_SCRUB_GATHER_US * 1000L };
+                        gather = false;
+                        pthread_mutex_unlock(&g->lock);
+                        nanosleep(&ts, NULL);
+                        pthread_mutex_lock(&g->lock);
+                        continue;
+                }
+                g->scrub_kicked = false;
+                if (batch_fill(g) == 0) {
+                        gather = true;
+                        continue;
+                }
+                pthread_mutex_unlock(&g->lock);
+                CUresult cr = cu->event_synchronize(g->scrub_ev);
+                pthread_mutex_lock(&g->lock);
+                if (g->nbatch)
+                        batch_done(g, cr == CUDA_SUCCESS, "scrub: cuEventSynchronize failed");
+                /* More may be wanted by now: look again at once. */
+                g->scrub_kicked = true;
+        }
+        pthread_mutex_unlock(&g->lock);
+        return NULL;
+}
+
+/* The scrub stream and events, once the context is current: 0, or a
+ * negative errno (logged) and none of them (synchronous scrubs). */
+static int scrub_setup(struct gs_gpu *g)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        const unsigned evf = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING;
+        int least = 0, greatest = 0;
+        char why[200];
+        int r;
+
+        /* The lowest priority is the numerically largest: the agent's
+         * memsets yield to anything else the agent queues. */
+        r = gs_cuda_check(cu, cu->ctx_get_stream_priority_range(&least, &greatest), "cuCtxGetStreamPriorityRange",
+                          why, sizeof(why));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->stream_create_with_priority(&g->scrub_stream, CU_STREAM_NON_BLOCKING,
+                                                                      least),
+                                  "cuStreamCreateWithPriority", why, sizeof(why));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->event_create(&g->scrub_ev, evf), "cuEventCreate", why, sizeof(why));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->event_create(&g->sync_ev, evf), "cuEventCreate", why, sizeof(why));
+        if (r < 0) {
+                log_warn("GPU %u: no scrub stream (%s): chunks are zeroed when granted", g->index, why);
+                if (g->sync_ev)
+                        (void)cu->event_destroy(g->sync_ev);
+                if (g->scrub_ev)
+                        (void)cu->event_destroy(g->scrub_ev);
+                if (g->scrub_stream)
+                        (void)cu->stream_destroy(g->scrub_stream);
+                g->sync_ev = g->scrub_ev = NULL;
+                g->scrub_stream = NULL;
+        }
+        return r;
+}
+
+static void scrub_start(struct gs_gpu *g)
+{
+        pthread_condattr_t ca;
+        sigset_t all, old;
+        int r;
+
+        if (!g->scrub_stream || !g->pool)
+                return;
+        g->gsm = pool_gsm(g);
+        if (!g->gsm) {
+                log_warn("GPU %u: the pool's free lists are not where expected: no scrubber, chunks are zeroed "
+                         "when granted", g->index);
+                return;
+        }
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&g->scrub_cond, &ca);
+        pthread_condattr_destroy(&ca);
+        /* Signals are the main thread's (signalfd). */
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        r = pthread_create(&g->scrub_thr, NULL, scrubber, g);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r != 0) {
+                log_warn("GPU %u: no scrubber thread (%s): chunks are zeroed when granted", g->index, strerror(r));
+                pthread_cond_destroy(&g->scrub_cond);
+                g->gsm = NULL;
+                return;
+        }
+        char name[16];
+        snprintf(name, sizeof(name), "gshare-scrub%u", g->index % 100);
+        (void)pthread_setname_np(g->scrub_thr, name);
+        g->scrub_started = true;
+        pthread_mutex_lock(&g->lock);
+        g->gsm->kick_ctx = g;
+        g->gsm->kick_fn = scrub_kick;
+        pthread_mutex_unlock(&g->lock);
+}
+
+/* Before the pool and the context go: the thread ends between batches. */
+static void scrub_stop(struct gs_gpu *g)
+{
+        if (!g->scrub_started)
+                return;
+        pthread_mutex_lock(&g->lock);
+        g->scrub_stop = true;
+        pthread_cond_signal(&g->scrub_cond);
+        pthread_mutex_unlock(&g->lock);
+        pthread_join(g->scrub_thr, NULL);
+        pthread_mutex_lock(&g->lock);
+        g->gsm->kick_fn = NULL;
+        g->gsm = NULL;
+        pthread_mutex_unlock(&g->lock);
+        pthread_cond_destroy(&g->scrub_cond);
+        g->scrub_started = false;
+}
+
 /* The previous agent's ledger of this GPU, kept in g->held_before: its
  * chunk count, or 0 if there is none (or it is not usable). */
 static uint32_t read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
@@ -465,6 +913,14 @@ void gs_gpu_ledger_commit(struct gs_gpu *g)
 {
         int r;
 
+        pthread_mutex_lock(&g->lock);
+        if (g->scrub_paused && !g->frozen) {
+                /* The processes are restored: the scrubber may work. */
+                g->scrub_paused = false;
+                if (g->scrub_started)
+                        scrub_kick(g);
+        }
+        pthread_mutex_unlock(&g->lock);
         free(g->held_before);
         g->held_before = NULL;
         g->nheld_before = 0;
@@ -486,6 +942,13 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
                 log_error("GPU %u: cannot put the ledger %s back: %s; a restarted agent will not know what "
                           "processes hold", g->index, g->ledger.path, strerror(-r));
         gs_pool_set_hold_fn(g->pool, pause ? NULL : chunk_hold, pause ? NULL : g);
+        /* The new agent may grant any chunk from TAKE on: no memset of
+         * ours may run then. */
+        g->scrub_paused = pause;
+        if (pause)
+                batch_wait(g);
+        else if (g->scrub_started)
+                scrub_kick(g);
         pthread_mutex_unlock(&g->lock);
 }
 
@@ -624,6 +1087,7 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
                 set_unhealthy(g, why);
                 return 0;
         }
+        (void)scrub_setup(g);
         g->ctx_ready = true;
         return 0;
 }
@@ -653,6 +1117,10 @@ static int open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
                         g->chunks_made_at_start++;
         }
         g->nchunks = inh->nchunks;
+        /* Nothing is scrubbed in the background before the processes are
+         * restored (gs_gpu_ledger_commit): until READY the old agent may
+         * take its chunks back. */
+        g->scrub_paused = true;
         return 0;
 }
 
@@ -752,6 +1220,7 @@ pool:
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
+        scrub_start(g);
         return 0;
 }
 
@@ -759,6 +1228,16 @@ void gs_gpu_close(struct gs_gpu *g)
 {
         if (!g || !g->agent)
                 return;
+        const struct gs_gpu_scrub_stats *st = &g->scrub_st;
+        scrub_stop(g);
+        if (st->grants || st->scrubbed_bg)
+                log_info("GPU %u: scrubs: %llu chunks granted: %llu clean, %llu back to their writer, %llu zeroed on "
+                         "the request path, %llu waited for the scrubber; %llu zeroed in %llu batches in the "
+                         "background; %llu failed",
+                         g->index, (unsigned long long)st->grants, (unsigned long long)st->grants_clean,
+                         (unsigned long long)st->grants_same, (unsigned long long)st->grants_scrubbed_sync,
+                         (unsigned long long)st->grants_waited, (unsigned long long)st->scrubbed_bg,
+                         (unsigned long long)st->batches_bg, (unsigned long long)st->failures);
         gs_ledger_close(&g->ledger);
         free(g->held_before);
         g->held_before = NULL;
@@ -772,6 +1251,14 @@ void gs_gpu_close(struct gs_gpu *g)
         g->chunks = NULL;
         free(g->unit_owner);
         g->unit_owner = NULL;
+        if (g->sync_ev)
+                (void)g->agent->cu.event_destroy(g->sync_ev);
+        if (g->scrub_ev)
+                (void)g->agent->cu.event_destroy(g->scrub_ev);
+        if (g->scrub_stream)
+                (void)g->agent->cu.stream_destroy(g->scrub_stream);
+        g->sync_ev = g->scrub_ev = NULL;
+        g->scrub_stream = NULL;
         if (g->ctx)
                 (void)g->agent->cu.primary_ctx_release(g->dev);
         g->ctx = NULL;
@@ -831,6 +1318,9 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                         }
                 }
         }
+        /* Chunks another process may have written are zeroed here, all
+         * queued before one wait (the scrubber should have left few). */
+        bool queued = false;
         for (uint32_t i = 0; i < n; i++) {
                 uint32_t c = gr[i].chunk;
                 char why[200];
@@ -840,11 +1330,25 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                  * allocation's until it is gone. */
                 if (c < g->nchunks)
                         g->chunks[c].owner = owner;
-                /* It may hold another process's data. */
-                if (fds[i] >= 0 && gs_gpu_chunk_grant(g, c, proc, why, sizeof(why)) < 0) {
+                if (fds[i] >= 0 && grant_prepare(g, &g->chunks[c], proc, &queued, why, sizeof(why)) < 0) {
                         log_warn("GPU %u: chunk %u not granted: %s", g->index, c, why);
                         fds[i] = -1;
                 }
+        }
+        char why[200] = "";
+        int r = queued ? grant_wait(g, why, sizeof(why)) : 0;
+        for (uint32_t i = 0; i < n; i++) {
+                struct gs_chunk *k = fds[i] >= 0 ? &g->chunks[gr[i].chunk] : NULL;
+                if (!k)
+                        continue;
+                /* Queued above unless its last writer was none or proc. */
+                if (r < 0 && k->writer != 0 && k->writer != proc) {
+                        log_warn("GPU %u: chunk %u not granted: %s", g->index, gr[i].chunk, why);
+                        g->scrub_st.failures++;
+                        fds[i] = -1;
+                        continue;
+                }
+                k->writer = proc;
         }
         return 0;
 }

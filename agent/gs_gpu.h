@@ -25,6 +25,7 @@
 #include "gs_pool.h"
 
 struct gs_allocation;
+struct gs_gsm;
 /* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
 #define GS_GPU_REMAKE_PER_SCAN 4u
 
@@ -54,7 +55,46 @@ struct gs_chunk {
          * memory (it may have written it), 0 if none since it was made or
          * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
         uint64_t writer;
+        /* The agent's own mapping of this memory, for scrubbing: made
+         * with it (or on first need, inherited), gone with it; 0: none. */
+        CUdeviceptr va;
+        /* Under the lock: in the scrubber's batch in flight (its memset
+         * may still run): granted to nobody, dropped by nobody, until the
+         * batch is done (gs_gpu.c batch_wait). */
+        bool scrubbing;
 };
+
+/* The scrubber's batch in flight: a chunk's memory by its mapping (the
+ * records may trade memory meanwhile, gs_gpu_chunk_swap). */
+struct gs_gpu_scrub_ent {
+        CUdeviceptr va;
+        uint32_t chunk; /* where it was when queued */
+};
+
+/* What scrubbing did since the GPU was opened (gs_gpu_scrub_stats).  The
+ * grants_* figures count chunks sent to processes, by what their
+ * memory needed first. */
+struct gs_gpu_scrub_stats {
+        uint64_t grants;
+        uint64_t grants_clean;         /* nothing: zeroed before, or fresh */
+        uint64_t grants_same;          /* nothing: back to its last writer */
+        uint64_t grants_scrubbed_sync; /* zeroed on the request path */
+        uint64_t grants_waited;        /* waited for the scrubber's batch */
+        uint64_t scrubbed_bg;          /* chunks the scrubber zeroed */
+        uint64_t batches_bg;           /* its batches: one wait, one GPU switch each */
+        uint64_t failures;             /* scrubs that failed (logged) */
+};
+
+/* Each allocation keeps this many free chunks zeroed ahead of a hand-off
+ * from one of its processes to another (gs_gsm_scrub_next). */
+#define GS_GPU_SCRUB_AHEAD 8u
+/* At most this many chunks per batch of the scrubber. */
+#define GS_GPU_SCRUB_BATCH 16u
+/* Woken, the scrubber lets a burst of releases gather this long: one
+ * batch for them, one switch of the GPU to the agent's context. */
+#define GS_GPU_SCRUB_GATHER_US 1000
+/* After a failed scrub it tries again this much later. */
+#define GS_GPU_SCRUB_RETRY_MS 1000
 
 struct gs_gpu {
         struct gs_agent *agent;
@@ -105,6 +145,25 @@ struct gs_gpu {
         bool frozen;             /* handed over (gs_handover.h): makes no memory */
         uint64_t memid_next;     /* under lock: the last memid given */
         uint64_t ho_snap_memid;  /* an upgrade: memids up to this went at PREPARE */
+        /* Scrubbing (gs_gpu_scrub below).  Made with the context; without
+         * them (stream NULL) every scrub is synchronous on the request
+         * path and there is no scrubber. */
+        CUstream scrub_stream;   /* lowest priority, non-blocking */
+        CUevent scrub_ev;        /* the scrubber's batch */
+        CUevent sync_ev;         /* a scrub under the lock */
+        struct gs_gsm *gsm;      /* the pool's chunk level, NULL if unknown */
+        /* The scrubber thread; the rest under lock. */
+        pthread_t scrub_thr;
+        bool scrub_started;
+        bool scrub_stop;
+        bool scrub_paused;       /* an upgrade (gs_gpu_ledger_pause) */
+        bool scrub_kicked;       /* there may be work: scrub_cond signalled */
+        pthread_cond_t scrub_cond;
+        int64_t scrub_retry_ms;  /* after a failure: not before (gs_mono_ms) */
+        uint32_t nbatch;         /* chunks in the batch in flight */
+        uint32_t scrub_batch_failures;
+        struct gs_gpu_scrub_ent batch[GS_GPU_SCRUB_BATCH];
+        struct gs_gpu_scrub_stats scrub_st;
 };
 
 /* What an earlier agent hands over of one GPU's pool (gs_handover.h):
@@ -132,8 +191,8 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
                     size_t errlen) GS_WUR;
 int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
                      char *err, size_t errlen) GS_WUR;
-/* Frees the pool, releases every chunk, releases the context.  A zeroed or
- * half-opened g is fine. */
+/* Stops the scrubber, frees the pool, releases every chunk, releases the
+ * context.  A zeroed or half-opened g is fine. */
 void gs_gpu_close(struct gs_gpu *g);
 
 /* Device memory of `size` bytes (a multiple of the granularity) on g, with
@@ -174,19 +233,32 @@ void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a);
  * all GPU memory belongs to one process, the agent, so the agent scrubs:
  * memory granted to a process holds no other process's data.
  *
+ * Every exported allocation is zeroed when gs_gpu_mem_make creates it (the
+ * driver may hand the agent back memory a process of another allocation
+ * used).  A chunk's memory is granted to a process other than its last
+ * writer only zeroed, and only once that zeroing completed.  Most of that
+ * is off the request path: the agent keeps each chunk mapped in its own
+ * address space for the memory's life, and a scrubber thread per GPU
+ * zeroes chunks that processes gave back to their allocation's free list,
+ * in batches (one memset each on a lowest-priority stream, one wait for
+ * the lot), a few ahead of need (GS_GPU_SCRUB_AHEAD, gs_gsm_scrub_next);
+ * the free list hands a process its own chunks back first, then zeroed
+ * ones (gs_gsm.h).  A grant that still finds a chunk another process
+ * wrote zeroes it there and then (grants_scrubbed_sync); one that finds
+ * it in the batch in flight waits for the batch.
+ *
  * gs_gpu_scrub zeroes size bytes of allocation h through a mapping of its
- * own (reserve, map, access, cuMemsetD32, synchronize, unmap, free): no
- * mapping outlives the call.  Every exported allocation is scrubbed when
- * gs_gpu_mem_make creates it (the driver may hand the agent back memory a
- * process of another allocation used); a chunk is scrubbed again by
- * gs_gpu_chunk_grant before it goes to a process other than its last
- * writer.  Both under g->lock; they make g->ctx current.  0 or a negative
- * errno with the reason in err. */
+ * own (reserve, map, access, cuMemsetD32, wait, unmap, free): no mapping
+ * outlives the call (for memory that is not a chunk).  Under g->lock; it
+ * makes g->ctx current.  0 or a negative errno with the reason in err. */
 int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
                  size_t errlen) GS_WUR;
-/* Before chunk is granted to process proc (its id, not 0). */
+/* Before chunk is granted to process proc (its id, not 0): zeroed if
+ * another process may have written it.  Under g->lock. */
 int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err,
                        size_t errlen) GS_WUR;
+/* A copy of the scrubbing figures.  Takes g->lock. */
+void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret);
 
 /* Units' worth of chunks lent by ballooning (rounded up: a partly lent unit
  * cannot be handed out).  Takes g->lock. */
@@ -217,7 +289,8 @@ int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir) GS_WUR;
 /* After the processes are restored on a handed-over pool: chunks a
  * process of the previous agent was granted and does not hold now (it may
  * have kept their fds) lose their memory, made anew when next needed, as
- * a recycled chunk is; the others (never granted) are kept. */
+ * a recycled chunk is; the others (never granted) are kept.  The
+ * scrubber, idle on a handed-over pool until then, starts its work. */
 void gs_gpu_inherit_settle(struct gs_gpu *g);
 /* The new ledger replaces the old one; held_before goes. */
 void gs_gpu_ledger_commit(struct gs_gpu *g);
@@ -226,7 +299,9 @@ void gs_gpu_ledger_commit(struct gs_gpu *g);
 void gs_gpu_ledger_stop(struct gs_gpu *g);
 /* An upgrade (gs_handover.h): stops (pause) or resumes recording; on
  * resuming, the file is put back at its path if a new agent that failed
- * had replaced it.  Takes g->lock. */
+ * had replaced it.  The scrubber stops and resumes with it: once paused
+ * (its batch in flight done), it touches no memory the new agent may
+ * grant.  Takes g->lock. */
 void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause);
 /* chunk was just placed for a process that already maps its memory (an
  * agent restart): it must have no memory of its own, so it trades its

@@ -18,7 +18,21 @@ static void list_push(struct gs_gsm_chunk *cs, struct gs_gsm_list *l, uint32_t i
         *lnext(&cs[id], which) = l->head;
         if (l->head != GS_GSM_NONE)
                 *lprev(&cs[l->head], which) = id;
+        else
+                l->tail = id;
         l->head = id;
+        l->count++;
+}
+
+static void list_push_tail(struct gs_gsm_chunk *cs, struct gs_gsm_list *l, uint32_t id, int which)
+{
+        *lnext(&cs[id], which) = GS_GSM_NONE;
+        *lprev(&cs[id], which) = l->tail;
+        if (l->tail != GS_GSM_NONE)
+                *lnext(&cs[l->tail], which) = id;
+        else
+                l->head = id;
+        l->tail = id;
         l->count++;
 }
 
@@ -32,6 +46,8 @@ static void list_unlink(struct gs_gsm_chunk *cs, struct gs_gsm_list *l, uint32_t
                 l->head = n;
         if (n != GS_GSM_NONE)
                 *lprev(&cs[n], which) = p;
+        else
+                l->tail = p;
         *lprev(&cs[id], which) = *lnext(&cs[id], which) = GS_GSM_NONE;
         l->count--;
 }
@@ -46,8 +62,25 @@ static uint32_t list_pop(struct gs_gsm_chunk *cs, struct gs_gsm_list *l)
 
 static void list_init(struct gs_gsm_list *l)
 {
-        l->head = GS_GSM_NONE;
+        l->head = l->tail = GS_GSM_NONE;
         l->count = 0;
+}
+
+static void kick(struct gs_gsm *g)
+{
+        if (g->kick_fn)
+                g->kick_fn(g->kick_ctx);
+}
+
+/* A dirty chunk on an allocation's free list leaves its last holder's. */
+static void forget_last(struct gs_gsm *g, uint32_t id)
+{
+        struct gs_gsm_chunk *c = &g->chunks[id];
+
+        if (c->last) {
+                list_unlink(g->chunks, &c->last->mine, id, 1);
+                c->last = NULL;
+        }
 }
 
 /* A chunk arrives on the system list.  If a process had it, the agent
@@ -62,6 +95,8 @@ static void to_sys(struct gs_gsm *g, uint32_t id)
         c->user = NULL;
         c->borrowed = 0;
         c->slot = GS_GSM_NONE;
+        /* Made anew by the return callback if a process had it. */
+        c->dirty = 0;
         if (c->granted && g->return_fn)
                 r = g->return_fn(g->return_ctx, id);
         c->granted = 0;
@@ -122,6 +157,7 @@ int gs_gsm_unretire(struct gs_gsm *g, uint32_t chunk)
                 return -EBUSY;
         g->chunks[chunk].state = GS_GSM_SYS;
         g->chunks[chunk].granted = 0;
+        g->chunks[chunk].dirty = 0;
         list_push(g->chunks, &g->sys, chunk, 0);
         g->nretired--;
         return 0;
@@ -192,6 +228,7 @@ int gs_gsm_proc_init(struct gs_gsm_alloc *a, struct gs_gsm_proc *p, uint32_t nsl
         p->alloc = a;
         p->nslots = nslots;
         list_init(&p->held);
+        list_init(&p->mine);
         p->next = a->procs;
         if (a->procs)
                 a->procs->prev = p;
@@ -208,6 +245,13 @@ void gs_gsm_proc_fini(struct gs_gsm_proc *p)
                 return;
         while (p->held.count)
                 gs_gsm_put(p, a->gsm->chunks[p->held.head].slot);
+        /* What it gave back dirty is anyone's now: zeroed before another
+         * process gets it. */
+        bool orphans = p->mine.count != 0;
+        while (p->mine.count)
+                forget_last(a->gsm, p->mine.head);
+        if (orphans)
+                kick(a->gsm);
         if (p->prev)
                 p->prev->next = p->next;
         else
@@ -273,8 +317,17 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
         struct gs_gsm *g = a->gsm;
         uint32_t id;
 
-        if (a->own.count) {
+        if (p->mine.count) {
+                /* Its own data back: nothing to zero. */
+                id = p->mine.head;
+                forget_last(g, id);
+                list_unlink(g->chunks, &a->own, id, 0);
+        } else if (a->own.count) {
+                /* Clean first (they lead the list), else the oldest dirty. */
                 id = list_pop(g->chunks, &a->own);
+                forget_last(g, id);
+                if (a->own.count && g->chunks[a->own.tail].dirty)
+                        kick(g); /* one clean chunk fewer: zero the next */
         } else if ((force || a->borrowed.count + a->debt < a->cap) && g->sys.count) {
                 if (a->borrowed.count + a->debt >= a->cap)
                         a->over++; /* held already: past the cap for now */
@@ -291,6 +344,7 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
         c->proc = p;
         c->slot = slot;
         c->granted = 1;
+        c->dirty = 1;
         c->user = NULL;
         list_push(g->chunks, &p->held, id, 0);
         p->slots[slot] = id;
@@ -348,6 +402,17 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
                 g->chunks[d].borrowed = 0;
                 g->borrowed--;
                 to_sys(g, id);
+        } else if (c->dirty) {
+                /* Behind the clean ones, and first for p itself. */
+                c->state = GS_GSM_OWN;
+                c->proc = NULL;
+                c->user = NULL;
+                c->slot = GS_GSM_NONE;
+                list_push_tail(g->chunks, &a->own, id, 0);
+                c->last = p;
+                list_push(g->chunks, &p->mine, id, 1);
+                if (a->nprocs > 1)
+                        kick(g);
         } else {
                 c->state = GS_GSM_OWN;
                 c->proc = NULL;
@@ -355,6 +420,40 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
                 c->slot = GS_GSM_NONE;
                 list_push(g->chunks, &a->own, id, 0);
         }
+}
+
+void gs_gsm_clean(struct gs_gsm *g, uint32_t chunk)
+{
+        struct gs_gsm_chunk *c;
+
+        if (chunk >= g->nchunks || !g->chunks[chunk].dirty || g->chunks[chunk].state != GS_GSM_OWN)
+                return;
+        c = &g->chunks[chunk];
+        c->dirty = 0;
+        forget_last(g, chunk);
+        list_unlink(g->chunks, &c->alloc->own, chunk, 0);
+        list_push(g->chunks, &c->alloc->own, chunk, 0);
+}
+
+uint32_t gs_gsm_scrub_next(const struct gs_gsm *g, uint32_t ahead, uint32_t *ret, uint32_t max)
+{
+        uint32_t n = 0;
+
+        for (const struct gs_gsm_alloc *a = g->allocs; a && n < max; a = a->next) {
+                uint32_t clean = 0, seen = 0;
+
+                for (uint32_t id = a->own.head; id != GS_GSM_NONE && n < max && clean < ahead &&
+                                                seen < GS_GSM_SCRUB_LOOK;
+                     id = g->chunks[id].next, seen++) {
+                        const struct gs_gsm_chunk *c = &g->chunks[id];
+                        if (c->dirty && a->nprocs < 2 && c->last)
+                                continue;
+                        if (c->dirty)
+                                ret[n++] = id;
+                        clean++; /* or will be */
+                }
+        }
+        return n;
 }
 
 /* ---- validation ---- */
@@ -381,7 +480,7 @@ static uint32_t walk(const struct gs_gsm *g, const struct gs_gsm_list *l, int wh
                 prev = id;
                 id = *lnext(c, which);
         }
-        return n;
+        return prev == l->tail ? n : UINT32_MAX;
 }
 
 int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
@@ -398,8 +497,10 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                 if (c->borrowed && c->state != GS_GSM_HELD)
                         FAIL("chunk %u borrowed but not held", i);
                 if ((c->state == GS_GSM_SYS || c->state == GS_GSM_RETIRED) &&
-                    (c->alloc || c->proc || c->granted))
-                        FAIL("free chunk %u still owned", i);
+                    (c->alloc || c->proc || c->granted || c->dirty))
+                        FAIL("free chunk %u still owned or dirty", i);
+                if (c->last && (c->state != GS_GSM_OWN || !c->dirty))
+                        FAIL("chunk %u in state %u (dirty %u) has a last holder", i, c->state, c->dirty);
         }
         if (walk(g, &g->sys, 0) != g->sys.count || nstate[GS_GSM_SYS] != g->sys.count)
                 FAIL("system list: %u on it, %u in state", g->sys.count, nstate[GS_GSM_SYS]);
@@ -418,9 +519,17 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                 own += a->own.count;
                 if (walk(g, &a->own, 0) != a->own.count || walk(g, &a->borrowed, 1) != a->borrowed.count)
                         FAIL("allocation lists broken");
-                for (uint32_t id = a->own.head; id != GS_GSM_NONE; id = g->chunks[id].next)
-                        if (g->chunks[id].state != GS_GSM_OWN || g->chunks[id].alloc != a)
+                uint32_t withlast = 0, inmine = 0;
+                bool dirty_seen = false;
+                for (uint32_t id = a->own.head; id != GS_GSM_NONE; id = g->chunks[id].next) {
+                        const struct gs_gsm_chunk *c = &g->chunks[id];
+                        if (c->state != GS_GSM_OWN || c->alloc != a)
                                 FAIL("chunk %u on a free list not its allocation's", id);
+                        if (dirty_seen && !c->dirty)
+                                FAIL("clean chunk %u after a dirty one on a free list", id);
+                        dirty_seen |= c->dirty != 0;
+                        withlast += c->last != NULL;
+                }
                 for (uint32_t id = a->borrowed.head; id != GS_GSM_NONE; id = g->chunks[id].bnext)
                         if (!g->chunks[id].borrowed || g->chunks[id].alloc != a)
                                 FAIL("chunk %u on a borrowed list but not borrowed by it", id);
@@ -436,6 +545,15 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                                 FAIL("process list broken");
                         if (walk(g, &p->held, 0) != p->held.count)
                                 FAIL("process held list broken");
+                        if (walk(g, &p->mine, 1) != p->mine.count)
+                                FAIL("process's list of dirty chunks broken");
+                        inmine += p->mine.count;
+                        for (uint32_t id = p->mine.head; id != GS_GSM_NONE; id = g->chunks[id].bnext) {
+                                const struct gs_gsm_chunk *c = &g->chunks[id];
+                                if (c->state != GS_GSM_OWN || c->alloc != a || c->last != p || !c->dirty)
+                                        FAIL("chunk %u on a process's dirty list: state %u, not its", id,
+                                             c->state);
+                        }
                         aheld += p->held.count;
                         for (uint32_t id = p->held.head; id != GS_GSM_NONE; id = g->chunks[id].next) {
                                 const struct gs_gsm_chunk *c = &g->chunks[id];
@@ -456,6 +574,9 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                                 if (gs_gsm_slot_chunk(p, s) == GS_GSM_NONE)
                                         FAIL("slot %u free below lo_free %u", s, p->lo_free);
                 }
+                if (inmine != withlast)
+                        FAIL("allocation: %u dirty chunks on processes' lists, %u with a last holder", inmine,
+                             withlast);
                 if (nprocs != a->nprocs || aheld != a->held)
                         FAIL("allocation: %u procs holding %u, counters %u/%u", nprocs, aheld,
                              a->nprocs, a->held);

@@ -16,7 +16,18 @@
  * deflates as soon as the allocation's use falls.
  *
  * A chunk that goes back to the system list after having been granted to
- * a process passes through the pool's return callback (gs_pool.h). */
+ * a process passes through the pool's return callback (gs_pool.h).
+ *
+ * Dirty chunks (docs/allocator.md "Scrubbing"): a chunk a process took is
+ * dirty (it may hold the process's data) until the agent zeroes it and
+ * says so (gs_gsm_clean); the system list holds only clean ones (what goes
+ * there is made anew).  An allocation's free list keeps its clean chunks
+ * before its dirty ones, the dirty ones in the order they came back, and
+ * each dirty one also sits on the list of the process that gave it back
+ * (its last holder, while that lives).  A process takes its own dirty
+ * chunks back first (its own data: nothing to zero), then the clean ones,
+ * then the oldest dirty one.  gs_gsm_scrub_next says which dirty chunks a
+ * scrubber should zero next so that the others find clean ones. */
 #ifndef GS_GSM_H
 #define GS_GSM_H
 
@@ -40,18 +51,22 @@ struct gs_gsm_proc;
 
 struct gs_gsm_chunk {
         uint32_t prev, next;   /* the list of its state (SYS, OWN, HELD) */
-        uint32_t bprev, bnext; /* its allocation's borrowed list */
+        uint32_t bprev, bnext; /* HELD: its allocation's borrowed list;
+                                  OWN: its last holder's (last) */
         uint32_t slot;         /* HELD: where the process maps it */
         uint8_t state;         /* enum gs_gsm_state */
         uint8_t borrowed;      /* HELD: counts against the balloon cap */
         uint8_t granted;       /* granted to a process since it left SYS */
+        uint8_t dirty;         /* taken by a process since made or zeroed */
         struct gs_gsm_alloc *alloc; /* OWN, HELD */
         struct gs_gsm_proc *proc;   /* HELD */
+        struct gs_gsm_proc *last;   /* OWN and dirty: who gave it back, if alive */
         void *user;            /* HELD: free for gs_pool.c's use */
 };
 
 struct gs_gsm_list {
         uint32_t head, count;
+        uint32_t tail;
 };
 
 typedef int (*gs_gsm_return_fn)(void *ctx, uint32_t chunk);
@@ -73,6 +88,10 @@ struct gs_gsm {
         void *return_ctx;
         gs_gsm_hold_fn hold_fn;
         void *hold_ctx;
+        /* Called when a dirty chunk lands on a free list or a clean one
+         * leaves it (gs_gsm_scrub_next may have work); NULL: not told. */
+        void (*kick_fn)(void *ctx);
+        void *kick_ctx;
 };
 
 struct gs_gsm_alloc {
@@ -101,6 +120,9 @@ struct gs_gsm_proc {
         uint32_t slots_cap;
         uint32_t lo_free;  /* every slot below is occupied */
         struct gs_gsm_list held;
+        /* Dirty chunks it gave back still on its allocation's free list,
+         * newest first (bprev/bnext): taken back before any other. */
+        struct gs_gsm_list mine;
         const void *tag;   /* for hold_fn; NULL: not reported */
 };
 
@@ -146,6 +168,20 @@ int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WU
 int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
 /* The chunk at slot (held) goes back: see the top of this file. */
 void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot);
+
+/* chunk's memory holds no process's data any more (zeroed, or made
+ * anew): if it is on its allocation's free list, it is clean and goes to
+ * the head, off its last holder's list; else nothing (a held chunk stays
+ * dirty: its process may write it). */
+void gs_gsm_clean(struct gs_gsm *g, uint32_t chunk);
+/* Dirty chunks to zero next, at most max of them into ret (returns how
+ * many): per allocation, while fewer than ahead of its free chunks are
+ * clean, the dirty ones next in line (the oldest first), looking at most
+ * GS_GSM_SCRUB_LOOK deep.  Only chunks another process may take: those of
+ * an allocation with more than one process, or whose last holder is gone
+ * (an only process takes its own back unzeroed). */
+#define GS_GSM_SCRUB_LOOK 64u
+uint32_t gs_gsm_scrub_next(const struct gs_gsm *g, uint32_t ahead, uint32_t *ret, uint32_t max);
 
 /* Lists, states, owners, slot maps and counters against each other. */
 int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen) GS_WUR;

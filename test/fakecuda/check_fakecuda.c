@@ -601,6 +601,25 @@ START_TEST(test_contexts_streams)
         ck_assert_int_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
         ck_assert_int_eq(cuStreamDestroy_v2(s), CUDA_SUCCESS);
         ck_assert_int_eq(cuStreamSynchronize((CUstream)&d), CUDA_ERROR_INVALID_HANDLE);
+        /* The agent's scrub stream and events (gs_gpu.c). */
+        int least = 1, greatest = 1;
+        CUevent e;
+        uint32_t *buf = malloc(4096);
+        ck_assert_int_eq(cuCtxGetStreamPriorityRange(&least, &greatest), CUDA_SUCCESS);
+        ck_assert_int_ge(least, greatest);
+        ck_assert_int_eq(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, least), CUDA_SUCCESS);
+        ck_assert_int_eq(cuEventCreate(&e, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+        memset(buf, 0xff, 4096);
+        ck_assert_int_eq(cuMemsetD32Async((CUdeviceptr)buf, 0, 1024, s), CUDA_SUCCESS);
+        ck_assert_int_eq(cuEventRecord(e, s), CUDA_SUCCESS);
+        ck_assert_int_eq(cuEventSynchronize(e), CUDA_SUCCESS);
+        ck_assert_uint_eq(buf[0] | buf[1023], 0);
+        ck_assert_int_eq(cuEventRecord(e, (CUstream)&d), CUDA_ERROR_INVALID_HANDLE);
+        ck_assert_int_eq(cuEventDestroy_v2(e), CUDA_SUCCESS);
+        ck_assert_int_eq(cuEventSynchronize(e), CUDA_ERROR_INVALID_HANDLE);
+        ck_assert_int_eq(cuEventCreate(&e, 0x80), CUDA_ERROR_INVALID_VALUE);
+        ck_assert_int_eq(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+        free(buf);
         ck_assert_int_eq(cuCtxPopCurrent_v2(&popped), CUDA_SUCCESS);
         ck_assert_ptr_eq(popped, c);
         ck_assert_int_eq(cuCtxGetDevice(&d), CUDA_ERROR_INVALID_CONTEXT);

@@ -113,6 +113,12 @@ struct fc_stream {
 };
 #define FC_STREAM_MAGIC 0x53545246u
 
+struct fc_event {
+        uint32_t magic;
+        struct fc_ctx *ctx;
+};
+#define FC_EVENT_MAGIC 0x54564546u
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_inited;
 static struct fc_shared *g_sh;
@@ -1252,6 +1258,95 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return cuStreamSynchronize(hStream); }
 
+/* Priorities: the range an H100 reports (0 the default and least, -5 the
+ * greatest); a stream's is accepted and ignored (work runs at once). */
+CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+        int dev;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (leastPriority)
+                *leastPriority = 0;
+        if (greatestPriority)
+                *greatestPriority = -5;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+        (void)priority; /* out of range is clamped by the real driver: any is fine */
+        return cuStreamCreate(phStream, flags);
+}
+
+/* ---- events: work is done when it is queued, so every event has
+ * completed once recorded ------------------------------------------- */
+
+static CUresult fc_event_check(CUevent h)
+{
+        int ok;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        ok = fc_obj_has(h) && ((struct fc_event *)h)->magic == FC_EVENT_MAGIC;
+        pthread_mutex_unlock(&g_lock);
+        return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+        struct fc_event *e;
+        int dev, rc;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!phEvent || (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                                              CU_EVENT_INTERPROCESS)))
+                return CUDA_ERROR_INVALID_VALUE;
+        e = calloc(1, sizeof(*e));
+        if (!e)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        e->magic = FC_EVENT_MAGIC;
+        e->ctx = fc_current();
+        pthread_mutex_lock(&g_lock);
+        rc = fc_obj_add(e);
+        pthread_mutex_unlock(&g_lock);
+        if (rc < 0) {
+                free(e);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        *phEvent = (CUevent)e;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+        CUresult r = fc_event_check(hEvent);
+
+        return r != CUDA_SUCCESS ? r : fc_stream_check(hStream);
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) { return fc_event_check(hEvent); }
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
+{
+        struct fc_event *e = (struct fc_event *)hEvent;
+        CUresult r = CUDA_SUCCESS;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        if (!fc_obj_has(e) || e->magic != FC_EVENT_MAGIC)
+                r = CUDA_ERROR_INVALID_HANDLE;
+        else
+                fc_obj_del(e);
+        pthread_mutex_unlock(&g_lock);
+        if (r == CUDA_SUCCESS)
+                free(e);
+        return r;
+}
+
 /* Stream capture: only the state machine (no graph is built; EndCapture
  * hands back a placeholder that must not be used). */
 static CUresult fc_capture_stream(CUstream h, struct fc_stream **ret)
@@ -1621,6 +1716,13 @@ CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N
         for (size_t i = 0; i < N; i++)
                 p[i] = ui;
         return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+        CUresult r = fc_stream_check(hStream);
+
+        return r != CUDA_SUCCESS ? r : cuMemsetD32_v2(dstDevice, ui, N);
 }
 
 /* Legacy 32-bit-pointer entry points: no fake address fits in 32 bits. */
@@ -2207,7 +2309,9 @@ static const struct {
         FC_SYM(cuCtxPopCurrent), FC_SYM(cuCtxPopCurrent_v2), FC_SYM(cuStreamCreate), FC_SYM(cuStreamDestroy),
         FC_SYM(cuStreamDestroy_v2), FC_SYM(cuStreamSynchronize), FC_SYM(cuStreamSynchronize_ptsz),
         FC_SYM(cuStreamBeginCapture_v2), FC_SYM(cuStreamEndCapture), FC_SYM(cuStreamIsCapturing),
-        FC_SYM(cuStreamIsCapturing_ptsz),
+        FC_SYM(cuStreamIsCapturing_ptsz), FC_SYM(cuCtxGetStreamPriorityRange), FC_SYM(cuStreamCreateWithPriority),
+        FC_SYM(cuEventCreate), FC_SYM(cuEventRecord), FC_SYM(cuEventSynchronize), FC_SYM(cuEventDestroy_v2),
+        FC_SYM(cuMemsetD32Async),
         FC_SYM(cuLaunchHostFunc), FC_SYM(cuMemGetInfo), FC_SYM(cuMemGetInfo_v2), FC_SYM(cuMemAlloc),
         FC_SYM(cuMemAlloc_v2), FC_SYM(cuMemAllocPitch), FC_SYM(cuMemAllocPitch_v2), FC_SYM(cuMemFree),
         FC_SYM(cuMemFree_v2), FC_SYM(cuMemGetAddressRange), FC_SYM(cuMemGetAddressRange_v2),
@@ -2235,7 +2339,7 @@ static const struct {
         { "cuDeviceTotalMem", "_v2", 3020 }, { "cuMemcpyHtoD", "_v2", 3020 }, { "cuMemcpyDtoH", "_v2", 3020 },
         { "cuMemcpyDtoD", "_v2", 3020 }, { "cuMemsetD8", "_v2", 3020 }, { "cuMemsetD32", "_v2", 3020 },
         { "cuCtxDestroy", "_v2", 4000 }, { "cuCtxPushCurrent", "_v2", 4000 }, { "cuCtxPopCurrent", "_v2", 4000 },
-        { "cuStreamDestroy", "_v2", 4000 }, { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
+        { "cuStreamDestroy", "_v2", 4000 }, { "cuEventDestroy", "_v2", 4000 }, { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
         { "cuDevicePrimaryCtxReset", "_v2", 11000 }, { "cuDeviceGetUuid", "_v2", 11040 },
         { "cuIpcOpenMemHandle", "_v2", 11000 }, { "cuStreamBeginCapture", "_v2", 10010 }, { "cuGetProcAddress", "_v2", 12000 },
 };
