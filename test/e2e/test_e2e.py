@@ -9,6 +9,14 @@ with `gsharectl --json` around every step.
 
 Environment: B (build dir, default build), SANITIZE (asan: LD_PRELOAD of an
 ASan-built hook needs libasan first).
+
+The helpers here are shared by the other Python tests.  No check depends on
+how fast the machine is: a test waits for the event it expects, for up to
+HANG seconds (a deadline that only catches a hang), and prints the time it
+measured as "info".  A missing build product fails the test (need()); a part
+that cannot run in this environment (not root, a tool not installed) is
+skipped with skip(), and the test then exits EXIT_SKIP, which
+test/run-tests.sh counts as skipped.
 """
 import json
 import os
@@ -35,6 +43,13 @@ CHUNK = 32 * MiB
 UNIT = 64 * MiB
 
 failures = []
+skipped = []
+# test/run-tests.sh counts this exit status as a skip (Automake's convention).
+EXIT_SKIP = 77
+# Seconds to wait for an event before calling it a hang: far beyond what a
+# busy machine, ASan or TSan stretches an event to.  Waits end as soon as
+# the event comes, so this costs nothing when the test passes.
+HANG = 20.0
 
 
 def check(cond, what):
@@ -56,20 +71,45 @@ def free_port():
 
 
 def need(*files):
+    """Build products the test needs: a missing one fails the test (make
+    test builds them all), it is never a skip."""
     for f in files:
         if not os.path.exists(f):
             raise SystemExit("missing %s: run make first" % f)
 
 
+def skip(what):
+    """A part that cannot run in this environment: said, and the test exits
+    EXIT_SKIP at report() instead of 0."""
+    print("SKIP " + what, flush=True)
+    skipped.append(what)
+
+
+def wait_for(cond, limit=HANG, step=0.005):
+    """Polls cond() until it is true; returns the seconds it took, or None
+    after limit seconds."""
+    t0 = time.monotonic()
+    while True:
+        if cond():
+            return time.monotonic() - t0
+        if time.monotonic() - t0 >= limit:
+            return None
+        time.sleep(step)
+
+
 def report(ag, tmp=None):
     """Ends a test program: the agent's log and exit 1 if a check failed,
-    else removes tmp (if given) and says so."""
+    else removes tmp (if given) and says so; exit EXIT_SKIP if a part was
+    skipped."""
     if failures:
         print("log of the agent:\n" + ag.logtext())
         print("%d checks failed" % len(failures))
         sys.exit(1)
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
+    if skipped:
+        print("all checks run passed; skipped: " + "; ".join(skipped))
+        sys.exit(EXIT_SKIP)
     print("all checks passed")
 
 
@@ -95,12 +135,9 @@ class Agent:
                 "--state-dir", os.path.join(self.tmp, "state"),
                 "--chunk-size", "32Mi", "--unit-size", "64Mi", "--reserve", "128Mi"] + self.extra
         self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=self.log)
-        for _ in range(500):
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
+        if wait_for(lambda: os.path.exists(self.sock) or self.proc.poll() is not None,
+                    step=0.02) is not None and self.proc.poll() is None:
+            return
         raise SystemExit("agent did not start; log:\n" + open(self.log.name).read())
 
     def stop(self):
@@ -155,13 +192,9 @@ def idle(ag, aid):
             and not a["processes"])
 
 
-def wait_idle(ag, aid, limit=2.0):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        if idle(ag, aid):
-            return time.monotonic() - t0
-        time.sleep(0.005)
-    return None
+def wait_idle(ag, aid, limit=HANG):
+    """Seconds until the allocation is idle, or None after limit."""
+    return wait_for(lambda: idle(ag, aid), limit)
 
 
 def hook_env(ag, alloc):
@@ -198,7 +231,7 @@ def ctl_raw(path, payload, expect_reply=True):
 
 
 def main():
-    need(AGENT, CTL, WIRE, CUDA, FAKE)
+    need(AGENT, CTL, WIRE, CUDA, FAKE, HOOK)
     tmp = tempfile.mkdtemp(prefix="gshare-e2e-")
     ag = Agent(tmp)
     ag.start()
@@ -269,9 +302,10 @@ def body(ag, tmp):
           a["processes"][0]["pid"] == holder.pid, "A's usage and process listed")
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    t = wait_idle(ag, A["id"], 1.0)
-    check(t is not None, "kill -9: memory back within 1 s (%s ms)" % (None if t is None else int(t * 1000)))
-    check(t is not None and t < 0.1, "kill -9: memory back within 100 ms")
+    t = wait_idle(ag, A["id"])
+    check(t is not None, "kill -9: memory back")
+    if t is not None:
+        print("info: kill -9: memory back after %d ms" % int(t * 1000), flush=True)
 
     r = run([WIRE, "big", sockpath(B)], ag.env)
     check(r.returncode == 0, "B: 2.5-chunk request is one block of 3 consecutive chunks" + r.stderr)
@@ -310,10 +344,7 @@ def body(ag, tmp):
     check(r.returncode == 1 and "released" in r.stderr, "released but busy: IDs not yet free")
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    for _ in range(100):
-        if A["id"] not in ag.allocs():
-            break
-        time.sleep(0.01)
+    wait_for(lambda: A["id"] not in ag.allocs(), step=0.01)
     check(A["id"] not in ag.allocs() and not os.path.exists(A["socket_dir"]),
           "released allocation deleted when its last process exited")
     check(ag.gpus()[0]["units_allocated"] == 3, "its units are free again")
@@ -341,9 +372,6 @@ def body(ag, tmp):
 
 
 def hooked(ag, A, B):
-    if not os.path.exists(HOOK):
-        print("skip hooked tests: %s not built yet" % HOOK)
-        return
     ea, eb = hook_env(ag, A), hook_env(ag, B)
     r = run([CUDA, "meminfo"], ea)
     parts = r.stdout.split()
@@ -389,8 +417,10 @@ def hooked(ag, A, B):
     check(holder.stdout.readline().strip() == "held", "hook: a hooked process holds memory")
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
-    t = wait_idle(ag, A["id"], 1.0)
-    check(t is not None, "hook: kill -9 returns the memory (%s ms)" % (None if t is None else int(t * 1000)))
+    t = wait_idle(ag, A["id"])
+    check(t is not None, "hook: kill -9 returns the memory")
+    if t is not None:
+        print("info: hook: kill -9: memory back after %d ms" % int(t * 1000), flush=True)
     for x in (A, B):
         check(wait_idle(ag, x["id"]) is not None, "hook: %s idle after the hooked runs" % x["id"])
 
@@ -438,11 +468,13 @@ def ipc(ag, A, ea, eb):
     exp.stdin.flush()
     exp.wait(timeout=30)
     if len(line) == 2:
-        for _ in range(50):  # the agent sees the exit a moment later
-            r = run([CUDA, "ipc-open", line[1]], ea)
-            if r.returncode == 0:
-                break
-            time.sleep(0.05)
+        res = []
+
+        def refused():  # the agent sees the exit a moment later
+            res[:] = [run([CUDA, "ipc-open", line[1]], ea)]
+            return res[0].returncode == 0
+        wait_for(refused, step=0.05)
+        r = res[0]
         check(r.returncode == 0, "ipc: the handle of an exited process is refused: " + r.stdout.strip())
     check(wait_idle(ag, A["id"]) is not None, "ipc: A idle after the IPC runs")
 
