@@ -15,9 +15,21 @@
 #include "gs_file.h"
 #include "gs_log.h"
 
+/* A line of the file that is not a claim this agent can use (it does not
+ * parse, or it is one past GS_CLAIMS_MAX): kept as read and written back on
+ * every save, like the allocations checkpoint's unparsable lines. */
+struct kept {
+        char *s;                 /* without its newline; may hold NULs */
+        size_t len;
+};
+
 struct gs_claims {
         struct gs_claim *v;
         size_t n, cap;
+        struct kept kept[GS_CLAIMS_KEPT_MAX];
+        size_t nkept;
+        bool known;              /* the file has been read whole, or is absent */
+        int read_err;            /* the last failed read's error, 0 if none */
 };
 
 static int by_string(const void *x, const void *y)
@@ -82,6 +94,11 @@ static int save_fill(FILE *f, void *ctx)
         for (size_t i = 0; i < t->n; i++)
                 fprintf(f, "%s %s %s %u %s %s\n", t->v[i].uid, t->v[i].alloc_id, t->v[i].gpu_uuid,
                         t->v[i].units, t->v[i].ns, t->v[i].name);
+        /* Lines this agent cannot use leave only by hand. */
+        for (size_t i = 0; i < t->nkept; i++) {
+                fwrite(t->kept[i].s, 1, t->kept[i].len, f);
+                fputc('\n', f);
+        }
         return 0;
 }
 
@@ -121,40 +138,136 @@ static void drop(struct gs_claims *t, size_t i)
         t->v[i] = t->v[--t->n];
 }
 
-/* The table, read from the file on first use. */
-static struct gs_claims *table(struct gs_agent *ag)
+static void kept_clear(struct gs_claims *t)
 {
-        char path[PATH_MAX], *line = NULL;
-        size_t cap = 0, lineno = 0;
-        struct gs_claims *t;
-        FILE *f;
+        for (size_t i = 0; i < t->nkept; i++)
+                free(t->kept[i].s);
+        t->nkept = 0;
+}
 
-        if (ag->claims)
-                return ag->claims;
-        t = calloc(1, sizeof(*t));
-        if (!t)
-                return NULL;
-        ag->claims = t;
-        if (path_of(ag, path, sizeof(path), "") < 0 || !(f = fopen(path, "re")))
-                return t;
-        while (getline(&line, &cap, f) > 0) {
+/* Reads one line of f into buf (cap bytes; the newline dropped, NULs kept):
+ * 1 and its length, 0 at the end of the file, -EFBIG for a line of cap
+ * bytes or more (read to its end, so memory stays bounded whatever the
+ * file holds), or the read's negative errno. */
+static int read_line(FILE *f, char *buf, size_t cap, size_t *ret_len)
+{
+        size_t n = 0;
+        bool big = false;
+        int c;
+
+        errno = 0;
+        while ((c = getc(f)) != EOF && c != '\n') {
+                if (n + 1 < cap)
+                        buf[n++] = (char)c;
+                else
+                        big = true;
+        }
+        if (c == EOF && ferror(f))
+                return errno > 0 ? -errno : -EIO;
+        if (c == EOF && n == 0 && !big)
+                return 0;
+        buf[n] = '\0';
+        *ret_len = n;
+        return big ? -EFBIG : 1;
+}
+
+/* Reads the file at path into the empty table t: 0 (also when there is no
+ * file: no claims), or a negative errno with why saying more where errno
+ * alone does not, t left empty.  Never a partial table: a claim missing
+ * from it would be reclaimed. */
+static int read_file(const char *path, struct gs_claims *t, char *why, size_t whylen)
+{
+        char buf[GS_CLAIMS_LINE_MAX + 1], copy[GS_CLAIMS_LINE_MAX + 1];
+        size_t len = 0, lineno = 0;
+        FILE *f;
+        int r;
+
+        f = fopen(path, "re");
+        if (!f)
+                return errno == ENOENT ? 0 : gs_neg_errno();
+        while ((r = read_line(f, buf, sizeof(buf), &len)) > 0) {
                 struct gs_claim c;
+                struct kept *k;
 
                 lineno++;
-                if (line[0] == '#' || line[0] == '\n')
+                if (len == 0 || buf[0] == '#')
                         continue;
-                if (gs_claims_parse_line(line, &c) < 0 || t->n >= GS_CLAIMS_MAX) {
-                        log_warn("%s:%zu: malformed or excess claim line dropped", path, lineno);
+                memcpy(copy, buf, len + 1); /* parsing cuts it up */
+                if (strlen(buf) == len && gs_claims_parse_line(copy, &c) == 0 && t->n < GS_CLAIMS_MAX) {
+                        r = add(t, &c);
+                        if (r < 0)
+                                break;
                         continue;
                 }
-                if (add(t, &c) < 0)
+                if (t->nkept == GS_CLAIMS_KEPT_MAX) {
+                        snprintf(why, whylen, "line %zu: more than %u lines that are not claims", lineno,
+                                 GS_CLAIMS_KEPT_MAX);
+                        r = -EFBIG;
                         break;
+                }
+                k = &t->kept[t->nkept];
+                k->s = malloc(len + 1);
+                if (!k->s) {
+                        r = -ENOMEM;
+                        break;
+                }
+                memcpy(k->s, buf, len + 1);
+                k->len = len;
+                t->nkept++;
         }
-        free(line);
+        if (r == -EFBIG && !why[0])
+                snprintf(why, whylen, "line %zu is longer than %u bytes", lineno + 1, GS_CLAIMS_LINE_MAX);
         fclose(f);
+        if (r < 0) {
+                free(t->v);
+                t->v = NULL;
+                t->n = t->cap = 0;
+                kept_clear(t);
+        }
+        return r;
+}
+
+int gs_claims_load(struct gs_agent *ag, char *err, size_t errlen)
+{
+        struct gs_claims *t = ag->claims;
+        char path[PATH_MAX], why[128] = "", msg[PATH_MAX + 256];
+        int r;
+
+        if (!t) {
+                t = calloc(1, sizeof(*t));
+                if (!t) {
+                        snprintf(err, errlen, "agent out of memory");
+                        return -ENOMEM;
+                }
+                ag->claims = t;
+        }
+        if (t->known)
+                return 0;
+        r = path_of(ag, path, sizeof(path), "");
+        if (r == 0)
+                r = read_file(path, t, why, sizeof(why));
+        if (r < 0) {
+                snprintf(msg, sizeof(msg), "cannot read %s: %s%s%s", path, strerror(-r), why[0] ? ": " : "",
+                         why);
+                /* Once per streak (and per kind of failure): it is retried
+                 * at every use, each reconcile pass included. */
+                if (r != t->read_err)
+                        log_error("%s; the DRA claims are unknown: nothing is reclaimed, and no claim prepared or unprepared, until it is read",
+                                  msg);
+                t->read_err = r;
+                snprintf(err, errlen, "%s", msg);
+                return r;
+        }
+        if (t->read_err)
+                log_info("%s read: the DRA claims are known again", path);
+        t->read_err = 0;
+        t->known = true;
+        for (size_t i = 0; i < t->nkept; i++)
+                log_warn("%s: a line that is not a claim, kept as it is (an allocation it names is never reclaimed): %.200s",
+                         path, t->kept[i].s);
         if (t->n)
                 log_info("%zu DRA claims known from %s", t->n, path);
-        return t;
+        return 0;
 }
 
 static struct gs_claim *find(struct gs_claims *t, const char *uid, size_t *ret_i)
@@ -220,7 +333,7 @@ int gs_claims_create(struct gs_agent *ag, const char *uid, const char *ns, const
                      const char *gpu_uuid, uint32_t units, struct gs_allocation **ret,
                      bool *ret_created, char *err, size_t errlen)
 {
-        struct gs_claims *t = table(ag);
+        struct gs_claims *t;
         struct gs_claim c = { 0 }, *old;
         struct gs_allocation *a;
         struct gs_gpu *g;
@@ -228,10 +341,11 @@ int gs_claims_create(struct gs_agent *ag, const char *uid, const char *ns, const
         size_t i = 0;
         int r;
 
-        if (!t) {
-                snprintf(err, errlen, "agent out of memory");
-                return -ENOMEM;
-        }
+        /* Unknown claims: a save would erase them. */
+        r = gs_claims_load(ag, err, errlen);
+        if (r < 0)
+                return r;
+        t = ag->claims;
         if (!uid_ok(uid) || !name_ok(ns, GS_CLAIM_NS_MAX) || !name_ok(name, GS_CLAIM_NAME_MAX)) {
                 snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name", uid,
                          ns, name);
@@ -329,16 +443,18 @@ out:
 
 int gs_claims_release(struct gs_agent *ag, const char *uid, char *err, size_t errlen)
 {
-        struct gs_claims *t = table(ag);
+        struct gs_claims *t;
         struct gs_claim *c;
         struct gs_allocation *a;
         size_t i = 0;
-        int r = 0;
+        int r;
 
-        if (!t) {
-                snprintf(err, errlen, "agent out of memory");
-                return -ENOMEM;
-        }
+        /* Unknown claims: "no such claim" would be a guess, and the kubelet
+         * retries an unprepare that fails. */
+        r = gs_claims_load(ag, err, errlen);
+        if (r < 0)
+                return r;
+        t = ag->claims;
         c = find(t, uid, &i);
         if (!c)
                 return 0;
@@ -356,18 +472,44 @@ int gs_claims_release(struct gs_agent *ag, const char *uid, char *err, size_t er
 
 const struct gs_claim *gs_claims_of(struct gs_agent *ag, const struct gs_allocation *a)
 {
-        struct gs_claims *t = table(ag);
+        struct gs_claims *t;
+        char err[128];
 
-        for (size_t i = 0; t && i < t->n; i++)
+        if (gs_claims_load(ag, err, sizeof(err)) < 0)
+                return NULL;
+        t = ag->claims;
+        for (size_t i = 0; i < t->n; i++)
                 if (strcmp(t->v[i].alloc_id, a->id) == 0)
                         return &t->v[i];
         return NULL;
+}
+
+int gs_claims_may_own(struct gs_agent *ag, const struct gs_allocation *a)
+{
+        struct gs_claims *t;
+        size_t idlen = strlen(a->id);
+        char err[128];
+        int r;
+
+        r = gs_claims_load(ag, err, sizeof(err));
+        if (r < 0)
+                return r;
+        if (gs_claims_of(ag, a))
+                return 1;
+        /* A kept line names no claim this agent can parse, but if it holds
+         * the id, it may be that allocation's claim, garbled. */
+        t = ag->claims;
+        for (size_t i = 0; i < t->nkept; i++)
+                if (idlen && memmem(t->kept[i].s, t->kept[i].len, a->id, idlen))
+                        return 1;
+        return 0;
 }
 
 void gs_claims_free(struct gs_agent *ag)
 {
         if (!ag->claims)
                 return;
+        kept_clear(ag->claims);
         free(ag->claims->v);
         free(ag->claims);
         ag->claims = NULL;

@@ -178,8 +178,16 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
 {
         struct gs_allocation *a, *next;
         unsigned released = 0;
-        char err[512];
+        char err[PATH_MAX + 256];
+        bool claims_known;
 
+        /* Unknown claims (their file unreadable: gs_claims.h) are missing
+         * information: any allocation may be a claim's, so none is
+         * released; who holds what is still recorded.  gs_claims_load
+         * logs the failure once per streak and is retried next pass. */
+        claims_known = gs_claims_load(ag, err, sizeof(err)) == 0;
+        if (!claims_known)
+                log_debug("reconciler: releasing nothing: %s", err);
         for (a = ag->allocs; a; a = next) {
                 const struct holder *h = NULL;
                 uint64_t age_ms;
@@ -189,7 +197,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                         continue;
                 /* A DRA claim's: PodResources shows no device IDs for it,
                  * and it goes by NodeUnprepareResources only. */
-                if (gs_claims_of(ag, a))
+                if (claims_known && gs_claims_may_own(ag, a) != 0)
                         continue;
                 /* Held if any of its IDs is: a partial match is odd, but it
                  * means a pod still uses the memory, so never reclaim it. */
@@ -212,6 +220,8 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                         a->unheld_since_ms = now_ms;
                         log_debug("allocation %s: no pod holds its device IDs", a->id);
                 }
+                if (!claims_known)
+                        continue;
                 age_ms = now_unix > a->created_unix ? (now_unix - a->created_unix) * 1000 : 0;
                 if (now_ms - a->unheld_since_ms < (int64_t)grace_ms || age_ms < grace_ms)
                         continue;
