@@ -11,6 +11,10 @@ outage (error status, then no server at all) releases nothing; a reclaimed
 allocation with a live process is deleted only when that process exits; an
 allocation restored from the checkpoint is reclaimed; reconcileInterval 0
 turns the reconciler off; bad config values are refused.
+
+No check depends on how fast the machine is: "not before the grace" is timed
+from before the event that starts the grace (so a slow test only makes it
+weaker), and the waits for a release end on the event, up to e2e.HANG.
 """
 import concurrent.futures
 import json
@@ -114,8 +118,8 @@ class Agent(e2e.Agent):
         return super().create(ids)["allocation"]
 
 
-def wait_for(pred, limit):
-    """Seconds until pred() holds, or None after limit seconds."""
+def wait_for(pred, limit=e2e.HANG):
+    """Seconds until pred() holds, or None after limit seconds (a hang)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
         if pred():
@@ -152,11 +156,11 @@ def body(ag, kubelet, tmp):
     def dev(u):
         return "%s-u%d" % (uuid, u)
 
+    t_created = time.monotonic()  # before: the grace starts after it
     A = ag.create([dev(0), dev(1), dev(2)])["id"]
     Bid = ag.create([dev(3)])["id"]
     C = ag.create([dev(4)])["id"]
     D = ag.create([dev(5)])["id"]
-    t_created = time.monotonic()
     # A's IDs come in two ContainerDevices (the kubelet sends one per NUMA
     # node); D's IDs appear only under another resource name.
     pods = [("ns1", "pod-a", "main", [(RES, [dev(1)]), (RES, [dev(0), dev(2)])]),
@@ -164,7 +168,7 @@ def body(ag, kubelet, tmp):
             ("ns3", "pod-d", "c", [("example.com/other", [dev(5)])])]
     kubelet.set(pods=pods)
 
-    t = wait_for(lambda: ag.allocs()[A]["pod_name"] == "pod-a", 3)
+    t = wait_for(lambda: ag.allocs()[A]["pod_name"] == "pod-a")
     check(t is not None, "A records its pod after a List")
     al = ag.allocs()
     check(al[A]["pod_namespace"] == "ns1" and al[A]["container_name"] == "main",
@@ -175,7 +179,7 @@ def body(ag, kubelet, tmp):
     check(time.monotonic() - t_created >= GRACE - 0.1 or (C in al and D in al),
           "C, D: not released before the grace")
 
-    t = wait_for(lambda: C not in ag.allocs() and D not in ag.allocs(), 5)
+    t = wait_for(lambda: C not in ag.allocs() and D not in ag.allocs())
     waited = time.monotonic() - t_created
     check(t is not None and waited >= GRACE,
           "C, D (no holder, other resource only) released after the grace (%.2f s)" % waited)
@@ -186,9 +190,9 @@ def body(ag, kubelet, tmp):
     check(ag.units_allocated() == 4, "units of C, D free again")
 
     # B's pod goes away: B is released a grace later, naming its last pod.
-    kubelet.set(pods=pods[:1])
     t_drop = time.monotonic()
-    t = wait_for(lambda: Bid not in ag.allocs(), 5)
+    kubelet.set(pods=pods[:1])
+    t = wait_for(lambda: Bid not in ag.allocs())
     waited = time.monotonic() - t_drop
     check(t is not None and waited >= GRACE, "B released %.2f s after its pod left" % waited)
     check("reclaiming allocation %s: pod ns2/pod-b (container worker)" % Bid in ag.logtext(),
@@ -197,12 +201,15 @@ def body(ag, kubelet, tmp):
 
     # Outage: first the kubelet answers UNAVAILABLE, then it is gone.  Even
     # with A reported by no one afterwards, nothing is released meanwhile.
+    n0 = kubelet.ncalls()
     kubelet.set(fail=True)
     time.sleep(2 * GRACE + 0.5)
+    # It went on asking (event, not a count in a time): at least 4 failed
+    # Lists, which spans more than the grace at its 0.2 s interval.
+    check(wait_for(lambda: kubelet.ncalls() >= n0 + 4) is not None,
+          "the agent kept polling (%d Lists)" % (kubelet.ncalls() - n0))
     check(A in ag.allocs(), "PodResources failing: A kept")
-    n = kubelet.ncalls()
     kubelet.stop()
-    check(n > 3, "the agent kept polling (%d Lists)" % n)
     time.sleep(2 * GRACE + 0.5)
     check(A in ag.allocs(), "PodResources gone: A kept")
     log = ag.logtext()
@@ -210,7 +217,7 @@ def body(ag, kubelet, tmp):
           "one log line for the failure streak (%d)" % log.count("PodResources List on"))
     kubelet.set(pods=pods[:1], fail=False)
     kubelet.start()
-    check(wait_for(lambda: "answers again" in ag.logtext(), 3) is not None,
+    check(wait_for(lambda: "answers again" in ag.logtext()) is not None,
           "recovery logged")
     time.sleep(2 * GRACE)
     check(A in ag.allocs(), "after the outage A, still held, is kept")
@@ -222,19 +229,20 @@ def body(ag, kubelet, tmp):
                               stdout=subprocess.PIPE, text=True)
     check(holder.stdout.readline().strip() == "held", "E: a process holds memory")
     kubelet.set(pods=pods[:1] + [("ns5", "pod-e", "c", [(RES, [dev(8)])])])
-    check(wait_for(lambda: ag.allocs()[E["id"]]["pod_name"] == "pod-e", 3) is not None,
+    check(wait_for(lambda: ag.allocs()[E["id"]]["pod_name"] == "pod-e") is not None,
           "E records pod-e")
     kubelet.set(pods=pods[:1])
-    t = wait_for(lambda: "reclaiming allocation %s" % E["id"] in ag.logtext(), 5)
+    t = wait_for(lambda: "reclaiming allocation %s" % E["id"] in ag.logtext())
     check(t is not None, "E reclaimed after its pod left")
-    time.sleep(0.5)
+    wait_for(lambda: not os.path.exists(sock))
+    time.sleep(0.5)  # time to delete E if it wrongly did
     al = ag.allocs()
     check(E["id"] in al and len(al[E["id"]]["processes"]) == 1 and not os.path.exists(sock),
           "E with a live process: kept, socket closed")
     check(ag.units_allocated() == 4, "E's unit still taken while its process lives")
     holder.kill()
     holder.wait()
-    t = wait_for(lambda: E["id"] not in ag.allocs(), 3)
+    t = wait_for(lambda: E["id"] not in ag.allocs())
     check(t is not None, "E deleted once its process exited")
     check(ag.units_allocated() == 3, "E's unit free again")
 
@@ -242,11 +250,14 @@ def body(ag, kubelet, tmp):
     # is reclaimed; the held one survives.
     F = ag.create([dev(9)])["id"]
     ag.stop()
+    t_restart = time.monotonic()  # before the start: the grace starts after it
     ag.start()
     al = ag.allocs()
     check(A in al and F in al, "A and F restored from the checkpoint")
-    t = wait_for(lambda: F not in ag.allocs(), 5)
-    check(t is not None and t >= GRACE - 0.3, "restored, unheld F reclaimed a grace after the restart")
+    t = wait_for(lambda: F not in ag.allocs())
+    waited = time.monotonic() - t_restart
+    check(t is not None and waited >= GRACE,
+          "restored, unheld F reclaimed a grace after the restart (%.2f s)" % waited)
     check(A in ag.allocs() and ag.allocs()[A]["pod_name"] == "pod-a", "restored, held A kept")
 
 
