@@ -33,6 +33,9 @@ import test_recon as recon  # noqa: E402
 
 check = recon.check
 wait_for = recon.wait_for
+# The reconcile interval here is 60 s: an event the watch kicked comes far
+# sooner on any machine; what comes later came from the interval.
+WATCH_KICKED_S = 30
 GRACE = recon.GRACE
 CLUSTER_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "NODE_NAME")
 
@@ -122,7 +125,7 @@ class FakeApi:
         with self.cv:
             return [r for r in self.reqs if r[0] == kind][-1]
 
-    def wait_count(self, kind, n, limit):
+    def wait_count(self, kind, n, limit=recon.e2e.HANG):
         return wait_for(lambda: self.count(kind) >= n, limit)
 
     def stop(self):
@@ -184,6 +187,9 @@ def main():
         print("%d checks failed" % len(recon.failures))
         sys.exit(1)
     shutil.rmtree(tmp, ignore_errors=True)
+    if recon.e2e.skipped:
+        print("all checks run passed; skipped: " + "; ".join(recon.e2e.skipped))
+        sys.exit(recon.e2e.EXIT_SKIP)
     print("all checks passed")
 
 
@@ -193,7 +199,7 @@ def body(ag, api, kubelet, token):
     def dev(u):
         return "%s-u%d" % (uuid, u)
 
-    check(api.wait_count("watch", 1, 5) is not None, "the agent lists, then watches")
+    check(api.wait_count("watch", 1) is not None, "the agent lists, then watches")
     kind, q, auth = api.last("watch")
     check(api.count("list") == 1, "one list before the watch")
     check(auth == "Bearer tok-1", "the token is sent as a Bearer header (%r)" % auth)
@@ -207,8 +213,11 @@ def body(ag, api, kubelet, token):
     kubelet.set(pods=[("ns", "pod-a", "c", [(recon.RES, [dev(0)])]),
                       ("ns", "pod-b", "c", [(recon.RES, [dev(1)])]),
                       ("ns", "pod-c", "c", [(recon.RES, [dev(2)])])])
-    # The list's own kick and its follow-up a grace later are done by then.
+    # The Lists of the start: the reconciler's first, the list's own kick
+    # and its follow-up a grace + 1 s later.  Waited for (a busy machine
+    # delays the follow-up), so that none comes after n0 is taken.
     time.sleep(max(0.5, ag.t_start + GRACE + 2 - time.monotonic()))
+    wait_for(lambda: kubelet.ncalls() >= 3)
     n0 = kubelet.ncalls()
 
     # Bad lines: nothing kicked, nothing released, the stream goes on.
@@ -239,8 +248,10 @@ def body(ag, api, kubelet, token):
                       ("ns", "pod-c", "c", [(recon.RES, [dev(2)])])])
     t0 = time.monotonic()
     api.send(pod("DELETED", "pod-b", "107", "Running"))
-    t = wait_for(lambda: Bid not in ag.allocs(), GRACE + 4)
-    check(t is not None and t >= GRACE - 0.1 and t < GRACE + 3,
+    # Reclaimed by the watch's kick, not the next reconcile: well before
+    # the 60 s interval (WATCH_KICKED_S), and not before the grace.
+    t = wait_for(lambda: Bid not in ag.allocs(), WATCH_KICKED_S)
+    check(t is not None and t >= GRACE - 0.1,
           "DELETED pod-b: B reclaimed %s s after (grace %g s, interval 60 s)"
           % ("%.2f" % t if t is not None else "never", GRACE))
     check(kubelet.ncalls() > n0, "the watch kicked the reconciler")
@@ -250,8 +261,8 @@ def body(ag, api, kubelet, token):
     # pod-c fails.
     kubelet.set(pods=[("ns", "pod-a", "c", [(recon.RES, [dev(0)])])])
     api.send(pod("MODIFIED", "pod-c", "108", "Failed"))
-    t = wait_for(lambda: C not in ag.allocs(), GRACE + 4)
-    check(t is not None and t < GRACE + 3, "pod-c Failed: C reclaimed (%s s)"
+    t = wait_for(lambda: C not in ag.allocs(), WATCH_KICKED_S)
+    check(t is not None, "pod-c Failed: C reclaimed (%s s)"
           % ("%.2f" % t if t is not None else "never"))
     check(A in ag.allocs(), "A kept")
     wait_for(lambda: False, 0.5)
@@ -262,7 +273,7 @@ def body(ag, api, kubelet, token):
         f.write("tok-2")
     nlist = api.count("list")
     api.close()
-    check(api.wait_count("watch", 2, 4) is not None, "a broken stream reconnects")
+    check(api.wait_count("watch", 2) is not None, "a broken stream reconnects")
     kind, q, auth = api.last("watch")
     check(q.get("resourceVersion") == "108", "re-watch from the last event's resourceVersion (%r)"
           % q.get("resourceVersion"))
@@ -273,22 +284,23 @@ def body(ag, api, kubelet, token):
     api.rv = "500"
     api.send(pod("BOOKMARK", "", "109"),
              {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}})
-    check(api.wait_count("list", nlist + 1, 4) is not None, "410: the agent lists again")
-    check(api.wait_count("watch", 3, 4) is not None and
+    check(api.wait_count("list", nlist + 1) is not None, "410: the agent lists again")
+    check(api.wait_count("watch", 3) is not None and
           api.last("watch")[1].get("resourceVersion") == "500",
           "410: watch from the new list's resourceVersion")
     check(A in ag.allocs(), "410: A (held) kept")
 
-    # Stop while watching: prompt.
+    # Stop while watching: prompt, not at the watch's 330 s timeout (the
+    # 15 s bound only catches that; Agent.stop gives up at 20 s).
     t0 = time.monotonic()
     ag.stop()
-    check(time.monotonic() - t0 < 3, "the agent stops promptly while watching (%.2f s)"
+    check(time.monotonic() - t0 < 15, "the agent stops promptly while watching (%.2f s)"
           % (time.monotonic() - t0))
 
 
 def https(tmp, kubelet, base):
     if not shutil.which("openssl"):
-        print("skip HTTPS check: openssl is not installed", flush=True)
+        recon.e2e.skip("HTTPS check: openssl is not installed")
         return []
     d = os.path.join(tmp, "tls")
     os.makedirs(d)
@@ -298,7 +310,7 @@ def https(tmp, kubelet, base):
                         "-addext", "subjectAltName=IP:127.0.0.1"],
                        capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
-        print("skip HTTPS check: openssl req failed: " + r.stderr.strip(), flush=True)
+        recon.e2e.skip("HTTPS check: openssl req failed: " + r.stderr.strip())
         return []
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(crt, key)
@@ -309,7 +321,7 @@ def https(tmp, kubelet, base):
                 "NODE_NAME": "node-b"})
     ag.start()
     try:
-        check(api.wait_count("watch", 1, 5) is not None,
+        check(api.wait_count("watch", 1) is not None,
               "HTTPS, podWatch auto in a cluster: the agent watches")
         if api.count("watch"):
             kind, q, auth = api.last("watch")
@@ -318,7 +330,8 @@ def https(tmp, kubelet, base):
         time.sleep(0.3)
         n = kubelet.ncalls()
         api.send(pod("DELETED", "pod-q", "120"))
-        check(wait_for(lambda: kubelet.ncalls() > n, 3) is not None, "HTTPS: DELETED kicks a List")
+        check(wait_for(lambda: kubelet.ncalls() > n, WATCH_KICKED_S) is not None,
+              "HTTPS: DELETED kicks a List")
     finally:
         ag.stop()
         api.stop()
