@@ -598,14 +598,12 @@ static void chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot
 
 /* ---- the scrubber (gs_gpu.h "Scrubbing") ---- */
 
-/* gs_pool.c keeps the chunk level as the first member of struct gs_pool,
- * and a pointer to a structure points to its first member (C11 6.7.2.1):
- * the scrubber reads and orders the free lists, which gs_pool.h does not
- * show.  Checked against what was set through gs_pool.h just before; if
- * it does not match, NULL: no scrubber, every scrub on the request path. */
+/* The pool's chunk level (gs_pool_gsm): the scrubber reads and orders its
+ * free lists.  Checked against what was set through gs_pool.h; if it does
+ * not match, NULL: no scrubber, every scrub on the request path. */
 static struct gs_gsm *pool_gsm(struct gs_gpu *g)
 {
-        struct gs_gsm *m = (struct gs_gsm *)(void *)g->pool;
+        struct gs_gsm *m = g->pool ? gs_pool_gsm(g->pool) : NULL;
 
         if (!m || m->nchunks != g->nchunks || m->return_fn != chunk_recycle || m->return_ctx != g ||
             !m->chunks)

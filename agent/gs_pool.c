@@ -147,6 +147,11 @@ void gs_pproc_set_tag(struct gs_pproc *p, const void *tag)
         p->g.tag = tag;
 }
 
+struct gs_gsm *gs_pool_gsm(struct gs_pool *pool)
+{
+        return &pool->gsm;
+}
+
 bool gs_pool_chunk_in_sys(const struct gs_pool *pool, uint32_t chunk)
 {
         return chunk < pool->gsm.nchunks && pool->gsm.chunks[chunk].state == GS_GSM_SYS;

@@ -231,6 +231,10 @@ uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p);
 void gs_pool_set_hold_fn(struct gs_pool *pool, void (*fn)(void *ctx, uint32_t chunk, const void *tag,
                                                           uint32_t slot, int held), void *ctx);
 void gs_pproc_set_tag(struct gs_pproc *p, const void *tag);
+/* The chunk level under the pool (gs_gsm.h): for the GPU's scrubber,
+ * which orders its free lists by what has been zeroed.  Under the pool's
+ * serialization, as every call here. */
+struct gs_gsm *gs_pool_gsm(struct gs_pool *pool);
 /* Whether chunk is on the system free list. */
 bool gs_pool_chunk_in_sys(const struct gs_pool *pool, uint32_t chunk);
 /* Whether chunk is held by a process (at a slot). */
