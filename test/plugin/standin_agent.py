@@ -41,6 +41,8 @@ class Agent:
         self.units_allocated = {}  # GPU index -> units held by allocations
         self.generation = 1
         self.delay = 0.0
+        self.meet = 0        # set_meet(): CreateAllocations wait for this many
+        self.arrived = 0
         self.requests = 0
         self.srv = None
         self.stopping = False
@@ -65,6 +67,18 @@ class Agent:
 
     def set_delay(self, s):
         self.delay = s
+
+    def set_meet(self, n, limit=20.0):
+        """The next n CreateAllocations each wait until all n have arrived
+        (limit seconds at most, to end a hang): they are answered only if
+        the caller sends them in parallel.  0 turns it off."""
+        with self.lock:
+            self.meet, self.arrived, self.meet_limit = n, 0, limit
+
+    def met(self):
+        """How many CreateAllocations arrived since set_meet()."""
+        with self.lock:
+            return self.arrived
 
     def clear(self):
         with self.lock:
@@ -157,6 +171,11 @@ class Agent:
                 if self.delay:
                     time.sleep(self.delay)
                 op = req.WhichOneof("op")
+                if op == "create_allocation" and self.meet:
+                    with self.lock:
+                        self.arrived += 1
+                        self.lock.notify_all()
+                        self.lock.wait_for(lambda: self.arrived >= self.meet, self.meet_limit)
                 if op == "watch":
                     self._watch(c)
                     return

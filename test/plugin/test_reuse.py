@@ -41,7 +41,8 @@ MiB = 1 << 20
 check = e2e.check
 
 
-def wait_for(pred, limit):
+def wait_for(pred, limit=e2e.HANG):
+    """pred()'s first true value, or None after limit seconds (a hang)."""
     end = time.monotonic() + limit
     while time.monotonic() < end:
         v = pred()
@@ -118,7 +119,7 @@ def body(ns, ag, podres, stub):
                                  if m.container_path == "/var/run/gshare"][0]).split("-")[0]
 
     st = kubelet_standin.Stream(stub, ns)
-    m = st.next(5)
+    m = st.next()
     units = len(m.devices) if m is not None and not isinstance(m, Exception) else 0
     check(units >= 8, "ListAndWatch lists the fake GPU's units (%d)" % units)
 
@@ -128,12 +129,12 @@ def body(ns, ag, podres, stub):
     holder = subprocess.Popen([e2e.WIRE, "hold", sock, str(MiB)], env=ag.env, stdout=subprocess.PIPE, text=True)
     check(holder.stdout.readline().strip() == "held", "pod A: a process holds memory")
     podres.set(pods=[("ns1", "pod-a", "main", [(RES, [dev(0), dev(1), dev(2)])])])
-    check(wait_for(lambda: ag.allocs()[A]["pod_name"] == "pod-a", 5), "agent records pod ns1/pod-a")
+    check(wait_for(lambda: ag.allocs()[A]["pod_name"] == "pod-a"), "agent records pod ns1/pod-a")
 
     # ---- pod A deleted, its process lives on
     podres.set(pods=[])
     gone = {dev(0), dev(1), dev(2)}
-    m = st.until(lambda m: {d.ID for d in m.devices if d.health == "Unhealthy"} == gone, 5)
+    m = st.until(lambda m: {d.ID for d in m.devices if d.health == "Unhealthy"} == gone)
     check(m is not None, "gone pod with a live process: exactly its 3 units Unhealthy")
     check(ag.gpus()[0]["units_draining"] == [0, 1, 2], "gsharectl gpus lists units_draining 0, 1, 2")
     code, msg = alloc_err([dev(1), dev(3)])
@@ -144,7 +145,7 @@ def body(ns, ag, podres, stub):
     # ---- the process exits: usable at once
     holder.kill()
     holder.wait()
-    m = st.until(lambda m: all(d.health == "Healthy" for d in m.devices), 5)
+    m = st.until(lambda m: all(d.health == "Healthy" for d in m.devices))
     check(m is not None, "its process gone: all units Healthy again")
     t0 = time.monotonic()
     resp = None
@@ -155,8 +156,12 @@ def body(ns, ag, podres, stub):
     if resp is not None:
         C = alloc_id(resp)
         al = ag.allocs()
-        check(time.monotonic() - t0 < 5 and A not in al and C in al,
+        # "At once": not after the 60 s reclaim grace (30 s only catches
+        # that, whatever the machine's load); the time is printed.
+        dt = time.monotonic() - t0
+        check(dt < 30 and A not in al and C in al,
               "Allocate of part of pod A's units succeeds at once (grace 60 s), A released first")
+        print("info: Allocate of part of pod A's units took %.2f s" % dt, flush=True)
         check(ag.units_allocated() == 2, "units of A not in the new allocation are free")
         check("allocation %s of pod ns1/pod-a released: the kubelet gave its device ID" % A in ag.logtext(),
               "agent log names the released allocation and its pod")
@@ -166,7 +171,7 @@ def body(ns, ag, podres, stub):
     # ---- pod B never ran a process, deleted: taken over at once
     Bid = alloc_id(alloc([dev(4), dev(5)]))
     podres.set(pods=[("ns2", "pod-b", "c", [(RES, [dev(4), dev(5)])])])
-    check(wait_for(lambda: ag.allocs()[Bid]["pod_name"] == "pod-b", 5), "agent records pod ns2/pod-b")
+    check(wait_for(lambda: ag.allocs()[Bid]["pod_name"] == "pod-b"), "agent records pod ns2/pod-b")
     podres.set(pods=[])
     try:
         D = alloc_id(alloc([dev(5), dev(6)]))
