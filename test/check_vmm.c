@@ -2,6 +2,7 @@
  * driver: a GPU of 1 GiB carved whole into 32 chunks of 32 MiB (no
  * reserve), so the driver has no byte free unless the agent leaves one
  * free, and every test asserts that it never does after an operation. */
+#include <pthread.h>
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +24,30 @@ static struct gs_agent ag;
 static struct gs_gpu *g;
 static struct gs_palloc *pa;
 static struct gs_vmm_set set;
+
+/* The agent calls these under the GPU's lock, which its scrubber thread
+ * takes too: so do the tests. */
+static int vmm_release(uint64_t id)
+{
+        pthread_mutex_lock(&g->lock);
+        int r = gs_vmm_release(g, &set, id);
+        pthread_mutex_unlock(&g->lock);
+        return r;
+}
+
+static void vmm_clear(void)
+{
+        pthread_mutex_lock(&g->lock);
+        gs_vmm_clear(g, &set);
+        pthread_mutex_unlock(&g->lock);
+}
+
+static void palloc_stats(struct gs_palloc_stats *st)
+{
+        pthread_mutex_lock(&g->lock);
+        gs_palloc_stats(pa, st);
+        pthread_mutex_unlock(&g->lock);
+}
 static char state[64];
 
 /* Fault injection: the driver refuses cuMemCreate of this size, with this
@@ -70,7 +95,10 @@ static void setup_quota(uint32_t quota)
         ck_assert_msg(gs_gpu_open(g, 0, &ag.cfg, err, sizeof(err)) == 0, "%s", err);
         ck_assert_msg(g->healthy, "%s", g->health_reason);
         ck_assert_uint_eq(g->nchunks, NCHUNKS);
-        ck_assert_int_eq(gs_palloc_new(g->pool, quota, 0, &pa), 0);
+        pthread_mutex_lock(&g->lock);
+        int rn = gs_palloc_new(g->pool, quota, 0, &pa);
+        pthread_mutex_unlock(&g->lock);
+        ck_assert_int_eq(rn, 0);
         memset(&set, 0, sizeof(set));
         set.pa = pa;
         set.nslots = 2 * quota;
@@ -95,7 +123,7 @@ static uint32_t held(void)
 {
         struct gs_palloc_stats st;
 
-        gs_palloc_stats(pa, &st);
+        palloc_stats(&st);
         return st.chunks_held;
 }
 
@@ -105,15 +133,26 @@ static void check_state(void)
 {
         char why[256] = "";
 
-        ck_assert_msg(gs_vmm_validate(g, &set, why, sizeof(why)) == 0, "%s", why);
-        ck_assert_msg(gs_pool_validate(g->pool, why, sizeof(why)) == 0, "%s", why);
+        int rv, rp;
+
+        /* Under the GPU's lock: its scrubber thread moves chunks on the
+         * free lists under it. */
+        pthread_mutex_lock(&g->lock);
+        rv = gs_vmm_validate(g, &set, why, sizeof(why));
+        rp = rv == 0 ? gs_pool_validate(g->pool, why, sizeof(why)) : 0;
+        pthread_mutex_unlock(&g->lock);
+        ck_assert_msg(rv == 0 && rp == 0, "%s", why);
         ck_assert_uint_eq(driver_free(), 0);
         ck_assert_uint_le(held(), QUOTA);
 }
 
 static int create(uint64_t size, uint64_t *ret_id)
 {
-        int fd = -1, r = gs_vmm_create(g, &set, size, ret_id, &fd);
+        int fd = -1, r;
+
+        pthread_mutex_lock(&g->lock);
+        r = gs_vmm_create(g, &set, size, ret_id, &fd);
+        pthread_mutex_unlock(&g->lock);
 
         if (r == 0)
                 ck_assert_int_ge(fd, 0);
@@ -152,7 +191,7 @@ static uint64_t mixed_rounds(unsigned seed, int rounds)
                                 i++;
                                 continue;
                         }
-                        ck_assert_int_eq(gs_vmm_release(g, &set, ids[i]), 0);
+                        ck_assert_int_eq(vmm_release(ids[i]), 0);
                         live -= sizes[i];
                         ids[i] = ids[--n];
                         sizes[i] = sizes[n];
@@ -171,7 +210,7 @@ START_TEST(test_mixed_sizes_reach_the_quota)
                 uint64_t l = mixed_rounds(seed, 25);
                 if (l < lowest)
                         lowest = l;
-                gs_vmm_clear(g, &set);
+                vmm_clear();
                 check_state();
                 ck_assert_uint_eq(held(), 0);
         }
@@ -194,14 +233,14 @@ START_TEST(test_released_space_reused_and_given_back)
         ck_assert_int_eq(create(2 * MiB, &c), 0);
         ck_assert_int_eq(create(2 * MiB, &d), 0);
         ck_assert_uint_eq(held(), 1);
-        ck_assert_int_eq(gs_vmm_release(g, &set, a), 0);
+        ck_assert_int_eq(vmm_release(a), 0);
         check_state();
         ck_assert_uint_eq(held(), 1);
         ck_assert_int_eq(create(20 * MiB, &a), 0);
         ck_assert_uint_eq(held(), 1);
         /* Scattered 2 MiB holes make a 6 MiB piece. */
-        ck_assert_int_eq(gs_vmm_release(g, &set, b), 0);
-        ck_assert_int_eq(gs_vmm_release(g, &set, d), 0);
+        ck_assert_int_eq(vmm_release(b), 0);
+        ck_assert_int_eq(vmm_release(d), 0);
         ck_assert_int_eq(create(6 * MiB, &b), 0);
         ck_assert_uint_eq(held(), 1);
         check_state();
@@ -210,17 +249,17 @@ START_TEST(test_released_space_reused_and_given_back)
         ck_assert_uint_eq(held(), 3);
         check_state();
         /* Two chunks' worth free: one chunk goes back. */
-        ck_assert_int_eq(gs_vmm_release(g, &set, d), 0);
+        ck_assert_int_eq(vmm_release(d), 0);
         check_state();
         ck_assert_uint_eq(held(), 2);
         /* Nothing live: every chunk goes back. */
-        ck_assert_int_eq(gs_vmm_release(g, &set, a), 0);
-        ck_assert_int_eq(gs_vmm_release(g, &set, b), 0);
-        ck_assert_int_eq(gs_vmm_release(g, &set, c), 0);
+        ck_assert_int_eq(vmm_release(a), 0);
+        ck_assert_int_eq(vmm_release(b), 0);
+        ck_assert_int_eq(vmm_release(c), 0);
         check_state();
         ck_assert_uint_eq(held(), 0);
         ck_assert_uint_eq(set.nfillers, 0);
-        gs_vmm_clear(g, &set);
+        vmm_clear();
 }
 END_TEST
 
@@ -235,8 +274,8 @@ START_TEST(test_hostile_ops)
         ck_assert_int_eq(create(UINT64_MAX - 2 * MiB + 1, &id), -ENOMEM);
         ck_assert_int_eq(create((uint64_t)set.nslots * CHUNK + 2 * MiB, &id), -ENOMEM);
         ck_assert_int_eq(create(quota + 2 * MiB, &id), -ENOMEM);
-        ck_assert_int_eq(gs_vmm_release(g, &set, 0), -ENOENT);
-        ck_assert_int_eq(gs_vmm_release(g, &set, UINT64_MAX), -ENOENT);
+        ck_assert_int_eq(vmm_release(0), -ENOENT);
+        ck_assert_int_eq(vmm_release(UINT64_MAX), -ENOENT);
         check_state();
         ck_assert_uint_eq(held(), 0);
         /* Exactly the quota, then nothing more, and a refused create
@@ -247,10 +286,10 @@ START_TEST(test_hostile_ops)
         ck_assert_int_eq(create(quota, &id), -ENOMEM);
         check_state();
         ck_assert_uint_eq(held(), QUOTA);
-        ck_assert_int_eq(gs_vmm_release(g, &set, big), 0);
-        ck_assert_int_eq(gs_vmm_release(g, &set, big), -ENOENT);
+        ck_assert_int_eq(vmm_release(big), 0);
+        ck_assert_int_eq(vmm_release(big), -ENOENT);
         check_state();
-        gs_vmm_clear(g, &set);
+        vmm_clear();
         check_state();
         ck_assert_uint_eq(held(), 0);
 }
@@ -265,12 +304,12 @@ START_TEST(test_remake_fails_then_retried)
         ck_assert_int_eq(create(2 * MiB, &a), 0);
         fail_size = CHUNK;
         fail_exported = 1;
-        ck_assert_int_eq(gs_vmm_release(g, &set, a), 0);
+        ck_assert_int_eq(vmm_release(a), 0);
         check_state();
         ck_assert_uint_eq(held(), 1);
         fail_size = 0;
         ck_assert_int_eq(create(2 * MiB, &a), 0);
-        ck_assert_int_eq(gs_vmm_release(g, &set, a), 0);
+        ck_assert_int_eq(vmm_release(a), 0);
         check_state();
         ck_assert_uint_eq(held(), 0);
         ck_assert_uint_eq(g->chunks_retired, 0);
@@ -288,7 +327,7 @@ START_TEST(test_released_but_still_mapped)
         ck_assert_int_eq(create(2 * MiB, &b), 0);
         fail_size = 20 * MiB; /* the filler of the 20 MiB hole */
         fail_exported = 0;
-        ck_assert_int_eq(gs_vmm_release(g, &set, a), 0);
+        ck_assert_int_eq(vmm_release(a), 0);
         ck_assert_uint_eq(set.pending, 20 * MiB);
         /* 20 MiB really are free in the driver here: the fake's memory
          * goes with the handle.  A real driver would still hold them. */
@@ -297,7 +336,7 @@ START_TEST(test_released_but_still_mapped)
         check_state();
         ck_assert_uint_eq(set.pending, 0);
         ck_assert_uint_eq(held(), 1);
-        gs_vmm_clear(g, &set);
+        vmm_clear();
         check_state();
 }
 END_TEST
@@ -325,21 +364,25 @@ START_TEST(test_exit_remake_fails_retires)
         ck_assert_uint_eq(held(), 2);
         fail_size = CHUNK;
         fail_exported = 1;
-        gs_vmm_clear(g, &set);
+        vmm_clear();
         fail_size = 0;
         ck_assert_uint_eq(held(), 0);
         ck_assert_uint_eq(g->chunks_retired, 0);
         gs_pool_stats(g->pool, &ps);
         ck_assert_uint_eq(ps.nchunks, NCHUNKS);
         ck_assert_uint_eq(chunks_with_memory(), NCHUNKS - 2);
-        gs_palloc_stats(pa, &st);
+        palloc_stats(&st);
         ck_assert_uint_eq(st.chunks_free, QUOTA);
         /* The injected failure stands for memory somebody else held; now
          * the fake has it free again: the chunks are re-created on demand. */
         ck_assert_uint_eq(driver_free(), 2 * CHUNK);
         for (uint32_t i = 0; i < g->nchunks; i++)
-                if (g->chunks[i].fd < 0)
-                        ck_assert_int_eq(gs_gpu_chunk_remake(g, i, err, sizeof(err)), 0);
+                if (g->chunks[i].fd < 0) {
+                        pthread_mutex_lock(&g->lock);
+                        int rr = gs_gpu_chunk_remake(g, i, err, sizeof(err));
+                        pthread_mutex_unlock(&g->lock);
+                        ck_assert_int_eq(rr, 0);
+                }
         ck_assert_uint_eq(chunks_with_memory(), NCHUNKS);
 }
 END_TEST
@@ -354,11 +397,14 @@ START_TEST(test_exit_remake_fails_no_free_chunk)
         ck_assert_int_eq(create(2 * MiB, &a), 0);
         fail_size = CHUNK;
         fail_exported = 1;
-        gs_vmm_clear(g, &set);
+        vmm_clear();
         ck_assert_uint_eq(chunks_with_memory(), NCHUNKS - 1);
         ck_assert_uint_eq(g->chunks_retired, 0);
         fail_size = 0;
-        ck_assert_int_eq(gs_palloc_del(pa), 0);
+        pthread_mutex_lock(&g->lock);
+        int rd = gs_palloc_del(pa);
+        pthread_mutex_unlock(&g->lock);
+        ck_assert_int_eq(rd, 0);
         ck_assert_uint_eq(chunks_with_memory(), NCHUNKS);
         ck_assert_uint_eq(g->chunks_retired, 0);
         ck_assert_uint_eq(driver_free(), 0);
