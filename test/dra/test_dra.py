@@ -185,7 +185,7 @@ class Plugin:
         if os.path.exists(self.reg):
             os.unlink(self.reg)
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=self.log)
-        if wait_for(lambda: os.path.exists(self.reg) or self.proc.poll() is not None, 10) is None or \
+        if wait_for(lambda: os.path.exists(self.reg) or self.proc.poll() is not None) is None or \
                 self.proc.poll() is not None:
             raise SystemExit("plugin did not start:\n" + self.logtext())
 
@@ -287,11 +287,11 @@ def body(ns, api, ag, plugin, tmp):
     check(info.type == "DRAPlugin" and info.name == DRIVER and info.endpoint == plugin.endpoint
           and list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
           "GetInfo: DRAPlugin %s at %s, v1.DRAPlugin and v1beta1.DRAPlugin (%s)" % (DRIVER, plugin.endpoint, str(info).replace("\n", " ")))
-    check(wait_for(lambda: "registered %s with the kubelet" % DRIVER in plugin.logtext(), 5) is not None,
+    check(wait_for(lambda: "registered %s with the kubelet" % DRIVER in plugin.logtext()) is not None,
           "NotifyRegistrationStatus logged")
 
     # ---- the ResourceSlice
-    check(wait_for(lambda: api.slice() is not None, 10) is not None, "a ResourceSlice is applied")
+    check(wait_for(lambda: api.slice() is not None) is not None, "a ResourceSlice is applied")
     s = api.slice() or {}
     name, query, ctype, auth, _ = api.patches[0]
     check(ctype == "application/apply-patch+yaml" and query.get("fieldManager") == ["gshare-dra-plugin"]
@@ -331,7 +331,7 @@ def body(ns, api, ag, plugin, tmp):
     check(t is not None and api.slice()["spec"]["pool"]["generation"] > gen,
           "slice deleted, then a registration: applied again at once (%s s)" % (t and round(t, 2)))
     api.delete_slice()
-    t = wait_for(lambda: api.slice() is not None, 8)
+    t = wait_for(lambda: api.slice() is not None)
     check(t is not None, "slice deleted: applied again by the periodic check (%s s)" % (t and round(t, 2)))
 
     # ---- prepare two claims in one call
@@ -454,7 +454,7 @@ def body(ns, api, ag, plugin, tmp):
           "a claim needing them meanwhile: refused, naming what is free (%r)" % rep.claims[UID_D].error)
     holder.kill()
     holder.wait()
-    check(wait_for(lambda: ag.gpus()[0]["units_allocated"] == 2, 5) is not None,
+    check(wait_for(lambda: ag.gpus()[0]["units_allocated"] == 2) is not None,
           "the process exits: claim-b's units are free")
     rep = prepare(ns, plugin, ("team", "claim-d", UID_D))
     check(rep.claims[UID_D].error == "" and claim_allocs(ag)[UID_D]["parts"][0]["units"] == 10,
@@ -502,7 +502,7 @@ def body(ns, api, ag, plugin, tmp):
     plugin.start()
     info = register(ns, plugin)
     check(info.endpoint == plugin.endpoint, "after a plugin restart: registration again")
-    check(wait_for(lambda: api.npatches() > npatch, 10) is not None
+    check(wait_for(lambda: api.npatches() > npatch) is not None
           and api.slice()["spec"]["pool"]["generation"] > gen, "slice applied again with a newer generation")
     rep = prepare(ns, plugin, ("team", "claim-a", UID_A))
     check(rep.claims[UID_A].error == "" and claim_allocs(ag)[UID_A]["id"] == A["id"],
@@ -514,7 +514,7 @@ def body(ns, api, ag, plugin, tmp):
     check("cannot reach the gshare agent" in rep.claims[UID_A].error,
           "agent down: prepare fails clearly (%r)" % rep.claims[UID_A].error)
     ag.start()
-    check(wait_for(lambda: "gshare agent at %s is back" % ag.sock in plugin.logtext(), 5) is not None,
+    check(wait_for(lambda: "gshare agent at %s is back" % ag.sock in plugin.logtext()) is not None,
           "the plugin follows the agent again")
     A2 = claim_allocs(ag).get(UID_A, {})
     check(A2.get("id") == A["id"] and A2.get("socket_dir") == A["socket_dir"],
@@ -545,11 +545,11 @@ def health(ns, tmp, conf, api):
         s = api.slice()
         return [d["name"] for d in s["spec"]["devices"]] if s else None
     try:
-        check(wait_for(lambda: names() == ["gpu-0", "gpu-1"], 10) is not None, "stand-in: slice has gpu-0, gpu-1")
+        check(wait_for(lambda: names() == ["gpu-0", "gpu-1"]) is not None, "stand-in: slice has gpu-0, gpu-1")
         st.set_healthy(1, False)
-        check(wait_for(lambda: names() == ["gpu-0"], 10) is not None, "GPU 1 unhealthy: gone from the slice")
+        check(wait_for(lambda: names() == ["gpu-0"]) is not None, "GPU 1 unhealthy: gone from the slice")
         st.set_healthy(1, True)
-        check(wait_for(lambda: names() == ["gpu-0", "gpu-1"], 10) is not None, "GPU 1 healthy: back in the slice")
+        check(wait_for(lambda: names() == ["gpu-0", "gpu-1"]) is not None, "GPU 1 healthy: back in the slice")
     finally:
         plugin.stop()
         st.stop()
