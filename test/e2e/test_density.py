@@ -96,7 +96,7 @@ def part(ag, aid):
     return ag.allocs()[aid]["parts"][0]
 
 
-def wait_for(fn, limit=5.0):
+def wait_for(fn, limit=20.0):
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
         v = fn()
@@ -266,7 +266,7 @@ def catchable(ag, tmp):
     r = p.module(64)
     ck("catchable: the fake driver gives the module its memory from the reserve (%s)" % r,
        len(r) == 4 and r[1] == "ok")
-    over = wait_for(lambda: over_bytes(ag, aid), 10)
+    over = wait_for(lambda: over_bytes(ag, aid), 20)
     ck("catchable: the agent sees the pod over its quota (%s bytes uncovered)" % over,
        bool(over) and over > 0)
     ck("catchable: and says so, killing nobody", "over its quota" in ag.logtext()
@@ -283,13 +283,13 @@ def catchable(ag, tmp):
     line = p.p.stdout.readline().split()
     ck("catchable: it frees its block (%s)" % line, line == ["free", "ok"])
     p.module(0)  # a call: the hook gives back what the agent asked for
-    wait_for(lambda: (lambda v: v is not None and v < over)(over_bytes(ag, aid)), 10)
+    wait_for(lambda: (lambda v: v is not None and v < over)(over_bytes(ag, aid)), 20)
     left = over_bytes(ag, aid)
     ck("catchable: the freed chunk covers what it can (%s of %s bytes left uncovered)" % (left, over),
        left is not None and left < over)
     ck("catchable: the process lives on", p.p.poll() is None)
     p.end()
-    ok = wait_for(lambda: not ag.allocs()[aid]["processes"] and over_bytes(ag, aid) == 0, 10)
+    ok = wait_for(lambda: not ag.allocs()[aid]["processes"] and over_bytes(ag, aid) == 0, 20)
     ck("catchable: once it exited nothing is over", bool(ok))
     ag.ctl("release", aid)
 
