@@ -6,7 +6,7 @@ serves GSHARE_BENCH_PROCS (default 4) processes of one allocation, each an
 e2e_wire wakeup client with one thread making alloc+free pairs of 256 B,
 10^6 requests in all (GSHARE_BENCH_REQUESTS).  The clients ring the
 agent's doorbell exactly once per request and never again: a lost wake-up
-is a request that waits until its 5 s limit.  Prints each process's line;
+is a request that waits until its 10 s limit.  Prints each process's line;
 last
 
   RESULT wakeup_stalls_per_million=X max_request_ms=Y hangs=N

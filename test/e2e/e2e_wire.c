@@ -652,7 +652,7 @@ static int cmd_conns(const char *sock, int n)
         return failures != 0;
 }
 
-#define WAKEUP_HANG_MS 5000
+#define WAKEUP_HANG_MS 10000
 
 struct wakeup_arg {
         const char *sock;
