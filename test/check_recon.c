@@ -223,6 +223,21 @@ static void assert_claims_refused(struct gs_agent *ag, const char *path, int wan
         ck_assert_msg(strstr(err, path), "err: %s", err);
 }
 
+/* The end of a claims test: the agent gone, its claims file (at path),
+ * checkpoint and state directory removed. */
+static void claims_done(struct gs_agent *ag, struct gs_recon_snapshot *none, const char *dir, char *path,
+                        size_t pathlen)
+{
+        gs_recon_snapshot_free(none);
+        gs_allocs_shutdown(ag);
+        gs_claims_free(ag);
+        gs_loop_free(ag->loop);
+        ck_assert_int_eq(unlink(path), 0);
+        snprintf(path, pathlen, "%s/%s", dir, GS_CHECKPOINT_NAME);
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
+}
+
 /* A claims file that exists but cannot be read is not an empty table:
  * nothing is reclaimed, however long, until it reads; then claims are
  * spared again and only unclaimed allocations go. */
@@ -278,14 +293,7 @@ START_TEST(test_claims_unreadable)
         ck_assert(!has_alloc(&ag, b));
         ck_assert_ptr_nonnull(gs_claims_of(&ag, a));
 
-        gs_recon_snapshot_free(none);
-        gs_allocs_shutdown(&ag);
-        gs_claims_free(&ag);
-        gs_loop_free(ag.loop);
-        ck_assert_int_eq(unlink(path), 0);
-        snprintf(path, sizeof(path), "%s/%s", dir, GS_CHECKPOINT_NAME);
-        ck_assert_int_eq(unlink(path), 0);
-        ck_assert_int_eq(rmdir(dir), 0);
+        claims_done(&ag, none, dir, path, sizeof(path));
 }
 END_TEST
 
@@ -333,14 +341,7 @@ START_TEST(test_claims_emfile)
         ck_assert(has_alloc(&ag, a));
         ck_assert(!has_alloc(&ag, b));
 
-        gs_recon_snapshot_free(none);
-        gs_allocs_shutdown(&ag);
-        gs_claims_free(&ag);
-        gs_loop_free(ag.loop);
-        ck_assert_int_eq(unlink(path), 0);
-        snprintf(path, sizeof(path), "%s/%s", dir, GS_CHECKPOINT_NAME);
-        ck_assert_int_eq(unlink(path), 0);
-        ck_assert_int_eq(rmdir(dir), 0);
+        claims_done(&ag, none, dir, path, sizeof(path));
 }
 END_TEST
 
@@ -394,14 +395,7 @@ START_TEST(test_claims_malformed_kept)
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 90000, now + 90, 2000), 0);
         ck_assert(has_alloc(&ag, b));
 
-        gs_recon_snapshot_free(none);
-        gs_allocs_shutdown(&ag);
-        gs_claims_free(&ag);
-        gs_loop_free(ag.loop);
-        ck_assert_int_eq(unlink(path), 0);
-        snprintf(path, sizeof(path), "%s/%s", dir, GS_CHECKPOINT_NAME);
-        ck_assert_int_eq(unlink(path), 0);
-        ck_assert_int_eq(rmdir(dir), 0);
+        claims_done(&ag, none, dir, path, sizeof(path));
 }
 END_TEST
 
@@ -447,14 +441,7 @@ START_TEST(test_claims_bounds)
         write_file(path, file, GS_CLAIMS_LINE_MAX);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 62000, now + 62, 2000), 1);
 
-        gs_recon_snapshot_free(none);
-        gs_allocs_shutdown(&ag);
-        gs_claims_free(&ag);
-        gs_loop_free(ag.loop);
-        ck_assert_int_eq(unlink(path), 0);
-        snprintf(path, sizeof(path), "%s/%s", dir, GS_CHECKPOINT_NAME);
-        ck_assert_int_eq(unlink(path), 0);
-        ck_assert_int_eq(rmdir(dir), 0);
+        claims_done(&ag, none, dir, path, sizeof(path));
         free(file);
         free(back);
 }
