@@ -92,6 +92,9 @@ $(B)/%.o: %.c | cuda-check $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+# The agent's headers, one folder per part (agent/agent.mk says which).
+AGENT_INC := -Iagent/alloc -Iagent/core -Iagent/domain -Iagent/integrations
+
 include common/module.mk
 # One fragment per part (agent/alloc.mk, agent/agent.mk, hook/hook.mk, ...),
 # so parts can be added without editing this file.

@@ -2,15 +2,17 @@
 # The allocator, $(B)/libgsalloc.a, comes from agent/alloc.mk, which is
 # included after this file: its ALLOC_A is not yet set here, hence the path.
 
-AGENT_SRC := agent/gs_agent_main.c agent/gs_agent.c agent/gs_cuda.c agent/gs_gpu.c agent/gs_vmm.c agent/gs_ipc.c agent/gs_allocs.c \
-	agent/gs_proc.c agent/gs_workers.c agent/gs_ctlsrv.c agent/gs_recon.c agent/gs_metrics.c agent/gs_watch.c \
-	agent/gs_outside.c agent/gs_chunkset.c agent/gs_loop.c agent/gs_stream.c agent/gs_serve.c agent/gs_sockmsg.c agent/gs_nvml.c agent/gs_usage.c agent/gs_event.c \
-	agent/gs_claims.c agent/gs_ledger.c agent/gs_handover.c
+# Every .c of the agent's parts is built in (a new file needs no edit here):
+#   core/          the loop, connections, the request server, the handover
+#   domain/        GPUs, allocations, processes' holdings, the ledger
+#   integrations/  the driver, NVML, the API server, the kubelet, /metrics
+# and the allocator, alloc/ (agent/alloc.mk).
+AGENT_SRC := agent/gs_agent_main.c $(sort $(wildcard agent/core/*.c agent/domain/*.c agent/integrations/*.c))
 AGENT_LIB_SRC := $(filter-out agent/gs_agent_main.c,$(AGENT_SRC))
 AGENT_LIB_O := $(patsubst %.c,$(B)/%.o,$(AGENT_LIB_SRC))
 AGENT_LIBS  := -ldl -lpthread $(PKG_GRPC) $(PKG_PBC) $(PKG_YAML) $(PKG_CURL)
 
-$(B)/agent/%.o: CPPFLAGS += -Iagent
+$(B)/agent/%.o: CPPFLAGS += $(AGENT_INC)
 
 $(B)/gshare-agent: $(B)/agent/gs_agent_main.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS)
@@ -23,7 +25,7 @@ $(B)/gsharectl: $(B)/agent/gsharectl.o $(COMMON_A)
 AGENT_CHECKS := $(patsubst %,$(B)/test/check_%,allocs gpu proc cuda usage event watch recon ledger)
 $(AGENT_CHECKS): $(B)/test/check_%: $(B)/test/check_%.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS) $(PKG_CHECK)
-$(AGENT_CHECKS:%=%.o): CPPFLAGS += -Iagent
+$(AGENT_CHECKS:%=%.o): CPPFLAGS += $(AGENT_INC)
 
 BINS  += $(B)/gshare-agent $(B)/gsharectl
 

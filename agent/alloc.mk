@@ -5,7 +5,7 @@
 #   $(ALLOC_DEBUG_A)  the same compiled with -DGS_ALLOC_DEBUG: every mutation
 #                     runs gs_pool_validate and aborts on a violation; the
 #                     tests link this one.
-ALLOC_SRC     := agent/gs_gsm.c agent/gs_buddy.c agent/gs_slab.c agent/gs_pool.c
+ALLOC_SRC     := $(sort $(wildcard agent/alloc/*.c))
 ALLOC_O       := $(patsubst %.c,$(B)/%.o,$(ALLOC_SRC))
 ALLOC_DEBUG_O := $(patsubst %.c,$(B)/alloc-debug/%.o,$(ALLOC_SRC))
 ALLOC_A       := $(B)/libgsalloc.a
@@ -27,7 +27,7 @@ ALLOC_TESTS := check_buddy check_gsm check_slab check_alloc check_alloc_random
 ALLOC_TEST_BINS := $(addprefix $(B)/test/,$(ALLOC_TESTS))
 
 # The tests include the allocator's internal headers.
-$(ALLOC_O) $(ALLOC_DEBUG_O) $(patsubst %,%.o,$(ALLOC_TEST_BINS)): CPPFLAGS += -Iagent
+$(ALLOC_O) $(ALLOC_DEBUG_O) $(patsubst %,%.o,$(ALLOC_TEST_BINS)): CPPFLAGS += $(AGENT_INC)
 
 $(ALLOC_TEST_BINS): $(B)/test/%: $(B)/test/%.o $(ALLOC_DEBUG_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK)

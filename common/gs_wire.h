@@ -234,7 +234,7 @@ enum gs_op {
          * (cuDevicePrimaryCtxRetain, cuCtxCreate): the agent charges the
          * expected context size to the allocation and releases that much
          * pool memory to the driver, where the context will find it
-         * (agent/gs_outside.h).  Once per process and GPU; again is a no-op.
+         * (agent/domain/gs_outside.h).  Once per process and GPU; again is a no-op.
          * ret0 = the quota, ret1 = bytes the allocation uses (chunks held,
          * outside memory included), ret2 = of those, outside the pool,
          * ret3 = the allocation's id (its 16 hex digits as a number).

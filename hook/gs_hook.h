@@ -131,7 +131,7 @@ void gs_hook_vmm_released(CUmemGenericAllocationHandle h);
 
 
 /* gs_hook_ipc.c: CUDA IPC on gshare memory, brokered by the agent
- * (agent/gs_ipc.h).  get: dptr is in one of our ranges; fills *h with a
+ * (agent/domain/gs_ipc.h).  get: dptr is in one of our ranges; fills *h with a
  * gs_ipc_handle. */
 int gs_hook_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr) GS_WUR;
 /* 1 if h is a gs_ipc_handle. */

@@ -469,7 +469,7 @@ GS_HOOK_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGe
 /* Legacy IPC on gshare memory: the driver refuses it on VMM memory, and a
  * driver handle would expose a whole chunk.  The agent brokers a handle
  * that names just the block, for processes of the same allocation
- * (agent/gs_ipc.h).  Other memory goes to the driver. */
+ * (agent/domain/gs_ipc.h).  Other memory goes to the driver. */
 GS_HOOK_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
         const struct gs_cu *cu;

@@ -1,5 +1,5 @@
 /* gs_hook_ipc.c — CUDA IPC on gshare memory, brokered by the agent
- * (agent/gs_ipc.h): handles that name one block, and the table of blocks
+ * (agent/domain/gs_ipc.h): handles that name one block, and the table of blocks
  * of other processes opened here, each mapped in a range of its own.
  * Guarded by gs_conn.mu. */
 #include <errno.h>

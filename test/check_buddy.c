@@ -1,4 +1,4 @@
-/* check_buddy.c — the buddy level on its own (agent/gs_buddy.h). */
+/* check_buddy.c — the buddy level on its own (agent/alloc/gs_buddy.h). */
 #include <check.h>
 
 #include "gs_check.h"

@@ -1,4 +1,4 @@
-/* check_gsm.c — the chunk level on its own (agent/gs_gsm.h). */
+/* check_gsm.c — the chunk level on its own (agent/alloc/gs_gsm.h). */
 #include <check.h>
 
 #include "gs_check.h"

@@ -1,4 +1,4 @@
-/* check_slab.c — the slab level over a buddy (agent/gs_slab.h). */
+/* check_slab.c — the slab level over a buddy (agent/alloc/gs_slab.h). */
 #include <check.h>
 
 #include "gs_check.h"
