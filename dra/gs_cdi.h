@@ -1,7 +1,7 @@
 /* gs_cdi.h — the DRA plugin's CDI specs (Container Device Interface): one
  * file per prepared claim, <cdiDir>/<vendor>-<class>_<claim uid>.json,
  * holding one device named by the claim's UID whose containerEdits are the
- * container spec of its allocation (plugin/gs_ctrspec.h).  The runtime
+ * container spec of its allocation (common/gs_ctrspec.h).  The runtime
  * (containerd, CRI-O) applies them for the CDI device ID
  * "<kind>=<claim uid>" that NodePrepareResources returns.
  *

@@ -13,10 +13,6 @@
 #define GS_PLUGIN_ENDPOINT "gshare.sock"
 #define GS_PLUGIN_API_VERSION "v1beta1"
 #define GS_PLUGIN_KUBELET_SOCKET "kubelet.sock"
-/* Where things appear inside a container. */
-#define GS_PLUGIN_CTR_HOOK "/usr/lib/gshare/libgshare.so"
-#define GS_PLUGIN_CTR_PRELOAD "/etc/ld.so.preload"
-#define GS_PLUGIN_CTR_SOCKET_DIR "/var/run/gshare"
 
 struct gs_plugin_opts {
         struct gs_config cfg;

@@ -440,6 +440,20 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     check("health: 2 units lent -> the 2 highest free units of that GPU Unhealthy",
           m is not None and free1[-2:] == [u1[5], u1[6]] and [x for x in u1 if health(m)[x] == "Unhealthy"] == free1[-2:]
           and all(health(m)[x] == "Healthy" for x in u0), (free1, m and health(m)))
+    # While units are lent, every Watch update makes the plugin choose them
+    # again with a ListAllocations: on the connection it keeps, not a new one.
+    before, seen = agent.counts(), True
+    for k in range(6):
+        n = 1 if k % 2 == 0 else 2
+        agent.set_lent(1, n)
+        seen = seen and st.until(lambda m, n=n: sum(health(m)[x] == "Unhealthy" for x in u1) == n) is not None
+    after = agent.counts()
+    conns, lists, sent = (a - b for a, b in zip(after, before))
+    check("health: 6 Watch updates while units are lent -> a ListAllocations each, no new connection",
+          seen and lists >= 6 and sent >= 6 and conns == 0,
+          "%d connections, %d ListAllocations, %d Watch lists" % (conns, lists, sent))
+    print("info: %d Watch lists while lent: %d ListAllocations on %d new connections" % (sent, lists, conns),
+          flush=True)
     agent.set_lent(1, 0)
     m = st.until(lambda m: all(v == "Healthy" for v in health(m).values()))
     check("health: lent units returned -> Healthy again", m is not None)

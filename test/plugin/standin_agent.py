@@ -3,7 +3,8 @@
 Serves the ctl protocol with the gs_ctl framing (4-byte little-endian length
 + one serialized Request / Reply) on a unix socket, with N fake GPUs of U
 units each.  Tests drive it in-process: set_healthy(), set_lent(),
-set_delay(), stop()/start().  Also runnable as a script for the benchmark
+set_delay(), stop()/start(); counts() says how many connections, ListAllocations
+and Watch lists it saw.  Also runnable as a script for the benchmark
 and manual checks:
 
     standin_agent.py --socket /tmp/agent.sock --gpus 8 --units 140
@@ -44,6 +45,9 @@ class Agent:
         self.meet = 0        # set_meet(): CreateAllocations wait for this many
         self.arrived = 0
         self.requests = 0
+        self.accepted = 0    # connections accepted
+        self.ops = {}        # requests served, by op
+        self.watch_sent = 0  # GPU lists sent on Watch streams
         self.srv = None
         self.stopping = False
         self.conns = set()
@@ -85,6 +89,11 @@ class Agent:
             self.allocs.clear()
             self.units_allocated.clear()
             self._bump()
+
+    def counts(self):
+        """(connections accepted, ListAllocations served, Watch lists sent)."""
+        with self.lock:
+            return self.accepted, self.ops.get("list_allocations", 0), self.watch_sent
 
     def allocations(self):
         with self.lock:
@@ -137,6 +146,7 @@ class Agent:
                 return
             with self.lock:
                 self.conns.add(c)
+                self.accepted += 1
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
     @staticmethod
@@ -171,6 +181,8 @@ class Agent:
                 if self.delay:
                     time.sleep(self.delay)
                 op = req.WhichOneof("op")
+                with self.lock:
+                    self.ops[op] = self.ops.get(op, 0) + 1
                 if op == "create_allocation" and self.meet:
                     with self.lock:
                         self.arrived += 1
@@ -213,6 +225,7 @@ class Agent:
                     continue
                 seen = self.generation
                 rep = self._list()
+                self.watch_sent += 1
             self._send(c, rep)
 
     def _err(self, e, msg):

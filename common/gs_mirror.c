@@ -2,7 +2,6 @@
 #include "gs_mirror.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,13 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gs_ctl.h"
 #include "gs_log.h"
-
-/* How long the agent may be unreachable (a restart, an upgrade's
- * handover; a killed agent's container restarts in about a second) before
- * every unit is reported Unhealthy. */
-#define GS_MIRROR_GRACE_MS 5000
 
 static void free_gpus(struct gs_mirror_gpu *g, size_t n)
 {
@@ -34,23 +27,41 @@ const struct gs_mirror_gpu *gs_mirror_find(const struct gs_mirror *m, const char
         return NULL;
 }
 
-/* Units of GPU uuid held by allocations, as a bitmap; from ListAllocations.
+/* CLOCK_REALTIME ms from now, for pthread_cond_timedwait. */
+static struct timespec deadline_in(int ms)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+        }
+        return ts;
+}
+
+void gs_mirror_wait(struct gs_mirror *m, uint64_t seen, int ms)
+{
+        struct timespec ts = deadline_in(ms);
+
+        while (!m->stopping && m->gen == seen)
+                if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) == ETIMEDOUT)
+                        break;
+}
+
+/* Units of GPU uuid held by allocations, as a bitmap; from ListAllocations
+ * on the client's kept connection (not a connection per Watch message).
  * Missing information leaves the bitmap empty (lent units are then taken
  * from the top, which is still stable). */
 static void mark_allocated(struct gs_mirror *m, struct gs_mirror_gpu *g, size_t ng)
 {
-        GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
-        Gshare__Ctl__V1__ListAllocationsRequest la = GSHARE__CTL__V1__LIST_ALLOCATIONS_REQUEST__INIT;
+        struct gs_agentcli_err e;
         GsCtlReply *rep = NULL;
-        int r;
 
-        req.op_case = GSHARE__CTL__V1__REQUEST__OP_LIST_ALLOCATIONS;
-        req.list_allocations = &la;
-        r = gs_ctl_call(m->agent_socket, &req, m->timeout_ms, &rep);
-        if (r < 0 || rep->error || rep->body_case != GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS) {
-                log_warn("cannot list allocations to choose lent units: %s",
-                         r < 0 ? strerror(-r) : rep->message);
-                gs_ctl_reply_free(rep);
+        if (gs_agentcli_list_allocations(m->cli, &rep, &e) < 0) {
+                log_warn("cannot list allocations to choose lent units: %s", e.msg);
                 return;
         }
         for (size_t i = 0; i < rep->list_allocations->n_allocations; i++) {
@@ -93,11 +104,13 @@ static int gpus_from_reply(struct gs_mirror *m, const Gshare__Ctl__V1__ListGpusR
                 }
                 snprintf(g[i].uuid, sizeof(g[i].uuid), "%s", s->uuid);
                 snprintf(g[i].pci, sizeof(g[i].pci), "%s", s->pci_bus_id);
+                snprintf(g[i].name, sizeof(g[i].name), "%s", s->name);
                 g[i].index = s->index;
                 g[i].numa = s->numa_node;
                 g[i].units = s->units_total;
                 g[i].lent = s->units_lent;
                 g[i].unit_bytes = s->unit_bytes;
+                g[i].total_bytes = s->total_bytes;
                 g[i].healthy = s->healthy;
                 g[i].unhealthy = calloc(g[i].units ? g[i].units : 1, 1);
                 if (!g[i].unhealthy) {
@@ -141,14 +154,18 @@ static int gpus_from_reply(struct gs_mirror *m, const Gshare__Ctl__V1__ListGpusR
         return 0;
 }
 
-/* Whether two GPU tables give the same device list (IDs, health, topology). */
+/* Whether two GPU tables are the same but for allocation counts: the device
+ * plugin's list (IDs, health, topology) and the DRA plugin's slice (index,
+ * name, sizes, PCI bus) are. */
 static bool same_list(const struct gs_mirror_gpu *a, size_t na, const struct gs_mirror_gpu *b, size_t nb)
 {
         if (na != nb)
                 return false;
         for (size_t i = 0; i < na; i++)
                 if (strcmp(a[i].uuid, b[i].uuid) != 0 || a[i].units != b[i].units ||
-                    a[i].numa != b[i].numa || a[i].healthy != b[i].healthy ||
+                    a[i].numa != b[i].numa || a[i].healthy != b[i].healthy || a[i].index != b[i].index ||
+                    a[i].unit_bytes != b[i].unit_bytes || a[i].total_bytes != b[i].total_bytes ||
+                    strcmp(a[i].name, b[i].name) != 0 || strcmp(a[i].pci, b[i].pci) != 0 ||
                     memcmp(a[i].unhealthy, b[i].unhealthy, a[i].units) != 0)
                         return false;
         return true;
@@ -167,8 +184,8 @@ static void publish(struct gs_mirror *m, struct gs_mirror_gpu *g, size_t n, bool
                 return; /* already down */
         }
         if (up != m->agent_up)
-                log_info("gshare agent at %s is %s", m->agent_socket,
-                         up ? "reachable" : "unreachable: all units unhealthy");
+                log_info("gshare agent at %s is %s", m->cli->socket,
+                         up ? "reachable" : "unreachable");
         old = m->gpus;
         nold = m->ngpus;
         if (g) {
@@ -214,41 +231,35 @@ static bool stopping(struct gs_mirror *m)
 /* One Watch stream, until it breaks or we stop. */
 static void watch_once(struct gs_mirror *m)
 {
-        GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
-        Gshare__Ctl__V1__WatchRequest w = GSHARE__CTL__V1__WATCH_REQUEST__INIT;
-        int fd, r;
+        int fd = gs_agentcli_watch_open(m->cli), r = 0;
 
-        fd = gs_ctl_connect(m->agent_socket);
         if (fd < 0) {
-                log_debug("cannot connect to the agent at %s: %s", m->agent_socket, strerror(-fd));
+                log_debug("cannot watch the agent at %s: %s", m->cli->socket, strerror(-fd));
                 return;
         }
-        req.op_case = GSHARE__CTL__V1__REQUEST__OP_WATCH;
-        req.watch = &w;
-        r = gs_ctl_send(fd, &req.base, m->timeout_ms);
-        while (r == 0 && !stopping(m)) {
-                struct pollfd pf = { .fd = fd, .events = POLLIN };
+        while (!stopping(m)) {
                 GsCtlReply *rep = NULL;
                 struct gs_mirror_gpu *g = NULL;
                 size_t n = 0;
 
-                if (poll(&pf, 1, 200) <= 0)
+                r = gs_agentcli_watch_next(m->cli, fd, 200, &rep);
+                if (r == -ETIMEDOUT)
                         continue;
-                r = gs_ctl_recv_reply(fd, m->timeout_ms, &rep);
                 if (r < 0)
                         break;
-                if (rep->error) {
-                        log_warn("agent refused Watch: %s", rep->message);
-                        r = -EPROTO;
-                } else if (rep->body_case == GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS) {
-                        r = gpus_from_reply(m, rep->list_gpus, &g, &n);
-                        if (r == 0)
-                                publish(m, g, n, true);
-                }
+                if (m->lost)
+                        log_info("gshare agent at %s is back", m->cli->socket);
+                m->lost = false;
+                if (gpus_from_reply(m, rep->list_gpus, &g, &n) == 0)
+                        publish(m, g, n, true);
                 gs_ctl_reply_free(rep);
         }
-        if (r < 0 && r != -ECONNRESET)
-                log_debug("agent watch stream ended: %s", strerror(-r));
+        if (!stopping(m)) {
+                if (!m->lost)
+                        log_info("lost the gshare agent's Watch stream (%s); reconnecting",
+                                 r == -ECONNRESET ? "closed" : strerror(-r));
+                m->lost = true;
+        }
         close(fd);
 }
 
@@ -265,7 +276,7 @@ static void *watcher(void *arg)
                  * if it does not. */
                 bool back = false;
                 for (int64_t t0 = gs_mono_ms(); !back && !stopping(m) && gs_mono_ms() - t0 < GS_MIRROR_GRACE_MS;) {
-                        int fd = gs_ctl_connect(m->agent_socket);
+                        int fd = gs_ctl_connect(m->cli->socket);
                         back = fd >= 0;
                         if (back)
                                 close(fd);
@@ -305,6 +316,24 @@ int gs_mirror_check_id(const struct gs_mirror *m, const char *id, const char *re
         return 0;
 }
 
+void gs_mirror_add_devices(struct gs_mirror *m, struct gs_ctrspec *s, const char *nvidia_proc,
+                           const Gshare__Ctl__V1__Allocation *al)
+{
+        char pci[GS_MAX_GPUS_PER_ALLOC][32] = { { 0 } };
+        const char *pcis[GS_MAX_GPUS_PER_ALLOC];
+        size_t n = al->n_parts < GS_MAX_GPUS_PER_ALLOC ? al->n_parts : GS_MAX_GPUS_PER_ALLOC;
+
+        pthread_mutex_lock(&m->mu);
+        for (size_t i = 0; i < n; i++) {
+                const struct gs_mirror_gpu *g = gs_mirror_find(m, al->parts[i]->gpu_uuid);
+                if (g)
+                        snprintf(pci[i], sizeof(pci[i]), "%s", g->pci);
+                pcis[i] = pci[i];
+        }
+        pthread_mutex_unlock(&m->mu);
+        gs_ctrspec_add_devices(s, nvidia_proc, pcis, n);
+}
+
 uint32_t gs_mirror_largest(const struct gs_mirror *m)
 {
         uint32_t most = 0;
@@ -315,28 +344,19 @@ uint32_t gs_mirror_largest(const struct gs_mirror *m)
         return most;
 }
 
-int gs_mirror_start(struct gs_mirror *m, const char *agent_socket, int timeout_ms, int wait_ms)
+int gs_mirror_start(struct gs_mirror *m, struct gs_agentcli *cli, int wait_ms)
 {
-        int64_t until = gs_mono_ms() + wait_ms;
+        struct timespec until = deadline_in(wait_ms);
 
-        m->agent_socket = agent_socket;
-        m->timeout_ms = timeout_ms;
+        m->cli = cli;
         pthread_mutex_init(&m->mu, NULL);
         pthread_cond_init(&m->cv, NULL);
         if (pthread_create(&m->watcher, NULL, watcher, m) != 0)
                 return -EAGAIN;
         m->started = true;
         pthread_mutex_lock(&m->mu);
-        while (!m->agent_seen && gs_mono_ms() < until) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 100 * 1000000L;
-                if (ts.tv_nsec >= 1000000000L) {
-                        ts.tv_sec++;
-                        ts.tv_nsec -= 1000000000L;
-                }
-                pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-        }
+        while (!m->agent_seen && pthread_cond_timedwait(&m->cv, &m->mu, &until) != ETIMEDOUT)
+                ;
         pthread_mutex_unlock(&m->mu);
         return 0;
 }

@@ -1,8 +1,9 @@
 /* gs_ctrspec.h — what a gshare container gets for an allocation (the env
  * and mounts of docs/plugin.md "What a container gets"), independent of how
- * it is handed to the runtime: the DRA plugin writes it as a CDI spec
- * (dra/gs_cdi.h).  Device nodes are added with gs_ctrspec_add_devices when
- * deviceNodes is true (the NVIDIA container runtime adds them otherwise). */
+ * it is handed to the runtime: the device plugin answers Allocate with it,
+ * the DRA plugin writes it as a CDI spec.  Device nodes are added with
+ * gs_ctrspec_add_devices when deviceNodes is true (the NVIDIA container
+ * runtime adds them otherwise). */
 #ifndef GS_CTRSPEC_H
 #define GS_CTRSPEC_H
 
@@ -14,6 +15,11 @@
 #include "gs_util.h"
 #include "gs_wire.h"
 #include "gshare.pb-c.h"
+
+/* Where things appear inside a container. */
+#define GS_CTR_HOOK "/usr/lib/gshare/libgshare.so"
+#define GS_CTR_PRELOAD "/etc/ld.so.preload"
+#define GS_CTR_SOCKET_DIR "/var/run/gshare"
 
 #define GS_CTRSPEC_MAX_ENV 7
 #define GS_CTRSPEC_MAX_MOUNTS 3

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "gs_log.h"
-#include "gs_plugin.h"
 #include "gs_wire.h"
 
 static void add_env(struct gs_ctrspec *s, const char *name, const char *value)
@@ -47,17 +46,17 @@ int gs_ctrspec_build(const struct gs_config *c, const Gshare__Ctl__V1__Allocatio
         }
         add_env(ret, "GSHARE_MEM_LIMIT", limits);
         add_env(ret, "GSHARE_GPU", uuids);
-        add_env(ret, "GSHARE_SOCKET", GS_PLUGIN_CTR_SOCKET_DIR "/" GS_SOCKET_NAME);
+        add_env(ret, "GSHARE_SOCKET", GS_CTR_SOCKET_DIR "/" GS_SOCKET_NAME);
         add_env(ret, "NVIDIA_VISIBLE_DEVICES", uuids);
         if (c->inject == GS_INJECT_ENV)
-                add_env(ret, "LD_PRELOAD", GS_PLUGIN_CTR_HOOK);
+                add_env(ret, "LD_PRELOAD", GS_CTR_HOOK);
         char wait[32];
         snprintf(wait, sizeof(wait), "%u.%03u", c->agent_wait_ms / 1000, c->agent_wait_ms % 1000);
         add_env(ret, "GSHARE_AGENT_WAIT", wait);
-        add_mount(ret, c->hook_path, GS_PLUGIN_CTR_HOOK);
+        add_mount(ret, c->hook_path, GS_CTR_HOOK);
         if (c->inject == GS_INJECT_PRELOAD)
-                add_mount(ret, c->preload_path, GS_PLUGIN_CTR_PRELOAD);
-        add_mount(ret, al->socket_dir, GS_PLUGIN_CTR_SOCKET_DIR);
+                add_mount(ret, c->preload_path, GS_CTR_PRELOAD);
+        add_mount(ret, al->socket_dir, GS_CTR_SOCKET_DIR);
         return 0;
 }
 
