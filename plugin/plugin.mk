@@ -23,3 +23,8 @@ $(B)/test/check_config: $(B)/test/check_config.o $(COMMON_A)
 $(B)/test/check_grpc: $(B)/test/check_grpc.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_GRPC) $(PKG_PBC) $(PKG_CHECK) -lpthread
 
+
+# test/check_policy.c: the placement policy on a mirror of fake GPUs.
+$(B)/test/check_policy.o: CPPFLAGS += -Iplugin
+$(B)/test/check_policy: $(B)/test/check_policy.o $(B)/plugin/gs_policy.o $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_PBC) $(PKG_CHECK) -lpthread
