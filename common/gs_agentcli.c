@@ -15,22 +15,12 @@ void gs_agentcli_init(struct gs_agentcli *c, const char *socket, int timeout_ms)
         c->timeout_ms = timeout_ms;
         pthread_mutex_init(&c->mu, NULL);
         c->fd = -1;
-        c->connects = 0;
 }
 
 void gs_agentcli_free(struct gs_agentcli *c)
 {
         gs_closep(&c->fd);
         pthread_mutex_destroy(&c->mu);
-}
-
-static int open_conn(struct gs_agentcli *c)
-{
-        int fd = gs_ctl_connect(c->socket);
-
-        if (fd >= 0)
-                __atomic_add_fetch(&c->connects, 1, __ATOMIC_RELAXED);
-        return fd;
 }
 
 /* Whether the kept connection can carry a request: nothing to read on it.
@@ -57,7 +47,7 @@ static int call(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, 
         int r;
 
         if (pthread_mutex_trylock(&c->mu) != 0) {
-                int fd = open_conn(c);
+                int fd = gs_ctl_connect(c->socket);
 
                 if (fd < 0)
                         return fd;
@@ -68,7 +58,7 @@ static int call(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, 
         if (c->fd >= 0 && !conn_idle(c->fd))
                 gs_closep(&c->fd);
         if (c->fd < 0) {
-                r = open_conn(c);
+                r = gs_ctl_connect(c->socket);
                 if (r < 0) {
                         pthread_mutex_unlock(&c->mu);
                         return r;
@@ -183,7 +173,7 @@ int gs_agentcli_watch_open(struct gs_agentcli *c)
 {
         GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
         Gshare__Ctl__V1__WatchRequest w = GSHARE__CTL__V1__WATCH_REQUEST__INIT;
-        int fd = open_conn(c), r;
+        int fd = gs_ctl_connect(c->socket), r;
 
         if (fd < 0)
                 return fd;

@@ -30,7 +30,6 @@ struct gs_agentcli {
         int timeout_ms;          /* the default bound on one call */
         pthread_mutex_t mu;      /* held by the call using fd */
         int fd;                  /* the kept connection, -1 when none */
-        unsigned long connects;  /* connections opened (for the log and tests) */
 };
 
 struct gs_agentcli_err {
