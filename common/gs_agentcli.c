@@ -44,7 +44,7 @@ static int exchange(int fd, const GsCtlRequest *req, int timeout_ms, GsCtlReply 
  * connection of this call's own. */
 static int call(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, GsCtlReply **ret)
 {
-        int r;
+        int r = -EIO;
 
         if (pthread_mutex_trylock(&c->mu) != 0) {
                 int fd = gs_ctl_connect(c->socket);
@@ -57,17 +57,24 @@ static int call(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, 
         }
         if (c->fd >= 0 && !conn_idle(c->fd))
                 gs_closep(&c->fd);
-        if (c->fd < 0) {
-                r = gs_ctl_connect(c->socket);
-                if (r < 0) {
-                        pthread_mutex_unlock(&c->mu);
-                        return r;
+        for (int tries = c->fd >= 0 ? 2 : 1; tries-- > 0;) {
+                if (c->fd < 0) {
+                        r = gs_ctl_connect(c->socket);
+                        if (r < 0)
+                                break;
+                        c->fd = r;
+                        tries = 0; /* a new connection is not tried twice */
                 }
-                c->fd = r;
-        }
-        r = exchange(c->fd, req, timeout_ms, ret);
-        if (r < 0)
+                r = exchange(c->fd, req, timeout_ms, ret);
+                if (r == 0)
+                        break;
                 gs_closep(&c->fd); /* its answer may still come: never read it as another's */
+                /* A kept connection that the agent closed as we sent (a
+                 * restart, an upgrade's handover) is tried once more on a
+                 * new one, where a call of its own would have gone. */
+                if (r != -ECONNRESET && r != -EPIPE)
+                        break;
+        }
         pthread_mutex_unlock(&c->mu);
         return r;
 }

@@ -8,7 +8,9 @@
  * concurrent calls never wait behind one another or behind a slow answer.
  * The kept connection is dropped after any failed exchange (a late answer
  * must not be read as the next call's) and when the agent closed it (a
- * restart): the next call connects again.
+ * restart): the next call connects again.  A call whose kept connection the
+ * agent closes as it is sent (-ECONNRESET, -EPIPE) is tried once more on a
+ * new one, as a connection of its own would have reached the new agent.
  *
  * Every call returns 0, or a negative errno with e saying what went wrong:
  * e->transport when the exchange itself failed (the agent unreachable, or
