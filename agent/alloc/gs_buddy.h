@@ -1,5 +1,5 @@
 /* gs_buddy.h — the buddy level of the agent's allocator (internal to
- * gs_pool.c; see docs/allocator.md).
+ * gs_pool*.c; see docs/allocator.md).
  *
  * One gs_buddy per process serves blocks of 256 B up to chunk_bytes out of
  * the chunks that process holds.  Each chunk is its own buddy tree: blocks
@@ -18,7 +18,7 @@
  * tail past s is given back to the free lists at once, so the block handed
  * out is exactly s bytes, the binary decomposition of s (20 MiB = 16 + 4).
  *
- * The hash is shared with gs_pool.c (coalesced blocks) and the slab
+ * The hash is shared with gs_pool_blocks.c (coalesced blocks) and the slab
  * level, which finds a slab by its block's record; slots have none. */
 #ifndef GS_BUDDY_H
 #define GS_BUDDY_H
@@ -39,7 +39,7 @@ enum gs_blk_kind {
         GS_BLK_FREE = 1, /* on a free list; size = 1 << order */
         GS_BLK_USED,     /* handed out by the buddy; size = rounded request */
         GS_BLK_SLAB,     /* handed out by the buddy to a slab; owner = slab */
-        GS_BLK_WHOLE,    /* whole chunks of a coalesced request (gs_pool.c) */
+        GS_BLK_WHOLE,    /* whole chunks of a coalesced request (gs_pool_blocks.c) */
         GS_BLK_TAIL,     /* the partial last chunk of a coalesced request,
                             carved at the chunk's base; owner = its WHOLE */
         GS_BLK_LEGACY,   /* an aligned power-of-two piece of a block an
@@ -157,7 +157,7 @@ int gs_buddy_alloc_at(struct gs_buddy *b, uint64_t base, uint64_t size, enum gs_
  * the chunk became wholly free, else UINT64_MAX.  -ENOMEM (nothing done). */
 int gs_buddy_free(struct gs_buddy *b, struct gs_blk *blk, uint64_t *ret_empty_base) GS_WUR;
 
-/* The hash, also used by the slab level and gs_pool.c for their records. */
+/* The hash, also used by the slab level and gs_pool_blocks.c for their records. */
 struct gs_blk *gs_buddy_find(const struct gs_buddy *b, uint64_t key);
 /* pre: gs_buddy_reserve covered it; key not present. */
 void gs_buddy_insert(struct gs_buddy *b, uint64_t key, struct gs_blk *blk);

@@ -1,5 +1,5 @@
 /* gs_gsm.h — the chunk level of the agent's allocator (internal to
- * gs_pool.c; see docs/allocator.md).
+ * gs_pool*.c; see docs/allocator.md).
  *
  * A pool of nchunks fixed-size chunks (GSMs) and the lists they move
  * between, all intrusive doubly linked lists threaded through one array of
@@ -61,7 +61,7 @@ struct gs_gsm_chunk {
         struct gs_gsm_alloc *alloc; /* OWN, HELD */
         struct gs_gsm_proc *proc;   /* HELD */
         struct gs_gsm_proc *last;   /* OWN and dirty: who gave it back, if alive */
-        void *user;            /* HELD: free for gs_pool.c's use */
+        void *user;            /* HELD: free for gs_pool*.c's use */
 };
 
 struct gs_gsm_list {

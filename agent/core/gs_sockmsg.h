@@ -1,7 +1,7 @@
 /* gs_sockmsg.h — messages on a process's socket (gs_wire.h: HELLO, WELCOME,
  * GRANT, ERROR): the header, and sending one SOCK_SEQPACKET record with the
  * fds it carries without ever blocking the caller for long.  Used by the
- * session on the main thread (gs_proc.c) and by the request server on the
+ * session on the main thread (gs_proc_*.c) and by the request server on the
  * worker threads (gs_serve.c). */
 #ifndef GS_SOCKMSG_H
 #define GS_SOCKMSG_H

@@ -60,7 +60,7 @@ struct gs_chunk {
         CUdeviceptr va;
         /* Under the lock: in the scrubber's batch in flight (its memset
          * may still run): granted to nobody, dropped by nobody, until the
-         * batch is done (gs_gpu.c batch_wait). */
+         * batch is done (gs_gpu_scrubber.c gs_gpu_batch_wait). */
         bool scrubbing;
 };
 

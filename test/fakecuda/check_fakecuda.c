@@ -601,7 +601,7 @@ START_TEST(test_contexts_streams)
         ck_assert_int_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
         ck_assert_int_eq(cuStreamDestroy_v2(s), CUDA_SUCCESS);
         ck_assert_int_eq(cuStreamSynchronize((CUstream)&d), CUDA_ERROR_INVALID_HANDLE);
-        /* The agent's scrub stream and events (gs_gpu.c). */
+        /* The agent's scrub stream and events (gs_gpu_scrubber.c). */
         int least = 1, greatest = 1;
         CUevent e;
         uint32_t *buf = malloc(4096);

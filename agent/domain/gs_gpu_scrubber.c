@@ -1,0 +1,241 @@
+/* gs_gpu_scrubber.c — the background scrubber (gs_gpu.h "Scrubbing"): a
+ * thread per GPU that zeroes, in batches on a lowest-priority stream,
+ * chunks processes gave back to their allocation's free list, a few ahead
+ * of need, kicked by the pool's free lists; its stream and events, its
+ * start and stop. */
+#include "gs_gpu_int.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "gs_gsm.h"
+#include "gs_log.h"
+
+/* The pool's chunk level (gs_pool_gsm): the scrubber reads and orders its
+ * free lists.  Checked against what was set through gs_pool.h; if it does
+ * not match, NULL: no scrubber, every scrub on the request path. */
+static struct gs_gsm *pool_gsm(struct gs_gpu *g)
+{
+        struct gs_gsm *m = g->pool ? gs_pool_gsm(g->pool) : NULL;
+
+        if (!m || m->nchunks != g->nchunks || m->return_fn != gs_gpu_chunk_recycle || m->return_ctx != g ||
+            !m->chunks)
+                return NULL;
+        return m;
+}
+
+/* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
+ * a clean one left it. */
+void gs_gpu_scrub_kick(void *ctx)
+{
+        struct gs_gpu *g = ctx;
+
+        if (!g->scrub_kicked) {
+                g->scrub_kicked = true;
+                pthread_cond_signal(&g->scrub_cond);
+        }
+}
+
+/* Under g->lock: queues the next batch (gs_gsm_scrub_next) on the scrub
+ * stream and records scrub_ev after it; how many chunks are in it.
+ * Chunks that need no zeroing (made anew since, or before their grant)
+ * are only said clean. */
+static uint32_t batch_fill(struct gs_gpu *g)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        uint32_t ids[GS_GPU_SCRUB_BATCH];
+        char why[200] = "";
+        bool again = true;
+        int r = 0;
+
+        if (g->scrub_paused || !g->gsm || g->frozen || g->nbatch)
+                return 0;
+        (void)cu->ctx_set_current(g->ctx);
+        for (int round = 0; again && r == 0 && g->nbatch == 0 && round < 8; round++) {
+                uint32_t n = gs_gsm_scrub_next(g->gsm, GS_GPU_SCRUB_AHEAD, ids, GS_GPU_SCRUB_BATCH);
+
+                again = false;
+                for (uint32_t i = 0; i < n; i++) {
+                        struct gs_chunk *c = &g->chunks[ids[i]];
+                        if (c->fd < 0 || c->recycle || c->writer == 0) {
+                                gs_gsm_clean(g->gsm, ids[i]);
+                                again = true;
+                                continue;
+                        }
+                        r = gs_chunk_map(g, c, why, sizeof(why));
+                        if (r == 0)
+                                r = gs_gpu_scrub_queue(g, c->va, g->chunk_bytes, why, sizeof(why));
+                        if (r < 0) {
+                                /* Retried later; said at 1, 2, 4, ... failures. */
+                                g->scrub_st.failures++;
+                                g->scrub_retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
+                                if (!(g->scrub_st.failures & (g->scrub_st.failures - 1)))
+                                        log_warn("GPU %u: chunk %u not scrubbed in the background (zeroed when "
+                                                 "granted; %llu failures): %s", g->index, ids[i],
+                                                 (unsigned long long)g->scrub_st.failures, why);
+                                break;
+                        }
+                        c->scrubbing = true;
+                        g->batch[g->nbatch++] = (struct gs_gpu_scrub_ent){ .va = c->va, .chunk = ids[i] };
+                }
+        }
+        if (!g->nbatch)
+                return 0;
+        g->scrub_st.batches_bg++;
+        r = gs_cuda_check(cu, cu->event_record(g->scrub_ev, g->scrub_stream), "scrub: cuEventRecord", why,
+                          sizeof(why));
+        if (r < 0) {
+                (void)cu->ctx_synchronize(); /* no memset may outlive the batch */
+                gs_gpu_batch_done(g, false, why);
+                return 0;
+        }
+        return g->nbatch;
+}
+
+/* The scrubber: woken by kicks, it lets releases gather, queues a batch,
+ * waits for it without the lock (the workers serve on; a grant that needs
+ * a chunk of the batch waits itself, gs_gpu_batch_wait), and says its chunks are
+ * clean.  It leaves only between batches. */
+static void *scrubber(void *arg)
+{
+        struct gs_gpu *g = arg;
+        const struct gs_cuda *cu = &g->agent->cu;
+        bool gather = true;
+
+        (void)cu->ctx_set_current(g->ctx);
+        pthread_mutex_lock(&g->lock);
+        while (!g->scrub_stop) {
+                if (g->scrub_paused || !g->scrub_kicked) {
+                        pthread_cond_wait(&g->scrub_cond, &g->lock);
+                        gather = true;
+                        continue;
+                }
+                int64_t now = gs_mono_ms();
+                if (now < g->scrub_retry_ms) {
+                        struct timespec ts;
+                        clock_gettime(CLOCK_MONOTONIC, &ts);
+                        int64_t ns = ts.tv_nsec + (g->scrub_retry_ms - now) * 1000000;
+                        ts.tv_sec += ns / 1000000000;
+                        ts.tv_nsec = ns % 1000000000;
+                        (void)pthread_cond_timedwait(&g->scrub_cond, &g->lock, &ts);
+                        continue;
+                }
+                if (gather) {
+                        struct timespec ts = { 0, GS_GPU_SCRUB_GATHER_US * 1000L };
+                        gather = false;
+                        pthread_mutex_unlock(&g->lock);
+                        nanosleep(&ts, NULL);
+                        pthread_mutex_lock(&g->lock);
+                        continue;
+                }
+                g->scrub_kicked = false;
+                if (batch_fill(g) == 0) {
+                        gather = true;
+                        continue;
+                }
+                pthread_mutex_unlock(&g->lock);
+                CUresult cr = cu->event_synchronize(g->scrub_ev);
+                pthread_mutex_lock(&g->lock);
+                if (g->nbatch)
+                        gs_gpu_batch_done(g, cr == CUDA_SUCCESS, "scrub: cuEventSynchronize failed");
+                /* More may be wanted by now: look again at once. */
+                g->scrub_kicked = true;
+        }
+        pthread_mutex_unlock(&g->lock);
+        return NULL;
+}
+
+/* The scrub stream and events, once the context is current: 0, or a
+ * negative errno (logged) and none of them (synchronous scrubs). */
+int gs_gpu_scrub_setup(struct gs_gpu *g)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        const unsigned evf = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING;
+        int least = 0, greatest = 0;
+        char why[200];
+        int r;
+
+        /* The lowest priority is the numerically largest: the agent's
+         * memsets yield to anything else the agent queues. */
+        r = gs_cuda_check(cu, cu->ctx_get_stream_priority_range(&least, &greatest), "cuCtxGetStreamPriorityRange",
+                          why, sizeof(why));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->stream_create_with_priority(&g->scrub_stream, CU_STREAM_NON_BLOCKING,
+                                                                      least),
+                                  "cuStreamCreateWithPriority", why, sizeof(why));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->event_create(&g->scrub_ev, evf), "cuEventCreate", why, sizeof(why));
+        if (r == 0)
+                r = gs_cuda_check(cu, cu->event_create(&g->sync_ev, evf), "cuEventCreate", why, sizeof(why));
+        if (r < 0) {
+                log_warn("GPU %u: no scrub stream (%s): chunks are zeroed when granted", g->index, why);
+                if (g->sync_ev)
+                        (void)cu->event_destroy(g->sync_ev);
+                if (g->scrub_ev)
+                        (void)cu->event_destroy(g->scrub_ev);
+                if (g->scrub_stream)
+                        (void)cu->stream_destroy(g->scrub_stream);
+                g->sync_ev = g->scrub_ev = NULL;
+                g->scrub_stream = NULL;
+        }
+        return r;
+}
+
+void gs_gpu_scrub_start(struct gs_gpu *g)
+{
+        pthread_condattr_t ca;
+        sigset_t all, old;
+        int r;
+
+        if (!g->scrub_stream || !g->pool)
+                return;
+        g->gsm = pool_gsm(g);
+        if (!g->gsm) {
+                log_warn("GPU %u: the pool's free lists are not where expected: no scrubber, chunks are zeroed "
+                         "when granted", g->index);
+                return;
+        }
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&g->scrub_cond, &ca);
+        pthread_condattr_destroy(&ca);
+        /* Signals are the main thread's (signalfd). */
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        r = pthread_create(&g->scrub_thr, NULL, scrubber, g);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r != 0) {
+                log_warn("GPU %u: no scrubber thread (%s): chunks are zeroed when granted", g->index, strerror(r));
+                pthread_cond_destroy(&g->scrub_cond);
+                g->gsm = NULL;
+                return;
+        }
+        char name[16];
+        snprintf(name, sizeof(name), "gshare-scrub%u", g->index % 100);
+        (void)pthread_setname_np(g->scrub_thr, name);
+        g->scrub_started = true;
+        pthread_mutex_lock(&g->lock);
+        g->gsm->kick_ctx = g;
+        g->gsm->kick_fn = gs_gpu_scrub_kick;
+        pthread_mutex_unlock(&g->lock);
+}
+
+/* Before the pool and the context go: the thread ends between batches. */
+void gs_gpu_scrub_stop(struct gs_gpu *g)
+{
+        if (!g->scrub_started)
+                return;
+        pthread_mutex_lock(&g->lock);
+        g->scrub_stop = true;
+        pthread_cond_signal(&g->scrub_cond);
+        pthread_mutex_unlock(&g->lock);
+        pthread_join(g->scrub_thr, NULL);
+        pthread_mutex_lock(&g->lock);
+        g->gsm->kick_fn = NULL;
+        g->gsm = NULL;
+        pthread_mutex_unlock(&g->lock);
+        pthread_cond_destroy(&g->scrub_cond);
+        g->scrub_started = false;
+}
