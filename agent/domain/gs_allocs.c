@@ -84,7 +84,8 @@ struct gs_allocation *gs_allocs_find_claim(struct gs_agent *ag, const char *uid)
 
 const struct gs_claim *gs_allocs_claim(const struct gs_allocation *a)
 {
-        return a->kind == GS_OWNER_CLAIM ? &a->claim : NULL;
+        /* Released (unprepared): the claim is done with it; it only drains. */
+        return a->kind == GS_OWNER_CLAIM && !a->releasing ? &a->claim : NULL;
 }
 
 struct gs_gpu *gs_allocs_gpu(struct gs_agent *ag, const char *uuid)

@@ -149,7 +149,8 @@ struct gs_alloc_req {
 int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
                      bool *ret_created, char *err, size_t errlen) GS_WUR;
 
-/* The claim a is the allocation of, or NULL (a device plugin's). */
+/* The claim a is the allocation of, or NULL (a device plugin's, or a
+ * claim's released and draining). */
 const struct gs_claim *gs_allocs_claim(const struct gs_allocation *a);
 /* The allocation of claim uid (not one being released), or NULL. */
 struct gs_allocation *gs_allocs_find_claim(struct gs_agent *ag, const char *uid);
