@@ -289,7 +289,7 @@ def upgrade_from_v2(ag, tmp, dev, uuid):
     al = ag.allocs()
     by_ids = {tuple(a["device_ids"]): a for a in al.values()}
     k = al.get(K, {})
-    check(k.get("claim_uid") == claim and k.get("claim_name") == "shared" and k.get("claim_namespace") == "team"
+    check(k.get("claim_uid") == claim and k.get("claim") == "shared" and k.get("claim_namespace") == "team"
           and k["parts"][0]["units"] == 2 and k["socket_dir"].endswith("/%s-0000abce" % K)
           and sorted(k["device_ids"]) == [dev(6), dev(7)],
           "v2 line + claims file: the claim's allocation, its id, units and socket dir kept")
