@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
-#include "gs_claims.h"
+#include "gs_pending.h"
 #include "gs_ctlsrv.h"
 #include "gs_gpu.h"
 #include "gs_handover.h"
@@ -548,7 +548,6 @@ out:
         gs_proc_kill_all(&ag);
         gs_workers_free(ag.workers);
         gs_allocs_shutdown(&ag);
-        gs_claims_free(&ag);
         gs_ctlsrv_free(ag.ctl);
         gs_metrics_free(ag.metrics);
         for (uint32_t i = 0; i < ag.ngpus; i++)

@@ -278,6 +278,7 @@ int main(int argc, char **argv)
         };
         GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
         Gshare__Ctl__V1__CreateAllocationRequest cr = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__INIT;
+        Gshare__Ctl__V1__DeviceOwner owner = GSHARE__CTL__V1__DEVICE_OWNER__INIT;
         Gshare__Ctl__V1__ReleaseAllocationRequest rr = GSHARE__CTL__V1__RELEASE_ALLOCATION_REQUEST__INIT;
         Gshare__Ctl__V1__ListGpusRequest lg = GSHARE__CTL__V1__LIST_GPUS_REQUEST__INIT;
         Gshare__Ctl__V1__ListAllocationsRequest la = GSHARE__CTL__V1__LIST_ALLOCATIONS_REQUEST__INIT;
@@ -319,8 +320,11 @@ int main(int argc, char **argv)
                 req.list_allocations = &la;
         } else if (strcmp(cmd, "create") == 0 && optind < argc) {
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
-                cr.device_ids = argv + optind;
-                cr.n_device_ids = (size_t)(argc - optind);
+                /* The device plugin's owner (CreateAllocation, owner devices). */
+                owner.device_ids = argv + optind;
+                owner.n_device_ids = (size_t)(argc - optind);
+                cr.owner_case = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__OWNER_DEVICES;
+                cr.devices = &owner;
                 req.create_allocation = &cr;
                 optind = argc;
         } else if (strcmp(cmd, "release") == 0 && optind + 1 == argc) {

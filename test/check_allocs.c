@@ -1,4 +1,5 @@
-/* check_allocs.c — allocations: ids of device-ID sets and the checkpoint line format (gs_allocs.h). */
+/* check_allocs.c — allocations (gs_allocs.h): ids of device-ID sets, the owner; the
+ * checkpoint format is check_ckpt.c's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,56 +32,24 @@ START_TEST(test_id_stable_and_distinct)
 }
 END_TEST
 
-START_TEST(test_parse_line)
+/* The owner is the allocation's: a claim's is found by its UID (not
+ * while it is being released), a device plugin's has no claim. */
+START_TEST(test_owner)
 {
-        char line[512], id[17], dir[GS_ALLOCS_DIR_MAX];
-        char *ids[4];
-        uint64_t created = 0;
+        struct gs_agent ag;
+        struct gs_allocation a = { .kind = GS_OWNER_CLAIM }, b = { .kind = GS_OWNER_DEVICES };
 
-        snprintf(line, sizeof(line), "0123456789abcdef 1700000000 2 X-u0 X-u1\n");
-        ck_assert_int_eq(gs_allocs_parse_line(line, id, &created, ids, 4, dir), 2);
-        ck_assert_str_eq(id, "0123456789abcdef");
-        ck_assert_uint_eq(created, 1700000000u);
-        ck_assert_str_eq(ids[0], "X-u0");
-        ck_assert_str_eq(ids[1], "X-u1");
-        ck_assert_str_eq(dir, "0123456789abcdef"); /* v1: the directory is the id */
-        snprintf(line, sizeof(line), "0123456789abcdef 1700000000 1 X-u0 dir=0123456789abcdef-00c0ffee\n");
-        ck_assert_int_eq(gs_allocs_parse_line(line, id, &created, ids, 4, dir), 1);
-        ck_assert_str_eq(ids[0], "X-u0");
-        ck_assert_str_eq(dir, "0123456789abcdef-00c0ffee");
-}
-END_TEST
-
-START_TEST(test_parse_line_rejects)
-{
-        static const char *bad[] = {
-                "",
-                "0123456789abcdeF 1 1 a",      /* upper case id */
-                "0123456789abcde 1 1 a",       /* short id */
-                "0123456789abcdef -1 1 a",     /* negative time */
-                "0123456789abcdef x 1 a",      /* junk time */
-                "0123456789abcdef 1 2 a",      /* fewer IDs than said */
-                "0123456789abcdef 1 1 a b",    /* more IDs than said */
-                "0123456789abcdef 1 0",        /* none */
-                "0123456789abcdef 1 5 a b c d e", /* over max_ids */
-                "0123456789abcdef 1 99999999999999999999999 a",
-                "0123456789abcdef 1 1 a dir=../etc",      /* not one hex component */
-                "0123456789abcdef 1 1 a dir=",
-                "0123456789abcdef 1 1 a dir=ab dir=cd",
-                "0123456789abcdef 1 1 a dir=ab b",
-                "0123456789abcdef 1 2 a dir=ab b",
-                "0123456789abcdef 1 1 a dir=0123456789abcdef-0123456789abcdef",
-        };
-        char line[128], id[17] = "unchanged", dir[GS_ALLOCS_DIR_MAX];
-        char *ids[4];
-        uint64_t created = 77;
-
-        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-                snprintf(line, sizeof(line), "%s", bad[i]);
-                ck_assert_msg(gs_allocs_parse_line(line, id, &created, ids, 4, dir) == -EINVAL,
-                              "accepted '%s'", bad[i]);
-                ck_assert_uint_eq(created, 77);
-        }
+        memset(&ag, 0, sizeof(ag));
+        snprintf(a.claim.uid, sizeof(a.claim.uid), "11111111-1111-1111-1111-111111111111");
+        snprintf(b.id, sizeof(b.id), "bbbbbbbbbbbbbbbb");
+        a.next = &b;
+        ag.allocs = &a;
+        ck_assert_ptr_eq(gs_allocs_claim(&a), &a.claim);
+        ck_assert_ptr_null(gs_allocs_claim(&b));
+        ck_assert_ptr_eq(gs_allocs_find_claim(&ag, "11111111-1111-1111-1111-111111111111"), &a);
+        ck_assert_ptr_null(gs_allocs_find_claim(&ag, "bbbbbbbbbbbbbbbb"));
+        a.releasing = true;
+        ck_assert_ptr_null(gs_allocs_find_claim(&ag, "11111111-1111-1111-1111-111111111111"));
 }
 END_TEST
 
@@ -90,8 +59,7 @@ int main(void)
         TCase *t = tcase_create("allocs");
 
         tcase_add_test(t, test_id_stable_and_distinct);
-        tcase_add_test(t, test_parse_line);
-        tcase_add_test(t, test_parse_line_rejects);
+        tcase_add_test(t, test_owner);
         suite_add_tcase(s, t);
         return gs_check_run(s);
 }

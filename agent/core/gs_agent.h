@@ -36,7 +36,6 @@ struct gs_ctlsrv;
 struct gs_metrics;
 struct gs_events;
 struct gs_allocs_pending;
-struct gs_claims;
 
 struct gs_agent {
         struct gs_config cfg;
@@ -45,10 +44,11 @@ struct gs_agent {
         uint32_t ngpus;
         struct gs_allocation *allocs;
         uint32_t nallocs;
-        /* Checkpoint lines not restored yet (gs_allocs.h). */
+        /* Checkpoint lines not restored yet (gs_pending.h). */
         struct gs_allocs_pending *pending;
-        /* DRA claims' allocations (gs_claims.h); NULL until first used. */
-        struct gs_claims *claims;
+        /* 0, or the negative errno of the last failed read of the
+         * checkpoint: the allocations are unknown (gs_pending.h). */
+        int ckpt_err;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;
         struct gs_loop *loop;            /* gs_loop.h: the main thread's reactor */

@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
-#include "gs_claims.h"
+#include "gs_devid.h"
 #include "gs_ctl.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
+#include "gs_pending.h"
 #include "gs_proc.h"
 #include "gs_stream.h"
 
@@ -150,7 +151,7 @@ static Gshare__Ctl__V1__ListGpusReply *gpus_msg(struct arena *ar, struct gs_agen
 /* The claim fields of m, for a DRA claim's allocation.  false: out of memory. */
 static bool alloc_msg_claim(struct arena *ar, struct gs_allocation *a, Gshare__Ctl__V1__Allocation *m)
 {
-        const struct gs_claim *c = gs_claims_of(a->agent, a);
+        const struct gs_claim *c = gs_allocs_claim(a);
 
         if (!c)
                 return true;
@@ -158,6 +159,25 @@ static bool alloc_msg_claim(struct arena *ar, struct gs_allocation *a, Gshare__C
         m->claim_namespace = arena_str(ar, c->ns);
         m->claim_name = arena_str(ar, c->name);
         return m->claim_uid && m->claim_namespace && m->claim_name;
+}
+
+/* The device IDs of m: a device plugin's own, or, for a claim's, those of
+ * its units (the device plugin's mirror takes them as taken). */
+static bool alloc_msg_ids(struct arena *ar, struct gs_allocation *a, Gshare__Ctl__V1__Allocation *m)
+{
+        size_t n = a->kind == GS_OWNER_DEVICES ? a->ndevice_ids : a->nunits;
+
+        m->device_ids = arena_alloc(ar, n * sizeof(char *));
+        if (!m->device_ids)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char id[GS_DEVID_MAX + 1];
+                if (a->kind != GS_OWNER_DEVICES &&
+                    gs_devid_format(id, sizeof(id), a->agent->gpus[a->units[i].gpu].uuid, a->units[i].unit) < 0)
+                        continue;
+                m->device_ids[m->n_device_ids++] = arena_str(ar, a->kind == GS_OWNER_DEVICES ? a->device_ids[i] : id);
+        }
+        return true;
 }
 
 static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_allocation *a)
@@ -170,13 +190,10 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
         if (!m)
                 return NULL;
         m->id = arena_str(ar, a->id);
-        m->device_ids = arena_alloc(ar, a->ndevice_ids * sizeof(char *));
         m->parts = arena_alloc(ar, a->nparts * sizeof(*m->parts));
         m->processes = arena_alloc(ar, (size_t)a->nprocs * a->nparts * sizeof(*m->processes) + 1);
-        if (!m->device_ids || !m->parts || !m->processes)
+        if (!m->parts || !m->processes || !alloc_msg_ids(ar, a, m))
                 return NULL;
-        for (size_t i = 0; i < a->ndevice_ids; i++)
-                m->device_ids[m->n_device_ids++] = arena_str(ar, a->device_ids[i]);
         for (uint32_t i = 0; i < a->nparts; i++) {
                 struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
                 struct gs_palloc_stats st;
@@ -239,62 +256,66 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
 
 /* ---- request handlers ---- */
 
-static void do_create(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest *req,
-                      GsCtlReply *rep, char *err, size_t errlen)
+/* CreateAllocation, and its old form CreateClaimAllocation (c NULL, cc
+ * set): one request, parsed here, to gs_allocs_create. */
+static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__V1__CreateAllocationRequest *c,
+                      const Gshare__Ctl__V1__ClaimOwner *cc, GsCtlReply *rep, char *err, size_t errlen)
 {
-        const Gshare__Ctl__V1__CreateAllocationRequest *c = req->create_allocation;
         Gshare__Ctl__V1__CreateAllocationReply *m;
+        struct gs_alloc_req req = { .kind = GS_OWNER_DEVICES };
         struct gs_allocation *a;
         bool created = false;
-        int r;
+        int r = 0;
 
-        r = c->take_over ? gs_allocs_take_over(s->ag, (const char *const *)c->device_ids,
-                                               c->n_device_ids, err, errlen)
-                         : 0;
+        if (c && c->owner_case == GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__OWNER_CLAIM)
+                cc = c->claim;
+        if (cc) {
+                const char *f[] = { cc->uid, cc->namespace_, cc->name, cc->gpu_uuid };
+                req.kind = GS_OWNER_CLAIM;
+                if (strlen(f[0]) > GS_CLAIM_UID_MAX || strlen(f[1]) > GS_CLAIM_NS_MAX ||
+                    strlen(f[2]) > GS_CLAIM_NAME_MAX || strlen(f[3]) > GS_UUID_STR_LEN) {
+                        snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name",
+                                 f[0], f[1], f[2]);
+                        r = -EINVAL;
+                }
+                snprintf(req.claim.uid, sizeof(req.claim.uid), "%s", f[0]);
+                snprintf(req.claim.ns, sizeof(req.claim.ns), "%s", f[1]);
+                snprintf(req.claim.name, sizeof(req.claim.name), "%s", f[2]);
+                snprintf(req.claim.gpu_uuid, sizeof(req.claim.gpu_uuid), "%s", f[3]);
+                req.claim.units = cc->units;
+                if (r == 0 && c && (c->n_device_ids || c->take_over)) {
+                        snprintf(err, errlen, "a claim's allocation takes no device IDs nor take_over");
+                        r = -EINVAL;
+                }
+        } else if (c->owner_case == GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__OWNER_DEVICES) {
+                req.ids = (const char *const *)c->devices->device_ids;
+                req.nids = c->devices->n_device_ids;
+                if (c->n_device_ids) {
+                        snprintf(err, errlen, "device IDs given twice: in device_ids and in the owner devices");
+                        r = -EINVAL;
+                }
+        } else {
+                req.ids = (const char *const *)c->device_ids;
+                req.nids = c->n_device_ids;
+        }
+        if (r == 0 && c && c->take_over && req.kind == GS_OWNER_DEVICES)
+                r = gs_allocs_take_over(s->ag, req.ids, req.nids, err, errlen);
         if (r == 0)
-                r = gs_allocs_create(s->ag, (const char *const *)c->device_ids, c->n_device_ids, 0, NULL,
-                                     true, &a, &created, err, errlen);
+                r = gs_allocs_create(s->ag, &req, &a, &created, err, errlen);
         if (r < 0) {
                 rep->error = r;
                 return;
         }
         if (created) {
-                log_info("allocation %s created: %zu units, socket %s", a->id, a->ndevice_ids,
-                         a->socket_path);
+                if (cc)
+                        log_info("allocation %s created for claim %s (%s/%s): %u units of GPU %s, socket %s", a->id,
+                                 a->claim.uid, a->claim.ns, a->claim.name, a->claim.units, a->claim.gpu_uuid,
+                                 a->socket_path);
+                else
+                        log_info("allocation %s created: %zu units, socket %s", a->id, a->nunits, a->socket_path);
                 gs_agent_changed(s->ag);
         }
-        m = NEW(ar, Gshare__Ctl__V1__CreateAllocationReply,
-                GSHARE__CTL__V1__CREATE_ALLOCATION_REPLY__INIT);
-        if (!m || !(m->allocation = alloc_msg(ar, a)))
-                return;
-        m->created = created;
-        rep->body_case = GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION;
-        rep->create_allocation = m;
-}
-
-static void do_create_claim(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest *req,
-                            GsCtlReply *rep, char *err, size_t errlen)
-{
-        const Gshare__Ctl__V1__CreateClaimAllocationRequest *c = req->create_claim_allocation;
-        Gshare__Ctl__V1__CreateAllocationReply *m;
-        struct gs_allocation *a;
-        bool created = false;
-        int r;
-
-        r = gs_claims_create(s->ag, c->claim_uid, c->claim_namespace, c->claim_name, c->gpu_uuid, c->units,
-                             &a, &created, err, errlen);
-        if (r < 0) {
-                rep->error = r;
-                return;
-        }
-        if (created) {
-                log_info("allocation %s created for claim %s (%s/%s): %u units of GPU %s, socket %s", a->id,
-                         c->claim_uid, c->claim_namespace, c->claim_name, c->units, c->gpu_uuid,
-                         a->socket_path);
-                gs_agent_changed(s->ag);
-        }
-        m = NEW(ar, Gshare__Ctl__V1__CreateAllocationReply,
-                GSHARE__CTL__V1__CREATE_ALLOCATION_REPLY__INIT);
+        m = NEW(ar, Gshare__Ctl__V1__CreateAllocationReply, GSHARE__CTL__V1__CREATE_ALLOCATION_REPLY__INIT);
         if (!m || !(m->allocation = alloc_msg(ar, a)))
                 return;
         m->created = created;
@@ -310,17 +331,19 @@ static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest
         int r;
 
         if (c->claim_uid && c->claim_uid[0]) {
-                r = gs_claims_release(s->ag, c->claim_uid, err, errlen);
+                r = gs_allocs_release_claim(s->ag, c->claim_uid, err, errlen);
                 goto done;
         }
         if (c->id && c->id[0])
                 a = gs_allocs_find(s->ag, c->id);
         else if (c->n_device_ids)
                 a = gs_allocs_find_ids(s->ag, (const char *const *)c->device_ids, c->n_device_ids);
+        if ((r = gs_allocs_known(s->ag, err, errlen)) < 0)
+                goto done;
         if (!a || a->releasing) {
                 /* Perhaps a checkpoint line waiting to be restored. */
                 r = gs_allocs_release_pending(s->ag, c->id, (const char *const *)c->device_ids,
-                                              c->n_device_ids, err, errlen);
+                                              c->n_device_ids, NULL, err, errlen);
                 if (r == -ENOENT)
                         snprintf(err, errlen, "no allocation %s%.64s",
                                  c->id && c->id[0] ? "" : "for these device IDs", c->id ? c->id : "");
@@ -407,14 +430,23 @@ static void handle(struct gs_ctlsrv *s, struct gs_stream *c, const uint8_t *buf,
         }
         switch (req->op_case) {
         case GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION:
-                do_create(s, &ar, req, &rep, err, sizeof(err));
+                do_create(s, &ar, req->create_allocation, NULL, &rep, err, sizeof(err));
                 break;
         case GSHARE__CTL__V1__REQUEST__OP_RELEASE_ALLOCATION:
                 do_release(s, &ar, req, &rep, err, sizeof(err));
                 break;
-        case GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION:
-                do_create_claim(s, &ar, req, &rep, err, sizeof(err));
+        case GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION: {
+                /* The old form: the same request, owner claim. */
+                const Gshare__Ctl__V1__CreateClaimAllocationRequest *o = req->create_claim_allocation;
+                Gshare__Ctl__V1__ClaimOwner cc = GSHARE__CTL__V1__CLAIM_OWNER__INIT;
+                cc.uid = o->claim_uid;
+                cc.gpu_uuid = o->gpu_uuid;
+                cc.units = o->units;
+                cc.namespace_ = o->claim_namespace;
+                cc.name = o->claim_name;
+                do_create(s, &ar, NULL, &cc, &rep, err, sizeof(err));
                 break;
+        }
         case GSHARE__CTL__V1__REQUEST__OP_LIST_GPUS:
                 rep.list_gpus = gpus_msg(&ar, s->ag);
                 rep.body_case = GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS;

@@ -1,69 +1,45 @@
-/* gs_allocs.c — see gs_allocs.h. */
+/* gs_allocs.c — the lifecycle of an allocation; see gs_allocs.h. */
 #include "gs_allocs.h"
 
-#include <fcntl.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/random.h>
-#include <sys/un.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gs_file.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
+#include "gs_pending.h"
+#include "gs_sockdir.h"
+
+static void fnv(uint64_t *h, const char *s)
+{
+        for (const char *p = s; *p; p++) {
+                *h ^= (uint8_t)*p;
+                *h *= 0x100000001b3ull;
+        }
+        *h ^= '\n'; /* separator: {"ab","c"} != {"a","bc"} */
+        *h *= 0x100000001b3ull;
+}
 
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17])
 {
         uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
 
-        for (size_t i = 0; i < n; i++) {
-                for (const char *p = sorted_ids[i]; *p; p++) {
-                        h ^= (uint8_t)*p;
-                        h *= 0x100000001b3ull;
-                }
-                h ^= '\n'; /* separator: {"ab","c"} != {"a","bc"} */
-                h *= 0x100000001b3ull;
-        }
-        snprintf(out, 17, "%016" PRIx64, h);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-        return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* A sorted malloc'ed copy of ids[0..n) in one block (pointers then strings). */
-static char **sorted_copy(const char *const *ids, size_t n)
-{
-        size_t bytes = n * sizeof(char *);
-        char **v, *p;
-
         for (size_t i = 0; i < n; i++)
-                bytes += strlen(ids[i]) + 1;
-        v = malloc(bytes ? bytes : 1);
-        if (!v)
-                return NULL;
-        p = (char *)(v + n);
-        for (size_t i = 0; i < n; i++) {
-                size_t l = strlen(ids[i]) + 1;
-                memcpy(p, ids[i], l);
-                v[i] = p;
-                p += l;
-        }
-        qsort(v, n, sizeof(*v), cmp_str);
-        return v;
+                fnv(&h, sorted_ids[i]);
+        snprintf(out, 17, "%016" PRIx64, h);
 }
 
 static bool same_ids(const struct gs_allocation *a, char *const *sorted, size_t n)
 {
-        if (a->ndevice_ids != n)
+        if (a->kind != GS_OWNER_DEVICES || a->ndevice_ids != n)
                 return false;
         for (size_t i = 0; i < n; i++)
                 if (strcmp(a->device_ids[i], sorted[i]) != 0)
@@ -87,7 +63,7 @@ struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const 
 
         if (n == 0 || n > GS_ALLOCS_MAX_IDS)
                 return NULL;
-        v = sorted_copy(ids, n);
+        v = gs_ckpt_sorted_ids(ids, n);
         if (!v)
                 return NULL;
         gs_allocs_id((const char *const *)v, n, id);
@@ -98,221 +74,26 @@ struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const 
         return a;
 }
 
-static struct gs_gpu *gpu_by_uuid(struct gs_agent *ag, const char *uuid)
+struct gs_allocation *gs_allocs_find_claim(struct gs_agent *ag, const char *uid)
+{
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                if (a->kind == GS_OWNER_CLAIM && !a->releasing && strcmp(a->claim.uid, uid) == 0)
+                        return a;
+        return NULL;
+}
+
+const struct gs_claim *gs_allocs_claim(const struct gs_allocation *a)
+{
+        /* Released (unprepared): the claim is done with it; it only drains. */
+        return a->kind == GS_OWNER_CLAIM && !a->releasing ? &a->claim : NULL;
+}
+
+struct gs_gpu *gs_allocs_gpu(struct gs_agent *ag, const char *uuid)
 {
         for (uint32_t i = 0; i < ag->ngpus; i++)
                 if (strcasecmp(ag->gpus[i].uuid, uuid) == 0)
                         return &ag->gpus[i];
         return NULL;
-}
-
-/* A checkpoint line that could not be restored at start (a GPU missing or
- * unhealthy, too few free chunks, its socket path blocked).  It stays in
- * the checkpoint until it is restored or released, keeps its device IDs
- * from other allocations, and is retried every GS_ALLOCS_RETRY_MS.  A line
- * that does not even parse is kept verbatim (ids NULL) and never retried. */
-struct gs_allocs_pending {
-        struct gs_allocs_pending *next;
-        char id[17];
-        uint64_t created_unix;
-        char dir[GS_ALLOCS_DIR_MAX]; /* its socket directory's name */
-        char **ids;              /* sorted_copy() block; NULL: unparsable */
-        size_t nids;
-        char *line;              /* the line as read, without its newline */
-        char why[256];           /* the last reason it could not be restored */
-};
-
-static void pending_free(struct gs_allocs_pending *q)
-{
-        if (!q)
-                return;
-        free(q->ids);
-        free(q->line);
-        free(q);
-}
-
-/* The pending line holding device ID id (sorted set), or NULL. */
-static struct gs_allocs_pending *pending_holding(struct gs_agent *ag, const char *id)
-{
-        for (struct gs_allocs_pending *q = ag->pending; q; q = q->next)
-                for (size_t i = 0; i < q->nids; i++)
-                        if (strcmp(q->ids[i], id) == 0)
-                                return q;
-        return NULL;
-}
-
-static void pending_unlink(struct gs_agent *ag, struct gs_allocs_pending *q)
-{
-        for (struct gs_allocs_pending **pp = &ag->pending; *pp; pp = &(*pp)->next)
-                if (*pp == q) {
-                        *pp = q->next;
-                        return;
-                }
-}
-
-static bool pending_same(const struct gs_allocs_pending *q, char *const *sorted, size_t n)
-{
-        if (!q->ids || q->nids != n)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (strcmp(q->ids[i], sorted[i]) != 0)
-                        return false;
-        return true;
-}
-
-/* Makes directory path (mode, owned by us) or, if exclusive is false,
- * accepts an existing one that is a real directory owned by us; its mode is
- * then set to mode.  Through an O_NOFOLLOW fd: a symlink planted in our
- * place is refused, never followed. */
-static int mkdir_owned(const char *path, mode_t mode, bool exclusive, char *err, size_t errlen)
-{
-        struct stat st;
-        int fd, r = 0;
-
-        if (mkdir(path, mode) < 0 && (errno != EEXIST || exclusive)) {
-                r = gs_neg_errno();
-                snprintf(err, errlen, "cannot create directory %s: %s", path, strerror(-r));
-                return r;
-        }
-        fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                snprintf(err, errlen, "%s exists and is not a directory", path);
-                r = -ENOTDIR;
-        } else if (st.st_uid != geteuid()) {
-                snprintf(err, errlen, "%s is owned by uid %u, not by the agent", path,
-                         (unsigned)st.st_uid);
-                r = -EPERM;
-        } else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0) {
-                r = gs_neg_errno();
-                snprintf(err, errlen, "cannot chmod %s: %s", path, strerror(-r));
-        }
-        gs_closep(&fd);
-        return r;
-}
-
-/* A directory name no allocation has had: "<id>-<8 random hex digits>". */
-static int fresh_dir_name(const char *id, char out[GS_ALLOCS_DIR_MAX])
-{
-        uint32_t x;
-
-        if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
-                return gs_neg_errno();
-        snprintf(out, GS_ALLOCS_DIR_MAX, "%s-%08x", id, x);
-        return 0;
-}
-
-/* Creates <socketRoot>/<dir>/agent.sock, listening, watched by the main
- * loop.  socketRoot is 0700: no host user but root reaches anything under
- * it; a container reaches its own directory (0755) through the mount.
- * dir: the directory of a restored allocation (it may exist: it is
- * mounted into containers), or NULL for a fresh one, created here, that no
- * allocation ever had. */
-static int open_socket(struct gs_agent *ag, struct gs_allocation *a, const char *dir, char *err,
-                       size_t errlen)
-{
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        bool bound = false;
-        mode_t old;
-        int fd = -1, r;
-
-        r = mkdir_owned(ag->cfg.socket_root, 0700, false, err, errlen);
-        if (r < 0)
-                return r;
-        for (int tries = 0;; tries++) {
-                if (dir)
-                        snprintf(a->dir_name, sizeof(a->dir_name), "%s", dir);
-                else if ((r = fresh_dir_name(a->id, a->dir_name)) < 0) {
-                        snprintf(err, errlen, "getrandom: %s", strerror(-r));
-                        return r;
-                }
-                if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root,
-                             a->dir_name) >= (int)sizeof(a->socket_dir) ||
-                    snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir,
-                             GS_SOCKET_NAME) >= (int)sizeof(sa.sun_path)) {
-                        snprintf(err, errlen, "socket path under %s is too long", ag->cfg.socket_root);
-                        return -ENAMETOOLONG;
-                }
-                r = mkdir_owned(a->socket_dir, 0755, dir == NULL, err, errlen);
-                if (r != -EEXIST || dir || tries == 8)
-                        break;
-        }
-        if (r < 0)
-                return r;
-        strcpy(sa.sun_path, a->socket_path);
-        if (dir)
-                (void)unlink(a->socket_path); /* a stale one from a previous agent */
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-                r = gs_neg_errno();
-                snprintf(err, errlen, "socket: %s", strerror(-r));
-                goto fail;
-        }
-        /* The socket is made 0666 by bind itself (0777 & ~umask): a chmod
-         * by path afterwards would follow a symlink swapped in meanwhile.
-         * Only the main thread creates files, so the umask is ours. */
-        old = umask(0111);
-        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        umask(old);
-        bound = r == 0;
-        if (r < 0 || listen(fd, 128) < 0) {
-                r = gs_neg_errno();
-                snprintf(err, errlen, "cannot listen on %s: %s", a->socket_path, strerror(-r));
-                goto fail;
-        }
-        r = gs_loop_io_add(ag->loop, &a->listen_io, fd, EPOLLIN, ag->on_alloc_conn, a);
-        if (r < 0) {
-                snprintf(err, errlen, "epoll: %s", strerror(-r));
-                goto fail;
-        }
-        a->listen_fd = fd;
-        return 0;
-fail:
-        if (bound)
-                (void)unlink(a->socket_path);
-        if (!dir)
-                (void)rmdir(a->socket_dir);
-        gs_closep(&fd);
-        return r;
-}
-
-static void close_socket(struct gs_agent *ag, struct gs_allocation *a)
-{
-        if (a->listen_fd < 0)
-                return;
-        gs_loop_io_del(ag->loop, &a->listen_io);
-        gs_closep(&a->listen_fd);
-        /* Another agent's path (gs_agent.h, paths_theirs). */
-        if (!ag->paths_theirs)
-                (void)unlink(a->socket_path);
-}
-
-void gs_allocs_rebind(struct gs_agent *ag)
-{
-        char err[256];
-
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
-                if (a->listen_fd < 0)
-                        continue;
-                gs_loop_io_del(ag->loop, &a->listen_io);
-                gs_closep(&a->listen_fd);
-                char dir[GS_ALLOCS_DIR_MAX];
-                snprintf(dir, sizeof(dir), "%s", a->dir_name);
-                if (open_socket(ag, a, dir, err, sizeof(err)) < 0)
-                        log_error("allocation %s: cannot listen again: %s", a->id, err);
-        }
-}
-
-void gs_allocs_listen(struct gs_agent *ag, bool on)
-{
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
-                if (a->listen_fd < 0)
-                        continue;
-                if (!on)
-                        gs_loop_io_del(ag->loop, &a->listen_io);
-                else if (a->listen_io.dead &&
-                         gs_loop_io_add(ag->loop, &a->listen_io, a->listen_fd, EPOLLIN, ag->on_alloc_conn, a) < 0)
-                        log_error("allocation %s: cannot accept on its socket again", a->id);
-        }
 }
 
 /* Frees the parts and the memory of a; a has no process.  Leaves the list. */
@@ -333,16 +114,13 @@ static void destroy(struct gs_agent *ag, struct gs_allocation *a)
                         log_error("allocation %s: part on GPU %u still busy", a->id, g->index);
                 pthread_mutex_unlock(&g->lock);
         }
-        for (size_t i = 0; i < a->ndevice_ids; i++) {
-                char uuid[GS_UUID_STR_LEN + 1];
-                uint32_t unit;
-                struct gs_gpu *g;
-                if (gs_devid_parse(a->device_ids[i], uuid, &unit) == 0 &&
-                    (g = gpu_by_uuid(ag, uuid)) && unit < g->units_total &&
-                    g->unit_owner[unit] == a)
-                        g->unit_owner[unit] = NULL;
+        for (size_t i = 0; i < a->nunits; i++) {
+                struct gs_gpu *g = &ag->gpus[a->units[i].gpu];
+                if (g->unit_owner[a->units[i].unit] == a)
+                        g->unit_owner[a->units[i].unit] = NULL;
         }
         free(a->device_ids);
+        free(a->units);
         gs_ipc_table_fini(&a->ipc);
         gs_loop_defer_free(ag->loop, a);
 }
@@ -357,111 +135,239 @@ static void unlink_alloc(struct gs_agent *ag, struct gs_allocation *a)
                 }
 }
 
-static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
-                           struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen);
+/* What gs_allocs_create builds before anything changes. */
+struct plan {
+        char id[17];
+        char **ids;              /* DEVICES: sorted, handed to the allocation */
+        size_t nids;
+        struct gs_unit *units;   /* handed to the allocation */
+        size_t nunits;
+        uint32_t nparts;
+        struct gs_gpu *gp[GS_MAX_GPUS_PER_ALLOC];
+        uint32_t per_part[GS_MAX_GPUS_PER_ALLOC];
+};
 
-int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
-                     const char *dir, bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
+/* Adds unit u of g to the plan (and its part). */
+static int plan_unit(struct plan *pl, struct gs_agent *ag, struct gs_gpu *g, uint32_t u, char *err,
                      size_t errlen)
 {
-        struct gs_allocation *a = NULL, *old;
-        uint32_t units[GS_MAX_GPUS_PER_ALLOC] = { 0 };
-        struct gs_gpu *gp[GS_MAX_GPUS_PER_ALLOC];
-        uint32_t nparts = 0;
-        char **v = NULL;
-        char id[17];
-        int r;
+        uint32_t p;
+
+        for (p = 0; p < pl->nparts && pl->gp[p] != g; p++)
+                ;
+        if (p == pl->nparts) {
+                if (pl->nparts == GS_MAX_GPUS_PER_ALLOC) {
+                        snprintf(err, errlen, "an allocation may span at most %d GPUs", GS_MAX_GPUS_PER_ALLOC);
+                        return -E2BIG;
+                }
+                pl->gp[pl->nparts++] = g;
+        }
+        pl->per_part[p]++;
+        pl->units[pl->nunits++] = (struct gs_unit){ .gpu = (uint32_t)(g - ag->gpus), .unit = u };
+        return 0;
+}
+
+/* A device plugin's request: its IDs sorted, parsed into units, checked. */
+static int plan_devices(struct gs_agent *ag, const struct gs_alloc_req *req, struct plan *pl,
+                        struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
+{
+        struct gs_allocation *old;
+        struct gs_allocs_pending *q;
+        size_t n = req->nids;
+        char **v;
 
         if (n == 0 || n > GS_ALLOCS_MAX_IDS) {
-                snprintf(err, errlen, "an allocation needs 1 to %u device IDs, got %zu",
-                         GS_ALLOCS_MAX_IDS, n);
+                snprintf(err, errlen, "an allocation needs 1 to %u device IDs, got %zu", GS_ALLOCS_MAX_IDS, n);
                 return -EINVAL;
         }
-        v = sorted_copy(ids, n);
-        if (!v) {
+        v = pl->ids = gs_ckpt_sorted_ids(req->ids, n);
+        pl->units = malloc(n * sizeof(*pl->units));
+        if (!v || !pl->units) {
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        gs_allocs_id((const char *const *)v, n, id);
-        old = gs_allocs_find(ag, id);
+        pl->nids = n;
+        gs_allocs_id((const char *const *)v, n, pl->id);
+        old = gs_allocs_find(ag, pl->id);
         if (old && same_ids(old, v, n)) {
                 if (old->releasing) {
                         snprintf(err, errlen, "allocation %s is being released (%u processes still running)",
-                                 id, old->nprocs);
-                        r = -EBUSY;
-                        goto fail;
+                                 pl->id, old->nprocs);
+                        return -EBUSY;
                 }
-                free(v);
                 *ret = old;
                 *ret_created = false;
-                return 0;
+                return 1;
         }
         for (size_t i = 0; i < n; i++) {
                 char uuid[GS_UUID_STR_LEN + 1];
-                uint32_t unit, p;
                 struct gs_gpu *g;
+                uint32_t unit;
+                int r;
 
                 if (i > 0 && strcmp(v[i], v[i - 1]) == 0) {
                         snprintf(err, errlen, "device ID '%.63s' appears more than once", v[i]);
-                        r = -EINVAL;
-                        goto fail;
+                        return -EINVAL;
                 }
                 if (gs_devid_parse(v[i], uuid, &unit) < 0) {
                         snprintf(err, errlen, "device ID '%.63s' is not a gshare device ID", v[i]);
-                        r = -EINVAL;
-                        goto fail;
+                        return -EINVAL;
                 }
-                g = gpu_by_uuid(ag, uuid);
+                g = gs_allocs_gpu(ag, uuid);
                 if (!g || unit >= g->units_total) {
-                        snprintf(err, errlen, "device ID '%.63s' is not a %s device of this node",
-                                 v[i], ag->cfg.resource_name);
-                        r = -ENODEV;
-                        goto fail;
+                        snprintf(err, errlen, "device ID '%.63s' is not a %s device of this node", v[i],
+                                 ag->cfg.resource_name);
+                        return -ENODEV;
                 }
                 if (g->unit_owner[unit]) {
                         snprintf(err, errlen, "device ID '%.63s' is part of allocation %s", v[i],
                                  g->unit_owner[unit]->id);
-                        r = -EBUSY;
-                        goto fail;
+                        return -EBUSY;
                 }
                 if (!g->healthy) {
                         snprintf(err, errlen, "GPU %s is unhealthy: %s", g->uuid, g->health_reason);
-                        r = -EIO;
-                        goto fail;
+                        return -EIO;
                 }
-                for (p = 0; p < nparts && gp[p] != g; p++)
-                        ;
-                if (p == nparts) {
-                        if (nparts == GS_MAX_GPUS_PER_ALLOC) {
-                                snprintf(err, errlen, "an allocation may span at most %d GPUs",
-                                         GS_MAX_GPUS_PER_ALLOC);
-                                r = -E2BIG;
-                                goto fail;
-                        }
-                        gp[nparts++] = g;
-                }
-                units[p]++;
+                r = plan_unit(pl, ag, g, unit, err, errlen);
+                if (r < 0)
+                        return r;
         }
-        for (size_t i = 0; i < n; i++) {
-                struct gs_allocs_pending *q = pending_holding(ag, v[i]);
-                if (!q)
+        for (size_t i = 0; i < pl->nunits && ag->pending; i++) {
+                q = gs_pending_holding(ag, &ag->gpus[pl->units[i].gpu], pl->units[i].unit);
+                if (!q || &q->rec == req->restore)
                         continue;
-                if (pending_same(q, v, n)) {
-                        /* Asked for again (the kubelet retrying Allocate):
-                         * try now rather than at the next retry. */
-                        free(v);
-                        return restore_pending(ag, q, ret, ret_created, err, errlen);
-                }
+                if (!req->restore && gs_pending_of_ids(ag, v, n) == q)
+                        return 2; /* asked for again: restore it now */
                 snprintf(err, errlen, "device ID '%.63s' is part of allocation %s, not restored yet: %.200s",
-                         v[i], q->id, q->why);
-                r = -EBUSY;
-                goto fail;
+                         v[i], q->rec.id, q->why);
+                return -EBUSY;
         }
         if (old) { /* same hash, different set: never seen, but never merge them */
-                snprintf(err, errlen, "allocation id %s collides with an existing allocation", id);
-                r = -EEXIST;
-                goto fail;
+                snprintf(err, errlen, "allocation id %s collides with an existing allocation", pl->id);
+                return -EEXIST;
         }
+        return 0;
+}
+
+/* A claim's request: its units picked among g's free ones (lowest first),
+ * or a restored claim's own. */
+static int plan_claim(struct gs_agent *ag, const struct gs_alloc_req *req, struct plan *pl,
+                      struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
+{
+        const struct gs_claim *c = &req->claim;
+        struct gs_allocation *old;
+        struct gs_allocs_pending *q;
+        uint32_t nfree = 0;
+        struct gs_gpu *g;
+        int r = 0;
+
+        if (!gs_claim_uid_ok(c->uid) || !gs_claim_name_ok(c->ns, GS_CLAIM_NS_MAX) ||
+            !gs_claim_name_ok(c->name, GS_CLAIM_NAME_MAX)) {
+                snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name", c->uid,
+                         c->ns, c->name);
+                return -EINVAL;
+        }
+        old = gs_allocs_find_claim(ag, c->uid);
+        if (old) {
+                if (strcasecmp(old->claim.gpu_uuid, c->gpu_uuid) || old->claim.units != c->units) {
+                        snprintf(err, errlen, "claim %s already has allocation %s of %u units on GPU %s, not %u on %.40s",
+                                 c->uid, old->id, old->claim.units, old->claim.gpu_uuid, c->units, c->gpu_uuid);
+                        return -EEXIST;
+                }
+                *ret = old;
+                *ret_created = false;
+                return 1;
+        }
+        q = gs_pending_of_claim(ag, c->uid);
+        if (q && &q->rec != req->restore) {
+                snprintf(err, errlen, "the allocation %s of claim %s waits to be restored: %.200s", q->rec.id, c->uid,
+                         q->why);
+                return -EAGAIN;
+        }
+        g = gs_allocs_gpu(ag, c->gpu_uuid);
+        if (!g) {
+                snprintf(err, errlen, "GPU %.40s is not a GPU gshare manages on this node", c->gpu_uuid);
+                return -ENODEV;
+        }
+        if (c->units == 0 || c->units > g->units_total) {
+                snprintf(err, errlen, "claim %s asks for %u units of %llu bytes; GPU %s has %u", c->uid, c->units,
+                         (unsigned long long)g->unit_bytes, g->uuid, g->units_total);
+                return -EINVAL;
+        }
+        pl->units = malloc(c->units * sizeof(*pl->units));
+        if (!pl->units) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        if (req->restore) {
+                memcpy(pl->id, req->restore->id, sizeof(pl->id));
+                for (uint32_t i = 0; i < c->units && r == 0; i++) {
+                        uint32_t u = req->restore->units[i];
+                        struct gs_allocs_pending *o = u < g->units_total ? gs_pending_holding(ag, g, u) : NULL;
+                        if (u >= g->units_total || g->unit_owner[u] || (o && &o->rec != req->restore)) {
+                                snprintf(err, errlen, "unit %u of GPU %s is %s", u, g->uuid,
+                                         u >= g->units_total ? "not one of its units" : "part of another allocation");
+                                return u >= g->units_total ? -ENODEV : -EBUSY;
+                        }
+                        r = plan_unit(pl, ag, g, u, err, errlen);
+                }
+        } else {
+                uint64_t x;
+                if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x)) {
+                        r = -errno;
+                        snprintf(err, errlen, "getrandom: %s", strerror(errno));
+                        return r;
+                }
+                snprintf(pl->id, sizeof(pl->id), "%016" PRIx64, x);
+                for (uint32_t u = 0; u < g->units_total && r == 0; u++) {
+                        if (g->unit_owner[u] || (ag->pending && gs_pending_holding(ag, g, u)))
+                                continue;
+                        nfree++;
+                        if (pl->nunits < c->units)
+                                r = plan_unit(pl, ag, g, u, err, errlen);
+                }
+                if (r == 0 && pl->nunits < c->units) {
+                        snprintf(err, errlen, "GPU %s has %u of its %u units (%llu bytes each) free, the claim needs %u",
+                                 g->uuid, nfree, g->units_total, (unsigned long long)g->unit_bytes, c->units);
+                        return -ENOSPC;
+                }
+        }
+        if (r == 0 && !g->healthy) {
+                snprintf(err, errlen, "GPU %s is unhealthy: %s", g->uuid, g->health_reason);
+                return -EIO;
+        }
+        if (r == 0 && gs_allocs_find(ag, pl->id)) {
+                snprintf(err, errlen, "allocation id %s collides with an existing allocation", pl->id);
+                return -EEXIST;
+        }
+        return r;
+}
+
+int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
+                     bool *ret_created, char *err, size_t errlen)
+{
+        struct gs_allocation *a = NULL;
+        struct plan pl = { .nparts = 0 };
+        int r;
+
+        if (!req->restore && (r = gs_allocs_known(ag, err, errlen)) < 0)
+                return r;
+        if (req->kind == GS_OWNER_DEVICES)
+                r = plan_devices(ag, req, &pl, ret, ret_created, err, errlen);
+        else if (req->kind == GS_OWNER_CLAIM)
+                r = plan_claim(ag, req, &pl, ret, ret_created, err, errlen);
+        else {
+                snprintf(err, errlen, "an allocation needs an owner: device IDs or a claim");
+                r = -EINVAL;
+        }
+        if (r == 2) { /* a checkpoint line of these IDs: restored now */
+                struct gs_allocs_pending *q = gs_pending_of_ids(ag, pl.ids, pl.nids);
+                free(pl.ids);
+                free(pl.units);
+                return gs_pending_restore(ag, q, ret, ret_created, err, errlen);
+        }
+        if (r != 0)
+                goto fail;
         a = calloc(1, sizeof(*a));
         if (!a) {
                 snprintf(err, errlen, "out of memory");
@@ -471,18 +377,22 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
         a->agent = ag;
         a->listen_fd = -1;
         gs_ipc_table_init(&a->ipc);
-        memcpy(a->id, id, sizeof(a->id));
-        a->device_ids = v;
-        a->ndevice_ids = n;
-        a->created_unix = created_unix ? created_unix : (uint64_t)time(NULL);
-        for (uint32_t p = 0; p < nparts; p++) {
-                struct gs_gpu *g = gp[p];
+        memcpy(a->id, pl.id, sizeof(a->id));
+        a->kind = req->kind;
+        if (req->kind == GS_OWNER_CLAIM) {
+                a->claim = req->claim;
+                snprintf(a->claim.gpu_uuid, sizeof(a->claim.gpu_uuid), "%s", pl.gp[0]->uuid);
+        }
+        a->created_unix = req->restore && req->restore->created_unix ? req->restore->created_unix
+                                                                     : (uint64_t)time(NULL);
+        for (uint32_t p = 0; p < pl.nparts; p++) {
+                struct gs_gpu *g = pl.gp[p];
                 struct gs_part *part = &a->parts[p];
-                uint64_t quota = (uint64_t)units[p] * g->unit_bytes / g->chunk_bytes;
+                uint64_t quota = (uint64_t)pl.per_part[p] * g->unit_bytes / g->chunk_bytes;
                 uint64_t cap = ag->cfg.balloon_cap_bytes / g->chunk_bytes;
 
                 part->gpu = (uint32_t)(g - ag->gpus);
-                part->units = units[p];
+                part->units = pl.per_part[p];
                 part->quota_chunks = (uint32_t)quota;
                 pthread_mutex_lock(&g->lock);
                 r = gs_palloc_new(g->pool, (uint32_t)quota, (uint32_t)cap, &part->pa);
@@ -498,23 +408,22 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
                 }
                 a->nparts = p + 1;
         }
-        r = open_socket(ag, a, dir, err, errlen);
+        r = gs_sockdir_open(ag, a, req->restore ? req->restore->dir : NULL, err, errlen);
         if (r < 0)
                 goto fail;
-        for (size_t i = 0; i < n; i++) {
-                char uuid[GS_UUID_STR_LEN + 1];
-                uint32_t unit;
-                if (gs_devid_parse(v[i], uuid, &unit) == 0)
-                        gpu_by_uuid(ag, uuid)->unit_owner[unit] = a;
-        }
+        a->device_ids = pl.ids;
+        a->ndevice_ids = pl.nids;
+        a->units = pl.units;
+        a->nunits = pl.nunits;
+        for (size_t i = 0; i < a->nunits; i++)
+                ag->gpus[a->units[i].gpu].unit_owner[a->units[i].unit] = a;
         a->next = ag->allocs;
         ag->allocs = a;
         ag->nallocs++;
-        if (checkpoint && (r = gs_allocs_checkpoint(ag)) < 0) {
-                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir,
-                         strerror(-r));
+        if (!req->restore && (r = gs_allocs_checkpoint(ag)) < 0) {
+                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir, strerror(-r));
                 unlink_alloc(ag, a);
-                close_socket(ag, a);
+                gs_sockdir_close(ag, a);
                 (void)rmdir(a->socket_dir);
                 destroy(ag, a);
                 return r;
@@ -523,24 +432,20 @@ int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint
         *ret_created = true;
         return 0;
 fail:
-        if (a) {
-                /* v is freed below; destroy() must see no device IDs (none
-                 * of unit_owner points at a yet). */
-                a->device_ids = NULL;
-                a->ndevice_ids = 0;
-                destroy(ag, a);
-        }
-        free(v);
-        return r;
+        if (a)
+                destroy(ag, a); /* it holds no units yet */
+        free(pl.ids);
+        free(pl.units);
+        return r < 0 ? r : 0;
 }
 
 static void delete_now(struct gs_agent *ag, struct gs_allocation *a)
 {
         unlink_alloc(ag, a);
-        close_socket(ag, a);
+        gs_sockdir_close(ag, a);
         if (rmdir(a->socket_dir) < 0 && errno != ENOENT)
                 log_warn("allocation %s: cannot remove %s: %m", a->id, a->socket_dir);
-        log_info("allocation %s deleted, its %zu units are free", a->id, a->ndevice_ids);
+        log_info("allocation %s deleted, its %zu units are free", a->id, a->nunits);
         destroy(ag, a);
 }
 
@@ -550,7 +455,7 @@ int gs_allocs_release(struct gs_agent *ag, struct gs_allocation *a, char *err, s
         int r;
 
         a->releasing = true;
-        close_socket(ag, a);
+        gs_sockdir_close(ag, a);
         r = gs_allocs_checkpoint(ag);
         if (r < 0) {
                 a->releasing = was;
@@ -588,6 +493,28 @@ void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
                 gs_agent_changed(ag);
 }
 
+int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen)
+{
+        struct gs_allocation *a;
+        int r;
+
+        /* Unknown allocations: "no such claim" would be a guess, and the
+         * kubelet retries an unprepare that fails. */
+        r = gs_allocs_known(ag, err, errlen);
+        if (r < 0)
+                return r;
+        a = gs_allocs_find_claim(ag, uid);
+        if (a) {
+                r = gs_allocs_release(ag, a, err, errlen);
+                if (r == 0)
+                        log_info("claim %s (%s/%s): allocation %s released", uid, a->claim.ns, a->claim.name,
+                                 a->id);
+                return r;
+        }
+        r = gs_allocs_release_pending(ag, NULL, NULL, 0, uid, err, errlen);
+        return r == -ENOENT ? 0 : r;
+}
+
 /* The allocation holding device ID id, or NULL; *ret_foreign set if id is
  * not a unit of this node. */
 static struct gs_allocation *owner_of(struct gs_agent *ag, const char *id, bool *ret_foreign)
@@ -596,7 +523,7 @@ static struct gs_allocation *owner_of(struct gs_agent *ag, const char *id, bool 
         struct gs_gpu *g;
         uint32_t unit;
 
-        if (gs_devid_parse(id, uuid, &unit) < 0 || !(g = gpu_by_uuid(ag, uuid)) || unit >= g->units_total) {
+        if (gs_devid_parse(id, uuid, &unit) < 0 || !(g = gs_allocs_gpu(ag, uuid)) || unit >= g->units_total) {
                 *ret_foreign = true;
                 return NULL;
         }
@@ -649,11 +576,7 @@ int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, c
 
 void gs_allocs_shutdown(struct gs_agent *ag)
 {
-        while (ag->pending) {
-                struct gs_allocs_pending *q = ag->pending;
-                ag->pending = q->next;
-                pending_free(q);
-        }
+        gs_pending_free_all(ag);
         /* The pools go next: their chunks need no fresh memory. */
         for (uint32_t i = 0; i < ag->ngpus; i++)
                 if (ag->gpus[i].pool)
@@ -661,7 +584,7 @@ void gs_allocs_shutdown(struct gs_agent *ag)
         while (ag->allocs) {
                 struct gs_allocation *a = ag->allocs;
                 unlink_alloc(ag, a);
-                close_socket(ag, a);
+                gs_sockdir_close(ag, a);
                 destroy(ag, a);
         }
 }
@@ -669,19 +592,33 @@ void gs_allocs_shutdown(struct gs_agent *ag)
 static int checkpoint_fill(FILE *f, void *ctx)
 {
         struct gs_agent *ag = ctx;
+        uint32_t *units = NULL;
+        size_t cap = 0;
 
-        fprintf(f, "# gshare-agent allocations v2\n");
+        fputs(GS_CKPT_HEADER, f);
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 if (a->releasing)
                         continue;
-                fprintf(f, "%s %" PRIu64 " %zu", a->id, a->created_unix, a->ndevice_ids);
-                for (size_t i = 0; i < a->ndevice_ids; i++)
-                        fprintf(f, " %s", a->device_ids[i]);
-                fprintf(f, " dir=%s\n", a->dir_name);
+                if (a->kind == GS_OWNER_DEVICES) {
+                        gs_ckpt_put_devices(f, a->id, a->created_unix, a->dir_name, a->device_ids, a->ndevice_ids);
+                        continue;
+                }
+                if (a->nunits > cap) {
+                        uint32_t *u = realloc(units, a->nunits * sizeof(*u));
+                        if (!u) {
+                                free(units);
+                                return -ENOMEM;
+                        }
+                        units = u;
+                        cap = a->nunits;
+                }
+                for (size_t i = 0; i < a->nunits; i++)
+                        units[i] = a->units[i].unit;
+                gs_ckpt_put_claim(f, a->id, a->created_unix, a->dir_name, &a->claim, units, a->nunits);
         }
+        free(units);
         /* Lines not restored (yet) leave only by release. */
-        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
-                fprintf(f, "%s\n", q->line);
+        gs_pending_put_all(f, ag);
         return 0;
 }
 
@@ -693,8 +630,10 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
         /* Another agent's file (gs_agent.h, paths_theirs). */
         if (ag->paths_theirs)
                 return 0;
-        if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
-            (int)sizeof(path))
+        /* Unknown: a save would erase what could not be read. */
+        if (ag->ckpt_err)
+                return ag->ckpt_err;
+        if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CKPT_NAME) >= (int)sizeof(path))
                 return -ENAMETOOLONG;
         if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST)
                 return gs_neg_errno();
@@ -702,253 +641,6 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
         if (r < 0)
                 log_error("cannot write the checkpoint %s: %s", path, strerror(-r));
         return r;
-}
-
-int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
-                         size_t max_ids, char ret_dir[GS_ALLOCS_DIR_MAX])
-{
-        char *save = NULL, *tok, *end;
-        unsigned long long created, count;
-        const char *dir = NULL;
-        size_t n = 0;
-
-        tok = strtok_r(line, " \t\n", &save);
-        if (!tok || strlen(tok) != 16 || strspn(tok, "0123456789abcdef") != 16)
-                return -EINVAL;
-        memcpy(ret_id, tok, 17);
-        tok = strtok_r(NULL, " \t\n", &save);
-        if (!tok)
-                return -EINVAL;
-        errno = 0;
-        created = strtoull(tok, &end, 10);
-        if (errno || *end || tok[0] == '-')
-                return -EINVAL;
-        tok = strtok_r(NULL, " \t\n", &save);
-        if (!tok)
-                return -EINVAL;
-        errno = 0;
-        count = strtoull(tok, &end, 10);
-        if (errno || *end || tok[0] == '-' || count == 0 || count > max_ids)
-                return -EINVAL;
-        while ((tok = strtok_r(NULL, " \t\n", &save))) {
-                if (dir)
-                        return -EINVAL;
-                if (n == count && strncmp(tok, "dir=", 4) == 0) {
-                        /* v2: the socket directory's name; one path
-                         * component of hex digits and dashes. */
-                        dir = tok + 4;
-                        if (!*dir || strlen(dir) >= GS_ALLOCS_DIR_MAX ||
-                            strspn(dir, "0123456789abcdef-") != strlen(dir))
-                                return -EINVAL;
-                        continue;
-                }
-                if (n == count)
-                        return -EINVAL;
-                ret_ids[n++] = tok;
-        }
-        if (n != count)
-                return -EINVAL;
-        *ret_created = created;
-        /* v1 lines name no directory: it was <id>. */
-        snprintf(ret_dir, GS_ALLOCS_DIR_MAX, "%s", dir ? dir : ret_id);
-        return (int)n;
-}
-
-/* Takes q out of the pending list and creates its allocation; puts it back
- * (with the reason) if that fails.  The checkpoint already holds its line. */
-static int restore_pending(struct gs_agent *ag, struct gs_allocs_pending *q,
-                           struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
-{
-        int r;
-
-        pending_unlink(ag, q);
-        r = gs_allocs_create(ag, (const char *const *)q->ids, q->nids, q->created_unix, q->dir, false, ret,
-                             ret_created, err, errlen);
-        if (r < 0) {
-                snprintf(q->why, sizeof(q->why), "%s", err);
-                q->next = ag->pending;
-                ag->pending = q;
-                return r;
-        }
-        log_info("allocation %s restored (%zu units), socket %s", (*ret)->id, q->nids,
-                 (*ret)->socket_path);
-        pending_free(q);
-        return 0;
-}
-
-/* Keeps a checkpoint line that cannot be restored now.  line is the text as
- * read; ids the parsed device IDs (n of them), or NULL if it did not parse. */
-static int keep_pending(struct gs_agent *ag, const char *line, const char *id, const char *dir,
-                        uint64_t created, char *const *ids, size_t n, const char *why)
-{
-        struct gs_allocs_pending *q = calloc(1, sizeof(*q));
-        size_t l = strcspn(line, "\n");
-
-        if (!q || !(q->line = strndup(line, l)) ||
-            (ids && !(q->ids = sorted_copy((const char *const *)ids, n)))) {
-                pending_free(q);
-                return -ENOMEM;
-        }
-        snprintf(q->id, sizeof(q->id), "%s", id);
-        snprintf(q->dir, sizeof(q->dir), "%s", dir);
-        q->created_unix = created;
-        q->nids = ids ? n : 0;
-        snprintf(q->why, sizeof(q->why), "%s", why);
-        q->next = ag->pending;
-        ag->pending = q;
-        if (q->ids)
-                gs_loop_timer_arm(&ag->restore_timer, 0);
-        return 0;
-}
-
-int gs_allocs_restore(struct gs_agent *ag)
-{
-        char path[PATH_MAX], id[17], err[512], dir[GS_ALLOCS_DIR_MAX];
-        char **ids = NULL, *line = NULL, *copy = NULL;
-        size_t cap = 0, lineno = 0, restored = 0, kept = 0;
-        FILE *f;
-        int r = 0;
-
-        if (snprintf(path, sizeof(path), "%s/%s", ag->cfg.state_dir, GS_CHECKPOINT_NAME) >=
-            (int)sizeof(path))
-                return -ENAMETOOLONG;
-        f = fopen(path, "re");
-        if (!f)
-                return errno == ENOENT ? 0 : gs_neg_errno();
-        ids = calloc(GS_ALLOCS_MAX_IDS, sizeof(*ids));
-        if (!ids) {
-                fclose(f);
-                return -ENOMEM;
-        }
-        while (getline(&line, &cap, f) > 0) {
-                struct gs_allocation *a;
-                uint64_t created = 0;
-                bool made;
-                int n;
-
-                lineno++;
-                if (line[0] == '#' || line[0] == '\n')
-                        continue;
-                free(copy);
-                copy = strdup(line); /* parsing cuts line up */
-                if (!copy) {
-                        r = -ENOMEM;
-                        break;
-                }
-                n = gs_allocs_parse_line(line, id, &created, ids, GS_ALLOCS_MAX_IDS, dir);
-                if (n < 0) {
-                        log_warn("%s:%zu: malformed line, kept as it is: %.200s", path, lineno, copy);
-                        r = keep_pending(ag, copy, "", "", 0, NULL, 0, "malformed checkpoint line");
-                } else {
-                        r = gs_allocs_create(ag, (const char *const *)ids, (size_t)n, created, dir, false,
-                                             &a, &made, err, sizeof(err));
-                        if (r == 0) {
-                                restored++;
-                                log_info("allocation %s restored (%d units), socket %s", a->id, n,
-                                         a->socket_path);
-                                continue;
-                        }
-                        log_warn("%s:%zu: allocation %s not restored: %s; kept, retried every %d ms, its units unhealthy meanwhile",
-                                 path, lineno, id, err, GS_ALLOCS_RETRY_MS);
-                        r = keep_pending(ag, copy, id, dir, created, ids, (size_t)n, err);
-                        kept++;
-                }
-                if (r < 0)
-                        break;
-        }
-        free(copy);
-        free(line);
-        free(ids);
-        fclose(f);
-        if (restored)
-                log_info("restored %zu allocations from %s; their processes must register again",
-                         restored, path);
-        if (kept)
-                log_warn("%zu allocations of %s wait to be restored", kept, path);
-        if (r < 0) {
-                /* Never rewrite a checkpoint we could not read whole. */
-                log_error("reading %s: %s; the checkpoint is left as it is", path, strerror(-r));
-                return r;
-        }
-        return gs_allocs_checkpoint(ag);
-}
-
-bool gs_allocs_is_pending(const struct gs_agent *ag, const char *id)
-{
-        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
-                if (strcmp(q->id, id) == 0)
-                        return true;
-        return false;
-}
-
-int64_t gs_allocs_tick(void *data, int64_t now)
-{
-        struct gs_agent *ag = data;
-        struct gs_allocs_pending *q, *next;
-        bool any = false, changed = false;
-        char err[512];
-
-        for (q = ag->pending; q; q = q->next)
-                any |= q->ids != NULL;
-        if (!any)
-                return GS_LOOP_NEVER;
-        for (q = ag->pending; q; q = next) {
-                struct gs_allocation *a;
-                bool made;
-                next = q->next;
-                if (q->ids && restore_pending(ag, q, &a, &made, err, sizeof(err)) == 0)
-                        changed = true;
-        }
-        if (changed)
-                gs_agent_changed(ag);
-        return now + GS_ALLOCS_RETRY_MS;
-}
-
-int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
-                              char *err, size_t errlen)
-{
-        struct gs_allocs_pending *q = NULL;
-        char **v = NULL;
-        int r;
-
-        if (id && id[0]) {
-                for (q = ag->pending; q && !(q->ids && strcmp(q->id, id) == 0); q = q->next)
-                        ;
-        } else if (n && n <= GS_ALLOCS_MAX_IDS && (v = sorted_copy(ids, n))) {
-                for (q = ag->pending; q && !pending_same(q, v, n); q = q->next)
-                        ;
-                free(v);
-        }
-        if (!q)
-                return -ENOENT;
-        pending_unlink(ag, q);
-        r = gs_allocs_checkpoint(ag);
-        if (r < 0) {
-                q->next = ag->pending;
-                ag->pending = q;
-                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir,
-                         strerror(-r));
-                return r;
-        }
-        log_info("allocation %s released before it could be restored", q->id);
-        pending_free(q);
-        return 0;
-}
-
-size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units,
-                               size_t max)
-{
-        size_t k = 0;
-
-        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
-                for (size_t i = 0; i < q->nids; i++) {
-                        char uuid[GS_UUID_STR_LEN + 1];
-                        uint32_t unit;
-                        if (gs_devid_parse(q->ids[i], uuid, &unit) == 0 &&
-                            strcasecmp(uuid, g->uuid) == 0 && unit < g->units_total && k < max)
-                                ret_units[k++] = unit;
-                }
-        return k;
 }
 
 uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part *part)

@@ -1,37 +1,38 @@
-/* gs_allocs.h — allocations: one per set of device IDs handed to a container
- * (DESIGN.md "Allocation").  Main thread only.
+/* gs_allocs.h — allocations: the lifecycle of one allocation of units of
+ * the GPUs to one owner (DESIGN.md "Allocation").  Main thread only.
  *
- * The id is a 16-hex-digit FNV-1a hash of the sorted device IDs, so asking
- * again for the same set finds the same allocation (the plugin's Allocate
- * is idempotent).  Its socket directory <socketRoot>/<id>-<random>/ is new
- * for every allocation (a released one's directory, maybe still mounted
- * or holding what a container left there, is never reused) and keeps its
- * path across agent restarts (the checkpoint names it), because it is
- * bind-mounted into containers: it is never removed on shutdown, only its
- * socket.  socketRoot is 0700: only root on the host reaches a socket;
- * a container reaches its own through the mount.
+ * The owner is a field of the allocation (gs_ckpt.h, enum gs_owner_kind):
+ *   - the device plugin's: a set of device IDs handed to a container.  Its
+ *     id is a 16-hex-digit FNV-1a hash of the sorted device IDs, so asking
+ *     again for the same set finds the same allocation (the plugin's
+ *     Allocate is idempotent);
+ *   - a DRA ResourceClaim's: `units` units of one GPU, the agent picking the
+ *     lowest free ones; asking again for the same claim UID finds it.  One
+ *     claim is one allocation with one quota, however many pods or
+ *     containers use it (docs/dra.md).  Its id is random.
+ * The request (struct gs_alloc_req) is parsed once, at this boundary, into
+ * the units the allocation holds (struct gs_unit).
+ *
+ * Its socket directory <socketRoot>/<id>-<random>/ (gs_sockdir.h) is new
+ * for every allocation and keeps its path across agent restarts (the
+ * checkpoint names it), because it is bind-mounted into containers.
  *
  * Release: an allocation whose processes are all gone is deleted at once.
  * One that still has live processes is marked releasing: its socket is
  * closed (no new process can register), it drops out of the checkpoint, and
  * it is deleted, its units freed, when its last process exits.  Until then
- * its device IDs stay taken (CreateAllocation on them fails with -EBUSY),
- * since its memory is still in use.
+ * its units stay taken (asking for them fails with -EBUSY, or -ENOSPC for a
+ * claim), since its memory is still in use.  A device plugin's allocation
+ * goes by ReleaseAllocation or the reconciler (gs_recon.h); a claim's only
+ * by the release of the claim (NodeUnprepareResources).
  *
- * Checkpoint: <stateDir>/allocations, rewritten atomically (temp file,
- * fsync, rename) on every change:
- *     # gshare-agent allocations v2
- *     <id> <created unix time> <count> <device id> ... dir=<directory name>
- * (v1 lines, without dir=, are read too: their directory is <id>).
- * At start the agent re-creates each allocation in it.  A line that cannot
- * be restored now (GPU missing or unhealthy, too few free chunks, socket
- * path blocked) stays in the checkpoint: an allocation leaves it only by
- * release.  It is retried every GS_ALLOCS_RETRY_MS (and when the same
- * device IDs are asked for again); meanwhile its device IDs are refused to
- * other allocations and reported (ListGpus units_restoring) so that the
- * plugin advertises them Unhealthy.  A line that does not parse is kept
- * verbatim.  Processes are not checkpointed: after an agent restart they
- * must register again (their memory was the old agent's and is gone). */
+ * Checkpoint (gs_ckpt.h): one line per allocation, rewritten on every
+ * change (one file replace, one fsync and one directory fsync per create
+ * or release).  At start the agent re-creates each allocation in it
+ * (gs_pending.h); a line that cannot be restored now stays in it, and a
+ * checkpoint that cannot be read whole leaves the allocations unknown:
+ * nothing is created, released or reclaimed until it reads.  Processes are
+ * not checkpointed: after an agent restart they must register again. */
 #ifndef GS_ALLOCS_H
 #define GS_ALLOCS_H
 
@@ -42,6 +43,7 @@
 #include <limits.h>
 
 #include "gs_agent.h"
+#include "gs_ckpt.h"
 #include "gs_ipc.h"
 #include "gs_loop.h"
 #include "gs_outside.h"
@@ -70,14 +72,22 @@ struct gs_part {
         int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
 };
 
-#define GS_ALLOCS_DIR_MAX 32      /* "<16 hex id>-<8 hex>" and a NUL */
+/* One unit an allocation holds. */
+struct gs_unit {
+        uint32_t gpu;            /* index into agent->gpus */
+        uint32_t unit;
+};
 
 struct gs_allocation {
         struct gs_allocation *next;
         struct gs_agent *agent;
-        char id[17];             /* 16 hex digits of a hash of the sorted IDs */
-        char **device_ids;       /* sorted */
+        char id[17];             /* 16 hex digits */
+        enum gs_owner_kind kind; /* its owner */
+        char **device_ids;       /* GS_OWNER_DEVICES: sorted; else NULL */
         size_t ndevice_ids;
+        struct gs_claim claim;   /* GS_OWNER_CLAIM */
+        struct gs_unit *units;   /* what it holds (claims: ascending) */
+        size_t nunits;
         uint64_t created_unix;
         uint32_t nparts;
         struct gs_part parts[GS_MAX_GPUS_PER_ALLOC];
@@ -107,23 +117,46 @@ struct gs_allocation {
 };
 
 
-#define GS_ALLOCS_MAX_IDS 4096u   /* device IDs in one request */
-#define GS_CHECKPOINT_NAME "allocations"
+#define GS_CHECKPOINT_NAME GS_CKPT_NAME
 #define GS_ALLOCS_RETRY_MS 1000
 
 /* Writes the 16-hex-digit id of a sorted set of device IDs into out[17]. */
 void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17]);
 
-/* Creates the allocation of device IDs ids[0..n) (any order), or finds the
- * existing one for the same set (*ret_created = false).  All or nothing:
- * on failure returns a negative errno with a message naming the problem in
- * err and changes nothing.  created_unix 0 means now.  dir: the socket
- * directory's name of a restored allocation, or NULL for a fresh one
- * (<id>-<random>, created anew: no two allocations share a directory).
- * checkpoint: rewrite the checkpoint file (false while restoring it). */
-int gs_allocs_create(struct gs_agent *ag, const char *const *ids, size_t n, uint64_t created_unix,
-                     const char *dir, bool checkpoint, struct gs_allocation **ret, bool *ret_created, char *err,
-                     size_t errlen) GS_WUR;
+/* What to create, parsed by gs_allocs_create alone. */
+struct gs_alloc_req {
+        enum gs_owner_kind kind;
+        const char *const *ids;  /* GS_OWNER_DEVICES: the device IDs, any order */
+        size_t nids;
+        struct gs_claim claim;   /* GS_OWNER_CLAIM: uid, ns, name, gpu_uuid, units */
+        /* The checkpoint line being restored (its id, creation time,
+         * socket directory, a claim's units; the checkpoint is not
+         * rewritten), or NULL: a new allocation, checkpointed. */
+        const struct gs_ckpt_rec *restore;
+};
+
+/* Creates the allocation of req, or finds the existing one of the same
+ * owner (*ret_created = false).  All or nothing: on failure returns a
+ * negative errno with a message naming the problem in err and changes
+ * nothing.  Device IDs: -EINVAL (none, too many, duplicated, not a device
+ * ID), -ENODEV (not this node's), -EBUSY (part of another allocation, or of
+ * one being released or waiting to be restored), -EIO (an unhealthy GPU).
+ * A claim: -EINVAL (a bad uid, namespace or name, 0 units, more than the
+ * GPU has), -ENODEV (no such GPU here), -EEXIST (the claim has an
+ * allocation of another size or GPU), -ENOSPC (too few free units),
+ * -EAGAIN (its allocation waits to be restored), -EIO.  Both: the
+ * checkpoint's read error while it is unknown, or its write error. */
+int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
+                     bool *ret_created, char *err, size_t errlen) GS_WUR;
+
+/* The claim a is the allocation of, or NULL (a device plugin's, or a
+ * claim's released and draining). */
+const struct gs_claim *gs_allocs_claim(const struct gs_allocation *a);
+/* The allocation of claim uid (not one being released), or NULL. */
+struct gs_allocation *gs_allocs_find_claim(struct gs_agent *ag, const char *uid);
+/* Releases the allocation of claim uid (gs_allocs_release, or its line if
+ * it waits to be restored).  0 also when the claim has none (idempotent). */
+int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen) GS_WUR;
 
 /* Before creating the allocation of ids[0..n): each other allocation holding
  * one of these IDs belongs to a pod that is gone (the kubelet hands out only
@@ -151,43 +184,24 @@ struct gs_allocation *gs_allocs_find(struct gs_agent *ag, const char *id);
 /* The allocation holding exactly this set of device IDs (any order), or NULL. */
 struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const *ids, size_t n);
 
-/* Writes the checkpoint.  Returns 0 or a negative errno (logged). */
+/* Writes the checkpoint.  Returns 0 or a negative errno (logged); while
+ * the checkpoint is unknown (gs_pending.h) the read's error, nothing
+ * written. */
 int gs_allocs_checkpoint(struct gs_agent *ag) GS_WUR;
-/* Re-creates the allocations of the checkpoint, logging each one and each
- * that cannot be restored.  A missing file is not an error. */
-int gs_allocs_restore(struct gs_agent *ag) GS_WUR;
-
-/* ag->restore_timer's callback (gs_loop.h): retries the checkpoint lines
- * not restored yet, every GS_ALLOCS_RETRY_MS while there are any. */
-int64_t gs_allocs_tick(void *ag, int64_t now);
-/* Releases a checkpoint line not restored yet, by id or by its exact set of
- * device IDs.  0, -ENOENT (no such line), or a negative errno with err. */
-int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
-                              char *err, size_t errlen) GS_WUR;
-/* Whether the checkpoint line of allocation id waits to be restored. */
-bool gs_allocs_is_pending(const struct gs_agent *ag, const char *id);
-/* Units of g held by checkpoint lines not restored yet, into ret_units[max];
- * returns how many. */
-size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units,
-                               size_t max);
 
 /* Agent shutdown: closes every allocation's socket (unlinks it, keeps the
  * directory and the checkpoint) and frees them.  Processes must be gone. */
 void gs_allocs_shutdown(struct gs_agent *ag);
 
-/* Parses one checkpoint line (modified in place) into its parts; the
- * device IDs point into line; ret_dir gets the socket directory's name
- * (v1 lines have none: it is the id).  Returns the number of IDs, or
- * -EINVAL. */
-int gs_allocs_parse_line(char *line, char ret_id[17], uint64_t *ret_created, char **ret_ids,
-                         size_t max_ids, char ret_dir[GS_ALLOCS_DIR_MAX]) GS_WUR;
-
 /* Slots of a part's outside set (gs_outside.h): its quota plus what it may
  * borrow. */
 uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part *part);
 
+/* The GPU of this UUID (any case), or NULL. */
+struct gs_gpu *gs_allocs_gpu(struct gs_agent *ag, const char *uuid);
+
 /* An upgrade (gs_handover.h): stops (on false) or resumes accepting on
- * every allocation's socket. */
+ * every allocation's socket (gs_sockdir.c). */
 void gs_allocs_listen(struct gs_agent *ag, bool on);
 /* An upgrade that failed after the new agent bound its sockets at our
  * paths: every allocation listens again on a fresh socket at its path. */

@@ -17,7 +17,7 @@
 #include <grpc/grpc.h>
 
 #include "gs_allocs.h"
-#include "gs_claims.h"
+#include "gs_pending.h"
 #include "gs_grpc.h"
 #include "gs_log.h"
 #include "podresources_v1.pb-c.h"
@@ -179,14 +179,14 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
         struct gs_allocation *a, *next;
         unsigned released = 0;
         char err[PATH_MAX + 256];
-        bool claims_known;
+        bool known;
 
-        /* Unknown claims (their file unreadable: gs_claims.h) are missing
-         * information: any allocation may be a claim's, so none is
-         * released; who holds what is still recorded.  gs_claims_load
-         * logs the failure once per streak and is retried next pass. */
-        claims_known = gs_claims_load(ag, err, sizeof(err)) == 0;
-        if (!claims_known)
+        /* Unknown allocations (the checkpoint unreadable: gs_pending.h)
+         * are missing information: any allocation may be a claim's, so
+         * none is released; who holds what is still recorded.  The read
+         * is logged once per streak and tried again at each pass. */
+        known = gs_allocs_known(ag, err, sizeof(err)) == 0;
+        if (!known)
                 log_debug("reconciler: releasing nothing: %s", err);
         for (a = ag->allocs; a; a = next) {
                 const struct holder *h = NULL;
@@ -195,9 +195,11 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                 next = a->next; /* a may be deleted below */
                 if (a->releasing)
                         continue;
-                /* A DRA claim's: PodResources shows no device IDs for it,
-                 * and it goes by NodeUnprepareResources only. */
-                if (claims_known && gs_claims_may_own(ag, a) != 0)
+                /* The owner decides.  A DRA claim's: PodResources shows no
+                 * device IDs for it, and it goes by NodeUnprepareResources
+                 * only.  One a kept (unparsable) checkpoint line names may
+                 * be a claim's, garbled. */
+                if (a->kind != GS_OWNER_DEVICES || gs_allocs_kept_names(ag, a->id))
                         continue;
                 /* Held if any of its IDs is: a partial match is odd, but it
                  * means a pod still uses the memory, so never reclaim it. */
@@ -220,7 +222,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                         a->unheld_since_ms = now_ms;
                         log_debug("allocation %s: no pod holds its device IDs", a->id);
                 }
-                if (!claims_known)
+                if (!known)
                         continue;
                 age_ms = now_unix > a->created_unix ? (now_unix - a->created_unix) * 1000 : 0;
                 if (now_ms - a->unheld_since_ms < (int64_t)grace_ms || age_ms < grace_ms)

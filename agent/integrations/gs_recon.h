@@ -16,9 +16,10 @@
  *     PodResources does not report yet.
  * A List that fails (kubelet down, timeout, a reply too large to trust)
  * yields no snapshot: nothing is reclaimed on missing information, and the
- * failure is logged once per streak.  The same holds for the DRA claims
- * (gs_claims.h): an allocation a claim has, or may have, is never
- * reclaimed, and while the claims file cannot be read nothing is.
+ * failure is logged once per streak.  The allocation's owner decides
+ * (gs_allocs.h): only a device plugin's is ever reclaimed, never a DRA
+ * claim's nor one that a kept (unparsable) checkpoint line names; and
+ * while the checkpoint cannot be read (gs_pending.h) nothing is.
  *
  * Optionally (gs_watch, when the agent runs in a cluster with NODE_NAME
  * set) a watch of the node's pods on the API server calls gs_recon_kick

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "gs_pool.h"
-#include "gs_claims.h"
 #include "gs_event.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
@@ -159,7 +158,7 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
         if (a->pod_name[0])
                 r = gs_events_post(ag->events, GS_EVENT_POD, a->pod_namespace, a->pod_name, a->pod_uid,
                                    "GPUMemoryOverQuota", msg);
-        else if ((claim = gs_claims_of(ag, a)))
+        else if ((claim = gs_allocs_claim(a)))
                 r = gs_events_post(ag->events, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid,
                                    "GPUMemoryOverQuota", msg);
         else

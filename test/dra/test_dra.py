@@ -375,6 +375,25 @@ def body(ns, api, ag, plugin, tmp):
         check(r.returncode == 0 and ("obtained %d MiB" % mib) in r.stdout,
               "a process of claim %s is held to %d MiB: %s" % (uid[:8], mib, r.stdout.strip()))
 
+    # ---- one claim shared by two pods (or two containers of one pod): the
+    # kubelet prepares it for each; it is one allocation with one quota, so
+    # the second gets only what the first leaves of the claim's 128 MiB.
+    holder = subprocess.Popen([e2e.CUDA, "hold", "96"], env=e2e.hook_env(ag, claim_allocs(ag)[UID_A]),
+                              stdout=subprocess.PIPE, text=True)
+    check(holder.stdout.readline().strip() == "held", "pod 1 of claim-a holds 96 MiB of its 128")
+    rep = prepare(ns, plugin, ("team", "claim-a", UID_A))
+    check(rep.claims[UID_A].error == "" and claim_allocs(ag)[UID_A]["id"] == A["id"] and len(ag.allocs()) == 2
+          and cdi_spec(tmp, UID_A)["devices"][0]["containerEdits"]["mounts"] == dev["containerEdits"]["mounts"],
+          "prepared for pod 2: the same allocation, the same socket dir")
+    r = e2e.run([e2e.CUDA, "fill"], e2e.hook_env(ag, claim_allocs(ag)[UID_A]))
+    check(r.returncode == 0 and "obtained 32 MiB" in r.stdout,
+          "pod 2 of claim-a gets the 32 MiB pod 1 leaves, not a quota of its own: " + r.stdout.strip())
+    check(claim_allocs(ag)[UID_A]["parts"][0]["quota_bytes"] == 128 * MiB and ag.gpus()[0]["units_allocated"] == 5,
+          "one quota of 128 MiB, the claim's 2 units once")
+    holder.kill()
+    holder.wait()
+    check(e2e.wait_idle(ag, A["id"]) is not None, "pod 1 gone: claim-a's memory free again")
+
     # ---- idempotence
     rep = prepare(ns, plugin, ("team", "claim-a", UID_A))
     check(rep.claims[UID_A].error == "" and list(rep.claims[UID_A].devices[0].cdi_device_ids) ==
@@ -476,7 +495,36 @@ def body(ns, api, ag, plugin, tmp):
 
     # ---- the agent's own checks (a client other than the plugin), nothing made
     gns = gsproto.load(tmp)
-    before = (len(ag.allocs()), open(os.path.join(tmp, "state", "claims")).read())
+    ckpt = os.path.join(tmp, "state", "allocations")
+    check(not os.path.exists(os.path.join(tmp, "state", "claims")) and
+          ("claim %s team claim-a %s " % (UID_A, gpu["uuid"])) in open(ckpt).read(),
+          "the claim is in its allocation's checkpoint line; no claims file")
+
+    def ctl_create(**kw):
+        """CreateAllocation, owner claim, or its old form (old=True)."""
+        old = kw.pop("old", False)
+        if old:
+            req = gns.ctl.Request(create_claim_allocation=gns.ctl.CreateClaimAllocationRequest(
+                claim_uid=kw["uid"], claim_namespace=kw["namespace"], claim_name=kw["name"],
+                gpu_uuid=kw["gpu_uuid"], units=kw["units"]))
+        else:
+            req = gns.ctl.Request(create_allocation=gns.ctl.CreateAllocationRequest(claim=gns.ctl.ClaimOwner(**kw)))
+        body = req.SerializeToString()
+        data = e2e.ctl_raw(ag.sock, struct.pack("<I", len(body)) + body)
+        return gns.ctl.Reply.FromString(data[4:]) if len(data) >= 4 else gns.ctl.Reply()
+
+    for old in (False, True):
+        rep = ctl_create(uid=UID_A, namespace="team", name="claim-a", gpu_uuid=gpu["uuid"], units=2, old=old)
+        check(rep.error == 0 and rep.create_allocation.allocation.id == A["id"] and not rep.create_allocation.created,
+              "CreateAllocation%s of claim-a: its allocation, nothing new" % (" (old form)" if old else ""))
+    req = gns.ctl.Request(create_allocation=gns.ctl.CreateAllocationRequest(
+        device_ids=[gpu["uuid"] + "-u13"], claim=gns.ctl.ClaimOwner(uid=UID_A, namespace="team", name="claim-a",
+                                                                   gpu_uuid=gpu["uuid"], units=2)))
+    body = req.SerializeToString()
+    data = e2e.ctl_raw(ag.sock, struct.pack("<I", len(body)) + body)
+    rep = gns.ctl.Reply.FromString(data[4:])
+    check(rep.error < 0 and "takes no device IDs" in rep.message, "device IDs and a claim: refused (%r)" % rep.message)
+    before = (len(ag.allocs()), open(ckpt).read())
     for uid, cns, name, gpu_uuid, units, want in (
             ("x y", "team", "c", gpu["uuid"], 1, "not a claim UID"),
             ("aaaa\n", "team", "c", gpu["uuid"], 1, "not a claim UID"),
@@ -485,14 +533,11 @@ def body(ns, api, ag, plugin, tmp):
             ("abcd", "team", "c", "GPU-00000000-0000-0000-0000-000000000000", 1, "not a GPU gshare manages"),
             ("abcd", "team", "c", gpu["uuid"], 0, "asks for 0 units"),
             ("abcd", "team", "c", gpu["uuid"], 1 << 31, "asks for 2147483648 units")):
-        req = gns.ctl.Request(create_claim_allocation=gns.ctl.CreateClaimAllocationRequest(
-            claim_uid=uid, claim_namespace=cns, claim_name=name, gpu_uuid=gpu_uuid, units=units))
-        body = req.SerializeToString()
-        data = e2e.ctl_raw(ag.sock, struct.pack("<I", len(body)) + body)
-        rep = gns.ctl.Reply.FromString(data[4:]) if len(data) >= 4 else gns.ctl.Reply()
-        check(rep.error < 0 and want in rep.message, "agent refuses %r/%r/%r %d units: %r" % (uid, cns, name, units,
-                                                                                              rep.message))
-    check((len(ag.allocs()), open(os.path.join(tmp, "state", "claims")).read()) == before,
+        for old in (False, True):
+            rep = ctl_create(uid=uid, namespace=cns, name=name, gpu_uuid=gpu_uuid, units=units, old=old)
+            check(rep.error < 0 and want in rep.message, "agent refuses %r/%r/%r %d units%s: %r"
+                  % (uid, cns, name, units, " (old form)" if old else "", rep.message))
+    check((len(ag.allocs()), open(ckpt).read()) == before,
           "the agent made nothing and wrote no claim")
 
     # ---- plugin restart

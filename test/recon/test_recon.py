@@ -9,7 +9,9 @@ allocations held by a container record it; one no container holds is
 released after the grace and not before; held ones are kept; a PodResources
 outage (error status, then no server at all) releases nothing; a reclaimed
 allocation with a live process is deleted only when that process exits; an
-allocation restored from the checkpoint is reclaimed; reconcileInterval 0
+allocation restored from the checkpoint is reclaimed; an upgrade from a v2
+checkpoint and claims file keeps every allocation and claim (v3 lines), the
+claim's never reclaimed; reconcileInterval 0
 turns the reconciler off; bad config values are refused.
 
 No check depends on how fast the machine is: "not before the grace" is timed
@@ -259,6 +261,57 @@ def body(ag, kubelet, tmp):
     check(t is not None and waited >= GRACE,
           "restored, unheld F reclaimed a grace after the restart (%.2f s)" % waited)
     check(A in ag.allocs() and ag.allocs()[A]["pod_name"] == "pod-a", "restored, held A kept")
+    upgrade_from_v2(ag, tmp, dev, uuid)
+
+
+def upgrade_from_v2(ag, tmp, dev, uuid):
+    """An agent of checkpoint v2 (v1 lines too) and a claims file is
+    replaced by this one: every allocation and every claim is kept, as v3
+    lines, and the claims file goes once the checkpoint is written; the
+    claim's allocation is never reclaimed, the device plugin's are."""
+    state = os.path.join(tmp, "state")
+    ckpt, claims = os.path.join(state, "allocations"), os.path.join(state, "claims")
+    claim, gone = "5eed0000-0000-4000-8000-000000000001", "5eed0000-0000-4000-8000-000000000002"
+    G, H, K = "1111111111111111", "2222222222222222", "3333333333333333"
+    ag.stop()
+    lines = [ln for ln in open(ckpt).read().splitlines() if ln and not ln.startswith("#")]
+    check(len(lines) == 1 and " claim " not in lines[0], "A's line, a device plugin's, as v2 wrote it")
+    with open(ckpt, "w") as f:
+        f.write("# gshare-agent allocations v2\n" + lines[0] + "\n")
+        f.write("%s 1700000000 1 %s dir=%s-0000abcd\n" % (G, dev(4), G))
+        f.write("%s 1700000000 1 %s\n" % (H, dev(5)))  # v1: the directory is the id
+        f.write("%s 1700000000 2 %s %s dir=%s-0000abce\n" % (K, dev(7), dev(6), K))
+    with open(claims, "w") as f:
+        f.write("# gshare-agent claims v1\n%s %s %s 2 team shared\n" % (claim, K, uuid))
+        f.write("%s 4444444444444444 %s 1 team gone\n" % (gone, uuid))  # its allocation never made
+    t_restart = time.monotonic()
+    ag.start()
+    al = ag.allocs()
+    by_ids = {tuple(a["device_ids"]): a for a in al.values()}
+    k = al.get(K, {})
+    check(k.get("claim_uid") == claim and k.get("claim") == "shared" and k.get("claim_namespace") == "team"
+          and k["parts"][0]["units"] == 2 and k["socket_dir"].endswith("/%s-0000abce" % K)
+          and sorted(k["device_ids"]) == [dev(6), dev(7)],
+          "v2 line + claims file: the claim's allocation, its id, units and socket dir kept")
+    check((dev(4),) in by_ids and by_ids[(dev(4),)]["socket_dir"].endswith("/%s-0000abcd" % G)
+          and (dev(5),) in by_ids and by_ids[(dev(5),)]["socket_dir"].endswith("/" + H)
+          and not by_ids[(dev(4),)].get("claim_uid"),
+          "v2 and v1 lines: the device plugin's allocations, their socket dirs kept")
+    text = open(ckpt).read()
+    check(not os.path.exists(claims) and text.startswith("# gshare-agent allocations v3\n")
+          and ("%s 1700000000 claim %s team shared %s 6,7 dir=%s-0000abce\n" % (K, claim, uuid, K)) in text
+          and text.count("\n") == 5,
+          "the checkpoint is v3, one line per allocation, the claim in its line; the claims file is gone")
+    check("claim %s (team/gone) has no allocation" % gone in ag.logtext(), "a claim without an allocation: dropped, logged")
+    t = wait_for(lambda: (dev(4),) not in {tuple(a["device_ids"]) for a in ag.allocs().values()}
+                 and (dev(5),) not in {tuple(a["device_ids"]) for a in ag.allocs().values()})
+    check(t is not None and time.monotonic() - t_restart >= GRACE,
+          "the migrated device plugin's allocations, unheld, reclaimed after the grace")
+    check(K in ag.allocs(), "the migrated claim's allocation kept past the grace")
+    ag.stop()
+    ag.start()
+    check(K in ag.allocs() and ag.allocs()[K]["claim_uid"] == claim and not os.path.exists(claims),
+          "and after another restart, from the v3 line alone")
 
 
 def off_and_config(tmp):
