@@ -56,7 +56,15 @@ void gs_agentcli_free(struct gs_agentcli *c);
 int gs_agentcli_list_allocations(struct gs_agentcli *c, GsCtlReply **ret,
                                  struct gs_agentcli_err *e) GS_WUR;
 
-/* CreateAllocation of the n device IDs (take_over: see gshare.proto),
+/* The two creates below still send this release's deprecated forms
+ * (CreateAllocationRequest.device_ids, CreateClaimAllocation), on purpose:
+ * during a surge upgrade the new pod's plugin may reach the old pod's agent
+ * through the node's control socket, and an agent of the previous release
+ * ignores the owner oneof (an unknown field) and would refuse the request.
+ * This release's agent serves both forms with the same code; the next
+ * release sends the owner oneof (docs/agent.md "Control socket").
+ *
+ * CreateAllocation of the n device IDs (take_over: see gshare.proto),
  * bounded by timeout_ms (< 0: the client's).  (*ret)->create_allocation
  * and its allocation are set. */
 int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_t n, bool take_over,
