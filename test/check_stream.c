@@ -485,23 +485,32 @@ START_TEST(test_end)
 }
 END_TEST
 
+/* One request and its reply; then, with the client doing nothing more,
+ * the server closes the connection, with timeouts calls of on_timeout. */
+static void closed_by_server(const struct gs_stream_limits *lim, const char *req, const char *rep,
+                             int timeouts)
+{
+        int fd;
+
+        srv_start(lim);
+        fd = client(0);
+        say(fd, req);
+        expect(fd, rep);
+        expect_eof(fd);
+        wait_count(0);
+        ck_assert_int_eq(counter(&n_timeouts), timeouts);
+        close(fd);
+        srv_stop();
+}
+
 /* linger_ms: a peer that never closes is closed after it, without the
  * timeout hook (the connection had ended). */
 START_TEST(test_linger)
 {
         struct gs_stream_limits lim = plain;
-        int fd;
 
         lim.linger_ms = 50;
-        srv_start(&lim);
-        fd = client(0);
-        say(fd, "end\n");
-        expect(fd, "bye\n");
-        expect_eof(fd);
-        wait_count(0);
-        ck_assert_int_eq(counter(&n_timeouts), 0);
-        close(fd);
-        srv_stop();
+        closed_by_server(&lim, "end\n", "bye\n", 0);
 }
 END_TEST
 
@@ -509,18 +518,9 @@ END_TEST
 START_TEST(test_deadline)
 {
         struct gs_stream_limits lim = plain;
-        int fd;
 
         lim.deadline_ms = 100;
-        srv_start(&lim);
-        fd = client(0);
-        say(fd, "ping\n");
-        expect(fd, "pong\n");
-        expect_eof(fd);
-        wait_count(0);
-        ck_assert_int_eq(counter(&n_timeouts), 1);
-        close(fd);
-        srv_stop();
+        closed_by_server(&lim, "ping\n", "pong\n", 1);
 }
 END_TEST
 
