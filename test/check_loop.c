@@ -510,6 +510,7 @@ int main(void)
         Suite *s = suite_create("loop");
         TCase *tc = tcase_create("loop");
 
+        tcase_set_timeout(tc, 60); /* the watchdog (10 s) names a hang first */
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, test_io_read);
         tcase_add_test(tc, test_io_set);
