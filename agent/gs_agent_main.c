@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
+#include "gs_config_keys.h"
 #include "gs_pending.h"
 #include "gs_ctlsrv.h"
 #include "gs_gpu.h"
@@ -52,78 +53,26 @@ static void usage(FILE *f)
                 "  -h, --help           this text\n");
 }
 
-static int set_path(char *dst, size_t n, const char *src, const char *what)
-{
-        if (strlen(src) >= n) {
-                fprintf(stderr, "gshare-agent: %s is too long\n", what);
-                return -ENAMETOOLONG;
-        }
-        strcpy(dst, src);
-        return 0;
-}
-
-static int set_size(uint64_t *dst, const char *s, const char *what)
-{
-        if (gs_parse_size(s, dst) < 0) {
-                fprintf(stderr, "gshare-agent: %s: not a size: '%s' (e.g. 256Mi, 1Gi)\n", what, s);
-                return -EINVAL;
-        }
-        return 0;
-}
-
-static int set_duration(uint32_t *dst, const char *s, const char *what)
-{
-        if (gs_parse_duration_ms(s, dst) < 0) {
-                fprintf(stderr, "gshare-agent: %s: not a duration: '%s' (e.g. 10s, 200ms, 1m)\n",
-                        what, s);
-                return -EINVAL;
-        }
-        return 0;
-}
-
-static int set_devices(struct gs_config *c, const char *list)
-{
-        char buf[4096], *save = NULL, *tok;
-
-        if (strlen(list) >= sizeof(buf))
-                return -E2BIG;
-        strcpy(buf, list);
-        c->ndevices = 0;
-        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (strcmp(tok, "all") == 0)
-                        continue;
-                if (c->ndevices == GS_CONFIG_MAX_DEVICES || strlen(tok) >= sizeof(c->devices[0]))
-                        return -E2BIG;
-                strcpy(c->devices[c->ndevices++], tok);
-        }
-        return 0;
-}
+/* The flags that set configuration keys come from the table of keys
+ * (common/gs_config_keys.c): each accepts what its key accepts in the file,
+ * with the same errors.  Their getopt values: FLAG_BASE + the key's index. */
+#define FLAG_BASE 1000
 
 static int parse_args(int argc, char **argv, struct gs_config *c)
 {
-        enum { O_CONFIG = 256, O_SOCKET, O_ROOT, O_STATE, O_CUDA, O_CHUNK, O_UNIT, O_RESERVE,
-               O_BALLOON, O_DEVICES, O_PODRES, O_RECON_IVL, O_GRACE };
-        static const struct option opts[] = {
-                { "config", required_argument, NULL, O_CONFIG },
-                { "socket", required_argument, NULL, O_SOCKET },
-                { "socket-root", required_argument, NULL, O_ROOT },
-                { "state-dir", required_argument, NULL, O_STATE },
-                { "cuda-library", required_argument, NULL, O_CUDA },
-                { "chunk-size", required_argument, NULL, O_CHUNK },
-                { "unit-size", required_argument, NULL, O_UNIT },
-                { "reserve", required_argument, NULL, O_RESERVE },
-                { "balloon-cap", required_argument, NULL, O_BALLOON },
-                { "devices", required_argument, NULL, O_DEVICES },
-                { "pod-resources-socket", required_argument, NULL, O_PODRES },
-                { "reconcile-interval", required_argument, NULL, O_RECON_IVL },
-                { "reclaim-grace", required_argument, NULL, O_GRACE },
-                { "help", no_argument, NULL, 'h' },
-                { 0 }
-        };
+        enum { O_CONFIG = 256 };
+        struct option opts[64];
         const char *config = NULL;
         char err[512];
-        int o, verbose = 0, r = 0;
+        int o, verbose = 0, nopts = 0;
 
+        opts[nopts++] = (struct option){ "config", required_argument, NULL, O_CONFIG };
+        opts[nopts++] = (struct option){ "help", no_argument, NULL, 'h' };
+        for (size_t i = 0; i < gs_config_nkeys; i++)
+                if (gs_config_keys[i].flag && nopts < (int)GS_ARRAY_SIZE(opts) - 1)
+                        opts[nopts++] = (struct option){ gs_config_keys[i].flag + 2, required_argument,
+                                                         NULL, FLAG_BASE + (int)i };
+        opts[nopts] = (struct option){ 0 };
         gs_config_defaults(c);
         /* The config file first, so that flags override it wherever they appear. */
         for (int i = 1; i < argc; i++) {
@@ -137,35 +86,19 @@ static int parse_args(int argc, char **argv, struct gs_config *c)
                 return -EINVAL;
         }
         while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+                if (o >= FLAG_BASE && o < FLAG_BASE + (int)gs_config_nkeys) {
+                        if (gs_config_set(c, gs_config_keys[o - FLAG_BASE].flag, optarg, err, sizeof(err)) < 0) {
+                                fprintf(stderr, "gshare-agent: %s\n", err);
+                                return -EINVAL;
+                        }
+                        continue;
+                }
                 switch (o) {
                 case O_CONFIG: break;
-                case O_SOCKET: r = set_path(c->agent_socket, sizeof(c->agent_socket), optarg, "--socket"); break;
-                case O_ROOT: r = set_path(c->socket_root, sizeof(c->socket_root), optarg, "--socket-root"); break;
-                case O_STATE: r = set_path(c->state_dir, sizeof(c->state_dir), optarg, "--state-dir"); break;
-                case O_CUDA: r = set_path(c->cuda_library, sizeof(c->cuda_library), optarg, "--cuda-library"); break;
-                case O_CHUNK: r = set_size(&c->chunk_bytes, optarg, "--chunk-size"); break;
-                case O_UNIT: r = set_size(&c->unit_bytes, optarg, "--unit-size"); break;
-                case O_RESERVE: r = set_size(&c->reserve_bytes, optarg, "--reserve"); break;
-                case O_BALLOON: r = set_size(&c->balloon_cap_bytes, optarg, "--balloon-cap"); break;
-                case O_DEVICES:
-                        r = set_devices(c, optarg);
-                        if (r < 0)
-                                fprintf(stderr, "gshare-agent: --devices: too many or too long\n");
-                        break;
-                case O_PODRES:
-                        r = set_path(c->pod_resources_socket, sizeof(c->pod_resources_socket),
-                                     optarg, "--pod-resources-socket");
-                        break;
-                case O_RECON_IVL:
-                        r = set_duration(&c->reconcile_interval_ms, optarg, "--reconcile-interval");
-                        break;
-                case O_GRACE: r = set_duration(&c->reclaim_grace_ms, optarg, "--reclaim-grace"); break;
                 case 'v': verbose++; break;
                 case 'h': usage(stdout); exit(0);
                 default: usage(stderr); return -EINVAL;
                 }
-                if (r < 0)
-                        return r;
         }
         if (optind < argc) {
                 fprintf(stderr, "gshare-agent: unexpected argument '%s'\n", argv[optind]);

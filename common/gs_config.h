@@ -43,7 +43,8 @@
  * Sizes take a plain byte count or a suffix Ki, Mi, Gi, Ti (powers of 1024).
  * Durations take a number (decimals allowed) with a unit ms, s, m or h; a
  * bare number is seconds; at most 24h.
- * Unknown keys and bad values are errors naming the file, line and key. */
+ * Unknown keys and bad values are errors naming the file, line and key.
+ * What each key accepts: the table in gs_config_keys.c. */
 #ifndef GS_CONFIG_H
 #define GS_CONFIG_H
 
@@ -135,9 +136,20 @@ void gs_config_defaults(struct gs_config *c);
  * on failure c is left exactly as it was. */
 int gs_config_load(struct gs_config *c, const char *path, char *err, size_t errlen) GS_WUR;
 
+/* Sets one key from text, as a command-line flag does: name is a YAML key
+ * ("chunkSize") or its flag ("--chunk-size", gs_config_keys.c); a list of
+ * devices is comma-separated.  The key accepts what it accepts in the file.
+ * Returns 0, or a negative errno with a message in err like
+ * "--chunk-size: must be a power of two, got 3Mi"; on failure c is left
+ * exactly as it was. */
+int gs_config_set(struct gs_config *c, const char *name, const char *value, char *err,
+                  size_t errlen) GS_WUR;
+
 /* Checks the relations between values (unit a multiple of the chunk, ...).
  * Returns 0 or -EINVAL with a message in err. */
 int gs_config_validate(const struct gs_config *c, char *err, size_t errlen) GS_WUR;
+
+/* Units (gs_config_units.c). */
 
 /* "256Mi" -> 268435456.  -EINVAL for anything else (negative, empty, junk,
  * unknown suffix); -ERANGE on overflow. */

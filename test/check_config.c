@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "gs_config.h"
+#include "gs_config_keys.h"
 #include "gs_log.h"
 
 static char path[64];
@@ -345,6 +346,196 @@ START_TEST(test_validate)
 }
 END_TEST
 
+/* A value out of k's range or of the wrong form, and what its error says. */
+static void bad_value(const struct gs_config_key *k, char *v, size_t n, const char **want)
+{
+        switch (k->type) {
+        case GS_CT_SIZE:
+                if (k->max) {
+                        snprintf(v, n, "%llu", (unsigned long long)k->max + 1);
+                        *want = "must be ";
+                } else {
+                        snprintf(v, n, "99999999999999999999");
+                        *want = "size '99999999999999999999' is too large";
+                }
+                return;
+        case GS_CT_DURATION:
+                snprintf(v, n, "%llums", (unsigned long long)(k->max ? k->max : 24ull * 3600 * 1000) + 1);
+                *want = k->max ? "must be at most" : "duration '";
+                return;
+        case GS_CT_COUNT:
+                snprintf(v, n, "%llu", (unsigned long long)k->max + 1);
+                *want = "expected a whole number from 1 to";
+                return;
+        case GS_CT_BLOCKS:
+                snprintf(v, n, "%llu", (unsigned long long)k->max + 1);
+                *want = "must be 1 to";
+                return;
+        case GS_CT_BOOL:
+        case GS_CT_ENUM:
+                snprintf(v, n, "sometimes");
+                *want = "expected ";
+                return;
+        case GS_CT_DEVICES:
+                snprintf(v, n, "[1024]");
+                *want = "'1024' is neither a GPU UUID";
+                return;
+        case GS_CT_PATH:
+        case GS_CT_SOCKET:
+        case GS_CT_STRING:
+                /* One character more than the field holds. */
+                ck_assert_uint_lt(k->size + 1, n);
+                memset(v, 'a', k->size);
+                v[0] = k->type == GS_CT_STRING ? 'a' : '/';
+                v[k->size] = '\0';
+                *want = k->type == GS_CT_SOCKET ? "socket path too long" : "";
+                if (k->type == GS_CT_PATH || (k->type == GS_CT_STRING && !k->check))
+                        *want = "too long";
+                return;
+        }
+        ck_abort_msg("%s: a type this test does not know", k->name);
+}
+
+/* Every key of the table: a value out of range is refused, the error names
+ * the file, line and key, and the config is untouched. */
+START_TEST(test_every_key_out_of_range)
+{
+        static char text[PATH_MAX + 512], v[PATH_MAX + 64], want[PATH_MAX + 256];
+
+        for (size_t i = 0; i < gs_config_nkeys; i++) {
+                const struct gs_config_key *k = &gs_config_keys[i];
+                const char *problem = "";
+
+                bad_value(k, v, sizeof(v), &problem);
+                snprintf(text, sizeof(text), "# line 1\n%s: %s\n", k->name, v);
+                snprintf(want, sizeof(want), "%s: %s", k->name, problem);
+                expect_error(text, 2, want);
+        }
+}
+END_TEST
+
+/* Every key but devices takes one value: a list or a mapping is refused. */
+START_TEST(test_every_key_one_value)
+{
+        char text[256], want[256];
+
+        for (size_t i = 0; i < gs_config_nkeys; i++) {
+                const struct gs_config_key *k = &gs_config_keys[i];
+
+                if (k->type == GS_CT_DEVICES)
+                        continue;
+                snprintf(text, sizeof(text), "%s: [1, 2]\n", k->name);
+                snprintf(want, sizeof(want), "%s: expected a single value, got a list", k->name);
+                expect_error(text, 1, want);
+                snprintf(text, sizeof(text), "%s: {a: 1}\n", k->name);
+                snprintf(want, sizeof(want), "%s: expected a single value, got a mapping", k->name);
+                expect_error(text, 1, want);
+        }
+}
+END_TEST
+
+/* The table's bounds are inclusive: min and max are accepted, as a file's
+ * value or a flag's. */
+START_TEST(test_bounds_accepted)
+{
+        for (size_t i = 0; i < gs_config_nkeys; i++) {
+                const struct gs_config_key *k = &gs_config_keys[i];
+                struct gs_config c;
+                char v[64], err[512] = "";
+                uint64_t got = 0;
+
+                if (k->type != GS_CT_COUNT && k->type != GS_CT_BLOCKS && !(k->type == GS_CT_DURATION && k->max))
+                        continue;
+                for (int hi = 0; hi < 2; hi++) {
+                        uint64_t want = hi ? k->max : k->min;
+                        gs_config_defaults(&c);
+                        if (k->type == GS_CT_DURATION)
+                                snprintf(v, sizeof(v), "%llums", (unsigned long long)want);
+                        else
+                                snprintf(v, sizeof(v), "%llu", (unsigned long long)want);
+                        ck_assert_msg(gs_config_set(&c, k->name, v, err, sizeof(err)) == 0, "%s", err);
+                        memcpy(&got, (char *)&c + k->offset, k->size);
+                        ck_assert_uint_eq(got, want);
+                }
+        }
+}
+END_TEST
+
+START_TEST(test_unknown_keys)
+{
+        struct gs_config c, before;
+        char err[256] = "";
+
+        expect_error("workerThreads: 2\nmaxConnectionz: 5\n", 2, "maxConnectionz: unknown key");
+        /* A flag's name is not a key of the file. */
+        expect_error("--chunk-size: 128Mi\n", 1, "--chunk-size: unknown key");
+        gs_config_defaults(&c);
+        before = c;
+        ck_assert_int_eq(gs_config_set(&c, "--bogus", "1", err, sizeof(err)), -EINVAL);
+        ck_assert_str_eq(err, "--bogus: unknown key");
+        ck_assert_int_eq(memcmp(&c, &before, sizeof(c)), 0);
+}
+END_TEST
+
+/* Flags: a key set by its flag or its YAML name, with the file's rules and
+ * errors under the flag's name; a failed flag changes nothing. */
+START_TEST(test_flags)
+{
+        struct gs_config c, before;
+        char err[512] = "";
+
+        gs_config_defaults(&c);
+        ck_assert_int_eq(gs_config_set(&c, "--chunk-size", "128Mi", err, sizeof(err)), 0);
+        ck_assert_uint_eq(c.chunk_bytes, 128 * GS_MiB);
+        ck_assert_int_eq(gs_config_set(&c, "--reconcile-interval", "0.5s", err, sizeof(err)), 0);
+        ck_assert_uint_eq(c.reconcile_interval_ms, 500);
+        ck_assert_int_eq(gs_config_set(&c, "--socket", "/tmp/x.sock", err, sizeof(err)), 0);
+        ck_assert_str_eq(c.agent_socket, "/tmp/x.sock");
+        ck_assert_int_eq(gs_config_set(&c, "workerThreads", "16", err, sizeof(err)), 0);
+        ck_assert_uint_eq(c.worker_threads, 16);
+        ck_assert_int_eq(gs_config_set(&c, "--devices", "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab,3", err,
+                                       sizeof(err)), 0);
+        ck_assert_uint_eq(c.ndevices, 2);
+        ck_assert_str_eq(c.devices[0], "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab");
+        ck_assert_str_eq(c.devices[1], "3");
+
+        before = c;
+        ck_assert_int_eq(gs_config_set(&c, "--chunk-size", "3Mi", err, sizeof(err)), -EINVAL);
+        ck_assert_str_eq(err, "--chunk-size: must be a power of two, got 3Mi");
+        ck_assert_int_eq(gs_config_set(&c, "--unit-size", "1GB", err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "--unit-size: not a size: '1GB'"));
+        ck_assert_int_eq(gs_config_set(&c, "--state-dir", "relative", err, sizeof(err)), -EINVAL);
+        ck_assert_str_eq(err, "--state-dir: must be an absolute path, got 'relative'");
+        ck_assert_int_eq(gs_config_set(&c, "--reclaim-grace", "soon", err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "--reclaim-grace: not a duration: 'soon'"));
+        ck_assert_int_eq(gs_config_set(&c, "--devices", "0,7,0", err, sizeof(err)), -EINVAL);
+        ck_assert_str_eq(err, "--devices: '0' listed twice");
+        ck_assert_int_eq(gs_config_set(&c, "--devices", "1,,2", err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "--devices: '' is neither a GPU UUID"));
+        ck_assert_int_eq(gs_config_set(&c, "maxConnections", "0", err, sizeof(err)), -EINVAL);
+        ck_assert_str_eq(err, "maxConnections: expected a whole number from 1 to 65536, got '0'");
+        ck_assert_int_eq(memcmp(&c, &before, sizeof(c)), 0);
+
+        ck_assert_int_eq(gs_config_set(&c, "--devices", "all", err, sizeof(err)), 0);
+        ck_assert_uint_eq(c.ndevices, 0);
+}
+END_TEST
+
+/* Every flag names a key of the table, once. */
+START_TEST(test_flags_unique)
+{
+        for (size_t i = 0; i < gs_config_nkeys; i++) {
+                const struct gs_config_key *k = &gs_config_keys[i];
+
+                ck_assert_ptr_eq(gs_config_key_find(k->name), k);
+                if (k->flag) {
+                        ck_assert_msg(strncmp(k->flag, "--", 2) == 0, "%s: flag %s", k->name, k->flag);
+                        ck_assert_ptr_eq(gs_config_key_find(k->flag), k);
+                }
+        }
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("config");
@@ -358,6 +549,12 @@ int main(void)
         tcase_add_test(tc, test_too_many_devices);
         tcase_add_test(tc, test_file_errors);
         tcase_add_test(tc, test_validate);
+        tcase_add_test(tc, test_every_key_out_of_range);
+        tcase_add_test(tc, test_every_key_one_value);
+        tcase_add_test(tc, test_bounds_accepted);
+        tcase_add_test(tc, test_unknown_keys);
+        tcase_add_test(tc, test_flags);
+        tcase_add_test(tc, test_flags_unique);
         suite_add_tcase(s, tc);
         return gs_check_run(s);
 }

@@ -115,8 +115,15 @@ uint8_t *gs_stream_reserve(struct gs_stream *c, size_t len)
         size_t need;
         uint8_t *p;
 
-        if (c->out_off == c->out_len)
+        if (c->out_off == c->out_len) {
                 c->out_off = c->out_len = 0;
+        } else if (c->out_off && c->out_len + len > c->out_cap) {
+                /* What the peer read leaves room: out_max bounds what is
+                 * still queued, not what was written. */
+                memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+                c->out_len -= c->out_off;
+                c->out_off = 0;
+        }
         if (len > c->srv->lim.out_max || c->out_len > c->srv->lim.out_max - len)
                 return NULL;
         need = c->out_len + len;
