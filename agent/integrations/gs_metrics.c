@@ -124,37 +124,48 @@ static void alloc_labels(struct buf *b, struct gs_agent *ag, const struct gs_all
 }
 
 /* Every sample of one histogram: _bucket per bound and +Inf, _sum, _count;
- * label (name="value") before le, or none if NULL. */
-static void hist_samples(struct buf *b, const char *name, const char *label, const char *value,
-                         const struct gs_hist *h, const struct gs_hist_scale *sc)
+ * lab: its labels, formatted and escaped (`a="x",b="y"`), or "". */
+static void hist_samples(struct buf *b, const char *name, const char *lab, const struct gs_hist *h,
+                         const struct gs_hist_scale *sc)
 {
+        const char *sep = lab[0] ? "," : "", *open = lab[0] ? "{" : "", *close = lab[0] ? "}" : "";
         struct gs_hist_snap sn;
-        char lab[96];
 
         gs_hist_read(h, sc, &sn);
-        if (label)
-                snprintf(lab, sizeof(lab), "%s=\"%s\",", label, value);
-        else
-                lab[0] = '\0';
         for (uint32_t i = 0; i < sc->n; i++) {
                 if (sc->le_div == 1)
-                        put(b, "%s_bucket{%sle=\"%llu\"} %llu\n", name, lab, (unsigned long long)sc->le[i],
+                        put(b, "%s_bucket{%s%sle=\"%llu\"} %llu\n", name, lab, sep, (unsigned long long)sc->le[i],
                             (unsigned long long)sn.cum[i]);
                 else
-                        put(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, lab, (double)sc->le[i] / sc->le_div,
+                        put(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, lab, sep, (double)sc->le[i] / sc->le_div,
                             (unsigned long long)sn.cum[i]);
         }
-        put(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, lab, (unsigned long long)sn.count);
-        if (lab[0])
-                lab[strlen(lab) - 1] = '\0'; /* the comma */
+        put(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lab, sep, (unsigned long long)sn.count);
         if (sc->le_div == 1)
-                put(b, "%s_sum%s%s%s %llu\n", name, lab[0] ? "{" : "", lab, lab[0] ? "}" : "",
-                    (unsigned long long)sn.sum);
+                put(b, "%s_sum%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.sum);
         else
-                put(b, "%s_sum%s%s%s %.9f\n", name, lab[0] ? "{" : "", lab, lab[0] ? "}" : "",
-                    (double)sn.sum / sc->le_div);
-        put(b, "%s_count%s%s%s %llu\n", name, lab[0] ? "{" : "", lab, lab[0] ? "}" : "",
-            (unsigned long long)sn.count);
+                put(b, "%s_sum%s%s%s %.9f\n", name, open, lab, close, (double)sn.sum / sc->le_div);
+        put(b, "%s_count%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.count);
+}
+
+/* The node's name, as the DaemonSet gives it (kube-state-metrics' node
+ * label), for the agent's and the GPUs' series: NULL if not known. */
+static const char *node_name(const struct gs_agent *ag)
+{
+        const char *node = ag->cfg.node_name[0] ? ag->cfg.node_name : secure_getenv("NODE_NAME");
+
+        return node && node[0] && strlen(node) < GS_CONFIG_NODE_NAME_MAX ? node : NULL;
+}
+
+/* An agent-wide sample's name and labels: {node="..."} if known. */
+static void put_agent(struct buf *b, const char *name, const char *node)
+{
+        put(b, "%s", name);
+        if (node) {
+                put(b, "{");
+                put_label(b, "node", node, true);
+                put(b, "}");
+        }
 }
 
 /* Request ops by number (gs_wire.h), as the op label says them; 0: any
@@ -168,35 +179,46 @@ static const char *const op_names[GS_HIST_OPS] = {
 };
 
 /* A histogram family of n histograms, told apart by label (names[i]), or
- * one without a label (label NULL, n 1). */
-static void hist_family(struct buf *b, const char *name, const char *help, const char *label,
-                        const char *const *names, const struct gs_hist *h, uint32_t n,
+ * one without a label (label NULL, n 1); with the node label if known. */
+static void hist_family(struct buf *b, const char *node, const char *name, const char *help,
+                        const char *label, const char *const *names, const struct gs_hist *h, uint32_t n,
                         const struct gs_hist_scale *sc)
 {
         family(b, name, "histogram", help);
-        for (uint32_t i = 0; i < n; i++)
-                hist_samples(b, name, label, label ? names[i] : NULL, &h[i], sc);
+        for (uint32_t i = 0; i < n; i++) {
+                struct buf lab = { 0 };
+
+                if (node)
+                        put_label(&lab, "node", node, true);
+                if (label)
+                        put_label(&lab, label, names[i], !node);
+                if (lab.failed)
+                        b->failed = true;
+                else
+                        hist_samples(b, name, lab.p ? lab.p : "", &h[i], sc);
+                free(lab.p);
+        }
 }
 
-static void hists(struct buf *b, struct gs_agent *ag)
+static void hists(struct buf *b, struct gs_agent *ag, const char *node)
 {
         static const char *const grants[GS_HIST_GRANTS] = { "alloc", "vmm_create" };
         static const char *const phases[GS_HIST_RECONS] = { "list", "apply" };
         const struct gs_agent_hists *h = &ag->hists;
 
-        hist_family(b, "gshare_request_duration_seconds",
+        hist_family(b, node, "gshare_request_duration_seconds",
                     "Time the agent took to serve a process's request, from taking it off the ring to "
                     "publishing the reply, by op.", "op", op_names, h->request, GS_HIST_OPS, &gs_hist_seconds);
-        hist_family(b, "gshare_grant_bytes",
+        hist_family(b, node, "gshare_grant_bytes",
                     "Sizes of the memory requests granted: blocks (op alloc) and VMM allocations (op vmm_create).",
                     "op", grants, h->grant_bytes, GS_HIST_GRANTS, &gs_hist_bytes);
-        hist_family(b, "gshare_context_charge_duration_seconds",
+        hist_family(b, node, "gshare_context_charge_duration_seconds",
                     "Time to charge a process's CUDA context to its quota before it is created (GPU lock wait "
                     "included).", NULL, NULL, &h->ctx_charge, 1, &gs_hist_seconds);
-        hist_family(b, "gshare_scrub_duration_seconds",
+        hist_family(b, node, "gshare_scrub_duration_seconds",
                     "Time of one batch of the background scrubber, from queueing its zeroing to its completion.",
                     NULL, NULL, &h->scrub, 1, &gs_hist_seconds);
-        hist_family(b, "gshare_reconcile_duration_seconds",
+        hist_family(b, node, "gshare_reconcile_duration_seconds",
                     "Time of a reconcile: the kubelet's PodResources List (phase list, failed ones included) and "
                     "applying its answer to the allocations (phase apply).", "phase", phases, h->reconcile,
                     GS_HIST_RECONS, &gs_hist_seconds);
@@ -269,12 +291,7 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
         size_t nparts = 0, maxparts = 0;
         uint32_t nprocs = 0;
         int r = -ENOMEM;
-        /* The node's name, as the DaemonSet gives it, on the per-GPU series
-         * (kube-state-metrics' node label): NULL if not known. */
-        const char *node = ag->cfg.node_name[0] ? ag->cfg.node_name : secure_getenv("NODE_NAME");
-
-        if (node && (!node[0] || strlen(node) >= GS_CONFIG_NODE_NAME_MAX))
-                node = NULL;
+        const char *node = node_name(ag);
 
         for (const struct gs_allocation *a = ag->allocs; a; a = a->next)
                 maxparts += a->nparts;
@@ -327,20 +344,18 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
         }
 
         family(&b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
-        put(&b, "gshare_allocations %u\n", ag->nallocs);
+        put_agent(&b, "gshare_allocations", node);
+        put(&b, " %u\n", ag->nallocs);
         family(&b, "gshare_processes", "gauge", "Registered processes of all allocations.");
-        put(&b, "gshare_processes %u\n", nprocs);
+        put_agent(&b, "gshare_processes", node);
+        put(&b, " %u\n", nprocs);
         family(&b, "gshare_usage_scans_total", "counter",
                "Scans of the memory processes hold outside the pool (usageInterval, and on demand).");
-        put(&b, "gshare_usage_scans_total %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
+        put_agent(&b, "gshare_usage_scans_total", node);
+        put(&b, " %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
         family(&b, "gshare_agent_start_time_seconds", "gauge",
                "When this agent started, in seconds since the epoch (a change is a restart or an upgrade).");
-        put(&b, "gshare_agent_start_time_seconds");
-        if (node) {
-                put(&b, "{");
-                put_label(&b, "node", node, true);
-                put(&b, "}");
-        }
+        put_agent(&b, "gshare_agent_start_time_seconds", node);
         put(&b, " %lld\n", (long long)ag->start_unix);
 
         GPU_FAMILY("healthy", "1 if the GPU's pool is usable, 0 if not.", g->healthy ? 1 : 0);
@@ -395,7 +410,7 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "
                     "what NVML shows, or the expected context size if more.", pg->outside_charge);
-        hists(&b, ag);
+        hists(&b, ag, node);
         if (b.failed)
                 goto out;
         *ret = b.p;
