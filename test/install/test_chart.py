@@ -41,6 +41,14 @@ def check(cond, what, detail=""):
     return cond
 
 
+def finish():
+    """Ends a test program: exit 1 if a check failed."""
+    if failures:
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    print("all checks passed")
+
+
 def text_of(docs, header=True):
     return (rc.MANIFEST_HEADER if header else "") + "".join(
         "---\n# Source: %s\n%s\n" % (t, d) for t, d in docs)
@@ -245,10 +253,7 @@ def main():
             err = str(e)
         check("t/templates/x.yaml" in err and "upper" in err, "unknown function refused, naming template and function",
               err)
-    if failures:
-        print("%d checks failed" % len(failures))
-        sys.exit(1)
-    print("all checks passed")
+    finish()
 
 
 if __name__ == "__main__":
