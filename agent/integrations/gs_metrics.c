@@ -91,8 +91,15 @@ struct gpu_snap {
         uint32_t units_allocated, units_lent, units_draining, units_restoring;
 };
 
+/* Per allocation: its claim (for a DRA claim's; looked up once a scrape). */
+struct alloc_snap {
+        const struct gs_allocation *a;
+        const struct gs_claim *claim;
+};
+
 struct part_snap {
         const struct gs_allocation *a;
+        const struct gs_claim *claim;
         const struct gs_gpu *g;
         uint32_t units;
         uint64_t quota_bytes, held_bytes, requested_bytes, outside_bytes, over_quota_bytes;
@@ -103,11 +110,9 @@ struct part_snap {
  * kube-state-metrics: the namespace, pod and container PodResources showed
  * holding it, and for a DRA claim's allocation the claim (and its
  * namespace).  A label not known yet is left out. */
-static void alloc_labels(struct buf *b, struct gs_agent *ag, const struct gs_allocation *a,
+static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_claim *c,
                          const struct gs_gpu *g)
 {
-        const struct gs_claim *c = ag->claims ? gs_claims_of(ag, a) : NULL;
-
         put(b, "{");
         put_label(b, "allocation", a->id, true);
         if (g)
@@ -253,7 +258,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
                 family(&b, "gshare_allocation_" name, "gauge", help);               \
                 for (size_t i = 0; i < nparts; i++) {                               \
                         put(&b, "gshare_allocation_" name);                         \
-                        alloc_labels(&b, ag, ps[i].a, ps[i].g);                     \
+                        alloc_labels(&b, ps[i].a, ps[i].claim, ps[i].g);           \
                         put(&b, " %llu\n", (unsigned long long)ps[i].field);        \
                 }                                                                   \
         } while (0)
@@ -287,16 +292,18 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
 {
         struct gpu_snap *gs = calloc(ag->ngpus + 1, sizeof(*gs));
         struct part_snap *ps = NULL;
+        struct alloc_snap *as = NULL;
         struct buf b = { 0 };
-        size_t nparts = 0, maxparts = 0;
+        size_t nparts = 0, maxparts = 0, nas = 0;
         uint32_t nprocs = 0;
         int r = -ENOMEM;
         const char *node = node_name(ag);
 
-        for (const struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (const struct gs_allocation *a = ag->allocs; a; a = a->next, nas++)
                 maxparts += a->nparts;
         ps = calloc(maxparts + 1, sizeof(*ps));
-        if (!gs || !ps)
+        as = calloc(nas + 1, sizeof(*as));
+        if (!gs || !ps || !as)
                 goto out;
         for (uint32_t i = 0; i < ag->ngpus; i++) {
                 struct gs_gpu *g = &ag->gpus[i];
@@ -318,7 +325,11 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                         free(units);
                 }
         }
+        nas = 0;
         for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                const struct gs_claim *claim = ag->claims ? gs_claims_of(ag, a) : NULL;
+
+                as[nas++] = (struct alloc_snap){ .a = a, .claim = claim };
                 nprocs += active_procs(a);
                 for (uint32_t i = 0; i < a->nparts && nparts < maxparts; i++) {
                         struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
@@ -335,7 +346,7 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                         pthread_mutex_unlock(&g->lock);
                         ps[nparts++] = (struct part_snap){
                                 .outside_bytes = outside, .over_quota = over, .over_quota_bytes = over_bytes,
-                                .a = a, .g = g, .units = a->parts[i].units,
+                                .a = a, .claim = claim, .g = g, .units = a->parts[i].units,
                                 .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
                                 .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
                                 .requested_bytes = st.bytes_requested,
@@ -389,22 +400,22 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                "Times a scan found memory outside the pool that the allocation's quota could not cover.");
         for (size_t i = 0; i < nparts; i++) {
                 put(&b, "gshare_allocation_over_quota_total");
-                alloc_labels(&b, ag, ps[i].a, ps[i].g);
+                alloc_labels(&b, ps[i].a, ps[i].claim, ps[i].g);
                 put(&b, " %u\n", ps[i].over_quota);
         }
         family(&b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
-        for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+        for (size_t i = 0; i < nas; i++) {
                 put(&b, "gshare_allocation_processes");
-                alloc_labels(&b, ag, a, NULL);
-                put(&b, " %u\n", active_procs(a));
+                alloc_labels(&b, as[i].a, as[i].claim, NULL);
+                put(&b, " %u\n", active_procs(as[i].a));
         }
         family(&b, "gshare_allocation_draining", "gauge",
                "1 while the allocation's pod is gone (released, or no longer in PodResources) and processes "
                "still use it, else 0.");
-        for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+        for (size_t i = 0; i < nas; i++) {
                 put(&b, "gshare_allocation_draining");
-                alloc_labels(&b, ag, a, NULL);
-                put(&b, " %d\n", gs_allocs_draining(a) ? 1 : 0);
+                alloc_labels(&b, as[i].a, as[i].claim, NULL);
+                put(&b, " %d\n", gs_allocs_draining(as[i].a) ? 1 : 0);
         }
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
@@ -421,6 +432,7 @@ out:
         free(b.p);
         free(gs);
         free(ps);
+        free(as);
         return r;
 }
 
