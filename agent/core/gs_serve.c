@@ -444,6 +444,7 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
 {
         struct gs_ring_msg req, rep;
         uint32_t n = 0;
+        int64_t t0 = 0, t1;
         int r = 0;
 
         if (p->ngpus)
@@ -452,11 +453,17 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
                 r = gs_ring_pop(&p->shm->req, &p->req_tail, &req);
                 if (r <= 0)
                         break;
-                int64_t t0 = gs_mono_ns();
+                /* One clock read a request: the next one, already in the
+                 * ring, starts when this one's reply is out. */
+                if (!t0)
+                        t0 = gs_mono_ns();
                 r = gs_serve_one(p, &req, &rep);
                 if (r == 0)
                         r = push_reply(p, &rep);
-                gs_hist_since(&p->agent->hists.request[req.op < GS_HIST_OPS ? req.op : 0], t0);
+                t1 = gs_mono_ns();
+                gs_hist_observe(&p->agent->hists.request[req.op < GS_HIST_OPS ? req.op : 0], &gs_hist_seconds,
+                                (uint64_t)(t1 > t0 ? t1 - t0 : 0));
+                t0 = t1;
                 if (r < 0)
                         break;
                 n++;
