@@ -67,29 +67,32 @@ kubectl get --raw /api/v1/nodes > $D/raw/nodes.json
 kubectl get --raw "/api/v1/pods" > $D/raw/pods-all.json
 kubectl get --raw "/api/v1/namespaces/$NS/pods/${AG#pod/}:9400/proxy/metrics" > $D/raw/metrics.txt
 
-# Prometheus: the annotation-driven job of docs/metrics.md, against this cluster.
+# Prometheus: Debian's is built without Kubernetes service discovery
+# (kubernetes_sd_configs is not a field of its config), so the pods the
+# annotation job of docs/metrics.md would keep are written as file_sd
+# targets, with the same rules: prometheus.io/scrape "true", the pod's IP and
+# prometheus.io/port, prometheus.io/path; honor_labels as in the PodMonitor.
 PP=$D/prometheus; mkdir -p $PP
 cp $ROOT/charts/gshare/files/gshare-rules.yaml $PP/
+kubectl get pods -A -o json | /usr/bin/python3 -c '
+import json, sys
+out = []
+for p in json.load(sys.stdin)["items"]:
+    a = p["metadata"].get("annotations", {})
+    if a.get("prometheus.io/scrape") != "true" or not p["status"].get("podIP"):
+        continue
+    out.append({"targets": ["%s:%s" % (p["status"]["podIP"], a["prometheus.io/port"])],
+                "labels": {"__metrics_path__": a.get("prometheus.io/path", "/metrics"),
+                           "kubernetes_pod": p["metadata"]["name"]}})
+json.dump(out, sys.stdout, indent=1)' > $PP/targets.json
+cat $PP/targets.json | tee -a $D/run.log
 cat > $PP/prometheus.yml <<EOF
 global: {scrape_interval: 2s, evaluation_interval: 2s}
 rule_files: [gshare-rules.yaml]
 scrape_configs:
   - job_name: gshare
     honor_labels: true
-    kubernetes_sd_configs: [{role: pod, kubeconfig_file: $KUBECONFIG}]
-    relabel_configs:
-      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
-        action: keep
-        regex: "true"
-      - source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
-        action: replace
-        regex: ([^:]+)(?::\d+)?;(\d+)
-        replacement: \$1:\$2
-        target_label: __address__
-      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
-        action: replace
-        regex: (.+)
-        target_label: __metrics_path__
+    file_sd_configs: [{files: [$PP/targets.json]}]
 EOF
 promtool check config $PP/prometheus.yml 2>&1 | tee -a $D/run.log
 prometheus --config.file=$PP/prometheus.yml --storage.tsdb.path=$PP/data --web.listen-address=127.0.0.1:19090 \

@@ -11,6 +11,12 @@ Checks the figures `nodes` and `pods` print as JSON and as a table, that
 YAML is the same data, that every read went through `get --raw` (and
 --context is passed on), and that a failing API server gives an error, not
 a traceback.
+
+fixtures-k136/ are the answers of the real Kubernetes 1.36 of
+../shared/kubelet136 (test/k8s/monitoring_run.sh: the chart as shipped with
+metricsAddress, the fake driver's 8 GiB GPU in 1 GiB units, pods w1 holding
+1024 MiB of 2 units and w2 300 MiB of 1), recorded while kubectl gshare
+read them: the same figures must come out of them.
 """
 import json
 import os
@@ -29,10 +35,32 @@ MiB = 1 << 20
 sys.path.insert(0, os.path.join(REPO, "test", "install"))
 from test_chart import check, finish  # noqa: E402
 
-def run(log, *args, kubectl=FAKE):
-    env = dict(os.environ, FAKE_KUBECTL_LOG=log)
+def run(log, *args, kubectl=FAKE, fixtures=""):
+    env = dict(os.environ, FAKE_KUBECTL_LOG=log, FAKE_KUBECTL_FIXTURES=fixtures)
     return subprocess.run([PLUGIN, "--kubectl", kubectl] + list(args), capture_output=True, text=True,
                           env=env, timeout=60)
+
+
+def real(log):
+    fx = os.path.join(HERE, "fixtures-k136")
+    r = run(log, "nodes", "-o", "json", fixtures=fx)
+    rows = json.loads(r.stdout or "[]")
+    check(r.returncode == 0 and len(rows) == 1 and
+          {k: rows[0].get(k) for k in ("node", "units", "allocated", "free", "lent", "draining", "restoring",
+                                       "healthy", "capacity", "allocatable")} ==
+          {"node": "k134node", "units": 7, "allocated": 3, "free": 4, "lent": 0, "draining": 0, "restoring": 0,
+           "healthy": True, "capacity": 7, "allocatable": 7},
+          "1.36 cluster: k134node, 7 units, 3 allocated, 4 free, capacity and allocatable 7", rows)
+    r = run(log, "pods", "-A", "-o", "json", fixtures=fx)
+    rows = json.loads(r.stdout or "[]")
+    got = sorted((x["namespace"], x["pod"], x["container"], x["units"], x["quota_bytes"] // MiB,
+                  x["used_bytes"] // MiB, x["processes"]) for x in rows)
+    check(r.returncode == 0 and got == [("default", "w1", "cuda", 2, 2048, 1024, 1),
+                                        ("default", "w2", "cuda", 1, 1024, 320, 1)],
+          "1.36 cluster: w1 2 units, 2 GiB quota, 1 GiB used; w2 1 unit, 1 GiB, 320 MiB (5 chunks of 64 MiB)", got)
+    t = run(log, "pods", "-n", "default", fixtures=fx)
+    check(t.returncode == 0 and [l.split()[:2] for l in t.stdout.splitlines()] ==
+          [["POD", "CONTAINER/CLAIM"], ["w1", "cuda"], ["w2", "cuda"]], "1.36 cluster: pods -n default", t.stdout)
 
 
 def main():
@@ -98,6 +126,8 @@ def main():
     t = run(log, "nodes", kubectl=os.path.join(tmp, "no-kubectl"))
     check(t.returncode == 1 and "not found" in t.stderr and "Traceback" not in t.stderr,
           "no kubectl: a message, exit 1", t.stderr)
+
+    real(log)
 
     with open(log) as f:
         calls = [json.loads(l) for l in f]
