@@ -1,5 +1,5 @@
 #!/bin/bash
-# monitoring_run.sh [DIR] — issue 21 on the real 1.36 cluster of
+# monitoring_run.sh [deviceplugin|dra] [DIR] — issue 21 on the real 1.36 cluster of
 # ../shared/kubelet136 (./up.sh first): the DaemonSet as shipped (Helm's own
 # engine, helmlite at $HELMLITE) with config.metricsAddress and the
 # dashboard's ConfigMap on, the fake driver for the GPU (fakeimage.sh), two
@@ -9,7 +9,7 @@
 # loaded: its targets, a few series, and every dashboard panel's query.
 # Not part of make test.  Needs root, `make image`, build/test/e2e/e2e_cuda.
 set -uo pipefail
-D=${1:-/tmp/gsk8s/monitoring}
+MODE=${1:-deviceplugin}; D=${2:-/tmp/gsk8s/monitoring-$MODE}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); B=${B:-build}
 HL=${HELMLITE:-/tmp/helmlite/helmlite}; REPO=ghcr.io/gshare/gshare
 export KUBECONFIG=/tmp/k134/etc/admin.kubeconfig PATH=/tmp/k134/bin:/tmp/k134/ctrd17/usr/bin:$PATH
@@ -25,17 +25,19 @@ iptables -t nat -C PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-de
 $CTR images ls -q | grep -qx "$REPO:0.1.0" || $ROOT/test/k8s/fakeimage.sh 0.1.0
 kubectl label node --all nvidia.com/gpu.present=true --overwrite >/dev/null
 for p in w1 w2; do kubectl delete pod $p --ignore-not-found --wait=true >/dev/null 2>&1; done
+kubectl delete resourceclaimtemplate w1-gpu w2-gpu --ignore-not-found >/dev/null 2>&1
 kubectl -n $NS delete ds,configmap,serviceaccount -l app.kubernetes.io/instance=gshare --ignore-not-found --wait=true >/dev/null 2>&1
-kubectl delete clusterrole,clusterrolebinding -l app.kubernetes.io/instance=gshare --ignore-not-found >/dev/null 2>&1
+kubectl delete clusterrole,clusterrolebinding,deviceclass -l app.kubernetes.io/instance=gshare --ignore-not-found >/dev/null 2>&1
 kubectl -n $NS delete secret -l owner=helm,name=gshare --ignore-not-found >/dev/null 2>&1
 for _ in $(seq 100); do [[ -z $(kubectl -n $NS get pod -l $SEL -o name 2>/dev/null) ]] && break; sleep 0.3; done
 rm -rf /var/lib/gshare /run/gshare
 
-SET="image.pullPolicy=Never,config.metricsAddress=0.0.0.0:9400,monitoring.dashboard.enabled=true"
+SET="image.pullPolicy=Never,mode=$MODE,config.metricsAddress=0.0.0.0:9400,monitoring.dashboard.enabled=true"
 say "helmlite install gshare --set $SET"
 $HL install gshare $ROOT/charts/gshare $NS --set $SET 2>&1 | tee -a $D/run.log
 kubectl -n $NS rollout status ds/gshare --timeout=180s | tee -a $D/run.log
 for _ in $(seq 120); do
+  [[ $MODE == dra ]] && { kubectl get resourceslice -o name | grep -q . && break; sleep 0.5; continue; }
   [[ $(kubectl get node -o jsonpath='{.items[0].status.allocatable.gshare\.io/gpumem}') =~ ^[1-9] ]] && break; sleep 0.5
 done
 kubectl -n $NS get configmap gshare-dashboard -o jsonpath='{.metadata.labels.grafana_dashboard}{"\n"}' |
@@ -43,8 +45,13 @@ kubectl -n $NS get configmap gshare-dashboard -o jsonpath='{.metadata.labels.gra
 
 for w in "w1 2 1024" "w2 1 300"; do
   set -- $w
-  FAKEGPU_DIR=/run/gshare/fakegpu /usr/bin/python3 $ROOT/test/k8s/workload.py $1 $2 $D $REPO:0.1.0 \
-    "exec /opt/e2e/e2e_cuda hold $3" > $D/$1.json
+  if [[ $MODE == dra ]]; then
+    FAKEGPU_DIR=/run/gshare/fakegpu /usr/bin/python3 $ROOT/test/k8s/dra_workload.py $1 ${2}Gi $D $REPO:0.1.0 \
+      "exec /opt/e2e/e2e_cuda hold $3" > $D/$1.json
+  else
+    FAKEGPU_DIR=/run/gshare/fakegpu /usr/bin/python3 $ROOT/test/k8s/workload.py $1 $2 $D $REPO:0.1.0 \
+      "exec /opt/e2e/e2e_cuda hold $3" > $D/$1.json
+  fi
   kubectl apply -f $D/$1.json | tee -a $D/run.log
 done
 kubectl wait pod w1 w2 --for=condition=Ready --timeout=120s | tee -a $D/run.log
