@@ -14,7 +14,7 @@
 #   make bench           build and run the benchmarks (not part of make test)
 #   make install         the image's file layout under DESTDIR (docs/install.md)
 #   make image           the OCI image, without a registry ($(B)/image/)
-#   make manifest        regenerate manifests/gshare.yaml (and gshare-dra.yaml) from charts/gshare
+#   make manifest        regenerate manifests/gshare.yaml (and gshare-dra.yaml, gshare-monitoring.yaml) from charts/gshare
 
 CUDA_HOME ?= /usr/local/cuda
 SANITIZE  ?=
@@ -166,6 +166,11 @@ manifest:
 	mv manifests/gshare.yaml.new manifests/gshare.yaml
 	$(PYTHON) scripts/render-chart.py charts/gshare --manifest --set mode=dra > manifests/gshare-dra.yaml.new
 	mv manifests/gshare-dra.yaml.new manifests/gshare-dra.yaml
+	$(PYTHON) scripts/render-chart.py charts/gshare --manifest --template monitoring.yaml \
+	  --set config.metricsAddress=0.0.0.0:9400 --set monitoring.dashboard.enabled=true \
+	  --set monitoring.podMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
+	  > manifests/gshare-monitoring.yaml.new
+	mv manifests/gshare-monitoring.yaml.new manifests/gshare-monitoring.yaml
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -7,6 +7,10 @@ pkgs=(
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
   libyaml-dev libcurl4-openssl-dev check valgrind
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-yaml
+  # kubectl gshare reads the agents' /metrics with the client library's
+  # text-format parser; test/metrics/test_monitoring.py runs Prometheus
+  # (and promtool) on the dashboard's and the alerts' queries
+  python3-prometheus-client prometheus
   mmdebstrap   # make image / the install tests: the image's Debian root filesystem
   gcc-aarch64-linux-gnu   # make cross-arm64 (in make test): the agent and hook for arm64
 )

@@ -25,6 +25,7 @@
 
 #include "gs_config.h"
 #include "gs_cuda.h"
+#include "gs_hist.h"
 #include "gs_loop.h"
 #include "gs_nvml.h"
 #include "gs_util.h"
@@ -36,6 +37,19 @@ struct gs_ctlsrv;
 struct gs_metrics;
 struct gs_events;
 struct gs_allocs_pending;
+
+/* What the agent's work took, for /metrics (gs_hist.h, gs_metrics.h);
+ * recorded by whichever thread does the work. */
+#define GS_HIST_OPS 14           /* by request op (gs_wire.h GS_OP_*); 0: any other */
+enum { GS_HIST_GRANT_ALLOC, GS_HIST_GRANT_VMM, GS_HIST_GRANTS };
+enum { GS_HIST_RECON_LIST, GS_HIST_RECON_APPLY, GS_HIST_RECONS };
+struct gs_agent_hists {
+        struct gs_hist request[GS_HIST_OPS];      /* request served, ring to reply */
+        struct gs_hist grant_bytes[GS_HIST_GRANTS]; /* a block or VMM allocation granted */
+        struct gs_hist ctx_charge;                /* charging a context (GS_OP_CTX) */
+        struct gs_hist scrub;                     /* a scrubber batch, queued to done */
+        struct gs_hist reconcile[GS_HIST_RECONS]; /* PodResources List; applying it */
+};
 
 struct gs_agent {
         struct gs_config cfg;
@@ -85,6 +99,8 @@ struct gs_agent {
         bool paths_theirs;
         bool handover_retake;            /* a failed takeover: listen on our handover socket anew */
         int64_t settle_until_ms;         /* atomic: after taking over, the old agent lets memory go */
+        struct gs_agent_hists hists;
+        int64_t start_unix;              /* when this agent started (time(2)); /metrics */
 };
 
 /* Wires the agent's own loop sources (pokes, scan requests) on ag->loop;

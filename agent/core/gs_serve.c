@@ -103,6 +103,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         }
         rep->arg[0] = off;
         rep->arg[1] = n;
+        gs_hist_observe(&p->agent->hists.grant_bytes[GS_HIST_GRANT_ALLOC], &gs_hist_bytes, size);
         return 0;
 }
 
@@ -159,6 +160,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 return r; /* the allocation is freed when the process exits */
         rep->arg[0] = id;
         rep->arg[1] = 1;
+        gs_hist_observe(&p->agent->hists.grant_bytes[GS_HIST_GRANT_VMM], &gs_hist_bytes, size);
         return 0;
 }
 
@@ -181,10 +183,13 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         struct gs_part *part = &p->alloc->parts[req->gpu];
         struct gs_gpu *g = pg->g;
         uint64_t want;
+        int64_t t0 = gs_mono_ns();
+        bool charging = false;
         int r = 0;
 
         pthread_mutex_lock(&g->lock);
         if (!pg->ctx_expect) {
+                charging = true;
                 want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes
                                                                   : pg->outside_measured;
                 r = gs_outside_charge(g, &part->out, part->pa,
@@ -199,6 +204,8 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         }
         part_usage(g, part, &rep->arg[1], &rep->arg[2]);
         pthread_mutex_unlock(&g->lock);
+        if (charging)
+                gs_hist_since(&p->agent->hists.ctx_charge, t0);
         rep->arg[0] = pg->quota_bytes;
         rep->arg[3] = strtoull(p->alloc->id, NULL, 16);
         if (r < 0) {
@@ -437,6 +444,7 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
 {
         struct gs_ring_msg req, rep;
         uint32_t n = 0;
+        int64_t t0 = 0, t1;
         int r = 0;
 
         if (p->ngpus)
@@ -445,9 +453,17 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
                 r = gs_ring_pop(&p->shm->req, &p->req_tail, &req);
                 if (r <= 0)
                         break;
+                /* One clock read a request: the next one, already in the
+                 * ring, starts when this one's reply is out. */
+                if (!t0)
+                        t0 = gs_mono_ns();
                 r = gs_serve_one(p, &req, &rep);
                 if (r == 0)
                         r = push_reply(p, &rep);
+                t1 = gs_mono_ns();
+                gs_hist_observe(&p->agent->hists.request[req.op < GS_HIST_OPS ? req.op : 0], &gs_hist_seconds,
+                                (uint64_t)(t1 > t0 ? t1 - t0 : 0));
+                t0 = t1;
                 if (r < 0)
                         break;
                 n++;

@@ -131,6 +131,7 @@ static void *scrubber(void *arg)
                         continue;
                 }
                 g->scrub_kicked = false;
+                int64_t scrub_t0 = gs_mono_ns(); /* /metrics: gshare_scrub_duration_seconds */
                 if (batch_fill(g) == 0) {
                         gather = true;
                         continue;
@@ -140,6 +141,7 @@ static void *scrubber(void *arg)
                 pthread_mutex_lock(&g->lock);
                 if (g->nbatch)
                         gs_gpu_batch_done(g, cr == CUDA_SUCCESS, "scrub: cuEventSynchronize failed");
+                gs_hist_since(&g->agent->hists.scrub, scrub_t0);
                 /* More may be wanted by now: look again at once. */
                 g->scrub_kicked = true;
         }

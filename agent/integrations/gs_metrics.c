@@ -7,9 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "gs_allocs.h"
 #include "gs_gpu.h"
+#include "gs_pending.h"
 #include "gs_log.h"
 #include "gs_proc.h"
 #include "gs_stream.h"
@@ -85,29 +88,145 @@ static void family(struct buf *b, const char *name, const char *type, const char
  * scrape agrees. */
 struct gpu_snap {
         struct gs_pool_stats st;
-        uint32_t units_allocated, units_lent;
+        uint32_t units_allocated, units_lent, units_draining, units_restoring;
+};
+
+/* Per allocation: its claim (a DRA claim's allocation), once a scrape. */
+struct alloc_snap {
+        const struct gs_allocation *a;
+        const struct gs_claim *claim;
 };
 
 struct part_snap {
         const struct gs_allocation *a;
+        const struct gs_claim *claim;
         const struct gs_gpu *g;
         uint32_t units;
         uint64_t quota_bytes, held_bytes, requested_bytes, outside_bytes, over_quota_bytes;
         uint32_t over_quota;
 };
 
-static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_gpu *g)
+/* An allocation's labels: its id, the GPU, and what joins it with
+ * kube-state-metrics: the namespace, pod and container PodResources showed
+ * holding it, and for a DRA claim's allocation the claim (and its
+ * namespace).  A label not known yet is left out. */
+static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_claim *c,
+                         const struct gs_gpu *g)
 {
         put(b, "{");
         put_label(b, "allocation", a->id, true);
         if (g)
                 put_label(b, "gpu", g->uuid, false);
+        if (a->pod_name[0] || c)
+                put_label(b, "namespace", a->pod_name[0] ? a->pod_namespace : c->ns, false);
         if (a->pod_name[0]) {
-                put_label(b, "namespace", a->pod_namespace, false);
                 put_label(b, "pod", a->pod_name, false);
                 put_label(b, "container", a->container_name, false);
         }
+        if (c)
+                put_label(b, "claim", c->name, false);
         put(b, "}");
+}
+
+/* Every sample of one histogram: _bucket per bound and +Inf, _sum, _count;
+ * lab: its labels, formatted and escaped (`a="x",b="y"`), or "". */
+static void hist_samples(struct buf *b, const char *name, const char *lab, const struct gs_hist *h,
+                         const struct gs_hist_scale *sc)
+{
+        const char *sep = lab[0] ? "," : "", *open = lab[0] ? "{" : "", *close = lab[0] ? "}" : "";
+        struct gs_hist_snap sn;
+
+        gs_hist_read(h, sc, &sn);
+        for (uint32_t i = 0; i < sc->n; i++) {
+                if (sc->le_div == 1)
+                        put(b, "%s_bucket{%s%sle=\"%llu\"} %llu\n", name, lab, sep, (unsigned long long)sc->le[i],
+                            (unsigned long long)sn.cum[i]);
+                else
+                        put(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, lab, sep, (double)sc->le[i] / sc->le_div,
+                            (unsigned long long)sn.cum[i]);
+        }
+        put(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lab, sep, (unsigned long long)sn.count);
+        if (sc->le_div == 1)
+                put(b, "%s_sum%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.sum);
+        else
+                put(b, "%s_sum%s%s%s %.9f\n", name, open, lab, close, (double)sn.sum / sc->le_div);
+        put(b, "%s_count%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.count);
+}
+
+/* The node's name, as the DaemonSet gives it (kube-state-metrics' node
+ * label), for the agent's and the GPUs' series: NULL if not known. */
+static const char *node_name(const struct gs_agent *ag)
+{
+        const char *node = ag->cfg.node_name[0] ? ag->cfg.node_name : secure_getenv("NODE_NAME");
+
+        return node && node[0] && strlen(node) < GS_CONFIG_NODE_NAME_MAX ? node : NULL;
+}
+
+/* An agent-wide sample's name and labels: {node="..."} if known. */
+static void put_agent(struct buf *b, const char *name, const char *node)
+{
+        put(b, "%s", name);
+        if (node) {
+                put(b, "{");
+                put_label(b, "node", node, true);
+                put(b, "}");
+        }
+}
+
+/* Request ops by number (gs_wire.h), as the op label says them; 0: any
+ * other. */
+static const char *const op_names[GS_HIST_OPS] = {
+        [0] = "other", [GS_OP_ALLOC] = "alloc", [GS_OP_FREE] = "free", [GS_OP_MEMINFO] = "meminfo",
+        [GS_OP_RANGE] = "range", [GS_OP_RELEASE] = "release", [GS_OP_PING] = "ping",
+        [GS_OP_VMM_CREATE] = "vmm_create", [GS_OP_VMM_RELEASE] = "vmm_release",
+        [GS_OP_IPC_EXPORT] = "ipc_export", [GS_OP_IPC_OPEN] = "ipc_open", [GS_OP_CTX] = "ctx",
+        [GS_OP_CTX_DONE] = "ctx_done", [GS_OP_GIVE_BACK] = "give_back",
+};
+
+/* A histogram family of n histograms, told apart by label (names[i]), or
+ * one without a label (label NULL, n 1); with the node label if known. */
+static void hist_family(struct buf *b, const char *node, const char *name, const char *help,
+                        const char *label, const char *const *names, const struct gs_hist *h, uint32_t n,
+                        const struct gs_hist_scale *sc)
+{
+        family(b, name, "histogram", help);
+        for (uint32_t i = 0; i < n; i++) {
+                struct buf lab = { 0 };
+
+                if (node)
+                        put_label(&lab, "node", node, true);
+                if (label)
+                        put_label(&lab, label, names[i], !node);
+                if (lab.failed)
+                        b->failed = true;
+                else
+                        hist_samples(b, name, lab.p ? lab.p : "", &h[i], sc);
+                free(lab.p);
+        }
+}
+
+static void hists(struct buf *b, struct gs_agent *ag, const char *node)
+{
+        static const char *const grants[GS_HIST_GRANTS] = { "alloc", "vmm_create" };
+        static const char *const phases[GS_HIST_RECONS] = { "list", "apply" };
+        const struct gs_agent_hists *h = &ag->hists;
+
+        hist_family(b, node, "gshare_request_duration_seconds",
+                    "Time the agent took to serve a process's request, from taking it off the ring to "
+                    "publishing the reply, by op.", "op", op_names, h->request, GS_HIST_OPS, &gs_hist_seconds);
+        hist_family(b, node, "gshare_grant_bytes",
+                    "Sizes of the memory requests granted: blocks (op alloc) and VMM allocations (op vmm_create).",
+                    "op", grants, h->grant_bytes, GS_HIST_GRANTS, &gs_hist_bytes);
+        hist_family(b, node, "gshare_context_charge_duration_seconds",
+                    "Time to charge a process's CUDA context to its quota before it is created (GPU lock wait "
+                    "included).", NULL, NULL, &h->ctx_charge, 1, &gs_hist_seconds);
+        hist_family(b, node, "gshare_scrub_duration_seconds",
+                    "Time of one batch of the background scrubber, from queueing its zeroing to its completion.",
+                    NULL, NULL, &h->scrub, 1, &gs_hist_seconds);
+        hist_family(b, node, "gshare_reconcile_duration_seconds",
+                    "Time of a reconcile: the kubelet's PodResources List (phase list, failed ones included) and "
+                    "applying its answer to the allocations (phase apply).", "phase", phases, h->reconcile,
+                    GS_HIST_RECONS, &gs_hist_seconds);
 }
 
 static uint32_t active_procs(const struct gs_allocation *a)
@@ -128,6 +247,8 @@ static uint32_t active_procs(const struct gs_allocation *a)
                         (void)g; (void)s;                                           \
                         put(&b, "gshare_gpu_" name "{");                            \
                         put_label(&b, "gpu", ag->gpus[i].uuid, true);               \
+                        if (node)                                                   \
+                                put_label(&b, "node", node, false);                 \
                         put(&b, "} %llu\n", (unsigned long long)(expr));            \
                 }                                                                   \
         } while (0)
@@ -137,7 +258,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
                 family(&b, "gshare_allocation_" name, "gauge", help);               \
                 for (size_t i = 0; i < nparts; i++) {                               \
                         put(&b, "gshare_allocation_" name);                         \
-                        alloc_labels(&b, ps[i].a, ps[i].g);                         \
+                        alloc_labels(&b, ps[i].a, ps[i].claim, ps[i].g);           \
                         put(&b, " %llu\n", (unsigned long long)ps[i].field);        \
                 }                                                                   \
         } while (0)
@@ -171,15 +292,18 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
 {
         struct gpu_snap *gs = calloc(ag->ngpus + 1, sizeof(*gs));
         struct part_snap *ps = NULL;
+        struct alloc_snap *as = NULL;
         struct buf b = { 0 };
-        size_t nparts = 0, maxparts = 0;
+        size_t nparts = 0, maxparts = 0, nas = 0;
         uint32_t nprocs = 0;
         int r = -ENOMEM;
+        const char *node = node_name(ag);
 
-        for (const struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (const struct gs_allocation *a = ag->allocs; a; a = a->next, nas++)
                 maxparts += a->nparts;
         ps = calloc(maxparts + 1, sizeof(*ps));
-        if (!gs || !ps)
+        as = calloc(nas + 1, sizeof(*as));
+        if (!gs || !ps || !as)
                 goto out;
         for (uint32_t i = 0; i < ag->ngpus; i++) {
                 struct gs_gpu *g = &ag->gpus[i];
@@ -191,8 +315,21 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                         gs[i].units_lent = gs_gpu_units_lent(g);
                 }
                 gs[i].units_allocated = gs_gpu_units_allocated(g);
+                for (uint32_t u = 0; g->unit_owner && u < g->units_total; u++)
+                        gs[i].units_draining += g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]);
+                if (ag->pending) {
+                        uint32_t *units = calloc(g->units_total + 1, sizeof(*units));
+                        if (!units)
+                                goto out;
+                        gs[i].units_restoring = (uint32_t)gs_allocs_units_pending(ag, g, units, g->units_total);
+                        free(units);
+                }
         }
+        nas = 0;
         for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+                const struct gs_claim *claim = gs_allocs_claim(a);
+
+                as[nas++] = (struct alloc_snap){ .a = a, .claim = claim };
                 nprocs += active_procs(a);
                 for (uint32_t i = 0; i < a->nparts && nparts < maxparts; i++) {
                         struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
@@ -209,7 +346,7 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                         pthread_mutex_unlock(&g->lock);
                         ps[nparts++] = (struct part_snap){
                                 .outside_bytes = outside, .over_quota = over, .over_quota_bytes = over_bytes,
-                                .a = a, .g = g, .units = a->parts[i].units,
+                                .a = a, .claim = claim, .g = g, .units = a->parts[i].units,
                                 .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
                                 .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
                                 .requested_bytes = st.bytes_requested,
@@ -218,12 +355,19 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
         }
 
         family(&b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
-        put(&b, "gshare_allocations %u\n", ag->nallocs);
+        put_agent(&b, "gshare_allocations", node);
+        put(&b, " %u\n", ag->nallocs);
         family(&b, "gshare_processes", "gauge", "Registered processes of all allocations.");
-        put(&b, "gshare_processes %u\n", nprocs);
+        put_agent(&b, "gshare_processes", node);
+        put(&b, " %u\n", nprocs);
         family(&b, "gshare_usage_scans_total", "counter",
                "Scans of the memory processes hold outside the pool (usageInterval, and on demand).");
-        put(&b, "gshare_usage_scans_total %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
+        put_agent(&b, "gshare_usage_scans_total", node);
+        put(&b, " %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
+        family(&b, "gshare_agent_start_time_seconds", "gauge",
+               "When this agent started, in seconds since the epoch (a change is a restart or an upgrade).");
+        put_agent(&b, "gshare_agent_start_time_seconds", node);
+        put(&b, " %lld\n", (long long)ag->start_unix);
 
         GPU_FAMILY("healthy", "1 if the GPU's pool is usable, 0 if not.", g->healthy ? 1 : 0);
         GPU_FAMILY("chunk_bytes", "Size of one GSM chunk, in bytes.", g->chunk_bytes);
@@ -237,6 +381,10 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
         GPU_FAMILY("units", "Units of the resource the GPU offers.", g->units_total);
         GPU_FAMILY("units_allocated", "Units held by allocations.", s->units_allocated);
         GPU_FAMILY("units_lent", "Units' worth of chunks lent by ballooning.", s->units_lent);
+        GPU_FAMILY("units_draining", "Units of allocations whose pod is gone while processes still use them "
+                   "(advertised unhealthy until they exit).", s->units_draining);
+        GPU_FAMILY("units_restoring", "Units of checkpointed allocations not restored yet (advertised unhealthy).",
+                   s->units_restoring);
 
         PART_FAMILY("units", "Units of the GPU the allocation holds.", units);
         PART_FAMILY("quota_bytes", "The allocation's quota on the GPU, in bytes.", quota_bytes);
@@ -252,19 +400,28 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                "Times a scan found memory outside the pool that the allocation's quota could not cover.");
         for (size_t i = 0; i < nparts; i++) {
                 put(&b, "gshare_allocation_over_quota_total");
-                alloc_labels(&b, ps[i].a, ps[i].g);
+                alloc_labels(&b, ps[i].a, ps[i].claim, ps[i].g);
                 put(&b, " %u\n", ps[i].over_quota);
         }
         family(&b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
-        for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+        for (size_t i = 0; i < nas; i++) {
                 put(&b, "gshare_allocation_processes");
-                alloc_labels(&b, a, NULL);
-                put(&b, " %u\n", active_procs(a));
+                alloc_labels(&b, as[i].a, as[i].claim, NULL);
+                put(&b, " %u\n", active_procs(as[i].a));
+        }
+        family(&b, "gshare_allocation_draining", "gauge",
+               "1 while the allocation's pod is gone (released, or no longer in PodResources) and processes "
+               "still use it, else 0.");
+        for (size_t i = 0; i < nas; i++) {
+                put(&b, "gshare_allocation_draining");
+                alloc_labels(&b, as[i].a, as[i].claim, NULL);
+                put(&b, " %d\n", gs_allocs_draining(as[i].a) ? 1 : 0);
         }
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "
                     "what NVML shows, or the expected context size if more.", pg->outside_charge);
+        hists(&b, ag, node);
         if (b.failed)
                 goto out;
         *ret = b.p;
@@ -275,6 +432,7 @@ out:
         free(b.p);
         free(gs);
         free(ps);
+        free(as);
         return r;
 }
 
@@ -481,6 +639,8 @@ int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **re
                 return -ENOMEM;
         }
         m->ag = ag;
+        if (!ag->start_unix)
+                ag->start_unix = (int64_t)time(NULL);
         fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0 ||
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||

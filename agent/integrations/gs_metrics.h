@@ -1,7 +1,8 @@
 /* gs_metrics.h — the agent's Prometheus endpoint (config metricsAddress):
  * GET /metrics answers the text exposition format, version 0.0.4, with the
- * GPUs' pools and the allocations' quotas and usage (docs/agent.md lists
- * every metric).  Served from the main epoll loop, never blocking it.
+ * GPUs' pools, the allocations' quotas and usage, and histograms of the
+ * agent's work (gs_hist.h); docs/metrics.md lists every metric.  Served
+ * from the main epoll loop, never blocking it.
  *
  * Clients are hostile: a request (line and headers) is at most
  * GS_METRICS_MAX_REQUEST bytes (431 beyond), a connection lives at most

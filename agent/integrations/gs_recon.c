@@ -296,7 +296,9 @@ static void *thread_main(void *arg)
 
                 rc->kick = false;
                 pthread_mutex_unlock(&rc->mu);
+                int64_t t0 = gs_mono_ns(); /* /metrics: gshare_reconcile_duration_seconds */
                 s = list_once(rc);
+                gs_hist_since(&rc->ag->hists.reconcile[GS_HIST_RECON_LIST], t0);
                 pthread_mutex_lock(&rc->mu);
                 if (s) {
                         gs_recon_snapshot_free(rc->pending);
@@ -345,8 +347,10 @@ static void on_snapshot(void *data)
         if (rc->failing)
                 log_info("reconciler: PodResources on %s answers again", rc->socket);
         rc->failing = false;
+        int64_t t0 = gs_mono_ns(); /* /metrics: gshare_reconcile_duration_seconds */
         before = draining_sig(rc->ag);
         n = gs_recon_apply(rc->ag, s, gs_mono_ms(), (uint64_t)time(NULL), rc->grace_ms);
+        gs_hist_since(&rc->ag->hists.reconcile[GS_HIST_RECON_APPLY], t0);
         gs_recon_snapshot_free(s);
         /* Released allocations, or pods gone while their processes live on
          * (their units now draining): the plugin must hear of it. */

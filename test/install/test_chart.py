@@ -6,12 +6,18 @@
 - the renderer handles the template constructs the chart uses with other
   values (metricsAddress, a device list, runtimeClassName, an image tag,
   another hook directory) and refuses what it does not know;
+- the monitoring options (docs/metrics.md), each on and off: the dashboard's
+  ConfigMap (the sidecar's label, the dashboard JSON as shipped), the
+  PodMonitor (the agents' metrics port, honorLabels), the PrometheusRule
+  (the alerts file as shipped); manifests/gshare-monitoring.yaml is the
+  render with all on;
 - for the default and the changed values, the DaemonSet's mounts agree with
   the config: every path the agent and the plugin use is inside a volume
   they mount, and the init container's host directory is mounted under /host,
   never over the image's /usr/local/lib/gshare.
 """
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +39,14 @@ def check(cond, what, detail=""):
     if not cond:
         failures.append(what)
     return cond
+
+
+def finish():
+    """Ends a test program: exit 1 if a check failed."""
+    if failures:
+        print("%d checks failed" % len(failures))
+        sys.exit(1)
+    print("all checks passed")
 
 
 def text_of(docs, header=True):
@@ -126,6 +140,53 @@ def check_dra(docs, sets_text):
               for r in rules), "RBAC: get resourceclaims, manage resourceslices", rules)
 
 
+MONITORING = {"dashboard": ("ConfigMap", "gshare-dashboard"), "podMonitor": ("PodMonitor", "gshare"),
+              "prometheusRule": ("PrometheusRule", "gshare")}
+
+
+def check_monitoring(base_objs):
+    """Each monitoring option alone, then all on; off by default."""
+    kinds = {k for k in base_objs}
+    check(not any(v in kinds for v in MONITORING.values()), "monitoring: nothing by default")
+    with open(os.path.join(CHART, "dashboards", "gshare.json")) as f:
+        dashboard = json.load(f)
+    with open(os.path.join(CHART, "files", "gshare-rules.yaml")) as f:
+        rules = yaml.safe_load(f)
+    for opt, key in MONITORING.items():
+        objs = objects(rc.render_chart(CHART, sets=["config.metricsAddress=0.0.0.0:9400",
+                                                    "monitoring.%s.enabled=true" % opt]))
+        extra = sorted(set(objs) - set(base_objs))
+        check(extra == [key], "monitoring.%s.enabled: exactly %s %s added" % (opt, key[0], key[1]), extra)
+        o = objs.get(key, {})
+        if opt == "dashboard":
+            check(o["metadata"]["labels"].get("grafana_dashboard") == "1" and
+                  json.loads(o["data"]["gshare.json"]) == dashboard,
+                  "dashboard ConfigMap: label grafana_dashboard \"1\", the dashboard JSON as shipped")
+        elif opt == "podMonitor":
+            ds = objs[("DaemonSet", "gshare")]
+            ep = o["spec"]["podMetricsEndpoints"][0]
+            sel = o["spec"]["selector"]["matchLabels"]
+            pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+            ports = [p["name"] for c in ds["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])]
+            check(ep["port"] in ports and ep["path"] == "/metrics" and ep["honorLabels"] is True and
+                  sel.items() <= pod_labels.items() and o["apiVersion"] == "monitoring.coreos.com/v1",
+                  "PodMonitor: the agents' metrics port, /metrics, honorLabels, selects the DaemonSet's pods", o)
+        else:
+            check(o["spec"] == rules and o["apiVersion"] == "monitoring.coreos.com/v1",
+                  "PrometheusRule: the alerts file as shipped")
+    sets = rc.MONITORING_SETS + ["monitoring.dashboard.namespace=grafana", "monitoring.podMonitor.labels.release=prom"]
+    objs = objects(rc.render_chart(CHART, sets=sets))
+    check(objs[("ConfigMap", "gshare-dashboard")]["metadata"]["namespace"] == "grafana" and
+          objs[("PodMonitor", "gshare")]["metadata"]["labels"].get("release") == "prom",
+          "dashboard namespace and PodMonitor labels from values")
+    r = subprocess.run(["/usr/bin/python3", os.path.join(REPO, "scripts", "render-chart.py"), CHART, "--manifest",
+                        "--template", "monitoring.yaml"] + sum((["--set", x] for x in rc.MONITORING_SETS), []),
+                       capture_output=True, text=True)
+    with open(os.path.join(REPO, "manifests", "gshare-monitoring.yaml")) as f:
+        check(r.returncode == 0 and f.read() == r.stdout,
+              "manifests/gshare-monitoring.yaml is the monitoring render with every option on (else: make manifest)")
+
+
 def main():
     docs = rc.render_chart(CHART)
     with open(os.path.join(REPO, "manifests", "gshare.yaml")) as f:
@@ -144,6 +205,7 @@ def main():
           "metricsAddress empty: no port, no scrape annotations")
     check("runtimeClassName" not in spec, "runtimeClassName empty: left out")
     check_paths(objs, "defaults")
+    check_monitoring(objs)
 
     sets = ["config.metricsAddress=0.0.0.0:9400", "config.devices=[\"GPU-x\", 1]", "runtimeClassName=nvidia",
             "image.tag=9.9.9", "image.repository=reg.example/gs", "hostPaths.lib=/opt/gshare/lib"]
@@ -191,10 +253,7 @@ def main():
             err = str(e)
         check("t/templates/x.yaml" in err and "upper" in err, "unknown function refused, naming template and function",
               err)
-    if failures:
-        print("%d checks failed" % len(failures))
-        sys.exit(1)
-    print("all checks passed")
+    finish()
 
 
 if __name__ == "__main__":

@@ -118,6 +118,53 @@ START_TEST(test_render)
 }
 END_TEST
 
+/* Buckets are inclusive upper bounds, cumulative when read; the rest is
+ * above them all; the exposition has _bucket per bound and +Inf, _sum in
+ * seconds, _count. */
+START_TEST(test_hist)
+{
+        struct gs_agent ag = { 0 };
+        struct gs_hist h = { 0 };
+        struct gs_hist_snap sn;
+        char *text = NULL, *s;
+        size_t len = 0;
+
+        gs_hist_observe(&h, &gs_hist_seconds, 0);
+        gs_hist_observe(&h, &gs_hist_seconds, 1000);         /* 1 us: the first bound */
+        gs_hist_observe(&h, &gs_hist_seconds, 1001);
+        gs_hist_observe(&h, &gs_hist_seconds, 20000000000ull); /* 20 s: above 10 s */
+        gs_hist_read(&h, &gs_hist_seconds, &sn);
+        ck_assert_uint_eq(sn.cum[0], 2);
+        ck_assert_uint_eq(sn.cum[1], 3);
+        ck_assert_uint_eq(sn.cum[gs_hist_seconds.n - 1], 3);
+        ck_assert_uint_eq(sn.count, 4);
+        ck_assert_uint_eq(sn.sum, 20000002001ull);
+        for (uint32_t i = 1; i < gs_hist_bytes.n; i++)
+                ck_assert(gs_hist_bytes.le[i] > gs_hist_bytes.le[i - 1]);
+        for (uint32_t i = 1; i < gs_hist_seconds.n; i++)
+                ck_assert(gs_hist_seconds.le[i] > gs_hist_seconds.le[i - 1]);
+
+        ag.hists.request[GS_OP_ALLOC] = h;
+        gs_hist_observe(&ag.hists.grant_bytes[GS_HIST_GRANT_ALLOC], &gs_hist_bytes, 5u << 20);
+        ck_assert_int_eq(gs_metrics_render(&ag, &text, &len), 0);
+        s = strndup(text, len);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_ptr_nonnull(strstr(s, "# TYPE gshare_request_duration_seconds histogram\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_request_duration_seconds_bucket{op=\"alloc\",le=\"1e-06\"} 2\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_request_duration_seconds_bucket{op=\"alloc\",le=\"+Inf\"} 4\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_request_duration_seconds_sum{op=\"alloc\"} 20.000002001\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_request_duration_seconds_count{op=\"alloc\"} 4\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_request_duration_seconds_count{op=\"free\"} 0\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_grant_bytes_bucket{op=\"alloc\",le=\"4194304\"} 0\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_grant_bytes_bucket{op=\"alloc\",le=\"16777216\"} 1\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_grant_bytes_sum{op=\"alloc\"} 5242880\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_scrub_duration_seconds_count 0\n"));
+        ck_assert_ptr_nonnull(strstr(s, "gshare_reconcile_duration_seconds_count{phase=\"list\"} 0\n"));
+        free(s);
+        free(text);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("metrics");
@@ -126,6 +173,7 @@ int main(void)
         tcase_add_test(t, test_parse_request);
         tcase_add_test(t, test_parse_address);
         tcase_add_test(t, test_render);
+        tcase_add_test(t, test_hist);
         suite_add_tcase(s, t);
         return gs_check_run(s);
 }

@@ -28,7 +28,7 @@ from test_e2e import MiB, UNIT, check, free_port  # noqa: E402
 
 MAX_CLIENTS = 64       # GS_METRICS_MAX_CLIENTS
 DEADLINE = 5.0         # GS_METRICS_DEADLINE_MS
-SAMPLE = re.compile(r'^([a-z_]+)(\{(.*)\})? (\d+)$')
+SAMPLE = re.compile(r'^([a-z_]+)(\{(.*)\})? (\d+(?:\.\d+)?)$')
 LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)",?')
 
 
@@ -95,8 +95,10 @@ def scrape(port):
         if not m:
             raise SystemExit("unparsable metrics line: %r" % line)
         labels = frozenset(LABEL.findall(m.group(3) or ""))
-        out[(m.group(1), labels)] = int(m.group(4))
-        if m.group(1) not in typed:
+        v = m.group(4)
+        out[(m.group(1), labels)] = float(v) if "." in v else int(v)
+        # A histogram's samples are its name's _bucket, _sum and _count.
+        if m.group(1) not in typed and re.sub(r"_(bucket|sum|count)$", "", m.group(1)) not in typed:
             raise SystemExit("sample before its # TYPE line: %r" % line)
     check(int(hdrs.get("content-length", -1)) == len(body) and
           hdrs.get("content-type", "").startswith("text/plain; version=0.0.4"),

@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""kubectl gshare (scripts/kubectl-gshare) on recorded answers.
+
+fake-kubectl answers `kubectl get --raw` from fixtures/: a NodeList, the
+pods (the agents', one namespace's, all), ResourceClaims, and the /metrics
+of the agent on gpu-node-1 through the API server's pod proxy (a real scrape
+of the agent on the fake driver by test/metrics/test_monitoring.py, with a
+device-plugin allocation of pod team/trainer-0 and a DRA claim's,
+team/infer-claim).  The agent on gpu-node-3 does not answer its proxy.
+Checks the figures `nodes` and `pods` print as JSON and as a table, that
+YAML is the same data, that every read went through `get --raw` (and
+--context is passed on), and that a failing API server gives an error, not
+a traceback.
+
+fixtures-k136/ are the answers of the real Kubernetes 1.36 of
+../shared/kubelet136 (test/k8s/monitoring_run.sh: the chart as shipped with
+metricsAddress, the fake driver's 8 GiB GPU in 1 GiB units, pods w1 holding
+1024 MiB of 2 units and w2 300 MiB of 1), recorded while kubectl gshare
+read them: the same figures must come out of them.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+PLUGIN = os.path.join(REPO, "scripts", "kubectl-gshare")
+FAKE = os.path.join(HERE, "fake-kubectl")
+GPU = "GPU-67736872-fa4e-4be0-8000-5eed00000000"
+MiB = 1 << 20
+sys.path.insert(0, os.path.join(REPO, "test", "install"))
+from test_chart import check, finish  # noqa: E402
+
+def run(log, *args, kubectl=FAKE, fixtures=""):
+    env = dict(os.environ, FAKE_KUBECTL_LOG=log, FAKE_KUBECTL_FIXTURES=fixtures)
+    return subprocess.run([PLUGIN, "--kubectl", kubectl] + list(args), capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def real(log):
+    fx = os.path.join(HERE, "fixtures-k136")
+    r = run(log, "nodes", "-o", "json", fixtures=fx)
+    rows = json.loads(r.stdout or "[]")
+    check(r.returncode == 0 and len(rows) == 1 and
+          {k: rows[0].get(k) for k in ("node", "units", "allocated", "free", "lent", "draining", "restoring",
+                                       "healthy", "capacity", "allocatable")} ==
+          {"node": "k134node", "units": 7, "allocated": 3, "free": 4, "lent": 0, "draining": 0, "restoring": 0,
+           "healthy": True, "capacity": 7, "allocatable": 7},
+          "1.36 cluster: k134node, 7 units, 3 allocated, 4 free, capacity and allocatable 7", rows)
+    r = run(log, "pods", "-A", "-o", "json", fixtures=fx)
+    rows = json.loads(r.stdout or "[]")
+    got = sorted((x["namespace"], x["pod"], x["container"], x["units"], x["quota_bytes"] // MiB,
+                  x["used_bytes"] // MiB, x["processes"]) for x in rows)
+    check(r.returncode == 0 and got == [("default", "w1", "cuda", 2, 2048, 1024, 1),
+                                        ("default", "w2", "cuda", 1, 1024, 320, 1)],
+          "1.36 cluster: w1 2 units, 2 GiB quota, 1 GiB used; w2 1 unit, 1 GiB, 320 MiB (5 chunks of 64 MiB)", got)
+    t = run(log, "pods", "-n", "default", fixtures=fx)
+    check(t.returncode == 0 and [l.split()[:2] for l in t.stdout.splitlines()] ==
+          [["POD", "CONTAINER/CLAIM"], ["w1", "cuda"], ["w2", "cuda"]], "1.36 cluster: pods -n default", t.stdout)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="gshare-kubectl-")
+    log = os.path.join(tmp, "calls")
+
+    r = run(log, "nodes", "-o", "json")
+    check(r.returncode == 0, "nodes -o json exits 0", r.stderr)
+    rows = json.loads(r.stdout or "[]")
+    by = {(x["node"], x["gpu"]): x for x in rows}
+    n1 = by.get(("gpu-node-1", GPU), {})
+    check(n1.get("units") == 14 and n1.get("allocated") == 4 and n1.get("free") == 10 and n1.get("lent") == 0 and
+          n1.get("draining") == 0 and n1.get("restoring") == 0 and n1.get("healthy") is True and
+          n1.get("capacity") == 14 and n1.get("allocatable") == 14 and n1.get("pool_free_bytes") == 20 * 32 * MiB,
+          "gpu-node-1: 14 units, 4 allocated, 10 free, healthy, capacity 14, pool 640 MiB free", n1)
+    n3 = by.get(("gpu-node-3", None), {})
+    check("NotFound" in (n3.get("error") or "") and n3.get("capacity") == 14,
+          "gpu-node-3: its agent's proxy fails: one row with the error and the node's capacity", n3)
+    check(not any(x["node"] == "cpu-node-2" for x in rows), "a node without gshare is left out")
+    t = run(log, "nodes")
+    lines = t.stdout.splitlines()
+    check(t.returncode == 0 and lines[0].split()[:4] == ["NODE", "GPU", "HEALTH", "UNITS"] and
+          any(l.split()[:9] == ["gpu-node-1", GPU, "ok", "14", "4", "10", "0", "0", "0"] for l in lines) and
+          any(l.startswith("gpu-node-3") and "NotFound" in l for l in lines),
+          "nodes table: header, gpu-node-1's figures, gpu-node-3's error", t.stdout)
+    y = run(log, "nodes", "-o", "yaml")
+    check(y.returncode == 0 and yaml.safe_load(y.stdout) == rows, "nodes -o yaml: the same rows")
+
+    r = run(log, "pods", "-A", "-o", "json")
+    check(r.returncode == 0, "pods -A -o json exits 0", r.stderr)
+    rows = json.loads(r.stdout or "[]")
+    by = {(x["namespace"], x["pod"], x["container"] or x["claim"]): x for x in rows}
+    check(sorted(by) == [("team", "infer-0", "infer-claim"), ("team", "queued-0", "main"),
+                         ("team", "trainer-0", "main")],
+          "pods -A: the container with a request, the claim of the DeviceClass, the pending pod; "
+          "no sidecar, no pod without GPU memory, no agent", sorted(by))
+    tr = by.get(("team", "trainer-0", "main"), {})
+    check(tr.get("node") == "gpu-node-1" and tr.get("gpu") == GPU and tr.get("units") == 2 and
+          tr.get("requested_units") == 2 and tr.get("quota_bytes") == 128 * MiB and tr.get("used_bytes") == 64 * MiB and
+          tr.get("outside_bytes") == 0 and tr.get("processes") == 1 and tr.get("allocation") == "6447336396706284",
+          "trainer-0/main: 2 units, quota 128 MiB, 64 MiB used, 1 process, its allocation", tr)
+    inf = by.get(("team", "infer-0", "infer-claim"), {})
+    check(inf.get("container") is None and inf.get("units") == 2 and inf.get("quota_bytes") == 128 * MiB and
+          inf.get("used_bytes") == 32 * MiB and inf.get("processes") == 1,
+          "infer-0's claim: 2 units, quota 128 MiB, 32 MiB used, 1 process", inf)
+    q = by.get(("team", "queued-0", "main"), {})
+    check(q.get("node") is None and q.get("requested_units") == 4 and q.get("quota_bytes") is None,
+          "queued-0 (Pending): its request, nothing from an agent", q)
+    t = run(log, "pods", "-A")
+    lines = [l.split() for l in t.stdout.splitlines()]
+    check(t.returncode == 0 and lines[0][:3] == ["NAMESPACE", "POD", "CONTAINER/CLAIM"] and
+          ["team", "trainer-0", "main", "gpu-node-1", GPU, "2", "128Mi", "64Mi", "0", "1"] in lines and
+          ["team", "infer-0", "claim/infer-claim", "gpu-node-1", GPU, "2", "128Mi", "32Mi", "0", "1"] in lines,
+          "pods -A table", t.stdout)
+    t = run(log, "pods", "--context", "prod")
+    lines = [l.split() for l in t.stdout.splitlines()]
+    check(t.returncode == 0 and lines[0][0] == "POD" and len(lines) == 4 and
+          ["trainer-0", "main", "gpu-node-1", GPU, "2", "128Mi", "64Mi", "0", "1"] in lines,
+          "pods without -n: the context's namespace (team), no NAMESPACE column", t.stdout)
+    t = run(log, "pods", "-n", "nowhere")
+    check(t.returncode == 1 and "kubectl gshare:" in t.stderr and "NotFound" in t.stderr and
+          "Traceback" not in t.stderr, "an API error: a message naming it, exit 1", t.stderr)
+    t = run(log, "nodes", kubectl=os.path.join(tmp, "no-kubectl"))
+    check(t.returncode == 1 and "not found" in t.stderr and "Traceback" not in t.stderr,
+          "no kubectl: a message, exit 1", t.stderr)
+
+    real(log)
+
+    with open(log) as f:
+        calls = [json.loads(l) for l in f]
+    reads = [c for c in calls if "--raw" in c]
+    def verb(c):
+        while c[:1] in (["--context"], ["--kubeconfig"]):
+            c = c[2:]
+        return c[:2]
+    check(all(verb(c) in (["get", "--raw"], ["config", "view"]) for c in calls) and len(reads) >= 10 and
+          all(c[:2] == ["--context", "prod"] for c in calls if "prod" in c) and
+          any(c[:2] == ["--context", "prod"] for c in calls),
+          "every read is kubectl get --raw (or config view for the namespace); --context is passed on",
+          calls[:3])
+    check(any(c[-1].endswith("/pods/gshare-7xk2p:9400/proxy/metrics") for c in reads),
+          "the agent's metrics come through the API server's pod proxy")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
