@@ -69,6 +69,7 @@ def grow():
 print(json.dumps({"event": "ready", "hold_bytes": HOLD, "pid": os.getpid()}), flush=True)
 last = time.monotonic()
 paused = False
+cmds, inbuf = [], b""
 while True:
     if paused:
         time.sleep(0.01)
@@ -95,9 +96,19 @@ while True:
         last = time.monotonic()
         check_data()
         print(json.dumps({"event": "tick", **stats}), flush=True)
-    r, _, _ = select.select([sys.stdin], [], [], 0)
-    if r:
-        cmd = sys.stdin.readline().strip()
+    # Commands are read with os.read, never through sys.stdin's buffer: a
+    # buffered readline can take two lines at once ("resume", "reset") and
+    # leave the second where select does not see it.
+    if not cmds and select.select([0], [], [], 0)[0]:
+        chunk = os.read(0, 4096)
+        if not chunk:
+            cmds.append("")
+        inbuf += chunk
+        while b"\n" in inbuf:
+            line, inbuf = inbuf.split(b"\n", 1)
+            cmds.append(line.decode().strip())
+    if cmds:
+        cmd = cmds.pop(0)
         if cmd == "grow":
             grow()
         elif cmd == "quit" or cmd == "":
