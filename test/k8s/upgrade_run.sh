@@ -8,6 +8,8 @@
 #  - images 0.1.0, 0.1.1, 0.1.2 from test/k8s/fakeimage.sh (the same build,
 #    1 and 2 with other bytes in the hook and the agent);
 #  - `helmlite install gshare charts/gshare --set mode=MODE` (0.1.0);
+#    INSTALL_CHART=DIR installs from another chart (an earlier release's,
+#    with its image imported as 0.1.0 beforehand: an upgrade from it);
 #  - a workload pod w1 (2 units, or a claim of 2Gi) running e2e_restart
 #    (--hold 512 --churn 8 --vmm 2): allocating, freeing, writing, verifying;
 #  - while it runs, each followed by `rollout status` and a pause:
@@ -80,7 +82,7 @@ snapshot() { # what the agent and the node say
 }
 
 say "helmlite install gshare ($MODE, $REPO:0.1.0)"
-$HL install gshare $ROOT/charts/gshare $NS --set $SET 2>&1 | tee -a $D/run.log
+$HL install gshare ${INSTALL_CHART:-$ROOT/charts/gshare} $NS --set $SET 2>&1 | tee -a $D/run.log
 follow_logs & FL=$!
 kubectl -n $NS rollout status ds/gshare --timeout=180s | tee -a $D/run.log
 say "gshare pod Ready"
