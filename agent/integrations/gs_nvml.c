@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../hook/gs_nvmldecl.h"
+#include "gs_nvmldecl.h"
 
 struct gs_nvml_fns {
         __typeof__(nvmlInit_v2) *init;

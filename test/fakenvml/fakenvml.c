@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../hook/gs_nvmldecl.h"
+#include "gs_nvmldecl.h"
 #include "../fakecuda/fc_state.h"
 
 #define FN_MAX_DEV 8
