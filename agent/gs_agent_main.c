@@ -19,7 +19,7 @@
 
 #include "gs_allocs.h"
 #include "gs_config_keys.h"
-#include "gs_pending.h"
+#include "gs_restore.h"
 #include "gs_ctlsrv.h"
 #include "gs_gpu.h"
 #include "gs_handover.h"

@@ -3,7 +3,7 @@
  * snapshot applied to the agent's allocations (who holds what; reclaim
  * only after the grace, and never on a partial hold); the owner decides
  * (a DRA claim's allocation is never reclaimed); and the checkpoint it
- * depends on (gs_pending.h): never reclaim on a checkpoint, or a v2
+ * depends on (gs_restore.h): never reclaim on a checkpoint, or a v2
  * claims file left to migrate, that cannot be read, and keep the lines it
  * cannot use. */
 #include <errno.h>
@@ -17,6 +17,7 @@
 
 #include "gs_allocs.h"
 #include "gs_pending.h"
+#include "gs_restore.h"
 #include "gs_check.h"
 #include "gs_recon.h"
 #include "podresources_v1.pb-c.h"
@@ -236,10 +237,10 @@ static void assert_refused(struct gs_agent *ag, const char *path, int want, stru
         snprintf(req.claim.name, sizeof(req.claim.name), "c2");
         snprintf(req.claim.gpu_uuid, sizeof(req.claim.gpu_uuid), U);
         req.claim.units = 1;
-        ck_assert_int_eq(gs_allocs_create(ag, &req, &x, &created, err, sizeof(err)), want);
+        ck_assert_int_eq(gs_restore_create(ag, &req, &x, &created, err, sizeof(err)), want);
         ck_assert_msg(strstr(err, path) && strstr(err, strerror(-want)), "err: %s", err);
         err[0] = '\0';
-        ck_assert_int_eq(gs_allocs_release_claim(ag, CLAIM2, err, sizeof(err)), want);
+        ck_assert_int_eq(gs_restore_release_claim(ag, CLAIM2, err, sizeof(err)), want);
         ck_assert_msg(strstr(err, path), "err: %s", err);
         ck_assert_int_eq(gs_allocs_release(ag, dp, err, sizeof(err)), want);
         ck_assert(!dp->releasing);

@@ -61,7 +61,7 @@ struct gs_agent {
         /* Checkpoint lines not restored yet (gs_pending.h). */
         struct gs_allocs_pending *pending;
         /* 0, or the negative errno of the last failed read of the
-         * checkpoint: the allocations are unknown (gs_pending.h). */
+         * checkpoint: the allocations are unknown (gs_restore.h). */
         int ckpt_err;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;

@@ -15,6 +15,7 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_pending.h"
+#include "gs_restore.h"
 #include "gs_proc.h"
 #include "gs_stream.h"
 
@@ -257,7 +258,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
 /* ---- request handlers ---- */
 
 /* CreateAllocation, and its old form CreateClaimAllocation (c NULL, cc
- * set): one request, parsed here, to gs_allocs_create. */
+ * set): one request, parsed here, to gs_restore_create. */
 static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__V1__CreateAllocationRequest *c,
                       const Gshare__Ctl__V1__ClaimOwner *cc, GsCtlReply *rep, char *err, size_t errlen)
 {
@@ -301,7 +302,7 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__
         if (r == 0 && c && c->take_over && req.kind == GS_OWNER_DEVICES)
                 r = gs_allocs_take_over(s->ag, req.ids, req.nids, err, errlen);
         if (r == 0)
-                r = gs_allocs_create(s->ag, &req, &a, &created, err, errlen);
+                r = gs_restore_create(s->ag, &req, &a, &created, err, errlen);
         if (r < 0) {
                 rep->error = r;
                 return;
@@ -331,7 +332,7 @@ static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest
         int r;
 
         if (c->claim_uid && c->claim_uid[0]) {
-                r = gs_allocs_release_claim(s->ag, c->claim_uid, err, errlen);
+                r = gs_restore_release_claim(s->ag, c->claim_uid, err, errlen);
                 goto done;
         }
         if (c->id && c->id[0])

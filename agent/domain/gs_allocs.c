@@ -350,8 +350,6 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
         struct plan pl = { .nparts = 0 };
         int r;
 
-        if (!req->restore && (r = gs_allocs_known(ag, err, errlen)) < 0)
-                return r;
         if (req->kind == GS_OWNER_DEVICES)
                 r = plan_devices(ag, req, &pl, ret, ret_created, err, errlen);
         else if (req->kind == GS_OWNER_CLAIM)
@@ -360,11 +358,10 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                 snprintf(err, errlen, "an allocation needs an owner: device IDs or a claim");
                 r = -EINVAL;
         }
-        if (r == 2) { /* a checkpoint line of these IDs: restored now */
-                struct gs_allocs_pending *q = gs_pending_of_ids(ag, pl.ids, pl.nids);
+        if (r == 2) { /* a checkpoint line of these IDs: gs_restore_create restores it */
                 free(pl.ids);
                 free(pl.units);
-                return gs_pending_restore(ag, q, ret, ret_created, err, errlen);
+                return 1;
         }
         if (r != 0)
                 goto fail;
@@ -495,24 +492,15 @@ void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
 
 int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen)
 {
-        struct gs_allocation *a;
+        struct gs_allocation *a = gs_allocs_find_claim(ag, uid);
         int r;
 
-        /* Unknown allocations: "no such claim" would be a guess, and the
-         * kubelet retries an unprepare that fails. */
-        r = gs_allocs_known(ag, err, errlen);
-        if (r < 0)
-                return r;
-        a = gs_allocs_find_claim(ag, uid);
-        if (a) {
-                r = gs_allocs_release(ag, a, err, errlen);
-                if (r == 0)
-                        log_info("claim %s (%s/%s): allocation %s released", uid, a->claim.ns, a->claim.name,
-                                 a->id);
-                return r;
-        }
-        r = gs_allocs_release_pending(ag, NULL, NULL, 0, uid, err, errlen);
-        return r == -ENOENT ? 0 : r;
+        if (!a)
+                return 0;
+        r = gs_allocs_release(ag, a, err, errlen);
+        if (r == 0)
+                log_info("claim %s (%s/%s): allocation %s released", uid, a->claim.ns, a->claim.name, a->id);
+        return r;
 }
 
 /* The allocation holding device ID id, or NULL; *ret_foreign set if id is

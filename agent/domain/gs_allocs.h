@@ -29,7 +29,7 @@
  * Checkpoint (gs_ckpt.h): one line per allocation, rewritten on every
  * change (one file replace, one fsync and one directory fsync per create
  * or release).  At start the agent re-creates each allocation in it
- * (gs_pending.h); a line that cannot be restored now stays in it, and a
+ * (gs_restore.h); a line that cannot be restored now stays in it, and a
  * checkpoint that cannot be read whole leaves the allocations unknown:
  * nothing is created, released or reclaimed until it reads.  Processes are
  * not checkpointed: after an agent restart they must register again. */
@@ -145,7 +145,12 @@ struct gs_alloc_req {
  * GPU has), -ENODEV (no such GPU here), -EEXIST (the claim has an
  * allocation of another size or GPU), -ENOSPC (too few free units),
  * -EAGAIN (its allocation waits to be restored), -EIO.  Both: the
- * checkpoint's read error while it is unknown, or its write error. */
+ * checkpoint's write error.
+ * A new request goes through gs_restore_create (gs_restore.h), which first
+ * makes sure the allocations are known (else the checkpoint's read error);
+ * this returns 1, nothing done, for a new request of exactly the device IDs
+ * of a checkpoint line not restored yet (gs_pending.h): gs_restore_create
+ * restores that line. */
 int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
                      bool *ret_created, char *err, size_t errlen) GS_WUR;
 
@@ -154,8 +159,9 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
 const struct gs_claim *gs_allocs_claim(const struct gs_allocation *a);
 /* The allocation of claim uid (not one being released), or NULL. */
 struct gs_allocation *gs_allocs_find_claim(struct gs_agent *ag, const char *uid);
-/* Releases the allocation of claim uid (gs_allocs_release, or its line if
- * it waits to be restored).  0 also when the claim has none (idempotent). */
+/* Releases the allocation of claim uid (gs_allocs_release; a line waiting
+ * to be restored: gs_restore_release_claim, the door callers use).  0 also
+ * when the claim has none. */
 int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen) GS_WUR;
 
 /* Before creating the allocation of ids[0..n): each other allocation holding
@@ -185,7 +191,7 @@ struct gs_allocation *gs_allocs_find(struct gs_agent *ag, const char *id);
 struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const *ids, size_t n);
 
 /* Writes the checkpoint.  Returns 0 or a negative errno (logged); while
- * the checkpoint is unknown (gs_pending.h) the read's error, nothing
+ * the checkpoint is unknown (gs_restore.h) the read's error, nothing
  * written. */
 int gs_allocs_checkpoint(struct gs_agent *ag) GS_WUR;
 

@@ -18,6 +18,7 @@
 
 #include "gs_allocs.h"
 #include "gs_pending.h"
+#include "gs_restore.h"
 #include "gs_grpc.h"
 #include "gs_log.h"
 #include "podresources_v1.pb-c.h"
@@ -181,7 +182,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
         char err[PATH_MAX + 256];
         bool known;
 
-        /* Unknown allocations (the checkpoint unreadable: gs_pending.h)
+        /* Unknown allocations (the checkpoint unreadable: gs_restore.h)
          * are missing information: any allocation may be a claim's, so
          * none is released; who holds what is still recorded.  The read
          * is logged once per streak and tried again at each pass. */

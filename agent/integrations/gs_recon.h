@@ -19,7 +19,7 @@
  * failure is logged once per streak.  The allocation's owner decides
  * (gs_allocs.h): only a device plugin's is ever reclaimed, never a DRA
  * claim's nor one that a kept (unparsable) checkpoint line names; and
- * while the checkpoint cannot be read (gs_pending.h) nothing is.
+ * while the checkpoint cannot be read (gs_restore.h) nothing is.
  *
  * Optionally (gs_watch, when the agent runs in a cluster with NODE_NAME
  * set) a watch of the node's pods on the API server calls gs_recon_kick
