@@ -27,7 +27,8 @@ static void mirror(size_t n, const uint32_t *units)
         memset(&m, 0, sizeof(m));
         memset(gpus, 0, sizeof(gpus));
         for (size_t g = 0; g < n; g++) {
-                snprintf(gpus[g].uuid, sizeof(gpus[g].uuid), "GPU-%08zx-1111-2222-3333-%012zx", 0x5eed0000 + g, g);
+                snprintf(gpus[g].uuid, sizeof(gpus[g].uuid), "GPU-%08x-1111-2222-3333-%012x", 0x5eed0000u + (unsigned)g,
+                         (unsigned)g);
                 gpus[g].index = (uint32_t)g;
                 gpus[g].units = units[g];
                 gpus[g].healthy = true;
