@@ -21,6 +21,10 @@ set -u
 : "${B:=build}" "${PYTHON:=/usr/bin/python3}"
 export B PYTHON
 export CK_FORK=yes
+# check's own limit per test, where a suite sets none (its default is 4 s):
+# a limit that only catches a hang, never a slow machine (a sanitizer build
+# on two busy cores).
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-60}
 if [[ ${SANITIZE:-} == tsan ]]; then
   # Every test's processes (check suites, the agent and plugin the Python
   # tests start, hooked programs) read the suppressions for the gRPC/Abseil
