@@ -34,8 +34,12 @@ struct gs_dp {
         /* ListAndWatch streams open, and when the last one ended (atomics):
          * a kubelet that dropped us (it may disconnect the newer of two
          * instances of a resource when the older's stream ends) opens
-         * none; we register again. */
+         * none; we register again.  lw_opened counts the streams ever
+         * opened: none since a Register means the kubelet never took it up
+         * (seen on 1.36 after an upgrade: it dropped the new instance when
+         * the old one's stream ended, 10 ms after the new one registered). */
         int lw_active;
+        unsigned lw_opened;
         int64_t lw_ended_ms;
 };
 

@@ -134,6 +134,7 @@ static grpc_status_code list_and_watch(void *ctx, struct gs_grpc_call *call,
 
         (void)req;
         __atomic_add_fetch(&p->lw_active, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&p->lw_opened, 1, __ATOMIC_SEQ_CST);
         st = list_and_watch_loop(p, call, msg, msglen);
         __atomic_store_n(&p->lw_ended_ms, gs_mono_ms(), __ATOMIC_SEQ_CST);
         __atomic_sub_fetch(&p->lw_active, 1, __ATOMIC_SEQ_CST);

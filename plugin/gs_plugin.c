@@ -31,6 +31,11 @@
 #define REGISTER_RETRY_MAX_MS 1000
 /* No stream this long after the last one ended: the kubelet dropped us. */
 #define LW_GONE_MS 1000
+/* A kubelet that took our Register up opens a ListAndWatch at once: none
+ * this long after a Register and we register again, waiting twice as long
+ * each time none comes, up to LW_UNHEARD_MAX_MS. */
+#define LW_UNHEARD_MS 3000
+#define LW_UNHEARD_MAX_MS 60000
 
 static void log_start(struct gs_dp *p)
 {
@@ -57,6 +62,10 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
         int ifd = -1, sfd = -1, r;
         bool need_register = true, waiting_logged = false;
         int64_t next_try = 0, delay = PROBE_MIN_MS, reg_delay = REGISTER_RETRY_MIN_MS;
+        /* The last Register: when, the streams opened before it, and how
+         * long to wait for the kubelet's stream after it. */
+        int64_t reg_at = 0, unheard_wait = LW_UNHEARD_MS;
+        unsigned reg_opened = 0;
 
         if ((size_t)snprintf(p->sock_path, sizeof(p->sock_path), "%s/%s", o->cfg.kubelet_dir, o->endpoint) >=
                     sizeof(p->sock_path) ||
@@ -102,6 +111,8 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                                 delay = delay * 2 > PROBE_MAX_MS ? PROBE_MAX_MS : delay * 2;
                         } else if (gs_dp_register(p) == 0) {
                                 need_register = false;
+                                reg_at = gs_mono_ms();
+                                reg_opened = __atomic_load_n(&p->lw_opened, __ATOMIC_SEQ_CST);
                         } else {
                                 next_try = gs_mono_ms() + reg_delay;
                                 reg_delay = reg_delay * 2 > REGISTER_RETRY_MAX_MS ? REGISTER_RETRY_MAX_MS
@@ -125,7 +136,17 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 }
                 if (pf[1].revents)
                         gs_dp_read_events(ifd, &kubelet_new);
+                bool heard = __atomic_load_n(&p->lw_opened, __ATOMIC_SEQ_CST) != reg_opened;
+                if (heard)
+                        unheard_wait = LW_UNHEARD_MS;
                 if (p->standby) {
+                        continue;
+                } else if (!need_register && p->server && !heard && gs_mono_ms() - reg_at > unheard_wait) {
+                        log_info("the kubelet opened no ListAndWatch in the %lld ms since we registered: "
+                                 "registering again", (long long)(gs_mono_ms() - reg_at));
+                        unheard_wait = unheard_wait * 2 > LW_UNHEARD_MAX_MS ? LW_UNHEARD_MAX_MS : unheard_wait * 2;
+                        need_register = true;
+                        next_try = 0;
                         continue;
                 } else if (!need_register && p->server && __atomic_load_n(&p->lw_active, __ATOMIC_SEQ_CST) == 0 &&
                            __atomic_load_n(&p->lw_ended_ms, __ATOMIC_SEQ_CST) &&

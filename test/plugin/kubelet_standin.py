@@ -550,6 +550,34 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
         print("info: own socket deleted: registered again after %.3f s" % (t - t0), flush=True)
     check("plugin still running", plugin.poll() is None)
 
+    # ---- a Register the kubelet never takes up: no ListAndWatch follows
+    # (1.36, in a helm upgrade, dropped the new instance that way when the
+    # old one's stream ended 10 ms after the new one registered, and the
+    # plugin waited for a stream to end that never opened: allocatable 0).
+    # The plugin registers again, and again while none comes.
+    kubelet.stop()
+    while not kubelet.registered.empty():
+        kubelet.registered.get()
+    for f in os.listdir(kdir):
+        os.unlink(os.path.join(kdir, f))
+    kubelet.start()
+    regs = []
+    t0 = time.monotonic()
+    while len(regs) < 3 and time.monotonic() - t0 < 2 * HANG:
+        t, reg = kubelet.wait_register(2 * HANG - (time.monotonic() - t0))
+        if reg is not None:
+            regs.append(t)
+    check("kubelet opens no ListAndWatch after Register: the plugin registers again, twice more",
+          len(regs) == 3, "%d Registers in %.1f s" % (len(regs), time.monotonic() - t0))
+    if len(regs) == 3:
+        print("info: unanswered Register: registered again after %.1f s, then %.1f s"
+              % (regs[1] - regs[0], regs[2] - regs[1]), flush=True)
+    st3 = Stream(ns.dp_grpc.DevicePluginStub(grpc.insecure_channel("unix:" + os.path.join(kdir, "gshare.sock"))), ns)
+    m = st3.next()
+    check("... and serves the ListAndWatch that comes at last",
+          m is not None and not isinstance(m, Exception) and len(m.devices) == 16)
+    st3.cancel()
+
     # ---- a bad config is refused with file:line: key: problem
     bad = os.path.join(tmp, "bad.yaml")
     with open(bad, "w") as f:
