@@ -388,6 +388,7 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
         if (slot < p->lo_free)
                 p->lo_free = slot;
         a->held--;
+        __atomic_add_fetch(&a->returned, 1, __ATOMIC_RELEASE);
         if ((c->borrowed || a->borrowed.count) && a->over)
                 a->over--;
         if (c->borrowed) {

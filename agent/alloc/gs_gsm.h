@@ -109,6 +109,9 @@ struct gs_gsm_alloc {
         /* Borrowed past the cap by gs_gsm_take_at (chunks a restarted
          * agent found held): the cap is exceeded by at most this. */
         uint32_t over;
+        /* Chunks its processes gave back, ever (wraps; gs_gsm_put writes
+         * it atomically, so it may be read without the pool's lock). */
+        uint32_t returned;
 };
 
 struct gs_gsm_proc {

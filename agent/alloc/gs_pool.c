@@ -193,6 +193,11 @@ void gs_palloc_debt(struct gs_palloc *a, int delta)
                 a->g.debt--;
 }
 
+uint32_t gs_palloc_returned(const struct gs_palloc *a)
+{
+        return __atomic_load_n(&a->g.returned, __ATOMIC_ACQUIRE);
+}
+
 void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret)
 {
         memset(ret, 0, sizeof(*ret));

@@ -127,6 +127,10 @@ int gs_palloc_new(struct gs_pool *pool, uint32_t quota_chunks, uint32_t balloon_
  * has processes. */
 int gs_palloc_del(struct gs_palloc *a) GS_WUR;
 void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret);
+/* How many chunks its processes gave back, ever (wraps): a request that
+ * failed for want of memory compares it before and after, to know whether
+ * memory came back meanwhile.  Any thread, without the pool's lock. */
+uint32_t gs_palloc_returned(const struct gs_palloc *a);
 /* Chunks the allocation gave back whose memory may still be held by its
  * processes: they count against its balloon cap until re-created (delta
  * +1 or -1; the count never goes below 0). */

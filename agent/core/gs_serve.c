@@ -281,8 +281,13 @@ static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struc
 /* A request failed for want of memory: the allocation's other processes
  * are asked for their wholly free chunks (the main loop does it: it owns
  * the process list); this one's hook gives back its own (GS_OP_GIVE_BACK)
- * and tries once more. */
-static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep, int r)
+ * and tries once more, and waits and tries again while others_asked says
+ * more may come.  returned is gs_palloc_returned before the request: a
+ * process that gave chunks back between the failure and the sweep has
+ * none left to be asked for, but what it gave is there to take (under
+ * load, the answer to an earlier sweep often lands just then). */
+static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep, int r,
+                           uint32_t returned)
 {
         struct gs_part *part = &p->alloc->parts[req->gpu];
         struct gs_gpu *g = p->gpus[req->gpu].g;
@@ -302,6 +307,8 @@ static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, str
         bool swept = ask && gs_agent_wait_give_back(p->agent, GS_GIVE_BACK_WAIT_MS);
         pthread_mutex_lock(&g->lock);
         rep->others_asked = swept ? part->others_asked : 1;
+        if (!rep->others_asked && gs_palloc_returned(part->pa) != returned)
+                rep->others_asked = 1; /* memory came back meanwhile: try again */
         pthread_mutex_unlock(&g->lock);
         return r;
 }
@@ -327,9 +334,11 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 return 0;
         }
         pg = &p->gpus[req->gpu];
+        /* For short_of_memory: read before the request is served. */
+        uint32_t returned = gs_palloc_returned(p->alloc->parts[req->gpu].pa);
         switch (req->op) {
         case GS_OP_ALLOC:
-                return short_of_memory(p, req, rep, serve_alloc(p, pg, req, rep));
+                return short_of_memory(p, req, rep, serve_alloc(p, pg, req, rep), returned);
         case GS_OP_FREE:
                 /* An exported block loses its export before it is freed. */
                 if (gs_ipc_count(p))
@@ -377,13 +386,13 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 rep->status = r;
                 return 0;
         case GS_OP_VMM_CREATE:
-                return short_of_memory(p, req, rep, serve_vmm_create(p, pg, req, rep));
+                return short_of_memory(p, req, rep, serve_vmm_create(p, pg, req, rep), returned);
         case GS_OP_IPC_EXPORT:
                 return serve_ipc_export(p, pg, req, rep);
         case GS_OP_IPC_OPEN:
                 return serve_ipc_open(p, pg, req, rep);
         case GS_OP_CTX:
-                return short_of_memory(p, req, rep, serve_ctx(p, pg, req, rep));
+                return short_of_memory(p, req, rep, serve_ctx(p, pg, req, rep), returned);
         case GS_OP_GIVE_BACK: {
                 uint32_t first = 0, n;
                 pthread_mutex_lock(&pg->g->lock);
