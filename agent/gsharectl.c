@@ -28,7 +28,9 @@ static void usage(FILE *f)
                    "  gpus               GPUs, pools, units\n"
                    "  allocations        allocations and their usage per GPU\n"
                    "  processes          registered processes\n"
-                   "  create ID...       create (or find) the allocation of these device IDs\n"
+                   "  create [--burst SIZE] ID...\n"
+                   "                     create (or find) the allocation of these device IDs; --burst:\n"
+                   "                     per GPU the most it may use, quota included (docs/burst.md)\n"
                    "  release ID         release an allocation by id\n"
                    "  watch              print the GPU list on every change (Ctrl-C ends)\n"
                    "  ready FILE         exit 0 if the agent's ready file (config readyFile) exists\n"
@@ -143,10 +145,11 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
                 jstr(p->gpu_uuid);
                 printf(",\"units\":%u,\"quota_bytes\":%" PRIu64 ",\"bytes_requested\":%" PRIu64
                        ",\"bytes_in_chunks\":%" PRIu64 ",\"chunks_quota\":%u,\"chunks_free\":%u"
-                       ",\"chunks_borrowed\":%u,\"outside_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64 "}",
+                       ",\"chunks_borrowed\":%u,\"outside_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
+                       ",\"burst_bytes\":%" PRIu64 "}",
                        p->units, p->quota_bytes, p->bytes_requested, p->bytes_in_chunks,
                        p->chunks_quota, p->chunks_free, p->chunks_borrowed, p->outside_bytes,
-                       p->used_bytes);
+                       p->used_bytes, p->burst_bytes);
         }
         printf("],\"processes\":[");
         for (size_t j = 0; j < al->n_processes; j++) {
@@ -163,7 +166,7 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
 
 static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
 {
-        char a[32], b[32], c[32], d[32];
+        char a[32], b[32], c[32], d[32], e[32];
 
         if (json) {
                 printf("[");
@@ -175,8 +178,8 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 printf("]\n");
                 return;
         }
-        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
-               "QUOTA", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "PROCS", "SOCKET DIR",
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
+               "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "PROCS", "SOCKET DIR",
                "POD/CONTAINER OR CLAIM");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
@@ -193,8 +196,9 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                                 snprintf(who, sizeof(who), "claim %s/%s", al->claim_namespace, al->claim_name);
                         else
                                 snprintf(who, sizeof(who), "-");
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-6u %-5zu %-40s %s\n",
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-5zu %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
+                               p->burst_bytes > p->quota_bytes ? sz(p->burst_bytes, e, sizeof(e)) : "-",
                                sz(p->bytes_requested, b, sizeof(b)),
                                sz(p->bytes_in_chunks, c, sizeof(c)),
                                sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, np,
@@ -320,6 +324,14 @@ int main(int argc, char **argv)
                 req.list_allocations = &la;
         } else if (strcmp(cmd, "create") == 0 && optind < argc) {
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
+                if (strcmp(argv[optind], "--burst") == 0) {
+                        if (optind + 2 >= argc || gs_parse_size(argv[optind + 1], &cr.burst_bytes) < 0 ||
+                            cr.burst_bytes == 0) {
+                                fprintf(stderr, "gsharectl: create: --burst needs a size (e.g. 40Gi) and device IDs\n");
+                                return 2;
+                        }
+                        optind += 2;
+                }
                 /* The device plugin's owner (CreateAllocation, owner devices). */
                 owner.device_ids = argv + optind;
                 owner.n_device_ids = (size_t)(argc - optind);

@@ -62,7 +62,10 @@ START_TEST(test_v3_round_trip)
 {
         static const char text[] =
                 "0123456789abcdef 1700000000 2 " U "-u0 " U "-u1 dir=0123456789abcdef-00c0ffee\n"
-                "fedcba9876543210 1700000001 claim " CLAIM1 " ml train-gpu " U " 2,3,10 dir=fedcba9876543210-0badf00d\n";
+                "fedcba9876543210 1700000001 claim " CLAIM1 " ml train-gpu " U " 2,3,10 dir=fedcba9876543210-0badf00d\n"
+                /* with a burst limit (docs/burst.md) */
+                "1111111111111111 1700000002 1 " U "-u5 dir=1111111111111111-00000001 burst=4294967296\n"
+                "2222222222222222 1700000003 claim " CLAIM2 " ml b " U " 7 dir=2222222222222222-00000002 burst=1073741824\n";
         char dir[] = "/tmp/gsckptXXXXXX", path[300], out[1024], err[512] = "";
         struct gs_ckpt c;
         const struct gs_ckpt_rec *d, *k;
@@ -74,8 +77,16 @@ START_TEST(test_v3_round_trip)
         fputs(text, f);
         fclose(f);
         ck_assert_int_eq(gs_ckpt_read(dir, &c, err, sizeof(err)), 0);
-        ck_assert_uint_eq(c.n, 2);
+        ck_assert_uint_eq(c.n, 4);
         ck_assert(!c.claims_file);
+        ck_assert_uint_eq(c.recs[0].burst_bytes, 0);
+        ck_assert_uint_eq(c.recs[1].burst_bytes, 0);
+        ck_assert_int_eq(c.recs[2].kind, GS_OWNER_DEVICES);
+        ck_assert_uint_eq(c.recs[2].burst_bytes, UINT64_C(4294967296));
+        ck_assert_str_eq(c.recs[2].dir, "1111111111111111-00000001");
+        ck_assert_int_eq(c.recs[3].kind, GS_OWNER_CLAIM);
+        ck_assert_uint_eq(c.recs[3].burst_bytes, UINT64_C(1073741824));
+        ck_assert_uint_eq(c.recs[3].units[0], 7);
         d = &c.recs[0];
         k = &c.recs[1];
         ck_assert_int_eq(d->kind, GS_OWNER_DEVICES);
@@ -151,8 +162,18 @@ START_TEST(test_parse_rejects)
                 "0123456789abcdef 1 claim x/y ml c " U " 1 dir=ab",             /* not a UID */
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab x",   /* one more */
                 "0123456789abcdef 1 claim " CLAIM1 " ml " U " 1 dir=ab",       /* one less */
+                /* burst= */
+                "0123456789abcdef 1 1 a dir=ab burst=0",
+                "0123456789abcdef 1 1 a dir=ab burst=",
+                "0123456789abcdef 1 1 a dir=ab burst=-1",
+                "0123456789abcdef 1 1 a dir=ab burst=1x",
+                "0123456789abcdef 1 1 a dir=ab burst=99999999999999999999999",
+                "0123456789abcdef 1 1 a dir=ab burst=1 burst=1",
+                "0123456789abcdef 1 1 a burst=1 dir=ab",
+                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab burst=0",
+                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab burst=1 x",
         };
-        char line[256];
+        char line[300];
         struct gs_ckpt_rec r;
 
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -206,6 +206,7 @@ void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret)
         ret->chunks_free = a->g.own.count;
         ret->chunks_held = a->g.held;
         ret->chunks_borrowed = a->g.borrowed.count;
+        ret->chunks_borrowable = gs_gsm_alloc_obtainable(&a->g) - a->g.own.count;
         ret->nprocs = a->g.nprocs;
         ret->nblocks = a->nblocks;
         ret->bytes_requested = a->bytes_requested;

@@ -216,6 +216,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                 pm->chunks_quota = st.quota_chunks;
                 pm->chunks_free = st.chunks_free;
                 pm->chunks_borrowed = st.chunks_borrowed;
+                pm->burst_bytes = (uint64_t)a->parts[i].burst_chunks * g->chunk_bytes;
                 m->parts[m->n_parts++] = pm;
         }
         for (struct gs_proc *p = a->procs; p; p = p->next) {
@@ -299,6 +300,8 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__
                 req.ids = (const char *const *)c->device_ids;
                 req.nids = c->n_device_ids;
         }
+        if (c)
+                req.burst_bytes = c->burst_bytes;
         if (r == 0 && c && c->take_over && req.kind == GS_OWNER_DEVICES)
                 r = gs_allocs_take_over(s->ag, req.ids, req.nids, err, errlen);
         if (r == 0)

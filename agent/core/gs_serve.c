@@ -38,7 +38,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         }
         /* Past the quota plus what may be borrowed no request can succeed:
          * the answer a driver gives for too much is out of memory. */
-        limit = pg->quota_bytes + p->agent->cfg.balloon_cap_bytes;
+        limit = pg->limit_bytes;
         if (size > limit) {
                 rep->status = -ENOMEM;
                 return 0;
@@ -119,7 +119,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 rep->status = -EINVAL;
                 return 0;
         }
-        if (size > pg->quota_bytes + p->agent->cfg.balloon_cap_bytes) {
+        if (size > pg->limit_bytes) {
                 rep->status = -ENOMEM;
                 return 0;
         }
@@ -355,13 +355,20 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 rep->arg[0] = rel.first_slot;
                 rep->arg[1] = rel.count;
                 return 0;
-        case GS_OP_MEMINFO:
+        case GS_OP_MEMINFO: {
+                /* Total: the quota, and for an allocation that may borrow
+                 * what it borrowed and may borrow now (docs/burst.md). */
+                struct gs_palloc_stats ps = { 0 };
                 pthread_mutex_lock(&pg->g->lock);
                 gs_pproc_stats(pg->pp, &st);
+                if (pg->limit_bytes > pg->quota_bytes)
+                        gs_palloc_stats(p->alloc->parts[req->gpu].pa, &ps);
                 pthread_mutex_unlock(&pg->g->lock);
                 rep->arg[0] = st.bytes_obtainable;
-                rep->arg[1] = pg->quota_bytes;
+                rep->arg[1] = pg->quota_bytes +
+                              ((uint64_t)ps.chunks_borrowed + ps.chunks_borrowable) * pg->g->chunk_bytes;
                 return 0;
+        }
         case GS_OP_RANGE:
                 pthread_mutex_lock(&pg->g->lock);
                 r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);

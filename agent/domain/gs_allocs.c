@@ -358,6 +358,14 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                 snprintf(err, errlen, "an allocation needs an owner: device IDs or a claim");
                 r = -EINVAL;
         }
+        if (r == 1 && req->burst_bytes && (*ret)->burst_bytes != req->burst_bytes) {
+                char b[32], o[32];
+                gs_format_size(req->burst_bytes, b, sizeof(b));
+                gs_format_size((*ret)->burst_bytes, o, sizeof(o));
+                snprintf(err, errlen, "allocation %s exists with burst %s, not %s", (*ret)->id,
+                         (*ret)->burst_bytes ? o : "unset", b);
+                r = -EEXIST;
+        }
         if (r == 2) { /* a checkpoint line of these IDs: gs_restore_create restores it */
                 free(pl.ids);
                 free(pl.units);
@@ -376,6 +384,7 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
         gs_ipc_table_init(&a->ipc);
         memcpy(a->id, pl.id, sizeof(a->id));
         a->kind = req->kind;
+        a->burst_bytes = req->burst_bytes;
         if (req->kind == GS_OWNER_CLAIM) {
                 a->claim = req->claim;
                 snprintf(a->claim.gpu_uuid, sizeof(a->claim.gpu_uuid), "%s", pl.gp[0]->uuid);
@@ -388,9 +397,25 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                 uint64_t quota = (uint64_t)pl.per_part[p] * g->unit_bytes / g->chunk_bytes;
                 uint64_t cap = ag->cfg.balloon_cap_bytes / g->chunk_bytes;
 
+                if (req->burst_bytes) {
+                        uint64_t burst = (req->burst_bytes + g->chunk_bytes - 1) / g->chunk_bytes;
+                        char b[32], q[32], m[32];
+                        gs_format_size(req->burst_bytes, b, sizeof(b));
+                        gs_format_size(quota * g->chunk_bytes, q, sizeof(q));
+                        gs_format_size((uint64_t)g->nchunks * g->chunk_bytes, m, sizeof(m));
+                        if (burst < quota || burst > g->nchunks) {
+                                snprintf(err, errlen, "burst %s is %s GPU %s's %s", b,
+                                         burst < quota ? "below the quota on" : "more than the pool of", g->uuid,
+                                         burst < quota ? q : m);
+                                r = -EINVAL;
+                                goto fail;
+                        }
+                        cap = burst - quota;
+                }
                 part->gpu = (uint32_t)(g - ag->gpus);
                 part->units = pl.per_part[p];
                 part->quota_chunks = (uint32_t)quota;
+                part->burst_chunks = (uint32_t)(quota + cap);
                 pthread_mutex_lock(&g->lock);
                 r = gs_palloc_new(g->pool, (uint32_t)quota, (uint32_t)cap, &part->pa);
                 pthread_mutex_unlock(&g->lock);
@@ -588,7 +613,7 @@ static int checkpoint_fill(FILE *f, void *ctx)
                 if (a->releasing)
                         continue;
                 if (a->kind == GS_OWNER_DEVICES) {
-                        gs_ckpt_put_devices(f, a->id, a->created_unix, a->dir_name, a->device_ids, a->ndevice_ids);
+                        gs_ckpt_put_devices(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, a->device_ids, a->ndevice_ids);
                         continue;
                 }
                 if (a->nunits > cap) {
@@ -602,7 +627,7 @@ static int checkpoint_fill(FILE *f, void *ctx)
                 }
                 for (size_t i = 0; i < a->nunits; i++)
                         units[i] = a->units[i].unit;
-                gs_ckpt_put_claim(f, a->id, a->created_unix, a->dir_name, &a->claim, units, a->nunits);
+                gs_ckpt_put_claim(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->claim, units, a->nunits);
         }
         free(units);
         /* Lines not restored (yet) leave only by release. */
@@ -635,5 +660,6 @@ uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part
 {
         const struct gs_gpu *g = &ag->gpus[part->gpu];
 
-        return part->quota_chunks + (uint32_t)(ag->cfg.balloon_cap_bytes / g->chunk_bytes);
+        (void)g;
+        return part->burst_chunks;
 }

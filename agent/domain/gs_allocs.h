@@ -57,6 +57,7 @@ struct gs_part {
         uint32_t gpu;            /* index into agent->gpus */
         uint32_t units;
         uint32_t quota_chunks;
+        uint32_t burst_chunks;   /* the most its processes may hold: quota + what they may borrow */
         struct gs_palloc *pa;
         /* Its processes' memory outside the pool (gs_outside.h), under the
          * GPU's lock; bypass_charge is the charge slot of processes of the
@@ -86,6 +87,7 @@ struct gs_allocation {
         char **device_ids;       /* GS_OWNER_DEVICES: sorted; else NULL */
         size_t ndevice_ids;
         struct gs_claim claim;   /* GS_OWNER_CLAIM */
+        uint64_t burst_bytes;    /* as asked for (0: the node's balloonCap) */
         struct gs_unit *units;   /* what it holds (claims: ascending) */
         size_t nunits;
         uint64_t created_unix;
@@ -129,6 +131,9 @@ struct gs_alloc_req {
         const char *const *ids;  /* GS_OWNER_DEVICES: the device IDs, any order */
         size_t nids;
         struct gs_claim claim;   /* GS_OWNER_CLAIM: uid, ns, name, gpu_uuid, units */
+        /* Per GPU, the most its processes may use, quota included (what is
+         * past the quota is borrowed); 0: quota + the node's balloonCap. */
+        uint64_t burst_bytes;
         /* The checkpoint line being restored (its id, creation time,
          * socket directory, a claim's units; the checkpoint is not
          * rewritten), or NULL: a new allocation, checkpointed. */

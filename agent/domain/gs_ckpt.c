@@ -96,6 +96,17 @@ static int parse_dir(const char *tok, char out[GS_ALLOCS_DIR_MAX])
         return 0;
 }
 
+/* burst=<bytes>, more than 0 (gs_alloc_req.burst_bytes). */
+static int parse_burst(const char *tok, uint64_t *ret)
+{
+        unsigned long long v;
+
+        if (!tok || strncmp(tok, "burst=", 6) != 0 || parse_u64(tok + 6, &v) < 0 || v == 0)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
 /* "<u>,<u>,..." strictly ascending, each a unit of a GPU, into r->units. */
 static int parse_units(const char *s, struct gs_ckpt_rec *r)
 {
@@ -130,14 +141,16 @@ static int parse_units(const char *s, struct gs_ckpt_rec *r)
 /* After "<id> <created> claim": the claim's fields, its units, dir=. */
 static int parse_claim(char **save, struct gs_ckpt_rec *r)
 {
-        char *f[6];
+        char *f[6], *extra;
         uint8_t raw[16];
         int e;
 
         for (size_t i = 0; i < 6; i++)
                 if (!(f[i] = strtok_r(NULL, " \t", save)))
                         return -EINVAL;
-        if (strtok_r(NULL, " \t", save) || !gs_claim_uid_ok(f[0]) || !gs_claim_name_ok(f[1], GS_CLAIM_NS_MAX) ||
+        extra = strtok_r(NULL, " \t", save);
+        if ((extra && (parse_burst(extra, &r->burst_bytes) < 0 || strtok_r(NULL, " \t", save))) ||
+            !gs_claim_uid_ok(f[0]) || !gs_claim_name_ok(f[1], GS_CLAIM_NS_MAX) ||
             !gs_claim_name_ok(f[2], GS_CLAIM_NAME_MAX) || gs_uuid_parse(f[3], raw) < 0 ||
             parse_dir(f[5], r->dir) < 0)
                 return -EINVAL;
@@ -158,7 +171,7 @@ static int parse_devices(char *tok, char **save, struct gs_ckpt_rec *r)
         unsigned long long count;
         const char **ids;
         size_t n = 0;
-        bool dir = false;
+        bool dir = false, burst = false;
 
         if (parse_u64(tok, &count) < 0 || count == 0 || count > GS_ALLOCS_MAX_IDS)
                 return -EINVAL;
@@ -166,11 +179,14 @@ static int parse_devices(char *tok, char **save, struct gs_ckpt_rec *r)
         if (!ids)
                 return -ENOMEM;
         while ((tok = strtok_r(NULL, " \t", save))) {
-                if (dir || (n == count && parse_dir(tok, r->dir) < 0)) {
+                if (burst || (dir && parse_burst(tok, &r->burst_bytes) < 0) ||
+                    (!dir && n == count && parse_dir(tok, r->dir) < 0)) {
                         free(ids);
                         return -EINVAL;
                 }
-                if (n == count)
+                if (dir)
+                        burst = true;
+                else if (n == count)
                         dir = true;
                 else
                         ids[n++] = tok;
@@ -243,24 +259,32 @@ int gs_ckpt_parse_claims_line(char *line, struct gs_claim *c, char ret_alloc_id[
         return 0;
 }
 
-void gs_ckpt_put_devices(FILE *f, const char *id, uint64_t created, const char *dir, char *const *ids,
-                         size_t n)
+static void put_tail(FILE *f, const char *dir, uint64_t burst)
+{
+        if (burst)
+                fprintf(f, " dir=%s burst=%" PRIu64 "\n", dir, burst);
+        else
+                fprintf(f, " dir=%s\n", dir);
+}
+
+void gs_ckpt_put_devices(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst,
+                         char *const *ids, size_t n)
 {
         fprintf(f, "%s %" PRIu64 " %zu", id, created, n);
         for (size_t i = 0; i < n; i++) {
                 fputc(' ', f);
                 fputs(ids[i], f);
         }
-        fprintf(f, " dir=%s\n", dir);
+        put_tail(f, dir, burst);
 }
 
-void gs_ckpt_put_claim(FILE *f, const char *id, uint64_t created, const char *dir, const struct gs_claim *c,
-                       const uint32_t *units, size_t nunits)
+void gs_ckpt_put_claim(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst,
+                       const struct gs_claim *c, const uint32_t *units, size_t nunits)
 {
         fprintf(f, "%s %" PRIu64 " claim %s %s %s %s ", id, created, c->uid, c->ns, c->name, c->gpu_uuid);
         for (size_t i = 0; i < nunits; i++)
                 fprintf(f, i ? ",%u" : "%u", units[i]);
-        fprintf(f, " dir=%s\n", dir);
+        put_tail(f, dir, burst);
 }
 
 void gs_ckpt_put(FILE *f, const struct gs_ckpt_rec *r)
@@ -269,9 +293,9 @@ void gs_ckpt_put(FILE *f, const struct gs_ckpt_rec *r)
                 fwrite(r->kept, 1, r->kept_len, f);
                 fputc('\n', f);
         } else if (r->kind == GS_OWNER_CLAIM) {
-                gs_ckpt_put_claim(f, r->id, r->created_unix, r->dir, &r->claim, r->units, r->claim.units);
+                gs_ckpt_put_claim(f, r->id, r->created_unix, r->dir, r->burst_bytes, &r->claim, r->units, r->claim.units);
         } else {
-                gs_ckpt_put_devices(f, r->id, r->created_unix, r->dir, r->ids, r->nids);
+                gs_ckpt_put_devices(f, r->id, r->created_unix, r->dir, r->burst_bytes, r->ids, r->nids);
         }
 }
 

@@ -102,7 +102,8 @@ struct part_snap {
         const struct gs_claim *claim;
         const struct gs_gpu *g;
         uint32_t units;
-        uint64_t quota_bytes, held_bytes, requested_bytes, outside_bytes, over_quota_bytes;
+        uint64_t quota_bytes, burst_bytes, borrowed_bytes, held_bytes, requested_bytes, outside_bytes,
+                over_quota_bytes;
         uint32_t over_quota;
 };
 
@@ -348,6 +349,8 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                                 .outside_bytes = outside, .over_quota = over, .over_quota_bytes = over_bytes,
                                 .a = a, .claim = claim, .g = g, .units = a->parts[i].units,
                                 .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
+                                .burst_bytes = (uint64_t)a->parts[i].burst_chunks * g->chunk_bytes,
+                                .borrowed_bytes = (uint64_t)st.chunks_borrowed * g->chunk_bytes,
                                 .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
                                 .requested_bytes = st.bytes_requested,
                         };
@@ -388,6 +391,9 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
 
         PART_FAMILY("units", "Units of the GPU the allocation holds.", units);
         PART_FAMILY("quota_bytes", "The allocation's quota on the GPU, in bytes.", quota_bytes);
+        PART_FAMILY("burst_bytes", "The most the allocation's processes may use on the GPU, quota included "
+                    "(past the quota: borrowed while memory is free; docs/burst.md).", burst_bytes);
+        PART_FAMILY("borrowed_bytes", "Bytes in chunks the allocation borrowed beyond its quota.", borrowed_bytes);
         PART_FAMILY("held_bytes", "Bytes in chunks held by the allocation's processes (chunks held x chunk size).",
                     held_bytes);
         PART_FAMILY("requested_bytes", "Bytes the allocation's processes asked for and hold.",

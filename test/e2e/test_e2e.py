@@ -169,6 +169,10 @@ class Agent:
     def create(self, ids):
         return json.loads(self._ctl(["create"] + list(ids)).stdout)
 
+    def create_args(self, args):
+        """create with options before the IDs (e.g. --burst SIZE)."""
+        return json.loads(self._ctl(["create"] + list(args)).stdout)
+
     def units_allocated(self):
         return self.gpus()[0]["units_allocated"]
 

@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""test_burst.py — burstable memory, the per-allocation burst limit
+(docs/burst.md, issue 22, item 1).
+
+On the fake driver (one GPU: 28 chunks of 32 MiB, units of 64 MiB):
+
+  burst     allocation A, 2 units (128 MiB) with burst 512 MiB: its process
+            sees cuMemGetInfo total 512 MiB while the system list has the
+            room, fills exactly 512 MiB (384 MiB of it borrowed), and the
+            listing shows burst and borrowed chunks; after it exits nothing
+            stays borrowed
+  plain     allocation B, 4 units, no burst: exactly its quota, as before
+  short     with only k chunks free on the system list, A's total is its
+            quota plus k chunks, and it obtains that much
+  errors    burst below the quota, over the pool, or another burst for an
+            existing allocation: refused with a message naming the problem,
+            nothing created or changed
+  restart   the burst survives an agent restart (checkpoint burst=)
+
+Environment: B (build dir), SANITIZE (see test_e2e.py)."""
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_e2e as e  # noqa: E402
+from test_e2e import MiB, check  # noqa: E402
+
+
+def fill(ag, alloc):
+    r = e.run([e.CUDA, "fill", "1"], e.hook_env(ag, alloc), timeout=120)
+    m = re.search(r"obtained (\d+) MiB limit (\d+) MiB", r.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m and r.returncode == 0 else (-1, -1)
+
+
+def meminfo(ag, alloc):
+    r = e.run([e.CUDA, "meminfo"], e.hook_env(ag, alloc))
+    m = re.search(r"free (\d+) total (\d+)", r.stdout)
+    return (int(m.group(1)) // MiB, int(m.group(2)) // MiB) if m else (-1, -1)
+
+
+def part(ag, aid):
+    return ag.allocs()[aid]["parts"][0]
+
+
+def main():
+    e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, e.CUDA)
+    tmp = tempfile.mkdtemp(prefix="gshare-burst-")
+    ag = e.Agent(tmp)
+    ag.start()
+    try:
+        uuid = ag.gpus()[0]["uuid"]
+        ids = ["%s-u%d" % (uuid, u) for u in range(14)]
+
+        # ---- errors first: nothing may be created by a refused request
+        r = ag.ctl("create", "--burst", "64Mi", ids[0], ids[1], ok=False)
+        check(r.returncode == 1 and "burst 64Mi is below the quota on GPU %s's 128Mi" % uuid in r.stderr,
+              "burst below the quota refused, naming it (%s)" % r.stderr.strip())
+        r = ag.ctl("create", "--burst", "4Gi", ids[0], ids[1], ok=False)
+        check(r.returncode == 1 and "burst 4Gi is more than the pool of GPU" in r.stderr,
+              "burst over the GPU's pool refused (%s)" % r.stderr.strip())
+        r = ag.ctl("create", "--burst", "lots", ids[0], ok=False)
+        check(r.returncode == 2 and "--burst needs a size" in r.stderr, "bad --burst size: usage error")
+        check(ag.allocs() == {} and ag.units_allocated() == 0, "refused requests created nothing")
+
+        # ---- burst: A borrows up to its limit
+        A = ag.create_args(["--burst", "512Mi", ids[0], ids[1]])["allocation"]
+        B = ag.create(ids[2:6])["allocation"]
+        pa = A["parts"][0]
+        check(pa["quota_bytes"] == 128 * MiB and pa["burst_bytes"] == 512 * MiB,
+              "A: quota 128 MiB, burst 512 MiB in the listing (%d, %d)" % (pa["quota_bytes"], pa["burst_bytes"]))
+        check(B["parts"][0]["burst_bytes"] == B["parts"][0]["quota_bytes"], "B: no burst: burst = quota")
+        free, total = meminfo(ag, A)
+        check(total == 512 and free == 512, "A's cuMemGetInfo: what it may use now, 512 of 512 MiB (%d of %d)"
+              % (free, total))
+        got, limit = fill(ag, A)
+        check(got == 512, "A fills its burst, 512 MiB of which 384 borrowed (got %d, limit %d)" % (got, limit))
+        free, total = meminfo(ag, B)
+        check(total == 256 and free == 256, "B's cuMemGetInfo is its quota, as before (%d of %d)" % (free, total))
+        got, _ = fill(ag, B)
+        check(got == 256, "B obtains exactly its quota (%d MiB)" % got)
+        check(e.wait_idle(ag, A["id"]) is not None and part(ag, A["id"])["chunks_borrowed"] == 0,
+              "A's process gone: nothing stays borrowed")
+
+        # ---- short: only some chunks free on the system list
+        rest = ag.create(ids[6:12])["allocation"]  # 6 units: 12 chunks; 28 - 4 - 8 - 12 = 4 stay free
+        free, total = meminfo(ag, A)
+        check(total == 128 + 4 * 32, "A's total with 4 chunks free: quota + 128 MiB (%d)" % total)
+        got, _ = fill(ag, A)
+        check(got == 256, "A obtains quota + the 4 free chunks (%d MiB)" % got)
+        ag.ctl("release", rest["id"])
+
+        # ---- again: the same burst finds A, another is refused
+        again = ag.create_args(["--burst", "512Mi", ids[0], ids[1]])
+        check(again["allocation"]["id"] == A["id"] and not again.get("created", False),
+              "the same burst finds the allocation")
+        r = ag.ctl("create", "--burst", "1Gi", ids[0], ids[1], ok=False)
+        check(r.returncode == 1 and "exists with burst 512Mi, not 1Gi" in r.stderr,
+              "another burst for an existing allocation refused (%s)" % r.stderr.strip())
+
+        # ---- restart: the burst is in the checkpoint
+        ckpt = open(os.path.join(tmp, "state", "allocations")).read()
+        check(re.search(r"^%s .* burst=%d$" % (A["id"], 512 * MiB), ckpt, re.M) is not None,
+              "checkpoint line of A ends in burst=536870912")
+        check(re.search(r"^%s .* burst=" % B["id"], ckpt, re.M) is None, "B's line has no burst=")
+        ag.stop()
+        ag.start()
+        after = ag.allocs()
+        check(after[A["id"]]["parts"][0]["burst_bytes"] == 512 * MiB and
+              after[B["id"]]["parts"][0]["burst_bytes"] == 256 * MiB, "restart: bursts restored")
+        got, _ = fill(ag, A)
+        check(got == 512, "restart: A fills its burst again (%d MiB)" % got)
+    finally:
+        ag.stop()
+    e.report(ag, tmp)
+
+
+if __name__ == "__main__":
+    main()
