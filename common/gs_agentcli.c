@@ -148,7 +148,23 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
 {
         GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
         Gshare__Ctl__V1__CreateClaimAllocationRequest cr = GSHARE__CTL__V1__CREATE_CLAIM_ALLOCATION_REQUEST__INIT;
+        Gshare__Ctl__V1__CreateAllocationRequest ca = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__INIT;
+        Gshare__Ctl__V1__ClaimOwner owner = GSHARE__CTL__V1__CLAIM_OWNER__INIT;
 
+        if (cl->burst) {
+                req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
+                req.create_allocation = &ca;
+                ca.owner_case = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__OWNER_CLAIM;
+                ca.claim = &owner;
+                ca.burst_bytes = cl->burst;
+                owner.uid = (char *)cl->uid;
+                owner.namespace_ = (char *)cl->namespace_;
+                owner.name = (char *)cl->name;
+                owner.gpu_uuid = (char *)cl->gpu_uuid;
+                owner.units = cl->units;
+                return typed_call(c, &req, -1, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateAllocation",
+                                  ret, e);
+        }
         req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION;
         req.create_claim_allocation = &cr;
         cr.claim_uid = (char *)cl->uid;

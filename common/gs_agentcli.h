@@ -45,6 +45,7 @@ struct gs_agentcli_claim {
         const char *uid, *namespace_, *name;
         const char *gpu_uuid;
         uint32_t units;
+        uint64_t burst;    /* bytes (docs/burst.md); 0: none */
 };
 
 void gs_agentcli_init(struct gs_agentcli *c, const char *socket, int timeout_ms);
@@ -71,7 +72,11 @@ int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_
                                   int timeout_ms, GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
 
 /* The allocation of a DRA claim: the one place that asks the agent for it.
- * (*ret)->create_allocation and its allocation are set. */
+ * (*ret)->create_allocation and its allocation are set.  Sent in the old
+ * form (CreateClaimAllocation), which every agent knows, unless the claim
+ * has a burst: CreateAllocation with the owner claim and burst_bytes, which
+ * an agent before this release refuses (it ignores the owner), so such a
+ * claim is prepared once the node's agent is upgraded. */
 int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_agentcli_claim *cl,
                                         GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
 

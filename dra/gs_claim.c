@@ -96,6 +96,75 @@ static int result(yaml_document_t *d, yaml_node_t *n, struct gs_claim_result *r,
         return 0;
 }
 
+/* Whether the config entry n applies to one of ret's results: its
+ * requests list absent or empty, or naming one of their requests. */
+static bool config_applies(yaml_document_t *d, yaml_node_t *n, const struct gs_claim_info *ret)
+{
+        yaml_node_t *reqs = get(d, n, "requests");
+
+        if (!reqs || reqs->type != YAML_SEQUENCE_NODE || reqs->data.sequence.items.start == reqs->data.sequence.items.top)
+                return true;
+        for (yaml_node_item_t *it = reqs->data.sequence.items.start; it < reqs->data.sequence.items.top; it++) {
+                char name[64];
+                if (scalar(yaml_document_get_node(d, *it), name, sizeof(name)) < 0)
+                        continue;
+                for (size_t i = 0; i < ret->nresults; i++)
+                        if (strcmp(name, ret->results[i].request) == 0)
+                                return true;
+        }
+        return false;
+}
+
+/* status.allocation.devices.config[]: the burst of our driver's opaque
+ * parameters that apply to our results. */
+static int config_burst(yaml_document_t *d, yaml_node_t *alloc, const char *driver, struct gs_claim_info *ret,
+                        char *err, size_t errlen)
+{
+        yaml_node_t *cfgs = get(d, get(d, alloc, "devices"), "config");
+
+        if (!cfgs || cfgs->type != YAML_SEQUENCE_NODE)
+                return 0;
+        for (yaml_node_item_t *it = cfgs->data.sequence.items.start; it < cfgs->data.sequence.items.top; it++) {
+                yaml_node_t *n = yaml_document_get_node(d, *it), *opaque = get(d, n, "opaque"), *params;
+                char drv[254], q[64];
+                uint64_t b;
+
+                if (scalar(get(d, opaque, "driver"), drv, sizeof(drv)) < 0 || strcmp(drv, driver) != 0 ||
+                    !config_applies(d, n, ret))
+                        continue;
+                params = get(d, opaque, "parameters");
+                if (!params || params->type != YAML_MAPPING_NODE) {
+                        snprintf(err, errlen, "the configuration of %s has no parameters object", driver);
+                        return -EINVAL;
+                }
+                for (yaml_node_pair_t *p = params->data.mapping.pairs.start; p < params->data.mapping.pairs.top;
+                     p++) {
+                        char key[64];
+                        if (scalar(yaml_document_get_node(d, p->key), key, sizeof(key)) < 0 ||
+                            (strcmp(key, "burst") && strcmp(key, "apiVersion") && strcmp(key, "kind"))) {
+                                snprintf(err, errlen, "the configuration of %s has parameter '%.63s'; known: burst",
+                                         driver, key);
+                                return -EINVAL;
+                        }
+                }
+                if (scalar(get(d, params, "burst"), q, sizeof(q)) < 0 || (q[0] && gs_claim_quantity(q, &b) < 0) ||
+                    (q[0] && b == 0)) {
+                        snprintf(err, errlen, "the configuration of %s: burst '%.40s' is not a quantity of bytes",
+                                 driver, q);
+                        return -EINVAL;
+                }
+                if (!q[0])
+                        continue;
+                if (ret->burst && ret->burst != b) {
+                        snprintf(err, errlen, "the configurations of %s give two bursts: %llu and %llu bytes", driver,
+                                 (unsigned long long)ret->burst, (unsigned long long)b);
+                        return -EINVAL;
+                }
+                ret->burst = b;
+        }
+        return 0;
+}
+
 int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret,
                    char *err, size_t errlen)
 {
@@ -149,6 +218,8 @@ int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_c
                         goto out;
                 ret->nresults++;
         }
+        if (ret->nresults)
+                r = config_burst(&d, alloc, driver, ret, err, errlen);
 out:
         yaml_document_delete(&d);
         yaml_parser_delete(&p);

@@ -28,13 +28,21 @@ struct gs_claim_result {
 struct gs_claim_info {
         char uid[64];
         int allocated;     /* status.allocation present */
+        /* The burst limit (docs/burst.md) from the opaque configuration of
+         * our driver that applies to our results
+         * (status.allocation.devices.config[].opaque.parameters.burst, a
+         * quantity of bytes); 0: none. */
+        uint64_t burst;
         size_t nresults;   /* results of driver only */
         struct gs_claim_result results[GS_CLAIM_MAX_RESULTS];
 };
 
 /* Parses the claim in json[0..len) keeping the results whose driver is
- * driver.  0, or -EINVAL with err (not a JSON object; a consumedCapacity
- * memory that is not a quantity; more than GS_CLAIM_MAX_RESULTS of ours). */
+ * driver, and the burst of its configuration.  0, or -EINVAL with err (not
+ * a JSON object; a consumedCapacity memory that is not a quantity; more
+ * than GS_CLAIM_MAX_RESULTS of ours; a configuration of our driver with a
+ * parameter other than burst, apiVersion and kind, a burst that is not a
+ * quantity of bytes, or two that differ). */
 int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret,
                    char *err, size_t errlen) GS_WUR;
 

@@ -145,7 +145,7 @@ static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out
                 goto out;
         }
         cl = (struct gs_agentcli_claim){ .uid = c->uid, .namespace_ = c->namespace_, .name = c->name,
-                                         .gpu_uuid = uuid, .units = (uint32_t)units };
+                                         .gpu_uuid = uuid, .units = (uint32_t)units, .burst = ci->burst };
         r = gs_agentcli_create_claim_allocation(&d->cli, &cl, &rep, &e);
         if (r < 0) {
                 if (e.transport)

@@ -125,6 +125,52 @@ START_TEST(test_claim)
 }
 END_TEST
 
+/* A claim of request "gpu" on our driver with the config entries cfg. */
+static int parse_with_config(const char *cfg, struct gs_claim_info *ci, char *err, size_t errlen)
+{
+        char json[2048];
+
+        snprintf(json, sizeof(json), "%s\"status\":{\"allocation\":{\"devices\":{\"results\":["
+                 "{\"request\":\"gpu\",\"driver\":\"gpumem.gshare.io\",\"pool\":\"n\",\"device\":\"gpu-0\","
+                 "\"consumedCapacity\":{\"memory\":\"4Gi\"}}],\"config\":[%s]}}}}", CLAIM_HEAD, cfg);
+        return gs_claim_parse(json, strlen(json), "gpumem.gshare.io", ci, err, errlen);
+}
+
+#define OPAQUE(reqs, params) "{\"source\":\"FromClaim\",\"requests\":[" reqs "],\"opaque\":{\"driver\":" \
+        "\"gpumem.gshare.io\",\"parameters\":" params "}}"
+
+/* The burst limit from the claim's opaque configuration (docs/burst.md). */
+START_TEST(test_claim_burst)
+{
+        struct gs_claim_info ci;
+        char err[256];
+
+        ck_assert_int_eq(parse_with_config("", &ci, err, sizeof(err)), 0);
+        ck_assert_uint_eq(ci.burst, 0);
+        ck_assert_int_eq(parse_with_config(OPAQUE("", "{\"burst\":\"40Gi\"}"), &ci, err, sizeof(err)), 0);
+        ck_assert_uint_eq(ci.burst, 40ull << 30);
+        /* For our request by name, with apiVersion and kind; another
+         * driver's and another request's ignored. */
+        ck_assert_int_eq(parse_with_config(OPAQUE("\"gpu\"", "{\"apiVersion\":\"gshare.io/v1\",\"kind\":\"Config\","
+                                                  "\"burst\":\"8Gi\"}") ","
+                                           OPAQUE("\"other\"", "{\"burst\":\"1Gi\"}") ","
+                                           "{\"opaque\":{\"driver\":\"gpu.nvidia.com\",\"parameters\":{\"x\":1}}}",
+                                           &ci, err, sizeof(err)), 0);
+        ck_assert_uint_eq(ci.burst, 8ull << 30);
+        /* Refused, naming the problem. */
+        ck_assert_int_eq(parse_with_config(OPAQUE("", "{\"burst\":\"lots\"}"), &ci, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "burst 'lots' is not a quantity of bytes"));
+        ck_assert_int_eq(parse_with_config(OPAQUE("", "{\"burst\":\"0\"}"), &ci, err, sizeof(err)), -EINVAL);
+        ck_assert_int_eq(parse_with_config(OPAQUE("", "{\"brust\":\"8Gi\"}"), &ci, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "parameter 'brust'; known: burst"));
+        ck_assert_int_eq(parse_with_config(OPAQUE("", "\"8Gi\""), &ci, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "no parameters object"));
+        ck_assert_int_eq(parse_with_config(OPAQUE("", "{\"burst\":\"8Gi\"}") "," OPAQUE("\"gpu\"", "{\"burst\":\"9Gi\"}"),
+                                           &ci, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "two bursts"));
+}
+END_TEST
+
 START_TEST(test_slice_json)
 {
         struct gs_slice_gpu g[2] = {
@@ -350,6 +396,7 @@ int main(void)
 
         tcase_add_test(tc, test_quantity);
         tcase_add_test(tc, test_claim);
+        tcase_add_test(tc, test_claim_burst);
         tcase_add_test(tc, test_cdi_device_nodes);
         tcase_add_test(tc, test_slice_json);
         tcase_add_test(tc, test_driver_version);

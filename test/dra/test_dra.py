@@ -156,7 +156,7 @@ class FakeApi:
             return len(self.patches)
 
     def set_claim(self, ns, name, uid, device="gpu-0", memory=None, pool=NODE, allocated=True, share="s-1",
-                  driver=DRIVER):
+                  driver=DRIVER, params=None):
         obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                "metadata": {"name": name, "namespace": ns, "uid": uid},
                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
@@ -166,6 +166,9 @@ class FakeApi:
             if memory is not None:
                 res["consumedCapacity"] = {"memory": memory}
             obj["status"] = {"allocation": {"devices": {"results": [res]}, "nodeSelector": {}}}
+            if params is not None:  # the claim's opaque configuration of our driver (docs/burst.md)
+                obj["status"]["allocation"]["devices"]["config"] = [
+                    {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": params}}]
         with self.lock:
             self.claims[(ns, name)] = obj
 
@@ -480,6 +483,27 @@ def body(ns, api, ag, plugin, tmp):
           "and the kubelet's retry of that claim succeeds")
     rep = unprepare(ns, plugin, ("team", "claim-d", UID_D))
     check(rep.claims[UID_D].error == "" and ag.gpus()[0]["units_allocated"] == 2, "claim-d unprepared")
+
+    # ---- a burst limit from the claim's configuration (docs/burst.md)
+    UID_E = "0e0e0e0e-0000-4000-8000-00000000000e"
+    api.set_claim("team", "claim-e", UID_E, memory="64Mi", params={"burst": "256Mi"})
+    rep = prepare(ns, plugin, ("team", "claim-e", UID_E))
+    E = claim_allocs(ag).get(UID_E, {"parts": [{}]})
+    check(rep.claims[UID_E].error == "" and E["parts"][0].get("quota_bytes") == 64 * MiB
+          and E["parts"][0].get("burst_bytes") == 256 * MiB,
+          "claim with burst 256Mi: quota 64 MiB, burst 256 MiB (%r)" % rep.claims[UID_E].error)
+    r = e2e.run([e2e.CUDA, "fill"], e2e.hook_env(ag, claim_allocs(ag)[UID_E]))
+    check(r.returncode == 0 and "obtained 256 MiB" in r.stdout,
+          "its process borrows up to the burst: " + r.stdout.strip())
+    check(unprepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error == "" and
+          wait_for(lambda: ag.gpus()[0]["units_allocated"] == 2) is not None, "claim-e unprepared")
+    n_allocs = len(ag.allocs())
+    for params, want in (({"burst": "lots"}, "burst 'lots' is not a quantity of bytes"),
+                         ({"brust": "1Gi"}, "parameter 'brust'; known: burst"),
+                         ({"burst": "32Mi"}, "burst 32Mi is below the quota")):
+        api.set_claim("team", "claim-e", UID_E, memory="64Mi", params=params)
+        got = prepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error
+        check(want in got and len(ag.allocs()) == n_allocs, "bad burst configuration %s: %r" % (params, got))
 
     # ---- the CDI spec cannot be written: the allocation made for it goes again
     cdi = os.path.join(tmp, "cdi")
