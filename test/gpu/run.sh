@@ -89,6 +89,11 @@ t torch_mp_expandable in_alloc "$A" $QA env PYTORCH_CUDA_ALLOC_CONF=expandable_s
 t vmm_refill     in_alloc "$Bd" $QB "${E2E_VMM:-$B/test/e2e/e2e_vmm}" 4 7
 t jax            in_alloc "$Bd" $QB "$PY" "$here/fw_jax.py"
 t cupy           in_alloc "$Bd" $QB "$PY" "$here/fw_cupy.py"
+# Burstable memory (docs/burst.md): 2 units guaranteed, burst 16 GiB.
+# shellcheck disable=SC2046
+Cb=$(ctl --json create --burst 16Gi $(ids 12 2) | jq_py 'd["allocation"]["socket_dir"]')
+t torch_burst    in_alloc "$Cb" $((2 << 30)) env GSHARE_EXPECT_BURST=$((16 << 30)) "$PY" "$here/fw_torch_burst.py"
+id=$(basename "$Cb"); ctl release "${id%%-*}" >/dev/null || bad "release the burst allocation"
 echo "=== two frameworks at once"
 in_alloc "$A" $QA "$PY" "$here/fw_torch_quota.py" >"$work/both_torch.log" 2>&1 & p1=$!
 in_alloc "$Bd" $QB "$PY" "$here/fw_cupy.py" >"$work/both_cupy.log" 2>&1 & p2=$!
