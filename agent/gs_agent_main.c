@@ -45,6 +45,7 @@ static void usage(FILE *f)
                 "  --unit-size SIZE     one unit of the resource, e.g. 1Gi (config unitSize)\n"
                 "  --reserve SIZE       per GPU, left to the driver (config reserve)\n"
                 "  --balloon-cap SIZE   per allocation, borrowable (config balloonCap)\n"
+                "  --burst-max SIZE     the most an allocation's burst may borrow past its quota (config burstMax)\n"
                 "  --devices LIST       comma-separated GPU UUIDs or indices (config devices)\n"
                 "  --pod-resources-socket PATH  kubelet PodResources (config podResourcesSocket)\n"
                 "  --reconcile-interval DUR     e.g. 10s; 0: no reconciler (config reconcileInterval)\n"

@@ -71,6 +71,7 @@ START_TEST(test_defaults)
         ck_assert_uint_eq(c.over_quota_grace_ms, 5000);
         ck_assert_str_eq(c.nvml_library, "libnvidia-ml.so.1");
         ck_assert_uint_eq(c.balloon_cap_bytes, 0);
+        ck_assert_uint_eq(c.burst_max_bytes, 0);
         ck_assert_uint_eq(c.max_blocks_per_process, 1048576);
         ck_assert_uint_eq(c.max_blocks_per_allocation, 4194304);
         ck_assert_uint_eq(c.ndevices, 0);
@@ -106,6 +107,7 @@ START_TEST(test_every_key)
                  "chunkSize: 512Mi\n"
                  "reserve: 1536Mi\n"
                  "balloonCap: 4Gi\n"
+                 "burstMax: 32Gi\n"
                  "nvmlLibrary: /opt/nvml.so\n"
                  "contextSize: 600Mi\n"
                  "usageInterval: 250ms\n"
@@ -141,6 +143,7 @@ START_TEST(test_every_key)
         ck_assert_uint_eq(c.reserve_bytes, 1536 * GS_MiB);
         ck_assert_uint_eq(c.agent_wait_ms, 5000);
         ck_assert_uint_eq(c.balloon_cap_bytes, 4 * GS_GiB);
+        ck_assert_uint_eq(c.burst_max_bytes, 32 * GS_GiB);
         ck_assert_str_eq(c.nvml_library, "/opt/nvml.so");
         ck_assert_uint_eq(c.context_bytes, 600 * GS_MiB);
         ck_assert_uint_eq(c.usage_interval_ms, 250);
@@ -339,6 +342,10 @@ START_TEST(test_validate)
         c.balloon_cap_bytes = 100 * GS_MiB;
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err, "balloonCap"));
+        gs_config_defaults(&c);
+        c.burst_max_bytes = 100 * GS_MiB;
+        ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "burstMax (100Mi) must be a multiple of chunkSize (64Mi)"));
         gs_config_defaults(&c);
         c.chunk_bytes = 3 * GS_MiB;
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);

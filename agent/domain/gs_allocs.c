@@ -410,6 +410,19 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                                 r = -EINVAL;
                                 goto fail;
                         }
+                        /* What a burst may borrow is the node's to allow (a
+                         * restored one was allowed when it was made: its
+                         * processes may be using it). */
+                        uint64_t most = ag->cfg.burst_max_bytes > ag->cfg.balloon_cap_bytes
+                                                ? ag->cfg.burst_max_bytes : ag->cfg.balloon_cap_bytes;
+                        if ((burst - quota) * g->chunk_bytes > most && !req->restore) {
+                                gs_format_size((burst - quota) * g->chunk_bytes, q, sizeof(q));
+                                gs_format_size(most, m, sizeof(m));
+                                snprintf(err, errlen, "burst %s borrows %s past the quota on GPU %s; this node allows %s "
+                                         "(burstMax)", b, q, g->uuid, m);
+                                r = -EINVAL;
+                                goto fail;
+                        }
                         cap = burst - quota;
                 }
                 part->gpu = (uint32_t)(g - ag->gpus);

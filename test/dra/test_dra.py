@@ -265,7 +265,7 @@ def main():
     with open(conf, "w") as f:
         f.write("podResourcesSocket: %s\nreconcileInterval: 200ms\nreclaimGrace: %gs\npodWatch: off\n"
                 "apiServer: http://127.0.0.1:%d\napiTokenFile: %s\napiCaFile: \"\"\n"
-                "hookPath: %s\npreloadPath: %s\n"
+                "hookPath: %s\npreloadPath: %s\nburstMax: 192Mi\n"
                 % (podres.path, GRACE, api.port, os.path.join(tmp, "token"), HOSTHOOK, HOSTPRELOAD))
     ag = e2e.Agent(tmp, ["--config", conf])
     ag.start()
@@ -500,7 +500,8 @@ def body(ns, api, ag, plugin, tmp):
     n_allocs = len(ag.allocs())
     for params, want in (({"burst": "lots"}, "burst 'lots' is not a quantity of bytes"),
                          ({"brust": "1Gi"}, "parameter 'brust'; known: burst"),
-                         ({"burst": "32Mi"}, "burst 32Mi is below the quota")):
+                         ({"burst": "32Mi"}, "burst 32Mi is below the quota"),
+                         ({"burst": "512Mi"}, "this node allows 192Mi (burstMax)")):
         api.set_claim("team", "claim-e", UID_E, memory="64Mi", params=params)
         got = prepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error
         check(want in got and len(ag.allocs()) == n_allocs, "bad burst configuration %s: %r" % (params, got))

@@ -12,7 +12,7 @@ On the fake driver (one GPU: 28 chunks of 32 MiB, units of 64 MiB):
   plain     allocation B, 4 units, no burst: exactly its quota, as before
   short     with only k chunks free on the system list, A's total is its
             quota plus k chunks, and it obtains that much
-  errors    burst below the quota, over the pool, or another burst for an
+  errors    burst below the quota, over the pool, past burstMax, or another burst for an
             existing allocation: refused with a message naming the problem,
             nothing created or changed
   restart   the burst survives an agent restart (checkpoint burst=)
@@ -47,7 +47,7 @@ def part(ag, aid):
 def main():
     e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, e.CUDA)
     tmp = tempfile.mkdtemp(prefix="gshare-burst-")
-    ag = e.Agent(tmp)
+    ag = e.Agent(tmp, ["--burst-max", "512Mi"])  # bursts may borrow up to 512 MiB
     ag.start()
     try:
         uuid = ag.gpus()[0]["uuid"]
@@ -60,6 +60,9 @@ def main():
         r = ag.ctl("create", "--burst", "4Gi", ids[0], ids[1], ok=False)
         check(r.returncode == 1 and "burst 4Gi is more than the pool of GPU" in r.stderr,
               "burst over the GPU's pool refused (%s)" % r.stderr.strip())
+        r = ag.ctl("create", "--burst", "768Mi", ids[0], ids[1], ok=False)
+        check(r.returncode == 1 and "burst 768Mi borrows 640Mi past the quota on GPU %s; this node allows 512Mi "
+              "(burstMax)" % uuid in r.stderr, "burst past burstMax refused (%s)" % r.stderr.strip())
         r = ag.ctl("create", "--burst", "lots", ids[0], ok=False)
         check(r.returncode == 2 and "--burst needs a size" in r.stderr, "bad --burst size: usage error")
         check(ag.allocs() == {} and ag.units_allocated() == 0, "refused requests created nothing")

@@ -33,7 +33,7 @@ bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 jq_py() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
 "$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" \
-  --reserve "$reserve" --devices 0 >"$work/agent.log" 2>&1 &
+  --reserve "$reserve" --devices 0 --burst-max 16Gi >"$work/agent.log" 2>&1 &
 agent=$!
 trap 'kill $agent 2>/dev/null; wait $agent 2>/dev/null; echo "--- agent log (tail)"; tail -n 20 "$work/agent.log"' EXIT
 for _ in $(seq 300); do [[ -S $sock ]] && ctl gpus >/dev/null 2>&1 && break; sleep 0.1; done
