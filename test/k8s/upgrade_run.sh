@@ -40,8 +40,15 @@ IP=$(cat /tmp/k134/etc/node-ip)
 # kube-proxy would.
 iptables -t nat -C PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination $IP:6443 2>/dev/null ||
   iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination $IP:6443
+# This build's images, made afresh every run (an image an earlier run left
+# would test old binaries); with INSTALL_CHART, 0.1.0 is the earlier
+# release's, imported beforehand.
 for v in 0.1.0 0.1.1 0.1.2; do
-  $CTR images ls -q | grep -qx "$REPO:$v" || $ROOT/test/k8s/fakeimage.sh $v
+  if [[ $v == 0.1.0 && -n ${INSTALL_CHART:-} ]]; then
+    $CTR images ls -q | grep -qx "$REPO:$v" || { echo "INSTALL_CHART: import its image as $REPO:$v first" >&2; exit 1; }
+    continue
+  fi
+  $ROOT/test/k8s/fakeimage.sh $v
 done
 kubectl label node --all nvidia.com/gpu.present=true --overwrite >/dev/null
 PLUGIN=device-plugin; [[ $MODE == dra ]] && PLUGIN=dra-plugin

@@ -63,6 +63,34 @@ def real(log):
           [["POD", "CONTAINER/CLAIM"], ["w1", "cuda"], ["w2", "cuda"]], "1.36 cluster: pods -n default", t.stdout)
 
 
+def burst(log, tmp):
+    """The same answers with trainer-0's allocation bursting (docs/burst.md):
+    quota 128 MiB, burst 512 MiB, 96 MiB borrowed: BURST and BORROWED columns
+    (left out above, where nothing may borrow)."""
+    import shutil
+    fx = os.path.join(tmp, "fixtures-burst")
+    shutil.copytree(os.path.join(HERE, "fixtures"), fx)
+    path = os.path.join(fx, "metrics-gpu-node-1.txt")
+    text = open(path).read()
+    lab = next(l[len("gshare_allocation_quota_bytes"):].rsplit(" ", 1)[0] for l in text.splitlines()
+               if l.startswith("gshare_allocation_quota_bytes{") and 'pod="trainer-0"' in l)
+    with open(path, "a") as f:
+        f.write("# TYPE gshare_allocation_burst_bytes gauge\ngshare_allocation_burst_bytes%s %d\n"
+                "# TYPE gshare_allocation_borrowed_bytes gauge\ngshare_allocation_borrowed_bytes%s %d\n"
+                % (lab, 512 * MiB, lab, 96 * MiB))
+    r = run(log, "pods", "-A", "-o", "json", fixtures=fx)
+    rows = {x["pod"]: x for x in json.loads(r.stdout or "[]")}
+    tr = rows.get("trainer-0", {})
+    check(tr.get("burst_bytes") == 512 * MiB and tr.get("borrowed_bytes") == 96 * MiB,
+          "burst: trainer-0's burst 512 MiB and 96 MiB borrowed in the JSON", tr)
+    t = run(log, "pods", "-A", fixtures=fx)
+    lines = [l.split() for l in t.stdout.splitlines()]
+    check(t.returncode == 0 and lines[0][-2:] == ["BURST", "BORROWED"] and
+          ["team", "trainer-0", "main", "gpu-node-1", GPU, "2", "128Mi", "64Mi", "0", "1", "512Mi", "96Mi"] in lines
+          and any(l[:2] == ["team", "infer-0"] and l[-2:] == ["-", "-"] for l in lines),
+          "burst: BURST and BORROWED columns, '-' where the allocation may not borrow", t.stdout)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="gshare-kubectl-")
     log = os.path.join(tmp, "calls")
@@ -128,6 +156,7 @@ def main():
           "no kubectl: a message, exit 1", t.stderr)
 
     real(log)
+    burst(log, tmp)
 
     with open(log) as f:
         calls = [json.loads(l) for l in f]
