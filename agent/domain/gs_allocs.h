@@ -71,6 +71,10 @@ struct gs_part {
         bool give_back_wanted;
         uint32_t others_asked;   /* processes the last sweep asked */
         int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
+        /* Borrowing Events (gs_usage.c): whether GPUMemoryBorrowed was
+         * told and not yet GPUMemoryReturned, and when the last was. */
+        bool borrow_told;
+        int64_t borrow_event_ms;
 };
 
 /* One unit an allocation holds. */

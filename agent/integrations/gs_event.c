@@ -20,6 +20,7 @@
 #define OBJ(it) ((it)->obj == GS_EVENT_CLAIM ? "claim" : "pod")
 
 struct item {
+        enum gs_event_type type;
         enum gs_event_obj obj;
         char ns[64], name[254], uid[40], reason[64], message[MSG_CAP];
 };
@@ -73,7 +74,8 @@ static int jesc(char *out, size_t cap, const char *s)
         return 0;
 }
 
-int gs_event_json(char *buf, size_t cap, enum gs_event_obj obj, const char *ns, const char *name,
+int gs_event_json(char *buf, size_t cap, enum gs_event_type type, enum gs_event_obj obj, const char *ns,
+                  const char *name,
                   const char *uid, const char *reason, const char *message, const char *node,
                   int64_t unix_s)
 {
@@ -91,14 +93,14 @@ int gs_event_json(char *buf, size_t cap, enum gs_event_obj obj, const char *ns, 
                      "\"metadata\":{\"generateName\":\"gshare-\",\"namespace\":\"%s\"},"
                      "\"involvedObject\":{\"apiVersion\":\"%s\",\"kind\":\"%s\",\"namespace\":\"%s\","
                      "\"name\":\"%s\"%s%s%s},"
-                     "\"reason\":\"%s\",\"message\":\"%s\",\"type\":\"Warning\","
+                     "\"reason\":\"%s\",\"message\":\"%s\",\"type\":\"%s\","
                      "\"source\":{\"component\":\"gshare-agent\",\"host\":\"%s\"},"
                      "\"reportingComponent\":\"gshare-agent\",\"reportingInstance\":\"%s\","
                      "\"firstTimestamp\":\"%s\",\"lastTimestamp\":\"%s\",\"count\":1}",
                      ns, obj == GS_EVENT_CLAIM ? "resource.k8s.io/v1" : "v1",
                      obj == GS_EVENT_CLAIM ? "ResourceClaim" : "Pod", ns, name,
                      uid[0] ? ",\"uid\":\"" : "", uid, uid[0] ? "\"" : "", reason, msg,
-                     node, node, ts, ts);
+                     type == GS_EVENT_NORMAL ? "Normal" : "Warning", node, node, ts, ts);
         return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 }
 
@@ -118,7 +120,7 @@ static int post(struct gs_events *ev, const struct item *it)
         CURLcode cr;
         int r;
 
-        r = gs_event_json(body, sizeof(body), it->obj, it->ns, it->name, it->uid, it->reason, it->message,
+        r = gs_event_json(body, sizeof(body), it->type, it->obj, it->ns, it->name, it->uid, it->reason, it->message,
                           ev->node, (int64_t)time(NULL));
         if (r < 0)
                 return r;
@@ -218,8 +220,8 @@ void gs_events_stop(struct gs_events *ev)
         free(ev);
 }
 
-int gs_events_post(struct gs_events *ev, enum gs_event_obj obj, const char *ns, const char *name,
-                   const char *uid, const char *reason, const char *message)
+int gs_events_post(struct gs_events *ev, enum gs_event_type type, enum gs_event_obj obj, const char *ns,
+                   const char *name, const char *uid, const char *reason, const char *message)
 {
         struct item *it;
 
@@ -233,6 +235,7 @@ int gs_events_post(struct gs_events *ev, enum gs_event_obj obj, const char *ns, 
                 return -EAGAIN;
         }
         it = &ev->q[(ev->head + ev->n) % GS_EVENT_QUEUE];
+        it->type = type;
         it->obj = obj;
         snprintf(it->ns, sizeof(it->ns), "%s", ns);
         snprintf(it->name, sizeof(it->name), "%s", name);

@@ -2,6 +2,7 @@
 #include "gs_usage.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -156,10 +157,10 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
         if (!ag->events)
                 return;
         if (a->pod_name[0])
-                r = gs_events_post(ag->events, GS_EVENT_POD, a->pod_namespace, a->pod_name, a->pod_uid,
+                r = gs_events_post(ag->events, GS_EVENT_WARNING, GS_EVENT_POD, a->pod_namespace, a->pod_name, a->pod_uid,
                                    "GPUMemoryOverQuota", msg);
         else if ((claim = gs_allocs_claim(a)))
-                r = gs_events_post(ag->events, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid,
+                r = gs_events_post(ag->events, GS_EVENT_WARNING, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid,
                                    "GPUMemoryOverQuota", msg);
         else
                 return;
@@ -197,6 +198,47 @@ static uint32_t kill_over(struct gs_allocation *a, uint32_t i, const struct seen
         return killed;
 }
 
+/* Borrowing (docs/burst.md) is told on the pod or claim as Normal Events:
+ * GPUMemoryBorrowed when part starts borrowing (at most once a
+ * GS_USAGE_EVENT_MS), GPUMemoryReturned when what it borrowed is all back
+ * after that.  borrowed: its chunks borrowed now. */
+static void note_borrowing(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part,
+                           const struct gs_gpu *g, uint32_t borrowed)
+{
+        const struct gs_claim *claim = gs_allocs_claim(a);
+        int64_t now = gs_mono_ms();
+        char msg[400];
+
+        if (!borrowed == !part->borrow_told)
+                return;
+        if (borrowed && part->borrow_event_ms && now - part->borrow_event_ms < GS_USAGE_EVENT_MS)
+                return; /* said a moment ago: not again while it comes and goes */
+        if (borrowed)
+                snprintf(msg, sizeof(msg), "gshare allocation %s borrows %llu MiB of free memory on GPU %s past its "
+                         "quota of %llu MiB (burst %llu MiB); the memory is lent while free",
+                         a->id, (unsigned long long)(((uint64_t)borrowed * g->chunk_bytes) >> 20), g->uuid,
+                         (unsigned long long)(((uint64_t)part->quota_chunks * g->chunk_bytes) >> 20),
+                         (unsigned long long)(((uint64_t)part->burst_chunks * g->chunk_bytes) >> 20));
+        else
+                snprintf(msg, sizeof(msg), "gshare allocation %s gave back all it borrowed on GPU %s", a->id, g->uuid);
+        part->borrow_told = borrowed != 0;
+        part->borrow_event_ms = now;
+        log_info("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
+                 a->pod_name[0] ? a->pod_name : "?", msg);
+        if (!ag->events)
+                return;
+        const char *reason = borrowed ? "GPUMemoryBorrowed" : "GPUMemoryReturned";
+        int r = -EINVAL;
+        if (a->pod_name[0])
+                r = gs_events_post(ag->events, GS_EVENT_NORMAL, GS_EVENT_POD, a->pod_namespace, a->pod_name,
+                                   a->pod_uid, reason, msg);
+        else if (claim)
+                r = gs_events_post(ag->events, GS_EVENT_NORMAL, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid,
+                                   reason, msg);
+        if (r < 0)
+                log_debug("allocation %s: %s Event not posted: %s", a->id, reason, strerror(-r));
+}
+
 /* One allocation part on g: charges from the scan's list sv[0..n). */
 static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_allocation *a, uint32_t i,
                           const struct seen *sv, uint32_t n)
@@ -204,6 +246,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
         struct gs_part *part = &a->parts[i];
         uint32_t slots = gs_allocs_outside_slots(ag, part), killed = 0;
         uint64_t measured = 0, bypass = 0, over;
+        struct gs_palloc_stats ps;
 
         if (!a->pod_uid[0])
                 for (struct gs_proc *p = a->procs; p && !a->pod_uid[0]; p = p->next)
@@ -246,7 +289,9 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                     gs_mono_ms() - part->out.short_since_ms >= (int64_t)ag->cfg.over_quota_grace_ms)
                         killed = kill_over(a, i, sv, n, over);
         }
+        gs_palloc_stats(part->pa, &ps);
         pthread_mutex_unlock(&g->lock);
+        note_borrowing(ag, a, part, g, ps.chunks_borrowed);
         if (over)
                 report(ag, a, part, g, over, killed);
         return measured;

@@ -70,6 +70,7 @@ def main():
         f.write("podResourcesSocket: %s\nreconcileInterval: 200ms\nreclaimGrace: 60s\n"
                 "nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: report\n"
                 "apiServer: http://127.0.0.1:%d\napiTokenFile: %s\nnodeName: node-1\npodWatch: off\n"
+                "burstMax: 256Mi\n"
                 % (kubelet.path, NVML, api.server_address[1], token))
     ag = e2e.Agent(tmp, ["--config", conf])
     ag.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(CTX)
@@ -125,6 +126,32 @@ def main():
               io.get("uid") == uid and c["id"] in ev.get("message", ""),
               "on the ResourceClaim, in its namespace: %s %s" % (path, io))
         q.end()
+
+        # Borrowing (docs/burst.md): a pod of 1 unit (64 MiB) with burst
+        # 256 MiB holds 160 MiB: a Normal Event GPUMemoryBorrowed on it;
+        # when its process exits, GPUMemoryReturned.
+        bid = "%s-u%d" % (uuid, 4)
+        b = ag.create_args(["--burst", "256Mi", bid])["allocation"]
+        kubelet.set(pods=[("team-a", "trainer-0", "main", [(RES, ids)]),
+                          ("team-c", "burster-0", "main", [(RES, [bid])])])
+        check(bool(wait_for(lambda: ag.allocs()[b["id"]].get("pod_name") == "burster-0")),
+              "the reconciler names the bursting allocation's pod")
+        n0 = len(api.posts)
+        s = Proc(ag, b, 160)
+        check(s.ok, "a process of the bursting pod holds 160 MiB of its 64 MiB quota + burst")
+
+        def reasons():
+            return [(json.loads(x[2]).get("reason"), json.loads(x[2]).get("type"),
+                     json.loads(x[2]).get("involvedObject", {}).get("name")) for x in api.posts[n0:]]
+        check(bool(wait_for(lambda: ("GPUMemoryBorrowed", "Normal", "burster-0") in reasons())),
+              "a Normal Event GPUMemoryBorrowed on the pod (%s)" % reasons())
+        msg = next((json.loads(x[2])["message"] for x in api.posts[n0:]
+                    if json.loads(x[2]).get("reason") == "GPUMemoryBorrowed"), "")
+        check(b["id"] in msg and "past its quota of 64 MiB (burst 256 MiB)" in msg, "its message: " + msg)
+        s.end()
+        check(bool(wait_for(lambda: ("GPUMemoryReturned", "Normal", "burster-0") in reasons())),
+              "its process gone: GPUMemoryReturned (%s)" % reasons())
+        check(reasons().count(("GPUMemoryBorrowed", "Normal", "burster-0")) == 1, "one Borrowed Event, not one per scan")
     finally:
         ag.stop()
         kubelet.stop()
