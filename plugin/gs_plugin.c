@@ -65,7 +65,7 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
         /* The last Register: when, the streams opened before it, and how
          * long to wait for the kubelet's stream after it. */
         int64_t reg_at = 0, unheard_wait = LW_UNHEARD_MS;
-        unsigned reg_opened = 0;
+        unsigned reg_opened = 0, opened = 0;
 
         if ((size_t)snprintf(p->sock_path, sizeof(p->sock_path), "%s/%s", o->cfg.kubelet_dir, o->endpoint) >=
                     sizeof(p->sock_path) ||
@@ -99,6 +99,11 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                 int timeout = 250;
 
                 if (need_register && gs_mono_ms() >= next_try) {
+                        /* Streams opened so far, counted before the
+                         * Register: the kubelet opens its stream before it
+                         * answers (seen on 1.36), so one counted after would
+                         * look like none. */
+                        opened = __atomic_load_n(&p->lw_opened, __ATOMIC_SEQ_CST);
                         if (stat(p->kubelet_sock, &st) < 0 || !gs_dp_kubelet_accepts(p)) {
                                 /* Not there, or not accepting yet: probe
                                  * again soon (inotify also wakes us when
@@ -112,7 +117,7 @@ int gs_plugin_run(const struct gs_plugin_opts *o)
                         } else if (gs_dp_register(p) == 0) {
                                 need_register = false;
                                 reg_at = gs_mono_ms();
-                                reg_opened = __atomic_load_n(&p->lw_opened, __ATOMIC_SEQ_CST);
+                                reg_opened = opened;
                         } else {
                                 next_try = gs_mono_ms() + reg_delay;
                                 reg_delay = reg_delay * 2 > REGISTER_RETRY_MAX_MS ? REGISTER_RETRY_MAX_MS

@@ -58,6 +58,10 @@ class Kubelet:
         self.sock = os.path.join(kdir, "kubelet.sock")
         self.registered = queue.Queue()
         self.server = None
+        # Like the 1.36 kubelet: open the plugin's ListAndWatch (and read
+        # its first list) before answering Register.
+        self.stream_first = False
+        self.streams = []
 
     def start(self):
         ns = self.ns
@@ -65,6 +69,11 @@ class Kubelet:
 
         class Reg(ns.dp_grpc.RegistrationServicer):
             def Register(self, request, context):
+                if outer.stream_first:
+                    ch = grpc.insecure_channel("unix:" + os.path.join(outer.kdir, request.endpoint))
+                    st = Stream(ns.dp_grpc.DevicePluginStub(ch), ns)
+                    st.next()
+                    outer.streams.append((ch, st))  # the channel too: closed when collected
                 outer.registered.put((time.monotonic(), request))
                 return ns.dp.Empty()
 
@@ -577,6 +586,29 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     check("... and serves the ListAndWatch that comes at last",
           m is not None and not isinstance(m, Exception) and len(m.devices) == 16)
     st3.cancel()
+
+    # ---- the kubelet opens ListAndWatch before it answers Register (1.36
+    # does): that stream counts, and the plugin does not register again
+    # (it did, every 3, 6, ... s, when it counted streams only after the
+    # Register returned).
+    kubelet.stop()
+    while not kubelet.registered.empty():
+        kubelet.registered.get()
+    for f in os.listdir(kdir):
+        os.unlink(os.path.join(kdir, f))
+    kubelet.stream_first = True
+    kubelet.start()
+    t, reg = kubelet.wait_register(HANG)
+    check("stream opened before Register's answer: registered", reg is not None)
+    # The restart's own Registers (inotify may tell of it twice) settle
+    # first; then none may come for 5 s (the bug: one 3 s after the last).
+    while reg is not None:
+        t, reg = kubelet.wait_register(1.0)
+    t2, again = kubelet.wait_register(5.0)
+    check("... and no Register again in 5 s once they settled (the stream was taken up)", again is None)
+    for _, st in kubelet.streams:
+        st.cancel()
+    kubelet.stream_first = False
 
     # ---- a bad config is refused with file:line: key: problem
     bad = os.path.join(tmp, "bad.yaml")
