@@ -17,13 +17,15 @@
 #include "gs_config.h"
 #include "gs_ctl.h"
 
-#define CALL_TIMEOUT_MS 10000
+#define CALL_TIMEOUT_MS 10000   /* --timeout-ms: 1 ms .. 1 h */
+#define CALL_TIMEOUT_MAX_MS 3600000
 
 static int json;
+static int call_timeout_ms = CALL_TIMEOUT_MS;
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: gsharectl [--socket PATH] [--json] COMMAND\n"
+        fprintf(f, "usage: gsharectl [--socket PATH] [--json] [--timeout-ms MS] COMMAND\n"
                    "commands:\n"
                    "  gpus               GPUs, pools, units\n"
                    "  allocations        allocations and their usage per GPU\n"
@@ -248,7 +250,7 @@ static int watch(const char *path)
         fd = gs_ctl_connect(path);
         if (fd < 0)
                 return unreachable(path, fd);
-        r = gs_ctl_send(fd, &req.base, CALL_TIMEOUT_MS);
+        r = gs_ctl_send(fd, &req.base, call_timeout_ms);
         while (r == 0) {
                 GsCtlReply *rep = NULL;
                 r = gs_ctl_recv_reply(fd, -1, &rep);
@@ -277,6 +279,7 @@ int main(int argc, char **argv)
         static const struct option opts[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "json", no_argument, NULL, 'j' },
+                { "timeout-ms", required_argument, NULL, 't' },
                 { "help", no_argument, NULL, 'h' },
                 { 0 }
         };
@@ -292,10 +295,23 @@ int main(int argc, char **argv)
 
         if (!path || !*path)
                 path = GS_CTL_DEFAULT_SOCKET;
-        while ((o = getopt_long(argc, argv, "+s:jh", opts, NULL)) != -1) {
+        while ((o = getopt_long(argc, argv, "+s:jt:h", opts, NULL)) != -1) {
                 switch (o) {
                 case 's': path = optarg; break;
                 case 'j': json = 1; break;
+                case 't': {
+                        char *end;
+                        long v;
+                        errno = 0;
+                        v = strtol(optarg, &end, 10);
+                        if (errno || *end || end == optarg || v < 1 || v > CALL_TIMEOUT_MAX_MS) {
+                                fprintf(stderr, "gsharectl: --timeout-ms: expected 1..%d milliseconds, got '%s'\n",
+                                        CALL_TIMEOUT_MAX_MS, optarg);
+                                return 2;
+                        }
+                        call_timeout_ms = (int)v;
+                        break;
+                }
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
@@ -351,7 +367,7 @@ int main(int argc, char **argv)
                 usage(stderr);
                 return 2;
         }
-        r = gs_ctl_call(path, &req, CALL_TIMEOUT_MS, &rep);
+        r = gs_ctl_call(path, &req, call_timeout_ms, &rep);
         if (r < 0)
                 return unreachable(path, r);
         if (rep->error) {

@@ -151,8 +151,10 @@ class Agent:
         return self.proc.poll() is None
 
     def _ctl(self, args, ok=True):
-        r = subprocess.run([CTL, "--socket", self.sock, "--json"] + list(args),
-                           capture_output=True, text=True, timeout=20)
+        # gsharectl's own limit is 10 s: a test's only catches a hang (an
+        # agent restarting under ASan on two busy cores took longer).
+        r = subprocess.run([CTL, "--socket", self.sock, "--json", "--timeout-ms", "60000"] + list(args),
+                           capture_output=True, text=True, timeout=90)
         if ok and r.returncode != 0:
             raise SystemExit("gsharectl %s failed: %s" % (args, r.stderr))
         return r
