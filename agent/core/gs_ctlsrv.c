@@ -306,6 +306,11 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__
                 r = gs_allocs_take_over(s->ag, req.ids, req.nids, err, errlen);
         if (r == 0)
                 r = gs_restore_create(s->ag, &req, &a, &created, err, errlen);
+        if (r == -ENOSPC)
+                /* Chunks lent to allocations that borrow past their quota
+                 * (docs/burst.md, named in err): what their processes
+                 * hold without a live block comes back for the retry. */
+                (void)gs_proc_ask_borrowers(s->ag);
         if (r < 0) {
                 rep->error = r;
                 return;

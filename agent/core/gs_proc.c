@@ -178,6 +178,25 @@ uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i)
         return n;
 }
 
+uint32_t gs_proc_ask_borrowers(struct gs_agent *ag)
+{
+        uint32_t lent = 0;
+
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (uint32_t i = 0; i < a->nparts; i++) {
+                        struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                        struct gs_palloc_stats st;
+                        pthread_mutex_lock(&g->lock);
+                        gs_palloc_stats(a->parts[i].pa, &st);
+                        if (st.chunks_borrowed) {
+                                lent += st.chunks_borrowed;
+                                (void)gs_proc_ask_give_back(a, i);
+                        }
+                        pthread_mutex_unlock(&g->lock);
+                }
+        return lent;
+}
+
 void gs_proc_give_back_sweep(struct gs_agent *ag)
 {
         for (struct gs_allocation *a = ag->allocs; a; a = a->next)

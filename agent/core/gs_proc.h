@@ -137,6 +137,11 @@ void gs_proc_pause_all(struct gs_agent *ag);
  * (gs_wire.h, GS_FEAT_GIVEBACK).  How many were asked.  Main thread, under
  * the part's GPU's lock. */
 uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i);
+/* Main thread: every process holding borrowed chunks (docs/burst.md) is
+ * asked for those it holds without a live block; they go back to the
+ * system list.  For a create that found too few free chunks.  Returns the
+ * chunks lent on all GPUs (0: nothing to ask for). */
+uint32_t gs_proc_ask_borrowers(struct gs_agent *ag);
 /* ag->on_give_back: the same for every part marked give_back_wanted. */
 void gs_proc_give_back_sweep(struct gs_agent *ag);
 void gs_proc_resume_all(struct gs_agent *ag);

@@ -433,7 +433,16 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                 r = gs_palloc_new(g->pool, (uint32_t)quota, (uint32_t)cap, &part->pa);
                 pthread_mutex_unlock(&g->lock);
                 if (r < 0) {
-                        if (r == -ENOSPC)
+                        struct gs_pool_stats ps;
+                        pthread_mutex_lock(&g->lock);
+                        gs_pool_stats(g->pool, &ps);
+                        pthread_mutex_unlock(&g->lock);
+                        if (r == -ENOSPC && ps.chunks_borrowed)
+                                snprintf(err, errlen, "GPU %s has fewer than the %llu free chunks this allocation needs: "
+                                         "%u are lent to allocations borrowing past their quota (docs/burst.md); "
+                                         "those not in use are being given back, try again",
+                                         g->uuid, (unsigned long long)quota, ps.chunks_borrowed);
+                        else if (r == -ENOSPC)
                                 snprintf(err, errlen, "GPU %s has fewer than the %llu free chunks this allocation needs (memory still held by released allocations?)",
                                          g->uuid, (unsigned long long)quota);
                         else

@@ -15,11 +15,16 @@ On the fake driver (one GPU: 28 chunks of 32 MiB, units of 64 MiB):
   errors    burst below the quota, over the pool, past burstMax, or another burst for an
             existing allocation: refused with a message naming the problem,
             nothing created or changed
+  lent      a create that needs chunks A's live process borrowed: refused,
+            naming the lent chunks; once A frees them (borrowed chunks go
+            back at once), the same create succeeds
   restart   the burst survives an agent restart (checkpoint burst=)
 
 Environment: B (build dir), SANITIZE (see test_e2e.py)."""
+import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -101,6 +106,33 @@ def main():
         r = ag.ctl("create", "--burst", "1Gi", ids[0], ids[1], ok=False)
         check(r.returncode == 1 and "exists with burst 512Mi, not 1Gi" in r.stderr,
               "another burst for an existing allocation refused (%s)" % r.stderr.strip())
+
+        # ---- lent: chunks a live borrower caches come back for a create
+        a = subprocess.Popen([e.CUDA, "grow", "0"], env=e.hook_env(ag, A), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def say(cmd):
+            a.stdin.write(cmd + "\n")
+            a.stdin.flush()
+            return a.stdout.readline().split()
+        check(a.stdout.readline().startswith("held"), "lent: A's process runs")
+        check(all(say("alloc 40") == ["alloc", "ok"] for _ in range(8)), "lent: A allocates 320 MiB (borrowing)")
+        lent = part(ag, A["id"])["chunks_borrowed"]
+        check(lent > 0, "lent: %d chunks borrowed by A" % lent)
+        need = ids[6:14]  # 8 units: 16 chunks, of the 16 that B and A's quota leave
+        r = ag.ctl("create", *need, ok=False)
+        check(r.returncode == 1 and "%d are lent to allocations borrowing past their quota" % lent in r.stderr,
+              "lent: a create needing them is refused naming the lent chunks (%s)" % r.stderr.strip())
+        check(say("free") == ["free", "ok"], "lent: A frees its blocks")
+        check(e.wait_for(lambda: ag.gpus()[0]["chunks_free"] >= 16) is not None,
+              "lent: the borrowed chunks are back on the system list")
+        r = ag.ctl("create", *need, ok=False)
+        check(r.returncode == 0, "lent: the same create succeeds then (%s)" % r.stderr.strip())
+        check(a.poll() is None, "lent: A runs on")
+        a.kill()
+        a.wait()
+        if r.returncode == 0:
+            ag.ctl("release", json.loads(r.stdout)["allocation"]["id"])
 
         # ---- restart: the burst is in the checkpoint
         ckpt = open(os.path.join(tmp, "state", "allocations")).read()
