@@ -193,6 +193,12 @@ void gs_palloc_debt(struct gs_palloc *a, int delta)
                 a->g.debt--;
 }
 
+void gs_palloc_raise_cap(struct gs_palloc *a, uint32_t cap)
+{
+        if (cap > a->g.cap)
+                a->g.cap = cap;
+}
+
 uint32_t gs_palloc_returned(const struct gs_palloc *a)
 {
         return __atomic_load_n(&a->g.returned, __ATOMIC_ACQUIRE);

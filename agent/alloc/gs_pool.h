@@ -128,6 +128,8 @@ int gs_palloc_new(struct gs_pool *pool, uint32_t quota_chunks, uint32_t balloon_
  * has processes. */
 int gs_palloc_del(struct gs_palloc *a) GS_WUR;
 void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret);
+/* The most it may borrow, raised to cap chunks (a lower cap is ignored). */
+void gs_palloc_raise_cap(struct gs_palloc *a, uint32_t cap);
 /* How many chunks its processes gave back, ever (wraps): a request that
  * failed for want of memory compares it before and after, to know whether
  * memory came back meanwhile.  Any thread, without the pool's lock. */

@@ -115,14 +115,16 @@ int gs_proc_gpus_init(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
                 struct gs_part *part = &a->parts[i];
                 struct gs_proc_gpu *pg = &p->gpus[i];
                 struct gs_gpu *g = &ag->gpus[part->gpu];
-                uint64_t slots = 2 * (uint64_t)part->burst_chunks;
+                /* Room for a burst given later (a pod's annotation,
+                 * gs_allocs_set_burst): as much as the node allows. */
+                uint64_t most = part->quota_chunks + ag->cfg.burst_max_bytes / g->chunk_bytes;
+                uint64_t slots = 2 * (gs_part_burst(part) > most ? gs_part_burst(part) : most);
 
                 if (slots > (1u << 20))
                         slots = 1u << 20;
                 pg->g = g;
                 pg->nslots = (uint32_t)(slots ? slots : 1);
                 pg->quota_bytes = (uint64_t)part->quota_chunks * g->chunk_bytes;
-                pg->limit_bytes = (uint64_t)part->burst_chunks * g->chunk_bytes;
                 pg->vmm.pa = part->pa;
                 pg->vmm.nslots = pg->nslots;
                 pg->tag = (struct gs_ledger_tag){ (uint32_t)p->pid, GS_LEDGER_SLOT, p->start, gs_proc_alloc_num(a) };

@@ -45,7 +45,6 @@ struct gs_proc_gpu {
         struct gs_gpu *g;
         struct gs_pproc *pp;
         uint64_t quota_bytes;
-        uint64_t limit_bytes;        /* quota + what it may borrow (gs_part.burst_chunks) */
         uint32_t nslots;
         struct gs_vmm_set vmm;       /* the application's cuMemCreate allocations */
         /* Outside the pool (gs_outside.h), under g->lock: the charge slot

@@ -38,7 +38,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         }
         /* Past the quota plus what may be borrowed no request can succeed:
          * the answer a driver gives for too much is out of memory. */
-        limit = pg->limit_bytes;
+        limit = (uint64_t)gs_part_burst(&p->alloc->parts[req->gpu]) * pg->g->chunk_bytes;
         if (size > limit) {
                 rep->status = -ENOMEM;
                 return 0;
@@ -119,7 +119,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 rep->status = -EINVAL;
                 return 0;
         }
-        if (size > pg->limit_bytes) {
+        if (size > (uint64_t)gs_part_burst(&p->alloc->parts[req->gpu]) * pg->g->chunk_bytes) {
                 rep->status = -ENOMEM;
                 return 0;
         }
@@ -361,7 +361,7 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 struct gs_palloc_stats ps = { 0 };
                 pthread_mutex_lock(&pg->g->lock);
                 gs_pproc_stats(pg->pp, &st);
-                if (pg->limit_bytes > pg->quota_bytes)
+                if (gs_part_burst(&p->alloc->parts[req->gpu]) > p->alloc->parts[req->gpu].quota_chunks)
                         gs_palloc_stats(p->alloc->parts[req->gpu].pa, &ps);
                 pthread_mutex_unlock(&pg->g->lock);
                 rep->arg[0] = st.bytes_obtainable;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gs_burst.h"
 #include "gs_file.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
@@ -395,36 +396,11 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                 struct gs_gpu *g = pl.gp[p];
                 struct gs_part *part = &a->parts[p];
                 uint64_t quota = (uint64_t)pl.per_part[p] * g->unit_bytes / g->chunk_bytes;
-                uint64_t cap = ag->cfg.balloon_cap_bytes / g->chunk_bytes;
+                uint64_t cap;
 
-                if (req->burst_bytes) {
-                        uint64_t burst = (req->burst_bytes + g->chunk_bytes - 1) / g->chunk_bytes;
-                        char b[32], q[32], m[32];
-                        gs_format_size(req->burst_bytes, b, sizeof(b));
-                        gs_format_size(quota * g->chunk_bytes, q, sizeof(q));
-                        gs_format_size((uint64_t)g->nchunks * g->chunk_bytes, m, sizeof(m));
-                        if (burst < quota || burst > g->nchunks) {
-                                snprintf(err, errlen, "burst %s is %s GPU %s's %s", b,
-                                         burst < quota ? "below the quota on" : "more than the pool of", g->uuid,
-                                         burst < quota ? q : m);
-                                r = -EINVAL;
-                                goto fail;
-                        }
-                        /* What a burst may borrow is the node's to allow (a
-                         * restored one was allowed when it was made: its
-                         * processes may be using it). */
-                        uint64_t most = ag->cfg.burst_max_bytes > ag->cfg.balloon_cap_bytes
-                                                ? ag->cfg.burst_max_bytes : ag->cfg.balloon_cap_bytes;
-                        if ((burst - quota) * g->chunk_bytes > most && !req->restore) {
-                                gs_format_size((burst - quota) * g->chunk_bytes, q, sizeof(q));
-                                gs_format_size(most, m, sizeof(m));
-                                snprintf(err, errlen, "burst %s borrows %s past the quota on GPU %s; this node allows %s "
-                                         "(burstMax)", b, q, g->uuid, m);
-                                r = -EINVAL;
-                                goto fail;
-                        }
-                        cap = burst - quota;
-                }
+                r = gs_burst_cap(&ag->cfg, g, quota, req->burst_bytes, req->restore != NULL, &cap, err, errlen);
+                if (r < 0)
+                        goto fail;
                 part->gpu = (uint32_t)(g - ag->gpus);
                 part->units = pl.per_part[p];
                 part->quota_chunks = (uint32_t)quota;
@@ -683,5 +659,58 @@ uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part
         const struct gs_gpu *g = &ag->gpus[part->gpu];
 
         (void)g;
-        return part->burst_chunks;
+        return gs_part_burst(part);
+}
+
+int gs_allocs_set_burst(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes, char *err, size_t errlen)
+{
+        uint64_t caps[GS_MAX_GPUS_PER_ALLOC], old = a->burst_bytes;
+        int r;
+
+        for (uint32_t i = 0; i < a->nparts; i++) {
+                struct gs_part *part = &a->parts[i];
+                r = gs_burst_cap(&ag->cfg, &ag->gpus[part->gpu], part->quota_chunks, bytes, false, &caps[i], err,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                if (part->quota_chunks + caps[i] < part->burst_chunks) {
+                        snprintf(err, errlen, "a burst is only ever raised: allocation %s may use %u chunks on GPU %s",
+                                 a->id, part->burst_chunks, ag->gpus[part->gpu].uuid);
+                        return -EINVAL;
+                }
+        }
+        a->burst_bytes = bytes;
+        r = gs_allocs_checkpoint(ag);
+        if (r < 0) {
+                a->burst_bytes = old;
+                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir, strerror(-r));
+                return r;
+        }
+        for (uint32_t i = 0; i < a->nparts; i++) {
+                struct gs_part *part = &a->parts[i];
+                struct gs_gpu *g = &ag->gpus[part->gpu];
+                pthread_mutex_lock(&g->lock);
+                gs_palloc_raise_cap(part->pa, (uint32_t)caps[i]);
+                __atomic_store_n(&part->burst_chunks, part->quota_chunks + (uint32_t)caps[i], __ATOMIC_RELEASE);
+                pthread_mutex_unlock(&g->lock);
+        }
+        return 0;
+}
+
+void gs_allocs_burst_from_pod(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes)
+{
+        char err[512], b[32];
+
+        if (a->burst_bytes == bytes || a->burst_refused == bytes || a->releasing)
+                return;
+        gs_format_size(bytes, b, sizeof(b));
+        if (gs_allocs_set_burst(ag, a, bytes, err, sizeof(err)) < 0) {
+                a->burst_refused = bytes;
+                log_warn("allocation %s (pod %s/%s): annotation gshare.io/gpumem-burst %s not applied: %s", a->id,
+                         a->pod_namespace, a->pod_name, b, err);
+                return;
+        }
+        log_info("allocation %s (pod %s/%s): burst %s, from the pod's annotation", a->id, a->pod_namespace,
+                 a->pod_name, b);
+        gs_agent_changed(ag);
 }

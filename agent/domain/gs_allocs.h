@@ -57,7 +57,10 @@ struct gs_part {
         uint32_t gpu;            /* index into agent->gpus */
         uint32_t units;
         uint32_t quota_chunks;
-        uint32_t burst_chunks;   /* the most its processes may hold: quota + what they may borrow */
+        /* The most its processes may hold: quota + what they may borrow.
+         * Raised (never lowered) by gs_allocs_set_burst on the main thread;
+         * read atomically by the workers. */
+        uint32_t burst_chunks;
         struct gs_palloc *pa;
         /* Its processes' memory outside the pool (gs_outside.h), under the
          * GPU's lock; bypass_charge is the charge slot of processes of the
@@ -92,6 +95,7 @@ struct gs_allocation {
         size_t ndevice_ids;
         struct gs_claim claim;   /* GS_OWNER_CLAIM */
         uint64_t burst_bytes;    /* as asked for (0: the node's balloonCap) */
+        uint64_t burst_refused;  /* a pod annotation's burst refused (said once) */
         struct gs_unit *units;   /* what it holds (claims: ascending) */
         size_t nunits;
         uint64_t created_unix;
@@ -221,5 +225,22 @@ void gs_allocs_listen(struct gs_agent *ag, bool on);
 /* An upgrade that failed after the new agent bound its sockets at our
  * paths: every allocation listens again on a fresh socket at its path. */
 void gs_allocs_rebind(struct gs_agent *ag);
+
+/* part->burst_chunks from any thread. */
+static inline uint32_t gs_part_burst(const struct gs_part *part)
+{
+        return __atomic_load_n(&part->burst_chunks, __ATOMIC_ACQUIRE);
+}
+
+/* Main thread: gives allocation a the burst limit bytes (docs/burst.md),
+ * checked as at its creation; a burst is only raised.  Its processes
+ * already registered may borrow up to their address range (sized by the
+ * node's burstMax, gs_proc.h).  Checkpointed.  0, or a negative errno with
+ * err (nothing changed). */
+int gs_allocs_set_burst(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes, char *err,
+                        size_t errlen) GS_WUR;
+/* Main thread (the reconciler): the burst a's pod asks for by its
+ * annotation (gs_podburst.h); a refused one is logged once. */
+void gs_allocs_burst_from_pod(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes);
 
 #endif

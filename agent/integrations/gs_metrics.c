@@ -349,7 +349,7 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                                 .outside_bytes = outside, .over_quota = over, .over_quota_bytes = over_bytes,
                                 .a = a, .claim = claim, .g = g, .units = a->parts[i].units,
                                 .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
-                                .burst_bytes = (uint64_t)a->parts[i].burst_chunks * g->chunk_bytes,
+                                .burst_bytes = (uint64_t)gs_part_burst(&a->parts[i]) * g->chunk_bytes,
                                 .borrowed_bytes = (uint64_t)st.chunks_borrowed * g->chunk_bytes,
                                 .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
                                 .requested_bytes = st.bytes_requested,

@@ -18,6 +18,7 @@
 
 #include "gs_allocs.h"
 #include "gs_pending.h"
+#include "gs_podburst.h"
 #include "gs_restore.h"
 #include "gs_grpc.h"
 #include "gs_log.h"
@@ -27,6 +28,7 @@ struct holder {
         char ns[64];
         char pod[254];
         char container[64];
+        uint64_t burst;          /* the pod's annotation (gs_podburst.h); 0: none */
 };
 
 struct held {
@@ -56,6 +58,8 @@ struct gs_recon {
         pthread_cond_t cv;       /* CLOCK_MONOTONIC */
         bool stop, kick;         /* under mu */
         struct gs_recon_snapshot *pending; /* under mu */
+        struct gs_podburst *pb;  /* the thread's; NULL: no API server */
+        bool pb_failing;         /* the thread's: the last lookup failed (said once) */
         bool failing;            /* main thread: in a streak of failed Lists */
 };
 
@@ -217,6 +221,8 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                                          h->container);
                         }
                         a->unheld_since_ms = 0;
+                        if (h->burst)
+                                gs_allocs_burst_from_pod(ag, a, h->burst);
                         continue;
                 }
                 if (a->unheld_since_ms == 0) {
@@ -257,6 +263,23 @@ static uint64_t draining_sig(struct gs_agent *ag)
 
 /* ---- the thread ---- */
 
+/* The burst each holder's pod asks for (docs/burst.md).  A lookup that
+ * fails leaves that pod without one for this snapshot (logged once per
+ * streak of failures). */
+static void pod_bursts(struct gs_recon *rc, struct gs_recon_snapshot *s)
+{
+        char err[256];
+
+        for (size_t i = 0; rc->pb && i < s->nholders; i++) {
+                struct holder *h = &s->holders[i];
+                int r = gs_podburst_get(rc->pb, h->ns, h->pod, &h->burst, err, sizeof(err));
+                if (r == -EINVAL || (r < 0 && !rc->pb_failing))
+                        log_warn("reconciler: the burst annotation of pod %s/%s: %s", h->ns, h->pod, err);
+                if (r != -EINVAL)
+                        rc->pb_failing = r < 0;
+        }
+}
+
 static struct gs_recon_snapshot *list_once(struct gs_recon *rc)
 {
         V1__ListPodResourcesRequest req = V1__LIST_POD_RESOURCES_REQUEST__INIT;
@@ -271,8 +294,10 @@ static struct gs_recon_snapshot *list_once(struct gs_recon *rc)
         if (r == 0) {
                 r = gs_recon_snapshot_new(reply, rc->resource, &s, msg, sizeof(msg));
                 protobuf_c_message_free_unpacked(reply, NULL);
-                if (r == 0)
+                if (r == 0) {
+                        pod_bursts(rc, s);
                         return s;
+                }
         }
         s = calloc(1, sizeof(*s));
         if (s)
@@ -389,6 +414,11 @@ int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
         snprintf(rc->resource, sizeof(rc->resource), "%s", c->resource_name);
         rc->interval_ms = c->reconcile_interval_ms;
         rc->grace_ms = c->reclaim_grace_ms;
+        {
+                char err[256];
+                if (gs_podburst_new(c, &rc->pb, err, sizeof(err)) < 0)
+                        log_warn("reconciler: pods' burst annotations not read: %s", err);
+        }
         pthread_mutex_init(&rc->mu, NULL);
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -421,6 +451,7 @@ void gs_recon_stop(struct gs_recon *rc)
         }
         gs_loop_async_del(rc->ag->loop, &rc->snapshot_ready);
         gs_recon_snapshot_free(rc->pending);
+        gs_podburst_free(rc->pb);
         pthread_cond_destroy(&rc->cv);
         pthread_mutex_destroy(&rc->mu);
         free(rc);

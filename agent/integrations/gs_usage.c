@@ -218,7 +218,7 @@ static void note_borrowing(struct gs_agent *ag, struct gs_allocation *a, struct 
                          "quota of %llu MiB (burst %llu MiB); the memory is lent while free",
                          a->id, (unsigned long long)(((uint64_t)borrowed * g->chunk_bytes) >> 20), g->uuid,
                          (unsigned long long)(((uint64_t)part->quota_chunks * g->chunk_bytes) >> 20),
-                         (unsigned long long)(((uint64_t)part->burst_chunks * g->chunk_bytes) >> 20));
+                         (unsigned long long)(((uint64_t)gs_part_burst(part) * g->chunk_bytes) >> 20));
         else
                 snprintf(msg, sizeof(msg), "gshare allocation %s gave back all it borrowed on GPU %s", a->id, g->uuid);
         part->borrow_told = borrowed != 0;

@@ -15,7 +15,6 @@ import json
 import os
 import struct
 import sys
-import tempfile
 import threading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,8 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "test", "recon"))
 sys.path.insert(0, os.path.join(ROOT, "test", "plugin"))
 import test_e2e as e2e  # noqa: E402
-import gsproto  # noqa: E402
-from test_recon import PodResources  # noqa: E402
+from test_recon import kube_setup  # noqa: E402
 from test_density import CTX, NVML, Proc, part, wait_for  # noqa: E402
 from test_e2e import MiB, check  # noqa: E402
 
@@ -57,21 +55,10 @@ class ApiServer(http.server.ThreadingHTTPServer):
 
 def main():
     e2e.need(e2e.AGENT, e2e.CTL, e2e.CUDA, e2e.FAKE, e2e.HOOK, NVML)
-    tmp = tempfile.mkdtemp(prefix="gshare-events-")
-    ns = gsproto.load(tmp)
-    kubelet = PodResources(ns, os.path.join(tmp, "podres.sock"))
-    kubelet.start()
     api = ApiServer()
-    token = os.path.join(tmp, "token")
-    with open(token, "w") as f:
-        f.write("sekrit-token\n")
-    conf = os.path.join(tmp, "config.yaml")
-    with open(conf, "w") as f:
-        f.write("podResourcesSocket: %s\nreconcileInterval: 200ms\nreclaimGrace: 60s\n"
-                "nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: report\n"
-                "apiServer: http://127.0.0.1:%d\napiTokenFile: %s\nnodeName: node-1\npodWatch: off\n"
-                "burstMax: 256Mi\n"
-                % (kubelet.path, NVML, api.server_address[1], token))
+    tmp, ns, kubelet, conf = kube_setup("gshare-events-", api.server_address[1],
+                                        "nvmlLibrary: %s\nusageInterval: 100ms\noverQuota: report\n"
+                                        "nodeName: node-1\nburstMax: 256Mi\n" % NVML)
     ag = e2e.Agent(tmp, ["--config", conf])
     ag.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(CTX)
     ag.start()

@@ -109,6 +109,26 @@ class PodResources:
             return self.calls
 
 
+def kube_setup(prefix, api_port, extra):
+    """For tests of the agent with a kubelet and an API server (Events,
+    pod annotations): a temporary directory, the protos, a PodResources
+    stand-in started, a service account token, and an agent config naming
+    them and the API server on api_port, plus the YAML lines extra.
+    Returns (tmp, ns, kubelet, conf)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    ns = gsproto.load(tmp)
+    kubelet = PodResources(ns, os.path.join(tmp, "podres.sock"))
+    kubelet.start()
+    token = os.path.join(tmp, "token")
+    with open(token, "w") as f:
+        f.write("sekrit-token\n")
+    conf = os.path.join(tmp, "config.yaml")
+    with open(conf, "w") as f:
+        f.write("podResourcesSocket: %s\nreconcileInterval: 200ms\nreclaimGrace: 60s\npodWatch: off\n"
+                "apiServer: http://127.0.0.1:%d\napiTokenFile: %s\n%s" % (kubelet.path, api_port, token, extra))
+    return tmp, ns, kubelet, conf
+
+
 class Agent(e2e.Agent):
     """e2e.Agent whose ctl() answers gsharectl's output and create() the
     allocation itself."""

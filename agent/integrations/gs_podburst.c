@@ -1,0 +1,132 @@
+/* gs_podburst.c — see gs_podburst.h. */
+#include "gs_podburst.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gs_json.h"
+#include "gs_kapi.h"
+
+struct entry {
+        char ns[64];
+        char name[254];
+        uint64_t burst;
+        int64_t at_ms;           /* 0: empty */
+};
+
+struct gs_podburst {
+        struct gs_kapi api;
+        struct entry cache[GS_PODBURST_CACHE];
+        uint32_t next;           /* the slot replaced next when none is free */
+};
+
+int gs_podburst_new(const struct gs_config *c, struct gs_podburst **ret, char *err, size_t errlen)
+{
+        struct gs_podburst *pb;
+        int r;
+
+        *ret = NULL;
+        pb = calloc(1, sizeof(*pb));
+        if (!pb) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        r = gs_kapi_init(&pb->api, c, "gshare-agent", err, errlen);
+        if (r < 0 || !pb->api.base[0]) {
+                free(pb);
+                return r < 0 ? r : 0;
+        }
+        *ret = pb;
+        return 0;
+}
+
+void gs_podburst_free(struct gs_podburst *pb)
+{
+        free(pb);
+}
+
+int gs_podburst_parse(const char *json, size_t len, uint64_t *ret, char *err, size_t errlen)
+{
+        char kind[32], val[64];
+        struct gs_json_want w[] = {
+                { "kind", kind, sizeof(kind), false },
+                { "metadata.annotations." GS_PODBURST_ANNOTATION, val, sizeof(val), false },
+        };
+
+        *ret = 0;
+        if (gs_json_extract(json, len, w, 2) < 0 || !w[0].found || strcmp(kind, "Pod") != 0) {
+                snprintf(err, errlen, "the API server's answer is not a Pod");
+                return -EINVAL;
+        }
+        if (!w[1].found)
+                return 0;
+        if (gs_parse_size(val, ret) < 0 || *ret == 0) {
+                snprintf(err, errlen, "annotation %s: '%.40s' is not a size (e.g. 40Gi)", GS_PODBURST_ANNOTATION, val);
+                *ret = 0;
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* A Kubernetes name: what may go into the request's path. */
+static bool name_ok(const char *s, size_t max)
+{
+        size_t n = strlen(s);
+
+        return n && n <= max && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n;
+}
+
+int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, uint64_t *ret, char *err,
+                    size_t errlen)
+{
+        int64_t now = gs_mono_ms();
+        struct entry *e = NULL;
+        char path[512], *body = NULL;
+        size_t len = 0;
+        long code = 0;
+        int r;
+
+        *ret = 0;
+        if (!name_ok(ns, 63) || !name_ok(name, 253)) {
+                snprintf(err, errlen, "pod %.64s/%.64s: not a namespace and name", ns, name);
+                return -EINVAL;
+        }
+        for (uint32_t i = 0; i < GS_PODBURST_CACHE; i++) {
+                struct entry *c = &pb->cache[i];
+                if (c->at_ms && now - c->at_ms < GS_PODBURST_TTL_MS && strcmp(c->ns, ns) == 0 &&
+                    strcmp(c->name, name) == 0) {
+                        *ret = c->burst;
+                        return 0;
+                }
+                if (!e && (!c->at_ms || now - c->at_ms >= GS_PODBURST_TTL_MS))
+                        e = c;
+        }
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
+        r = gs_kapi_request(&pb->api, "GET", path, NULL, NULL, GS_PODBURST_MAX_REPLY, &code, &body, &len, err,
+                            errlen);
+        if (r < 0)
+                return r;
+        if (code != 200) {
+                snprintf(err, errlen, "GET %s: HTTP %ld", path, code);
+                free(body);
+                return code == 404 ? -ENOENT : -EIO;
+        }
+        r = gs_podburst_parse(body, len, ret, err, errlen);
+        free(body);
+        if (r < 0 && r != -EINVAL)
+                return r;
+        /* A bad value is kept too (as no burst): said once a TTL, not at
+         * every List. */
+        if (!e) {
+                e = &pb->cache[pb->next];
+                pb->next = (pb->next + 1) % GS_PODBURST_CACHE;
+        }
+        snprintf(e->ns, sizeof(e->ns), "%s", ns);
+        snprintf(e->name, sizeof(e->name), "%s", name);
+        e->burst = *ret;
+        e->at_ms = now;
+        return r;
+}

@@ -1,0 +1,43 @@
+/* gs_podburst.h — the burst limit a device-plugin pod asks for with its
+ * annotation gshare.io/gpumem-burst (docs/burst.md), read from the API
+ * server by the reconciler's thread (gs_recon.h) for the pods PodResources
+ * shows holding our resource.
+ *
+ * GET /api/v1/namespaces/<ns>/pods/<name>; the value is a size ("40Gi"),
+ * per GPU, quota included.  The answer of each pod is kept for
+ * GS_PODBURST_TTL_MS (at most GS_PODBURST_CACHE pods), so a node's pods
+ * cost one GET a minute each at most.  The server's reply is untrusted:
+ * at most GS_PODBURST_MAX_REPLY bytes, parsed by gs_json (bounded).
+ * Without an API server nothing is asked and no pod has a burst. */
+#ifndef GS_PODBURST_H
+#define GS_PODBURST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gs_config.h"
+#include "gs_util.h"
+
+#define GS_PODBURST_ANNOTATION "gshare.io/gpumem-burst"
+#define GS_PODBURST_CACHE 1024u
+#define GS_PODBURST_TTL_MS 60000
+#define GS_PODBURST_MAX_REPLY (1u << 20)
+
+struct gs_podburst;
+
+/* 0 with *ret NULL when there is no API server; -EINVAL with err. */
+int gs_podburst_new(const struct gs_config *c, struct gs_podburst **ret, char *err, size_t errlen) GS_WUR;
+void gs_podburst_free(struct gs_podburst *pb);
+
+/* One thread (the reconciler's).  The burst pod ns/name asks for into
+ * *ret (0: none), from the cache or the API server.  0, or a negative errno
+ * with err saying why: then *ret is 0.  A bad value (-EINVAL) is kept as
+ * no burst, so it is said once a TTL; a failed request is not kept. */
+int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, uint64_t *ret, char *err,
+                    size_t errlen) GS_WUR;
+
+/* The annotation of a Pod's JSON into *ret (0: absent).  0, or -EINVAL
+ * with err (not a Pod's JSON, a value that is not a size or is 0). */
+int gs_podburst_parse(const char *json, size_t len, uint64_t *ret, char *err, size_t errlen) GS_WUR;
+
+#endif
