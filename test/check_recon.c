@@ -17,6 +17,7 @@
 
 #include "gs_allocs.h"
 #include "gs_pending.h"
+#include "gs_podburst.h"
 #include "gs_restore.h"
 #include "gs_check.h"
 #include "gs_recon.h"
@@ -122,6 +123,32 @@ static void agent_init(struct gs_agent *ag, char *dir)
         snprintf(ag->cfg.state_dir, sizeof(ag->cfg.state_dir), "%s", dir);
         ck_assert_int_eq(gs_loop_new(&ag->loop), 0);
 }
+
+/* A pod's burst annotation (gs_podburst.h) from the API server's JSON. */
+START_TEST(test_podburst_parse)
+{
+        static const char ok[] = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\",\"annotations\":"
+                                 "{\"a.io/x\":\"1\",\"gshare.io/gpumem-burst\":\"40Gi\"}}}";
+        static const char none[] = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}}";
+        static const char bad[] = "{\"kind\":\"Pod\",\"metadata\":{\"annotations\":{\"gshare.io/gpumem-burst\":\"1.5Gi\"}}}";
+        static const char zero[] = "{\"kind\":\"Pod\",\"metadata\":{\"annotations\":{\"gshare.io/gpumem-burst\":\"0\"}}}";
+        static const char status[] = "{\"kind\":\"Status\",\"code\":404}";
+        char err[256];
+        uint64_t b = 1;
+
+        ck_assert_int_eq(gs_podburst_parse(ok, strlen(ok), &b, err, sizeof(err)), 0);
+        ck_assert_uint_eq(b, 40ull << 30);
+        ck_assert_int_eq(gs_podburst_parse(none, strlen(none), &b, err, sizeof(err)), 0);
+        ck_assert_uint_eq(b, 0);
+        ck_assert_int_eq(gs_podburst_parse(bad, strlen(bad), &b, err, sizeof(err)), -EINVAL);
+        ck_assert_uint_eq(b, 0);
+        ck_assert_ptr_nonnull(strstr(err, "'1.5Gi' is not a size"));
+        ck_assert_int_eq(gs_podburst_parse(zero, strlen(zero), &b, err, sizeof(err)), -EINVAL);
+        ck_assert_int_eq(gs_podburst_parse(status, strlen(status), &b, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "not a Pod"));
+        ck_assert_int_eq(gs_podburst_parse("{\"kind\":", 8, &b, err, sizeof(err)), -EINVAL);
+}
+END_TEST
 
 START_TEST(test_snapshot_refuses_too_many)
 {
@@ -485,6 +512,7 @@ int main(void)
         Suite *s = suite_create("recon");
         TCase *t = tcase_create("recon");
 
+        tcase_add_test(t, test_podburst_parse);
         tcase_add_test(t, test_snapshot_refuses_too_many);
         tcase_add_test(t, test_apply);
         tcase_add_test(t, test_ckpt_unreadable);
