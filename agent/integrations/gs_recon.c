@@ -60,6 +60,7 @@ struct gs_recon {
         struct gs_recon_snapshot *pending; /* under mu */
         struct gs_podburst *pb;  /* the thread's; NULL: no API server */
         bool pb_failing;         /* the thread's: the last lookup failed (said once) */
+        int64_t pb_retry_ms;     /* the thread's: after a failed request, none before then */
         bool failing;            /* main thread: in a streak of failed Lists */
 };
 
@@ -263,20 +264,32 @@ static uint64_t draining_sig(struct gs_agent *ag)
 
 /* ---- the thread ---- */
 
-/* The burst each holder's pod asks for (docs/burst.md).  A lookup that
- * fails leaves that pod without one for this snapshot (logged once per
- * streak of failures). */
+/* The burst each holder's pod asks for (docs/burst.md).  A request that
+ * fails (the API server down or refusing) leaves the pods without one and
+ * stops the lookups for GS_RECON_PODBURST_RETRY_MS, so that an API server
+ * that does not answer never holds up the List, and so the reclaim (said
+ * once per streak of failures); bursts already applied stay.  A pod that is
+ * gone (404) or whose value is bad concerns that pod alone. */
+#define GS_RECON_PODBURST_RETRY_MS 30000
 static void pod_bursts(struct gs_recon *rc, struct gs_recon_snapshot *s)
 {
         char err[256];
 
-        for (size_t i = 0; rc->pb && i < s->nholders; i++) {
+        if (!rc->pb || gs_mono_ms() < rc->pb_retry_ms)
+                return;
+        for (size_t i = 0; i < s->nholders; i++) {
                 struct holder *h = &s->holders[i];
                 int r = gs_podburst_get(rc->pb, h->ns, h->pod, &h->burst, err, sizeof(err));
                 if (r == -EINVAL || (r < 0 && !rc->pb_failing))
-                        log_warn("reconciler: the burst annotation of pod %s/%s: %s", h->ns, h->pod, err);
-                if (r != -EINVAL)
-                        rc->pb_failing = r < 0;
+                        log_warn("reconciler: the burst annotation of pod %s/%s: %s%s", h->ns, h->pod, err,
+                                 r == -EINVAL ? "" : "; pods' annotations not read for 30 s");
+                if (r == -EINVAL || r == -ENOENT)
+                        continue;
+                rc->pb_failing = r < 0;
+                if (r < 0) {
+                        rc->pb_retry_ms = gs_mono_ms() + GS_RECON_PODBURST_RETRY_MS;
+                        return;
+                }
         }
 }
 
