@@ -8,7 +8,8 @@
  * GS_PODBURST_TTL_MS (at most GS_PODBURST_CACHE pods), so a node's pods
  * cost one GET a minute each at most.  The server's reply is untrusted:
  * at most GS_PODBURST_MAX_REPLY bytes, parsed by gs_json (bounded).
- * Without an API server nothing is asked and no pod has a burst. */
+ * Without an API server, or with burstMax 0 (no burst can be granted: the
+ * reconciler makes none), nothing is asked and no pod has a burst. */
 #ifndef GS_PODBURST_H
 #define GS_PODBURST_H
 

@@ -427,7 +427,9 @@ int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
         snprintf(rc->resource, sizeof(rc->resource), "%s", c->resource_name);
         rc->interval_ms = c->reconcile_interval_ms;
         rc->grace_ms = c->reclaim_grace_ms;
-        {
+        /* Pods' burst annotations are read only where a burst may be
+         * granted: nothing is asked of the API server otherwise. */
+        if (c->burst_max_bytes) {
                 char err[256];
                 if (gs_podburst_new(c, &rc->pb, err, sizeof(err)) < 0)
                         log_warn("reconciler: pods' burst annotations not read: %s", err);
