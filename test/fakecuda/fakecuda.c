@@ -135,7 +135,7 @@ struct fc_stream {
         uint32_t magic;
         struct fc_ctx *ctx;
         int capture;    /* CUstreamCaptureStatus: NONE, ACTIVE, INVALIDATED */
-        uint64_t pending; /* launches queued or running (g_wlock) */
+        uint64_t last;  /* the number of its last launch (g_wlock) */
 };
 #define FC_STREAM_MAGIC 0x53545246u
 
@@ -1667,9 +1667,11 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 
 /* One worker thread per process (started by the first launch) runs the
  * launched kernels one at a time in launch order, so each stream's work is
- * in order (streams do not overlap one another, unlike on a GPU).  Each
- * stream counts its work queued or running; the default streams (NULL,
- * CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) share one count.  A kernel that
+ * in order (streams do not overlap one another, unlike on a GPU).  Launches
+ * are numbered; each stream keeps the number of its last, and waiting for
+ * a stream (or for everything) is waiting until the worker has finished
+ * that number (or the last one queued at the call), so a waiter is not
+ * starved by launches made after it.  A kernel that
  * finds its range unreachable when it runs (unmapped, or no access for its
  * device) writes nothing and makes the next synchronisation (stream,
  * context, or a synchronous copy) return CUDA_ERROR_ILLEGAL_ADDRESS, once:
@@ -1688,9 +1690,8 @@ static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wcond = PTHREAD_COND_INITIALIZER; /* work queued, hold lifted */
 static pthread_cond_t g_wdone = PTHREAD_COND_INITIALIZER; /* work finished */
 static struct fc_work *g_whead, **g_wtail = &g_whead;
-static uint64_t g_wpending;  /* every stream's (atomic writes, under g_wlock) */
-static uint64_t g_wdefault;  /* the default streams' */
-static uint64_t g_wlaunched; /* launches queued since the start */
+static uint64_t g_wqueued;   /* launches queued since the start (atomic writes, under g_wlock) */
+static uint64_t g_wfinished; /* of those, finished (in order: one worker) (same) */
 static int g_whold;          /* fakecuda_hold_work */
 static int g_wfault;         /* CUresult of a faulted kernel, for the next sync */
 static int g_wstarted;
@@ -1757,11 +1758,7 @@ static void *fc_worker(void *arg)
                 pthread_mutex_unlock(&g_wlock);
                 fc_work_run(w);
                 pthread_mutex_lock(&g_wlock);
-                if (w->s)
-                        w->s->pending--;
-                else
-                        g_wdefault--;
-                __atomic_sub_fetch(&g_wpending, 1, __ATOMIC_RELEASE);
+                __atomic_add_fetch(&g_wfinished, 1, __ATOMIC_RELEASE);
                 pthread_cond_broadcast(&g_wdone);
                 free(w);
         }
@@ -1782,8 +1779,8 @@ static void fc_work_child(void)
         g_wtail = &g_whead;
         for (int i = 0; i < FC_MAX_OBJS; i++)
                 if (g_objs[i] && ((struct fc_stream *)g_objs[i])->magic == FC_STREAM_MAGIC)
-                        ((struct fc_stream *)g_objs[i])->pending = 0;
-        g_wpending = g_wdefault = 0;
+                        ((struct fc_stream *)g_objs[i])->last = 0;
+        g_wqueued = g_wfinished = 0;
         g_wstarted = g_whold = g_wfault = 0;
         pthread_mutex_init(&g_wlock, NULL);
         pthread_cond_init(&g_wcond, NULL);
@@ -1816,12 +1813,9 @@ static CUresult fc_work_queue(struct fc_work *w)
         if (rc == 0) {
                 *g_wtail = w;
                 g_wtail = &w->next;
+                __atomic_add_fetch(&g_wqueued, 1, __ATOMIC_RELEASE);
                 if (w->s)
-                        w->s->pending++;
-                else
-                        g_wdefault++;
-                __atomic_add_fetch(&g_wpending, 1, __ATOMIC_RELEASE);
-                g_wlaunched++;
+                        w->s->last = g_wqueued;
                 pthread_cond_broadcast(&g_wcond);
         }
         pthread_mutex_unlock(&g_wlock);
@@ -1832,17 +1826,19 @@ static CUresult fc_work_queue(struct fc_work *w)
         return CUDA_SUCCESS;
 }
 
-/* Waits until the work of stream s is done (all: every stream's), then
- * hands out a kernel's fault once. */
+/* Waits until the work queued so far on stream s (all: on every stream)
+ * is done, then hands out a kernel's fault once. */
 static CUresult fc_work_wait(struct fc_stream *s, int all)
 {
+        uint64_t target;
         CUresult r;
 
-        if (all && __atomic_load_n(&g_wpending, __ATOMIC_ACQUIRE) == 0 &&
+        if (all && __atomic_load_n(&g_wfinished, __ATOMIC_ACQUIRE) == __atomic_load_n(&g_wqueued, __ATOMIC_ACQUIRE) &&
             __atomic_load_n(&g_wfault, __ATOMIC_RELAXED) == 0)
                 return CUDA_SUCCESS;
         pthread_mutex_lock(&g_wlock);
-        while (all ? g_wpending : s ? s->pending : g_wdefault)
+        target = all || !s ? g_wqueued : s->last;
+        while (g_wfinished < target)
                 pthread_cond_wait(&g_wdone, &g_wlock);
         r = (CUresult)g_wfault;
         g_wfault = 0;
@@ -1883,7 +1879,15 @@ void fakecuda_hold_work(int hold)
 }
 
 uint64_t fakecuda_work_pending(void);
-uint64_t fakecuda_work_pending(void) { return __atomic_load_n(&g_wpending, __ATOMIC_ACQUIRE); }
+uint64_t fakecuda_work_pending(void)
+{
+        uint64_t n;
+
+        pthread_mutex_lock(&g_wlock);
+        n = g_wqueued - g_wfinished;
+        pthread_mutex_unlock(&g_wlock);
+        return n;
+}
 
 uint64_t fakecuda_launched(void);
 uint64_t fakecuda_launched(void)
@@ -1891,7 +1895,7 @@ uint64_t fakecuda_launched(void)
         uint64_t n;
 
         pthread_mutex_lock(&g_wlock);
-        n = g_wlaunched;
+        n = g_wqueued;
         pthread_mutex_unlock(&g_wlock);
         return n;
 }
