@@ -33,10 +33,9 @@ static GS_TLS int t_depth;   /* armed wrappers this thread is in (nested) */
 static GS_TLS int t_counted; /* its outermost one is counted in g_inside */
 static GS_TLS int t_closes;  /* closes this thread holds */
 
-static void gs_gate_prepare(void) { pthread_mutex_lock(&g_mu); }
-static void gs_gate_parent(void) { pthread_mutex_unlock(&g_mu); }
-
-/* Only the forking thread lives on: the counts are its own. */
+/* Only the forking thread lives on: the counts are its own, and every
+ * field is set again (so fork need not take g_mu first, and no lock order
+ * with the hook's other fork handlers arises). */
 static void gs_gate_child(void)
 {
         __atomic_store_n(&g_inside, t_counted, __ATOMIC_SEQ_CST);
@@ -47,7 +46,7 @@ static void gs_gate_child(void)
         pthread_cond_init(&g_cv, NULL);
 }
 
-static void gs_gate_fork_register(void) { (void)pthread_atfork(gs_gate_prepare, gs_gate_parent, gs_gate_child); }
+static void gs_gate_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_gate_child); }
 
 void gs_gate_arm(void)
 {

@@ -1765,8 +1765,20 @@ static void *fc_worker(void *arg)
         return NULL;
 }
 
-static void fc_work_prepare(void) { pthread_mutex_lock(&g_wlock); }
-static void fc_work_parent(void) { pthread_mutex_unlock(&g_wlock); }
+/* The worker writes under g_lock: a fork waits for that to end, so the
+ * child's g_lock is not left held by a thread it does not have.  (Neither
+ * lock is taken while holding the other.) */
+static void fc_work_prepare(void)
+{
+        pthread_mutex_lock(&g_lock);
+        pthread_mutex_lock(&g_wlock);
+}
+
+static void fc_work_parent(void)
+{
+        pthread_mutex_unlock(&g_wlock);
+        pthread_mutex_unlock(&g_lock);
+}
 
 /* The parent's worker does not exist here: its queue is dropped. */
 static void fc_work_child(void)
@@ -1785,6 +1797,7 @@ static void fc_work_child(void)
         pthread_mutex_init(&g_wlock, NULL);
         pthread_cond_init(&g_wcond, NULL);
         pthread_cond_init(&g_wdone, NULL);
+        pthread_mutex_unlock(&g_lock);
 }
 
 static void fc_work_fork_register(void) { (void)pthread_atfork(fc_work_prepare, fc_work_parent, fc_work_child); }
