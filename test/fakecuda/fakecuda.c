@@ -1693,7 +1693,7 @@ static struct fc_work *g_whead, **g_wtail = &g_whead;
 static uint64_t g_wqueued;   /* launches queued since the start (atomic writes, under g_wlock) */
 static uint64_t g_wfinished; /* of those, finished (in order: one worker) (same) */
 static int g_whold;          /* fakecuda_hold_work */
-static int g_wfault;         /* CUresult of a faulted kernel, for the next sync */
+static int g_wfault;         /* CUresult of a faulted kernel, for the next sync (atomic) */
 static int g_wstarted;
 static pthread_once_t g_wfork_once = PTHREAD_ONCE_INIT;
 
@@ -1737,7 +1737,7 @@ static void fc_work_run(struct fc_work *w)
         pthread_mutex_unlock(&g_lock);
         if (r != CUDA_SUCCESS) {
                 pthread_mutex_lock(&g_wlock);
-                g_wfault = (int)r;
+                __atomic_store_n(&g_wfault, (int)r, __ATOMIC_RELAXED);
                 pthread_mutex_unlock(&g_wlock);
         }
 }
@@ -1853,8 +1853,7 @@ static CUresult fc_work_wait(struct fc_stream *s, int all)
         target = all || !s ? g_wqueued : s->last;
         while (g_wfinished < target)
                 pthread_cond_wait(&g_wdone, &g_wlock);
-        r = (CUresult)g_wfault;
-        g_wfault = 0;
+        r = (CUresult)__atomic_exchange_n(&g_wfault, 0, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&g_wlock);
         return r;
 }

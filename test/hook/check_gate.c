@@ -401,7 +401,7 @@ START_TEST(test_cost)
         CUresult (*direct)(CUdeviceptr, unsigned char, size_t);
         CUdeviceptr p = (CUdeviceptr)(uintptr_t)byte;
         double d[3] = { 1e9, 1e9, 1e9 }, x;
-        int n = 2000000;
+        int n = 500000;
 
         setup();
         *(void **)&direct = gs_cu_real("cuMemsetD8_v2");
