@@ -12,7 +12,9 @@
  *   gs_hook_ipc.c   CUDA IPC handles on gshare memory
  *   gs_hook_api.c   the interposed functions, dlsym and cuGetProcAddress;
  *                   errors to CUresult in one place
- *   gs_hook_nvml.c  NVML's memory queries (nvidia-smi, pynvml) */
+ *   gs_hook_nvml.c  NVML's memory queries (nvidia-smi, pynvml)
+ *   gs_hook_gate.c  the launch gate: launches, copies and memsets wait
+ *                   while the hook moves memory (gs_hook_gate.h) */
 #ifndef GS_HOOK_H
 #define GS_HOOK_H
 

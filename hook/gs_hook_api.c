@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gs_hook.h"
+#include "gs_hook_gate.h"
 #include "gs_wire.h"
 
 /* ---- lookups --------------------------------------------------------- */
@@ -27,10 +28,17 @@
         X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle) X(cuDevicePrimaryCtxRetain)          \
         X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4)
 
+/* And the launch gate's wrappers (gs_hook_gate.h), some of them of
+ * functions cuda.h deprecates. */
 #define GS_NAME(n) #n,
 #define GS_WRAP(n) (void *)n,
-static const char *const gs_hooked_names[] = { GS_HOOKED(GS_NAME) };
-static void *const gs_hooked_fns[] = { GS_HOOKED(GS_WRAP) };
+#define GS_GATED_NAME(n, b) #n,
+#define GS_GATED_WRAP(n, b) (void *)n,
+static const char *const gs_hooked_names[] = { GS_HOOKED(GS_NAME) GS_GATED(GS_GATED_NAME) };
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void *const gs_hooked_fns[] = { GS_HOOKED(GS_WRAP) GS_GATED(GS_GATED_WRAP) };
+#pragma GCC diagnostic pop
 #define GS_NHOOKED GS_ARRAY_SIZE(gs_hooked_names)
 
 static void *gs_hooked_real[GS_NHOOKED];

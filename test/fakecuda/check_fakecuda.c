@@ -13,9 +13,23 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../hook/gs_cudadecl.h"
+#include "fc_state.h"
+
+/* The fake driver's test functions (fakecuda.c's top comment). */
+CUfunction fakecuda_fill_kernel(void);
+void fakecuda_hold_work(int hold);
+uint64_t fakecuda_work_pending(void);
+uint64_t fakecuda_launched(void);
+uint64_t fakecuda_host_bytes(void);
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                     void **kernelParams, void **extra);
 
 #define MiB (1ull << 20)
 
@@ -630,6 +644,248 @@ START_TEST(test_contexts_streams)
 }
 END_TEST
 
+/* What the fake NVML reports for this process on device 0 (its charges). */
+static uint64_t nvml_bytes_of_me(void)
+{
+        FILE *f = fopen(g_state, "rb");
+        static struct fc_shared sh;
+        uint64_t b = 0;
+
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fread(&sh, sizeof(sh), 1, f), 1);
+        fclose(f);
+        for (int i = 0; i < FC_MAX_PROCS; i++)
+                if (sh.procs[i].pid == (int32_t)getpid())
+                        b += sh.procs[i].bytes[0];
+        return b;
+}
+
+START_TEST(test_host_numa)
+{
+        CUmemGenericAllocationHandle h, bad;
+        CUmemAllocationProp prop = { 0 }, got;
+        size_t gran = 0, used0;
+        uint64_t nvml0;
+        CUdeviceptr p;
+        unsigned char out[64];
+        int fd = -1, status;
+        pid_t pid;
+
+        setup_state("32Mi", "1");
+        make_ctx(0);
+        used0 = used_bytes();
+        nvml0 = nvml_bytes_of_me();
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        /* Refused: HOST (as the real driver), a NUMA node other than 0. */
+        prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+        ck_assert_int_eq(cuMemCreate(&bad, 2 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+        ck_assert_int_eq(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                         CUDA_ERROR_INVALID_VALUE);
+        prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        prop.location.id = 1;
+        ck_assert_int_eq(cuMemCreate(&bad, 2 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+        prop.location.id = 0;
+        ck_assert_int_eq(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+                         CUDA_SUCCESS);
+        ck_assert_uint_eq(gran, 2 * MiB);
+        ck_assert_uint_eq(fakecuda_host_bytes(), 0);
+        /* Bigger than the device: host memory takes none of it. */
+        ck_assert_int_eq(cuMemCreate(&h, 64 * MiB, &prop, 0), CUDA_SUCCESS);
+        ck_assert_uint_eq(fakecuda_host_bytes(), 64 * MiB);
+        ck_assert_uint_eq(used_bytes(), used0);
+        ck_assert_uint_eq(nvml_bytes_of_me(), nvml0);
+        ck_assert_int_eq(cuMemGetAllocationPropertiesFromHandle(&got, h), CUDA_SUCCESS);
+        ck_assert_int_eq(got.location.type, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+        ck_assert_int_eq(got.location.id, 0);
+        ck_assert_int_eq(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+        ck_assert_int_ge(fd, 0);
+        /* Mapped at a device address: copies, memsets, kernels reach it. */
+        p = map_handle(h, 64 * MiB);
+        ck_assert_int_eq(cuMemsetD8_v2(p, 0xab, 64 * MiB), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemcpyHtoD_v2(p + 1000, "spilled", 8), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemcpyDtoH_v2(out, p + 1000, 8), CUDA_SUCCESS);
+        ck_assert_str_eq((char *)out, "spilled");
+        {
+                CUdeviceptr dst = p + 4096;
+                size_t bytes = 64;
+                uint32_t value = 0x01020304, delay = 0;
+                void *params[] = { &dst, &bytes, &value, &delay };
+                ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL),
+                                 CUDA_SUCCESS);
+                ck_assert_int_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+                ck_assert_uint_eq(((uint32_t *)p)[4096 / 4 + 15], 0x01020304);
+        }
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                CUmemGenericAllocationHandle ih;
+                uint64_t before = fakecuda_host_bytes();
+                int ok = cuMemImportFromShareableHandle(&ih, (void *)(intptr_t)fd,
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == CUDA_SUCCESS;
+                close(fd);
+                ok = ok && fakecuda_host_bytes() == before + 64 * MiB && used_bytes() == used0;
+                ok = ok && cuMemGetAllocationPropertiesFromHandle(&got, ih) == CUDA_SUCCESS &&
+                     got.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+                if (ok) {
+                        CUdeviceptr q = map_handle(ih, 64 * MiB);
+                        ok = ((unsigned char *)q)[64 * MiB - 1] == 0xab && !memcmp((char *)q + 1000, "spilled", 8);
+                        ok = ok && cuMemsetD8_v2(q + 77, 0x5c, 1) == CUDA_SUCCESS;
+                        ok = ok && cuMemRelease(ih) == CUDA_SUCCESS && fakecuda_host_bytes() == before + 64 * MiB;
+                        ok = ok && cuMemUnmap(q, 64 * MiB) == CUDA_SUCCESS && fakecuda_host_bytes() == before;
+                }
+                _exit(ok ? 0 : 1);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ck_assert_int_eq(((unsigned char *)p)[77], 0x5c);
+        close(fd);
+        /* Live until the last handle and mapping go; never on the device. */
+        ck_assert_int_eq(cuMemRelease(h), CUDA_SUCCESS);
+        ck_assert_uint_eq(fakecuda_host_bytes(), 64 * MiB);
+        ck_assert_int_eq(cuMemUnmap(p, 64 * MiB), CUDA_SUCCESS);
+        ck_assert_uint_eq(fakecuda_host_bytes(), 0);
+        ck_assert_uint_eq(used_bytes(), used0);
+        ck_assert_uint_eq(nvml_bytes_of_me(), nvml0);
+        teardown_state();
+}
+END_TEST
+
+static CUresult fill(CUstream s, void *dst, size_t bytes, uint32_t value, uint32_t delay_us)
+{
+        CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst;
+        void *params[] = { &d, &bytes, &value, &delay_us };
+
+        return cuLaunchKernel(fakecuda_fill_kernel(), 2, 1, 1, 128, 1, 1, 0, s, params, NULL);
+}
+
+static void *release_work_later(void *arg)
+{
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+        (void)arg;
+        nanosleep(&ts, NULL);
+        fakecuda_hold_work(0);
+        return NULL;
+}
+
+static int all_words(const uint32_t *p, size_t n, uint32_t v)
+{
+        for (size_t i = 0; i < n; i++)
+                if (p[i] != v)
+                        return 0;
+        return 1;
+}
+
+START_TEST(test_launch_async)
+{
+        static uint32_t buf[1024], other[256];
+        CUstream s, s2;
+        pthread_t t;
+        void *fn = NULL;
+        uint64_t launched0;
+
+        setup_state("64Mi", "1");
+        ck_assert_int_eq(fill(NULL, buf, sizeof(buf), 1, 0), CUDA_ERROR_INVALID_CONTEXT);
+        make_ctx(0);
+        ck_assert_int_eq(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+        ck_assert_int_eq(cuStreamCreate(&s2, 0), CUDA_SUCCESS);
+        launched0 = fakecuda_launched();
+
+        /* Held back: in flight until cuStreamSynchronize, which waits. */
+        fakecuda_hold_work(1);
+        ck_assert_int_eq(fill(s, buf, sizeof(buf), 0xa5a5a5a5, 0), CUDA_SUCCESS);
+        ck_assert_uint_eq(fakecuda_work_pending(), 1);
+        ck_assert_uint_eq(fakecuda_launched(), launched0 + 1);
+        ck_assert_uint_eq(buf[0], 0);
+        ck_assert_int_eq(pthread_create(&t, NULL, release_work_later, NULL), 0);
+        ck_assert_int_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
+        ck_assert(all_words(buf, 1024, 0xa5a5a5a5));
+        ck_assert_uint_eq(fakecuda_work_pending(), 0);
+        pthread_join(t, NULL);
+
+        /* cuCtxSynchronize waits for every stream's kernels. */
+        ck_assert_int_eq(fill(s, buf, sizeof(buf), 7, 100000), CUDA_SUCCESS);
+        ck_assert_int_eq(fill(s2, other, sizeof(other), 8, 100000), CUDA_SUCCESS);
+        ck_assert_int_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+        ck_assert(all_words(buf, 1024, 7) && all_words(other, 256, 8));
+
+        /* Stream order: a memset, a host function, a synchronous copy and
+         * an event come after the kernels queued before them. */
+        ck_assert_int_eq(fill(s, buf, sizeof(buf), 9, 50000), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemsetD32Async((CUdeviceptr)buf, 10, 512, s), CUDA_SUCCESS);
+        ck_assert_uint_eq(buf[0], 10);
+        ck_assert_uint_eq(buf[1023], 9);
+        ck_assert_int_eq(fill(s2, other, sizeof(other), 11, 50000), CUDA_SUCCESS);
+        {
+                uint32_t v = 0;
+                ck_assert_int_eq(cuMemcpyDtoH_v2(&v, (CUdeviceptr)&other[255], 4), CUDA_SUCCESS);
+                ck_assert_uint_eq(v, 11);
+        }
+        ck_assert_int_eq(fill(s, buf, sizeof(buf), 12, 50000), CUDA_SUCCESS);
+        ck_assert_int_eq(cuStreamDestroy_v2(s), CUDA_SUCCESS); /* waits for its work */
+        ck_assert(all_words(buf, 1024, 12));
+
+        /* The per-thread-stream form, also through cuGetProcAddress. */
+        ck_assert_int_eq(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                             NULL), CUDA_SUCCESS);
+        ck_assert_ptr_eq(fn, (void *)cuLaunchKernel_ptsz);
+        {
+                CUdeviceptr d = (CUdeviceptr)(uintptr_t)buf;
+                size_t bytes = sizeof(buf), odd = 6;
+                uint32_t value = 13, delay = 0;
+                void *params[] = { &d, &bytes, &value, &delay };
+                void *oddp[] = { &d, &odd, &value, &delay };
+                void *extra[] = { NULL };
+                ck_assert_int_eq(cuLaunchKernel_ptsz(fakecuda_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD,
+                                                     params, NULL), CUDA_SUCCESS);
+                ck_assert_int_eq(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+                ck_assert(all_words(buf, 1024, 13));
+                /* Refused: another function, extra, odd sizes, a zero grid,
+                 * a bad stream. */
+                ck_assert_int_eq(cuLaunchKernel((CUfunction)buf, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL),
+                                 CUDA_ERROR_INVALID_HANDLE);
+                ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, NULL, params, extra),
+                                 CUDA_ERROR_INVALID_VALUE);
+                ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, NULL, oddp, NULL),
+                                 CUDA_ERROR_INVALID_VALUE);
+                ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 0, 1, 1, 1, 1, 1, 0, NULL, params, NULL),
+                                 CUDA_ERROR_INVALID_VALUE);
+                ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, (CUstream)other, params,
+                                                NULL), CUDA_ERROR_INVALID_HANDLE);
+        }
+        ck_assert_int_eq(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
+        teardown_state();
+}
+END_TEST
+
+/* A kernel that finds its range unmapped when it runs writes nothing and
+ * faults the next synchronisation, once; a launch onto an unmapped range
+ * is refused at once. */
+START_TEST(test_launch_fault)
+{
+        CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                     .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+        CUmemGenericAllocationHandle h;
+        CUdeviceptr p;
+
+        setup_state("64Mi", "1");
+        make_ctx(0);
+        ck_assert_int_eq(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_SUCCESS);
+        p = map_handle(h, 2 * MiB);
+        fakecuda_hold_work(1);
+        ck_assert_int_eq(fill(NULL, (void *)p, 4096, 1, 0), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemUnmap(p, 2 * MiB), CUDA_SUCCESS);
+        fakecuda_hold_work(0);
+        ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+        ck_assert_int_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+        ck_assert_int_eq(fill(NULL, (void *)p, 4096, 1, 0), CUDA_ERROR_ILLEGAL_ADDRESS);
+        ck_assert_uint_eq(fakecuda_work_pending(), 0);
+        ck_assert_int_eq(cuMemRelease(h), CUDA_SUCCESS);
+        teardown_state();
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("fakecuda");
@@ -648,6 +904,9 @@ int main(void)
         tcase_add_test(tc, test_vmm_checks);
         tcase_add_test(tc, test_get_proc_address);
         tcase_add_test(tc, test_contexts_streams);
+        tcase_add_test(tc, test_host_numa);
+        tcase_add_test(tc, test_launch_async);
+        tcase_add_test(tc, test_launch_fault);
         suite_add_tcase(s, tc);
         return gs_check_run(s);
 }

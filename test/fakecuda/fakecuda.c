@@ -26,7 +26,30 @@
  * as with the real driver.
  *
  * Legacy entry points with 32-bit device pointers exist (as in the real
- * driver) but return CUDA_ERROR_NOT_SUPPORTED: no fake address fits. */
+ * driver) but return CUDA_ERROR_NOT_SUPPORTED: no fake address fits.
+ *
+ * Host-located VMM memory: cuMemCreate with CU_MEM_LOCATION_TYPE_HOST_NUMA,
+ * id 0 (as on an H100 with driver 580) is host memory that is exported and
+ * imported as a POSIX fd, mapped at a device address (cuMemMap,
+ * cuMemSetAccess) and read and written there like device memory.  It is
+ * charged to no device (cuMemGetInfo, NVML's per-process memory);
+ * fakecuda_host_bytes() says how much of it this process holds.
+ *
+ * The fake kernel.  There are no modules; the one CUfunction is
+ * fakecuda_fill_kernel().  cuLaunchKernel(_ptsz) of it takes any grid and
+ * block (no dimension 0), extra == NULL, and kernelParams pointing to
+ *   CUdeviceptr dst, size_t bytes, uint32_t value, uint32_t delay_us
+ * (bytes and dst multiples of 4, delay_us <= 10 s).  The launch checks the
+ * range is reachable from the current context's device and queues the
+ * kernel on the stream; it runs asynchronously on the process's worker
+ * thread, in launch order: it sleeps delay_us, then writes value to every
+ * 32-bit word of [dst, dst+bytes).  cuStreamSynchronize waits for the
+ * stream's kernels, cuCtxSynchronize (and a default stream's synchronize)
+ * for every stream's; synchronous copies and memsets, cuMemsetD32Async,
+ * cuLaunchHostFunc and cuEventRecord wait for them too, so every stream
+ * stays in order.  fakecuda_hold_work(1) holds queued kernels back until
+ * fakecuda_hold_work(0); fakecuda_work_pending() and fakecuda_launched()
+ * count them (see "asynchronous work" below). */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -41,6 +64,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../hook/gs_cudadecl.h"
@@ -80,7 +104,8 @@ struct fc_handle { /* cuMemCreate / import */
         int imported;     /* from cuMemImportFromShareableHandle */
         int exported;     /* an fd of it was handed out: others may hold it */
         int ex;           /* its entry in g_sh->exports[] + 1, 0 if none */
-        struct fc_charge ch; /* bytes == 0: not charged (import) */
+        int host;         /* host-located (HOST_NUMA 0): never charged */
+        struct fc_charge ch; /* bytes == 0: not charged (import, host) */
 };
 
 struct fc_resv {
@@ -110,6 +135,7 @@ struct fc_stream {
         uint32_t magic;
         struct fc_ctx *ctx;
         int capture;    /* CUstreamCaptureStatus: NONE, ACTIVE, INVALIDATED */
+        uint64_t last;  /* the number of its last launch (g_wlock) */
 };
 #define FC_STREAM_MAGIC 0x53545246u
 
@@ -130,6 +156,9 @@ static struct fc_map *g_maps;
 static struct fc_handle g_handles[FC_MAX_HANDLES];
 static struct fc_ctx g_primary[FC_MAX_DEV];
 static uint64_t g_ctx_bytes;
+/* Bytes of host-located allocations this process holds (created or
+ * imported, until the last handle and mapping go): fakecuda_host_bytes. */
+static uint64_t g_host_bytes;
 
 /* Live contexts and streams, so a bad handle is an error, not a crash. */
 #define FC_MAX_OBJS 1024
@@ -137,6 +166,11 @@ static void *g_objs[FC_MAX_OBJS];
 
 static __thread struct fc_ctx *t_stack[32];
 static __thread int t_depth;
+
+/* The work queue (fake kernels; below, before the copies). */
+static CUresult fc_work_wait(struct fc_stream *s, int all);
+static CUresult fc_work_wait_all(void);
+static CUresult fc_work_wait_stream(CUstream h);
 
 /* ---- shared accounting ---------------------------------------------- */
 
@@ -1138,11 +1172,14 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
         return CUDA_SUCCESS;
 }
 
+/* Waits for the work of every stream of the process (a superset of the
+ * context's). */
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
         int dev;
+        CUresult r = fc_cur_dev(&dev);
 
-        return fc_cur_dev(&dev);
+        return r != CUDA_SUCCESS ? r : fc_work_wait_all();
 }
 
 CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
@@ -1227,6 +1264,15 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
         pthread_mutex_lock(&g_lock);
         if (!fc_obj_has(s) || s->magic != FC_STREAM_MAGIC)
                 r = CUDA_ERROR_INVALID_HANDLE;
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS)
+                return r;
+        /* Its queued work refers to it: done first (the real driver
+         * returns at once and frees the stream after its work). */
+        (void)fc_work_wait(s, 0);
+        pthread_mutex_lock(&g_lock);
+        if (!fc_obj_has(s) || s->magic != FC_STREAM_MAGIC)
+                r = CUDA_ERROR_INVALID_HANDLE;
         else
                 fc_obj_del(s);
         pthread_mutex_unlock(&g_lock);
@@ -1237,23 +1283,26 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream) { return cuStreamDestroy_v2(hStream); }
 
-/* Everything in the fake runs synchronously, so a stream is always idle;
- * but, as in the real driver, synchronizing a stream that is being captured
- * is refused and invalidates the capture. */
+/* Waits for the stream's launched kernels (everything else in the fake
+ * runs synchronously); a default stream waits for every stream, as the
+ * legacy one does.  As in the real driver, synchronizing a stream that is
+ * being captured is refused and invalidates the capture. */
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
         CUresult r = fc_stream_check(hStream);
         struct fc_stream *s = (struct fc_stream *)hStream;
 
-        if (r != CUDA_SUCCESS || hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD)
+        if (r != CUDA_SUCCESS)
                 return r;
+        if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD)
+                return fc_work_wait_stream(hStream);
         pthread_mutex_lock(&g_lock);
         if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) {
                 s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
                 r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }
         pthread_mutex_unlock(&g_lock);
-        return r;
+        return r != CUDA_SUCCESS ? r : fc_work_wait_stream(hStream);
 }
 
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return cuStreamSynchronize(hStream); }
@@ -1280,8 +1329,8 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int fla
         return cuStreamCreate(phStream, flags);
 }
 
-/* ---- events: work is done when it is queued, so every event has
- * completed once recorded ------------------------------------------- */
+/* ---- events: recording one waits for the stream's launched kernels,
+ * so every event has completed once recorded ------------------------- */
 
 static CUresult fc_event_check(CUevent h)
 {
@@ -1325,7 +1374,9 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
         CUresult r = fc_event_check(hEvent);
 
-        return r != CUDA_SUCCESS ? r : fc_stream_check(hStream);
+        if (r == CUDA_SUCCESS)
+                r = fc_stream_check(hStream);
+        return r != CUDA_SUCCESS ? r : fc_work_wait_stream(hStream);
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) { return fc_event_check(hEvent); }
@@ -1429,6 +1480,9 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
                 return r;
         if (!fn)
                 return CUDA_ERROR_INVALID_VALUE;
+        /* In stream order: after the stream's kernels. */
+        if ((r = fc_work_wait_stream(hStream)) != CUDA_SUCCESS)
+                return r;
         fn(userData);
         return CUDA_SUCCESS;
 }
@@ -1609,6 +1663,333 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
         return r;
 }
 
+/* ---- asynchronous work: the fake kernel ------------------------------ */
+
+/* One worker thread per process (started by the first launch) runs the
+ * launched kernels one at a time in launch order, so each stream's work is
+ * in order (streams do not overlap one another, unlike on a GPU).  Launches
+ * are numbered; each stream keeps the number of its last, and waiting for
+ * a stream (or for everything) is waiting until the worker has finished
+ * that number (or the last one queued at the call), so a waiter is not
+ * starved by launches made after it.  A kernel that
+ * finds its range unreachable when it runs (unmapped, or no access for its
+ * device) writes nothing and makes the next synchronisation (stream,
+ * context, or a synchronous copy) return CUDA_ERROR_ILLEGAL_ADDRESS, once:
+ * unlike a GPU, the context survives.  Work queued before a fork does not
+ * run in the child. */
+struct fc_work {
+        struct fc_work *next;
+        struct fc_stream *s; /* NULL: the default streams */
+        int dev;
+        uintptr_t dst;
+        size_t bytes;
+        uint32_t value, delay_us;
+};
+
+static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_wcond = PTHREAD_COND_INITIALIZER; /* work queued, hold lifted */
+static pthread_cond_t g_wdone = PTHREAD_COND_INITIALIZER; /* work finished */
+static struct fc_work *g_whead, **g_wtail = &g_whead;
+static uint64_t g_wqueued;   /* launches queued since the start (atomic writes, under g_wlock) */
+static uint64_t g_wfinished; /* of those, finished (in order: one worker) (same) */
+static int g_whold;          /* fakecuda_hold_work */
+static int g_wfault;         /* CUresult of a faulted kernel, for the next sync (atomic) */
+static int g_wstarted;
+static pthread_once_t g_wfork_once = PTHREAD_ONCE_INIT;
+
+/* pre: g_lock held.  Whether the current mappings let device dev reach
+ * [ptr, ptr+n): every byte inside a reservation mapped, and every mapping
+ * there accessible to dev (cuMemSetAccess).  Memory outside reservations
+ * (cuMemAlloc, host) is always reachable. */
+static CUresult fc_reach_locked(int dev, uintptr_t ptr, size_t n)
+{
+        size_t in_resv = 0, in_maps = 0;
+
+        if (n == 0)
+                return CUDA_SUCCESS;
+        for (struct fc_map *m = g_maps; m; m = m->next)
+                if (m->addr < ptr + n && ptr < m->addr + m->size) {
+                        if (!(m->access & (1u << dev)))
+                                return CUDA_ERROR_ILLEGAL_ADDRESS;
+                        in_maps += (m->addr + m->size < ptr + n ? m->addr + m->size : ptr + n) -
+                                   (m->addr > ptr ? m->addr : ptr);
+                }
+        for (struct fc_resv *v = g_resvs; v; v = v->next)
+                if (v->base < ptr + n && ptr < v->base + v->size)
+                        in_resv += (v->base + v->size < ptr + n ? v->base + v->size : ptr + n) -
+                                   (v->base > ptr ? v->base : ptr);
+        return in_maps == in_resv ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
+static void fc_work_run(struct fc_work *w)
+{
+        struct timespec ts = { .tv_sec = w->delay_us / 1000000, .tv_nsec = (long)(w->delay_us % 1000000) * 1000 };
+        CUresult r;
+
+        while (w->delay_us && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+        /* Under g_lock: the range cannot be remapped while it is written. */
+        pthread_mutex_lock(&g_lock);
+        r = fc_reach_locked(w->dev, w->dst, w->bytes);
+        if (r == CUDA_SUCCESS)
+                for (size_t i = 0; i < w->bytes / 4; i++)
+                        ((uint32_t *)w->dst)[i] = w->value;
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS) {
+                pthread_mutex_lock(&g_wlock);
+                __atomic_store_n(&g_wfault, (int)r, __ATOMIC_RELAXED);
+                pthread_mutex_unlock(&g_wlock);
+        }
+}
+
+static void *fc_worker(void *arg)
+{
+        (void)arg;
+        pthread_mutex_lock(&g_wlock);
+        for (;;) {
+                struct fc_work *w;
+
+                while (!g_whead || g_whold)
+                        pthread_cond_wait(&g_wcond, &g_wlock);
+                w = g_whead;
+                g_whead = w->next;
+                if (!g_whead)
+                        g_wtail = &g_whead;
+                pthread_mutex_unlock(&g_wlock);
+                fc_work_run(w);
+                pthread_mutex_lock(&g_wlock);
+                __atomic_add_fetch(&g_wfinished, 1, __ATOMIC_RELEASE);
+                pthread_cond_broadcast(&g_wdone);
+                free(w);
+        }
+        return NULL;
+}
+
+/* The worker writes under g_lock: a fork waits for that to end, so the
+ * child's g_lock is not left held by a thread it does not have.  (Neither
+ * lock is taken while holding the other.) */
+static void fc_work_prepare(void)
+{
+        pthread_mutex_lock(&g_lock);
+        pthread_mutex_lock(&g_wlock);
+}
+
+static void fc_work_parent(void)
+{
+        pthread_mutex_unlock(&g_wlock);
+        pthread_mutex_unlock(&g_lock);
+}
+
+/* The parent's worker does not exist here: its queue is dropped. */
+static void fc_work_child(void)
+{
+        while (g_whead) {
+                struct fc_work *w = g_whead;
+                g_whead = w->next;
+                free(w);
+        }
+        g_wtail = &g_whead;
+        for (int i = 0; i < FC_MAX_OBJS; i++)
+                if (g_objs[i] && ((struct fc_stream *)g_objs[i])->magic == FC_STREAM_MAGIC)
+                        ((struct fc_stream *)g_objs[i])->last = 0;
+        g_wqueued = g_wfinished = 0;
+        g_wstarted = g_whold = g_wfault = 0;
+        pthread_mutex_init(&g_wlock, NULL);
+        pthread_cond_init(&g_wcond, NULL);
+        pthread_cond_init(&g_wdone, NULL);
+        pthread_mutex_unlock(&g_lock);
+}
+
+static void fc_work_fork_register(void) { (void)pthread_atfork(fc_work_prepare, fc_work_parent, fc_work_child); }
+
+/* The stream's own record, NULL for a default stream. */
+static struct fc_stream *fc_stream_of(CUstream h)
+{
+        return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD ? NULL : (struct fc_stream *)h;
+}
+
+static CUresult fc_work_queue(struct fc_work *w)
+{
+        pthread_attr_t attr;
+        pthread_t t;
+        int rc = 0;
+
+        pthread_once(&g_wfork_once, fc_work_fork_register);
+        pthread_mutex_lock(&g_wlock);
+        if (!g_wstarted) {
+                pthread_attr_init(&attr);
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                rc = pthread_create(&t, &attr, fc_worker, NULL);
+                pthread_attr_destroy(&attr);
+                g_wstarted = rc == 0;
+        }
+        if (rc == 0) {
+                *g_wtail = w;
+                g_wtail = &w->next;
+                __atomic_add_fetch(&g_wqueued, 1, __ATOMIC_RELEASE);
+                if (w->s)
+                        w->s->last = g_wqueued;
+                pthread_cond_broadcast(&g_wcond);
+        }
+        pthread_mutex_unlock(&g_wlock);
+        if (rc != 0) {
+                free(w);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        return CUDA_SUCCESS;
+}
+
+/* Waits until the work queued so far on stream s (all: on every stream)
+ * is done, then hands out a kernel's fault once. */
+static CUresult fc_work_wait(struct fc_stream *s, int all)
+{
+        uint64_t target;
+        CUresult r;
+
+        if (all && __atomic_load_n(&g_wfinished, __ATOMIC_ACQUIRE) == __atomic_load_n(&g_wqueued, __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&g_wfault, __ATOMIC_RELAXED) == 0)
+                return CUDA_SUCCESS;
+        pthread_mutex_lock(&g_wlock);
+        target = all || !s ? g_wqueued : s->last;
+        while (g_wfinished < target)
+                pthread_cond_wait(&g_wdone, &g_wlock);
+        r = (CUresult)__atomic_exchange_n(&g_wfault, 0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&g_wlock);
+        return r;
+}
+
+/* What a synchronous copy or memset waits for: all work (the legacy
+ * default stream waits for every blocking stream). */
+static CUresult fc_work_wait_all(void) { return fc_work_wait(NULL, 1); }
+
+/* A stream's work; a default stream's is every stream's, as the legacy
+ * default stream's is. */
+static CUresult fc_work_wait_stream(CUstream h)
+{
+        struct fc_stream *s = fc_stream_of(h);
+
+        return fc_work_wait(s, s == NULL);
+}
+
+/* Not driver functions: the fake kernel (see fakecuda_fill_kernel) and
+ * what tests observe of the work queue.  fakecuda_hold_work(1) keeps the
+ * worker from starting queued work until fakecuda_hold_work(0), so a test
+ * can hold a launch in flight without timing; fakecuda_work_pending is the
+ * number of launches queued or running, fakecuda_launched the number
+ * queued since the start. */
+static const char fc_fill_kernel_obj = 'k';
+CUfunction fakecuda_fill_kernel(void);
+CUfunction fakecuda_fill_kernel(void) { return (CUfunction)(uintptr_t)&fc_fill_kernel_obj; }
+
+void fakecuda_hold_work(int hold);
+void fakecuda_hold_work(int hold)
+{
+        pthread_mutex_lock(&g_wlock);
+        g_whold = hold != 0;
+        pthread_cond_broadcast(&g_wcond);
+        pthread_mutex_unlock(&g_wlock);
+}
+
+uint64_t fakecuda_work_pending(void);
+uint64_t fakecuda_work_pending(void)
+{
+        uint64_t n;
+
+        pthread_mutex_lock(&g_wlock);
+        n = g_wqueued - g_wfinished;
+        pthread_mutex_unlock(&g_wlock);
+        return n;
+}
+
+uint64_t fakecuda_launched(void);
+uint64_t fakecuda_launched(void)
+{
+        uint64_t n;
+
+        pthread_mutex_lock(&g_wlock);
+        n = g_wqueued;
+        pthread_mutex_unlock(&g_wlock);
+        return n;
+}
+
+/* Bytes of host-located memory (cuMemCreate HOST_NUMA) this process holds:
+ * created or imported, until its last handle and mapping are gone. */
+uint64_t fakecuda_host_bytes(void);
+uint64_t fakecuda_host_bytes(void) { return __atomic_load_n(&g_host_bytes, __ATOMIC_SEQ_CST); }
+
+/* The longest delay_us a fake kernel may ask for. */
+#define FC_MAX_DELAY_US 10000000u
+
+static CUresult fc_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, CUstream hStream, void **kernelParams, void **extra)
+{
+        struct fc_stream *s = fc_stream_of(hStream);
+        struct fc_work *w;
+        int dev, capturing = 0;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (f != fakecuda_fill_kernel())
+                return CUDA_ERROR_INVALID_HANDLE;
+        if (!gx || !gy || !gz || !bx || !by || !bz || !kernelParams || extra)
+                return CUDA_ERROR_INVALID_VALUE;
+        for (int i = 0; i < 4; i++)
+                if (!kernelParams[i])
+                        return CUDA_ERROR_INVALID_VALUE;
+        if ((r = fc_stream_check(hStream)) != CUDA_SUCCESS)
+                return r;
+        w = calloc(1, sizeof(*w));
+        if (!w)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        w->s = s;
+        w->dev = dev;
+        w->dst = (uintptr_t)*(CUdeviceptr *)kernelParams[0];
+        w->bytes = *(size_t *)kernelParams[1];
+        w->value = *(uint32_t *)kernelParams[2];
+        w->delay_us = *(uint32_t *)kernelParams[3];
+        if ((w->bytes && !w->dst) || w->dst % 4 || w->bytes % 4 || w->bytes > UINTPTR_MAX - w->dst ||
+            w->delay_us > FC_MAX_DELAY_US) {
+                free(w);
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        pthread_mutex_lock(&g_lock);
+        r = fc_reach_locked(dev, w->dst, w->bytes);
+        if (s)
+                capturing = s->capture != CU_STREAM_CAPTURE_STATUS_NONE;
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS || capturing) {
+                /* A launch into a capture is recorded in the (placeholder)
+                 * graph: it does not run. */
+                free(w);
+                return r;
+        }
+        return fc_work_queue(w);
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+        (void)sharedMemBytes;
+        return fc_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams,
+                         extra);
+}
+
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                     void **kernelParams, void **extra);
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                     void **kernelParams, void **extra)
+{
+        (void)sharedMemBytes;
+        return fc_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams,
+                         extra);
+}
+
 /* ---- copies and sets (host memory underneath) ----------------------- */
 
 /* A copy or memset issued from the current context touches [ptr, ptr+n):
@@ -1616,15 +1997,13 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
  * access (cuMemSetAccess), or a GPU faults.  cuMemAlloc memory: any. */
 static CUresult fc_reach(CUdeviceptr ptr, size_t n)
 {
-        CUresult r = CUDA_SUCCESS;
+        CUresult r;
         int dev = 0;
 
         if (fc_cur_dev(&dev) != CUDA_SUCCESS || n == 0)
                 return CUDA_SUCCESS;
         pthread_mutex_lock(&g_lock);
-        for (struct fc_map *m = g_maps; m; m = m->next)
-                if (m->addr < ptr + n && ptr < m->addr + m->size && !(m->access & (1u << dev)))
-                        r = CUDA_ERROR_ILLEGAL_ADDRESS;
+        r = fc_reach_locked(dev, ptr, n);
         pthread_mutex_unlock(&g_lock);
         return r;
 }
@@ -1645,7 +2024,11 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
 
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+        CUresult r;
+
         FC_INIT_CHECK();
+        if ((r = fc_work_wait_all()) != CUDA_SUCCESS)
+                return r;
         if (!dstDevice || (!srcHost && ByteCount))
                 return CUDA_ERROR_INVALID_VALUE;
         if (fc_reach(dstDevice, ByteCount) != CUDA_SUCCESS)
@@ -1656,7 +2039,11 @@ CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, siz
 
 CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
+        CUresult r;
+
         FC_INIT_CHECK();
+        if ((r = fc_work_wait_all()) != CUDA_SUCCESS)
+                return r;
         if (!srcDevice || (!dstHost && ByteCount))
                 return CUDA_ERROR_INVALID_VALUE;
         if (fc_reach(srcDevice, ByteCount) != CUDA_SUCCESS)
@@ -1667,7 +2054,11 @@ CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t By
 
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
+        CUresult r;
+
         FC_INIT_CHECK();
+        if ((r = fc_work_wait_all()) != CUDA_SUCCESS)
+                return r;
         if (!dstDevice || !srcDevice)
                 return CUDA_ERROR_INVALID_VALUE;
         if (fc_reach(dstDevice, ByteCount) != CUDA_SUCCESS || fc_reach(srcDevice, ByteCount) != CUDA_SUCCESS)
@@ -1678,7 +2069,11 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
 
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
+        CUresult r;
+
         FC_INIT_CHECK();
+        if ((r = fc_work_wait_all()) != CUDA_SUCCESS)
+                return r;
         if (!dstDevice)
                 return CUDA_ERROR_INVALID_VALUE;
         memset((void *)dstDevice, uc, N);
@@ -1707,8 +2102,11 @@ static int fc_zero_mapped(CUdeviceptr ptr, size_t n)
 CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
         uint32_t *p = (uint32_t *)dstDevice;
+        CUresult r;
 
         FC_INIT_CHECK();
+        if ((r = fc_work_wait_all()) != CUDA_SUCCESS)
+                return r;
         if (!dstDevice || (dstDevice & 3))
                 return CUDA_ERROR_INVALID_VALUE;
         if (ui == 0 && fc_zero_mapped(dstDevice, N * sizeof(*p)))
@@ -1722,6 +2120,8 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
 {
         CUresult r = fc_stream_check(hStream);
 
+        /* In stream order: after the stream's kernels (cuMemsetD32_v2
+         * waits for every stream's). */
         return r != CUDA_SUCCESS ? r : cuMemsetD32_v2(dstDevice, ui, N);
 }
 
@@ -1803,12 +2203,28 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 
 /* ---- VMM ------------------------------------------------------------ */
 
-static CUresult fc_prop_check(const CUmemAllocationProp *prop)
+/* Device memory of a device, or host memory of NUMA node 0
+ * (CU_MEM_LOCATION_TYPE_HOST_NUMA id 0: what the H100's driver 580 accepts,
+ * exportable as a POSIX fd and mappable at a device address).  The real
+ * driver refuses CU_MEM_LOCATION_TYPE_HOST for cuMemCreate; which code it
+ * gives was not recorded, so the fake says CUDA_ERROR_INVALID_VALUE, as it
+ * does for a HOST_NUMA node other than 0 (the fake host has one node) and
+ * for HOST_NUMA_CURRENT (not measured).  *ret_host: 1 for host memory. */
+static CUresult fc_prop_check(const CUmemAllocationProp *prop, int *ret_host)
 {
-        if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
                 return CUDA_ERROR_INVALID_VALUE;
-        if (prop->location.id < 0 || (unsigned)prop->location.id >= g_sh->ndev)
-                return CUDA_ERROR_INVALID_DEVICE;
+        if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
+                if (prop->location.id != 0)
+                        return CUDA_ERROR_INVALID_VALUE;
+                *ret_host = 1;
+        } else if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+                if (prop->location.id < 0 || (unsigned)prop->location.id >= g_sh->ndev)
+                        return CUDA_ERROR_INVALID_DEVICE;
+                *ret_host = 0;
+        } else {
+                return CUDA_ERROR_INVALID_VALUE;
+        }
         if (prop->requestedHandleTypes & ~(uint64_t)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
                 return CUDA_ERROR_NOT_SUPPORTED;
         return CUDA_SUCCESS;
@@ -1818,11 +2234,12 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
                                                CUmemAllocationGranularity_flags option)
 {
         CUresult r;
+        int host;
 
         FC_INIT_CHECK();
         if (!granularity || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
                 return CUDA_ERROR_INVALID_VALUE;
-        r = fc_prop_check(prop);
+        r = fc_prop_check(prop, &host);
         if (r != CUDA_SUCCESS)
                 return r;
         *granularity = FC_GRAN;
@@ -1884,6 +2301,8 @@ static void fc_handle_unref(int idx, int map)
                 fc_unexport(e, ino);
         }
         fc_uncharge(&e->ch);
+        if (e->host)
+                __atomic_sub_fetch(&g_host_bytes, e->size, __ATOMIC_SEQ_CST);
         e->fd = -1;
         e->used = 0;
 }
@@ -1892,21 +2311,24 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
                              unsigned long long flags)
 {
         char name[32];
-        int idx, fd = -1;
+        int idx, fd = -1, host = 0;
         struct fc_charge ch = { 0 };
         CUresult r;
 
         FC_INIT_CHECK();
         if (!handle || flags != 0 || size == 0 || size % FC_GRAN || size > (1ull << 46))
                 return CUDA_ERROR_INVALID_VALUE;
-        r = fc_prop_check(prop);
+        r = fc_prop_check(prop, &host);
         if (r != CUDA_SUCCESS)
                 return r;
         pthread_mutex_lock(&g_lock);
-        r = fc_charge(prop->location.id, size, &ch);
-        if (r != CUDA_SUCCESS)
+        /* Host memory takes none of the device's. */
+        if (!host && (r = fc_charge(prop->location.id, size, &ch)) != CUDA_SUCCESS)
                 goto out;
-        snprintf(name, sizeof(name), "gshare-fake-dev%d", prop->location.id);
+        if (host)
+                snprintf(name, sizeof(name), "gshare-fake-host%d", prop->location.id);
+        else
+                snprintf(name, sizeof(name), "gshare-fake-dev%d", prop->location.id);
         fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0 || ftruncate(fd, (off_t)size) < 0 ||
             fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
@@ -1921,8 +2343,11 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
         g_handles[idx].fd = fd;
         g_handles[idx].size = size;
         g_handles[idx].dev = prop->location.id;
+        g_handles[idx].host = host;
         g_handles[idx].htypes = (uint64_t)prop->requestedHandleTypes;
         g_handles[idx].ch = ch;
+        if (host)
+                __atomic_add_fetch(&g_host_bytes, size, __ATOMIC_SEQ_CST);
         *handle = fc_handle_value(idx);
         fd = -1;
         ch.bytes = 0;
@@ -1977,8 +2402,9 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
                         r = CUDA_ERROR_OPERATING_SYSTEM;
                 } else {
                         *(int *)shareableHandle = fd;
-                        /* Others may hold it from now on, also after we die. */
-                        if (!e->exported && fstat(e->fd, &st) == 0)
+                        /* Others may hold it from now on, also after we die
+                         * (device memory only: host memory is not counted). */
+                        if (!e->exported && !e->host && fstat(e->fd, &st) == 0)
                                 e->ex = fc_ex_enter(&e->ch, (uint64_t)st.st_ino);
                         e->exported = 1;
                 }
@@ -1987,8 +2413,9 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
         return r;
 }
 
-/* The device of an exported fd, from the memfd's name. */
-static int fc_fd_device(int fd)
+/* The device of an exported fd, from the memfd's name; *ret_host = 1 and
+ * the NUMA node for host memory. */
+static int fc_fd_device(int fd, int *ret_host)
 {
         char link[64], target[128];
         ssize_t n;
@@ -1999,6 +2426,11 @@ static int fc_fd_device(int fd)
         if (n <= 0)
                 return -1;
         target[n] = '\0';
+        *ret_host = 0;
+        if (sscanf(target, "/memfd:gshare-fake-host%d", &dev) == 1 && dev == 0) {
+                *ret_host = 1;
+                return dev;
+        }
         if (sscanf(target, "/memfd:gshare-fake-dev%d", &dev) != 1 || dev < 0 || (unsigned)dev >= g_sh->ndev)
                 return -1;
         return dev;
@@ -2007,7 +2439,7 @@ static int fc_fd_device(int fd)
 CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
                                                 CUmemAllocationHandleType shHandleType)
 {
-        int fd = (int)(intptr_t)osHandle, dev, idx, nfd = -1;
+        int fd = (int)(intptr_t)osHandle, dev, idx, nfd = -1, host = 0;
         struct stat st;
         CUresult r = CUDA_SUCCESS;
 
@@ -2018,7 +2450,7 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
                 return CUDA_ERROR_NOT_SUPPORTED;
         if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size % FC_GRAN)
                 return CUDA_ERROR_INVALID_VALUE;
-        dev = fc_fd_device(fd);
+        dev = fc_fd_device(fd, &host);
         if (dev < 0)
                 return CUDA_ERROR_INVALID_VALUE;
         nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -2033,8 +2465,11 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
                 g_handles[idx].fd = nfd;
                 g_handles[idx].size = (size_t)st.st_size;
                 g_handles[idx].dev = dev;
+                g_handles[idx].host = host;
                 g_handles[idx].htypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
                 g_handles[idx].imported = 1;
+                if (host)
+                        __atomic_add_fetch(&g_host_bytes, (uint64_t)st.st_size, __ATOMIC_SEQ_CST);
                 *handle = fc_handle_value(idx);
         }
         pthread_mutex_unlock(&g_lock);
@@ -2284,7 +2719,7 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
                 memset(prop, 0, sizeof(*prop));
                 prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
                 prop->requestedHandleTypes = (CUmemAllocationHandleType)e->htypes;
-                prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                prop->location.type = e->host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
                 prop->location.id = e->dev;
         }
         pthread_mutex_unlock(&g_lock);
@@ -2312,7 +2747,7 @@ static const struct {
         FC_SYM(cuStreamIsCapturing_ptsz), FC_SYM(cuCtxGetStreamPriorityRange), FC_SYM(cuStreamCreateWithPriority),
         FC_SYM(cuEventCreate), FC_SYM(cuEventRecord), FC_SYM(cuEventSynchronize), FC_SYM(cuEventDestroy_v2),
         FC_SYM(cuMemsetD32Async),
-        FC_SYM(cuLaunchHostFunc), FC_SYM(cuMemGetInfo), FC_SYM(cuMemGetInfo_v2), FC_SYM(cuMemAlloc),
+        FC_SYM(cuLaunchHostFunc), FC_SYM(cuLaunchKernel), FC_SYM(cuLaunchKernel_ptsz), FC_SYM(cuMemGetInfo), FC_SYM(cuMemGetInfo_v2), FC_SYM(cuMemAlloc),
         FC_SYM(cuMemAlloc_v2), FC_SYM(cuMemAllocPitch), FC_SYM(cuMemAllocPitch_v2), FC_SYM(cuMemFree),
         FC_SYM(cuMemFree_v2), FC_SYM(cuMemGetAddressRange), FC_SYM(cuMemGetAddressRange_v2),
         FC_SYM(cuMemAllocAsync), FC_SYM(cuMemAllocAsync_ptsz), FC_SYM(cuMemFreeAsync), FC_SYM(cuMemFreeAsync_ptsz),

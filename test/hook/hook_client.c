@@ -53,8 +53,10 @@ static void t_lookup(void)
 {
         static const char *const hooked[] = { "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2", "cuInit",
                                               "cuGetProcAddress_v2", "cuMemAllocAsync", "cuDeviceTotalMem_v2",
-                                              "cuMemGetAddressRange_v2", "cuMemAllocPitch_v2" };
-        static const char *const passed[] = { "cuMemcpyHtoD_v2", "cuCtxSetCurrent", "cuMemMap", "cuDeviceGet" };
+                                              "cuMemGetAddressRange_v2", "cuMemAllocPitch_v2",
+                                              /* the launch gate's (gs_hook_gate.h) */
+                                              "cuMemcpyHtoD_v2", "cuLaunchKernel", "cuLaunchKernel_ptsz" };
+        static const char *const passed[] = { "cuStreamCreate", "cuCtxSetCurrent", "cuMemMap", "cuDeviceGet" };
         void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
         void *hook = dlopen("libgshare.so", RTLD_NOW | RTLD_NOLOAD);
         CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
@@ -83,7 +85,10 @@ static void t_lookup(void)
         EXPECT(gpa("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) ==
                        CUDA_SUCCESS && fn == dlsym(hook, "cuMemAllocAsync_ptsz"));
         EXPECT(gpa("cuGetProcAddress", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == (void *)gpa);
-        EXPECT(gpa("cuMemcpyHtoD", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == dlsym(cuda, "cuMemcpyHtoD_v2") &&
+        EXPECT(gpa("cuMemcpyHtoD", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == dlsym(hook, "cuMemcpyHtoD_v2"));
+        EXPECT(gpa("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) ==
+                       CUDA_SUCCESS && fn == dlsym(hook, "cuLaunchKernel_ptsz"));
+        EXPECT(gpa("cuCtxSetCurrent", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == dlsym(cuda, "cuCtxSetCurrent") &&
                dladdr(fn, &info) && strstr(info.dli_fname, "libcuda"));
         EXPECT(gpa("cuNoSuchFunction", &fn, 12000, 0, &st) == CUDA_ERROR_NOT_FOUND);
         /* The legacy entry point too. */
