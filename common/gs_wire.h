@@ -42,6 +42,16 @@
  *    nobody else of its allocation needs memory: after a request fails
  *    with -ENOMEM, or when gs_shm.give_back changed, the hook asks
  *    GS_OP_GIVE_BACK for such chunks, unmaps and RELEASEs them.
+ * 8. Moves (GS_FEAT_SPILL, docs/burst.md "Giving it back").  A process
+ *    that may borrow chunks runs one thread of the hook's (the mover) that
+ *    waits on gs_shm.spill.  When the agent bumps it (and FUTEX_WAKEs it),
+ *    the mover asks GS_OP_SPILL for each GPU: the reply names k slots and,
+ *    before it, k GS_SOCK_MOVE messages each carry the fd of the memory
+ *    that slot is to map from now on (host memory, or device memory to
+ *    come back to).  The mover closes the launch gate (hook/gs_hook_gate.h),
+ *    synchronizes the GPU, copies each slot's data into the new memory,
+ *    maps the new memory at the same address, opens the gate, and says
+ *    how many slots it moved with GS_OP_SPILL_DONE.
  * Versions.  The segment and message layouts are GS_WIRE_VERSION; features
  * added since are negotiated: an agent sets the bits it supports in the
  * WELCOME header's `reserved` field (GS_FEAT_*; an older agent leaves 0,
@@ -78,6 +88,7 @@ enum gs_sock_type {
         GS_SOCK_IPC_GRANT = 6, /* agent -> hook, with one chunk fd of an opened IPC handle */
         GS_SOCK_RECLAIM = 7,      /* hook -> agent, after a reclaiming HELLO's WELCOME */
         GS_SOCK_RECLAIM_DONE = 8, /* agent -> hook: struct gs_sock_error, err 0 */
+        GS_SOCK_MOVE = 9,         /* agent -> hook, with one fd: struct gs_sock_grant */
 };
 
 /* gs_sock_hello.flags */
@@ -85,6 +96,7 @@ enum gs_sock_type {
 /* WELCOME's h.reserved: what this agent supports. */
 #define GS_FEAT_RECLAIM 1u
 #define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
+#define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -250,6 +262,25 @@ enum gs_op {
          * and asks again until count is 0.  Then a failed request is worth
          * one more try. */
         GS_OP_GIVE_BACK = 13,
+        /* GS_FEAT_SPILL: the mover asks what to move on this GPU.  ret0 =
+         * k (0: nothing now; at most GS_MOVE_MAX), ret1 = the direction
+         * (enum gs_move_dir).  Before the reply, k GS_SOCK_MOVE messages
+         * (struct gs_sock_grant: seq, gpu, slot, chunk_bytes), each with
+         * the fd of the memory to map at that slot instead of what it maps
+         * now, the data copied over.  Every reply with k > 0 is answered by
+         * a GS_OP_SPILL_DONE before any other GS_OP_SPILL. */
+        GS_OP_SPILL = 14,
+        /* arg0 = moved: the first `moved` slots of the last GS_OP_SPILL
+         * reply map their new memory (data copied); the others kept what
+         * they mapped.  arg1 = the direction, as in that reply. */
+        GS_OP_SPILL_DONE = 15,
+};
+
+/* Most slots one GS_OP_SPILL reply may name. */
+#define GS_MOVE_MAX 32u
+enum gs_move_dir {
+        GS_MOVE_TO_HOST = 1,   /* spill: host memory in, device memory out */
+        GS_MOVE_TO_DEVICE = 2, /* back: device memory in, host memory out */
 };
 
 /* The CUipcMemHandle (64 bytes) the hook gives the application for gshare
@@ -314,6 +345,10 @@ struct gs_shm {
          * (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
          * layout is unchanged for hooks that do not know it. */
         uint32_t give_back;
+        /* GS_FEAT_SPILL: the agent bumps it, then FUTEX_WAKEs it (shared
+         * futex), when it wants this process's mover to move chunks (wire
+         * item 8).  Same line, same compatibility as give_back. */
+        uint32_t spill;
         _Alignas(64) uint32_t hook_wake;
         uint32_t hook_sleeping;
         struct gs_ring req;    /* hook -> agent */
