@@ -9,7 +9,7 @@
 #define CHUNK (UINT64_C(1) << 20)
 
 static struct gs_gsm g;
-static struct gs_gsm_alloc a1, a2;
+static struct gs_gsm_alloc a1, a2, a3;
 static struct gs_gsm_proc p1, p2;
 
 static void setup(void) { ck_assert_int_eq(gs_gsm_init(&g, 8, CHUNK), 0); }
@@ -58,6 +58,74 @@ START_TEST(test_bad_args)
         ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 0), -EINVAL);
         ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, GS_GSM_MAX_SLOTS + 1), -EINVAL);
         ck_assert_int_eq(gs_gsm_retire(&g, a1.own.head), -EBUSY);
+        valid();
+}
+END_TEST
+
+/* An allocation made while its chunks are lent is owed them: it is made,
+ * nothing is lent while it is owed, and every chunk that comes back goes
+ * to it (docs/burst.md). */
+START_TEST(test_owed)
+{
+        uint32_t slots[8], id;
+
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 2, 6), 0); /* 2 own, may borrow 6 */
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
+        for (int i = 0; i < 8; i++)
+                take_at_next(&p1, &slots[i]);
+        ck_assert_uint_eq(g.sys.count, 0);
+        ck_assert_uint_eq(g.borrowed, 6);
+        /* 4 of the 6 lent: made, owed 4. */
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a2, 4, 0), 0);
+        ck_assert_uint_eq(a2.owed, 4);
+        ck_assert_uint_eq(a2.own.count, 0);
+        ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a2), 0);
+        valid();
+        /* 3 more: only 2 lent chunks are not owed yet. */
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a3, 3, 0), -ENOSPC);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a3, 2, 0), 0);
+        ck_assert_uint_eq(g.owed, 6);
+        valid();
+        /* A borrowed chunk comes back: to an owed allocation, not the
+         * system list. */
+        gs_gsm_put(&p1, slots[7]);
+        ck_assert_uint_eq(g.sys.count, 0);
+        ck_assert_uint_eq(g.owed, 5);
+        ck_assert_uint_eq(a2.owed, 3); /* the oldest first */
+        valid();
+        /* An own chunk of the borrower comes back: it repays a loan (to the
+         * system list), and that chunk goes to an owed allocation too. */
+        gs_gsm_put(&p1, slots[0]);
+        ck_assert_uint_eq(g.owed, 4);
+        ck_assert_uint_eq(g.sys.count, 0);
+        valid();
+        /* Nothing is lent while chunks are owed: the borrower gets none. */
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 1, &slots[0]), 0);
+        ck_assert_int_eq(gs_gsm_take(&p1, slots[0], &id), -ENOMEM);
+        ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a1), 0);
+        /* The owed allocation's process takes what came back. */
+        ck_assert_int_eq(gs_gsm_proc_init(&a2, &p2, 16), 0);
+        while (a2.own.count)
+                take_at_next(&p2, NULL);
+        /* An owed allocation deleted: what it is owed goes with it. */
+        ck_assert_uint_eq(a3.owed, 2);
+        ck_assert_uint_eq(g.owed, 4);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a3), 0);
+        ck_assert_uint_eq(g.owed, 2);
+        valid();
+        /* Everything back: nothing owed, nothing lent. */
+        for (int i = 1; i < 7; i++)
+                gs_gsm_put(&p1, slots[i]);
+        ck_assert_uint_eq(g.owed, 0);
+        ck_assert_uint_eq(g.borrowed, 0);
+        ck_assert_uint_eq(a2.own.count + a2.held, 4);
+        valid();
+        gs_gsm_proc_fini(&p2);
+        gs_gsm_proc_fini(&p1);
+        valid();
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a2), 0);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a1), 0);
+        ck_assert_uint_eq(g.sys.count, 8);
         valid();
 }
 END_TEST
@@ -201,6 +269,7 @@ int main(void)
         tcase_add_test(tc, test_consecutive_slots);
         tcase_add_test(tc, test_balloon_and_repay);
         tcase_add_test(tc, test_return_failure_retires);
+        tcase_add_test(tc, test_owed);
         tcase_add_test(tc, test_validate_catches);
         suite_add_tcase(s, tc);
         return gs_check_run(s);

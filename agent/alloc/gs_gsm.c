@@ -109,6 +109,33 @@ static void to_sys(struct gs_gsm *g, uint32_t id)
         list_push(g->chunks, &g->sys, id, 0);
 }
 
+/* Chunks on the system list go to allocations owed some, the oldest
+ * first (the list has the newest at its head). */
+static void repay_owed(struct gs_gsm *g)
+{
+        struct gs_gsm_alloc *a = g->allocs;
+
+        if (!g->owed || !g->sys.count || !a)
+                return;
+        while (a->next)
+                a = a->next;
+        for (; a && g->owed && g->sys.count; a = a->prev)
+                while (a->owed && g->sys.count) {
+                        uint32_t id = list_pop(g->chunks, &g->sys);
+                        g->chunks[id].state = GS_GSM_OWN;
+                        g->chunks[id].alloc = a;
+                        list_push(g->chunks, &a->own, id, 0);
+                        a->owed--;
+                        g->owed--;
+                }
+}
+
+/* What the system list may lend: what no allocation is owed. */
+static uint32_t lendable(const struct gs_gsm *g)
+{
+        return g->sys.count > g->owed ? g->sys.count - g->owed : 0;
+}
+
 int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes)
 {
         memset(g, 0, sizeof(*g));
@@ -160,22 +187,30 @@ int gs_gsm_unretire(struct gs_gsm *g, uint32_t chunk)
         g->chunks[chunk].dirty = 0;
         list_push(g->chunks, &g->sys, chunk, 0);
         g->nretired--;
+        repay_owed(g);
         return 0;
 }
 
 int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota, uint32_t cap)
 {
+        uint32_t take_now;
+
         if (quota == 0)
                 return -EINVAL;
-        if (quota > g->sys.count)
+        /* Lent chunks not owed to another allocation yet count: they
+         * come back as their borrowers give them back. */
+        if (quota > lendable(g) + (g->borrowed > g->owed ? g->borrowed - g->owed : 0))
                 return -ENOSPC;
+        take_now = quota < lendable(g) ? quota : lendable(g);
         memset(a, 0, sizeof(*a));
         a->gsm = g;
         a->quota = quota;
         a->cap = cap;
+        a->owed = quota - take_now;
+        g->owed += a->owed;
         list_init(&a->own);
         list_init(&a->borrowed);
-        for (uint32_t i = 0; i < quota; i++) {
+        for (uint32_t i = 0; i < take_now; i++) {
                 uint32_t id = list_pop(g->chunks, &g->sys);
                 g->chunks[id].state = GS_GSM_OWN;
                 g->chunks[id].alloc = a;
@@ -198,6 +233,7 @@ int gs_gsm_alloc_fini(struct gs_gsm_alloc *a)
                 return -EBUSY;
         while (a->own.count)
                 to_sys(g, list_pop(g->chunks, &a->own));
+        g->owed -= a->owed;
         g->reserved -= a->quota;
         if (a->prev)
                 a->prev->next = a->next;
@@ -207,6 +243,7 @@ int gs_gsm_alloc_fini(struct gs_gsm_alloc *a)
                 a->next->prev = a->prev;
         g->nallocs--;
         memset(a, 0, sizeof(*a));
+        repay_owed(g);
         return 0;
 }
 
@@ -215,8 +252,8 @@ uint32_t gs_gsm_alloc_obtainable(const struct gs_gsm_alloc *a)
         uint32_t out = a->borrowed.count + a->debt;
         uint32_t can_borrow = out < a->cap ? a->cap - out : 0;
 
-        if (can_borrow > a->gsm->sys.count)
-                can_borrow = a->gsm->sys.count;
+        if (can_borrow > lendable(a->gsm))
+                can_borrow = lendable(a->gsm);
         return a->own.count + can_borrow;
 }
 
@@ -328,7 +365,7 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                 forget_last(g, id);
                 if (a->own.count && g->chunks[a->own.tail].dirty)
                         kick(g); /* one clean chunk fewer: zero the next */
-        } else if ((force || a->borrowed.count + a->debt < a->cap) && g->sys.count) {
+        } else if ((force || a->borrowed.count + a->debt < a->cap) && (force ? g->sys.count : lendable(g))) {
                 if (a->borrowed.count + a->debt >= a->cap)
                         a->over++; /* held already: past the cap for now */
                 id = list_pop(g->chunks, &g->sys);
@@ -395,6 +432,7 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
                 list_unlink(g->chunks, &a->borrowed, id, 1);
                 g->borrowed--;
                 to_sys(g, id);
+                repay_owed(g);
         } else if (a->borrowed.count) {
                 /* Repay a loan: this chunk goes to the system list and a
                  * held borrowed one becomes the allocation's own. */
@@ -403,6 +441,7 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
                 g->chunks[d].borrowed = 0;
                 g->borrowed--;
                 to_sys(g, id);
+                repay_owed(g);
         } else if (c->dirty) {
                 /* Behind the clean ones, and first for p itself. */
                 c->state = GS_GSM_OWN;
@@ -487,7 +526,7 @@ static uint32_t walk(const struct gs_gsm *g, const struct gs_gsm_list *l, int wh
 int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
 {
         uint32_t nstate[GS_GSM_HELD + 1] = { 0 }, nborrowed = 0;
-        uint32_t reserved = 0, borrowed = 0, nallocs = 0, own = 0, held = 0;
+        uint32_t reserved = 0, borrowed = 0, nallocs = 0, own = 0, held = 0, owed = 0;
 
         for (uint32_t i = 0; i < g->nchunks; i++) {
                 const struct gs_gsm_chunk *c = &g->chunks[i];
@@ -536,9 +575,10 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                                 FAIL("chunk %u on a borrowed list but not borrowed by it", id);
                 if (a->borrowed.count > a->cap + a->over)
                         FAIL("allocation borrowed %u over its cap %u", a->borrowed.count, a->cap);
-                if (a->own.count + a->held != a->quota + a->borrowed.count)
-                        FAIL("allocation: free %u + held %u != quota %u + borrowed %u",
-                             a->own.count, a->held, a->quota, a->borrowed.count);
+                if (a->own.count + a->held + a->owed != a->quota + a->borrowed.count)
+                        FAIL("allocation: free %u + held %u + owed %u != quota %u + borrowed %u",
+                             a->own.count, a->held, a->owed, a->quota, a->borrowed.count);
+                owed += a->owed;
                 for (const struct gs_gsm_proc *p = a->procs; p; p = p->next) {
                         uint32_t inmap = 0;
 
@@ -589,8 +629,13 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                      g->nallocs, reserved, g->reserved, borrowed, g->borrowed, nborrowed);
         if (own != nstate[GS_GSM_OWN] || held != nstate[GS_GSM_HELD])
                 FAIL("own %u/%u held %u/%u", own, nstate[GS_GSM_OWN], held, nstate[GS_GSM_HELD]);
-        if (g->sys.count + g->reserved + g->borrowed != gs_gsm_usable(g))
-                FAIL("free %u + reserved %u + borrowed %u != usable %u", g->sys.count, g->reserved,
-                     g->borrowed, gs_gsm_usable(g));
+        if (owed != g->owed)
+                FAIL("owed %u, counter %u", owed, g->owed);
+        if (g->owed && g->sys.count)
+                FAIL("%u chunks on the system list while %u are owed", g->sys.count, g->owed);
+        /* Owed chunks are reserved and, out on loan, borrowed: once each. */
+        if (g->sys.count + g->reserved - g->owed + g->borrowed != gs_gsm_usable(g))
+                FAIL("free %u + reserved %u - owed %u + borrowed %u != usable %u", g->sys.count, g->reserved,
+                     g->owed, g->borrowed, gs_gsm_usable(g));
         return 0;
 }

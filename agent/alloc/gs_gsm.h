@@ -82,6 +82,7 @@ struct gs_gsm {
         struct gs_gsm_list sys;
         uint32_t reserved;     /* sum of the allocations' quotas */
         uint32_t borrowed;     /* sum of their borrowed chunks */
+        uint32_t owed;         /* sum of their owed chunks: lent ones the system list owes */
         uint32_t nallocs;
         struct gs_gsm_alloc *allocs; /* doubly linked through next/prev */
         gs_gsm_return_fn return_fn;
@@ -112,6 +113,11 @@ struct gs_gsm_alloc {
         /* Chunks its processes gave back, ever (wraps; gs_gsm_put writes
          * it atomically, so it may be read without the pool's lock). */
         uint32_t returned;
+        /* Quota chunks it did not get when it was made because they were
+         * lent (borrowed by other allocations): every chunk that reaches
+         * the system list goes to an allocation that is owed one, and
+         * nothing is lent while any is owed (docs/burst.md). */
+        uint32_t owed;
 };
 
 struct gs_gsm_proc {
@@ -139,7 +145,9 @@ int gs_gsm_retire(struct gs_gsm *g, uint32_t chunk) GS_WUR;
 int gs_gsm_unretire(struct gs_gsm *g, uint32_t chunk) GS_WUR;
 static inline uint32_t gs_gsm_usable(const struct gs_gsm *g) { return g->nchunks - g->nretired; }
 
-/* -EINVAL if quota is 0, -ENOSPC if fewer than quota chunks are free. */
+/* -EINVAL if quota is 0, -ENOSPC if fewer than quota chunks are free or
+ * lent (not owed already): what is lent is owed to it (gs_gsm_alloc.owed)
+ * and comes back as borrowers give chunks back. */
 int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota,
                       uint32_t cap) GS_WUR;
 /* Chunks back to the system list.  -EBUSY if a process remains. */
