@@ -44,6 +44,75 @@ static int on_return(void *ctx, uint32_t chunk)
         return fail_return ? -EIO : 0;
 }
 
+/* Moves: a record without memory takes a held chunk's place (spill), the
+ * chunk repays what is owed, first to the allocation that asked; a
+ * reserved system chunk takes the spare's place again (back). */
+START_TEST(test_exchange)
+{
+        uint32_t slots[8], ids[8], id, spare;
+
+        g.lend_owned = true;
+        g.return_fn = on_return;
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 2, 4), 0);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a2, 1, 0), 0);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a3, 1, 0), 0);
+        /* two spare records: retired, no memory */
+        ck_assert_int_eq(gs_gsm_retire(&g, g.sys.head), 0);
+        spare = g.sys.head;
+        ck_assert_int_eq(gs_gsm_retire(&g, spare), 0);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
+        /* 2 own + 2 from the system list + a2's and a3's idle chunks */
+        ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a1), 6);
+        gs_gsm_want(&a1, 1); /* nothing owed: nothing wanted */
+        ck_assert_uint_eq(a1.wants, 0);
+        for (int i = 0; i < 6; i++)
+                ids[i] = take_at_next(&p1, &slots[i]);
+        ck_assert_int_eq(gs_gsm_find_slots(&p1, 1, &slots[6]), 0);
+        ck_assert_int_eq(gs_gsm_take(&p1, slots[6], &id), -ENOMEM); /* the cap */
+        ck_assert_uint_eq(a2.owed, 1);
+        ck_assert_uint_eq(a3.owed, 1);
+        ck_assert_uint_eq(g.owed, 2);
+        /* a3 (the newer) asks: it is repaid first */
+        gs_gsm_want(&a3, 5);
+        ck_assert_uint_eq(a3.wants, 1);
+        ck_assert_int_eq(gs_gsm_exchange(&g, ids[5], ids[0]), -EINVAL); /* not retired */
+        ck_assert_int_eq(gs_gsm_exchange(&g, spare, spare), -EINVAL);   /* not held */
+        uint32_t held = ids[5];
+        nreturned = 0;
+        ck_assert_int_eq(gs_gsm_exchange(&g, held, spare), 0);
+        ck_assert_int_eq(nreturned, 1); /* made anew */
+        ck_assert_uint_eq(gs_gsm_slot_chunk(&p1, slots[5]), spare);
+        ck_assert_uint_eq(a3.owed, 0);
+        ck_assert_uint_eq(a3.own.count, 1);
+        ck_assert_uint_eq(a3.wants, 0);
+        ck_assert_uint_eq(a2.owed, 1);
+        ck_assert_uint_eq(g.chunks[held].state, GS_GSM_OWN);
+        ck_assert_uint_eq(g.chunks[spare].state, GS_GSM_HELD);
+        ck_assert_uint_eq(g.chunks[spare].borrowed, 1);
+        valid();
+        /* back: nothing lendable while a2 is owed */
+        ck_assert_int_eq(gs_gsm_reserve(&g, &id), -ENOMEM);
+        gs_gsm_put(&p1, slots[4]); /* a borrowed one: repays a2 */
+        ck_assert_uint_eq(a2.owed, 0);
+        ck_assert_int_eq(gs_gsm_reserve(&g, &id), -ENOMEM); /* the system list is empty */
+        gs_gsm_put(&p1, slots[3]);
+        ck_assert_int_eq(gs_gsm_reserve(&g, &id), 0);
+        ck_assert_uint_eq(g.chunks[id].state, GS_GSM_RETIRED);
+        valid();
+        nreturned = 0;
+        fail_return = 1; /* the spare has no memory to make: retired again */
+        ck_assert_int_eq(gs_gsm_exchange(&g, spare, id), 0);
+        fail_return = 0;
+        ck_assert_uint_eq(gs_gsm_slot_chunk(&p1, slots[5]), id);
+        ck_assert_uint_eq(g.chunks[spare].state, GS_GSM_RETIRED);
+        valid();
+        gs_gsm_proc_fini(&p1);
+        valid();
+        ck_assert_uint_eq(g.borrowed, 0);
+        ck_assert_uint_eq(g.owed, 0);
+}
+END_TEST
+
 START_TEST(test_bad_args)
 {
         struct gs_gsm z;
@@ -69,7 +138,17 @@ START_TEST(test_owed)
 {
         uint32_t slots[8], id;
 
+        /* Not without lend_owned (no spill): the create fails. */
         ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 2, 6), 0); /* 2 own, may borrow 6 */
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
+        for (int i = 0; i < 8; i++)
+                take_at_next(&p1, &slots[i]);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a2, 4, 0), -ENOSPC);
+        gs_gsm_proc_fini(&p1);
+        ck_assert_int_eq(gs_gsm_alloc_fini(&a1), 0);
+        valid();
+        g.lend_owned = true;
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 2, 6), 0);
         ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
         for (int i = 0; i < 8; i++)
                 take_at_next(&p1, &slots[i]);
@@ -99,10 +178,19 @@ START_TEST(test_owed)
         ck_assert_uint_eq(g.owed, 4);
         ck_assert_uint_eq(g.sys.count, 0);
         valid();
-        /* Nothing is lent while chunks are owed: the borrower gets none. */
+        /* The system list lends nothing while chunks are owed; the
+         * borrower gets the clean free chunks of others, owed them then. */
+        uint32_t owed2 = a2.owed, free2 = a2.own.count;
+        ck_assert_uint_eq(free2, 2);
+        ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a1), 2);
         ck_assert_int_eq(gs_gsm_find_slots(&p1, 1, &slots[0]), 0);
-        ck_assert_int_eq(gs_gsm_take(&p1, slots[0], &id), -ENOMEM);
-        ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a1), 0);
+        ck_assert_int_eq(gs_gsm_take(&p1, slots[0], &id), 0);
+        ck_assert_uint_eq(a2.owed, owed2 + 1);
+        ck_assert_uint_eq(a2.own.count, free2 - 1);
+        valid();
+        gs_gsm_put(&p1, slots[0]); /* and back to it */
+        ck_assert_uint_eq(a2.owed, owed2);
+        valid();
         /* The owed allocation's process takes what came back. */
         ck_assert_int_eq(gs_gsm_proc_init(&a2, &p2, 16), 0);
         while (a2.own.count)
@@ -270,6 +358,7 @@ int main(void)
         tcase_add_test(tc, test_balloon_and_repay);
         tcase_add_test(tc, test_return_failure_retires);
         tcase_add_test(tc, test_owed);
+        tcase_add_test(tc, test_exchange);
         tcase_add_test(tc, test_validate_catches);
         suite_add_tcase(s, tc);
         return gs_check_run(s);

@@ -109,31 +109,71 @@ static void to_sys(struct gs_gsm *g, uint32_t id)
         list_push(g->chunks, &g->sys, id, 0);
 }
 
-/* Chunks on the system list go to allocations owed some, the oldest
- * first (the list has the newest at its head). */
+/* Chunks on the system list go to allocations owed some: first to those
+ * whose processes asked for memory they did not get (wants), then the
+ * oldest first (the list has the newest at its head). */
+static void repay(struct gs_gsm *g, struct gs_gsm_alloc *a)
+{
+        uint32_t id = list_pop(g->chunks, &g->sys);
+
+        g->chunks[id].state = GS_GSM_OWN;
+        g->chunks[id].alloc = a;
+        list_push(g->chunks, &a->own, id, 0);
+        a->owed--;
+        g->owed--;
+        if (a->wants)
+                a->wants--;
+}
+
 static void repay_owed(struct gs_gsm *g)
 {
-        struct gs_gsm_alloc *a = g->allocs;
+        struct gs_gsm_alloc *a = g->allocs, *last = NULL;
 
         if (!g->owed || !g->sys.count || !a)
                 return;
-        while (a->next)
-                a = a->next;
-        for (; a && g->owed && g->sys.count; a = a->prev)
-                while (a->owed && g->sys.count) {
-                        uint32_t id = list_pop(g->chunks, &g->sys);
-                        g->chunks[id].state = GS_GSM_OWN;
-                        g->chunks[id].alloc = a;
-                        list_push(g->chunks, &a->own, id, 0);
-                        a->owed--;
-                        g->owed--;
-                }
+        for (; a; a = a->next) {
+                last = a;
+                while (a->wants && a->owed && g->sys.count)
+                        repay(g, a);
+        }
+        for (a = last; a && g->owed && g->sys.count; a = a->prev)
+                while (a->owed && g->sys.count)
+                        repay(g, a);
 }
 
 /* What the system list may lend: what no allocation is owed. */
 static uint32_t lendable(const struct gs_gsm *g)
 {
         return g->sys.count > g->owed ? g->sys.count - g->owed : 0;
+}
+
+/* With lend_owned: the allocation other than a with the most clean free
+ * chunks (they lead its list), or NULL. */
+static struct gs_gsm_alloc *idle_owner(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
+{
+        struct gs_gsm_alloc *best = NULL;
+
+        if (!g->lend_owned)
+                return NULL;
+        for (struct gs_gsm_alloc *o = g->allocs; o; o = o->next)
+                if (o != a && o->own.count && !g->chunks[o->own.head].dirty &&
+                    (!best || o->own.count > best->own.count))
+                        best = o;
+        return best;
+}
+
+/* Clean chunks on the free lists of allocations other than a. */
+static uint32_t idle_clean(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
+{
+        uint32_t n = 0;
+
+        if (!g->lend_owned)
+                return 0;
+        for (const struct gs_gsm_alloc *o = g->allocs; o; o = o->next)
+                for (uint32_t id = o == a ? GS_GSM_NONE : o->own.head; id != GS_GSM_NONE && !g->chunks[id].dirty;
+                     id = g->chunks[id].next)
+                        n++;
+        return n;
 }
 
 int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes)
@@ -199,7 +239,7 @@ int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota, 
                 return -EINVAL;
         /* Lent chunks not owed to another allocation yet count: they
          * come back as their borrowers give them back. */
-        if (quota > lendable(g) + (g->borrowed > g->owed ? g->borrowed - g->owed : 0))
+        if (quota > lendable(g) + (g->lend_owned && g->borrowed > g->owed ? g->borrowed - g->owed : 0))
                 return -ENOSPC;
         take_now = quota < lendable(g) ? quota : lendable(g);
         memset(a, 0, sizeof(*a));
@@ -252,8 +292,12 @@ uint32_t gs_gsm_alloc_obtainable(const struct gs_gsm_alloc *a)
         uint32_t out = a->borrowed.count + a->debt;
         uint32_t can_borrow = out < a->cap ? a->cap - out : 0;
 
-        if (can_borrow > lendable(a->gsm))
-                can_borrow = lendable(a->gsm);
+        uint32_t lend = lendable(a->gsm);
+
+        if (can_borrow > lend)
+                lend += idle_clean(a->gsm, a);
+        if (can_borrow > lend)
+                can_borrow = lend;
         return a->own.count + can_borrow;
 }
 
@@ -365,10 +409,21 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                 forget_last(g, id);
                 if (a->own.count && g->chunks[a->own.tail].dirty)
                         kick(g); /* one clean chunk fewer: zero the next */
-        } else if ((force || a->borrowed.count + a->debt < a->cap) && (force ? g->sys.count : lendable(g))) {
+        } else if ((force || a->borrowed.count + a->debt < a->cap) &&
+                   ((force ? g->sys.count : lendable(g)) || (!force && idle_owner(g, a)))) {
                 if (a->borrowed.count + a->debt >= a->cap)
                         a->over++; /* held already: past the cap for now */
-                id = list_pop(g->chunks, &g->sys);
+                if (force || lendable(g)) {
+                        id = list_pop(g->chunks, &g->sys);
+                } else {
+                        /* A clean chunk another allocation does not use:
+                         * it is owed it from now on (gs_gsm.h). */
+                        struct gs_gsm_alloc *o = idle_owner(g, a);
+                        id = list_pop(g->chunks, &o->own);
+                        o->owed++;
+                        g->owed++;
+                        kick(g);
+                }
                 g->chunks[id].borrowed = 1;
                 list_push(g->chunks, &a->borrowed, id, 1);
                 g->borrowed++;
@@ -409,6 +464,64 @@ int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
                 return r;
         r = take(p, slot, true, ret_chunk);
         return r == -ENOMEM ? -ENOSPC : r;
+}
+
+int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare)
+{
+        if (held >= g->nchunks || spare >= g->nchunks || g->chunks[held].state != GS_GSM_HELD ||
+            g->chunks[spare].state != GS_GSM_RETIRED)
+                return -EINVAL;
+        struct gs_gsm_chunk *c = &g->chunks[held], *r = &g->chunks[spare];
+        struct gs_gsm_proc *p = c->proc;
+        struct gs_gsm_alloc *a = c->alloc;
+        uint32_t slot = c->slot;
+
+        if (g->hold_fn && p->tag)
+                g->hold_fn(g->hold_ctx, held, p->tag, slot, 0);
+        list_unlink(g->chunks, &p->held, held, 0);
+        if (c->borrowed)
+                list_unlink(g->chunks, &a->borrowed, held, 1);
+        r->state = GS_GSM_HELD;
+        r->alloc = a;
+        r->proc = p;
+        r->last = NULL;
+        r->slot = slot;
+        r->borrowed = c->borrowed;
+        r->granted = c->granted;
+        r->dirty = c->dirty;
+        r->user = c->user;
+        list_push(g->chunks, &p->held, spare, 0);
+        if (r->borrowed)
+                list_push(g->chunks, &a->borrowed, spare, 1);
+        p->slots[slot] = spare;
+        g->nretired--;
+        if (g->hold_fn && p->tag)
+                g->hold_fn(g->hold_ctx, spare, p->tag, slot, 1);
+        /* held's memory goes to the system list the way a given-back
+         * chunk's does (made anew: the process had it). */
+        c->granted = 1;
+        to_sys(g, held);
+        repay_owed(g);
+        return 0;
+}
+
+int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk)
+{
+        if (!lendable(g))
+                return -ENOMEM;
+        uint32_t id = g->sys.head;
+        int r = gs_gsm_retire(g, id);
+        if (r == 0)
+                *ret_chunk = id;
+        return r;
+}
+
+void gs_gsm_want(struct gs_gsm_alloc *a, uint32_t n)
+{
+        if (n > a->owed)
+                n = a->owed;
+        if (n > a->wants)
+                a->wants = n;
 }
 
 void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
@@ -579,6 +692,8 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                         FAIL("allocation: free %u + held %u + owed %u != quota %u + borrowed %u",
                              a->own.count, a->held, a->owed, a->quota, a->borrowed.count);
                 owed += a->owed;
+                if (a->wants > a->owed)
+                        FAIL("allocation wants %u of the %u chunks it is owed", a->wants, a->owed);
                 for (const struct gs_gsm_proc *p = a->procs; p; p = p->next) {
                         uint32_t inmap = 0;
 

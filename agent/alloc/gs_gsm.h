@@ -8,6 +8,8 @@
  *   system free list (pool)  --quota at creation-->  allocation's free list
  *   allocation's free list   --take-->               process (at a slot)
  *   system free list         --take, ballooning-->   process (borrowed)
+ *   another's free list      --take, lend_owned-->   process (borrowed;
+ *                                                     the other is owed it)
  *
  * A borrowed chunk that comes back goes to the system list.  An own chunk
  * that comes back while the allocation still owes borrowed chunks repays
@@ -31,6 +33,7 @@
 #ifndef GS_GSM_H
 #define GS_GSM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +86,11 @@ struct gs_gsm {
         uint32_t reserved;     /* sum of the allocations' quotas */
         uint32_t borrowed;     /* sum of their borrowed chunks */
         uint32_t owed;         /* sum of their owed chunks: lent ones the system list owes */
+        /* Allocations may borrow the clean free chunks of other
+         * allocations, which are then owed them; and an allocation may be
+         * made while its chunks are lent (owed).  Only where lent memory
+         * can be taken back from live data (spill, docs/burst.md). */
+        bool lend_owned;
         uint32_t nallocs;
         struct gs_gsm_alloc *allocs; /* doubly linked through next/prev */
         gs_gsm_return_fn return_fn;
@@ -118,6 +126,9 @@ struct gs_gsm_alloc {
          * the system list goes to an allocation that is owed one, and
          * nothing is lent while any is owed (docs/burst.md). */
         uint32_t owed;
+        /* Of owed, chunks its processes asked for and did not get: repaid
+         * before any other allocation's (gs_gsm_want). */
+        uint32_t wants;
 };
 
 struct gs_gsm_proc {
@@ -177,6 +188,18 @@ int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WU
  * found holding it, gs_pool.h "legacy").  -EBUSY (slot occupied), -ENOSPC
  * (no chunk on either list), -ENOMEM. */
 int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
+/* Moves (docs/burst.md "Giving it back").  spare (retired: a record
+ * without device memory) takes held's place at its process's slot, with
+ * all it counts for (borrowed, blocks); held goes to the system list as a
+ * given-back chunk does (the return callback makes its memory anew) and
+ * repays what is owed.  -EINVAL unless held is held and spare retired. */
+int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare) GS_WUR;
+/* A chunk the system list may lend, retired for a move to take
+ * (gs_gsm_exchange); gs_gsm_unretire puts it back.  -ENOMEM if none. */
+int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk) GS_WUR;
+/* n chunks were asked for in a and not obtained: up to what it is owed,
+ * it is repaid first. */
+void gs_gsm_want(struct gs_gsm_alloc *a, uint32_t n);
 /* The chunk at slot (held) goes back: see the top of this file. */
 void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot);
 
