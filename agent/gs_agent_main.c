@@ -1,6 +1,7 @@
 /* gs_agent_main.c — gshare-agent: owns the node's GPU memory and serves the
  * allocations' processes and the control socket (see gs_agent.h and
  * docs/agent.md). */
+#include "gs_serve_move.h"
 #include "gs_agent.h"
 
 #include <fcntl.h>
@@ -46,6 +47,7 @@ static void usage(FILE *f)
                 "  --reserve SIZE       per GPU, left to the driver (config reserve)\n"
                 "  --balloon-cap SIZE   per allocation, borrowable (config balloonCap)\n"
                 "  --burst-max SIZE     the most an allocation's burst may borrow past its quota (config burstMax)\n"
+                "  --spill-max SIZE     per GPU, host memory for borrowed data moved off the GPU (config spillMax)\n"
                 "  --devices LIST       comma-separated GPU UUIDs or indices (config devices)\n"
                 "  --pod-resources-socket PATH  kubelet PodResources (config podResourcesSocket)\n"
                 "  --reconcile-interval DUR     e.g. 10s; 0: no reconciler (config reconcileInterval)\n"
@@ -300,6 +302,16 @@ static void ready_file(const struct gs_config *c, bool ready)
 static void broadcast(struct gs_agent *ag)
 {
         gs_ctlsrv_broadcast(ag->ctl);
+        gs_move_kick(ag);
+}
+
+/* Each usage scan also looks for spilled chunks that may come back. */
+static int64_t usage_tick(void *data, int64_t now)
+{
+        int64_t next = gs_usage_tick(data, now);
+
+        gs_move_kick(data);
+        return next;
 }
 
 int main(int argc, char **argv)
@@ -349,7 +361,7 @@ int main(int argc, char **argv)
         ag.on_give_back = gs_proc_give_back_sweep;
         gs_loop_timer_add(ag.loop, &ag.hello_timer, gs_proc_tick, &ag);
         gs_loop_timer_add(ag.loop, &ag.restore_timer, gs_allocs_tick, &ag);
-        gs_loop_timer_add(ag.loop, &ag.usage_timer, gs_usage_tick, &ag);
+        gs_loop_timer_add(ag.loop, &ag.usage_timer, usage_tick, &ag);
         r = gs_cuda_open(&ag.cu, ag.cfg.cuda_library, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);

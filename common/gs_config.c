@@ -353,6 +353,11 @@ int gs_config_validate(const struct gs_config *c, char *err, size_t errlen)
                 snprintf(err, errlen, "burstMax (%s) must be a multiple of chunkSize (%s)", u, k);
                 return -EINVAL;
         }
+        if (c->spill_max_bytes % c->chunk_bytes != 0) {
+                gs_format_size(c->spill_max_bytes, u, sizeof(u));
+                snprintf(err, errlen, "spillMax (%s) must be a multiple of chunkSize (%s)", u, k);
+                return -EINVAL;
+        }
         if (!gs_config_valid_resource_name(c->resource_name)) {
                 snprintf(err, errlen, "resourceName: expected domain/name, got '%s'", c->resource_name);
                 return -EINVAL;

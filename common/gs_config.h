@@ -10,6 +10,8 @@
  *   balloonCap: 0            # per allocation, borrowable from the system list
  *   burstMax: 0              # the most an allocation's burst may borrow past its
  *                            # quota (docs/burst.md); 0: no burst past balloonCap
+ *   spillMax: 0              # per GPU, host memory for borrowers' data moved off
+ *                            # the GPU when its owners want it back; 0: no spill
  *   maxBlocksPerProcess: 1048576     # live blocks (cuMemAlloc) a process may hold
  *   maxBlocksPerAllocation: 4194304  # ... all processes of an allocation, per GPU
  *   devices: all             # or a list of GPU UUIDs / indices
@@ -75,6 +77,7 @@ struct gs_config {
         uint64_t reserve_bytes;
         uint64_t balloon_cap_bytes;
         uint64_t burst_max_bytes;
+        uint64_t spill_max_bytes;
         /* Caps on live blocks, which bound the agent's memory per process
            and per allocation on each GPU (agent/alloc/gs_pool.h). */
         uint64_t max_blocks_per_process;

@@ -156,6 +156,7 @@ const struct gs_config_key gs_config_keys[] = {
         { "reserve", "--reserve", GS_CT_SIZE, FIELD(reserve_bytes), .opts = GS_CK_ZERO_OK },
         { "balloonCap", "--balloon-cap", GS_CT_SIZE, FIELD(balloon_cap_bytes), .opts = GS_CK_ZERO_OK },
         { "burstMax", "--burst-max", GS_CT_SIZE, FIELD(burst_max_bytes), .opts = GS_CK_ZERO_OK },
+        { "spillMax", "--spill-max", GS_CT_SIZE, FIELD(spill_max_bytes), .opts = GS_CK_ZERO_OK },
         { "maxBlocksPerProcess", NULL, GS_CT_BLOCKS, FIELD(max_blocks_per_process), .min = 1,
           .max = GS_CONFIG_MAX_BLOCKS },
         { "maxBlocksPerAllocation", NULL, GS_CT_BLOCKS, FIELD(max_blocks_per_allocation), .min = 1,

@@ -276,6 +276,11 @@ enum gs_op {
         GS_OP_SPILL_DONE = 15,
 };
 
+/* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
+ * owed are being moved off their borrowers for it: the request is worth
+ * trying again for up to GS_MOVE_PATIENCE_MS. */
+#define GS_OTHERS_MOVING 0x80000000u
+#define GS_MOVE_PATIENCE_MS 10000u
 /* Most slots one GS_OP_SPILL reply may name. */
 #define GS_MOVE_MAX 32u
 enum gs_move_dir {

@@ -66,7 +66,7 @@ again:
                 retried = true;
                 goto again;
         }
-        if (rep.status == -ENOMEM && rep.others_asked && gs_space_wait_for_others(&waited))
+        if (rep.status == -ENOMEM && rep.others_asked && gs_space_wait_for_others(&waited, rep.others_asked))
                 goto again;
         if (rep.status != 0) {
                 res = gs_conn_status(rep.status);

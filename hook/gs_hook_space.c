@@ -285,15 +285,18 @@ uint32_t gs_space_give_back(const struct gs_cu *cu, int gi)
         return n;
 }
 
-bool gs_space_wait_for_others(uint32_t *waited_ms)
+bool gs_space_wait_for_others(uint32_t *waited_ms, uint32_t others_asked)
 {
+        uint32_t patience = others_asked & GS_OTHERS_MOVING ? GS_MOVE_PATIENCE_MS : GS_GIVE_BACK_PATIENCE_MS;
         uint32_t step = *waited_ms < 2 ? 1 : *waited_ms / 2;
         struct timespec ts;
 
-        if (*waited_ms >= GS_GIVE_BACK_PATIENCE_MS)
+        if (*waited_ms >= patience)
                 return false;
-        if (step > GS_GIVE_BACK_PATIENCE_MS - *waited_ms)
-                step = GS_GIVE_BACK_PATIENCE_MS - *waited_ms;
+        if (step > GS_WAIT_STEP_MAX_MS)
+                step = GS_WAIT_STEP_MAX_MS;
+        if (step > patience - *waited_ms)
+                step = patience - *waited_ms;
         ts.tv_sec = 0;
         ts.tv_nsec = (long)step * 1000000L;
         pthread_mutex_unlock(&gs_conn.mu);

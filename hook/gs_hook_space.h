@@ -12,6 +12,10 @@
 /* How long a request short of memory waits, at most, for the allocation's
  * other processes to give back chunks they hold without a live block. */
 #define GS_GIVE_BACK_PATIENCE_MS 100u
+/* Or, while chunks it is owed are moved off their borrowers (the reply's
+ * others_asked has GS_OTHERS_MOVING), GS_MOVE_PATIENCE_MS (gs_wire.h);
+ * it looks again at least this often. */
+#define GS_WAIT_STEP_MAX_MS 10u
 
 /* The gs_conn.gpus index of device dev, or -ENODEV (not in the allocation). */
 int gs_space_dev_gpu(const struct gs_cu *cu, CUdevice dev);
@@ -40,7 +44,7 @@ uint32_t gs_space_give_back(const struct gs_cu *cu, int gi);
  * were asked to give back chunks (its reply's others_asked): waits a
  * little, gs_conn.mu let go meanwhile, and says whether to try again
  * (*waited_ms, 0 at first, bounds the whole wait). */
-bool gs_space_wait_for_others(uint32_t *waited_ms);
+bool gs_space_wait_for_others(uint32_t *waited_ms, uint32_t others_asked);
 /* If the agent asked (gs_shm.give_back changed), gives back on every GPU. */
 void gs_space_give_back_if_asked(const struct gs_cu *cu);
 /* The GPU whose range holds ptr, or -1. */

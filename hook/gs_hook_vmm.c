@@ -117,7 +117,7 @@ int gs_hook_vmm_create(CUmemGenericAllocationHandle *ret_h, size_t size, CUdevic
                         gave = true;
                         continue;
                 }
-                if (!rep.others_asked || !gs_space_wait_for_others(&waited))
+                if (!rep.others_asked || !gs_space_wait_for_others(&waited, rep.others_asked))
                         break;
         }
         if (rep.status != 0 || rep.arg[1] == 0) {

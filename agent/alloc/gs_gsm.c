@@ -186,6 +186,7 @@ int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes)
         if (!g->chunks)
                 return -ENOMEM;
         g->nchunks = nchunks;
+        g->nreal = nchunks;
         g->chunk_shift = (unsigned)__builtin_ctzll(chunk_bytes);
         list_init(&g->sys);
         /* Pushed in reverse so the list hands out chunk 0 first. */
@@ -466,10 +467,19 @@ int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk)
         return r == -ENOMEM ? -ENOSPC : r;
 }
 
+/* The first of a's held borrowed chunks that is not a spare, or NONE. */
+static uint32_t real_borrowed(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
+{
+        for (uint32_t id = a->borrowed.head; id != GS_GSM_NONE; id = g->chunks[id].bnext)
+                if (id < g->nreal)
+                        return id;
+        return GS_GSM_NONE;
+}
+
 int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare)
 {
         if (held >= g->nchunks || spare >= g->nchunks || g->chunks[held].state != GS_GSM_HELD ||
-            g->chunks[spare].state != GS_GSM_RETIRED)
+            g->chunks[spare].state != GS_GSM_RETIRED || !g->chunks[held].borrowed)
                 return -EINVAL;
         struct gs_gsm_chunk *c = &g->chunks[held], *r = &g->chunks[spare];
         struct gs_gsm_proc *p = c->proc;
@@ -546,10 +556,11 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
                 g->borrowed--;
                 to_sys(g, id);
                 repay_owed(g);
-        } else if (a->borrowed.count) {
+        } else if (real_borrowed(g, a) != GS_GSM_NONE) {
                 /* Repay a loan: this chunk goes to the system list and a
-                 * held borrowed one becomes the allocation's own. */
-                uint32_t d = a->borrowed.head;
+                 * held borrowed one becomes the allocation's own (never a
+                 * spare: it has no device memory to be own). */
+                uint32_t d = real_borrowed(g, a);
                 list_unlink(g->chunks, &a->borrowed, d, 1);
                 g->chunks[d].borrowed = 0;
                 g->borrowed--;
@@ -647,6 +658,8 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                         FAIL("chunk %u in state %u", i, c->state);
                 nstate[c->state]++;
                 nborrowed += c->borrowed;
+                if (i >= g->nreal && c->state != GS_GSM_RETIRED && !(c->state == GS_GSM_HELD && c->borrowed))
+                        FAIL("spare %u in state %u, borrowed %u", i, c->state, c->borrowed);
                 if (c->borrowed && c->state != GS_GSM_HELD)
                         FAIL("chunk %u borrowed but not held", i);
                 if ((c->state == GS_GSM_SYS || c->state == GS_GSM_RETIRED) &&

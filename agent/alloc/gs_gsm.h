@@ -91,6 +91,10 @@ struct gs_gsm {
          * made while its chunks are lent (owed).  Only where lent memory
          * can be taken back from live data (spill, docs/burst.md). */
         bool lend_owned;
+        /* Records from nreal on are spares: no device memory of their
+         * own; they stand, held and borrowed, for data moved to host
+         * memory (gs_gsm_exchange), else retired.  nchunks by default. */
+        uint32_t nreal;
         uint32_t nallocs;
         struct gs_gsm_alloc *allocs; /* doubly linked through next/prev */
         gs_gsm_return_fn return_fn;
@@ -192,7 +196,8 @@ int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS
  * without device memory) takes held's place at its process's slot, with
  * all it counts for (borrowed, blocks); held goes to the system list as a
  * given-back chunk does (the return callback makes its memory anew) and
- * repays what is owed.  -EINVAL unless held is held and spare retired. */
+ * repays what is owed.  -EINVAL unless held is held and borrowed and spare
+ * retired. */
 int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare) GS_WUR;
 /* A chunk the system list may lend, retired for a move to take
  * (gs_gsm_exchange); gs_gsm_unretire puts it back.  -ENOMEM if none. */

@@ -249,4 +249,25 @@ bool gs_pool_chunk_held(const struct gs_pool *pool, uint32_t chunk);
 /* How many of the chunks p holds satisfy pred. */
 uint32_t gs_pproc_count_held(const struct gs_pproc *p, bool (*pred)(void *ctx, uint32_t chunk), void *ctx);
 
+/* ---- Moves (docs/burst.md "Giving it back"; gs_gsm.h) ----
+ * The last nspare records of the pool are spares, retired: they stand for
+ * data a process's borrowed chunk held once it is moved to host memory,
+ * so that the chunk can go to whom it is owed.  With spares, allocations
+ * borrow the clean free chunks of others too (then owed them), and an
+ * allocation may be made while its chunks are lent.  Once, before any
+ * allocation.  -EINVAL otherwise. */
+int gs_pool_set_spares(struct gs_pool *pool, uint32_t nspare) GS_WUR;
+/* Records below this have device memory (nchunks - nspare). */
+uint32_t gs_pool_nreal(const struct gs_pool *pool);
+/* Chunks the allocations are owed in all. */
+uint32_t gs_pool_owed(const struct gs_pool *pool);
+/* gs_gsm_exchange, gs_gsm_reserve, gs_gsm_want. */
+int gs_pool_exchange(struct gs_pool *pool, uint32_t held, uint32_t spare) GS_WUR;
+int gs_pool_reserve(struct gs_pool *pool, uint32_t *ret_chunk) GS_WUR;
+void gs_palloc_want(struct gs_palloc *a, uint32_t n);
+uint32_t gs_palloc_owed(const struct gs_palloc *a);
+/* Up to max slots of p: holding spares (spares), else borrowed chunks
+ * with device memory (not from before a restart).  How many. */
+uint32_t gs_pproc_move_slots(const struct gs_pproc *p, bool spares, uint32_t *slots, uint32_t max);
+
 #endif

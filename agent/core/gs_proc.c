@@ -6,6 +6,7 @@
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
  * previous agent's processes: gs_proc_restore.c. */
 #include "gs_proc_int.h"
+#include "gs_serve_move.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                         continue;
                 pthread_mutex_lock(&g->lock);
                 gs_vmm_clear(g, &p->gpus[i].vmm);
+                gs_move_cancel(&p->gpus[i]);
                 gs_pproc_del(p->gpus[i].pp);
                 gs_pproc_del(p->gpus[i].vpp);
                 p->gpus[i].vpp = NULL;
@@ -211,6 +213,7 @@ void gs_proc_give_back_sweep(struct gs_agent *ag)
                         }
                         pthread_mutex_unlock(&g->lock);
                 }
+        gs_move_kick(ag);
         __atomic_add_fetch(&ag->give_back_sweeps, 1, __ATOMIC_ACQ_REL);
 }
 

@@ -25,6 +25,7 @@
 
 #include "gs_agent.h"
 #include "gs_allocs.h"
+#include "gs_gpu.h"
 #include "gs_ledger.h"
 #include "gs_ring.h"
 #include "gs_vmm.h"
@@ -65,6 +66,12 @@ struct gs_proc_gpu {
         struct gs_legacy_vmm *lvmm;
         uint32_t nlvmm;
         uint64_t lvmm_bytes;
+        /* A batch of moves sent, not answered yet (gs_serve_move.c);
+         * the worker serving the process's turn, or under g->lock. */
+        struct gs_move_ent move[GS_MOVE_MAX];
+        uint32_t nmove;
+        uint32_t move_dir;
+        uint64_t move_start_ns;
 };
 
 /* After the application released a VMM allocation the set does not know:
@@ -107,6 +114,7 @@ struct gs_proc {
         uint64_t nrequests;          /* atomic, for logs */
         uint32_t nexports;           /* atomic: live IPC exports (gs_ipc.h) */
         bool over_killed;            /* main: killed by the over-quota policy (gs_usage.h) */
+        bool move_feature;           /* GS_FEAT_SPILL announced to it */
 };
 
 /* The allocation's listening socket is readable: accept every waiting

@@ -4,6 +4,7 @@
  * given the connection (a reclaiming one first sends its reclaim,
  * gs_proc_reclaim.c). */
 #include "gs_proc_int.h"
+#include "gs_serve_move.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -124,6 +125,9 @@ int gs_proc_on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t e
         memset(&w, 0, sizeof(w));
         gs_sockmsg_hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
         w.h.reserved = GS_FEAT_RECLAIM | GS_FEAT_GIVEBACK;
+        p->move_feature = gs_move_feature(ag, a);
+        if (p->move_feature)
+                w.h.reserved |= GS_FEAT_SPILL;
         w.ngpus = a->nparts;
         w.shm_bytes = sizeof(struct gs_shm);
         w.proc_id = p->id;

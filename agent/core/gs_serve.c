@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gs_serve_move.h"
 #include "gs_allocs.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
@@ -295,6 +296,9 @@ static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, str
 
         if (r < 0 || rep->status != -ENOMEM)
                 return r;
+        /* Its own chunks are lent: taken back from the borrowers
+         * (docs/burst.md "Giving it back"), which takes longer. */
+        bool moving = gs_move_want(p, req->gpu, req->op == GS_OP_CTX ? 0 : req->arg[0]);
         /* One sweep at a time per part (it walks the part's processes
          * only): a process failing in a loop waits for each. */
         pthread_mutex_lock(&g->lock);
@@ -309,6 +313,8 @@ static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, str
         rep->others_asked = swept ? part->others_asked : 1;
         if (!rep->others_asked && gs_palloc_returned(part->pa) != returned)
                 rep->others_asked = 1; /* memory came back meanwhile: try again */
+        if (moving)
+                rep->others_asked |= GS_OTHERS_MOVING;
         pthread_mutex_unlock(&g->lock);
         return r;
 }
@@ -409,6 +415,14 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 rep->arg[1] = n;
                 return 0;
         }
+        case GS_OP_SPILL:
+                if (!p->move_feature)
+                        break;
+                return gs_serve_spill(p, pg, req, rep);
+        case GS_OP_SPILL_DONE:
+                if (!p->move_feature)
+                        break;
+                return gs_serve_spill_done(p, pg, req, rep);
         case GS_OP_CTX_DONE:
                 pthread_mutex_lock(&pg->g->lock);
                 pg->g->ctx_promised -= pg->ctx_promised;
@@ -428,9 +442,10 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 rep->status = r;
                 return 0;
         default:
-                rep->status = -EPROTO;
-                return 0;
+                break;
         }
+        rep->status = -EPROTO;
+        return 0;
 }
 
 /* Publishes a reply; the honest hook keeps one request outstanding, so a

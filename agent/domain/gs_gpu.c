@@ -208,11 +208,18 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                 return 0;
         }
 pool:
-        g->pool = gs_pool_new(g->nchunks, g->chunk_bytes);
+        r = gs_gpu_spill_init(g, cfg->spill_max_bytes, err, errlen);
+        if (r < 0)
+                return r;
+        g->pool = gs_pool_new(g->nchunks + g->nspare, g->chunk_bytes);
         if (!g->pool) {
                 snprintf(err, errlen, "cannot create the pool of %u chunks of %llu bytes",
                          g->nchunks, (unsigned long long)g->chunk_bytes);
                 return -ENOMEM;
+        }
+        if (gs_pool_set_spares(g->pool, g->nspare) < 0) {
+                snprintf(err, errlen, "cannot set %u spare records", g->nspare);
+                return -EINVAL;
         }
         gs_pool_set_return_fn(g->pool, gs_gpu_chunk_recycle, g);
         gs_pool_set_hold_fn(g->pool, gs_gpu_chunk_hold, g);
@@ -250,6 +257,7 @@ void gs_gpu_close(struct gs_gpu *g)
         free(g->held_before);
         g->held_before = NULL;
         gs_pool_free(g->pool);
+        gs_gpu_spill_fini(g);
         g->pool = NULL;
         if (g->ctx)
                 (void)g->agent->cu.ctx_set_current(g->ctx);

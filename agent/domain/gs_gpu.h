@@ -23,6 +23,7 @@
 #include "gs_devid.h"
 #include "gs_ledger.h"
 #include "gs_pool.h"
+#include "gs_wire.h"
 
 struct gs_allocation;
 struct gs_gsm;
@@ -62,6 +63,30 @@ struct gs_chunk {
          * may still run): granted to nobody, dropped by nobody, until the
          * batch is done (gs_gpu_scrubber.c gs_gpu_batch_wait). */
         bool scrubbing;
+};
+
+/* A spare record's host memory while a move to it runs (gs_gpu_spill.c). */
+struct gs_spare {
+        CUmemGenericAllocationHandle h;
+        int fd;          /* -1: none */
+        bool busy;       /* in a move now */
+};
+
+/* One slot's move: the record at the slot (from) gives way to to, whose
+ * memory (fd) the process maps there once it copied the data over. */
+struct gs_move_ent {
+        uint32_t slot, from, to;
+        int fd;
+};
+
+/* Moves since the GPU was opened (gs_gpu_move_*). */
+struct gs_gpu_move_stats {
+        uint64_t chunks_out;   /* moved to host memory */
+        uint64_t chunks_back;  /* moved back to the GPU */
+        uint64_t refused;      /* spills that found no host memory (spillMax) */
+        uint64_t moves;        /* batches, both ways */
+        uint64_t move_ns;      /* their time in all, as the agent saw it */
+        uint64_t reclaim_asks; /* owners' requests that made the agent ask for moves */
 };
 
 /* The scrubber's batch in flight: a chunk's memory by its mapping (the
@@ -164,6 +189,15 @@ struct gs_gpu {
         uint32_t scrub_batch_failures;
         struct gs_gpu_scrub_ent batch[GS_GPU_SCRUB_BATCH];
         struct gs_gpu_scrub_stats scrub_st;
+        /* Moves (gs_gpu_spill.c), under lock: the pool's records
+         * [nchunks, nchunks + nspare) are spares (gs_pool.h "Moves");
+         * spill_want: chunks owners asked for that are lent; moving_out:
+         * of those, in moves now. */
+        uint32_t nspare;
+        struct gs_spare *spares;
+        uint32_t spill_want;
+        uint32_t moving_out;
+        struct gs_gpu_move_stats move_st;
 };
 
 /* What an earlier agent hands over of one GPU's pool (gs_handover.h):
@@ -315,6 +349,26 @@ void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b);
  * them from before a restart (the driver counts such memory to the
  * process that maps it, so usage scans subtract them).  Under g->lock. */
 uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p);
+
+/* ---- Moves (gs_gpu_spill.c; docs/burst.md "Giving it back") ----
+ * Before the pool is made: spillMax / chunk spare records (at most the
+ * pool's size), 0 = no spill.  After it is closed: whatever host memory is
+ * still made. */
+int gs_gpu_spill_init(struct gs_gpu *g, uint64_t spill_max_bytes, char *err, size_t errlen) GS_WUR;
+void gs_gpu_spill_fini(struct gs_gpu *g);
+/* Under g->lock.  Up to max moves of pp's slots: to host memory, as many
+ * as g->spill_want asks for and spares allow (host memory made for each),
+ * or back to the GPU while nothing is owed (a lendable chunk reserved for
+ * each).  How many into e, or 0 (err says why when spares ran out). */
+int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
+                     uint32_t max, char *err, size_t errlen);
+/* Under g->lock: the first moved of the n planned moves were done (the
+ * records exchange: a spilled chunk goes to whom it is owed, made anew),
+ * the others are undone.  owner, proc: the process's allocation and id. */
+void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
+                     uint32_t moved, struct gs_allocation *owner, uint64_t proc);
+/* Under g->lock: chunks whose data sits in host memory now. */
+uint32_t gs_gpu_spilled(struct gs_gpu *g);
 
 /* After any change to the pool under g->lock: if what is lent changed,
  * tells the main thread (gs_agent_poke). */

@@ -20,7 +20,7 @@ static struct gs_gsm *pool_gsm(struct gs_gpu *g)
 {
         struct gs_gsm *m = g->pool ? gs_pool_gsm(g->pool) : NULL;
 
-        if (!m || m->nchunks != g->nchunks || m->return_fn != gs_gpu_chunk_recycle || m->return_ctx != g ||
+        if (!m || m->nchunks != g->nchunks + g->nspare || m->return_fn != gs_gpu_chunk_recycle || m->return_ctx != g ||
             !m->chunks)
                 return NULL;
         return m;

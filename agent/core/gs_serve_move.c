@@ -1,0 +1,171 @@
+/* gs_serve_move.c — the agent's side of moves (gs_wire.h item 8;
+ * docs/burst.md "Giving it back"): a process's mover asks what to move
+ * (GS_OP_SPILL) and says what it moved (GS_OP_SPILL_DONE); owners short of
+ * memory that is lent make the agent ask the borrowers' movers; chunks
+ * come back to the GPU when it has some to lend again.  The GPU's books
+ * are gs_gpu_spill.c's. */
+#include "gs_serve_move.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+
+#include "gs_gpu.h"
+#include "gs_log.h"
+#include "gs_ring.h"
+#include "gs_sockmsg.h"
+#include "gs_util.h"
+
+bool gs_move_feature(const struct gs_agent *ag, const struct gs_allocation *a)
+{
+        for (uint32_t i = 0; i < a->nparts; i++) {
+                const struct gs_part *part = &a->parts[i];
+                if (ag->gpus[part->gpu].nspare &&
+                    (ag->cfg.burst_max_bytes || gs_part_burst(part) > part->quota_chunks))
+                        return true;
+        }
+        return false;
+}
+
+int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
+{
+        struct gs_gpu *g = pg->g;
+        uint32_t dir = GS_MOVE_TO_HOST;
+        char err[256] = "";
+        int n;
+
+        if (pg->nmove) {
+                /* The last batch was not answered: a protocol violation. */
+                rep->status = -EPROTO;
+                return 0;
+        }
+        pthread_mutex_lock(&g->lock);
+        n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_HOST, pg->move, GS_MOVE_MAX, err, sizeof(err));
+        if (n == 0) {
+                dir = GS_MOVE_TO_DEVICE;
+                n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_DEVICE, pg->move, GS_MOVE_MAX, err, sizeof(err));
+        }
+        if (n > 0) {
+                pg->nmove = (uint32_t)n;
+                pg->move_dir = dir;
+                pg->move_start_ns = gs_mono_ns();
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (err[0])
+                log_warn("GPU %u: process %d (%s): %s", g->index, p->pid, p->comm, err);
+        for (int i = 0; i < n; i++) {
+                struct gs_sock_grant m;
+
+                memset(&m, 0, sizeof(m));
+                gs_sockmsg_hdr(&m.h, GS_SOCK_MOVE, sizeof(m));
+                m.seq = req->seq;
+                m.gpu = req->gpu;
+                m.slot = pg->move[i].slot;
+                m.chunk_bytes = g->chunk_bytes;
+                int r = gs_sockmsg_send(p->sock, &m, sizeof(m), pg->move[i].fd, &p->stop);
+                if (r < 0)
+                        return r; /* the connection ends; the moves are undone with the process */
+        }
+        rep->arg[0] = (uint64_t)n;
+        rep->arg[1] = dir;
+        return 0;
+}
+
+int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                        struct gs_ring_msg *rep)
+{
+        struct gs_gpu *g = pg->g;
+        uint64_t moved = req->arg[0];
+
+        if (!pg->nmove || req->arg[1] != pg->move_dir || moved > pg->nmove) {
+                rep->status = -EPROTO;
+                return 0;
+        }
+        pthread_mutex_lock(&g->lock);
+        gs_gpu_move_end(g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, (uint32_t)moved, p->alloc, p->id);
+        g->move_st.moves++;
+        g->move_st.move_ns += gs_mono_ns() - pg->move_start_ns;
+        pg->nmove = 0;
+        pthread_mutex_unlock(&g->lock);
+        log_debug("GPU %u: process %d moved %llu chunks %s", g->index, p->pid, (unsigned long long)moved,
+                  pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU");
+        gs_agent_poke(p->agent);
+        return 0;
+}
+
+void gs_move_cancel(struct gs_proc_gpu *pg)
+{
+        if (!pg->nmove)
+                return;
+        gs_gpu_move_end(pg->g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, 0, NULL, 0);
+        pg->nmove = 0;
+}
+
+bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
+{
+        struct gs_part *part = &p->alloc->parts[gi];
+        struct gs_gpu *g = p->gpus[gi].g;
+        bool asked = false;
+
+        pthread_mutex_lock(&g->lock);
+        uint32_t owed = g->nspare ? gs_palloc_owed(part->pa) : 0;
+        if (owed) {
+                uint32_t need = (uint32_t)((bytes + g->chunk_bytes - 1) / g->chunk_bytes);
+                if (need == 0 || need > owed)
+                        need = need ? owed : 1;
+                gs_palloc_want(part->pa, need);
+                uint32_t total = gs_pool_owed(g->pool);
+                if (g->spill_want < need)
+                        g->spill_want = need;
+                if (g->spill_want > total)
+                        g->spill_want = total;
+                g->move_st.reclaim_asks++;
+                asked = true;
+        }
+        pthread_mutex_unlock(&g->lock);
+        return asked;
+}
+
+static void ring_mover(struct gs_proc *p)
+{
+        __atomic_add_fetch(&p->shm->spill, 1, __ATOMIC_RELEASE);
+        gs_futex_wake(&p->shm->spill);
+}
+
+/* Main thread. */
+void gs_move_kick(struct gs_agent *ag)
+{
+        for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
+                struct gs_gpu *g = &ag->gpus[gi];
+                bool out, back;
+
+                if (!g->nspare || !g->pool)
+                        continue;
+                pthread_mutex_lock(&g->lock);
+                struct gs_pool_stats st;
+                gs_pool_stats(g->pool, &st);
+                out = g->spill_want > g->moving_out;
+                back = !g->spill_want && !gs_pool_owed(g->pool) && st.chunks_free && gs_gpu_spilled(g);
+                if (g->spill_want && !gs_pool_owed(g->pool))
+                        g->spill_want = 0; /* repaid meanwhile (given back, exits) */
+                pthread_mutex_unlock(&g->lock);
+                if (!out && !back)
+                        continue;
+                for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                        for (uint32_t i = 0; i < a->nparts; i++) {
+                                if (a->parts[i].gpu != gi)
+                                        continue;
+                                for (struct gs_proc *p = a->procs; p; p = p->next) {
+                                        if (p->state != GS_PROC_ACTIVE || !p->shm || !p->move_feature ||
+                                            i >= p->ngpus || !p->gpus[i].pp)
+                                                continue;
+                                        pthread_mutex_lock(&g->lock);
+                                        uint32_t slot;
+                                        bool has = gs_pproc_move_slots(p->gpus[i].pp, back && !out, &slot, 1) != 0;
+                                        pthread_mutex_unlock(&g->lock);
+                                        if (has)
+                                                ring_mover(p);
+                                }
+                        }
+        }
+}

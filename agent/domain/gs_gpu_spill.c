@@ -1,0 +1,182 @@
+/* gs_gpu_spill.c — a GPU's moves (gs_gpu.h "Moves"; docs/burst.md
+ * "Giving it back"): a borrower's data moved to host memory so that the
+ * device chunk under it goes to the allocation it is owed to, and moved
+ * back once the GPU has a chunk to lend again.  The process's hook does
+ * the copying (gs_wire.h item 8); this file says what moves where and
+ * keeps the books: spare records stand for the host memory, made here
+ * while a move runs and left to the process once it maps it. */
+#include "gs_gpu_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gs_gsm.h"
+#include "gs_log.h"
+
+int gs_gpu_spill_init(struct gs_gpu *g, uint64_t spill_max_bytes, char *err, size_t errlen)
+{
+        uint64_t n = spill_max_bytes / g->chunk_bytes;
+
+        if (n == 0)
+                return 0;
+        if (n > g->nchunks)
+                n = g->nchunks; /* never more than the pool itself could lend */
+        g->spares = calloc(n, sizeof(*g->spares));
+        if (!g->spares) {
+                snprintf(err, errlen, "out of memory for %llu spare records", (unsigned long long)n);
+                return -ENOMEM;
+        }
+        for (uint64_t i = 0; i < n; i++)
+                g->spares[i].fd = -1;
+        g->nspare = (uint32_t)n;
+        return 0;
+}
+
+void gs_gpu_spill_fini(struct gs_gpu *g)
+{
+        for (uint32_t i = 0; i < g->nspare; i++)
+                if (g->spares[i].fd >= 0)
+                        gs_gpu_mem_drop(g, g->spares[i].h, &g->spares[i].fd);
+        free(g->spares);
+        g->spares = NULL;
+        g->nspare = 0;
+}
+
+/* Host memory for one chunk, exported (CU_MEM_LOCATION_TYPE_HOST_NUMA 0:
+ * what the H100's driver accepts with POSIX fds; _HOST is refused). */
+static int host_make(struct gs_gpu *g, struct gs_spare *s, char *err, size_t errlen)
+{
+        const struct gs_cuda *cu = &g->agent->cu;
+        CUmemAllocationProp prop;
+        int r;
+
+        gs_gpu_chunk_prop(g, &prop);
+        prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        prop.location.id = 0;
+        (void)cu->ctx_set_current(g->ctx);
+        r = gs_cuda_check(cu, cu->mem_create(&s->h, g->chunk_bytes, &prop, 0), "cuMemCreate (host)", err, errlen);
+        if (r < 0)
+                return r;
+        r = gs_cuda_check(cu, cu->mem_export(&s->fd, s->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                          "cuMemExportToShareableHandle (host)", err, errlen);
+        if (r == 0 && (s->fd < 0 || fcntl(s->fd, F_SETFD, FD_CLOEXEC) < 0)) {
+                snprintf(err, errlen, "exported host fd unusable");
+                r = -EBADF;
+        }
+        if (r < 0) {
+                gs_closep(&s->fd);
+                (void)cu->mem_release(s->h);
+        }
+        return r;
+}
+
+/* A spare record free for a move: retired (held by nobody), no move. */
+static int free_spare(struct gs_gpu *g)
+{
+        const struct gs_gsm *m = gs_pool_gsm(g->pool);
+
+        for (uint32_t i = 0; i < g->nspare; i++)
+                if (!g->spares[i].busy && m->chunks[g->nchunks + i].state == GS_GSM_RETIRED)
+                        return (int)i;
+        return -1;
+}
+
+int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
+                     uint32_t max, char *err, size_t errlen)
+{
+        uint32_t slots[GS_MOVE_MAX], n = 0, want;
+
+        if (!g->nspare || !pp)
+                return 0;
+        if (max > GS_MOVE_MAX)
+                max = GS_MOVE_MAX;
+        if (dir == GS_MOVE_TO_HOST) {
+                want = g->spill_want > g->moving_out ? g->spill_want - g->moving_out : 0;
+                uint32_t k = gs_pproc_move_slots(pp, false, slots, want < max ? want : max);
+                for (uint32_t i = 0; i < k; i++) {
+                        int s = free_spare(g);
+                        if (s < 0) {
+                                snprintf(err, errlen, "spillMax reached: no host memory left for spilled chunks");
+                                g->move_st.refused++;
+                                break;
+                        }
+                        int r = host_make(g, &g->spares[s], err, errlen);
+                        if (r < 0) {
+                                g->move_st.refused++;
+                                break;
+                        }
+                        g->spares[s].busy = true;
+                        e[n] = (struct gs_move_ent){ .slot = slots[i], .from = gs_pproc_slot_chunk(pp, slots[i]),
+                                                     .to = g->nchunks + (uint32_t)s, .fd = g->spares[s].fd };
+                        n++;
+                }
+                g->moving_out += n;
+                return (int)n;
+        }
+        /* Back only while nobody is owed or wants a chunk. */
+        if (g->spill_want || gs_pool_owed(g->pool))
+                return 0;
+        uint32_t k = gs_pproc_move_slots(pp, true, slots, max);
+        for (uint32_t i = 0; i < k; i++) {
+                uint32_t d;
+                if (gs_pool_reserve(g->pool, &d) < 0)
+                        break;
+                if (d >= g->nchunks || g->chunks[d].fd < 0 || g->chunks[d].pending) {
+                        if (gs_pool_unretire_chunk(g->pool, d) < 0)
+                                log_error("GPU %u: chunk %u lost from the system list", g->index, d);
+                        break;
+                }
+                e[n] = (struct gs_move_ent){ .slot = slots[i], .from = gs_pproc_slot_chunk(pp, slots[i]), .to = d,
+                                             .fd = g->chunks[d].fd };
+                n++;
+        }
+        return (int)n;
+}
+
+void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
+                     uint32_t moved, struct gs_allocation *owner, uint64_t proc)
+{
+        for (uint32_t i = 0; i < n; i++) {
+                if (dir == GS_MOVE_TO_HOST) {
+                        struct gs_spare *s = &g->spares[e[i].to - g->nchunks];
+                        /* The process maps the host memory now (or never
+                         * will): the agent keeps none of it. */
+                        gs_gpu_mem_drop(g, s->h, &s->fd);
+                        s->busy = false;
+                        if (i < moved && gs_pool_exchange(g->pool, e[i].from, e[i].to) < 0)
+                                log_error("GPU %u: spill of chunk %u not recorded", g->index, e[i].from);
+                        if (i < moved && g->spill_want)
+                                g->spill_want--;
+                } else if (i < moved) {
+                        if (gs_pool_exchange(g->pool, e[i].from, e[i].to) < 0)
+                                log_error("GPU %u: chunk %u back not recorded", g->index, e[i].to);
+                        g->chunks[e[i].to].owner = owner;
+                        g->chunks[e[i].to].writer = proc;
+                } else {
+                        /* The process had its fd: made anew before anyone
+                         * gets it (pending if the driver has no room). */
+                        if (gs_gpu_chunk_recycle(g, e[i].to) == 0 && gs_pool_unretire_chunk(g->pool, e[i].to) < 0)
+                                log_error("GPU %u: chunk %u lost from the system list", g->index, e[i].to);
+                }
+        }
+        if (dir == GS_MOVE_TO_HOST) {
+                g->moving_out -= n;
+                g->move_st.chunks_out += moved;
+        } else {
+                g->move_st.chunks_back += moved;
+        }
+        gs_gpu_check_lending(g);
+}
+
+uint32_t gs_gpu_spilled(struct gs_gpu *g)
+{
+        const struct gs_gsm *m = g->pool ? gs_pool_gsm(g->pool) : NULL;
+        uint32_t n = 0;
+
+        for (uint32_t i = 0; m && i < g->nspare; i++)
+                n += m->chunks[g->nchunks + i].state == GS_GSM_HELD;
+        return n;
+}
