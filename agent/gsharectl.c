@@ -87,6 +87,10 @@ static void print_gpus(const Gshare__Ctl__V1__ListGpusReply *l)
                                g->chunks_total, g->chunks_free, g->unit_bytes, g->units_total,
                                g->units_allocated, g->units_lent, g->healthy ? "true" : "false");
                         jstr(g->health_reason);
+                        printf(",\"chunks_spilled\":%u,\"chunks_owed\":%u,\"chunks_moving\":%u"
+                               ",\"chunks_moved_out\":%" PRIu64 ",\"chunks_moved_back\":%" PRIu64,
+                               g->chunks_spilled, g->chunks_owed, g->chunks_moving, g->chunks_moved_out,
+                               g->chunks_moved_back);
                         printf(",\"units_draining\":[");
                         for (size_t k = 0; k < g->n_units_draining; k++)
                                 printf("%s%u", k ? "," : "", g->units_draining[k]);

@@ -140,10 +140,17 @@ void gs_pool_stats(const struct gs_pool *pool, struct gs_pool_stats *ret)
 {
         memset(ret, 0, sizeof(*ret));
         ret->chunk_bytes = pool->chunk_bytes;
-        ret->nchunks = gs_gsm_usable(&pool->gsm);
-        ret->chunks_free = pool->gsm.sys.count;
-        ret->chunks_reserved = pool->gsm.reserved;
-        ret->chunks_borrowed = pool->gsm.borrowed;
+        const struct gs_gsm *g = &pool->gsm;
+        uint32_t spilled = 0;
+
+        for (uint32_t i = g->nreal; i < g->nchunks; i++)
+                spilled += g->chunks[i].state == GS_GSM_HELD;
+        /* Spares hold host memory, not the GPU's; owed chunks are lent
+         * out of allocations' quotas, not out of free units. */
+        ret->nchunks = gs_gsm_usable(g) - spilled;
+        ret->chunks_free = g->sys.count;
+        ret->chunks_reserved = g->reserved;
+        ret->chunks_borrowed = g->borrowed > spilled + g->owed ? g->borrowed - spilled - g->owed : 0;
         ret->nallocs = pool->gsm.nallocs;
 }
 

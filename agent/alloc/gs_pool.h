@@ -59,7 +59,8 @@ struct gs_pool_stats {
         uint32_t nchunks;         /* usable chunks (retired ones excluded) */
         uint32_t chunks_free;     /* on the system free list */
         uint32_t chunks_reserved; /* quota chunks of all allocations */
-        uint32_t chunks_borrowed; /* lent to allocations by ballooning */
+        uint32_t chunks_borrowed; /* lent to allocations by ballooning, out of free units (not
+                                     spilled ones, nor those lent out of other allocations' quotas) */
         uint32_t nallocs;
 };
 
