@@ -517,13 +517,34 @@ int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare)
 
 int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk)
 {
-        if (!lendable(g))
+        struct gs_gsm_alloc *o;
+        uint32_t id;
+
+        if (lendable(g)) {
+                id = g->sys.head;
+                int r = gs_gsm_retire(g, id);
+                if (r == 0)
+                        *ret_chunk = id;
+                return r;
+        }
+        o = idle_owner(g, NULL);
+        if (!o)
                 return -ENOMEM;
-        uint32_t id = g->sys.head;
-        int r = gs_gsm_retire(g, id);
-        if (r == 0)
-                *ret_chunk = id;
-        return r;
+        /* Lent out of an idle allocation's quota: it is owed it. */
+        id = list_pop(g->chunks, &o->own);
+        o->owed++;
+        g->owed++;
+        g->chunks[id].state = GS_GSM_RETIRED;
+        g->chunks[id].alloc = NULL;
+        g->nretired++;
+        kick(g);
+        *ret_chunk = id;
+        return 0;
+}
+
+uint32_t gs_gsm_lendable(const struct gs_gsm *g)
+{
+        return lendable(g) + idle_clean(g, NULL);
 }
 
 void gs_gsm_want(struct gs_gsm_alloc *a, uint32_t n)

@@ -199,9 +199,13 @@ int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS
  * repays what is owed.  -EINVAL unless held is held and borrowed and spare
  * retired. */
 int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare) GS_WUR;
-/* A chunk the system list may lend, retired for a move to take
- * (gs_gsm_exchange); gs_gsm_unretire puts it back.  -ENOMEM if none. */
+/* A chunk the system list may lend, else (lend_owned) a clean free chunk
+ * of an allocation (owed it from now on), retired for a move to take
+ * (gs_gsm_exchange); gs_gsm_unretire puts it back (repaying what is
+ * owed).  -ENOMEM if none. */
 int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk) GS_WUR;
+/* How many gs_gsm_reserve could take now. */
+uint32_t gs_gsm_lendable(const struct gs_gsm *g);
 /* n chunks were asked for in a and not obtained: up to what it is owed,
  * it is repaid first. */
 void gs_gsm_want(struct gs_gsm_alloc *a, uint32_t n);

@@ -260,6 +260,8 @@ uint32_t gs_pproc_count_held(const struct gs_pproc *p, bool (*pred)(void *ctx, u
 int gs_pool_set_spares(struct gs_pool *pool, uint32_t nspare) GS_WUR;
 /* Records below this have device memory (nchunks - nspare). */
 uint32_t gs_pool_nreal(const struct gs_pool *pool);
+/* Chunks a move back could take now (gs_gsm_lendable). */
+uint32_t gs_pool_lendable(const struct gs_pool *pool);
 /* Chunks the allocations are owed in all. */
 uint32_t gs_pool_owed(const struct gs_pool *pool);
 /* gs_gsm_exchange, gs_gsm_reserve, gs_gsm_want. */

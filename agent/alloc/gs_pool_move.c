@@ -25,6 +25,11 @@ uint32_t gs_pool_nreal(const struct gs_pool *pool)
         return pool->gsm.nreal;
 }
 
+uint32_t gs_pool_lendable(const struct gs_pool *pool)
+{
+        return gs_gsm_lendable(&pool->gsm);
+}
+
 uint32_t gs_pool_owed(const struct gs_pool *pool)
 {
         return pool->gsm.owed;

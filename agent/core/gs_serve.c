@@ -298,7 +298,7 @@ static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, str
                 return r;
         /* Its own chunks are lent: taken back from the borrowers
          * (docs/burst.md "Giving it back"), which takes longer. */
-        bool moving = gs_move_want(p, req->gpu, req->op == GS_OP_CTX ? 0 : req->arg[0]);
+        bool moving = gs_move_want(p, req->gpu, req->op == GS_OP_CTX ? g->ctx_expect_bytes : req->arg[0]);
         /* One sweep at a time per part (it walks the part's processes
          * only): a process failing in a loop waits for each. */
         pthread_mutex_lock(&g->lock);

@@ -142,10 +142,8 @@ void gs_move_kick(struct gs_agent *ag)
                 if (!g->nspare || !g->pool)
                         continue;
                 pthread_mutex_lock(&g->lock);
-                struct gs_pool_stats st;
-                gs_pool_stats(g->pool, &st);
                 out = g->spill_want > g->moving_out;
-                back = !g->spill_want && !gs_pool_owed(g->pool) && st.chunks_free && gs_gpu_spilled(g);
+                back = !g->spill_want && gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
                 if (g->spill_want && !gs_pool_owed(g->pool))
                         g->spill_want = 0; /* repaid meanwhile (given back, exits) */
                 pthread_mutex_unlock(&g->lock);

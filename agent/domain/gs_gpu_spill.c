@@ -116,8 +116,8 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                 g->moving_out += n;
                 return (int)n;
         }
-        /* Back only while nobody is owed or wants a chunk. */
-        if (g->spill_want || gs_pool_owed(g->pool))
+        /* Back only while nobody wants a chunk back. */
+        if (g->spill_want)
                 return 0;
         uint32_t k = gs_pproc_move_slots(pp, true, slots, max);
         for (uint32_t i = 0; i < k; i++) {

@@ -14,6 +14,11 @@ $(E2E_DIR)/e2e_cuda: $(E2E_DIR)/e2e_cuda.o $(FAKECUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda -lpthread
 TEST_DEPS += $(E2E_DIR)/e2e_cuda
 
+# The borrower and the owner of the moves' test (test_spill.py).
+$(E2E_DIR)/e2e_spill: $(E2E_DIR)/e2e_spill.o $(FAKECUDA_SO)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda -ldl
+TEST_DEPS += $(E2E_DIR)/e2e_spill
+
 # Hostile tenants and faults (issue 10): create/restore failures, the
 # checkpoint, socket access, scrubbing, the worker pool.
 $(E2E_DIR)/race_chmod.so: test/e2e/race_chmod.c

@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""test_spill.py — lent memory taken back from live data (docs/burst.md
+"Giving it back"; issue 22, items 2 and 3), on the fake driver, which
+models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
+64 MiB; burstMax 768Mi, spillMax 512Mi).
+
+  lend      A (4 units, 8 chunks) is idle; B (2 units, burst 896 MiB)
+            fills 896 MiB with checksummed blocks: the 16 free chunks and
+            A's 8 idle ones (A is owed them)
+  reclaim   A's process allocates its 256 MiB: it gets them (waiting while
+            B's mover copies 8 chunks to host memory and remaps them at the
+            same addresses); B's checksums hold, B maps 256 MiB of host
+            memory, gsharectl shows 8 chunks spilled and nothing owed
+  back      A frees and exits: B's data comes back to the GPU (host memory
+            0, nothing spilled), checksums intact
+  during    B's fake kernel is queued and held when A asks again: B's
+            mover waits in its synchronization (a move in flight); A waits
+            too (GS_OTHERS_MOVING); released, the kernel's writes are in the
+            moved data and A gets its memory
+  killed    the same, but B is killed while its move waits: the batch is
+            undone, A gets its memory from B's exit, no spare is left held,
+            and the books balance (a fresh borrower fills again)
+  off       without spillMax nothing of this happens: A's idle chunks are
+            never lent (covered by test_burst.py's "lent" part)
+
+Environment: B (build dir), SANITIZE (see test_e2e.py)."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_e2e as e  # noqa: E402
+from test_e2e import MiB, check  # noqa: E402
+
+SPILL = os.path.join(e.BD, "test/e2e/e2e_spill")
+
+
+class Prog:
+    """An e2e_spill process driven line by line."""
+
+    def __init__(self, ag, alloc, *args):
+        self.p = subprocess.Popen([SPILL] + [str(a) for a in args], env=e.hook_env(ag, alloc),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def line(self):
+        return self.p.stdout.readline().split()
+
+    def say(self, cmd):
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+        return self.line()
+
+    def quit(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.write("quit\n")
+                self.p.stdin.flush()
+            except BrokenPipeError:
+                pass
+        try:
+            self.p.wait(timeout=e.HANG)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        return self.p.returncode
+
+
+def gpu(ag):
+    return ag.gpus()[0]
+
+
+def main():
+    e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL)
+    tmp = tempfile.mkdtemp(prefix="gshare-spill-")
+    ag = e.Agent(tmp, ["--burst-max", "768Mi", "--spill-max", "512Mi"])
+    ag.start()
+    try:
+        uuid = gpu(ag)["uuid"]
+        ids = ["%s-u%d" % (uuid, u) for u in range(14)]
+        A = ag.create(ids[0:4])["allocation"]
+        B = ag.create_args(["--burst", "896Mi", ids[4], ids[5]])["allocation"]
+        check(gpu(ag)["chunks_total"] == 28, "the pool: 28 chunks (%d)" % gpu(ag)["chunks_total"])
+
+        # ---- lend: B borrows the free chunks and A's idle ones
+        b = Prog(ag, B, "borrow", 896, 32)
+        got = b.line()
+        check(got == ["ready", "896"], "lend: B fills 896 MiB: 16 free chunks and A's 8 idle ones (%s)" % got)
+        g = gpu(ag)
+        check(g["chunks_owed"] == 8, "lend: A is owed its 8 chunks (%d)" % g["chunks_owed"])
+        check(g["units_lent"] == 8, "lend: 8 units lent out of free units, not A's (%d)" % g["units_lent"])
+        check(b.say("check")[:2] == ["check", "ok"], "lend: B's checksums")
+
+        # ---- reclaim: A's process wants its memory
+        a = Prog(ag, A, "own", 256, 32)
+        got = a.line()
+        check(got[:3] == ["own", "got", "256"], "reclaim: A's process gets its 256 MiB (%s)" % got)
+        if len(got) == 5:
+            print("info reclaim: 256 MiB (8 chunks) in %s ms on the fake driver" % got[4])
+        r = b.say("check")
+        check(r[:2] == ["check", "ok"] and len(r) == 4 and int(r[3]) >= 256 * MiB,
+              "reclaim: B's checksums hold, its data in %s bytes of host memory" % (r[3] if len(r) == 4 else r))
+        g = gpu(ag)
+        check(g["chunks_spilled"] >= 8 and g["chunks_owed"] == 0 and g["chunks_moving"] == 0,
+              "reclaim: %d chunks spilled, %d owed, %d moving" % (g["chunks_spilled"], g["chunks_owed"],
+                                                                 g["chunks_moving"]))
+        check(b.p.poll() is None, "reclaim: B runs on")
+
+        # ---- back: A frees and exits; B's data comes back to the GPU
+        check(a.say("free") == ["freed"], "back: A frees")
+        check(a.quit() == 0, "back: A exits")
+
+        def host_back():
+            r = b.say("check")
+            return r[:2] == ["check", "ok"] and r[3] == "0" and gpu(ag)["chunks_spilled"] == 0
+        check(e.wait_for(host_back, 60, step=0.2) is not None, "back: B's data on the GPU again, checksums intact")
+        g = gpu(ag)
+        check(g["chunks_moved_back"] >= 8, "back: %d chunks moved back" % g["chunks_moved_back"])
+
+        # ---- during: A asks while B's move waits for B's queued kernel
+        check(b.say("hold") == ["held"], "during: B's kernel queued over block 0, held")
+        a = Prog(ag, A, "own", 128, 32)
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, 60, step=0.05) is not None,
+              "during: a move of B's is in flight (waiting for its kernel)")
+        check(a.p.poll() is None, "during: A waits")
+        check(b.say("release") == ["released"], "during: B's kernel released")
+        got = a.line()
+        check(got[:3] == ["own", "got", "128"], "during: A gets its 128 MiB (%s)" % got)
+        r = b.say("check")
+        check(r[:2] == ["check", "ok"], "during: the kernel's writes are in B's moved data, the rest intact (%s)" % r)
+        a.say("free")
+        a.quit()
+        check(e.wait_for(host_back, 60, step=0.2) is not None, "during: B back on the GPU")
+
+        # ---- killed: B dies while its move waits
+        check(b.say("hold") == ["held"], "killed: B's kernel held")
+        a = Prog(ag, A, "own", 256, 32)
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, 60, step=0.05) is not None,
+              "killed: a move of B's is in flight")
+        b.p.send_signal(signal.SIGKILL)
+        b.p.wait()
+        got = a.line()
+        check(got[:3] == ["own", "got", "256"], "killed: A gets its 256 MiB from B's exit (%s)" % got)
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0 and gpu(ag)["chunks_spilled"] == 0, 60) is not None,
+              "killed: the batch undone, no spare held")
+        a.say("free")
+        a.quit()
+        b2 = Prog(ag, B, "borrow", 896, 32)
+        got = b2.line()
+        check(got == ["ready", "896"], "killed: the books balance, a new borrower fills 896 MiB again (%s)" % got)
+        check(b2.say("check")[:2] == ["check", "ok"], "killed: its checksums")
+        b2.quit()
+        check(e.wait_idle(ag, B["id"]) is not None and gpu(ag)["chunks_owed"] == 0,
+              "all gone: nothing owed, nothing held")
+        check(ag.alive(), "the agent runs on")
+    finally:
+        ag.stop()
+    e.report(ag, tmp)
+
+
+if __name__ == "__main__":
+    main()
