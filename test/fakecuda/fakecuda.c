@@ -1023,6 +1023,22 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 
+/* Active while retained; no flags are kept. */
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!flags || !active)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        *flags = 0;
+        *active = g_primary[dev].refs > 0;
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
         return fc_dev_check(dev);
@@ -2737,7 +2753,7 @@ static const struct {
         FC_SYM(cuDeviceGetCount), FC_SYM(cuDeviceGet), FC_SYM(cuDeviceGetName), FC_SYM(cuDeviceGetUuid),
         FC_SYM(cuDeviceGetUuid_v2), FC_SYM(cuDeviceTotalMem), FC_SYM(cuDeviceTotalMem_v2),
         FC_SYM(cuDeviceGetAttribute), FC_SYM(cuDeviceGetPCIBusId), FC_SYM(cuDevicePrimaryCtxRetain),
-        FC_SYM(cuDevicePrimaryCtxRelease), FC_SYM(cuDevicePrimaryCtxRelease_v2), FC_SYM(cuDevicePrimaryCtxReset),
+        FC_SYM(cuDevicePrimaryCtxRelease), FC_SYM(cuDevicePrimaryCtxRelease_v2), FC_SYM(cuDevicePrimaryCtxGetState), FC_SYM(cuDevicePrimaryCtxReset),
         FC_SYM(cuDevicePrimaryCtxReset_v2), FC_SYM(cuCtxCreate), FC_SYM(cuCtxCreate_v2), FC_SYM(cuCtxCreate_v4),
         FC_SYM(cuCtxDestroy), FC_SYM(cuCtxDestroy_v2), FC_SYM(cuCtxSetCurrent), FC_SYM(cuCtxGetCurrent),
         FC_SYM(cuCtxGetDevice), FC_SYM(cuCtxSynchronize), FC_SYM(cuCtxPushCurrent), FC_SYM(cuCtxPushCurrent_v2),
