@@ -62,6 +62,7 @@ CUresult gs_ctx_destroy(CUcontext ctx, CUresult (*destroy)(CUcontext))
 
         if (t_destroying)
                 return destroy(ctx); /* the outer call forgets it */
+        pthread_once(&g_ctx_once, gs_ctx_fork_register);
         /* Held across the driver's call: the mover, which holds it while
          * it uses the contexts, never sees one half destroyed. */
         pthread_mutex_lock(&g_ctx_mu);
@@ -80,7 +81,12 @@ CUresult gs_ctx_destroy(CUcontext ctx, CUresult (*destroy)(CUcontext))
         return r;
 }
 
-void gs_ctx_lock(void) { pthread_mutex_lock(&g_ctx_mu); }
+void gs_ctx_lock(void)
+{
+        pthread_once(&g_ctx_once, gs_ctx_fork_register);
+        pthread_mutex_lock(&g_ctx_mu);
+}
+
 void gs_ctx_unlock(void) { pthread_mutex_unlock(&g_ctx_mu); }
 
 int gs_ctx_list(CUcontext *ctxs, CUdevice *devs, int max)
