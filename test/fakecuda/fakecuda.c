@@ -34,6 +34,9 @@
  * cuMemSetAccess) and read and written there like device memory.  It is
  * charged to no device (cuMemGetInfo, NVML's per-process memory);
  * fakecuda_host_bytes() says how much of it this process holds.
+ * fakecuda_fail_maps(mask) makes cuMemMap calls fail on purpose: bit i
+ * set, the i-th call from now (0 the next) returns
+ * CUDA_ERROR_OUT_OF_MEMORY and maps nothing (for tests of failure paths).
  *
  * The fake kernel.  There are no modules; the one CUfunction is
  * fakecuda_fill_kernel().  cuLaunchKernel(_ptsz) of it takes any grid and
@@ -2570,15 +2573,28 @@ static int fc_in_resv(uintptr_t a, size_t size)
         return 0;
 }
 
+/* fakecuda_fail_maps: the calls to fail, bit 0 the next (atomic). */
+static uint64_t g_fail_maps;
+
+void fakecuda_fail_maps(uint64_t mask);
+void fakecuda_fail_maps(uint64_t mask) { __atomic_store_n(&g_fail_maps, mask, __ATOMIC_SEQ_CST); }
+
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                           unsigned long long flags)
 {
         struct fc_handle *e;
         struct fc_map *m;
         CUresult r = CUDA_SUCCESS;
+        uint64_t fail;
         int idx;
 
         FC_INIT_CHECK();
+        do
+                fail = __atomic_load_n(&g_fail_maps, __ATOMIC_SEQ_CST);
+        while (fail && !__atomic_compare_exchange_n(&g_fail_maps, &fail, fail >> 1, 0, __ATOMIC_SEQ_CST,
+                                                    __ATOMIC_SEQ_CST));
+        if (fail & 1)
+                return CUDA_ERROR_OUT_OF_MEMORY;
         if (size == 0 || size % FC_GRAN || ptr % FC_GRAN || offset != 0 || flags != 0)
                 return CUDA_ERROR_INVALID_VALUE;
         m = calloc(1, sizeof(*m));

@@ -33,6 +33,7 @@ void fakecuda_hold_work(int hold);
 uint64_t fakecuda_work_pending(void);
 uint64_t fakecuda_launched(void);
 uint64_t fakecuda_host_bytes(void);
+void fakecuda_fail_maps(uint64_t mask);
 
 #define CHUNK (2u << 20)
 #define SLOTS 4u
@@ -374,6 +375,19 @@ START_TEST(test_waits_for_work_and_holds_launches)
 }
 END_TEST
 
+/* Setup, and slots 0 and 1 mapped and filled: the host bytes and device
+ * mappings held then. */
+static void setup_two_slots(uint64_t *host0, int *devs)
+{
+        setup();
+        for (uint32_t s = 0; s < 2; s++) {
+                map_slot(s, NULL);
+                fill(s);
+        }
+        *host0 = fakecuda_host_bytes();
+        *devs = held("gshare-fake-dev0");
+}
+
 /* A fd that is no CUDA export: nothing moves, the slot keeps its memory
  * and data; in a batch, what came before it moved (a prefix). */
 START_TEST(test_bad_fd)
@@ -382,13 +396,7 @@ START_TEST(test_bad_fd)
         int fds[2], bad, good, devs;
         uint64_t host0;
 
-        setup();
-        map_slot(0, NULL);
-        map_slot(1, NULL);
-        fill(0);
-        fill(1);
-        host0 = fakecuda_host_bytes();
-        devs = held("gshare-fake-dev0");
+        setup_two_slots(&host0, &devs);
 
         bad = fds[0] = memfd_create("not-cuda", MFD_CLOEXEC);
         ck_assert_int_ge(bad, 0);
@@ -415,6 +423,44 @@ START_TEST(test_bad_fd)
         ck_assert(fd_closed(good));
         ck_assert_uint_eq(fakecuda_host_bytes(), host0 + CHUNK);
         ck_assert_int_ne(gs_conn.state, GS_CONN_UP);
+        teardown();
+}
+END_TEST
+
+/* The new memory cannot be mapped at the slot (the second cuMemMap of a
+ * slot's move; the first maps the scratch): the old memory is mapped back,
+ * data intact, nothing moved, nothing of the new memory held.  If even
+ * that fails (the third), the slot is unmapped and the connection dropped
+ * (fail closed). */
+START_TEST(test_map_back)
+{
+        uint32_t slots[2] = { 0, 1 };
+        int fds[2], devs;
+        uint64_t host0;
+
+        setup_two_slots(&host0, &devs);
+        fds[0] = chunk_fd(1, NULL);
+        fds[1] = chunk_fd(1, NULL);
+        fakecuda_fail_maps(2);
+        ck_assert_uint_eq(move(slots, fds, 2), 0);
+        ck_assert(fd_closed(fds[0]) && fd_closed(fds[1]));
+        ck_assert(intact(0) && intact(1));
+        ck_assert(g->mapped[0]);
+        ck_assert_uint_eq(fakecuda_host_bytes(), host0);
+        ck_assert_int_eq(held("gshare-fake-dev0"), devs);
+        ck_assert_int_eq(held("gshare-fake-host0"), 0);
+
+        pthread_mutex_lock(&gs_conn.mu);
+        gs_conn.state = GS_CONN_UP; /* as if registered: the failure drops it */
+        pthread_mutex_unlock(&gs_conn.mu);
+        fds[0] = chunk_fd(1, NULL);
+        fakecuda_fail_maps(6);
+        ck_assert_uint_eq(move(slots, fds, 1), 0);
+        ck_assert(fd_closed(fds[0]));
+        ck_assert(!g->mapped[0]);
+        ck_assert_int_eq(gs_conn.state, GS_CONN_DOWN);
+        ck_assert(intact(1));
+        ck_assert_uint_eq(fakecuda_host_bytes(), host0);
         teardown();
 }
 END_TEST
@@ -519,6 +565,7 @@ int main(void)
         tcase_add_test(tc, test_waits_for_work_and_holds_launches);
         tcase_add_test(tc, test_bad_fd);
         tcase_add_test(tc, test_syncs_first);
+        tcase_add_test(tc, test_map_back);
         tcase_add_test(tc, test_contexts);
         tcase_add_test(tc, test_app_context_only);
         suite_add_tcase(s, tc);
