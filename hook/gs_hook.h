@@ -14,7 +14,10 @@
  *                   errors to CUresult in one place
  *   gs_hook_nvml.c  NVML's memory queries (nvidia-smi, pynvml)
  *   gs_hook_gate.c  the launch gate: launches, copies and memsets wait
- *                   while the hook moves memory (gs_hook_gate.h) */
+ *                   while the hook moves memory (gs_hook_gate.h)
+ *   gs_hook_spill.c the mover: a borrowed chunk's data moved to the memory
+ *                   the agent names, at the same address (gs_hook_spill.h)
+ *   gs_hook_ctx.c   the contexts the application made, for the mover */
 #ifndef GS_HOOK_H
 #define GS_HOOK_H
 
@@ -60,6 +63,14 @@ struct gs_cu {
         CUresult (*ctx_create_v2)(CUcontext *, unsigned int, CUdevice);
         CUresult (*ctx_create_v3)(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
         CUresult (*ctx_create_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+        CUresult (*ctx_destroy)(CUcontext);
+        CUresult (*ctx_destroy_v2)(CUcontext);
+        CUresult (*ctx_push_current_v2)(CUcontext);
+        CUresult (*ctx_pop_current_v2)(CUcontext *);
+        CUresult (*device_primary_ctx_get_state)(CUdevice, unsigned int *, int *);
+        CUresult (*device_primary_ctx_release_v2)(CUdevice);
+        CUresult (*memcpy_dtod_v2)(CUdeviceptr, CUdeviceptr, size_t);
+        CUresult (*mem_retain_allocation_handle)(CUmemGenericAllocationHandle *, void *);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).
@@ -76,7 +87,7 @@ void *gs_real_dlsym_fn(void);
 /* One line on stderr, "gshare: ...", at most once per process per key (a
  * fork child may print again).  Debug lines only with $GSHARE_HOOK_DEBUG=1. */
 enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE_CAPTURE, GS_ONCE_CTX, GS_ONCE_RECLAIM,
-               GS_ONCE__N };
+               GS_ONCE_MOVER, GS_ONCE__N };
 void gs_hook_say_once(enum gs_once key, const char *fmt, ...) GS_PRINTF(2, 3);
 void gs_hook_debug(const char *fmt, ...) GS_PRINTF(1, 2);
 void gs_hook_once_reset(void);
@@ -145,6 +156,22 @@ int gs_hook_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h) GS_WUR;
 int gs_hook_ipc_close(CUdeviceptr dptr);
 /* The opened block holding ptr: -ENOENT if none. */
 int gs_hook_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size) GS_WUR;
+
+/* gs_hook_ctx.c: the contexts the application made (cuCtxCreate*), for
+ * the mover.  At most GS_CTX_MAX are kept; more are counted, and the mover
+ * moves nothing while one of those lives. */
+#define GS_CTX_MAX 64
+/* After the driver made ctx on dev. */
+void gs_ctx_created(CUcontext ctx, CUdevice dev);
+/* The application's cuCtxDestroy: destroy(ctx), and ctx forgotten if it
+ * succeeded.  Waits while the mover uses the contexts. */
+CUresult gs_ctx_destroy(CUcontext ctx, CUresult (*destroy)(CUcontext));
+/* The mover: held while it uses the contexts (no cuCtxDestroy meanwhile). */
+void gs_ctx_lock(void);
+void gs_ctx_unlock(void);
+/* pre: gs_ctx_lock held.  Up to max contexts and their devices: how many,
+ * or -1 if a live context could not be recorded. */
+int gs_ctx_list(CUcontext *ctxs, CUdevice *devs, int max);
 
 /* ---- gs_hook_nvml.c ----------------------------------------------- */
 

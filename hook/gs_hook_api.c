@@ -26,7 +26,7 @@
         X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
         X(cuMemRelease) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2)         \
         X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle) X(cuDevicePrimaryCtxRetain)          \
-        X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4)
+        X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy) X(cuCtxDestroy_v2)
 
 /* And the launch gate's wrappers (gs_hook_gate.h), some of them of
  * functions cuda.h deprecates. */
@@ -213,6 +213,8 @@ GS_HOOK_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice d
         if (r != CUDA_SUCCESS)
                 return r;
         r = cu->ctx_create(pctx, flags, dev);
+        if (r == CUDA_SUCCESS && pctx)
+                gs_ctx_created(*pctx, dev);
         gs_hook_mem_ctx_done(dev);
         return r;
 }
@@ -228,6 +230,8 @@ GS_HOOK_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevic
         if (r != CUDA_SUCCESS)
                 return r;
         r = cu->ctx_create_v2(pctx, flags, dev);
+        if (r == CUDA_SUCCESS && pctx)
+                gs_ctx_created(*pctx, dev);
         gs_hook_mem_ctx_done(dev);
         return r;
 }
@@ -244,6 +248,8 @@ GS_HOOK_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params
         if (r != CUDA_SUCCESS)
                 return r;
         r = cu->ctx_create_v3(pctx, params, n, flags, dev);
+        if (r == CUDA_SUCCESS && pctx)
+                gs_ctx_created(*pctx, dev);
         gs_hook_mem_ctx_done(dev);
         return r;
 }
@@ -259,8 +265,30 @@ GS_HOOK_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, 
         if (r != CUDA_SUCCESS)
                 return r;
         r = cu->ctx_create_v4(pctx, params, flags, dev);
+        if (r == CUDA_SUCCESS && pctx)
+                gs_ctx_created(*pctx, dev);
         gs_hook_mem_ctx_done(dev);
         return r;
+}
+
+/* The mover synchronizes the contexts the application made
+ * (gs_hook_ctx.c): a destroyed one is forgotten. */
+GS_HOOK_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+        const struct gs_cu *cu = gs_cu_get();
+
+        if (!cu || !cu->ctx_destroy_v2)
+                return CUDA_ERROR_NOT_INITIALIZED;
+        return gs_ctx_destroy(ctx, cu->ctx_destroy_v2);
+}
+
+GS_HOOK_API CUresult cuCtxDestroy(CUcontext ctx)
+{
+        const struct gs_cu *cu = gs_cu_get();
+
+        if (!cu || (!cu->ctx_destroy && !cu->ctx_destroy_v2))
+                return CUDA_ERROR_NOT_INITIALIZED;
+        return gs_ctx_destroy(ctx, cu->ctx_destroy ? cu->ctx_destroy : cu->ctx_destroy_v2);
 }
 
 /* ---- allocation ------------------------------------------------------ */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "gs_hook_conn.h"
+#include "gs_hook_spill.h"
 #include "gs_ring.h"
 
 #define GS_DEFAULT_SOCKET "/var/run/gshare/agent.sock"
@@ -433,6 +434,10 @@ static int gs_conn_open(int reclaim, const char **why)
                 gs_conn.reconnects++;
         }
         gs_conn.state = GS_CONN_UP;
+        /* A process that may borrow: the gate armed before any chunk is
+         * granted, and a mover to give borrowed chunks back. */
+        if (gs_conn.features & GS_FEAT_SPILL)
+                gs_spill_start();
         return 0;
 fail:
         gs_closep(&fds[0]);
@@ -549,10 +554,12 @@ const struct gs_cu *gs_conn_ready(void)
  * negative errno after which the connection is gone. */
 /* Requests that only give something back: after the agent went away they
  * are done (what the process no longer holds is not reclaimed), and never
- * wait for a new agent. */
+ * wait for a new agent.  GS_OP_SPILL_DONE answers the agent that went
+ * away: a new one never asked for that move. */
 static int gs_op_gives_back(uint32_t op)
 {
-        return op == GS_OP_FREE || op == GS_OP_RELEASE || op == GS_OP_VMM_RELEASE || op == GS_OP_CTX_DONE;
+        return op == GS_OP_FREE || op == GS_OP_RELEASE || op == GS_OP_VMM_RELEASE || op == GS_OP_CTX_DONE ||
+               op == GS_OP_SPILL_DONE;
 }
 
 /* pre: gs_conn.mu held.  The transport failed during a call: LOST, and

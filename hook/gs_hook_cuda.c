@@ -62,6 +62,12 @@ static const struct {
         GS_CU_ENTRY(stream_is_capturing_ptsz, cuStreamIsCapturing_ptsz), GS_CU_ENTRY(device_primary_ctx_retain, cuDevicePrimaryCtxRetain),
         GS_CU_ENTRY(ctx_create, cuCtxCreate), GS_CU_ENTRY(ctx_create_v2, cuCtxCreate_v2), GS_CU_ENTRY(ctx_create_v3, cuCtxCreate_v3),
         GS_CU_ENTRY(ctx_create_v4, cuCtxCreate_v4), GS_CU_ENTRY(device_can_access_peer, cuDeviceCanAccessPeer),
+        GS_CU_ENTRY(ctx_destroy, cuCtxDestroy), GS_CU_ENTRY(ctx_destroy_v2, cuCtxDestroy_v2),
+        GS_CU_ENTRY(ctx_push_current_v2, cuCtxPushCurrent_v2), GS_CU_ENTRY(ctx_pop_current_v2, cuCtxPopCurrent_v2),
+        GS_CU_ENTRY(device_primary_ctx_get_state, cuDevicePrimaryCtxGetState),
+        GS_CU_ENTRY(device_primary_ctx_release_v2, cuDevicePrimaryCtxRelease_v2),
+        GS_CU_ENTRY(memcpy_dtod_v2, cuMemcpyDtoD_v2),
+        GS_CU_ENTRY(mem_retain_allocation_handle, cuMemRetainAllocationHandle),
 };
 
 static void gs_cu_load(void)

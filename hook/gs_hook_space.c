@@ -69,7 +69,7 @@ int gs_space_reserve(const struct gs_cu *cu, struct gs_hook_gpu *g)
  * other's memory work on gshare memory as natively).  Devices outside the
  * allocation get nothing.  One call may span several mappings, which is
  * what makes a k-chunk grant cheap.  pre: gs_conn.mu held. */
-static int gs_set_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev)
+int gs_space_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev)
 {
         CUmemAccessDesc acc[GS_MAX_GPUS_PER_ALLOC];
         size_t n = 0;
@@ -109,7 +109,7 @@ static int gs_map_fd_access(const struct gs_cu *cu, CUdeviceptr at, size_t size,
         }
         /* The mapping keeps the memory; our handle is not needed. */
         (void)cu->mem_release(h);
-        if (access && gs_set_access(cu, at, size, dev) < 0) {
+        if (access && gs_space_access(cu, at, size, dev) < 0) {
                 (void)cu->mem_unmap(at, size);
                 goto out;
         }
@@ -147,7 +147,7 @@ static int gs_grant_access(const struct gs_cu *cu, struct gs_hook_gpu *g, CUdevi
                 uint32_t j = i + 1;
                 while (j < n && slots[j] == slots[j - 1] + 1)
                         j++;
-                if (gs_set_access(cu, g->va_base + (CUdeviceptr)slots[i] * g->chunk,
+                if (gs_space_access(cu, g->va_base + (CUdeviceptr)slots[i] * g->chunk,
                                   (size_t)(j - i) * g->chunk, dev) < 0) {
                         for (uint32_t k = 0; k < n; k++) {
                                 (void)cu->mem_unmap(g->va_base + (CUdeviceptr)slots[k] * g->chunk, g->chunk);

@@ -24,6 +24,9 @@ int gs_space_dev_gpu(const struct gs_cu *cu, CUdevice dev);
 int gs_space_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev);
 /* Reserves g's range on first use.  0, -ENOMEM or -EOPNOTSUPP. */
 int gs_space_reserve(const struct gs_cu *cu, struct gs_hook_gpu *g) GS_WUR;
+/* Read-write access to [at, at + size) for dev and its peers in the
+ * allocation (devices outside it get nothing).  0 or -EIO. */
+int gs_space_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev) GS_WUR;
 /* Imports fd, maps it read-write for dev (and its peers in the allocation)
  * at [at, at + size).  Closes fd.  0, or -EIO with nothing left mapped. */
 int gs_space_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev, int fd) GS_WUR;

@@ -34,6 +34,9 @@
  * cuMemSetAccess) and read and written there like device memory.  It is
  * charged to no device (cuMemGetInfo, NVML's per-process memory);
  * fakecuda_host_bytes() says how much of it this process holds.
+ * fakecuda_fail_maps(mask) makes cuMemMap calls fail on purpose: bit i
+ * set, the i-th call from now (0 the next) returns
+ * CUDA_ERROR_OUT_OF_MEMORY and maps nothing (for tests of failure paths).
  *
  * The fake kernel.  There are no modules; the one CUfunction is
  * fakecuda_fill_kernel().  cuLaunchKernel(_ptsz) of it takes any grid and
@@ -1022,6 +1025,22 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+/* Active while retained; no flags are kept. */
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+        CUresult r = fc_dev_check(dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!flags || !active)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        *flags = 0;
+        *active = g_primary[dev].refs > 0;
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
@@ -2554,15 +2573,28 @@ static int fc_in_resv(uintptr_t a, size_t size)
         return 0;
 }
 
+/* fakecuda_fail_maps: the calls to fail, bit 0 the next (atomic). */
+static uint64_t g_fail_maps;
+
+void fakecuda_fail_maps(uint64_t mask);
+void fakecuda_fail_maps(uint64_t mask) { __atomic_store_n(&g_fail_maps, mask, __ATOMIC_SEQ_CST); }
+
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                           unsigned long long flags)
 {
         struct fc_handle *e;
         struct fc_map *m;
         CUresult r = CUDA_SUCCESS;
+        uint64_t fail;
         int idx;
 
         FC_INIT_CHECK();
+        do
+                fail = __atomic_load_n(&g_fail_maps, __ATOMIC_SEQ_CST);
+        while (fail && !__atomic_compare_exchange_n(&g_fail_maps, &fail, fail >> 1, 0, __ATOMIC_SEQ_CST,
+                                                    __ATOMIC_SEQ_CST));
+        if (fail & 1)
+                return CUDA_ERROR_OUT_OF_MEMORY;
         if (size == 0 || size % FC_GRAN || ptr % FC_GRAN || offset != 0 || flags != 0)
                 return CUDA_ERROR_INVALID_VALUE;
         m = calloc(1, sizeof(*m));
@@ -2737,7 +2769,7 @@ static const struct {
         FC_SYM(cuDeviceGetCount), FC_SYM(cuDeviceGet), FC_SYM(cuDeviceGetName), FC_SYM(cuDeviceGetUuid),
         FC_SYM(cuDeviceGetUuid_v2), FC_SYM(cuDeviceTotalMem), FC_SYM(cuDeviceTotalMem_v2),
         FC_SYM(cuDeviceGetAttribute), FC_SYM(cuDeviceGetPCIBusId), FC_SYM(cuDevicePrimaryCtxRetain),
-        FC_SYM(cuDevicePrimaryCtxRelease), FC_SYM(cuDevicePrimaryCtxRelease_v2), FC_SYM(cuDevicePrimaryCtxReset),
+        FC_SYM(cuDevicePrimaryCtxRelease), FC_SYM(cuDevicePrimaryCtxRelease_v2), FC_SYM(cuDevicePrimaryCtxGetState), FC_SYM(cuDevicePrimaryCtxReset),
         FC_SYM(cuDevicePrimaryCtxReset_v2), FC_SYM(cuCtxCreate), FC_SYM(cuCtxCreate_v2), FC_SYM(cuCtxCreate_v4),
         FC_SYM(cuCtxDestroy), FC_SYM(cuCtxDestroy_v2), FC_SYM(cuCtxSetCurrent), FC_SYM(cuCtxGetCurrent),
         FC_SYM(cuCtxGetDevice), FC_SYM(cuCtxSynchronize), FC_SYM(cuCtxPushCurrent), FC_SYM(cuCtxPushCurrent_v2),

@@ -2,12 +2,14 @@
  * fake driver and run with libgshare.so preloaded (test/hook/test_hook.sh).
  * One scenario per argument; exits 0 when every expectation held, else
  * prints the failed check and exits 1. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gs_cudadecl.h"
@@ -244,6 +246,75 @@ static void t_unsupported(void)
         EXPECT(cuMemFree_v2(p) == CUDA_SUCCESS);
 }
 
+/* The fake driver's count of host memory this process holds. */
+uint64_t fakecuda_host_bytes(void);
+
+/* Waits until this process holds bytes of host memory (deadline 20 s:
+ * only a hang). */
+static int host_bytes_become(uint64_t bytes)
+{
+        struct timespec ms = { 0, 1000000 };
+
+        for (int i = 0; i < 20000 && fakecuda_host_bytes() != bytes; i++)
+                nanosleep(&ms, NULL);
+        return fakecuda_host_bytes() == bytes;
+}
+
+/* Whether a thread of this process is named gshare-mover. */
+static int mover_running(void)
+{
+        char path[300], comm[32];
+        struct dirent *e;
+        DIR *d = opendir("/proc/self/task");
+        int found = 0;
+
+        while (d && (e = readdir(d)) && !found) {
+                FILE *f;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+                f = fopen(path, "re");
+                if (f && fgets(comm, sizeof(comm), f))
+                        found = !strcmp(comm, "gshare-mover\n");
+                if (f)
+                        fclose(f);
+        }
+        if (d)
+                closedir(d);
+        return found;
+}
+
+/* Against mock_agent ... spill (test_hook.sh signals it): the process's two
+ * chunks move to host memory when the agent asks, at the same address, and
+ * back to the device; the data reads the same throughout. */
+static void t_spill(void)
+{
+        size_t n = 3 * MiB, words = n / 4;
+        unsigned *in = malloc(n), *out = malloc(n);
+        CUdeviceptr p;
+
+        init_ctx();
+        EXPECT(in && out && cuMemAlloc_v2(&p, n) == CUDA_SUCCESS);
+        if (g_failed)
+                return;
+        for (size_t i = 0; i < words; i++)
+                in[i] = (unsigned)(i * 2654435761u);
+        EXPECT(cuMemcpyHtoD_v2(p, in, n) == CUDA_SUCCESS);
+        EXPECT(mover_running());
+        EXPECT(fakecuda_host_bytes() == 0);
+        printf("ready\n");
+        fflush(stdout);
+        EXPECT(host_bytes_become(2 * CHUNK));
+        EXPECT(cuMemcpyDtoH_v2(out, p, n) == CUDA_SUCCESS && !memcmp(in, out, n));
+        EXPECT(cuMemsetD32_v2(p + n - 4, 0x5a5a5a5a, 1) == CUDA_SUCCESS);
+        in[words - 1] = 0x5a5a5a5a;
+        printf("host\n");
+        fflush(stdout);
+        EXPECT(host_bytes_become(0));
+        EXPECT(cuMemcpyDtoH_v2(out, p, n) == CUDA_SUCCESS && !memcmp(in, out, n));
+        EXPECT(cuMemFree_v2(p) == CUDA_SUCCESS);
+        free(in);
+        free(out);
+}
+
 int main(int argc, char **argv)
 {
         static const struct {
@@ -252,7 +323,7 @@ int main(int argc, char **argv)
         } tests[] = {
                 { "failclosed", t_failclosed }, { "lookup", t_lookup }, { "roundtrip", t_roundtrip },
                 { "meminfo", t_meminfo }, { "release", t_release }, { "fork", t_fork },
-                { "threads", t_threads }, { "unsupported", t_unsupported },
+                { "threads", t_threads }, { "unsupported", t_unsupported }, { "spill", t_spill },
         };
 
         if (argc != 2)

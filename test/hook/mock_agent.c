@@ -5,7 +5,12 @@
  * it is empty (unless the bump pointer is in it).  Single-threaded; polls
  * the rings every millisecond.
  *
- *   mock_agent <socket path> <nchunks> [max_slots]      (chunk = 2 MiB) */
+ * With "spill" it announces GS_FEAT_SPILL (issue 22): SIGUSR1 asks every
+ * process's mover to move its chunks to host memory (new HOST_NUMA chunks),
+ * SIGUSR2 to move them back to the device chunks they came from, at most
+ * GS_MOVE_MAX a GS_OP_SPILL reply.
+ *
+ *   mock_agent <socket path> <nchunks> [max_slots [spill]]      (chunk = 2 MiB) */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -43,9 +48,14 @@ struct client {
         int slot_live[MAX_SLOTS];
         uint32_t next_slot;
         uint64_t cur_off, cur_end;
+        uint8_t slot_host[MAX_SLOTS]; /* moved to host memory */
+        int spill_dir;                /* enum gs_move_dir asked, 0: none */
+        uint32_t pend[GS_MOVE_MAX];   /* slots of the last GS_OP_SPILL reply */
+        uint32_t npend;
 };
 
-static int g_nchunks, g_max_slots = 64;
+static int g_nchunks, g_max_slots = 64, g_spill;
+static volatile sig_atomic_t g_spill_sig; /* enum gs_move_dir a signal asked for */
 static int *g_chunk_fd, *g_chunk_free;
 static CUuuid g_uuid;
 static struct client *g_clients[MAX_CLIENTS];
@@ -137,6 +147,7 @@ static void client_accept(int lsock)
         for (int s = 0; s < MAX_SLOTS; s++)
                 c->slot_chunk[s] = -1;
         hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
+        w.h.reserved = g_spill ? GS_FEAT_SPILL : 0;
         w.ngpus = 1;
         w.shm_bytes = sizeof(struct gs_shm);
         w.proc_id = (uint64_t)cr.pid;
@@ -253,8 +264,71 @@ static void op_release(struct client *c, const struct gs_ring_msg *m, struct gs_
         for (uint64_t s = m->arg[0]; s < m->arg[0] + m->arg[1]; s++) {
                 g_chunk_free[c->slot_chunk[s]] = 1;
                 c->slot_chunk[s] = -1;
+                c->slot_host[s] = 0;
         }
 }
+
+/* A new host chunk's fd. */
+static int host_chunk_fd(void)
+{
+        CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+        CUmemGenericAllocationHandle h;
+        int fd = -1;
+
+        prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        prop.location.id = 0;
+        if (cuMemCreate(&h, CHUNK, &prop, 0) ||
+            cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) || cuMemRelease(h))
+                die("host chunk");
+        return fd;
+}
+
+/* The slots still to move in the direction asked, one MOVE each. */
+static void op_spill(struct client *c, const struct gs_ring_msg *m, struct gs_ring_msg *r)
+{
+        int to_host = c->spill_dir == GS_MOVE_TO_HOST;
+        uint32_t k = 0;
+
+        if (!g_spill || m->gpu != 0 || c->npend) {
+                r->status = -EPROTO;
+                return;
+        }
+        for (int s = 0; s < g_max_slots && c->spill_dir && k < GS_MOVE_MAX; s++) {
+                struct gs_sock_grant g = { 0 };
+                int fd;
+
+                if (c->slot_chunk[s] < 0 || c->slot_host[s] == to_host)
+                        continue;
+                fd = to_host ? host_chunk_fd() : g_chunk_fd[c->slot_chunk[s]];
+                hdr(&g.h, GS_SOCK_MOVE, sizeof(g));
+                g.seq = m->seq;
+                g.slot = (uint32_t)s;
+                g.chunk_bytes = CHUNK;
+                if (send_fd(c->sock, &g, sizeof(g), fd) < 0)
+                        die("move");
+                if (to_host)
+                        close(fd);
+                c->pend[k++] = (uint32_t)s;
+        }
+        r->arg[0] = c->npend = k;
+        r->arg[1] = (uint64_t)c->spill_dir;
+        if (k == 0)
+                c->spill_dir = 0;
+}
+
+static void op_spill_done(struct client *c, const struct gs_ring_msg *m, struct gs_ring_msg *r)
+{
+        if (!c->npend || m->arg[0] > c->npend || m->arg[1] != (uint64_t)c->spill_dir) {
+                r->status = -EINVAL;
+                return;
+        }
+        for (uint64_t i = 0; i < m->arg[0]; i++)
+                c->slot_host[c->pend[i]] = c->spill_dir == GS_MOVE_TO_HOST;
+        c->npend = 0;
+}
+
+static void on_signal(int sig) { g_spill_sig = sig == SIGUSR1 ? GS_MOVE_TO_HOST : GS_MOVE_TO_DEVICE; }
 
 static void op_range(struct client *c, const struct gs_ring_msg *m, struct gs_ring_msg *r)
 {
@@ -292,6 +366,8 @@ static int client_serve(struct client *c)
                 case GS_OP_CTX_DONE: break;
                 case GS_OP_VMM_CREATE:
                 case GS_OP_VMM_RELEASE: r.status = -EOPNOTSUPP; break;
+                case GS_OP_SPILL: op_spill(c, &m, &r); break;
+                case GS_OP_SPILL_DONE: op_spill_done(c, &m, &r); break;
                 default: r.status = -EPROTO; break;
                 }
                 if (gs_ring_push(&c->shm->rep, &c->rep_head, &r) < 0)
@@ -309,12 +385,15 @@ int main(int argc, char **argv)
         int lsock;
 
         if (argc < 3 || strlen(argv[1]) >= sizeof(sa.sun_path)) {
-                fprintf(stderr, "usage: mock_agent <socket> <nchunks> [max_slots]\n");
+                fprintf(stderr, "usage: mock_agent <socket> <nchunks> [max_slots [spill]]\n");
                 return 2;
         }
         g_nchunks = atoi(argv[2]);
         if (argc > 3)
                 g_max_slots = atoi(argv[3]);
+        g_spill = argc > 4 && !strcmp(argv[4], "spill");
+        signal(SIGUSR1, on_signal);
+        signal(SIGUSR2, on_signal);
         if (g_nchunks < 1 || g_max_slots < 1 || g_max_slots > MAX_SLOTS)
                 return 2;
         signal(SIGPIPE, SIG_IGN);
@@ -344,7 +423,17 @@ int main(int argc, char **argv)
                 pfd[0] = (struct pollfd){ .fd = lsock, .events = POLLIN };
                 for (int i = 0; i < MAX_CLIENTS; i++)
                         pfd[n++] = (struct pollfd){ .fd = g_clients[i] ? g_clients[i]->sock : -1, .events = POLLRDHUP };
-                (void)poll(pfd, (nfds_t)n, 1);
+                if (poll(pfd, (nfds_t)n, 1) < 0)
+                        continue; /* a signal */
+                if (g_spill_sig) {
+                        for (int i = 0; i < MAX_CLIENTS; i++)
+                                if (g_clients[i]) {
+                                        g_clients[i]->spill_dir = g_spill_sig;
+                                        __atomic_add_fetch(&g_clients[i]->shm->spill, 1, __ATOMIC_SEQ_CST);
+                                        gs_futex_wake(&g_clients[i]->shm->spill);
+                                }
+                        g_spill_sig = 0;
+                }
                 if (pfd[0].revents & POLLIN)
                         client_accept(lsock);
                 for (int i = 0; i < MAX_CLIENTS; i++) {

@@ -55,10 +55,10 @@ fi
 if GSHARE_SOCKET=$tmp/none run_client lookup "$tmp/err"; then ok "lookups"; else bad "lookups"; cat "$tmp/err"; fi
 
 # 4. Against the mock agent: quota 3 chunks of 2 MiB.
-start_mock() { # nchunks
+start_mock() { # nchunks [spill]
   [[ -n $mock_pid ]] && { kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; }
   rm -f "$tmp/agent.sock"
-  "$MOCK" "$tmp/agent.sock" "$1" 256 &
+  "$MOCK" "$tmp/agent.sock" "$1" 256 ${2:-} &
   mock_pid=$!
   for _ in $(seq 100); do [[ -S $tmp/agent.sock ]] && return 0; sleep 0.05; done
   bad "mock agent did not start"; return 1
@@ -74,7 +74,27 @@ run_client unsupported "$tmp/err"
 rc=$?
 if [[ $rc == 0 && $(grep -c '^gshare:' "$tmp/err") == 1 ]]; then ok "unsupported calls fail closed"; else bad "unsupported (rc $rc)"; cat "$tmp/err"; fi
 
-# 5. The agent goes away: memory calls fail closed with one line.
+# 5. Moves (GS_FEAT_SPILL, issue 22): the process's mover gives its chunks
+# to host memory when the agent asks (SIGUSR1 to the mock), and takes them
+# back (SIGUSR2); the client checks its data at each step.
+start_mock 3 spill
+LD_PRELOAD="$PRELOAD" timeout 60 "$CLIENT" spill >"$tmp/out" 2>"$tmp/err" &
+cpid=$!
+wait_line() { # line: waits (20 s at most) until the client printed it
+  for _ in $(seq 400); do
+    grep -qx "$1" "$tmp/out" && return 0
+    kill -0 "$cpid" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+wait_line ready && kill -USR1 "$mock_pid"
+wait_line host && kill -USR2 "$mock_pid"
+wait "$cpid"
+rc=$?
+if [[ $rc == 0 ]] && ! grep -q '^gshare:' "$tmp/err"; then ok "spill"; else bad "spill (rc $rc)"; cat "$tmp/out" "$tmp/err"; fi
+
+# 6. The agent goes away: memory calls fail closed with one line.
 kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; mock_pid=
 rm -f "$tmp/agent.sock"
 if run_client failclosed "$tmp/err" && [[ $(grep -c '^gshare:' "$tmp/err") == 1 ]]; then ok "agent gone"; else bad "agent gone"; cat "$tmp/err"; fi

@@ -1,0 +1,395 @@
+/* gs_hook_spill.c — the mover: the thread that waits for the agent's
+ * gs_shm.spill, the GS_OP_SPILL / GS_SOCK_MOVE / GS_OP_SPILL_DONE
+ * exchange, and a batch's move of slots to the memory the agent sent, at
+ * the same addresses.  See gs_hook_spill.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_hook_gate.h"
+#include "gs_hook_space.h"
+#include "gs_hook_spill.h"
+#include "gs_ring.h"
+
+#define GS_SPILL_WAIT_NS 1000000000ull /* an idle mover wakes once a second */
+
+static int g_started;                                   /* gs_conn.mu */
+static CUdeviceptr g_scratch[GS_MAX_GPUS_PER_ALLOC];    /* gs_conn.mu; 0 until reserved */
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+/* The child has no mover (only the forking thread lives on) and its own
+ * driver state: it starts its own mover when it registers. */
+static void gs_spill_child(void)
+{
+        g_started = 0;
+        memset(g_scratch, 0, sizeof(g_scratch));
+}
+
+static void gs_spill_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_spill_child); }
+
+/* ---- a batch's move ------------------------------------------------- */
+
+/* Whether the driver has everything a move calls. */
+static int gs_spill_usable(const struct gs_cu *cu)
+{
+        return cu->mem_import_from_shareable_handle && cu->mem_map && cu->mem_unmap && cu->mem_set_access &&
+               cu->mem_release && cu->mem_address_reserve && cu->mem_retain_allocation_handle && cu->memcpy_dtod_v2 &&
+               cu->ctx_synchronize && cu->ctx_push_current_v2 && cu->ctx_pop_current_v2 && cu->device_get_count &&
+               cu->device_primary_ctx_get_state && cu->device_primary_ctx_retain &&
+               cu->device_primary_ctx_release_v2;
+}
+
+/* pre: gs_conn.mu held.  The device of GPU gi, or -1. */
+static CUdevice gs_spill_dev(const struct gs_cu *cu, uint32_t gi)
+{
+        int count = 0;
+
+        if (cu->device_get_count(&count) != CUDA_SUCCESS)
+                return -1;
+        for (CUdevice d = 0; d < count && d < GS_MAX_DEVICES; d++)
+                if (gs_space_dev_gpu(cu, d) == (int)gi)
+                        return d;
+        return -1;
+}
+
+/* pre: gs_conn.mu held.  GPU gi's scratch chunk of VA (reserved on first
+ * use, apart from everything else), or 0. */
+static CUdeviceptr gs_spill_scratch(const struct gs_cu *cu, uint32_t gi)
+{
+        CUdeviceptr va = 0;
+        size_t chunk = gs_conn.gpus[gi].chunk;
+
+        if (g_scratch[gi])
+                return g_scratch[gi];
+        if (cu->mem_address_reserve(&va, chunk, chunk, 0, 0) != CUDA_SUCCESS)
+                return 0;
+        g_scratch[gi] = va;
+        return va;
+}
+
+/* The contexts a batch synchronizes, and the one its copies run in. */
+struct gs_spill_ctxs {
+        CUcontext ctx[GS_CTX_MAX + GS_MAX_DEVICES];
+        int n;
+        CUdevice prim[GS_MAX_DEVICES]; /* primary contexts retained, released after the batch */
+        int nprim;
+        CUcontext copy;                /* one on the chunk's device */
+};
+
+static void gs_spill_ctxs_add(struct gs_spill_ctxs *s, CUcontext c, CUdevice d, CUdevice dev)
+{
+        s->ctx[s->n++] = c;
+        if (d == dev && !s->copy)
+                s->copy = c;
+}
+
+/* pre: gs_conn.mu and gs_ctx_lock held.  Every context that may run work
+ * on the allocation's devices (the peers of dev too: they have access):
+ * the active primary contexts (retained for the batch; an inactive one is
+ * never made: it would cost the GPU a context's memory) and the
+ * application's.  0, -EBUSY (a context the hook could not record lives),
+ * -ENODEV (no context on dev: nothing to copy with). */
+static int gs_spill_contexts(const struct gs_cu *cu, CUdevice dev, struct gs_spill_ctxs *s)
+{
+        CUcontext app[GS_CTX_MAX];
+        CUdevice adev[GS_CTX_MAX];
+        int count = 0, n;
+
+        memset(s, 0, sizeof(*s));
+        if (cu->device_get_count(&count) != CUDA_SUCCESS)
+                return -ENODEV;
+        for (CUdevice d = 0; d < count && d < GS_MAX_DEVICES; d++) {
+                unsigned int flags = 0;
+                int active = 0;
+                CUcontext c = NULL;
+
+                if (gs_space_dev_gpu(cu, d) < 0 || cu->device_primary_ctx_get_state(d, &flags, &active) != CUDA_SUCCESS ||
+                    !active || cu->device_primary_ctx_retain(&c, d) != CUDA_SUCCESS)
+                        continue;
+                s->prim[s->nprim++] = d;
+                gs_spill_ctxs_add(s, c, d, dev);
+        }
+        n = gs_ctx_list(app, adev, GS_CTX_MAX);
+        if (n < 0) {
+                gs_hook_say_once(GS_ONCE_MOVER, "more than %d CUDA contexts: the chunks this process borrowed "
+                                 "cannot be given back while they live", GS_CTX_MAX);
+                return -EBUSY;
+        }
+        for (int i = 0; i < n; i++)
+                if (gs_space_dev_gpu(cu, adev[i]) >= 0)
+                        gs_spill_ctxs_add(s, app[i], adev[i], dev);
+        return s->copy ? 0 : -ENODEV;
+}
+
+static void gs_spill_ctxs_release(const struct gs_cu *cu, struct gs_spill_ctxs *s)
+{
+        for (int i = 0; i < s->nprim; i++)
+                (void)cu->device_primary_ctx_release_v2(s->prim[i]);
+        s->nprim = 0;
+}
+
+/* pre: gs_conn.mu held, the gate closed, the contexts synchronized, a
+ * context of dev current.  Moves one slot into the memory of fd (closed
+ * here).  0: moved; -EAGAIN: not moved, the slot maps what it mapped;
+ * -EIO: not moved, and the slot's old memory could not be mapped back
+ * either (the slot is unmapped now). */
+static int gs_spill_one(const struct gs_cu *cu, struct gs_hook_gpu *g, CUdevice dev, uint32_t slot, int fd,
+                        CUdeviceptr scratch)
+{
+        CUdeviceptr at = g->va_base + (CUdeviceptr)slot * g->chunk;
+        size_t size = g->chunk;
+        CUmemGenericAllocationHandle hn, ho;
+        int r = -EAGAIN;
+
+        if (cu->mem_import_from_shareable_handle(&hn, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
+            CUDA_SUCCESS) {
+                close(fd);
+                return -EAGAIN;
+        }
+        close(fd);
+        if (cu->mem_map(scratch, size, 0, hn, 0) != CUDA_SUCCESS) {
+                (void)cu->mem_release(hn);
+                return -EAGAIN;
+        }
+        /* The copy, then a handle on the old memory, so that it can be
+         * mapped back if the new cannot be mapped at the slot. */
+        if (gs_space_access(cu, scratch, size, dev) < 0 || cu->memcpy_dtod_v2(scratch, at, size) != CUDA_SUCCESS ||
+            cu->ctx_synchronize() != CUDA_SUCCESS || cu->mem_retain_allocation_handle(&ho, (void *)at) != CUDA_SUCCESS)
+                goto out_scratch;
+        if (cu->mem_unmap(at, size) != CUDA_SUCCESS)
+                goto out_old;
+        if (cu->mem_map(at, size, 0, hn, 0) == CUDA_SUCCESS) {
+                if (gs_space_access(cu, at, size, dev) == 0) {
+                        r = 0;
+                        goto out_old;
+                }
+                (void)cu->mem_unmap(at, size);
+        }
+        /* The old memory, untouched, back at the slot. */
+        if (cu->mem_map(at, size, 0, ho, 0) != CUDA_SUCCESS) {
+                g->mapped[slot] = 0;
+                r = -EIO;
+        } else if (gs_space_access(cu, at, size, dev) < 0) {
+                (void)cu->mem_unmap(at, size);
+                g->mapped[slot] = 0;
+                r = -EIO;
+        }
+out_old:
+        (void)cu->mem_release(ho);
+out_scratch:
+        (void)cu->mem_unmap(scratch, size);
+        /* The slot's mapping (if it moved) keeps the new memory. */
+        (void)cu->mem_release(hn);
+        return r;
+}
+
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k)
+{
+        struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        struct gs_spill_ctxs s;
+        CUdeviceptr scratch;
+        CUcontext popped;
+        uint32_t moved = 0;
+        CUdevice dev;
+        int r = 0;
+
+        if (!gs_spill_usable(cu) || gi >= gs_conn.ngpus || !g->va_base || (dev = gs_spill_dev(cu, gi)) < 0 ||
+            (scratch = gs_spill_scratch(cu, gi)) == 0)
+                goto out;
+        gs_ctx_lock();
+        if (gs_spill_contexts(cu, dev, &s) == 0) {
+                gs_gate_close();
+                /* Work launched before the close may still run. */
+                for (int i = 0; i < s.n; i++)
+                        if (cu->ctx_push_current_v2(s.ctx[i]) == CUDA_SUCCESS) {
+                                (void)cu->ctx_synchronize();
+                                (void)cu->ctx_pop_current_v2(&popped);
+                        }
+                if (cu->ctx_push_current_v2(s.copy) == CUDA_SUCCESS) {
+                        for (; moved < k; moved++) {
+                                if (slots[moved] >= g->max_slots || !g->mapped[slots[moved]])
+                                        break;
+                                r = gs_spill_one(cu, g, dev, slots[moved], fds[moved], scratch);
+                                fds[moved] = -1;
+                                if (r < 0)
+                                        break;
+                        }
+                        (void)cu->ctx_pop_current_v2(&popped);
+                }
+                gs_gate_open();
+        } else {
+                gs_hook_debug("no context to move GPU %u's memory with", gi);
+        }
+        gs_spill_ctxs_release(cu, &s);
+        gs_ctx_unlock();
+        if (r == -EIO)
+                gs_conn_lost("cannot map a chunk's memory back after a failed move");
+out:
+        for (uint32_t i = 0; i < k; i++)
+                gs_closep(&fds[i]);
+        return moved;
+}
+
+/* ---- the exchange with the agent ------------------------------------ */
+
+/* pre: gs_conn.mu held.  Reads the k GS_SOCK_MOVE messages that preceded
+ * the reply to request seq on GPU gi.  0, or -EPROTO with why and every
+ * fd received closed. */
+static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t *slots, int *fds, uint32_t k, const char **why)
+{
+        struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        int r = 0;
+
+        for (uint32_t i = 0; i < k; i++)
+                fds[i] = -1;
+        for (uint32_t i = 0; i < k && r == 0; i++) {
+                struct gs_sock_grant m;
+                ssize_t n = gs_conn_recv_fd(&m, sizeof(m), &fds[i]);
+
+                if (n < 0) {
+                        *why = "a promised move did not arrive";
+                        r = -EPROTO;
+                        break;
+                }
+                if (!gs_conn_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 || m.seq != seq || m.gpu != gi ||
+                    m.chunk_bytes != g->chunk || m.slot >= g->max_slots || !g->mapped[m.slot]) {
+                        *why = "malformed move";
+                        r = -EPROTO;
+                }
+                for (uint32_t j = 0; j < i && r == 0; j++)
+                        if (slots[j] == m.slot) {
+                                *why = "the same slot twice in one move";
+                                r = -EPROTO;
+                        }
+                slots[i] = m.slot;
+        }
+        if (r < 0)
+                for (uint32_t i = 0; i < k; i++)
+                        gs_closep(&fds[i]);
+        return r;
+}
+
+/* pre: gs_conn.mu held.  GPU gi's rounds: what the agent names is moved,
+ * until it names nothing, a move fails, or GS_SPILL_ROUNDS rounds. */
+static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
+{
+        struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+
+        for (int round = 0; round < GS_SPILL_ROUNDS; round++) {
+                uint32_t slots[GS_MOVE_MAX], k, moved;
+                int fds[GS_MOVE_MAX];
+                struct gs_ring_msg rep, done;
+                const char *why = NULL;
+
+                if (gs_conn.state != GS_CONN_UP || !g->va_base)
+                        return;
+                if (gs_conn_call(GS_OP_SPILL, gi, 0, 0, &rep) < 0)
+                        return;
+                if (rep.status != 0) {
+                        gs_hook_debug("the agent refused GS_OP_SPILL on GPU %u: %d", gi, rep.status);
+                        return;
+                }
+                if (rep.arg[0] == 0)
+                        return;
+                if (rep.arg[0] > GS_MOVE_MAX || (rep.arg[1] != GS_MOVE_TO_HOST && rep.arg[1] != GS_MOVE_TO_DEVICE)) {
+                        gs_conn_lost("malformed reply to GS_OP_SPILL");
+                        return;
+                }
+                k = (uint32_t)rep.arg[0];
+                if (gs_spill_take(gi, rep.seq, slots, fds, k, &why) < 0) {
+                        gs_conn_lost(why);
+                        return;
+                }
+                moved = gs_spill_move(cu, gi, slots, fds, k);
+                gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
+                              rep.arg[1] == GS_MOVE_TO_HOST ? "host" : "device");
+                if (gs_conn.state != GS_CONN_UP)
+                        return; /* the move failed closed */
+                if (gs_conn_call(GS_OP_SPILL_DONE, gi, moved, rep.arg[1], &done) < 0)
+                        return;
+                if (done.status != 0)
+                        gs_hook_debug("the agent refused GS_OP_SPILL_DONE on GPU %u: %d", gi, done.status);
+                if (moved < k)
+                        return; /* asked again at the next wake-up */
+        }
+}
+
+static void *gs_spill_main(void *arg)
+{
+        uint64_t gen = UINT64_MAX;
+        uint32_t seen = 0;
+
+        (void)arg;
+        (void)pthread_setname_np(pthread_self(), "gshare-mover");
+        for (;;) {
+                const struct gs_cu *cu = gs_cu_get();
+                uint32_t *word = NULL;
+
+                pthread_mutex_lock(&gs_conn.mu);
+                if (gs_conn.state == GS_CONN_DOWN) {
+                        /* For good: no agent will ask again. */
+                        pthread_mutex_unlock(&gs_conn.mu);
+                        return NULL;
+                }
+                if (gs_conn.state == GS_CONN_UP && gs_conn.shm && (gs_conn.features & GS_FEAT_SPILL)) {
+                        uint32_t v;
+
+                        if (gs_conn.reconnects != gen) {
+                                /* A new agent's segment: its word starts anew. */
+                                gen = gs_conn.reconnects;
+                                seen = 0;
+                        }
+                        v = __atomic_load_n(&gs_conn.shm->spill, __ATOMIC_ACQUIRE);
+                        if (v != seen && cu) {
+                                seen = v;
+                                for (uint32_t gi = 0; gi < gs_conn.ngpus && gs_conn.state == GS_CONN_UP; gi++)
+                                        gs_spill_gpu(cu, gi);
+                        }
+                        if (gs_conn.state == GS_CONN_UP && gs_conn.shm)
+                                word = &gs_conn.shm->spill;
+                }
+                pthread_mutex_unlock(&gs_conn.mu);
+                /* The segment may be unmapped meanwhile (a reconnection):
+                 * the wait then fails (EFAULT) or times out, and the word
+                 * is only read under the lock. */
+                if (word) {
+                        (void)gs_futex_wait(word, seen, GS_SPILL_WAIT_NS);
+                } else {
+                        struct timespec ts = { 1, 0 };
+                        (void)nanosleep(&ts, NULL);
+                }
+        }
+}
+
+void gs_spill_start(void)
+{
+        sigset_t all, old;
+        pthread_attr_t attr;
+        pthread_t t;
+        int rc;
+
+        gs_gate_arm();
+        if (g_started)
+                return;
+        pthread_once(&g_fork_once, gs_spill_fork_register);
+        /* Signals are the application's: the mover takes none. */
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        rc = pthread_attr_init(&attr);
+        if (rc == 0) {
+                (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                rc = pthread_create(&t, &attr, gs_spill_main, NULL);
+                pthread_attr_destroy(&attr);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
+                gs_hook_say_once(GS_ONCE_MOVER, "cannot start the thread that gives borrowed GPU memory back (%s); "
+                                 "this process's borrowed chunks stay on the GPU", strerror(rc));
+                return;
+        }
+        g_started = 1;
+}

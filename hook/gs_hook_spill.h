@@ -1,0 +1,64 @@
+/* gs_hook_spill.h — the mover (issue 22; common/gs_wire.h item 8): one
+ * thread per process whose agent announced GS_FEAT_SPILL.  It waits on
+ * gs_shm.spill (a shared futex, 1 s timeout: an idle mover wakes once a
+ * second and does nothing else); when the agent bumped it, it asks
+ * GS_OP_SPILL for each GPU whose range is reserved, moves the slots the
+ * agent names into the memory it sent (GS_SOCK_MOVE, one fd per slot),
+ * and answers GS_OP_SPILL_DONE with how many it moved, until the agent
+ * names none (at most GS_SPILL_ROUNDS rounds per GPU).
+ *
+ * A batch's move (gs_spill_move): the launch gate closed (gs_hook_gate.h),
+ * every context that may run work on the allocation's GPUs synchronized
+ * (the active primary contexts, asked of the driver, never created; the
+ * application's own, gs_hook_ctx.c), then per slot: the new memory
+ * imported and mapped at a scratch address (one chunk of VA per GPU,
+ * reserved on first use), the slot's data copied there, the slot's old
+ * memory unmapped and the new mapped at the slot's address, with access
+ * as before; then the gate opened.  A slot that fails before its old
+ * memory is unmapped keeps it; one that fails after gets it mapped back
+ * (if even that fails the connection is dropped: gs_conn_lost).  The
+ * batch stops at the first failure: what moved is a prefix.
+ *
+ * Lock order (no thread takes one of these while holding a later one):
+ *
+ *     gs_conn.mu  ->  gs_ctx_lock  ->  the gate (closed)  ->  the driver
+ *
+ * The mover takes them in this order.  The application's threads take
+ * gs_conn.mu alone (memory calls: alloc, free, info, context charging),
+ * gs_ctx_lock alone (cuCtxCreate* records after the driver's call,
+ * cuCtxDestroy), or pass the gate alone (the gated wrappers of
+ * gs_hook_gate.c call the driver and nothing of the hook's: no gated path
+ * takes gs_conn.mu or gs_ctx_lock, so the mover, holding both while it
+ * waits for the gate to drain, cannot deadlock with a wrapper).  The mover
+ * calls only the real driver (gs_cu), never an interposed function.
+ *
+ * What it cannot see: work that waits on the host (a kernel spinning on a
+ * flag an application thread sets after a memory call, cuStreamWaitValue
+ * on a value a gated call would write) keeps the synchronize waiting, and
+ * with it the mover and the process's memory calls, until it ends.
+ * Contexts made otherwise than through cuCtxCreate* (green contexts) are
+ * not synchronized. */
+#ifndef GS_HOOK_SPILL_H
+#define GS_HOOK_SPILL_H
+
+#include <stdint.h>
+
+#include "gs_hook.h"
+
+/* Rounds of GS_OP_SPILL per GPU and wake-up, at most. */
+#define GS_SPILL_ROUNDS 64
+
+/* pre: gs_conn.mu held, a WELCOME that announced GS_FEAT_SPILL taken (a
+ * first registration or a reclaim).  Arms the launch gate and starts the
+ * mover if this process (a fork child: its own) has none.  A thread that
+ * cannot start is said once on stderr; nothing else changes. */
+void gs_spill_start(void);
+
+/* pre: gs_conn.mu held, GPU gi's range reserved, slots[0..k) mapped,
+ * distinct.  Moves slot i's data into the memory of fds[i] (a POSIX fd
+ * export) and maps that at the slot instead, in order, stopping at the
+ * first failure.  Every fd is closed.  Returns how many moved (a prefix).
+ * With the gate closed around the whole batch, on this thread. */
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k);
+
+#endif
