@@ -1,0 +1,31 @@
+"""The owner of test/gpu/spill_check.sh: creates its context, then
+allocates GSHARE_OWN_GIB GiB in one tensor and says how long that took
+({"alloc_ms": ms}: the reclaim, when its memory was lent), then runs
+GSHARE_STEPS steps of a 4096 x 4096 fp16 matmul chain ({"steps": [ms...]}),
+then waits for "quit" on stdin (holding its memory)."""
+import json
+import os
+import sys
+import time
+import torch
+
+GiB = 1 << 30
+torch.zeros(1, device="cuda")
+torch.cuda.synchronize()
+t0 = time.monotonic()
+x = torch.empty(int(float(os.environ.get("GSHARE_OWN_GIB", "8")) * GiB), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print(json.dumps({"alloc_ms": round((time.monotonic() - t0) * 1e3, 1)}), flush=True)
+x.fill_(7)
+a = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+b = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+steps = []
+for i in range(int(os.environ.get("GSHARE_STEPS", "200")) + 20):
+    t0 = time.monotonic()
+    for _ in range(8):
+        a = (a @ b).clamp_(-1, 1)
+    torch.cuda.synchronize()
+    if i >= 20:
+        steps.append(round((time.monotonic() - t0) * 1e3, 4))
+print(json.dumps({"steps": steps, "ok": bool(int(x[:: 1 << 20].min()) == 7)}), flush=True)
+sys.stdin.readline()
