@@ -72,6 +72,7 @@ struct gs_proc_gpu {
         uint32_t nmove;
         uint32_t move_dir;
         uint64_t move_start_ns;
+        uint64_t move_plan_ns;
 };
 
 /* After the application released a VMM allocation the set does not know:

@@ -32,6 +32,7 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         struct gs_gpu *g = pg->g;
         uint32_t dir = GS_MOVE_TO_HOST;
         char err[256] = "";
+        uint64_t t0 = gs_mono_ns();
         int n;
 
         if (pg->nmove) {
@@ -48,6 +49,7 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         if (n > 0) {
                 pg->nmove = (uint32_t)n;
                 pg->move_dir = dir;
+                pg->move_plan_ns = gs_mono_ns() - t0;
                 pg->move_start_ns = gs_mono_ns();
         }
         pthread_mutex_unlock(&g->lock);
@@ -81,14 +83,17 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
                 rep->status = -EPROTO;
                 return 0;
         }
+        uint64_t t1 = gs_mono_ns(), n = pg->nmove;
         pthread_mutex_lock(&g->lock);
         gs_gpu_move_end(g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, (uint32_t)moved, p->alloc, p->id);
         g->move_st.moves++;
-        g->move_st.move_ns += gs_mono_ns() - pg->move_start_ns;
+        g->move_st.move_ns += t1 - pg->move_start_ns + pg->move_plan_ns;
         pg->nmove = 0;
         pthread_mutex_unlock(&g->lock);
-        log_debug("GPU %u: process %d moved %llu chunks %s", g->index, p->pid, (unsigned long long)moved,
-                  pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU");
+        log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s: %.1f ms to prepare, %.1f ms in the process, "
+                 "%.1f ms to settle", g->index, p->pid, p->comm, (unsigned long long)moved, (unsigned long long)n,
+                 pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU", pg->move_plan_ns / 1e6,
+                 (t1 - pg->move_start_ns) / 1e6, (gs_mono_ns() - t1) / 1e6);
         gs_agent_poke(p->agent);
         return 0;
 }

@@ -21,8 +21,9 @@ try:
     while (len(xs) + 1) * 4 * n <= want:
         g.manual_seed(len(xs) + 1)
         t = torch.randint(-(1 << 30), 1 << 30, (n,), dtype=torch.int32, device="cuda", generator=g)
+        s = int(t.sum(dtype=torch.int64))  # may run out of memory itself: then t is not kept
         xs.append(t)
-        sums.append(int(t.sum(dtype=torch.int64)))
+        sums.append(s)
 except torch.OutOfMemoryError:
     pass
 # Room for a step's temporaries (the int64 sums): the last 1 GiB of tensors

@@ -27,6 +27,15 @@ bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 ok() { echo "ok   $*"; }
 gpu() { ctl --json gpus | js "d['gpus'][0]['$1']"; }
 
+# The platform's host <-> device bandwidth, for reading the figures.
+"$PY" -c '
+import torch, time
+n = 1 << 30
+h = torch.empty(n, dtype=torch.uint8, pin_memory=True); d = torch.empty(n, dtype=torch.uint8, device="cuda")
+for name, f in (("host->device", lambda: d.copy_(h)), ("device->host", lambda: h.copy_(d))):
+    f(); torch.cuda.synchronize(); t0 = time.monotonic(); f(); torch.cuda.synchronize()
+    print("pinned %s copy: %.1f GB/s" % (name, n / (time.monotonic() - t0) / 1e9))
+'
 free=$("$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])')
 reserve=$(( (free - (POOL << 30)) >> 20 ))
 "$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" --devices 0 \
