@@ -126,6 +126,7 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
                         g->spill_want = total;
                 g->move_st.reclaim_asks++;
                 asked = true;
+                gs_gpu_spill_kick(g); /* host memory ahead (gs_gpu_spill_prepare) */
         }
         pthread_mutex_unlock(&g->lock);
         return asked;

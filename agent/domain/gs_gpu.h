@@ -369,6 +369,15 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                      uint32_t moved, struct gs_allocation *owner, uint64_t proc);
 /* Under g->lock: chunks whose data sits in host memory now. */
 uint32_t gs_gpu_spilled(struct gs_gpu *g);
+/* Under g->lock: spares whose host memory is made (ready, or in a move). */
+uint32_t gs_gpu_spill_ready(const struct gs_gpu *g);
+/* The scrubber's, under g->lock (let go while memory is made): host
+ * memory is kept made ahead for as many chunks as are owed and wanted
+ * (not in moves), so that a reclaim does not wait for the pinning; one
+ * spare's made or dropped per call.  Whether it did something. */
+bool gs_gpu_spill_prepare(struct gs_gpu *g);
+/* Under g->lock: what is owed or wanted changed (the scrubber looks). */
+void gs_gpu_spill_kick(struct gs_gpu *g);
 
 /* After any change to the pool under g->lock: if what is lent changed,
  * tells the main thread (gs_agent_poke). */

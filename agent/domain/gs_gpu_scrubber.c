@@ -133,7 +133,11 @@ static void *scrubber(void *arg)
                 g->scrub_kicked = false;
                 int64_t scrub_t0 = gs_mono_ns(); /* /metrics: gshare_scrub_duration_seconds */
                 if (batch_fill(g) == 0) {
-                        gather = true;
+                        /* Nothing to zero: host memory for spills. */
+                        if (gs_gpu_spill_prepare(g))
+                                g->scrub_kicked = true;
+                        else
+                                gather = true;
                         continue;
                 }
                 pthread_mutex_unlock(&g->lock);

@@ -73,15 +73,62 @@ static int host_make(struct gs_gpu *g, struct gs_spare *s, char *err, size_t err
         return r;
 }
 
-/* A spare record free for a move: retired (held by nobody), no move. */
-static int free_spare(struct gs_gpu *g)
+/* Whether spare i is free for a move: retired (held by nobody), in no
+ * move, its host memory made (ready) or not. */
+static bool spare_free(struct gs_gpu *g, uint32_t i, bool ready)
 {
         const struct gs_gsm *m = gs_pool_gsm(g->pool);
 
-        for (uint32_t i = 0; i < g->nspare; i++)
-                if (!g->spares[i].busy && m->chunks[g->nchunks + i].state == GS_GSM_RETIRED)
-                        return (int)i;
+        return !g->spares[i].busy && m->chunks[g->nchunks + i].state == GS_GSM_RETIRED &&
+               (g->spares[i].fd >= 0) == ready;
+}
+
+/* A spare free for a move, one with its host memory made first. */
+static int free_spare(struct gs_gpu *g)
+{
+        for (int ready = 1; ready >= 0; ready--)
+                for (uint32_t i = 0; i < g->nspare; i++)
+                        if (spare_free(g, i, ready))
+                                return (int)i;
         return -1;
+}
+
+bool gs_gpu_spill_prepare(struct gs_gpu *g)
+{
+        uint32_t ready = 0, target, i;
+        char err[256];
+
+        if (!g->nspare || !g->pool || g->frozen)
+                return false;
+        target = gs_pool_owed(g->pool) + g->spill_want;
+        target = target > g->moving_out ? target - g->moving_out : 0;
+        if (target > g->nspare)
+                target = g->nspare;
+        for (i = 0; i < g->nspare; i++)
+                ready += spare_free(g, i, true);
+        if (ready == target)
+                return false;
+        for (i = 0; i < g->nspare && !spare_free(g, i, ready > target); i++)
+                ;
+        if (i == g->nspare)
+                return false;
+        /* Made or dropped without the lock: pinning 64 MiB takes about
+         * 11 ms (measured on an H200), the workers serve on meanwhile. */
+        struct gs_spare *s = &g->spares[i];
+        s->busy = true;
+        pthread_mutex_unlock(&g->lock);
+        int r = 0;
+        if (ready > target)
+                gs_gpu_mem_drop(g, s->h, &s->fd);
+        else
+                r = host_make(g, s, err, sizeof(err));
+        pthread_mutex_lock(&g->lock);
+        s->busy = false;
+        if (r < 0) {
+                log_warn("GPU %u: host memory for spills not made ahead: %s", g->index, err);
+                return false;
+        }
+        return true;
 }
 
 int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
@@ -103,7 +150,7 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                                 g->move_st.refused++;
                                 break;
                         }
-                        int r = host_make(g, &g->spares[s], err, errlen);
+                        int r = g->spares[s].fd >= 0 ? 0 : host_make(g, &g->spares[s], err, errlen);
                         if (r < 0) {
                                 g->move_st.refused++;
                                 break;
@@ -143,7 +190,8 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                 if (dir == GS_MOVE_TO_HOST) {
                         struct gs_spare *s = &g->spares[e[i].to - g->nchunks];
                         /* The process maps the host memory now (or never
-                         * will): the agent keeps none of it. */
+                         * will: it had the fd, so it goes anyway): the
+                         * agent keeps none of it. */
                         gs_gpu_mem_drop(g, s->h, &s->fd);
                         s->busy = false;
                         if (i < moved && gs_pool_exchange(g->pool, e[i].from, e[i].to) < 0)
@@ -169,6 +217,21 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                 g->move_st.chunks_back += moved;
         }
         gs_gpu_check_lending(g);
+}
+
+void gs_gpu_spill_kick(struct gs_gpu *g)
+{
+        if (g->scrub_started)
+                gs_gpu_scrub_kick(g);
+}
+
+uint32_t gs_gpu_spill_ready(const struct gs_gpu *g)
+{
+        uint32_t n = 0;
+
+        for (uint32_t i = 0; i < g->nspare; i++)
+                n += g->spares[i].fd >= 0;
+        return n;
 }
 
 uint32_t gs_gpu_spilled(struct gs_gpu *g)

@@ -89,6 +89,8 @@ static void family(struct buf *b, const char *name, const char *type, const char
 struct gpu_snap {
         struct gs_pool_stats st;
         uint32_t units_allocated, units_lent, units_draining, units_restoring;
+        uint32_t spilled, owed, spill_ready;
+        struct gs_gpu_move_stats mv;
 };
 
 /* Per allocation: its claim (a DRA claim's allocation), once a scrape. */
@@ -239,9 +241,11 @@ static uint32_t active_procs(const struct gs_allocation *a)
         return n;
 }
 
-#define GPU_FAMILY(name, help, expr)                                                \
+#define GPU_FAMILY(name, help, expr) GPU_FAMILY_T("gauge", name, help, "%llu", (unsigned long long)(expr))
+/* With the type and the sample's format (and expr of its type). */
+#define GPU_FAMILY_T(type, name, help, fmt, expr)                                   \
         do {                                                                        \
-                family(&b, "gshare_gpu_" name, "gauge", help);                      \
+                family(&b, "gshare_gpu_" name, type, help);                         \
                 for (uint32_t i = 0; i < ag->ngpus; i++) {                          \
                         const struct gs_gpu *g = &ag->gpus[i];                      \
                         const struct gpu_snap *s = &gs[i];                          \
@@ -250,7 +254,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
                         put_label(&b, "gpu", ag->gpus[i].uuid, true);               \
                         if (node)                                                   \
                                 put_label(&b, "node", node, false);                 \
-                        put(&b, "} %llu\n", (unsigned long long)(expr));            \
+                        put(&b, "} " fmt "\n", expr);                               \
                 }                                                                   \
         } while (0)
 
@@ -312,6 +316,10 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                 if (g->pool) {
                         pthread_mutex_lock(&g->lock);
                         gs_pool_stats(g->pool, &gs[i].st);
+                        gs[i].spilled = gs_gpu_spilled(g);
+                        gs[i].owed = gs_pool_owed(g->pool);
+                        gs[i].spill_ready = gs_gpu_spill_ready(g);
+                        gs[i].mv = g->move_st;
                         pthread_mutex_unlock(&g->lock);
                         gs[i].units_lent = gs_gpu_units_lent(g);
                 }
@@ -381,6 +389,21 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                    s->st.chunks_borrowed);
         GPU_FAMILY("chunks_retired", "Chunks taken out of the pool after a failed recycle.",
                    g->chunks_retired);
+        GPU_FAMILY("chunks_spilled", "Chunks whose data borrowers hold in host memory now (docs/burst.md).",
+                   s->spilled);
+        GPU_FAMILY("chunks_owed", "Chunks lent out of allocations' quotas, owed back to them.", s->owed);
+        GPU_FAMILY("spill_host_bytes", "Host memory for spilled data: spilled chunks and host memory made ahead "
+                   "for owed ones (at most spillMax).", (uint64_t)(s->spilled + s->spill_ready) * g->chunk_bytes);
+        GPU_FAMILY_T("counter", "chunks_moved_out_total", "Chunks moved to host memory.", "%llu",
+                     (unsigned long long)s->mv.chunks_out);
+        GPU_FAMILY_T("counter", "chunks_moved_back_total", "Chunks moved back to the GPU.", "%llu",
+                     (unsigned long long)s->mv.chunks_back);
+        GPU_FAMILY_T("counter", "move_batches_total", "Batches of moves, both ways.", "%llu",
+                     (unsigned long long)s->mv.moves);
+        GPU_FAMILY_T("counter", "move_seconds_total", "Time the batches of moves took, from planning to settling.",
+                     "%.6f", (double)s->mv.move_ns / 1e9);
+        GPU_FAMILY_T("counter", "spills_refused_total", "Spills that found no host memory left (spillMax).", "%llu",
+                     (unsigned long long)s->mv.refused);
         GPU_FAMILY("units", "Units of the resource the GPU offers.", g->units_total);
         GPU_FAMILY("units_allocated", "Units held by allocations.", s->units_allocated);
         GPU_FAMILY("units_lent", "Units' worth of chunks lent by ballooning.", s->units_lent);
