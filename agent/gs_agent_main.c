@@ -48,6 +48,8 @@ static void usage(FILE *f)
                 "  --balloon-cap SIZE   per allocation, borrowable (config balloonCap)\n"
                 "  --burst-max SIZE     the most an allocation's burst may borrow past its quota (config burstMax)\n"
                 "  --spill-max SIZE     per GPU, host memory for borrowed data moved off the GPU (config spillMax)\n"
+                "  --reclaim-kill-after DURATION  kill a borrower an owner waited this long for (config\n"
+                "                       reclaimKillAfter; 0: never)\n"
                 "  --devices LIST       comma-separated GPU UUIDs or indices (config devices)\n"
                 "  --pod-resources-socket PATH  kubelet PodResources (config podResourcesSocket)\n"
                 "  --reconcile-interval DUR     e.g. 10s; 0: no reconciler (config reconcileInterval)\n"

@@ -152,10 +152,10 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
                 printf(",\"units\":%u,\"quota_bytes\":%" PRIu64 ",\"bytes_requested\":%" PRIu64
                        ",\"bytes_in_chunks\":%" PRIu64 ",\"chunks_quota\":%u,\"chunks_free\":%u"
                        ",\"chunks_borrowed\":%u,\"outside_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
-                       ",\"burst_bytes\":%" PRIu64 "}",
+                       ",\"burst_bytes\":%" PRIu64 ",\"chunks_spilled\":%u,\"chunks_owed\":%u}",
                        p->units, p->quota_bytes, p->bytes_requested, p->bytes_in_chunks,
                        p->chunks_quota, p->chunks_free, p->chunks_borrowed, p->outside_bytes,
-                       p->used_bytes, p->burst_bytes);
+                       p->used_bytes, p->burst_bytes, p->chunks_spilled, p->chunks_owed);
         }
         printf("],\"processes\":[");
         for (size_t j = 0; j < al->n_processes; j++) {
@@ -184,9 +184,9 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 printf("]\n");
                 return;
         }
-        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
-               "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "PROCS", "SOCKET DIR",
-               "POD/CONTAINER OR CLAIM");
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-6s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
+               "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "SPILL", "OWED", "PROCS",
+               "SOCKET DIR", "POD/CONTAINER OR CLAIM");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
                 for (size_t j = 0; j < al->n_parts; j++) {
@@ -202,12 +202,13 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                                 snprintf(who, sizeof(who), "claim %s/%s", al->claim_namespace, al->claim_name);
                         else
                                 snprintf(who, sizeof(who), "-");
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-5zu %-40s %s\n",
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                p->burst_bytes > p->quota_bytes ? sz(p->burst_bytes, e, sizeof(e)) : "-",
                                sz(p->bytes_requested, b, sizeof(b)),
                                sz(p->bytes_in_chunks, c, sizeof(c)),
-                               sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, np,
+                               sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, p->chunks_spilled,
+                               p->chunks_owed, np,
                                al->socket_dir, who);
                 }
         }

@@ -12,6 +12,9 @@
  *                            # quota (docs/burst.md); 0: no burst past balloonCap
  *   spillMax: 0              # per GPU, host memory for borrowers' data moved off
  *                            # the GPU when its owners want it back; 0: no spill
+ *   reclaimKillAfter: 0      # an owner still short of its lent memory this long
+ *                            # (no host memory left to spill to): its biggest
+ *                            # borrower is killed; 0: never
  *   maxBlocksPerProcess: 1048576     # live blocks (cuMemAlloc) a process may hold
  *   maxBlocksPerAllocation: 4194304  # ... all processes of an allocation, per GPU
  *   devices: all             # or a list of GPU UUIDs / indices
@@ -78,6 +81,7 @@ struct gs_config {
         uint64_t balloon_cap_bytes;
         uint64_t burst_max_bytes;
         uint64_t spill_max_bytes;
+        uint32_t reclaim_kill_after_ms; /* 0: never kill for a reclaim */
         /* Caps on live blocks, which bound the agent's memory per process
            and per allocation on each GPU (agent/alloc/gs_pool.h). */
         uint64_t max_blocks_per_process;

@@ -221,6 +221,9 @@ void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret)
         ret->chunks_borrowed = a->g.borrowed.count;
         ret->chunks_borrowable = gs_gsm_alloc_obtainable(&a->g) - a->g.own.count;
         ret->nprocs = a->g.nprocs;
+        ret->chunks_owed = a->g.owed;
+        for (uint32_t id = a->g.borrowed.head; id != GS_GSM_NONE; id = a->pool->gsm.chunks[id].bnext)
+                ret->chunks_spilled += id >= a->pool->gsm.nreal;
         ret->nblocks = a->nblocks;
         ret->bytes_requested = a->bytes_requested;
         ret->bytes_in_blocks = a->bytes_in_blocks;

@@ -221,6 +221,8 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                 pm->chunks_quota = st.quota_chunks;
                 pm->chunks_free = st.chunks_free;
                 pm->chunks_borrowed = st.chunks_borrowed;
+                pm->chunks_spilled = st.chunks_spilled;
+                pm->chunks_owed = st.chunks_owed;
                 pm->burst_bytes = (uint64_t)gs_part_burst(&a->parts[i]) * g->chunk_bytes;
                 m->parts[m->n_parts++] = pm;
         }

@@ -8,12 +8,17 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "gs_gpu.h"
+#include "gs_ipc.h"
 #include "gs_log.h"
 #include "gs_ring.h"
 #include "gs_sockmsg.h"
+#include "gs_usage.h"
 #include "gs_util.h"
 
 bool gs_move_feature(const struct gs_agent *ag, const struct gs_allocation *a)
@@ -41,7 +46,11 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
                 return 0;
         }
         pthread_mutex_lock(&g->lock);
-        n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_HOST, pg->move, GS_MOVE_MAX, err, sizeof(err));
+        /* A block another process opened through CUDA IPC is mapped there
+         * too, from the device memory: a process exporting any is never
+         * spilled (the opener would not see the moved data). */
+        n = gs_ipc_count(p) ? 0 : gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_HOST, pg->move, GS_MOVE_MAX, err,
+                                                    sizeof(err));
         if (n == 0) {
                 dir = GS_MOVE_TO_DEVICE;
                 n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_DEVICE, pg->move, GS_MOVE_MAX, err, sizeof(err));
@@ -120,6 +129,8 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
                         need = need ? owed : 1;
                 gs_palloc_want(part->pa, need);
                 uint32_t total = gs_pool_owed(g->pool);
+                if (!g->spill_want)
+                        g->spill_want_ms = gs_mono_ms();
                 if (g->spill_want < need)
                         g->spill_want = need;
                 if (g->spill_want > total)
@@ -138,6 +149,47 @@ static void ring_mover(struct gs_proc *p)
         gs_futex_wake(&p->shm->spill);
 }
 
+/* The last resort (reclaimKillAfter): an owner waited that long for lent
+ * memory that could not be moved (spillMax used up, or its borrower's
+ * mover does not answer): the process holding the most borrowed chunks on
+ * GPU gi is killed; what it held goes to whom it is owed. */
+static void kill_borrower(struct gs_agent *ag, uint32_t gi)
+{
+        struct gs_gpu *g = &ag->gpus[gi];
+        struct gs_proc *big = NULL;
+        uint32_t most = 0;
+
+        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (uint32_t i = 0; i < a->nparts; i++) {
+                        if (a->parts[i].gpu != gi)
+                                continue;
+                        for (struct gs_proc *p = a->procs; p; p = p->next) {
+                                uint32_t slots[GS_MOVE_MAX];
+                                if (i >= p->ngpus || !p->gpus[i].pp || p->pidfd < 0)
+                                        continue;
+                                pthread_mutex_lock(&g->lock);
+                                uint32_t n = gs_pproc_move_slots(p->gpus[i].pp, false, slots, GS_MOVE_MAX);
+                                pthread_mutex_unlock(&g->lock);
+                                if (n > most) {
+                                        most = n;
+                                        big = p;
+                                }
+                        }
+                }
+        if (!big)
+                return;
+        int r = (int)syscall(SYS_pidfd_send_signal, big->pidfd, SIGKILL, NULL, 0);
+        struct gs_allocation *a = big->alloc;
+        char msg[400];
+        snprintf(msg, sizeof(msg), "gshare killed process %d (%s) of allocation %s: it held memory lent to it on GPU "
+                 "%s that its owner has waited for longer than reclaimKillAfter (%u ms), with no host memory left to "
+                 "move it to (spillMax)%s", (int)big->pid, big->comm, a->id, g->uuid, ag->cfg.reclaim_kill_after_ms,
+                 r == 0 ? "" : "; the kill failed");
+        log_warn("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
+                 a->pod_name[0] ? a->pod_name : "?", msg);
+        gs_usage_event(ag, a, 1, "GPUMemoryReclaimKill", msg);
+}
+
 /* Main thread. */
 void gs_move_kick(struct gs_agent *ag)
 {
@@ -152,7 +204,15 @@ void gs_move_kick(struct gs_agent *ag)
                 back = !g->spill_want && gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
                 if (g->spill_want && !gs_pool_owed(g->pool))
                         g->spill_want = 0; /* repaid meanwhile (given back, exits) */
+                if (!g->spill_want)
+                        g->spill_want_ms = 0;
+                bool kill = out && ag->cfg.reclaim_kill_after_ms && g->spill_want_ms &&
+                            gs_mono_ms() - g->spill_want_ms >= (int64_t)ag->cfg.reclaim_kill_after_ms;
+                if (kill)
+                        g->spill_want_ms = gs_mono_ms(); /* one a period */
                 pthread_mutex_unlock(&g->lock);
+                if (kill)
+                        kill_borrower(ag, gi);
                 if (!out && !back)
                         continue;
                 for (struct gs_allocation *a = ag->allocs; a; a = a->next)

@@ -78,6 +78,9 @@ struct gs_part {
          * told and not yet GPUMemoryReturned, and when the last was. */
         bool borrow_told;
         int64_t borrow_event_ms;
+        /* The same for GPUMemorySpilled / GPUMemoryUnspilled. */
+        bool spill_told;
+        int64_t spill_event_ms;
 };
 
 /* One unit an allocation holds. */

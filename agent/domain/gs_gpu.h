@@ -197,6 +197,7 @@ struct gs_gpu {
         struct gs_spare *spares;
         uint32_t spill_want;
         uint32_t moving_out;
+        int64_t spill_want_ms;   /* since when spill_want waits for progress (0: none) */
         struct gs_gpu_move_stats move_st;
 };
 

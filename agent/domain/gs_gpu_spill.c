@@ -146,8 +146,12 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                 for (uint32_t i = 0; i < k; i++) {
                         int s = free_spare(g);
                         if (s < 0) {
-                                snprintf(err, errlen, "spillMax reached: no host memory left for spilled chunks");
-                                g->move_st.refused++;
+                                /* Said at 1, 2, 4, ... refusals. */
+                                uint64_t nref = ++g->move_st.refused;
+                                if (!(nref & (nref - 1)))
+                                        snprintf(err, errlen, "spillMax reached: no host memory left for spilled "
+                                                 "chunks (%llu spills refused)",
+                                                 (unsigned long long)g->move_st.refused);
                                 break;
                         }
                         int r = g->spares[s].fd >= 0 ? 0 : host_make(g, &g->spares[s], err, errlen);
@@ -198,6 +202,8 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                                 log_error("GPU %u: spill of chunk %u not recorded", g->index, e[i].from);
                         if (i < moved && g->spill_want)
                                 g->spill_want--;
+                        if (i < moved)
+                                g->spill_want_ms = g->spill_want ? gs_mono_ms() : 0; /* progress */
                 } else if (i < moved) {
                         if (gs_pool_exchange(g->pool, e[i].from, e[i].to) < 0)
                                 log_error("GPU %u: chunk %u back not recorded", g->index, e[i].to);

@@ -105,7 +105,7 @@ struct part_snap {
         const struct gs_gpu *g;
         uint32_t units;
         uint64_t quota_bytes, burst_bytes, borrowed_bytes, held_bytes, requested_bytes, outside_bytes,
-                over_quota_bytes;
+                over_quota_bytes, spilled_bytes, lent_bytes;
         uint32_t over_quota;
 };
 
@@ -359,6 +359,8 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                                 .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
                                 .burst_bytes = (uint64_t)gs_part_burst(&a->parts[i]) * g->chunk_bytes,
                                 .borrowed_bytes = (uint64_t)st.chunks_borrowed * g->chunk_bytes,
+                                .spilled_bytes = (uint64_t)st.chunks_spilled * g->chunk_bytes,
+                                .lent_bytes = (uint64_t)st.chunks_owed * g->chunk_bytes,
                                 .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
                                 .requested_bytes = st.bytes_requested,
                         };
@@ -417,6 +419,10 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
         PART_FAMILY("burst_bytes", "The most the allocation's processes may use on the GPU, quota included "
                     "(past the quota: borrowed while memory is free; docs/burst.md).", burst_bytes);
         PART_FAMILY("borrowed_bytes", "Bytes in chunks the allocation borrowed beyond its quota.", borrowed_bytes);
+        PART_FAMILY("spilled_bytes", "Of the borrowed bytes, those moved to host memory (docs/burst.md).",
+                    spilled_bytes);
+        PART_FAMILY("lent_bytes", "Bytes of the allocation's quota lent to borrowers while it did not use them, "
+                    "taken back when it asks.", lent_bytes);
         PART_FAMILY("held_bytes", "Bytes in chunks held by the allocation's processes (chunks held x chunk size).",
                     held_bytes);
         PART_FAMILY("requested_bytes", "Bytes the allocation's processes asked for and hold.",

@@ -205,7 +205,6 @@ static uint32_t kill_over(struct gs_allocation *a, uint32_t i, const struct seen
 static void note_borrowing(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part,
                            const struct gs_gpu *g, uint32_t borrowed)
 {
-        const struct gs_claim *claim = gs_allocs_claim(a);
         int64_t now = gs_mono_ms();
         char msg[400];
 
@@ -225,18 +224,54 @@ static void note_borrowing(struct gs_agent *ag, struct gs_allocation *a, struct 
         part->borrow_event_ms = now;
         log_info("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
                  a->pod_name[0] ? a->pod_name : "?", msg);
+        gs_usage_event(ag, a, 0, borrowed ? "GPUMemoryBorrowed" : "GPUMemoryReturned", msg);
+}
+
+void gs_usage_event(struct gs_agent *ag, const struct gs_allocation *a, int warning, const char *reason,
+                    const char *msg)
+{
+        const struct gs_claim *claim = gs_allocs_claim(a);
+        enum gs_event_type type = warning ? GS_EVENT_WARNING : GS_EVENT_NORMAL;
+        int r = -EINVAL;
+
         if (!ag->events)
                 return;
-        const char *reason = borrowed ? "GPUMemoryBorrowed" : "GPUMemoryReturned";
-        int r = -EINVAL;
         if (a->pod_name[0])
-                r = gs_events_post(ag->events, GS_EVENT_NORMAL, GS_EVENT_POD, a->pod_namespace, a->pod_name,
-                                   a->pod_uid, reason, msg);
+                r = gs_events_post(ag->events, type, GS_EVENT_POD, a->pod_namespace, a->pod_name, a->pod_uid, reason,
+                                   msg);
         else if (claim)
-                r = gs_events_post(ag->events, GS_EVENT_NORMAL, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid,
-                                   reason, msg);
+                r = gs_events_post(ag->events, type, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid, reason, msg);
         if (r < 0)
                 log_debug("allocation %s: %s Event not posted: %s", a->id, reason, strerror(-r));
+}
+
+/* Spills (docs/burst.md "Giving it back"), as borrowing above: Normal
+ * GPUMemorySpilled when some of what part borrowed was moved to host
+ * memory (at most once a GS_USAGE_EVENT_MS), GPUMemoryUnspilled when all
+ * of it is back on the GPU.  spilled: its chunks in host memory now. */
+static void note_spilling(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part,
+                          const struct gs_gpu *g, uint32_t spilled)
+{
+        int64_t now = gs_mono_ms();
+        char msg[400];
+
+        if (!spilled == !part->spill_told)
+                return;
+        if (spilled && part->spill_event_ms && now - part->spill_event_ms < GS_USAGE_EVENT_MS)
+                return;
+        if (spilled)
+                snprintf(msg, sizeof(msg), "gshare allocation %s: %llu MiB of the memory it borrowed on GPU %s were "
+                         "moved to host memory for their owner (same addresses, slower); they come back when the GPU "
+                         "has memory to lend", a->id, (unsigned long long)(((uint64_t)spilled * g->chunk_bytes) >> 20),
+                         g->uuid);
+        else
+                snprintf(msg, sizeof(msg), "gshare allocation %s: its memory on GPU %s is all on the GPU again",
+                         a->id, g->uuid);
+        part->spill_told = spilled != 0;
+        part->spill_event_ms = now;
+        log_info("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
+                 a->pod_name[0] ? a->pod_name : "?", msg);
+        gs_usage_event(ag, a, 0, spilled ? "GPUMemorySpilled" : "GPUMemoryUnspilled", msg);
 }
 
 /* One allocation part on g: charges from the scan's list sv[0..n). */
@@ -292,6 +327,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
         gs_palloc_stats(part->pa, &ps);
         pthread_mutex_unlock(&g->lock);
         note_borrowing(ag, a, part, g, ps.chunks_borrowed);
+        note_spilling(ag, a, part, g, ps.chunks_spilled);
         if (over)
                 report(ag, a, part, g, over, killed);
         return measured;

@@ -39,6 +39,13 @@ void gs_usage_scan(struct gs_agent *ag);
  * usageInterval later (gs_agent_want_scan brings it forward). */
 int64_t gs_usage_tick(void *ag, int64_t now);
 
+struct gs_allocation;
+/* An Event with reason and message on a's pod, or on its DRA claim (whose
+ * pod the agent does not know); nothing without an API server.  Main
+ * thread. */
+void gs_usage_event(struct gs_agent *ag, const struct gs_allocation *a, int warning, const char *reason,
+                    const char *msg);
+
 /* The pod UID in a /proc/<pid>/cgroup text ("...pod<uid>..." with '_' or
  * '-' in the UID, as the systemd and cgroupfs drivers write it), written
  * with dashes into uid (37 bytes).  0, or -ENOENT. */

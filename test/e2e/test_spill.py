@@ -20,6 +20,14 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
   killed    the same, but B is killed while its move waits: the batch is
             undone, A gets its memory from B's exit, no spare is left held,
             and the books balance (a fresh borrower fills again)
+  events    the agent says when an allocation's data was spilled and when
+            it is all back (the usage scan's log lines, which are also its
+            GPUMemorySpilled / GPUMemoryUnspilled Events)
+  last      a second agent with spillMax 64Mi (2 chunks of host memory):
+            A's request gets 2 chunks moved and no more; without
+            reclaimKillAfter it fails with out of memory after its
+            patience (a catchable error), B untouched; with
+            reclaimKillAfter 1s B is killed and A gets its memory
   off       without spillMax nothing of this happens: A's idle chunks are
             never lent (covered by test_burst.py's "lent" part)
 
@@ -35,6 +43,7 @@ import test_e2e as e  # noqa: E402
 from test_e2e import MiB, check  # noqa: E402
 
 SPILL = os.path.join(e.BD, "test/e2e/e2e_spill")
+NVML = os.path.join(e.BD, "test/fakenvml/libnvidia-ml.so.1")
 
 
 class Prog:
@@ -72,9 +81,13 @@ def gpu(ag):
 
 
 def main():
-    e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL)
+    e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL, NVML)
     tmp = tempfile.mkdtemp(prefix="gshare-spill-")
-    ag = e.Agent(tmp, ["--burst-max", "768Mi", "--spill-max", "512Mi"])
+    # The fake NVML: the usage scan, which says what was spilled.
+    conf = os.path.join(tmp, "config.yaml")
+    with open(conf, "w") as f:
+        f.write("nvmlLibrary: %s\nusageInterval: 200ms\n" % NVML)
+    ag = e.Agent(tmp, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi"])
     ag.start()
     try:
         uuid = gpu(ag)["uuid"]
@@ -114,7 +127,11 @@ def main():
         def host_back():
             r = b.say("check")
             return r[:2] == ["check", "ok"] and r[3] == "0" and gpu(ag)["chunks_spilled"] == 0
+        check(e.wait_for(lambda: "were moved to host memory for their owner" in ag.logtext(), 30, step=0.2)
+              is not None, "events: the spill said (GPUMemorySpilled)")
         check(e.wait_for(host_back, 60, step=0.2) is not None, "back: B's data on the GPU again, checksums intact")
+        check(e.wait_for(lambda: "is all on the GPU again" in ag.logtext(), 30, step=0.2) is not None,
+              "events: the return said (GPUMemoryUnspilled)")
         g = gpu(ag)
         check(g["chunks_moved_back"] >= 8, "back: %d chunks moved back" % g["chunks_moved_back"])
 
@@ -156,7 +173,45 @@ def main():
         check(ag.alive(), "the agent runs on")
     finally:
         ag.stop()
+    for kill in (False, True):
+        last(tmp, kill)
     e.report(ag, tmp)
+
+
+def last(tmp, kill):
+    """spillMax too small for what A wants back: refused past it; killed
+    only with reclaimKillAfter."""
+    what = "last (kill)" if kill else "last (no kill)"
+    sub = os.path.join(tmp, "kill" if kill else "nokill")
+    os.makedirs(sub)
+    ag = e.Agent(sub, ["--burst-max", "768Mi", "--spill-max", "64Mi"] +
+                 (["--reclaim-kill-after", "1s"] if kill else []))
+    ag.start()
+    try:
+        uuid = gpu(ag)["uuid"]
+        ids = ["%s-u%d" % (uuid, u) for u in range(14)]
+        A = ag.create(ids[0:4])["allocation"]
+        B = ag.create_args(["--burst", "896Mi", ids[4], ids[5]])["allocation"]
+        b = Prog(ag, B, "borrow", 896, 32)
+        check(b.line() == ["ready", "896"], what + ": B fills 896 MiB")
+        a = Prog(ag, A, "own", 256, 32)
+        got = a.line()
+        if kill:
+            check(got[:3] == ["own", "got", "256"], what + ": A gets its 256 MiB (%s)" % got)
+            check(b.p.wait(timeout=e.HANG) == -signal.SIGKILL, what + ": B was killed")
+            check("killed process %d" % b.p.pid in ag.logtext() and "reclaimKillAfter" in ag.logtext(),
+                  what + ": the kill is logged (and its Warning Event GPUMemoryReclaimKill)")
+        else:
+            check(got[:2] == ["own", "short"], what + ": A's request fails, out of memory, catchable (%s)" % got)
+            check(gpu(ag)["chunks_spilled"] == 2, what + ": 2 chunks spilled, as many as spillMax holds (%d)"
+                  % gpu(ag)["chunks_spilled"])
+            check(b.say("check")[:2] == ["check", "ok"] and b.p.poll() is None, what + ": B runs on, data intact")
+            check("spillMax reached" in ag.logtext(), what + ": the agent says spillMax was reached")
+        a.quit()
+        b.quit()
+        check(ag.alive(), what + ": the agent runs on")
+    finally:
+        ag.stop()
 
 
 if __name__ == "__main__":
