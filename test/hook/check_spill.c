@@ -38,12 +38,15 @@ void fakecuda_fail_maps(uint64_t mask);
 #define CHUNK (2u << 20)
 #define SLOTS 4u
 #define WORDS (CHUNK / 4)
+/* Slots of the range in tests of full batches. */
+#define BIG_SLOTS (2u * GS_MOVE_MAX)
 
 static char g_state[128];
 static const struct gs_cu *cu;
 static struct gs_hook_gpu *g;
 
-static void setup(void)
+/* A range of nslots slots of CHUNK bytes. */
+static void setup_n(uint32_t nslots)
 {
         CUcontext c = NULL;
         CUuuid u;
@@ -51,7 +54,7 @@ static void setup(void)
         snprintf(g_state, sizeof(g_state), "/tmp/gshare-spill-check-%d", (int)getpid());
         unlink(g_state);
         setenv("GSHARE_FAKECUDA_STATE", g_state, 1);
-        setenv("GSHARE_FAKECUDA_MEM", "64Mi", 1);
+        setenv("GSHARE_FAKECUDA_MEM", "256Mi", 1);
         setenv("GSHARE_FAKECUDA_DEVICES", "1", 1);
         /* No agent: cuInit says so once. */
         setenv("GSHARE_SOCKET", "/nonexistent/gshare-check-spill.sock", 1);
@@ -68,12 +71,14 @@ static void setup(void)
         memset(g, 0, sizeof(*g));
         memcpy(g->uuid, u.bytes, 16);
         g->chunk = CHUNK;
-        g->max_slots = SLOTS;
+        g->max_slots = nslots;
         for (int d = 0; d < GS_MAX_DEVICES; d++)
                 gs_conn.devmap[d] = -2;
         ck_assert_int_eq(gs_space_reserve(cu, g), 0);
         pthread_mutex_unlock(&gs_conn.mu);
 }
+
+static void setup(void) { setup_n(SLOTS); }
 
 static void teardown(void) { unlink(g_state); }
 
@@ -240,6 +245,72 @@ START_TEST(test_batch)
         ck_assert_uint_eq(fakecuda_host_bytes(), host0 + 3 * CHUNK);
         for (uint32_t s = 0; s < SLOTS; s++)
                 ck_assert(intact(s));
+        teardown();
+}
+END_TEST
+
+static double ms_since(const struct timespec *t0)
+{
+        struct timespec t1;
+
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* A full batch (GS_MOVE_MAX slots) to host memory and back, the way back
+ * in an order of several runs of consecutive slots: every slot reads its
+ * own data at each step, the memory left behind is no longer held.  The
+ * time of each batch is printed (info, no assertion). */
+START_TEST(test_full_batch_both_ways)
+{
+        /* Runs: 5-7, 0, 20-31, 1-4, 8-19. */
+        static const uint32_t back_order[GS_MOVE_MAX] = { 5,  6,  7,  0,  20, 21, 22, 23, 24, 25, 26,
+                                                          27, 28, 29, 30, 31, 1,  2,  3,  4,  8,  9,
+                                                          10, 11, 12, 13, 14, 15, 16, 17, 18, 19 };
+        uint32_t slots[GS_MOVE_MAX];
+        int fds[GS_MOVE_MAX], copy[GS_MOVE_MAX];
+        struct timespec t0;
+        uint64_t host0;
+        double ms;
+
+        setup_n(BIG_SLOTS);
+        for (uint32_t s = 0; s < GS_MOVE_MAX; s++) {
+                map_slot(s, NULL);
+                fill(s);
+                slots[s] = s;
+        }
+        host0 = fakecuda_host_bytes();
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++)
+                copy[i] = fds[i] = chunk_fd(1, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        ck_assert_uint_eq(move(slots, fds, GS_MOVE_MAX), GS_MOVE_MAX);
+        ms = ms_since(&t0);
+        printf("info: a batch of %u chunks of %u MiB to host memory: %.1f ms\n", GS_MOVE_MAX, CHUNK >> 20, ms);
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++) {
+                ck_assert(fd_closed(copy[i]));
+                ck_assert(g->mapped[i]);
+                ck_assert(intact(i));
+        }
+        ck_assert_uint_eq(fakecuda_host_bytes(), host0 + GS_MOVE_MAX * CHUNK);
+        ck_assert_int_eq(held("gshare-fake-dev0"), 0);
+
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++)
+                copy[i] = fds[i] = chunk_fd(0, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        ck_assert_uint_eq(move(back_order, fds, GS_MOVE_MAX), GS_MOVE_MAX);
+        ms = ms_since(&t0);
+        printf("info: a batch of %u chunks of %u MiB back to device memory: %.1f ms\n", GS_MOVE_MAX, CHUNK >> 20,
+               ms);
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++) {
+                ck_assert(fd_closed(copy[i]));
+                ck_assert(intact(i));
+        }
+        ck_assert_uint_eq(fakecuda_host_bytes(), host0);
+        ck_assert_int_eq(held("gshare-fake-host0"), 0);
+        ck_assert_int_gt(held("gshare-fake-dev0"), 0);
+        /* Still the device's to use. */
+        ck_assert_int_eq(cuMemsetD32_v2(slot_at(31), 0x5a5a5a5a, WORDS), CUDA_SUCCESS);
+        ck_assert_uint_eq(*(volatile uint32_t *)(uintptr_t)(slot_at(31) + CHUNK - 4), 0x5a5a5a5a);
         teardown();
 }
 END_TEST
@@ -562,6 +633,7 @@ int main(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_to_host_and_back);
         tcase_add_test(tc, test_batch);
+        tcase_add_test(tc, test_full_batch_both_ways);
         tcase_add_test(tc, test_waits_for_work_and_holds_launches);
         tcase_add_test(tc, test_bad_fd);
         tcase_add_test(tc, test_syncs_first);
