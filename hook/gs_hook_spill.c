@@ -282,6 +282,10 @@ static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *fds, uint32_t
 
         gs_spill_prepare(b, fds, k);
         t1 = gs_mono_ns();
+        /* The stream is the batch's (made and destroyed around its copies,
+         * a few microseconds): one kept per GPU could outlive its context
+         * (a primary context released to nothing, an application context
+         * destroyed), and a context's handle may come back the same. */
         if (b->n && cu->stream_create(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
                 st = NULL; /* the legacy default stream: nothing else runs now */
         gs_spill_copy(b, st);

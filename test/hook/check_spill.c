@@ -1,13 +1,16 @@
 /* check_spill.c — the mover's move (hook/gs_hook_spill.h) on the fake
  * driver: a slot's data moved to host memory at the same address and
- * back, the wait for work launched before the move and the gate held
- * closed during it, a failure leaving the slot as it was, and the
- * application's contexts the mover synchronizes (gs_hook_ctx.c).
+ * back, a full batch both ways, the wait for work launched before the
+ * move and the gate held closed during it, a failure (also in the middle
+ * of a batch: an import, a copy, a mapping) leaving the slots it did not
+ * move as they were, and the application's contexts the mover
+ * synchronizes (gs_hook_ctx.c).
  *
  * Linked with the hook's objects, as check_gate is (gs_spill_move and
  * gs_conn are hidden in libgshare.so).  No agent: the test stands for
- * WELCOME (one GPU, 2 MiB chunks, 4 slots) and for the agent's chunks
- * (device and host memory it makes and exports with the real driver). */
+ * WELCOME (one GPU, 2 MiB chunks, 4 slots, 64 for full batches) and for
+ * the agent's chunks (device and host memory it makes and exports with
+ * the real driver). */
 #include <check.h>
 
 #include "../gs_check.h"
