@@ -69,7 +69,9 @@ struct gs_cu {
         CUresult (*ctx_pop_current_v2)(CUcontext *);
         CUresult (*device_primary_ctx_get_state)(CUdevice, unsigned int *, int *);
         CUresult (*device_primary_ctx_release_v2)(CUdevice);
-        CUresult (*memcpy_dtod_v2)(CUdeviceptr, CUdeviceptr, size_t);
+        CUresult (*memcpy_dtod_async_v2)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+        CUresult (*stream_create)(CUstream *, unsigned int);
+        CUresult (*stream_destroy_v2)(CUstream);
         CUresult (*mem_retain_allocation_handle)(CUmemGenericAllocationHandle *, void *);
 };
 

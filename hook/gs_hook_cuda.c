@@ -66,7 +66,8 @@ static const struct {
         GS_CU_ENTRY(ctx_push_current_v2, cuCtxPushCurrent_v2), GS_CU_ENTRY(ctx_pop_current_v2, cuCtxPopCurrent_v2),
         GS_CU_ENTRY(device_primary_ctx_get_state, cuDevicePrimaryCtxGetState),
         GS_CU_ENTRY(device_primary_ctx_release_v2, cuDevicePrimaryCtxRelease_v2),
-        GS_CU_ENTRY(memcpy_dtod_v2, cuMemcpyDtoD_v2),
+        GS_CU_ENTRY(memcpy_dtod_async_v2, cuMemcpyDtoDAsync_v2), GS_CU_ENTRY(stream_create, cuStreamCreate),
+        GS_CU_ENTRY(stream_destroy_v2, cuStreamDestroy_v2),
         GS_CU_ENTRY(mem_retain_allocation_handle, cuMemRetainAllocationHandle),
 };
 

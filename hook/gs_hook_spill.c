@@ -18,7 +18,10 @@
 #define GS_SPILL_WAIT_NS 1000000000ull /* an idle mover wakes once a second */
 
 static int g_started;                                   /* gs_conn.mu */
-static CUdeviceptr g_scratch[GS_MAX_GPUS_PER_ALLOC];    /* gs_conn.mu; 0 until reserved */
+/* Per GPU, GS_MOVE_MAX chunks of VA where a batch's new memory is mapped
+ * while the data is copied (gs_conn.mu; 0 until reserved). */
+static CUdeviceptr g_scratch[GS_MAX_GPUS_PER_ALLOC];
+static size_t g_scratch_size[GS_MAX_GPUS_PER_ALLOC];
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
 /* The child has no mover (only the forking thread lives on) and its own
@@ -27,6 +30,7 @@ static void gs_spill_child(void)
 {
         g_started = 0;
         memset(g_scratch, 0, sizeof(g_scratch));
+        memset(g_scratch_size, 0, sizeof(g_scratch_size));
 }
 
 static void gs_spill_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_spill_child); }
@@ -37,10 +41,11 @@ static void gs_spill_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_s
 static int gs_spill_usable(const struct gs_cu *cu)
 {
         return cu->mem_import_from_shareable_handle && cu->mem_map && cu->mem_unmap && cu->mem_set_access &&
-               cu->mem_release && cu->mem_address_reserve && cu->mem_retain_allocation_handle && cu->memcpy_dtod_v2 &&
-               cu->ctx_synchronize && cu->ctx_push_current_v2 && cu->ctx_pop_current_v2 && cu->device_get_count &&
-               cu->device_primary_ctx_get_state && cu->device_primary_ctx_retain &&
-               cu->device_primary_ctx_release_v2;
+               cu->mem_release && cu->mem_address_reserve && cu->mem_address_free &&
+               cu->mem_retain_allocation_handle && cu->memcpy_dtod_async_v2 && cu->stream_create &&
+               cu->stream_destroy_v2 && cu->stream_synchronize && cu->ctx_synchronize && cu->ctx_push_current_v2 &&
+               cu->ctx_pop_current_v2 && cu->device_get_count && cu->device_primary_ctx_get_state &&
+               cu->device_primary_ctx_retain && cu->device_primary_ctx_release_v2;
 }
 
 /* pre: gs_conn.mu held.  The device of GPU gi, or -1. */
@@ -56,18 +61,23 @@ static CUdevice gs_spill_dev(const struct gs_cu *cu, uint32_t gi)
         return -1;
 }
 
-/* pre: gs_conn.mu held.  GPU gi's scratch chunk of VA (reserved on first
- * use, apart from everything else), or 0. */
+/* pre: gs_conn.mu held.  GPU gi's scratch range, GS_MOVE_MAX chunks of VA
+ * apart from everything else (reserved on first use, again if the chunk
+ * size changed: nothing is mapped there between batches), or 0. */
 static CUdeviceptr gs_spill_scratch(const struct gs_cu *cu, uint32_t gi)
 {
         CUdeviceptr va = 0;
-        size_t chunk = gs_conn.gpus[gi].chunk;
+        size_t chunk = gs_conn.gpus[gi].chunk, size = (size_t)GS_MOVE_MAX * chunk;
 
-        if (g_scratch[gi])
+        if (g_scratch[gi] && g_scratch_size[gi] == size)
                 return g_scratch[gi];
-        if (cu->mem_address_reserve(&va, chunk, chunk, 0, 0) != CUDA_SUCCESS)
+        if (g_scratch[gi])
+                (void)cu->mem_address_free(g_scratch[gi], g_scratch_size[gi]);
+        g_scratch[gi] = 0;
+        if (chunk == 0 || cu->mem_address_reserve(&va, size, chunk, 0, 0) != CUDA_SUCCESS)
                 return 0;
         g_scratch[gi] = va;
+        g_scratch_size[gi] = size;
         return va;
 }
 
@@ -132,76 +142,197 @@ static void gs_spill_ctxs_release(const struct gs_cu *cu, struct gs_spill_ctxs *
         s->nprim = 0;
 }
 
-/* pre: gs_conn.mu held, the gate closed, the contexts synchronized, a
- * context of dev current.  Moves one slot into the memory of fd (closed
- * here).  0: moved; -EAGAIN: not moved, the slot maps what it mapped;
- * -EIO: not moved, and the slot's old memory could not be mapped back
- * either (the slot is unmapped now). */
-static int gs_spill_one(const struct gs_cu *cu, struct gs_hook_gpu *g, CUdevice dev, uint32_t slot, int fd,
-                        CUdeviceptr scratch)
-{
-        CUdeviceptr at = g->va_base + (CUdeviceptr)slot * g->chunk;
-        size_t size = g->chunk;
-        CUmemGenericAllocationHandle hn, ho;
-        int r = -EAGAIN;
+/* A batch in progress: slot i's new memory (hn[i], mapped at scratch
+ * chunk i) and, once retained, its old (ho[i]). */
+struct gs_spill_batch {
+        const struct gs_cu *cu;
+        struct gs_hook_gpu *g;
+        CUdevice dev;
+        CUdeviceptr scratch;
+        const uint32_t *slots;
+        CUmemGenericAllocationHandle hn[GS_MOVE_MAX], ho[GS_MOVE_MAX];
+        uint32_t nmap;  /* new memories imported and mapped at the scratch */
+        uint32_t nold;  /* old memories retained */
+        uint32_t n;     /* slots that may move: [0, n) */
+};
 
-        if (cu->mem_import_from_shareable_handle(&hn, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
-            CUDA_SUCCESS) {
-                close(fd);
-                return -EAGAIN;
-        }
-        close(fd);
-        if (cu->mem_map(scratch, size, 0, hn, 0) != CUDA_SUCCESS) {
-                (void)cu->mem_release(hn);
-                return -EAGAIN;
-        }
-        /* The copy, then a handle on the old memory, so that it can be
-         * mapped back if the new cannot be mapped at the slot. */
-        if (gs_space_access(cu, scratch, size, dev) < 0 || cu->memcpy_dtod_v2(scratch, at, size) != CUDA_SUCCESS ||
-            cu->ctx_synchronize() != CUDA_SUCCESS || cu->mem_retain_allocation_handle(&ho, (void *)at) != CUDA_SUCCESS)
-                goto out_scratch;
-        if (cu->mem_unmap(at, size) != CUDA_SUCCESS)
-                goto out_old;
-        if (cu->mem_map(at, size, 0, hn, 0) == CUDA_SUCCESS) {
-                if (gs_space_access(cu, at, size, dev) == 0) {
-                        r = 0;
-                        goto out_old;
+static CUdeviceptr gs_spill_at(const struct gs_spill_batch *b, uint32_t i)
+{
+        return b->g->va_base + (CUdeviceptr)b->slots[i] * b->g->chunk;
+}
+
+static CUdeviceptr gs_spill_tmp(const struct gs_spill_batch *b, uint32_t i)
+{
+        return b->scratch + (CUdeviceptr)i * b->g->chunk;
+}
+
+/* Imports fds[0..k) (each closed) and maps slot i's new memory at scratch
+ * chunk i, stopping at the first slot that is not mapped or whose memory
+ * cannot be; then access to the scratch, in one call (its mappings are
+ * consecutive).  Sets nmap and n. */
+static void gs_spill_prepare(struct gs_spill_batch *b, int *fds, uint32_t k)
+{
+        const struct gs_cu *cu = b->cu;
+
+        for (b->nmap = 0; b->nmap < k; b->nmap++) {
+                uint32_t i = b->nmap, slot = b->slots[i];
+                CUresult r;
+
+                if (slot >= b->g->max_slots || !b->g->mapped[slot])
+                        break;
+                r = cu->mem_import_from_shareable_handle(&b->hn[i], (void *)(intptr_t)fds[i],
+                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+                gs_closep(&fds[i]);
+                if (r != CUDA_SUCCESS)
+                        break;
+                if (cu->mem_map(gs_spill_tmp(b, i), b->g->chunk, 0, b->hn[i], 0) != CUDA_SUCCESS) {
+                        (void)cu->mem_release(b->hn[i]);
+                        break;
                 }
-                (void)cu->mem_unmap(at, size);
         }
-        /* The old memory, untouched, back at the slot. */
-        if (cu->mem_map(at, size, 0, ho, 0) != CUDA_SUCCESS) {
-                g->mapped[slot] = 0;
-                r = -EIO;
-        } else if (gs_space_access(cu, at, size, dev) < 0) {
-                (void)cu->mem_unmap(at, size);
-                g->mapped[slot] = 0;
-                r = -EIO;
+        b->n = b->nmap;
+        if (b->n && gs_space_access(cu, b->scratch, (size_t)b->n * b->g->chunk, b->dev) < 0)
+                b->n = 0;
+}
+
+/* Every slot's data copied to its scratch chunk: all copies issued on st,
+ * then one synchronize.  A copy that cannot be issued ends the batch
+ * before its slot (the earlier ones are waited for); a failed synchronize
+ * leaves nothing known good: n = 0.  Nothing is unmapped yet. */
+static void gs_spill_copy(struct gs_spill_batch *b, CUstream st)
+{
+        const struct gs_cu *cu = b->cu;
+        uint32_t i;
+
+        for (i = 0; i < b->n; i++)
+                if (cu->memcpy_dtod_async_v2(gs_spill_tmp(b, i), gs_spill_at(b, i), b->g->chunk, st) != CUDA_SUCCESS)
+                        break;
+        b->n = i;
+        if (i > 0 && cu->stream_synchronize(st) != CUDA_SUCCESS)
+                b->n = 0;
+}
+
+/* Slots [a, end) of a run had the old memory unmapped; [a, mapped) map the
+ * new (no access yet).  Each gets the old memory back, with access: 0, or
+ * -EIO if one could not (that slot is unmapped now). */
+static int gs_spill_back(struct gs_spill_batch *b, uint32_t a, uint32_t mapped, uint32_t end)
+{
+        const struct gs_cu *cu = b->cu;
+        size_t size = b->g->chunk;
+        int r = 0;
+
+        for (uint32_t j = a; j < end; j++) {
+                CUdeviceptr at = gs_spill_at(b, j);
+
+                if (j < mapped)
+                        (void)cu->mem_unmap(at, size);
+                if (cu->mem_map(at, size, 0, b->ho[j], 0) != CUDA_SUCCESS) {
+                        b->g->mapped[b->slots[j]] = 0;
+                        r = -EIO;
+                } else if (gs_space_access(cu, at, size, b->dev) < 0) {
+                        (void)cu->mem_unmap(at, size);
+                        b->g->mapped[b->slots[j]] = 0;
+                        r = -EIO;
+                }
         }
-out_old:
-        (void)cu->mem_release(ho);
-out_scratch:
-        (void)cu->mem_unmap(scratch, size);
-        /* The slot's mapping (if it moved) keeps the new memory. */
-        (void)cu->mem_release(hn);
         return r;
+}
+
+/* Slots [a, e) (consecutive addresses): each old memory unmapped and the
+ * new mapped, then access for the run in one call.  0: all moved, *moved
+ * = e.  A slot that fails gets its old memory back (gs_spill_back) and
+ * those before it in the run stay moved (*moved = that slot) if their
+ * access can be set, else they get theirs back too: -EAGAIN, or -EIO. */
+static int gs_spill_run(struct gs_spill_batch *b, uint32_t a, uint32_t e, uint32_t *moved)
+{
+        const struct gs_cu *cu = b->cu;
+        size_t size = b->g->chunk;
+        uint32_t i, end = e;
+
+        for (i = a; i < e; i++) {
+                if (cu->mem_unmap(gs_spill_at(b, i), size) != CUDA_SUCCESS) {
+                        end = i; /* slot i as it was */
+                        break;
+                }
+                if (cu->mem_map(gs_spill_at(b, i), size, 0, b->hn[i], 0) != CUDA_SUCCESS) {
+                        end = i + 1; /* slot i maps nothing */
+                        break;
+                }
+        }
+        if (i > a && gs_space_access(cu, gs_spill_at(b, a), (size_t)(i - a) * size, b->dev) == 0) {
+                *moved = i;
+                if (i == e)
+                        return 0;
+                a = i;
+        }
+        return gs_spill_back(b, a, i, end) < 0 ? -EIO : -EAGAIN;
+}
+
+/* pre: a context of b->dev current.  The batch: prepared, copied, then
+ * each slot's old memory retained (to map it back if need be) and the
+ * slots remapped run by run (consecutive slots), stopping at the first
+ * slot that fails.  Returns how many moved (a prefix); *r = -EIO if a slot
+ * could not get its old memory back. */
+static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *fds, uint32_t k, int *r)
+{
+        const struct gs_cu *cu = b->cu;
+        uint64_t t0 = gs_mono_ns(), t1, t2;
+        uint32_t moved = 0;
+        CUstream st = NULL;
+
+        gs_spill_prepare(b, fds, k);
+        t1 = gs_mono_ns();
+        /* The stream is the batch's (made and destroyed around its copies,
+         * a few microseconds): one kept per GPU could outlive its context
+         * (a primary context released to nothing, an application context
+         * destroyed), and a context's handle may come back the same. */
+        if (b->n && cu->stream_create(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+                st = NULL; /* the legacy default stream: nothing else runs now */
+        gs_spill_copy(b, st);
+        if (st)
+                (void)cu->stream_destroy_v2(st);
+        t2 = gs_mono_ns();
+        for (b->nold = 0; b->nold < b->n; b->nold++)
+                if (cu->mem_retain_allocation_handle(&b->ho[b->nold], (void *)gs_spill_at(b, b->nold)) != CUDA_SUCCESS)
+                        break;
+        b->n = b->nold;
+        while (moved < b->n && *r == 0) {
+                uint32_t e = moved + 1;
+
+                while (e < b->n && b->slots[e] == b->slots[e - 1] + 1)
+                        e++;
+                *r = gs_spill_run(b, moved, e, &moved);
+        }
+        for (uint32_t i = 0; i < b->nold; i++)
+                (void)cu->mem_release(b->ho[i]);
+        for (uint32_t i = 0; i < b->nmap; i++) {
+                (void)cu->mem_unmap(gs_spill_tmp(b, i), b->g->chunk);
+                /* A moved slot's mapping keeps its new memory. */
+                (void)cu->mem_release(b->hn[i]);
+        }
+        gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", k,
+                      moved, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, (double)(gs_mono_ns() - t2) / 1e6);
+        return moved;
 }
 
 uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        struct gs_spill_batch b;
         struct gs_spill_ctxs s;
-        CUdeviceptr scratch;
         CUcontext popped;
         uint32_t moved = 0;
-        CUdevice dev;
         int r = 0;
 
-        if (!gs_spill_usable(cu) || gi >= gs_conn.ngpus || !g->va_base || (dev = gs_spill_dev(cu, gi)) < 0 ||
-            (scratch = gs_spill_scratch(cu, gi)) == 0)
+        memset(&b, 0, sizeof(b));
+        b.cu = cu;
+        b.g = g;
+        b.slots = slots;
+        if (k > GS_MOVE_MAX || !gs_spill_usable(cu) || gi >= gs_conn.ngpus || !g->va_base ||
+            (b.dev = gs_spill_dev(cu, gi)) < 0 || (b.scratch = gs_spill_scratch(cu, gi)) == 0)
                 goto out;
         gs_ctx_lock();
-        if (gs_spill_contexts(cu, dev, &s) == 0) {
+        if (gs_spill_contexts(cu, b.dev, &s) == 0) {
                 gs_gate_close();
                 /* Work launched before the close may still run. */
                 for (int i = 0; i < s.n; i++)
@@ -210,14 +341,7 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
                                 (void)cu->ctx_pop_current_v2(&popped);
                         }
                 if (cu->ctx_push_current_v2(s.copy) == CUDA_SUCCESS) {
-                        for (; moved < k; moved++) {
-                                if (slots[moved] >= g->max_slots || !g->mapped[slots[moved]])
-                                        break;
-                                r = gs_spill_one(cu, g, dev, slots[moved], fds[moved], scratch);
-                                fds[moved] = -1;
-                                if (r < 0)
-                                        break;
-                        }
+                        moved = gs_spill_batch_move(&b, fds, k, &r);
                         (void)cu->ctx_pop_current_v2(&popped);
                 }
                 gs_gate_open();

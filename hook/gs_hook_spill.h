@@ -10,14 +10,20 @@
  * A batch's move (gs_spill_move): the launch gate closed (gs_hook_gate.h),
  * every context that may run work on the allocation's GPUs synchronized
  * (the active primary contexts, asked of the driver, never created; the
- * application's own, gs_hook_ctx.c), then per slot: the new memory
- * imported and mapped at a scratch address (one chunk of VA per GPU,
- * reserved on first use), the slot's data copied there, the slot's old
- * memory unmapped and the new mapped at the slot's address, with access
- * as before; then the gate opened.  A slot that fails before its old
- * memory is unmapped keeps it; one that fails after gets it mapped back
- * (if even that fails the connection is dropped: gs_conn_lost).  The
- * batch stops at the first failure: what moved is a prefix.
+ * application's own, gs_hook_ctx.c), then, in a context of the chunks'
+ * GPU: every new memory imported and mapped at its own chunk of a scratch
+ * range (GS_MOVE_MAX chunks of VA per GPU, reserved on first use), access
+ * to that range in one call; every slot's copy issued on one stream of
+ * the mover's (made for the batch), one synchronize; then per slot its
+ * old memory retained, unmapped, the new mapped at the slot's address,
+ * access set once per run of consecutive slots, as before; then the
+ * scratch unmapped and the gate opened.  Nothing is unmapped at a slot
+ * before every copy is known done: a slot whose import, scratch mapping
+ * or copy fails ends the batch before it (a failed synchronize: nothing
+ * moves).  A slot that fails after its old memory was unmapped gets it
+ * mapped back (if even that fails the connection is dropped:
+ * gs_conn_lost); the slots before it in its run stay moved if their
+ * access can be set, else get theirs back too.  What moved is a prefix.
  *
  * Lock order (no thread takes one of these while holding a later one):
  *
@@ -55,10 +61,10 @@
 void gs_spill_start(void);
 
 /* pre: gs_conn.mu held, GPU gi's range reserved, slots[0..k) mapped,
- * distinct.  Moves slot i's data into the memory of fds[i] (a POSIX fd
- * export) and maps that at the slot instead, in order, stopping at the
- * first failure.  Every fd is closed.  Returns how many moved (a prefix).
- * With the gate closed around the whole batch, on this thread. */
+ * distinct, k <= GS_MOVE_MAX.  Moves slot i's data into the memory of
+ * fds[i] (a POSIX fd export) and maps that at the slot instead, stopping
+ * at the first failure.  Every fd is closed.  Returns how many moved (a
+ * prefix).  With the gate closed around the whole batch, on this thread. */
 uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k);
 
 #endif

@@ -52,7 +52,17 @@
  * cuLaunchHostFunc and cuEventRecord wait for them too, so every stream
  * stays in order.  fakecuda_hold_work(1) holds queued kernels back until
  * fakecuda_hold_work(0); fakecuda_work_pending() and fakecuda_launched()
- * count them (see "asynchronous work" below). */
+ * count them (see "asynchronous work" below).
+ *
+ * cuMemcpyDtoDAsync_v2 is queued on its stream as a kernel is (the same
+ * worker, in order; fakecuda_work_pending counts it, fakecuda_launched
+ * only kernels), and copies when it runs; both ranges must be reachable from the current context's device,
+ * at the call and when it runs (else, as a kernel, a fault the next
+ * synchronisation reports).  fakecuda_fail_copies(mask, at_run): bit i
+ * set, the i-th cuMemcpyDtoDAsync_v2 call from now fails: at the call
+ * (at_run 0: CUDA_ERROR_OUT_OF_MEMORY, nothing queued) or when it runs
+ * (at_run 1: nothing copied, the next synchronisation returns
+ * CUDA_ERROR_ILLEGAL_ADDRESS). */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -1703,14 +1713,17 @@ struct fc_work {
         uintptr_t dst;
         size_t bytes;
         uint32_t value, delay_us;
+        uintptr_t src;       /* a copy (cuMemcpyDtoDAsync_v2) from src; 0: the fill kernel */
+        int fail;            /* fakecuda_fail_copies: faults when it runs */
 };
 
 static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_wcond = PTHREAD_COND_INITIALIZER; /* work queued, hold lifted */
 static pthread_cond_t g_wdone = PTHREAD_COND_INITIALIZER; /* work finished */
 static struct fc_work *g_whead, **g_wtail = &g_whead;
-static uint64_t g_wqueued;   /* launches queued since the start (atomic writes, under g_wlock) */
+static uint64_t g_wqueued;   /* work (kernels, copies) queued since the start (atomic writes, under g_wlock) */
 static uint64_t g_wfinished; /* of those, finished (in order: one worker) (same) */
+static uint64_t g_wkernels;  /* of those, kernels (not copies): fakecuda_launched (g_wlock) */
 static int g_whold;          /* fakecuda_hold_work */
 static int g_wfault;         /* CUresult of a faulted kernel, for the next sync (atomic) */
 static int g_wstarted;
@@ -1749,8 +1762,12 @@ static void fc_work_run(struct fc_work *w)
                 ;
         /* Under g_lock: the range cannot be remapped while it is written. */
         pthread_mutex_lock(&g_lock);
-        r = fc_reach_locked(w->dev, w->dst, w->bytes);
-        if (r == CUDA_SUCCESS)
+        r = w->fail ? CUDA_ERROR_ILLEGAL_ADDRESS : fc_reach_locked(w->dev, w->dst, w->bytes);
+        if (r == CUDA_SUCCESS && w->src)
+                r = fc_reach_locked(w->dev, w->src, w->bytes);
+        if (r == CUDA_SUCCESS && w->src)
+                memmove((void *)w->dst, (const void *)w->src, w->bytes);
+        else if (r == CUDA_SUCCESS)
                 for (size_t i = 0; i < w->bytes / 4; i++)
                         ((uint32_t *)w->dst)[i] = w->value;
         pthread_mutex_unlock(&g_lock);
@@ -1811,7 +1828,7 @@ static void fc_work_child(void)
         for (int i = 0; i < FC_MAX_OBJS; i++)
                 if (g_objs[i] && ((struct fc_stream *)g_objs[i])->magic == FC_STREAM_MAGIC)
                         ((struct fc_stream *)g_objs[i])->last = 0;
-        g_wqueued = g_wfinished = 0;
+        g_wqueued = g_wfinished = g_wkernels = 0;
         g_wstarted = g_whold = g_wfault = 0;
         pthread_mutex_init(&g_wlock, NULL);
         pthread_cond_init(&g_wcond, NULL);
@@ -1846,6 +1863,7 @@ static CUresult fc_work_queue(struct fc_work *w)
                 *g_wtail = w;
                 g_wtail = &w->next;
                 __atomic_add_fetch(&g_wqueued, 1, __ATOMIC_RELEASE);
+                g_wkernels += w->src == 0;
                 if (w->s)
                         w->s->last = g_wqueued;
                 pthread_cond_broadcast(&g_wcond);
@@ -1894,8 +1912,8 @@ static CUresult fc_work_wait_stream(CUstream h)
  * what tests observe of the work queue.  fakecuda_hold_work(1) keeps the
  * worker from starting queued work until fakecuda_hold_work(0), so a test
  * can hold a launch in flight without timing; fakecuda_work_pending is the
- * number of launches queued or running, fakecuda_launched the number
- * queued since the start. */
+ * number of launches and async copies queued or running, fakecuda_launched
+ * the number of launches queued since the start. */
 static const char fc_fill_kernel_obj = 'k';
 CUfunction fakecuda_fill_kernel(void);
 CUfunction fakecuda_fill_kernel(void) { return (CUfunction)(uintptr_t)&fc_fill_kernel_obj; }
@@ -1926,7 +1944,7 @@ uint64_t fakecuda_launched(void)
         uint64_t n;
 
         pthread_mutex_lock(&g_wlock);
-        n = g_wqueued;
+        n = g_wkernels;
         pthread_mutex_unlock(&g_wlock);
         return n;
 }
@@ -2084,6 +2102,62 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
                 return CUDA_ERROR_ILLEGAL_ADDRESS;
         memmove((void *)dstDevice, (const void *)srcDevice, ByteCount);
         return CUDA_SUCCESS;
+}
+
+/* fakecuda_fail_copies: the calls to fail (bit 0 the next), and whether
+ * when they run (atomic). */
+static uint64_t g_fail_copies;
+static int g_fail_copies_run;
+
+void fakecuda_fail_copies(uint64_t mask, int at_run);
+void fakecuda_fail_copies(uint64_t mask, int at_run)
+{
+        __atomic_store_n(&g_fail_copies_run, at_run != 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&g_fail_copies, mask, __ATOMIC_SEQ_CST);
+}
+
+/* Queued on the stream, in order with its kernels; copies when it runs. */
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                      CUstream hStream)
+{
+        struct fc_stream *s = fc_stream_of(hStream);
+        struct fc_work *w;
+        int dev, capturing = 0, fail_run = 0;
+        uint64_t fail;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS || (r = fc_stream_check(hStream)) != CUDA_SUCCESS)
+                return r;
+        do
+                fail = __atomic_load_n(&g_fail_copies, __ATOMIC_SEQ_CST);
+        while (fail && !__atomic_compare_exchange_n(&g_fail_copies, &fail, fail >> 1, 0, __ATOMIC_SEQ_CST,
+                                                    __ATOMIC_SEQ_CST));
+        if (fail & 1) {
+                if (!__atomic_load_n(&g_fail_copies_run, __ATOMIC_SEQ_CST))
+                        return CUDA_ERROR_OUT_OF_MEMORY;
+                fail_run = 1;
+        }
+        if (!dstDevice || !srcDevice || ByteCount > UINTPTR_MAX - dstDevice || ByteCount > UINTPTR_MAX - srcDevice)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        r = fc_reach_locked(dev, dstDevice, ByteCount);
+        if (r == CUDA_SUCCESS)
+                r = fc_reach_locked(dev, srcDevice, ByteCount);
+        if (s)
+                capturing = s->capture != CU_STREAM_CAPTURE_STATUS_NONE;
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS || capturing || ByteCount == 0)
+                return r; /* into a capture: recorded, not run */
+        w = calloc(1, sizeof(*w));
+        if (!w)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        w->s = s;
+        w->dev = dev;
+        w->dst = (uintptr_t)dstDevice;
+        w->src = (uintptr_t)srcDevice;
+        w->bytes = ByteCount;
+        w->fail = fail_run;
+        return fc_work_queue(w);
 }
 
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
@@ -2784,7 +2858,7 @@ static const struct {
         FC_SYM(cuMemFree_v2), FC_SYM(cuMemGetAddressRange), FC_SYM(cuMemGetAddressRange_v2),
         FC_SYM(cuMemAllocAsync), FC_SYM(cuMemAllocAsync_ptsz), FC_SYM(cuMemFreeAsync), FC_SYM(cuMemFreeAsync_ptsz),
         FC_SYM(cuMemAllocManaged), FC_SYM(cuMemcpyHtoD), FC_SYM(cuMemcpyHtoD_v2), FC_SYM(cuMemcpyDtoH),
-        FC_SYM(cuMemcpyDtoH_v2), FC_SYM(cuMemcpyDtoD), FC_SYM(cuMemcpyDtoD_v2), FC_SYM(cuMemsetD8),
+        FC_SYM(cuMemcpyDtoH_v2), FC_SYM(cuMemcpyDtoD), FC_SYM(cuMemcpyDtoD_v2), FC_SYM(cuMemcpyDtoDAsync_v2), FC_SYM(cuMemsetD8),
         FC_SYM(cuMemsetD8_v2), FC_SYM(cuMemsetD32), FC_SYM(cuMemsetD32_v2), FC_SYM(cuMemGetAllocationGranularity),
         FC_SYM(cuMemCreate), FC_SYM(cuMemRelease), FC_SYM(cuMemExportToShareableHandle),
         FC_SYM(cuMemImportFromShareableHandle), FC_SYM(cuMemAddressReserve), FC_SYM(cuMemAddressFree),
@@ -2804,7 +2878,7 @@ static const struct {
         { "cuMemAlloc", "_v2", 3020 }, { "cuMemAllocPitch", "_v2", 3020 }, { "cuMemFree", "_v2", 3020 },
         { "cuMemGetAddressRange", "_v2", 3020 }, { "cuMemGetInfo", "_v2", 3020 },
         { "cuDeviceTotalMem", "_v2", 3020 }, { "cuMemcpyHtoD", "_v2", 3020 }, { "cuMemcpyDtoH", "_v2", 3020 },
-        { "cuMemcpyDtoD", "_v2", 3020 }, { "cuMemsetD8", "_v2", 3020 }, { "cuMemsetD32", "_v2", 3020 },
+        { "cuMemcpyDtoD", "_v2", 3020 }, { "cuMemcpyDtoDAsync", "_v2", 3020 }, { "cuMemsetD8", "_v2", 3020 }, { "cuMemsetD32", "_v2", 3020 },
         { "cuCtxDestroy", "_v2", 4000 }, { "cuCtxPushCurrent", "_v2", 4000 }, { "cuCtxPopCurrent", "_v2", 4000 },
         { "cuStreamDestroy", "_v2", 4000 }, { "cuEventDestroy", "_v2", 4000 }, { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
         { "cuDevicePrimaryCtxReset", "_v2", 11000 }, { "cuDeviceGetUuid", "_v2", 11040 },

@@ -1,13 +1,16 @@
 /* check_spill.c — the mover's move (hook/gs_hook_spill.h) on the fake
  * driver: a slot's data moved to host memory at the same address and
- * back, the wait for work launched before the move and the gate held
- * closed during it, a failure leaving the slot as it was, and the
- * application's contexts the mover synchronizes (gs_hook_ctx.c).
+ * back, a full batch both ways, the wait for work launched before the
+ * move and the gate held closed during it, a failure (also in the middle
+ * of a batch: an import, a copy, a mapping) leaving the slots it did not
+ * move as they were, and the application's contexts the mover
+ * synchronizes (gs_hook_ctx.c).
  *
  * Linked with the hook's objects, as check_gate is (gs_spill_move and
  * gs_conn are hidden in libgshare.so).  No agent: the test stands for
- * WELCOME (one GPU, 2 MiB chunks, 4 slots) and for the agent's chunks
- * (device and host memory it makes and exports with the real driver). */
+ * WELCOME (one GPU, 2 MiB chunks, 4 slots, 64 for full batches) and for
+ * the agent's chunks (device and host memory it makes and exports with
+ * the real driver). */
 #include <check.h>
 
 #include "../gs_check.h"
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,16 +38,20 @@ uint64_t fakecuda_work_pending(void);
 uint64_t fakecuda_launched(void);
 uint64_t fakecuda_host_bytes(void);
 void fakecuda_fail_maps(uint64_t mask);
+void fakecuda_fail_copies(uint64_t mask, int at_run);
 
 #define CHUNK (2u << 20)
 #define SLOTS 4u
 #define WORDS (CHUNK / 4)
+/* Slots of the range in tests of full batches. */
+#define BIG_SLOTS (2u * GS_MOVE_MAX)
 
 static char g_state[128];
 static const struct gs_cu *cu;
 static struct gs_hook_gpu *g;
 
-static void setup(void)
+/* A range of nslots slots of CHUNK bytes. */
+static void setup_n(uint32_t nslots)
 {
         CUcontext c = NULL;
         CUuuid u;
@@ -51,7 +59,7 @@ static void setup(void)
         snprintf(g_state, sizeof(g_state), "/tmp/gshare-spill-check-%d", (int)getpid());
         unlink(g_state);
         setenv("GSHARE_FAKECUDA_STATE", g_state, 1);
-        setenv("GSHARE_FAKECUDA_MEM", "64Mi", 1);
+        setenv("GSHARE_FAKECUDA_MEM", "256Mi", 1);
         setenv("GSHARE_FAKECUDA_DEVICES", "1", 1);
         /* No agent: cuInit says so once. */
         setenv("GSHARE_SOCKET", "/nonexistent/gshare-check-spill.sock", 1);
@@ -68,12 +76,14 @@ static void setup(void)
         memset(g, 0, sizeof(*g));
         memcpy(g->uuid, u.bytes, 16);
         g->chunk = CHUNK;
-        g->max_slots = SLOTS;
+        g->max_slots = nslots;
         for (int d = 0; d < GS_MAX_DEVICES; d++)
                 gs_conn.devmap[d] = -2;
         ck_assert_int_eq(gs_space_reserve(cu, g), 0);
         pthread_mutex_unlock(&gs_conn.mu);
 }
+
+static void setup(void) { setup_n(SLOTS); }
 
 static void teardown(void) { unlink(g_state); }
 
@@ -169,6 +179,26 @@ static int held(const char *name)
 
 static int fd_closed(int fd) { return fcntl(fd, F_GETFD) < 0 && errno == EBADF; }
 
+/* In a batch, the fake driver's own fds (one per imported memory) may
+ * take the numbers of fds the mover closed: an fd is gone if closed or if
+ * its number names another file than ino now. */
+static ino_t fd_ino(int fd)
+{
+        struct stat st;
+
+        ck_assert_int_eq(fstat(fd, &st), 0);
+        return st.st_ino;
+}
+
+static int fd_gone(int fd, ino_t ino)
+{
+        struct stat st;
+
+        if (fstat(fd, &st) < 0)
+                return errno == EBADF;
+        return st.st_ino != ino;
+}
+
 static uint32_t move(const uint32_t *slots, int *fds, uint32_t k)
 {
         uint32_t moved;
@@ -240,6 +270,77 @@ START_TEST(test_batch)
         ck_assert_uint_eq(fakecuda_host_bytes(), host0 + 3 * CHUNK);
         for (uint32_t s = 0; s < SLOTS; s++)
                 ck_assert(intact(s));
+        teardown();
+}
+END_TEST
+
+static double ms_since(const struct timespec *t0)
+{
+        struct timespec t1;
+
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* A full batch (GS_MOVE_MAX slots) to host memory and back, the way back
+ * in an order of several runs of consecutive slots: every slot reads its
+ * own data at each step, the memory left behind is no longer held.  The
+ * time of each batch is printed (info, no assertion). */
+START_TEST(test_full_batch_both_ways)
+{
+        /* Runs: 5-7, 0, 20-31, 1-4, 8-19. */
+        static const uint32_t back_order[GS_MOVE_MAX] = { 5,  6,  7,  0,  20, 21, 22, 23, 24, 25, 26,
+                                                          27, 28, 29, 30, 31, 1,  2,  3,  4,  8,  9,
+                                                          10, 11, 12, 13, 14, 15, 16, 17, 18, 19 };
+        uint32_t slots[GS_MOVE_MAX];
+        int fds[GS_MOVE_MAX], copy[GS_MOVE_MAX];
+        ino_t ino[GS_MOVE_MAX];
+        struct timespec t0;
+        uint64_t host0;
+        double ms;
+
+        setup_n(BIG_SLOTS);
+        for (uint32_t s = 0; s < GS_MOVE_MAX; s++) {
+                map_slot(s, NULL);
+                fill(s);
+                slots[s] = s;
+        }
+        host0 = fakecuda_host_bytes();
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++) {
+                copy[i] = fds[i] = chunk_fd(1, NULL);
+                ino[i] = fd_ino(fds[i]);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        ck_assert_uint_eq(move(slots, fds, GS_MOVE_MAX), GS_MOVE_MAX);
+        ms = ms_since(&t0);
+        printf("info: a batch of %u chunks of %u MiB to host memory: %.1f ms\n", GS_MOVE_MAX, CHUNK >> 20, ms);
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++) {
+                ck_assert(fd_gone(copy[i], ino[i]));
+                ck_assert(g->mapped[i]);
+                ck_assert(intact(i));
+        }
+        ck_assert_uint_eq(fakecuda_host_bytes(), host0 + GS_MOVE_MAX * CHUNK);
+        ck_assert_int_eq(held("gshare-fake-dev0"), 0);
+
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++) {
+                copy[i] = fds[i] = chunk_fd(0, NULL);
+                ino[i] = fd_ino(fds[i]);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        ck_assert_uint_eq(move(back_order, fds, GS_MOVE_MAX), GS_MOVE_MAX);
+        ms = ms_since(&t0);
+        printf("info: a batch of %u chunks of %u MiB back to device memory: %.1f ms\n", GS_MOVE_MAX, CHUNK >> 20,
+               ms);
+        for (uint32_t i = 0; i < GS_MOVE_MAX; i++) {
+                ck_assert(fd_gone(copy[i], ino[i]));
+                ck_assert(intact(i));
+        }
+        ck_assert_uint_eq(fakecuda_host_bytes(), host0);
+        ck_assert_int_eq(held("gshare-fake-host0"), 0);
+        ck_assert_int_gt(held("gshare-fake-dev0"), 0);
+        /* Still the device's to use. */
+        ck_assert_int_eq(cuMemsetD32_v2(slot_at(31), 0x5a5a5a5a, WORDS), CUDA_SUCCESS);
+        ck_assert_uint_eq(*(volatile uint32_t *)(uintptr_t)(slot_at(31) + CHUNK - 4), 0x5a5a5a5a);
         teardown();
 }
 END_TEST
@@ -427,11 +528,12 @@ START_TEST(test_bad_fd)
 }
 END_TEST
 
-/* The new memory cannot be mapped at the slot (the second cuMemMap of a
- * slot's move; the first maps the scratch): the old memory is mapped back,
- * data intact, nothing moved, nothing of the new memory held.  If even
- * that fails (the third), the slot is unmapped and the connection dropped
- * (fail closed). */
+/* The new memory cannot be mapped at the slot (a batch of two maps both
+ * new memories at the scratch first: cuMemMap calls 0 and 1, then slot 0's
+ * new memory: call 2): the old memory is mapped back, data intact,
+ * nothing moved, nothing of the new memory held.  If even that fails (a
+ * batch of one: scratch 0, the slot 1, the old memory back 2), the slot
+ * is unmapped and the connection dropped (fail closed). */
 START_TEST(test_map_back)
 {
         uint32_t slots[2] = { 0, 1 };
@@ -441,7 +543,7 @@ START_TEST(test_map_back)
         setup_two_slots(&host0, &devs);
         fds[0] = chunk_fd(1, NULL);
         fds[1] = chunk_fd(1, NULL);
-        fakecuda_fail_maps(2);
+        fakecuda_fail_maps(4);
         ck_assert_uint_eq(move(slots, fds, 2), 0);
         ck_assert(fd_closed(fds[0]) && fd_closed(fds[1]));
         ck_assert(intact(0) && intact(1));
@@ -463,6 +565,77 @@ START_TEST(test_map_back)
         ck_assert_uint_eq(fakecuda_host_bytes(), host0);
         teardown();
 }
+END_TEST
+
+/* A batch of four slots (0-3, mapped and filled) to host memory, with a
+ * failure at the third slot: its memory is no CUDA export, its copy is
+ * refused when issued or faults when it runs, or its new memory cannot
+ * be mapped at the slot (cuMemMap calls 0-3 map the scratch, 4-6 the
+ * slots).  The batch moves want slots (a prefix): those hold host memory,
+ * the others their device memory, every slot its data, every fd is
+ * closed, nothing else is held. */
+enum fault { BAD_IMPORT, COPY_REFUSED, COPY_FAULT, MAP_FAILS };
+
+static void four_with(enum fault f, uint32_t want)
+{
+        uint32_t slots[4] = { 0, 1, 2, 3 };
+        int fds[4], devs;
+        ino_t ino[4];
+        uint64_t host0;
+
+        setup();
+        for (uint32_t s = 0; s < 4; s++) {
+                map_slot(s, NULL);
+                fill(s);
+        }
+        host0 = fakecuda_host_bytes();
+        devs = held("gshare-fake-dev0");
+        for (int i = 0; i < 4; i++)
+                fds[i] = chunk_fd(1, NULL);
+        if (f == BAD_IMPORT) {
+                close(fds[2]);
+                fds[2] = memfd_create("not-cuda", MFD_CLOEXEC);
+                ck_assert_int_ge(fds[2], 0);
+                ck_assert_int_eq(ftruncate(fds[2], CHUNK), 0);
+        }
+        for (int i = 0; i < 4; i++)
+                ino[i] = fd_ino(fds[i]);
+        if (f == COPY_REFUSED || f == COPY_FAULT)
+                fakecuda_fail_copies(1u << 2, f == COPY_FAULT);
+        if (f == MAP_FAILS)
+                fakecuda_fail_maps(1u << 6);
+
+        ck_assert_uint_eq(move(slots, fds, 4), want);
+        for (int i = 0; i < 4; i++) {
+                ck_assert(fd_gone(fds[i], ino[i]));
+                ck_assert(g->mapped[i]);
+                ck_assert(intact((uint32_t)i));
+        }
+        ck_assert_uint_eq(fakecuda_host_bytes(), host0 + want * CHUNK);
+        ck_assert_int_eq(held("gshare-fake-host0") == 0, want == 0);
+        if (want == 0)
+                ck_assert_int_eq(held("gshare-fake-dev0"), devs);
+        ck_assert_int_eq(gs_gate_waiting(), 0);
+        ck_assert_uint_eq(fakecuda_work_pending(), 0);
+        teardown();
+}
+
+/* The first two move. */
+START_TEST(test_mid_batch_bad_import) { four_with(BAD_IMPORT, 2); }
+END_TEST
+
+/* The two copies issued before are waited for: their slots move. */
+START_TEST(test_mid_batch_copy_refused) { four_with(COPY_REFUSED, 2); }
+END_TEST
+
+/* No copy is known good (the one synchronize fails): nothing was
+ * unmapped, nothing moves. */
+START_TEST(test_mid_batch_copy_fault) { four_with(COPY_FAULT, 0); }
+END_TEST
+
+/* In a run of four consecutive slots: the two before stay moved, the
+ * third gets its old memory back, the fourth is not touched. */
+START_TEST(test_mid_run_map_fails) { four_with(MAP_FAILS, 2); }
 END_TEST
 
 /* The contexts are synchronized before anything moves: a move that
@@ -562,10 +735,15 @@ int main(void)
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_to_host_and_back);
         tcase_add_test(tc, test_batch);
+        tcase_add_test(tc, test_full_batch_both_ways);
         tcase_add_test(tc, test_waits_for_work_and_holds_launches);
         tcase_add_test(tc, test_bad_fd);
         tcase_add_test(tc, test_syncs_first);
         tcase_add_test(tc, test_map_back);
+        tcase_add_test(tc, test_mid_batch_bad_import);
+        tcase_add_test(tc, test_mid_batch_copy_refused);
+        tcase_add_test(tc, test_mid_batch_copy_fault);
+        tcase_add_test(tc, test_mid_run_map_fails);
         tcase_add_test(tc, test_contexts);
         tcase_add_test(tc, test_app_context_only);
         suite_add_tcase(s, tc);
