@@ -80,6 +80,14 @@ def gpu(ag):
     return ag.gpus()[0]
 
 
+def owner_and_borrower(ag):
+    """A: 4 units, no burst; B: 2 units with a burst of the whole pool."""
+    uuid = gpu(ag)["uuid"]
+    ids = ["%s-u%d" % (uuid, u) for u in range(14)]
+    return (ag.create(ids[0:4])["allocation"],
+            ag.create_args(["--burst", "896Mi", ids[4], ids[5]])["allocation"])
+
+
 def main():
     e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL, NVML)
     tmp = tempfile.mkdtemp(prefix="gshare-spill-")
@@ -90,10 +98,7 @@ def main():
     ag = e.Agent(tmp, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi"])
     ag.start()
     try:
-        uuid = gpu(ag)["uuid"]
-        ids = ["%s-u%d" % (uuid, u) for u in range(14)]
-        A = ag.create(ids[0:4])["allocation"]
-        B = ag.create_args(["--burst", "896Mi", ids[4], ids[5]])["allocation"]
+        A, B = owner_and_borrower(ag)
         check(gpu(ag)["chunks_total"] == 28, "the pool: 28 chunks (%d)" % gpu(ag)["chunks_total"])
 
         # ---- lend: B borrows the free chunks and A's idle ones
@@ -188,10 +193,7 @@ def last(tmp, kill):
                  (["--reclaim-kill-after", "1s"] if kill else []))
     ag.start()
     try:
-        uuid = gpu(ag)["uuid"]
-        ids = ["%s-u%d" % (uuid, u) for u in range(14)]
-        A = ag.create(ids[0:4])["allocation"]
-        B = ag.create_args(["--burst", "896Mi", ids[4], ids[5]])["allocation"]
+        A, B = owner_and_borrower(ag)
         b = Prog(ag, B, "borrow", 896, 32)
         check(b.line() == ["ready", "896"], what + ": B fills 896 MiB")
         a = Prog(ag, A, "own", 256, 32)
