@@ -148,30 +148,32 @@ static uint32_t lendable(const struct gs_gsm *g)
 }
 
 /* With lend_owned: the allocation other than a with the most clean free
- * chunks (they lead its list), or NULL. */
-static struct gs_gsm_alloc *idle_owner(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
+ * chunks (they lead its list), or NULL; if unused, only among those with
+ * no process (a move back takes nothing an owner may be about to use). */
+static struct gs_gsm_alloc *idle_owner(const struct gs_gsm *g, const struct gs_gsm_alloc *a, bool unused)
 {
         struct gs_gsm_alloc *best = NULL;
 
         if (!g->lend_owned)
                 return NULL;
         for (struct gs_gsm_alloc *o = g->allocs; o; o = o->next)
-                if (o != a && o->own.count && !g->chunks[o->own.head].dirty &&
+                if (o != a && o->own.count && !g->chunks[o->own.head].dirty && (!unused || !o->nprocs) &&
                     (!best || o->own.count > best->own.count))
                         best = o;
         return best;
 }
 
-/* Clean chunks on the free lists of allocations other than a. */
-static uint32_t idle_clean(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
+/* Clean chunks on the free lists of allocations other than a (if unused,
+ * of those with no process). */
+static uint32_t idle_clean(const struct gs_gsm *g, const struct gs_gsm_alloc *a, bool unused)
 {
         uint32_t n = 0;
 
         if (!g->lend_owned)
                 return 0;
         for (const struct gs_gsm_alloc *o = g->allocs; o; o = o->next)
-                for (uint32_t id = o == a ? GS_GSM_NONE : o->own.head; id != GS_GSM_NONE && !g->chunks[id].dirty;
-                     id = g->chunks[id].next)
+                for (uint32_t id = o == a || (unused && o->nprocs) ? GS_GSM_NONE : o->own.head;
+                     id != GS_GSM_NONE && !g->chunks[id].dirty; id = g->chunks[id].next)
                         n++;
         return n;
 }
@@ -296,7 +298,7 @@ uint32_t gs_gsm_alloc_obtainable(const struct gs_gsm_alloc *a)
         uint32_t lend = lendable(a->gsm);
 
         if (can_borrow > lend)
-                lend += idle_clean(a->gsm, a);
+                lend += idle_clean(a->gsm, a, false);
         if (can_borrow > lend)
                 can_borrow = lend;
         return a->own.count + can_borrow;
@@ -411,7 +413,7 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                 if (a->own.count && g->chunks[a->own.tail].dirty)
                         kick(g); /* one clean chunk fewer: zero the next */
         } else if ((force || a->borrowed.count + a->debt < a->cap) &&
-                   ((force ? g->sys.count : lendable(g)) || (!force && idle_owner(g, a)))) {
+                   ((force ? g->sys.count : lendable(g)) || (!force && idle_owner(g, a, false)))) {
                 if (a->borrowed.count + a->debt >= a->cap)
                         a->over++; /* held already: past the cap for now */
                 if (force || lendable(g)) {
@@ -419,7 +421,7 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                 } else {
                         /* A clean chunk another allocation does not use:
                          * it is owed it from now on (gs_gsm.h). */
-                        struct gs_gsm_alloc *o = idle_owner(g, a);
+                        struct gs_gsm_alloc *o = idle_owner(g, a, false);
                         id = list_pop(g->chunks, &o->own);
                         o->owed++;
                         g->owed++;
@@ -527,7 +529,7 @@ int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk)
                         *ret_chunk = id;
                 return r;
         }
-        o = idle_owner(g, NULL);
+        o = idle_owner(g, NULL, true);
         if (!o)
                 return -ENOMEM;
         /* Lent out of an idle allocation's quota: it is owed it. */
@@ -544,7 +546,7 @@ int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk)
 
 uint32_t gs_gsm_lendable(const struct gs_gsm *g)
 {
-        return lendable(g) + idle_clean(g, NULL);
+        return lendable(g) + idle_clean(g, NULL, true);
 }
 
 void gs_gsm_want(struct gs_gsm_alloc *a, uint32_t n)

@@ -129,8 +129,9 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
                         need = need ? owed : 1;
                 gs_palloc_want(part->pa, need);
                 uint32_t total = gs_pool_owed(g->pool);
+                g->last_want_ms = gs_mono_ms();
                 if (!g->spill_want)
-                        g->spill_want_ms = gs_mono_ms();
+                        g->spill_want_ms = g->last_want_ms;
                 if (g->spill_want < need)
                         g->spill_want = need;
                 if (g->spill_want > total)
@@ -201,7 +202,8 @@ void gs_move_kick(struct gs_agent *ag)
                         continue;
                 pthread_mutex_lock(&g->lock);
                 out = g->spill_want > g->moving_out;
-                back = !g->spill_want && gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
+                back = !g->spill_want && gs_mono_ms() - g->last_want_ms >= GS_MOVE_BACK_QUIET_MS &&
+                       gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
                 if (g->spill_want && !gs_pool_owed(g->pool))
                         g->spill_want = 0; /* repaid meanwhile (given back, exits) */
                 if (!g->spill_want)

@@ -27,6 +27,11 @@
 
 struct gs_allocation;
 struct gs_gsm;
+/* No move back to a GPU until this long after an owner last asked for
+ * lent memory there: what it frees a moment later it may want again (a
+ * caching allocator's churn), and moves both ways cost the borrower. */
+#define GS_MOVE_BACK_QUIET_MS 3000
+
 /* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
 #define GS_GPU_REMAKE_PER_SCAN 4u
 
@@ -198,6 +203,7 @@ struct gs_gpu {
         uint32_t spill_want;
         uint32_t moving_out;
         int64_t spill_want_ms;   /* since when spill_want waits for progress (0: none) */
+        int64_t last_want_ms;    /* the last owner's request for lent memory */
         struct gs_gpu_move_stats move_st;
 };
 

@@ -167,8 +167,8 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                 g->moving_out += n;
                 return (int)n;
         }
-        /* Back only while nobody wants a chunk back. */
-        if (g->spill_want)
+        /* Back only while nobody wants a chunk back, nor did a moment ago. */
+        if (g->spill_want || gs_mono_ms() - g->last_want_ms < GS_MOVE_BACK_QUIET_MS)
                 return 0;
         uint32_t k = gs_pproc_move_slots(pp, true, slots, max);
         for (uint32_t i = 0; i < k; i++) {
