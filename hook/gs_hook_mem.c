@@ -247,6 +247,12 @@ int gs_hook_mem_ctx(CUdevice dev)
         if (rep.status == -ENOMEM && gs_space_give_back(cu, gi) > 0 &&
             gs_conn_call(GS_OP_CTX, (uint32_t)gi, 0, 0, &rep) < 0)
                 goto out;
+        /* Chunks asked of the pod's other processes, or taken back from
+         * borrowers (docs/burst.md): worth waiting for, as an allocation. */
+        for (uint32_t waited = 0; rep.status == -ENOMEM && rep.others_asked &&
+                                  gs_space_wait_for_others(&waited, rep.others_asked);)
+                if (gs_conn_call(GS_OP_CTX, (uint32_t)gi, 0, 0, &rep) < 0)
+                        goto out;
         if (rep.status == 0) {
                 gs_conn.gpus[gi].ctx_charged = 1;
                 res = 0;

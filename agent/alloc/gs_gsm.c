@@ -147,34 +147,30 @@ static uint32_t lendable(const struct gs_gsm *g)
         return g->sys.count > g->owed ? g->sys.count - g->owed : 0;
 }
 
-/* With lend_owned: the allocation other than a with the most clean free
- * chunks (they lead its list), or NULL; if unused, only among those with
- * no process (a move back takes nothing an owner may be about to use). */
-static struct gs_gsm_alloc *idle_owner(const struct gs_gsm *g, const struct gs_gsm_alloc *a, bool unused)
+/* With lend_owned: the allocation other than a with the most free chunks
+ * (clean ones lead its list; a dirty one is zeroed before another process
+ * gets it, as any), or NULL. */
+static struct gs_gsm_alloc *idle_owner(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
 {
         struct gs_gsm_alloc *best = NULL;
 
         if (!g->lend_owned)
                 return NULL;
         for (struct gs_gsm_alloc *o = g->allocs; o; o = o->next)
-                if (o != a && o->own.count && !g->chunks[o->own.head].dirty && (!unused || !o->nprocs) &&
-                    (!best || o->own.count > best->own.count))
+                if (o != a && o->own.count && (!best || o->own.count > best->own.count))
                         best = o;
         return best;
 }
 
-/* Clean chunks on the free lists of allocations other than a (if unused,
- * of those with no process). */
-static uint32_t idle_clean(const struct gs_gsm *g, const struct gs_gsm_alloc *a, bool unused)
+/* Free chunks of allocations other than a. */
+static uint32_t idle_free(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
 {
         uint32_t n = 0;
 
         if (!g->lend_owned)
                 return 0;
         for (const struct gs_gsm_alloc *o = g->allocs; o; o = o->next)
-                for (uint32_t id = o == a || (unused && o->nprocs) ? GS_GSM_NONE : o->own.head;
-                     id != GS_GSM_NONE && !g->chunks[id].dirty; id = g->chunks[id].next)
-                        n++;
+                n += o == a ? 0 : o->own.count;
         return n;
 }
 
@@ -298,7 +294,7 @@ uint32_t gs_gsm_alloc_obtainable(const struct gs_gsm_alloc *a)
         uint32_t lend = lendable(a->gsm);
 
         if (can_borrow > lend)
-                lend += idle_clean(a->gsm, a, false);
+                lend += idle_free(a->gsm, a);
         if (can_borrow > lend)
                 can_borrow = lend;
         return a->own.count + can_borrow;
@@ -413,7 +409,7 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                 if (a->own.count && g->chunks[a->own.tail].dirty)
                         kick(g); /* one clean chunk fewer: zero the next */
         } else if ((force || a->borrowed.count + a->debt < a->cap) &&
-                   ((force ? g->sys.count : lendable(g)) || (!force && idle_owner(g, a, false)))) {
+                   ((force ? g->sys.count : lendable(g)) || (!force && idle_owner(g, a)))) {
                 if (a->borrowed.count + a->debt >= a->cap)
                         a->over++; /* held already: past the cap for now */
                 if (force || lendable(g)) {
@@ -421,8 +417,9 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                 } else {
                         /* A clean chunk another allocation does not use:
                          * it is owed it from now on (gs_gsm.h). */
-                        struct gs_gsm_alloc *o = idle_owner(g, a, false);
+                        struct gs_gsm_alloc *o = idle_owner(g, a);
                         id = list_pop(g->chunks, &o->own);
+                        forget_last(g, id);
                         o->owed++;
                         g->owed++;
                         kick(g);
@@ -529,11 +526,12 @@ int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk)
                         *ret_chunk = id;
                 return r;
         }
-        o = idle_owner(g, NULL, true);
+        o = idle_owner(g, NULL);
         if (!o)
                 return -ENOMEM;
         /* Lent out of an idle allocation's quota: it is owed it. */
         id = list_pop(g->chunks, &o->own);
+        forget_last(g, id);
         o->owed++;
         g->owed++;
         g->chunks[id].state = GS_GSM_RETIRED;
@@ -546,7 +544,7 @@ int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk)
 
 uint32_t gs_gsm_lendable(const struct gs_gsm *g)
 {
-        return lendable(g) + idle_clean(g, NULL, true);
+        return lendable(g) + idle_free(g, NULL);
 }
 
 void gs_gsm_want(struct gs_gsm_alloc *a, uint32_t n)

@@ -200,8 +200,7 @@ int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS
  * retired. */
 int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare) GS_WUR;
 /* A chunk the system list may lend, else (lend_owned) a clean free chunk
- * of an allocation that has no process (owed it from now on: a move back
- * takes nothing an owner may be about to use), retired for a move to take
+ * of an allocation (owed it from now on), retired for a move to take
  * (gs_gsm_exchange); gs_gsm_unretire puts it back (repaying what is
  * owed).  -ENOMEM if none. */
 int gs_gsm_reserve(struct gs_gsm *g, uint32_t *ret_chunk) GS_WUR;

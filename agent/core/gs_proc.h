@@ -73,6 +73,7 @@ struct gs_proc_gpu {
         uint32_t move_dir;
         uint64_t move_start_ns;
         uint64_t move_plan_ns;
+        bool ctx_refused_said;       /* "no room for a CUDA context" logged */
 };
 
 /* After the application released a VMM allocation the set does not know:

@@ -210,12 +210,16 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         rep->arg[0] = pg->quota_bytes;
         rep->arg[3] = strtoull(p->alloc->id, NULL, 16);
         if (r < 0) {
-                log_info("process %d (%s) of allocation %s: no room for a CUDA context on GPU %u "
-                         "(%llu of %llu MiB in use, %llu outside the pool)",
-                         p->pid, p->comm, p->alloc->id, g->index,
-                         (unsigned long long)(rep->arg[1] >> 20),
-                         (unsigned long long)(pg->quota_bytes >> 20),
-                         (unsigned long long)(rep->arg[2] >> 20));
+                /* Once per process: its hook may wait and ask again (lent
+                 * memory being taken back for it). */
+                if (!pg->ctx_refused_said)
+                        log_info("process %d (%s) of allocation %s: no room for a CUDA context on GPU %u "
+                                 "(%llu of %llu MiB in use, %llu outside the pool)",
+                                 p->pid, p->comm, p->alloc->id, g->index,
+                                 (unsigned long long)(rep->arg[1] >> 20),
+                                 (unsigned long long)(pg->quota_bytes >> 20),
+                                 (unsigned long long)(rep->arg[2] >> 20));
+                pg->ctx_refused_said = true;
                 rep->status = -ENOMEM;
         }
         return 0;

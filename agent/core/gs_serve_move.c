@@ -49,11 +49,12 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         /* A block another process opened through CUDA IPC is mapped there
          * too, from the device memory: a process exporting any is never
          * spilled (the opener would not see the moved data). */
-        n = gs_ipc_count(p) ? 0 : gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_HOST, pg->move, GS_MOVE_MAX, err,
-                                                    sizeof(err));
+        n = gs_ipc_count(p) ? 0 : gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_HOST, pg->move, GS_MOVE_MAX, p->alloc,
+                                                    p->id, err, sizeof(err));
         if (n == 0) {
                 dir = GS_MOVE_TO_DEVICE;
-                n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_DEVICE, pg->move, GS_MOVE_MAX, err, sizeof(err));
+                n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_DEVICE, pg->move, GS_MOVE_MAX, p->alloc, p->id, err,
+                                     sizeof(err));
         }
         if (n > 0) {
                 pg->nmove = (uint32_t)n;
@@ -124,9 +125,13 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
         pthread_mutex_lock(&g->lock);
         uint32_t owed = g->nspare ? gs_palloc_owed(part->pa) : 0;
         if (owed) {
+                /* What the request needs, and at least a batch: an owner
+                 * that asks wants more soon (its next blocks). */
                 uint32_t need = (uint32_t)((bytes + g->chunk_bytes - 1) / g->chunk_bytes);
-                if (need == 0 || need > owed)
-                        need = need ? owed : 1;
+                if (need < GS_MOVE_MAX)
+                        need = GS_MOVE_MAX;
+                if (need > owed)
+                        need = owed;
                 gs_palloc_want(part->pa, need);
                 uint32_t total = gs_pool_owed(g->pool);
                 g->last_want_ms = gs_mono_ms();

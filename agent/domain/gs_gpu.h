@@ -365,10 +365,11 @@ int gs_gpu_spill_init(struct gs_gpu *g, uint64_t spill_max_bytes, char *err, siz
 void gs_gpu_spill_fini(struct gs_gpu *g);
 /* Under g->lock.  Up to max moves of pp's slots: to host memory, as many
  * as g->spill_want asks for and spares allow (host memory made for each),
- * or back to the GPU while nothing is owed (a lendable chunk reserved for
- * each).  How many into e, or 0 (err says why when spares ran out). */
+ * or back to the GPU (a lendable chunk reserved and made ready for each,
+ * as a grant to process proc of owner).  How many into e, or 0 (err says
+ * why when spares ran out). */
 int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
-                     uint32_t max, char *err, size_t errlen);
+                     uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen);
 /* Under g->lock: the first moved of the n planned moves were done (the
  * records exchange: a spilled chunk goes to whom it is owed, made anew),
  * the others are undone.  owner, proc: the process's allocation and id. */

@@ -132,7 +132,7 @@ bool gs_gpu_spill_prepare(struct gs_gpu *g)
 }
 
 int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
-                     uint32_t max, char *err, size_t errlen)
+                     uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen)
 {
         uint32_t slots[GS_MOVE_MAX], n = 0, want;
 
@@ -170,20 +170,46 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
         /* Back only while nobody wants a chunk back, nor did a moment ago. */
         if (g->spill_want || gs_mono_ms() - g->last_want_ms < GS_MOVE_BACK_QUIET_MS)
                 return 0;
-        uint32_t k = gs_pproc_move_slots(pp, true, slots, max);
-        for (uint32_t i = 0; i < k; i++) {
+        uint32_t k = gs_pproc_move_slots(pp, true, slots, max), skip[GS_MOVE_MAX], nskip = 0;
+        for (uint32_t i = 0; i < k && nskip < GS_MOVE_MAX;) {
                 uint32_t d;
                 if (gs_pool_reserve(g->pool, &d) < 0)
                         break;
+                /* A chunk whose memory went to a context (gs_outside.h)
+                 * is made anew once the driver has it free again; till
+                 * then it is passed over (kept aside until the end, so the
+                 * next reserve finds another). */
+                if (d < g->nchunks && g->chunks[d].fd < 0 && !g->chunks[d].pending &&
+                    gs_gpu_chunk_remake(g, d, err, errlen) == 0)
+                        err[0] = '\0';
                 if (d >= g->nchunks || g->chunks[d].fd < 0 || g->chunks[d].pending) {
-                        if (gs_pool_unretire_chunk(g->pool, d) < 0)
-                                log_error("GPU %u: chunk %u lost from the system list", g->index, d);
-                        break;
+                        log_debug("GPU %u: chunk %u cannot take a spilled chunk back yet: %s", g->index, d,
+                                  err[0] ? err : "no memory");
+                        skip[nskip++] = d;
+                        continue;
                 }
                 e[n] = (struct gs_move_ent){ .slot = slots[i], .from = gs_pproc_slot_chunk(pp, slots[i]), .to = d,
                                              .fd = g->chunks[d].fd };
                 n++;
+                i++;
         }
+        while (nskip)
+                if (gs_pool_unretire_chunk(g->pool, skip[--nskip]) < 0)
+                        log_error("GPU %u: chunk %u lost from the system list", g->index, skip[nskip]);
+        /* As a grant: zeroed first if another process wrote it (an idle
+         * owner's free chunk may hold its data). */
+        struct gs_grant gr[GS_MOVE_MAX];
+        int fds[GS_MOVE_MAX];
+        for (uint32_t i = 0; i < n; i++)
+                gr[i] = (struct gs_grant){ .chunk = e[i].to, .slot = e[i].slot };
+        if (n && gs_gpu_chunks_hand_out(g, gr, n, owner, proc, fds, err, errlen) < 0) {
+                for (uint32_t i = 0; i < n; i++)
+                        if (gs_pool_unretire_chunk(g->pool, e[i].to) < 0)
+                                log_error("GPU %u: chunk %u lost from the system list", g->index, e[i].to);
+                return 0;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                e[i].fd = fds[i];
         return (int)n;
 }
 

@@ -4,10 +4,12 @@
 models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
 64 MiB; burstMax 768Mi, spillMax 512Mi).
 
-  lend      A (4 units, 8 chunks) is idle; B (2 units, burst 896 MiB)
-            fills 896 MiB with checksummed blocks: the 16 free chunks and
-            A's 8 idle ones (A is owed them)
-  reclaim   A's process allocates its 256 MiB: it gets them (waiting while
+  lend      A (4 units, 8 chunks) is idle; B (2 units, burst 864 MiB: the
+            pool, contexts charged a chunk each as on a GPU) fills 832 MiB
+            with checksummed blocks: the 15 free chunks and A's 8 idle ones
+            (A is owed them)
+  reclaim   A's process makes its context and allocates 224 MiB: it gets
+            them (waiting while
             B's mover copies 8 chunks to host memory and remaps them at the
             same addresses); B's checksums hold, B maps 256 MiB of host
             memory, gsharectl shows 8 chunks spilled and nothing owed
@@ -81,11 +83,12 @@ def gpu(ag):
 
 
 def owner_and_borrower(ag):
-    """A: 4 units, no burst; B: 2 units with a burst of the whole pool."""
+    """A: 4 units, no burst; B: 2 units with a burst of 864 MiB (the whole pool
+    with the fake's contexts charged)."""
     uuid = gpu(ag)["uuid"]
     ids = ["%s-u%d" % (uuid, u) for u in range(14)]
     return (ag.create(ids[0:4])["allocation"],
-            ag.create_args(["--burst", "896Mi", ids[4], ids[5]])["allocation"])
+            ag.create_args(["--burst", "864Mi", ids[4], ids[5]])["allocation"])
 
 
 def main():
@@ -96,26 +99,32 @@ def main():
     with open(conf, "w") as f:
         f.write("nvmlLibrary: %s\nusageInterval: 200ms\n" % NVML)
     ag = e.Agent(tmp, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi"])
+    # Contexts charged as on a GPU (one chunk each): the owner's charge is
+    # taken back too, and its allocation keeps a set of chunks for it.
+    ag.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(32 * MiB)
     ag.start()
     try:
         A, B = owner_and_borrower(ag)
-        check(gpu(ag)["chunks_total"] == 28, "the pool: 28 chunks (%d)" % gpu(ag)["chunks_total"])
+        check(gpu(ag)["chunks_total"] == 27, "the pool: 27 chunks, one for the agent's context (%d)"
+              % gpu(ag)["chunks_total"])
 
         # ---- lend: B borrows the free chunks and A's idle ones
         b = Prog(ag, B, "borrow", 896, 32)
         got = b.line()
-        check(got == ["ready", "896"], "lend: B fills 896 MiB: 16 free chunks and A's 8 idle ones (%s)" % got)
+        check(got == ["ready", "832"], "lend: B fills 832 MiB (its context one chunk more): 15 free chunks and "
+              "A's 8 idle ones (%s)" % got)
         g = gpu(ag)
         check(g["chunks_owed"] == 8, "lend: A is owed its 8 chunks (%d)" % g["chunks_owed"])
-        check(g["units_lent"] == 8, "lend: 8 units lent out of free units, not A's (%d)" % g["units_lent"])
+        check(g["units_lent"] == 8, "lend: 8 units lent out of free units (15 chunks), not A's (%d)"
+              % g["units_lent"])
         check(b.say("check")[:2] == ["check", "ok"], "lend: B's checksums")
 
         # ---- reclaim: A's process wants its memory
-        a = Prog(ag, A, "own", 256, 32)
+        a = Prog(ag, A, "own", 224, 32)
         got = a.line()
-        check(got[:3] == ["own", "got", "256"], "reclaim: A's process gets its 256 MiB (%s)" % got)
+        check(got[:3] == ["own", "got", "224"], "reclaim: A's process gets its context and 224 MiB (%s)" % got)
         if len(got) == 5:
-            print("info reclaim: 256 MiB (8 chunks) in %s ms on the fake driver" % got[4])
+            print("info reclaim: 224 MiB (7 chunks, after the context's) in %s ms on the fake driver" % got[4])
         r = b.say("check")
         check(r[:2] == ["check", "ok"] and len(r) == 4 and int(r[3]) >= 256 * MiB,
               "reclaim: B's checksums hold, its data in %s bytes of host memory" % (r[3] if len(r) == 4 else r))
@@ -157,20 +166,20 @@ def main():
 
         # ---- killed: B dies while its move waits
         check(b.say("hold") == ["held"], "killed: B's kernel held")
-        a = Prog(ag, A, "own", 256, 32)
+        a = Prog(ag, A, "own", 224, 32)
         check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, 60, step=0.05) is not None,
               "killed: a move of B's is in flight")
         b.p.send_signal(signal.SIGKILL)
         b.p.wait()
         got = a.line()
-        check(got[:3] == ["own", "got", "256"], "killed: A gets its 256 MiB from B's exit (%s)" % got)
+        check(got[:3] == ["own", "got", "224"], "killed: A gets its 224 MiB from B's exit (%s)" % got)
         check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0 and gpu(ag)["chunks_spilled"] == 0, 60) is not None,
               "killed: the batch undone, no spare held")
         a.say("free")
         a.quit()
         b2 = Prog(ag, B, "borrow", 896, 32)
         got = b2.line()
-        check(got == ["ready", "896"], "killed: the books balance, a new borrower fills 896 MiB again (%s)" % got)
+        check(got == ["ready", "832"], "killed: the books balance, a new borrower fills 832 MiB again (%s)" % got)
         check(b2.say("check")[:2] == ["check", "ok"], "killed: its checksums")
         b2.quit()
         check(e.wait_idle(ag, B["id"]) is not None and gpu(ag)["chunks_owed"] == 0,
@@ -195,7 +204,7 @@ def last(tmp, kill):
     try:
         A, B = owner_and_borrower(ag)
         b = Prog(ag, B, "borrow", 896, 32)
-        check(b.line() == ["ready", "896"], what + ": B fills 896 MiB")
+        check(b.line() == ["ready", "864"], what + ": B fills its burst, 864 MiB")
         a = Prog(ag, A, "own", 256, 32)
         got = a.line()
         if kill:
