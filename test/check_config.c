@@ -108,6 +108,8 @@ START_TEST(test_every_key)
                  "reserve: 1536Mi\n"
                  "balloonCap: 4Gi\n"
                  "burstMax: 32Gi\n"
+                 "spillMax: 48Gi\n"
+                 "reclaimKillAfter: 30s\n"
                  "nvmlLibrary: /opt/nvml.so\n"
                  "contextSize: 600Mi\n"
                  "usageInterval: 250ms\n"
@@ -144,6 +146,8 @@ START_TEST(test_every_key)
         ck_assert_uint_eq(c.agent_wait_ms, 5000);
         ck_assert_uint_eq(c.balloon_cap_bytes, 4 * GS_GiB);
         ck_assert_uint_eq(c.burst_max_bytes, 32 * GS_GiB);
+        ck_assert_uint_eq(c.spill_max_bytes, 48 * GS_GiB);
+        ck_assert_uint_eq(c.reclaim_kill_after_ms, 30000);
         ck_assert_str_eq(c.nvml_library, "/opt/nvml.so");
         ck_assert_uint_eq(c.context_bytes, 600 * GS_MiB);
         ck_assert_uint_eq(c.usage_interval_ms, 250);
@@ -346,6 +350,10 @@ START_TEST(test_validate)
         c.burst_max_bytes = 100 * GS_MiB;
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err, "burstMax (100Mi) must be a multiple of chunkSize (64Mi)"));
+        gs_config_defaults(&c);
+        c.spill_max_bytes = 100 * GS_MiB;
+        ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "spillMax (100Mi) must be a multiple of chunkSize (64Mi)"));
         gs_config_defaults(&c);
         c.chunk_bytes = 3 * GS_MiB;
         ck_assert_int_eq(gs_config_validate(&c, err, sizeof(err)), -EINVAL);

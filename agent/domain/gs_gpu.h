@@ -30,7 +30,7 @@ struct gs_gsm;
 /* No move back to a GPU until this long after an owner last asked for
  * lent memory there: what it frees a moment later it may want again (a
  * caching allocator's churn), and moves both ways cost the borrower. */
-#define GS_MOVE_BACK_QUIET_MS 3000
+#define GS_MOVE_BACK_QUIET_MS 10000
 
 /* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
 #define GS_GPU_REMAKE_PER_SCAN 4u
@@ -380,9 +380,9 @@ uint32_t gs_gpu_spilled(struct gs_gpu *g);
 /* Under g->lock: spares whose host memory is made (ready, or in a move). */
 uint32_t gs_gpu_spill_ready(const struct gs_gpu *g);
 /* The scrubber's, under g->lock (let go while memory is made): host
- * memory is kept made ahead for as many chunks as are owed and wanted
- * (not in moves), so that a reclaim does not wait for the pinning; one
- * spare's made or dropped per call.  Whether it did something. */
+ * memory is kept made ahead for as many chunks as are owed (not in
+ * moves), so that a reclaim does not wait for the pinning; one spare's
+ * made or dropped per call.  Whether it did something. */
 bool gs_gpu_spill_prepare(struct gs_gpu *g);
 /* Under g->lock: what is owed or wanted changed (the scrubber looks). */
 void gs_gpu_spill_kick(struct gs_gpu *g);

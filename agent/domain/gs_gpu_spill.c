@@ -100,7 +100,8 @@ bool gs_gpu_spill_prepare(struct gs_gpu *g)
 
         if (!g->nspare || !g->pool || g->frozen)
                 return false;
-        target = gs_pool_owed(g->pool) + g->spill_want;
+        /* What is owed (wanted back or not), less what moves now. */
+        target = gs_pool_owed(g->pool);
         target = target > g->moving_out ? target - g->moving_out : 0;
         if (target > g->nspare)
                 target = g->nspare;

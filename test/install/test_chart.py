@@ -208,11 +208,12 @@ def main():
     check_monitoring(objs)
 
     cfg1 = yaml.safe_load(objs[("ConfigMap", "gshare-config")]["data"]["config.yaml"])
-    check("burstMax" not in cfg1, "burstMax unset: not in the config (an agent of the previous release, restarted "
-          "during an upgrade, would refuse the key)", cfg1)
+    check("burstMax" not in cfg1 and "spillMax" not in cfg1 and "reclaimKillAfter" not in cfg1,
+          "burstMax, spillMax, reclaimKillAfter unset: not in the config (an agent of the previous release, restarted "
+          "during an upgrade, would refuse the keys)", cfg1)
     sets = ["config.metricsAddress=0.0.0.0:9400", "config.devices=[\"GPU-x\", 1]", "runtimeClassName=nvidia",
             "image.tag=9.9.9", "image.repository=reg.example/gs", "hostPaths.lib=/opt/gshare/lib",
-            "config.burstMax=8Gi"]
+            "config.burstMax=8Gi", "config.spillMax=16Gi", "config.reclaimKillAfter=30s"]
     docs2 = rc.render_chart(CHART, "gs2", "gpu", sets)
     objs2 = objects(docs2)
     ds2 = objs2[("DaemonSet", "gs2")]
@@ -226,8 +227,9 @@ def main():
     check(all(c["image"] == "reg.example/gs:9.9.9" for c in spec2["initContainers"] + spec2["containers"]),
           "image repository and tag from values")
     cfg2 = yaml.safe_load(objs2[("ConfigMap", "gs2-config")]["data"]["config.yaml"])
-    check(cfg2["devices"] == ["GPU-x", "1"] and cfg2["metricsAddress"] == "0.0.0.0:9400" and cfg2["burstMax"] == "8Gi",
-          "config: device list (range, quote), metricsAddress, burstMax", cfg2)
+    check(cfg2["devices"] == ["GPU-x", "1"] and cfg2["metricsAddress"] == "0.0.0.0:9400" and cfg2["burstMax"] == "8Gi"
+          and cfg2["spillMax"] == "16Gi" and cfg2["reclaimKillAfter"] == "30s",
+          "config: device list (range, quote), metricsAddress, burstMax, spillMax, reclaimKillAfter", cfg2)
     check(ds2["metadata"]["namespace"] == "gpu" and objs2[("ClusterRoleBinding", "gs2-pod-reader")]["subjects"][0]
           == {"kind": "ServiceAccount", "name": "gs2", "namespace": "gpu"}, "release name and namespace used")
     check(ann["checksum/config"] != ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"],
