@@ -90,6 +90,26 @@ def burst(log, tmp):
           and any(l[:2] == ["team", "infer-0"] and l[-2:] == ["-", "-"] for l in lines),
           "burst: BURST and BORROWED columns, '-' where the allocation may not borrow", t.stdout)
 
+    # Spill (docs/burst.md "Giving it back"): 64 MiB of trainer-0's borrowed
+    # memory in host memory, 256 MiB of infer-0's quota lent.
+    lab2 = next(l[len("gshare_allocation_quota_bytes"):].rsplit(" ", 1)[0] for l in text.splitlines()
+                if l.startswith("gshare_allocation_quota_bytes{") and 'claim="infer-claim"' in l)
+    with open(path, "a") as f:
+        f.write("# TYPE gshare_allocation_spilled_bytes gauge\ngshare_allocation_spilled_bytes%s %d\n"
+                "# TYPE gshare_allocation_lent_bytes gauge\ngshare_allocation_lent_bytes%s %d\n"
+                % (lab, 64 * MiB, lab2, 256 * MiB))
+    r = run(log, "pods", "-A", "-o", "json", fixtures=fx)
+    rows = {x["pod"]: x for x in json.loads(r.stdout or "[]")}
+    check(rows.get("trainer-0", {}).get("spilled_bytes") == 64 * MiB and
+          rows.get("infer-0", {}).get("lent_bytes") == 256 * MiB,
+          "spill: trainer-0's 64 MiB spilled, infer-0's 256 MiB lent, in the JSON", rows)
+    t = run(log, "pods", "-A", fixtures=fx)
+    lines = [l.split() for l in t.stdout.splitlines()]
+    check(t.returncode == 0 and lines[0][-4:] == ["BURST", "BORROWED", "SPILLED", "LENT"] and
+          any(l[:2] == ["team", "trainer-0"] and l[-4:] == ["512Mi", "96Mi", "64Mi", "-"] for l in lines) and
+          any(l[:2] == ["team", "infer-0"] and l[-4:] == ["-", "-", "-", "256Mi"] for l in lines),
+          "spill: SPILLED and LENT columns: who borrows and whose memory is lent", t.stdout)
+
 
 def main():
     tmp = tempfile.mkdtemp(prefix="gshare-kubectl-")
