@@ -49,7 +49,7 @@ static int on_return(void *ctx, uint32_t chunk)
  * reserved system chunk takes the spare's place again (back). */
 START_TEST(test_exchange)
 {
-        uint32_t slots[8], ids[8], id, spare;
+        uint32_t slots[8], ids[8], id, id2, spare;
 
         g.lend_owned = true;
         g.return_fn = on_return;
@@ -90,14 +90,25 @@ START_TEST(test_exchange)
         ck_assert_uint_eq(g.chunks[spare].state, GS_GSM_HELD);
         ck_assert_uint_eq(g.chunks[spare].borrowed, 1);
         valid();
-        /* back: nothing lendable while a2 is owed */
-        ck_assert_int_eq(gs_gsm_reserve(&g, &id), -ENOMEM);
-        gs_gsm_put(&p1, slots[4]); /* a borrowed one: repays a2 */
-        ck_assert_uint_eq(a2.owed, 0);
-        ck_assert_int_eq(gs_gsm_reserve(&g, &id), -ENOMEM); /* the system list is empty */
-        gs_gsm_put(&p1, slots[3]);
+        /* back: the system list lends nothing while a2 is owed, but a3's
+         * chunk, free again, may be reserved: a3 is owed it then; undone,
+         * it repays the oldest owed (a2) */
+        ck_assert_uint_eq(gs_gsm_lendable(&g), 1);
         ck_assert_int_eq(gs_gsm_reserve(&g, &id), 0);
+        ck_assert_uint_eq(a3.owed, 1);
+        ck_assert_uint_eq(gs_gsm_lendable(&g), 0);
+        ck_assert_int_eq(gs_gsm_reserve(&g, &id2), -ENOMEM);
+        valid();
+        ck_assert_int_eq(gs_gsm_unretire(&g, id), 0);
+        ck_assert_uint_eq(a2.owed, 0);
+        ck_assert_uint_eq(a3.owed, 1);
+        valid();
+        gs_gsm_put(&p1, slots[4]); /* a borrowed one: repays a3 */
+        ck_assert_uint_eq(a3.owed, 0);
+        gs_gsm_put(&p1, slots[3]);
+        ck_assert_int_eq(gs_gsm_reserve(&g, &id), 0); /* the system list's, first */
         ck_assert_uint_eq(g.chunks[id].state, GS_GSM_RETIRED);
+        ck_assert_uint_eq(a2.owed + a3.owed, 0);
         valid();
         nreturned = 0;
         fail_return = 1; /* the spare has no memory to make: retired again */
@@ -110,6 +121,33 @@ START_TEST(test_exchange)
         valid();
         ck_assert_uint_eq(g.borrowed, 0);
         ck_assert_uint_eq(g.owed, 0);
+}
+END_TEST
+
+/* An idle owner's dirty free chunk (on its last holder's list) is lent as
+ * any other: it leaves that list too (zeroed by the agent at its grant). */
+START_TEST(test_lend_dirty)
+{
+        uint32_t slot, id;
+
+        g.lend_owned = true;
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 1, 7), 0);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a2, 2, 0), 0);
+        ck_assert_int_eq(gs_gsm_proc_init(&a2, &p2, 4), 0);
+        id = take_at_next(&p2, &slot);
+        gs_gsm_put(&p2, slot); /* dirty, on p2's list */
+        ck_assert_uint_eq(p2.mine.count, 1);
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
+        for (int i = 0; i < 8; i++)
+                take_at_next(&p1, NULL); /* 1 own, 5 free, then a2's 2 */
+        ck_assert_uint_eq(a2.owed, 2);
+        ck_assert_uint_eq(p2.mine.count, 0);
+        ck_assert_ptr_eq(g.chunks[id].proc, &p1);
+        valid();
+        gs_gsm_proc_fini(&p1);
+        gs_gsm_proc_fini(&p2);
+        valid();
+        ck_assert_uint_eq(a2.owed, 0);
 }
 END_TEST
 
@@ -359,6 +397,7 @@ int main(void)
         tcase_add_test(tc, test_return_failure_retires);
         tcase_add_test(tc, test_owed);
         tcase_add_test(tc, test_exchange);
+        tcase_add_test(tc, test_lend_dirty);
         tcase_add_test(tc, test_validate_catches);
         suite_add_tcase(s, tc);
         return gs_check_run(s);
