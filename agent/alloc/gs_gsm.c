@@ -475,6 +475,13 @@ static uint32_t real_borrowed(const struct gs_gsm *g, const struct gs_gsm_alloc 
         return GS_GSM_NONE;
 }
 
+/* A spare (data in host memory) came to (+1) or left (-1) a slot of a. */
+static void spilled(struct gs_gsm *g, struct gs_gsm_alloc *a, int delta)
+{
+        g->spilled += (uint32_t)delta;
+        a->spilled += (uint32_t)delta;
+}
+
 int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare)
 {
         if (held >= g->nchunks || spare >= g->nchunks || g->chunks[held].state != GS_GSM_HELD ||
@@ -504,6 +511,10 @@ int gs_gsm_exchange(struct gs_gsm *g, uint32_t held, uint32_t spare)
                 list_push(g->chunks, &a->borrowed, spare, 1);
         p->slots[slot] = spare;
         g->nretired--;
+        if (spare >= g->nreal)
+                spilled(g, a, 1);
+        if (held >= g->nreal)
+                spilled(g, a, -1);
         if (g->hold_fn && p->tag)
                 g->hold_fn(g->hold_ctx, spare, p->tag, slot, 1);
         /* held's memory goes to the system list the way a given-back
@@ -568,6 +579,8 @@ void gs_gsm_put(struct gs_gsm_proc *p, uint32_t slot)
         p->slots[slot] = GS_GSM_NONE;
         if (slot < p->lo_free)
                 p->lo_free = slot;
+        if (id >= g->nreal)
+                spilled(g, a, -1);
         a->held--;
         __atomic_add_fetch(&a->returned, 1, __ATOMIC_RELEASE);
         if ((c->borrowed || a->borrowed.count) && a->over)
@@ -671,7 +684,7 @@ static uint32_t walk(const struct gs_gsm *g, const struct gs_gsm_list *l, int wh
 int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
 {
         uint32_t nstate[GS_GSM_HELD + 1] = { 0 }, nborrowed = 0;
-        uint32_t reserved = 0, borrowed = 0, nallocs = 0, own = 0, held = 0, owed = 0;
+        uint32_t reserved = 0, borrowed = 0, nallocs = 0, own = 0, held = 0, owed = 0, nspilled = 0;
 
         for (uint32_t i = 0; i < g->nchunks; i++) {
                 const struct gs_gsm_chunk *c = &g->chunks[i];
@@ -681,6 +694,7 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                 nborrowed += c->borrowed;
                 if (i >= g->nreal && c->state != GS_GSM_RETIRED && !(c->state == GS_GSM_HELD && c->borrowed))
                         FAIL("spare %u in state %u, borrowed %u", i, c->state, c->borrowed);
+                nspilled += i >= g->nreal && c->state == GS_GSM_HELD;
                 if (c->borrowed && c->state != GS_GSM_HELD)
                         FAIL("chunk %u borrowed but not held", i);
                 if ((c->state == GS_GSM_SYS || c->state == GS_GSM_RETIRED) &&
@@ -726,6 +740,11 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                         FAIL("allocation: free %u + held %u + owed %u != quota %u + borrowed %u",
                              a->own.count, a->held, a->owed, a->quota, a->borrowed.count);
                 owed += a->owed;
+                uint32_t aspilled = 0;
+                for (uint32_t id = a->borrowed.head; id != GS_GSM_NONE && id < g->nchunks; id = g->chunks[id].bnext)
+                        aspilled += id >= g->nreal;
+                if (aspilled != a->spilled)
+                        FAIL("allocation holds %u spares, counter %u", aspilled, a->spilled);
                 if (a->wants > a->owed)
                         FAIL("allocation wants %u of the %u chunks it is owed", a->wants, a->owed);
                 for (const struct gs_gsm_proc *p = a->procs; p; p = p->next) {
@@ -780,6 +799,8 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                 FAIL("own %u/%u held %u/%u", own, nstate[GS_GSM_OWN], held, nstate[GS_GSM_HELD]);
         if (owed != g->owed)
                 FAIL("owed %u, counter %u", owed, g->owed);
+        if (nspilled != g->spilled)
+                FAIL("%u spares held, counter %u", nspilled, g->spilled);
         if (g->owed && g->sys.count)
                 FAIL("%u chunks on the system list while %u are owed", g->sys.count, g->owed);
         /* Owed chunks are reserved and, out on loan, borrowed: once each. */

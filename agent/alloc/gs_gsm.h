@@ -95,6 +95,7 @@ struct gs_gsm {
          * own; they stand, held and borrowed, for data moved to host
          * memory (gs_gsm_exchange), else retired.  nchunks by default. */
         uint32_t nreal;
+        uint32_t spilled;      /* spares held (data in host memory) */
         uint32_t nallocs;
         struct gs_gsm_alloc *allocs; /* doubly linked through next/prev */
         gs_gsm_return_fn return_fn;
@@ -133,6 +134,8 @@ struct gs_gsm_alloc {
         /* Of owed, chunks its processes asked for and did not get: repaid
          * before any other allocation's (gs_gsm_want). */
         uint32_t wants;
+        /* Of its borrowed chunks, spares (data in host memory). */
+        uint32_t spilled;
 };
 
 struct gs_gsm_proc {

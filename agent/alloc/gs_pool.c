@@ -141,16 +141,14 @@ void gs_pool_stats(const struct gs_pool *pool, struct gs_pool_stats *ret)
         memset(ret, 0, sizeof(*ret));
         ret->chunk_bytes = pool->chunk_bytes;
         const struct gs_gsm *g = &pool->gsm;
-        uint32_t spilled = 0;
 
-        for (uint32_t i = g->nreal; i < g->nchunks; i++)
-                spilled += g->chunks[i].state == GS_GSM_HELD;
         /* Spares hold host memory, not the GPU's; owed chunks are lent
          * out of allocations' quotas, not out of free units. */
-        ret->nchunks = gs_gsm_usable(g) - spilled;
+        ret->nchunks = gs_gsm_usable(g) - g->spilled;
         ret->chunks_free = g->sys.count;
         ret->chunks_reserved = g->reserved;
-        ret->chunks_borrowed = g->borrowed > spilled + g->owed ? g->borrowed - spilled - g->owed : 0;
+        ret->chunks_borrowed = g->borrowed > g->spilled + g->owed ? g->borrowed - g->spilled - g->owed : 0;
+        ret->chunks_spilled = g->spilled;
         ret->nallocs = pool->gsm.nallocs;
 }
 
@@ -222,8 +220,7 @@ void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret)
         ret->chunks_borrowable = gs_gsm_alloc_obtainable(&a->g) - a->g.own.count;
         ret->nprocs = a->g.nprocs;
         ret->chunks_owed = a->g.owed;
-        for (uint32_t id = a->g.borrowed.head; id != GS_GSM_NONE; id = a->pool->gsm.chunks[id].bnext)
-                ret->chunks_spilled += id >= a->pool->gsm.nreal;
+        ret->chunks_spilled = a->g.spilled;
         ret->nblocks = a->nblocks;
         ret->bytes_requested = a->bytes_requested;
         ret->bytes_in_blocks = a->bytes_in_blocks;

@@ -61,6 +61,7 @@ struct gs_pool_stats {
         uint32_t chunks_reserved; /* quota chunks of all allocations */
         uint32_t chunks_borrowed; /* lent to allocations by ballooning, out of free units (not
                                      spilled ones, nor those lent out of other allocations' quotas) */
+        uint32_t chunks_spilled;  /* spares held: borrowed data in host memory */
         uint32_t nallocs;
 };
 
@@ -260,8 +261,6 @@ uint32_t gs_pproc_count_held(const struct gs_pproc *p, bool (*pred)(void *ctx, u
  * allocation may be made while its chunks are lent.  Once, before any
  * allocation.  -EINVAL otherwise. */
 int gs_pool_set_spares(struct gs_pool *pool, uint32_t nspare) GS_WUR;
-/* Records below this have device memory (nchunks - nspare). */
-uint32_t gs_pool_nreal(const struct gs_pool *pool);
 /* Chunks a move back could take now (gs_gsm_lendable). */
 uint32_t gs_pool_lendable(const struct gs_pool *pool);
 /* Chunks the allocations are owed in all. */

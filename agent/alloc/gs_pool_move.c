@@ -20,11 +20,6 @@ int gs_pool_set_spares(struct gs_pool *pool, uint32_t nspare)
         return 0;
 }
 
-uint32_t gs_pool_nreal(const struct gs_pool *pool)
-{
-        return pool->gsm.nreal;
-}
-
 uint32_t gs_pool_lendable(const struct gs_pool *pool)
 {
         return gs_gsm_lendable(&pool->gsm);

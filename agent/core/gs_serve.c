@@ -8,11 +8,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gs_serve_move.h"
 #include "gs_allocs.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_ring.h"
+#include "gs_serve_move.h"
 #include "gs_sockmsg.h"
 
 /* Under the GPU's lock: while the allocation's memory outside the pool is
@@ -88,17 +88,10 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                 return 0;
         }
         for (uint32_t i = 0; i < n; i++) {
-                struct gs_sock_grant m;
-
-                memset(&m, 0, sizeof(m));
-                gs_sockmsg_hdr(&m.h, GS_SOCK_GRANT, sizeof(m));
-                m.seq = req->seq;
-                m.gpu = req->gpu;
-                m.slot = p->grants[i].slot;
-                m.chunk_bytes = g->chunk_bytes;
                 if (p->grant_fds[i] < 0)
                         return -EIO;
-                r = gs_sockmsg_send(p->sock, &m, sizeof(m), p->grant_fds[i], &p->stop);
+                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_GRANT, req, p->grants[i].slot, g->chunk_bytes,
+                                          p->grant_fds[i], &p->stop);
                 if (r < 0)
                         return r; /* the process keeps the memory until it exits */
         }
@@ -262,17 +255,9 @@ static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struc
                 rep->status = r == -EMFILE || r == -ENFILE ? -ENOMEM : r;
                 return 0;
         }
-        for (uint32_t i = 0; i < o.nchunks && r == 0; i++) {
-                struct gs_sock_grant m;
-
-                memset(&m, 0, sizeof(m));
-                gs_sockmsg_hdr(&m.h, GS_SOCK_IPC_GRANT, sizeof(m));
-                m.seq = req->seq;
-                m.gpu = req->gpu;
-                m.slot = i;
-                m.chunk_bytes = pg->g->chunk_bytes;
-                r = gs_sockmsg_send(p->sock, &m, sizeof(m), o.fds[i], &p->stop);
-        }
+        for (uint32_t i = 0; i < o.nchunks && r == 0; i++)
+                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_IPC_GRANT, req, i, pg->g->chunk_bytes, o.fds[i],
+                                          &p->stop);
         k = o.nchunks;
         gs_ipc_open_done(&o);
         if (r < 0)

@@ -66,15 +66,8 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         if (err[0])
                 log_warn("GPU %u: process %d (%s): %s", g->index, p->pid, p->comm, err);
         for (int i = 0; i < n; i++) {
-                struct gs_sock_grant m;
-
-                memset(&m, 0, sizeof(m));
-                gs_sockmsg_hdr(&m.h, GS_SOCK_MOVE, sizeof(m));
-                m.seq = req->seq;
-                m.gpu = req->gpu;
-                m.slot = pg->move[i].slot;
-                m.chunk_bytes = g->chunk_bytes;
-                int r = gs_sockmsg_send(p->sock, &m, sizeof(m), pg->move[i].fd, &p->stop);
+                int r = gs_sockmsg_send_grant(p->sock, GS_SOCK_MOVE, req, pg->move[i].slot, g->chunk_bytes,
+                                              pg->move[i].fd, &p->stop);
                 if (r < 0)
                         return r; /* the connection ends; the moves are undone with the process */
         }
@@ -122,8 +115,10 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
         struct gs_gpu *g = p->gpus[gi].g;
         bool asked = false;
 
+        if (!g->nspare)
+                return false; /* nothing is ever lent out of a quota */
         pthread_mutex_lock(&g->lock);
-        uint32_t owed = g->nspare ? gs_palloc_owed(part->pa) : 0;
+        uint32_t owed = gs_palloc_owed(part->pa);
         if (owed) {
                 /* What the request needs, and at least a batch: an owner
                  * that asks wants more soon (its next blocks). */

@@ -59,6 +59,20 @@ int gs_sockmsg_send(int sock, const void *msg, size_t len, int fd, const int *st
         return gs_sockmsg_send_fds(sock, msg, len, &fd, fd >= 0, stop);
 }
 
+int gs_sockmsg_send_grant(int sock, uint16_t type, const struct gs_ring_msg *req, uint32_t slot,
+                          uint64_t chunk_bytes, int fd, const int *stop)
+{
+        struct gs_sock_grant m;
+
+        memset(&m, 0, sizeof(m));
+        gs_sockmsg_hdr(&m.h, type, sizeof(m));
+        m.seq = req->seq;
+        m.gpu = req->gpu;
+        m.slot = slot;
+        m.chunk_bytes = chunk_bytes;
+        return gs_sockmsg_send(sock, &m, sizeof(m), fd, stop);
+}
+
 void gs_sockmsg_error(int sock, int err, const char *msg)
 {
         struct gs_sock_error e;

@@ -19,6 +19,9 @@
 
 /* The properties of every chunk's memory on g (exported as a POSIX fd). */
 void gs_gpu_chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop);
+/* Exports h as a POSIX fd, close-on-exec, into *ret_fd.  0 or a negative
+ * errno (err set; nothing left open). */
+int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret_fd, char *err, size_t errlen);
 /* Creates and exports the memory of chunk record c, zeroed and mapped for
  * the agent.  0 or a negative errno (err set). */
 int gs_chunk_make(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen);

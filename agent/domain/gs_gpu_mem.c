@@ -41,6 +41,26 @@ int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
         return -ENOSPC;
 }
 
+int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret_fd, char *err, size_t errlen)
+{
+        int fd = -1;
+        int r = gs_cuda_check(&g->agent->cu,
+                              g->agent->cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                              "cuMemExportToShareableHandle", err, errlen);
+
+        if (r < 0)
+                return r;
+        /* The driver's fd must not leak into anything the agent might exec. */
+        if (fd < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+                r = fd < 0 ? -EBADF : gs_neg_errno();
+                snprintf(err, errlen, "exported fd unusable: %s", strerror(-r));
+                gs_closep(&fd);
+                return r;
+        }
+        *ret_fd = fd;
+        return 0;
+}
+
 /* Creates size bytes of memory, zeroed, exported if export_fd.  ret_va
  * non-NULL (a chunk): the agent's mapping that zeroed it stays, in
  * *ret_va, for later scrubs; else none is left. */
@@ -88,16 +108,9 @@ static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGeneri
                 }
                 if (r < 0)
                         goto fail;
-                r = gs_cuda_check(cu, cu->mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                                  "cuMemExportToShareableHandle", err, errlen);
+                r = gs_gpu_mem_export(g, h, &fd, err, errlen);
                 if (r < 0)
                         goto fail;
-                /* The driver's fd must not leak into anything the agent might exec. */
-                if (fd < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-                        r = fd < 0 ? -EBADF : gs_neg_errno();
-                        snprintf(err, errlen, "exported fd unusable: %s", strerror(-r));
-                        goto fail;
-                }
         }
         *ret_h = h;
         *ret_fd = fd;

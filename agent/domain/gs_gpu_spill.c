@@ -8,7 +8,6 @@
 #include "gs_gpu_int.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,16 +59,9 @@ static int host_make(struct gs_gpu *g, struct gs_spare *s, char *err, size_t err
         r = gs_cuda_check(cu, cu->mem_create(&s->h, g->chunk_bytes, &prop, 0), "cuMemCreate (host)", err, errlen);
         if (r < 0)
                 return r;
-        r = gs_cuda_check(cu, cu->mem_export(&s->fd, s->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                          "cuMemExportToShareableHandle (host)", err, errlen);
-        if (r == 0 && (s->fd < 0 || fcntl(s->fd, F_SETFD, FD_CLOEXEC) < 0)) {
-                snprintf(err, errlen, "exported host fd unusable");
-                r = -EBADF;
-        }
-        if (r < 0) {
-                gs_closep(&s->fd);
+        r = gs_gpu_mem_export(g, s->h, &s->fd, err, errlen);
+        if (r < 0)
                 (void)cu->mem_release(s->h);
-        }
         return r;
 }
 
@@ -269,10 +261,9 @@ uint32_t gs_gpu_spill_ready(const struct gs_gpu *g)
 
 uint32_t gs_gpu_spilled(struct gs_gpu *g)
 {
-        const struct gs_gsm *m = g->pool ? gs_pool_gsm(g->pool) : NULL;
-        uint32_t n = 0;
+        struct gs_pool_stats st = { 0 };
 
-        for (uint32_t i = 0; m && i < g->nspare; i++)
-                n += m->chunks[g->nchunks + i].state == GS_GSM_HELD;
-        return n;
+        if (g->pool)
+                gs_pool_stats(g->pool, &st);
+        return st.chunks_spilled;
 }
