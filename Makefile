@@ -94,8 +94,14 @@ $(B)/%.o: %.c | cuda-check $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-# The agent's headers, one folder per part (agent/agent.mk says which).
-AGENT_INC := -Iagent/alloc -Iagent/core -Iagent/domain -Iagent/integrations
+# The agent's headers, one folder per layer.  agent/layers.txt says which
+# folders each may use; its objects get those include paths only, so an
+# include against the layers does not compile (test/test_layers.py checks
+# the calls).  AGENT_INC (every folder) is for main, tests and benches.
+layer_uses = $(shell awk -v f=$(1) '{ sub(/\#.*/, "") } $$1 == f { for (i = 1; i <= NF; i++) print $$i }' agent/layers.txt)
+layer_inc = $(patsubst %,-I%,$(filter agent/%,$(call layer_uses,$(1))))
+AGENT_LAYERS := base alloc domain sessions services
+AGENT_INC := $(call layer_inc,agent)
 
 include common/module.mk
 # One fragment per part (agent/alloc.mk, agent/agent.mk, hook/hook.mk, ...),

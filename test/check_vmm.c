@@ -20,7 +20,7 @@
 #define NCHUNKS 32u
 #define QUOTA 4u /* chunks: 128 MiB */
 
-static struct gs_agent ag;
+static struct gs_node ag;
 static struct gs_gpu *g;
 static struct gs_palloc *pa;
 static struct gs_vmm_set set;
@@ -89,7 +89,7 @@ static void setup_quota(uint32_t quota)
         ag.cu.mem_create = create_maybe_fail;
         g = calloc(1, sizeof(*g));
         ck_assert_ptr_nonnull(g);
-        g->agent = &ag;
+        g->node = &ag;
         ag.gpus = g;
         ag.ngpus = 1;
         ck_assert_msg(gs_gpu_open(g, 0, &ag.cfg, err, sizeof(err)) == 0, "%s", err);

@@ -56,7 +56,7 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
 
 int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         CUmemAllocationProp prop;
         CUuuid uuid;
         size_t free_b = 0, total_b = 0, gran = 0;
@@ -120,7 +120,7 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
          * this very context as NVML sees it, before any chunk exists
          * (without NVML: 0, contexts come out of the reserve). */
         g->ctx_expect_bytes = cfg->context_bytes ? cfg->context_bytes
-                                                 : gs_nvml_pid_bytes(&g->agent->nvml, g->uuid, getpid());
+                                                 : gs_nvml_pid_bytes(&g->node->nvml, g->uuid, getpid());
         if (gran && g->chunk_bytes % gran) {
                 snprintf(why, sizeof(why), "chunk size %llu is not a multiple of the VMM granularity %zu",
                          (unsigned long long)g->chunk_bytes, gran);
@@ -149,8 +149,8 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                         return r;
                 goto pool;
         }
-        (void)g->agent->cu.ctx_set_current(g->ctx);
-        r = gs_cuda_check(&g->agent->cu, g->agent->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
+        (void)g->node->cu.ctx_set_current(g->ctx);
+        r = gs_cuda_check(&g->node->cu, g->node->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
                           sizeof(why));
         if (r < 0) {
                 set_unhealthy(g, why);
@@ -241,7 +241,7 @@ pool:
 
 void gs_gpu_close(struct gs_gpu *g)
 {
-        if (!g || !g->agent)
+        if (!g || !g->node)
                 return;
         const struct gs_gpu_scrub_stats *st = &g->scrub_st;
         gs_gpu_scrub_stop(g);
@@ -260,7 +260,7 @@ void gs_gpu_close(struct gs_gpu *g)
         gs_gpu_spill_fini(g);
         g->pool = NULL;
         if (g->ctx)
-                (void)g->agent->cu.ctx_set_current(g->ctx);
+                (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; g->chunks && i < g->nchunks; i++)
                 gs_chunk_drop(g, &g->chunks[i]);
         free(g->chunks);
@@ -268,15 +268,15 @@ void gs_gpu_close(struct gs_gpu *g)
         free(g->unit_owner);
         g->unit_owner = NULL;
         if (g->sync_ev)
-                (void)g->agent->cu.event_destroy(g->sync_ev);
+                (void)g->node->cu.event_destroy(g->sync_ev);
         if (g->scrub_ev)
-                (void)g->agent->cu.event_destroy(g->scrub_ev);
+                (void)g->node->cu.event_destroy(g->scrub_ev);
         if (g->scrub_stream)
-                (void)g->agent->cu.stream_destroy(g->scrub_stream);
+                (void)g->node->cu.stream_destroy(g->scrub_stream);
         g->sync_ev = g->scrub_ev = NULL;
         g->scrub_stream = NULL;
         if (g->ctx)
-                (void)g->agent->cu.primary_ctx_release(g->dev);
+                (void)g->node->cu.primary_ctx_release(g->dev);
         g->ctx = NULL;
         pthread_mutex_destroy(&g->lock);
 }
@@ -310,6 +310,6 @@ void gs_gpu_check_lending(struct gs_gpu *g)
         gs_pool_stats(g->pool, &st);
         if (st.chunks_borrowed != g->last_borrowed) {
                 g->last_borrowed = st.chunks_borrowed;
-                gs_agent_poke(g->agent);
+                gs_node_poke(g->node);
         }
 }

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gs_agent.h"
+#include "gs_node.h"
 #include "gs_cuda.h"
 #include "gs_devid.h"
 #include "gs_ledger.h"
@@ -127,7 +127,7 @@ struct gs_gpu_scrub_stats {
 #define GS_GPU_SCRUB_RETRY_MS 1000
 
 struct gs_gpu {
-        struct gs_agent *agent;
+        struct gs_node *node;
         uint32_t index;          /* CUDA ordinal */
         CUdevice dev;
         CUcontext ctx;           /* primary context, retained */
@@ -218,7 +218,7 @@ struct gs_gpu_inherit {
 };
 
 
-/* Opens CUDA device `ordinal` into *g (zeroed by the caller, g->agent set).
+/* Opens CUDA device `ordinal` into *g (zeroed by the caller, g->node set).
  * A GPU whose pool cannot be built is still opened, unhealthy, with the
  * reason in g->health_reason and no units.  Returns a negative errno with a
  * message in err only if the device cannot be used at all. */

@@ -25,7 +25,7 @@ void gs_gpu_chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
 
 int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         size_t free_b = 0, total_b = 0;
         uint64_t need = g->reserve_bytes + g->ctx_promised;
 
@@ -44,8 +44,8 @@ int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
 int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret_fd, char *err, size_t errlen)
 {
         int fd = -1;
-        int r = gs_cuda_check(&g->agent->cu,
-                              g->agent->cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        int r = gs_cuda_check(&g->node->cu,
+                              g->node->cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                               "cuMemExportToShareableHandle", err, errlen);
 
         if (r < 0)
@@ -67,7 +67,7 @@ int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret
 static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGenericAllocationHandle *ret_h,
                     int *ret_fd, CUdeviceptr *ret_va, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         CUmemAllocationProp prop;
         CUmemGenericAllocationHandle h;
         CUdeviceptr va = 0;
@@ -134,7 +134,7 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
 void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
 {
         gs_closep(fd);
-        (void)g->agent->cu.mem_release(h);
+        (void)g->node->cu.mem_release(h);
 }
 
 /* Creates and exports one chunk, mapped for the agent.  Returns 0 or a
@@ -246,7 +246,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
                 struct gs_chunk *c = &g->chunks[i];
                 if ((c->fd >= 0 && !c->recycle) || c->pending || gs_pool_chunk_held(g->pool, i))
                         continue;
-                (void)g->agent->cu.ctx_set_current(g->ctx);
+                (void)g->node->cu.ctx_set_current(g->ctx);
                 if (c->recycle)
                         gs_chunk_drop(g, c);
                 budget--;
@@ -257,7 +257,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
         }
         if (!g->chunks_pending)
                 return;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; i < g->nchunks && g->chunks_pending; i++) {
                 struct gs_chunk *c = &g->chunks[i];
 
@@ -293,7 +293,7 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         if (chunk >= g->nchunks)
                 return -EINVAL;
         c = &g->chunks[chunk];
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         /* Old memory first: on a full GPU there is no room for both.  If a
          * process still holds the old memory through a kept fd, the driver
          * has no room for the new (gs_gpu_room): the chunk is pending,
@@ -329,7 +329,7 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 if (c < g->nchunks && g->chunks[c].recycle)
                         gs_chunk_drop(g, &g->chunks[c]);
                 if (c < g->nchunks && g->chunks[c].fd < 0) {
-                        (void)g->agent->cu.ctx_set_current(g->ctx);
+                        (void)g->node->cu.ctx_set_current(g->ctx);
                         if (gs_gpu_chunk_remake(g, c, why, sizeof(why)) < 0) {
                                 snprintf(err, errlen, "chunk %u has no memory yet: %s", c, why);
                                 return -ENOMEM;

@@ -59,7 +59,7 @@ bool gs_gpu_room_at_start(struct gs_gpu *g)
 {
         size_t free_b = 0, total_b = 0;
 
-        if (g->agent->cu.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
+        if (g->node->cu.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
                 return false;
         return free_b >= g->reserve_bytes + g->chunk_bytes;
 }

@@ -48,7 +48,7 @@ void gs_gpu_spill_fini(struct gs_gpu *g)
  * what the H100's driver accepts with POSIX fds; _HOST is refused). */
 static int host_make(struct gs_gpu *g, struct gs_spare *s, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         CUmemAllocationProp prop;
         int r;
 

@@ -188,7 +188,7 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
         if (!v)
                 return -ENOMEM;
         v->fd = -1;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         if (set_debt(g, s) && fill_debt(g, s, err, sizeof(err)) < 0)
                 err[0] = '\0'; /* retried below; the create may still fit */
         free_b = set_total(g, s) - s->live_bytes;
@@ -235,7 +235,7 @@ int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
                 return -ENOENT;
         *pv = v->next;
         s->count--;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         gs_gpu_mem_drop(g, v->h, &v->fd);
         s->live_bytes -= v->size;
         /* The application may still map it: until a filler takes its place
@@ -252,7 +252,7 @@ void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
         struct gs_vmm_set empty = { .pa = s->pa, .nslots = s->nslots };
         char err[256];
 
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         while (s->list) {
                 struct gs_vmm *v = s->list;
                 s->list = v->next;

@@ -40,7 +40,7 @@
 #ifndef GS_VMM_H
 #define GS_VMM_H
 
-#include "gs_agent.h"
+#include "gs_node.h"
 #include "gs_chunkset.h"
 #include "gs_pool.h"
 

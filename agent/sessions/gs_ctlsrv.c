@@ -128,11 +128,11 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
                         if (g->unit_owner && g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]))
                                 m->units_draining[k++] = u;
         }
-        if (g->units_total && g->agent->pending) {
+        if (g->units_total && g->node->pending) {
                 m->units_restoring = arena_alloc(ar, g->units_total * sizeof(*m->units_restoring));
                 if (!m->units_restoring)
                         return NULL;
-                m->n_units_restoring = gs_allocs_units_pending(g->agent, g, m->units_restoring, g->units_total);
+                m->n_units_restoring = gs_allocs_units_pending(g->node, g, m->units_restoring, g->units_total);
         }
         return m;
 }
@@ -144,11 +144,11 @@ static Gshare__Ctl__V1__ListGpusReply *gpus_msg(struct arena *ar, struct gs_agen
 
         if (!m)
                 return NULL;
-        m->gpus = arena_alloc(ar, ag->ngpus * sizeof(*m->gpus));
+        m->gpus = arena_alloc(ar, ag->node.ngpus * sizeof(*m->gpus));
         if (!m->gpus)
                 return NULL;
-        for (uint32_t i = 0; i < ag->ngpus; i++)
-                if (!(m->gpus[m->n_gpus++] = gpu_msg(ar, &ag->gpus[i])))
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                if (!(m->gpus[m->n_gpus++] = gpu_msg(ar, &ag->node.gpus[i])))
                         return NULL;
         m->generation = ag->generation;
         return m;
@@ -179,7 +179,7 @@ static bool alloc_msg_ids(struct arena *ar, struct gs_allocation *a, Gshare__Ctl
         for (size_t i = 0; i < n; i++) {
                 char id[GS_DEVID_MAX + 1];
                 if (a->kind != GS_OWNER_DEVICES &&
-                    gs_devid_format(id, sizeof(id), a->agent->gpus[a->units[i].gpu].uuid, a->units[i].unit) < 0)
+                    gs_devid_format(id, sizeof(id), a->node->gpus[a->units[i].gpu].uuid, a->units[i].unit) < 0)
                         continue;
                 m->device_ids[m->n_device_ids++] = arena_str(ar, a->kind == GS_OWNER_DEVICES ? a->device_ids[i] : id);
         }
@@ -188,7 +188,7 @@ static bool alloc_msg_ids(struct arena *ar, struct gs_allocation *a, Gshare__Ctl
 
 static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_allocation *a)
 {
-        struct gs_agent *ag = a->agent;
+        struct gs_agent *ag = gs_agent_of(a->node);
         Gshare__Ctl__V1__Allocation *m =
                 NEW(ar, Gshare__Ctl__V1__Allocation, GSHARE__CTL__V1__ALLOCATION__INIT);
         size_t nproc = 0;
@@ -201,7 +201,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
         if (!m->parts || !m->processes || !alloc_msg_ids(ar, a, m))
                 return NULL;
         for (uint32_t i = 0; i < a->nparts; i++) {
-                struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
                 struct gs_palloc_stats st;
                 Gshare__Ctl__V1__AllocationPart *pm = NEW(ar, Gshare__Ctl__V1__AllocationPart,
                                                           GSHARE__CTL__V1__ALLOCATION_PART__INIT);
@@ -310,9 +310,9 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__
         if (c)
                 req.burst_bytes = c->burst_bytes;
         if (r == 0 && c && c->take_over && req.kind == GS_OWNER_DEVICES)
-                r = gs_allocs_take_over(s->ag, req.ids, req.nids, err, errlen);
+                r = gs_allocs_take_over(&s->ag->node, req.ids, req.nids, err, errlen);
         if (r == 0)
-                r = gs_restore_create(s->ag, &req, &a, &created, err, errlen);
+                r = gs_restore_create(&s->ag->node, &req, &a, &created, err, errlen);
         if (r == -ENOSPC)
                 /* Chunks lent to allocations that borrow past their quota
                  * (docs/burst.md, named in err): what their processes
@@ -347,24 +347,24 @@ static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest
         int r;
 
         if (c->claim_uid && c->claim_uid[0]) {
-                r = gs_restore_release_claim(s->ag, c->claim_uid, err, errlen);
+                r = gs_restore_release_claim(&s->ag->node, c->claim_uid, err, errlen);
                 goto done;
         }
         if (c->id && c->id[0])
-                a = gs_allocs_find(s->ag, c->id);
+                a = gs_allocs_find(&s->ag->node, c->id);
         else if (c->n_device_ids)
-                a = gs_allocs_find_ids(s->ag, (const char *const *)c->device_ids, c->n_device_ids);
-        if ((r = gs_allocs_known(s->ag, err, errlen)) < 0)
+                a = gs_allocs_find_ids(&s->ag->node, (const char *const *)c->device_ids, c->n_device_ids);
+        if ((r = gs_allocs_known(&s->ag->node, err, errlen)) < 0)
                 goto done;
         if (!a || a->releasing) {
                 /* Perhaps a checkpoint line waiting to be restored. */
-                r = gs_allocs_release_pending(s->ag, c->id, (const char *const *)c->device_ids,
+                r = gs_allocs_release_pending(&s->ag->node, c->id, (const char *const *)c->device_ids,
                                               c->n_device_ids, NULL, err, errlen);
                 if (r == -ENOENT)
                         snprintf(err, errlen, "no allocation %s%.64s",
                                  c->id && c->id[0] ? "" : "for these device IDs", c->id ? c->id : "");
         } else {
-                r = gs_allocs_release(s->ag, a, err, errlen);
+                r = gs_allocs_release(&s->ag->node, a, err, errlen);
         }
 done:
         if (r < 0) {
@@ -382,10 +382,10 @@ static void do_list_allocs(struct gs_ctlsrv *s, struct arena *ar, GsCtlReply *re
         Gshare__Ctl__V1__ListAllocationsReply *m = NEW(ar, Gshare__Ctl__V1__ListAllocationsReply,
                                                        GSHARE__CTL__V1__LIST_ALLOCATIONS_REPLY__INIT);
 
-        if (!m || !(m->allocations = arena_alloc(ar, s->ag->nallocs * sizeof(*m->allocations))))
+        if (!m || !(m->allocations = arena_alloc(ar, s->ag->node.nallocs * sizeof(*m->allocations))))
                 return;
-        for (struct gs_allocation *a = s->ag->allocs; a; a = a->next)
-                if (m->n_allocations < s->ag->nallocs &&
+        for (struct gs_allocation *a = s->ag->node.allocs; a; a = a->next)
+                if (m->n_allocations < s->ag->node.nallocs &&
                     !(m->allocations[m->n_allocations++] = alloc_msg(ar, a)))
                         return;
         rep->body_case = GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS;
@@ -598,7 +598,7 @@ int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret,
                 close(fd);
                 goto fail;
         }
-        r = gs_stream_srv_new(ag->loop, fd, "control socket", &lim, &ctl_ops, s, &s->srv);
+        r = gs_stream_srv_new(ag->node.loop, fd, "control socket", &lim, &ctl_ops, s, &s->srv);
         if (r < 0)
                 goto fail;
         *ret = s;
@@ -614,7 +614,7 @@ void gs_ctlsrv_free(struct gs_ctlsrv *s)
         if (!s)
                 return;
         gs_stream_srv_free(s->srv);
-        if (!s->ag->paths_theirs) /* else the path is the other agent's socket */
+        if (!s->ag->node.paths_theirs) /* else the path is the other agent's socket */
                 (void)unlink(s->path);
         free(s);
 }

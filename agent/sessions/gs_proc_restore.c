@@ -65,7 +65,7 @@ static struct gs_proc *ghost(struct gs_agent *ag, struct gs_allocation *a, const
         a->nprocs++;
         ag->nconns++;
         if (gs_proc_gpus_init(ag, q, err, sizeof(err)) < 0 ||
-            gs_loop_io_add(ag->loop, &q->pidfd_io, q->pidfd, EPOLLIN, gs_proc_on_pidfd, q) < 0) {
+            gs_loop_io_add(ag->node.loop, &q->pidfd_io, q->pidfd, EPOLLIN, gs_proc_on_pidfd, q) < 0) {
                 log_error("process %d of allocation %s: %s", q->pid, a->id, err);
                 gs_proc_destroy(ag, q, NULL);
                 return NULL;
@@ -77,7 +77,7 @@ static struct gs_proc *ghost(struct gs_agent *ag, struct gs_allocation *a, const
 
 static struct gs_allocation *alloc_by_num(struct gs_agent *ag, uint64_t num, uint32_t gpu, uint32_t *ret_part)
 {
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next) {
                 if (a->releasing || gs_proc_alloc_num(a) != num)
                         continue;
                 for (uint32_t i = 0; i < a->nparts; i++)
@@ -164,13 +164,13 @@ static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_
 
 void gs_proc_restore(struct gs_agent *ag)
 {
-        for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
-                struct gs_gpu *g = &ag->gpus[gi];
+        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
+                struct gs_gpu *g = &ag->node.gpus[gi];
                 uint32_t lost = 0, made;
 
                 if (!g->pool)
                         continue;
-                (void)!gs_gpu_ledger_start(g, ag->cfg.state_dir);
+                (void)!gs_gpu_ledger_start(g, ag->node.cfg.state_dir);
                 /* What each of the old agent's chunks held, before anything
                  * moves (handed over: its memid; after a crash: nothing). */
                 uint64_t *was = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*was));

@@ -58,7 +58,7 @@ void gs_handover_close(struct gs_agent *ag);
  * negative errno with err set. */
 int gs_handover_begin(struct gs_agent *ag, struct gs_handover **ret, char *err, size_t errlen) GS_WUR;
 /* TAKE: the old agent's chunks.  *ret_inh gets one entry per GPU of
- * ag->gpus (nchunks 0: the old agent had none for it). */
+ * ag->node.gpus (nchunks 0: the old agent had none for it). */
 int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_inherit **ret_inh, char *err,
                      size_t errlen) GS_WUR;
 /* READY, and the connection goes.  NULL is fine (nothing to do). */

@@ -56,7 +56,7 @@ static int open_pidfd(int sock, pid_t pid)
 static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why,
                         size_t whylen)
 {
-        const struct gs_config *c = &ag->cfg;
+        const struct gs_config *c = &ag->node.cfg;
         uint32_t mine = 0;
 
         if (a->releasing) {
@@ -88,7 +88,7 @@ static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid,
 void gs_proc_on_listen(void *data, uint32_t events)
 {
         struct gs_allocation *a = data;
-        struct gs_agent *ag = a->agent;
+        struct gs_agent *ag = gs_agent_of(a->node);
 
         (void)events;
         for (;;) {
@@ -153,8 +153,8 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 a->procs = p;
                 a->nprocs++;
                 ag->nconns++;
-                if (gs_loop_io_add(ag->loop, &p->sock_io, sock, EPOLLIN | EPOLLRDHUP, on_sock, p) < 0 ||
-                    (p->pidfd >= 0 && gs_loop_io_add(ag->loop, &p->pidfd_io, p->pidfd, EPOLLIN,
+                if (gs_loop_io_add(ag->node.loop, &p->sock_io, sock, EPOLLIN | EPOLLRDHUP, on_sock, p) < 0 ||
+                    (p->pidfd >= 0 && gs_loop_io_add(ag->node.loop, &p->pidfd_io, p->pidfd, EPOLLIN,
                                                      gs_proc_on_pidfd, p) < 0)) {
                         gs_proc_destroy(ag, p, NULL);
                         continue;
@@ -214,7 +214,7 @@ int64_t gs_proc_tick(void *data, int64_t now)
         struct gs_agent *ag = data;
         int64_t next = GS_LOOP_NEVER;
 
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next) {
                 struct gs_proc *p = a->procs, *nx;
                 for (; p; p = nx) {
                         nx = p->next;

@@ -25,22 +25,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "gs_ipc_table.h"
 #include "gs_util.h"
 
-/* Live exports per allocation, all processes together. */
-#define GS_IPC_MAX_EXPORTS 65536u
-
 struct gs_proc;
-struct gs_ipc_export;
-
-struct gs_ipc_table {
-        pthread_mutex_t lock;
-        struct gs_ipc_export *v;
-        uint32_t n, cap;
-};
-
-void gs_ipc_table_init(struct gs_ipc_table *t);
-void gs_ipc_table_fini(struct gs_ipc_table *t);
 
 /* Exports the block at [off, off + size) of process p on its GPU index gpu
  * (the caller checked that a live block starts there).  The same token as

@@ -10,6 +10,7 @@
 
 #include "gs_allocs.h"
 #include "gs_gpu.h"
+#include "gs_ipc.h"
 #include "gs_log.h"
 #include "gs_ring.h"
 #include "gs_serve_move.h"
@@ -22,7 +23,7 @@ static void cover(struct gs_proc *p, uint32_t i)
         struct gs_part *part = &p->alloc->parts[i];
 
         if (part->out.short_bytes)
-                gs_outside_cover(p->gpus[i].g, &part->out, part->pa, gs_allocs_outside_slots(p->agent, part));
+                gs_outside_cover(p->gpus[i].g, &part->out, part->pa, gs_allocs_outside_slots(&p->agent->node, part));
 }
 
 static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
@@ -97,7 +98,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
         }
         rep->arg[0] = off;
         rep->arg[1] = n;
-        gs_hist_observe(&p->agent->hists.grant_bytes[GS_HIST_GRANT_ALLOC], &gs_hist_bytes, size);
+        gs_hist_observe(&p->agent->node.hists.grant_bytes[GS_HIST_GRANT_ALLOC], &gs_hist_bytes, size);
         return 0;
 }
 
@@ -154,7 +155,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 return r; /* the allocation is freed when the process exits */
         rep->arg[0] = id;
         rep->arg[1] = 1;
-        gs_hist_observe(&p->agent->hists.grant_bytes[GS_HIST_GRANT_VMM], &gs_hist_bytes, size);
+        gs_hist_observe(&p->agent->node.hists.grant_bytes[GS_HIST_GRANT_VMM], &gs_hist_bytes, size);
         return 0;
 }
 
@@ -187,7 +188,7 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
                 want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes
                                                                   : pg->outside_measured;
                 r = gs_outside_charge(g, &part->out, part->pa,
-                                      gs_allocs_outside_slots(p->agent, part), &pg->outside_charge,
+                                      gs_allocs_outside_slots(&p->agent->node, part), &pg->outside_charge,
                                       want, true);
                 if (r == 0) {
                         pg->ctx_expect = g->ctx_expect_bytes;
@@ -199,7 +200,7 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         part_usage(g, part, &rep->arg[1], &rep->arg[2]);
         pthread_mutex_unlock(&g->lock);
         if (charging)
-                gs_hist_since(&p->agent->hists.ctx_charge, t0);
+                gs_hist_since(&p->agent->node.hists.ctx_charge, t0);
         rep->arg[0] = pg->quota_bytes;
         rep->arg[3] = strtoull(p->alloc->id, NULL, 16);
         if (r < 0) {
@@ -468,7 +469,7 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
         int r = 0;
 
         if (p->ngpus)
-                (void)p->agent->cu.ctx_set_current(p->gpus[0].g->ctx); /* for recycling */
+                (void)p->agent->node.cu.ctx_set_current(p->gpus[0].g->ctx); /* for recycling */
         while (n < budget && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
                 r = gs_ring_pop(&p->shm->req, &p->req_tail, &req);
                 if (r <= 0)
@@ -481,7 +482,7 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
                 if (r == 0)
                         r = push_reply(p, &rep);
                 t1 = gs_mono_ns();
-                gs_hist_observe(&p->agent->hists.request[req.op < GS_HIST_OPS ? req.op : 0], &gs_hist_seconds,
+                gs_hist_observe(&p->agent->node.hists.request[req.op < GS_HIST_OPS ? req.op : 0], &gs_hist_seconds,
                                 (uint64_t)(t1 > t0 ? t1 - t0 : 0));
                 t0 = t1;
                 if (r < 0)

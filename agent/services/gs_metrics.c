@@ -160,7 +160,7 @@ static void hist_samples(struct buf *b, const char *name, const char *lab, const
  * label), for the agent's and the GPUs' series: NULL if not known. */
 static const char *node_name(const struct gs_agent *ag)
 {
-        const char *node = ag->cfg.node_name[0] ? ag->cfg.node_name : secure_getenv("NODE_NAME");
+        const char *node = ag->node.cfg.node_name[0] ? ag->node.cfg.node_name : secure_getenv("NODE_NAME");
 
         return node && node[0] && strlen(node) < GS_CONFIG_NODE_NAME_MAX ? node : NULL;
 }
@@ -212,7 +212,7 @@ static void hists(struct buf *b, struct gs_agent *ag, const char *node)
 {
         static const char *const grants[GS_HIST_GRANTS] = { "alloc", "vmm_create" };
         static const char *const phases[GS_HIST_RECONS] = { "list", "apply" };
-        const struct gs_agent_hists *h = &ag->hists;
+        const struct gs_agent_hists *h = &ag->node.hists;
 
         hist_family(b, node, "gshare_request_duration_seconds",
                     "Time the agent took to serve a process's request, from taking it off the ring to "
@@ -246,12 +246,12 @@ static uint32_t active_procs(const struct gs_allocation *a)
 #define GPU_FAMILY_T(type, name, help, fmt, expr)                                   \
         do {                                                                        \
                 family(&b, "gshare_gpu_" name, type, help);                         \
-                for (uint32_t i = 0; i < ag->ngpus; i++) {                          \
-                        const struct gs_gpu *g = &ag->gpus[i];                      \
+                for (uint32_t i = 0; i < ag->node.ngpus; i++) {                          \
+                        const struct gs_gpu *g = &ag->node.gpus[i];                      \
                         const struct gpu_snap *s = &gs[i];                          \
                         (void)g; (void)s;                                           \
                         put(&b, "gshare_gpu_" name "{");                            \
-                        put_label(&b, "gpu", ag->gpus[i].uuid, true);               \
+                        put_label(&b, "gpu", ag->node.gpus[i].uuid, true);               \
                         if (node)                                                   \
                                 put_label(&b, "node", node, false);                 \
                         put(&b, "} " fmt "\n", expr);                               \
@@ -273,7 +273,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
 #define PROC_FAMILY(name, help, expr)                                                           \
         do {                                                                                    \
                 family(&b, "gshare_process_" name, "gauge", help);                              \
-                for (const struct gs_allocation *a = ag->allocs; a; a = a->next)                \
+                for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next)                \
                         for (const struct gs_proc *p = a->procs; p; p = p->next)                \
                                 for (uint32_t i = 0; p->state != GS_PROC_HELLO && i < p->ngpus; i++) { \
                                         const struct gs_proc_gpu *pg = &p->gpus[i];             \
@@ -295,7 +295,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
 
 int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
 {
-        struct gpu_snap *gs = calloc(ag->ngpus + 1, sizeof(*gs));
+        struct gpu_snap *gs = calloc(ag->node.ngpus + 1, sizeof(*gs));
         struct part_snap *ps = NULL;
         struct alloc_snap *as = NULL;
         struct buf b = { 0 };
@@ -304,14 +304,14 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
         int r = -ENOMEM;
         const char *node = node_name(ag);
 
-        for (const struct gs_allocation *a = ag->allocs; a; a = a->next, nas++)
+        for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next, nas++)
                 maxparts += a->nparts;
         ps = calloc(maxparts + 1, sizeof(*ps));
         as = calloc(nas + 1, sizeof(*as));
         if (!gs || !ps || !as)
                 goto out;
-        for (uint32_t i = 0; i < ag->ngpus; i++) {
-                struct gs_gpu *g = &ag->gpus[i];
+        for (uint32_t i = 0; i < ag->node.ngpus; i++) {
+                struct gs_gpu *g = &ag->node.gpus[i];
 
                 if (g->pool) {
                         pthread_mutex_lock(&g->lock);
@@ -326,22 +326,22 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                 gs[i].units_allocated = gs_gpu_units_allocated(g);
                 for (uint32_t u = 0; g->unit_owner && u < g->units_total; u++)
                         gs[i].units_draining += g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]);
-                if (ag->pending) {
+                if (ag->node.pending) {
                         uint32_t *units = calloc(g->units_total + 1, sizeof(*units));
                         if (!units)
                                 goto out;
-                        gs[i].units_restoring = (uint32_t)gs_allocs_units_pending(ag, g, units, g->units_total);
+                        gs[i].units_restoring = (uint32_t)gs_allocs_units_pending(&ag->node, g, units, g->units_total);
                         free(units);
                 }
         }
         nas = 0;
-        for (const struct gs_allocation *a = ag->allocs; a; a = a->next) {
+        for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next) {
                 const struct gs_claim *claim = gs_allocs_claim(a);
 
                 as[nas++] = (struct alloc_snap){ .a = a, .claim = claim };
                 nprocs += active_procs(a);
                 for (uint32_t i = 0; i < a->nparts && nparts < maxparts; i++) {
-                        struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                        struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
                         struct gs_palloc_stats st;
 
                         uint64_t outside, over_bytes;
@@ -369,7 +369,7 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
 
         family(&b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
         put_agent(&b, "gshare_allocations", node);
-        put(&b, " %u\n", ag->nallocs);
+        put(&b, " %u\n", ag->node.nallocs);
         family(&b, "gshare_processes", "gauge", "Registered processes of all allocations.");
         put_agent(&b, "gshare_processes", node);
         put(&b, " %u\n", nprocs);
@@ -684,7 +684,7 @@ int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **re
                 gs_closep(&fd);
                 goto fail;
         }
-        r = gs_stream_srv_new(ag->loop, fd, "metrics", &lim, &metrics_ops, m, &m->srv);
+        r = gs_stream_srv_new(ag->node.loop, fd, "metrics", &lim, &metrics_ops, m, &m->srv);
         if (r < 0)
                 goto fail;
         *ret = m;

@@ -154,7 +154,7 @@ static int sock_path(const struct gs_agent *ag, struct sockaddr_un *sa)
 {
         memset(sa, 0, sizeof(*sa));
         sa->sun_family = AF_UNIX;
-        if (snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/%s", ag->cfg.state_dir, GS_HANDOVER_SOCKET) >=
+        if (snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/%s", ag->node.cfg.state_dir, GS_HANDOVER_SOCKET) >=
             (int)sizeof(sa->sun_path))
                 return -ENAMETOOLONG;
         return 0;
@@ -166,8 +166,8 @@ static int sock_path(const struct gs_agent *ag, struct sockaddr_un *sa)
  * GPU: the new agent's context is made there. */
 static void make_room(struct gs_agent *ag, uint64_t want)
 {
-        for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
-                struct gs_gpu *g = &ag->gpus[gi];
+        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
+                struct gs_gpu *g = &ag->node.gpus[gi];
                 uint64_t got = 0;
 
                 if (!g->pool)
@@ -181,7 +181,7 @@ static void make_room(struct gs_agent *ag, uint64_t want)
                                 if (g->chunks[c].fd >= 0 && !g->chunks[c].pending &&
                                     !gs_pool_chunk_held(g->pool, c) &&
                                     (pass == 1 || gs_pool_chunk_in_sys(g->pool, c))) {
-                                        (void)g->agent->cu.ctx_set_current(g->ctx);
+                                        (void)g->node->cu.ctx_set_current(g->ctx);
                                         gs_gpu_chunk_drop(g, c);
                                         got += g->chunk_bytes;
                                 }
@@ -202,8 +202,8 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
 
         if (!m)
                 return -ENOMEM;
-        for (uint32_t gi = 0; gi < ag->ngpus && r == 0; gi++) {
-                struct gs_gpu *g = &ag->gpus[gi];
+        for (uint32_t gi = 0; gi < ag->node.ngpus && r == 0; gi++) {
+                struct gs_gpu *g = &ag->node.gpus[gi];
 
                 if (!g->pool)
                         continue;
@@ -273,9 +273,9 @@ static void serve(struct gs_agent *ag, int fd)
         /* From here the processes wait: nothing they hold may move. */
         int64_t t_take = gs_mono_ms();
         gs_proc_pause_all(ag);
-        gs_allocs_listen(ag, false);
-        for (uint32_t i = 0; i < ag->ngpus; i++)
-                gs_gpu_ledger_pause(&ag->gpus[i], true);
+        gs_allocs_listen(&ag->node, false);
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                gs_gpu_ledger_pause(&ag->node.gpus[i], true);
         int64_t t_paused = gs_mono_ms();
         r = send_chunks(ag, fd, false);
         log_info("upgrade: processes paused in %lld ms, chunks sent in %lld ms", (long long)(t_paused - t_take),
@@ -285,15 +285,15 @@ static void serve(struct gs_agent *ag, int fd)
         if (r < 0) {
                 char err[256];
                 log_warn("upgrade: the new agent failed to take over (%s); serving on", strerror(-r));
-                for (uint32_t i = 0; i < ag->ngpus; i++)
-                        gs_gpu_ledger_pause(&ag->gpus[i], false);
+                for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                        gs_gpu_ledger_pause(&ag->node.gpus[i], false);
                 /* It may have bound its sockets at our paths already: ours
                  * again, fresh (connections in flight to its are lost and
                  * retried by their clients). */
-                gs_allocs_rebind(ag);
+                gs_allocs_rebind(&ag->node);
                 gs_ctlsrv_free(ag->ctl);
                 ag->ctl = NULL;
-                if (gs_ctlsrv_new(ag, ag->cfg.agent_socket, &ag->ctl, err, sizeof(err)) < 0)
+                if (gs_ctlsrv_new(ag, ag->node.cfg.agent_socket, &ag->ctl, err, sizeof(err)) < 0)
                         log_error("upgrade: %s", err);
                 gs_proc_resume_all(ag);
                 ag->handover_retake = true;
@@ -302,11 +302,11 @@ static void serve(struct gs_agent *ag, int fd)
         /* The new agent serves: our connections end (the hooks reconnect to
          * it), our paths are its own now. */
         ag->handed_over = true;
-        ag->paths_theirs = true;
+        ag->node.paths_theirs = true;
         gs_proc_disconnect_all(ag);
         log_info("upgrade: handed over to the new agent %lld ms after it took over; waiting for the end",
                  (long long)(gs_mono_ms() - t_take));
-        gs_loop_stop(ag->loop);
+        gs_loop_stop(ag->node.loop);
 }
 
 static void on_conn(void *data, uint32_t events)
@@ -331,7 +331,7 @@ static void on_conn(void *data, uint32_t events)
         if (ag->handover_retake && !ag->handed_over) {
                 char err[256];
                 ag->handover_retake = false;
-                gs_loop_io_del(ag->loop, &ag->handover_io);
+                gs_loop_io_del(ag->node.loop, &ag->handover_io);
                 gs_closep(&ag->handover_fd);
                 if (gs_handover_listen(ag, err, sizeof(err)) < 0)
                         log_error("upgrade: %s", err);
@@ -347,12 +347,12 @@ int gs_handover_listen(struct gs_agent *ag, char *err, size_t errlen)
         ag->handover_fd = -1;
         r = sock_path(ag, &sa);
         if (r < 0) {
-                snprintf(err, errlen, "the handover socket's path under %s is too long", ag->cfg.state_dir);
+                snprintf(err, errlen, "the handover socket's path under %s is too long", ag->node.cfg.state_dir);
                 return r;
         }
-        if (mkdir(ag->cfg.state_dir, 0700) < 0 && errno != EEXIST) {
+        if (mkdir(ag->node.cfg.state_dir, 0700) < 0 && errno != EEXIST) {
                 r = gs_neg_errno();
-                snprintf(err, errlen, "cannot create %s: %s", ag->cfg.state_dir, strerror(-r));
+                snprintf(err, errlen, "cannot create %s: %s", ag->node.cfg.state_dir, strerror(-r));
                 return r;
         }
         (void)unlink(sa.sun_path);
@@ -368,7 +368,7 @@ int gs_handover_listen(struct gs_agent *ag, char *err, size_t errlen)
                 r = gs_neg_errno();
                 goto fail;
         }
-        r = gs_loop_io_add(ag->loop, &ag->handover_io, fd, EPOLLIN, on_conn, ag);
+        r = gs_loop_io_add(ag->node.loop, &ag->handover_io, fd, EPOLLIN, on_conn, ag);
         if (r < 0)
                 goto fail;
         ag->handover_fd = fd;
@@ -385,9 +385,9 @@ void gs_handover_close(struct gs_agent *ag)
 
         if (ag->handover_fd < 0)
                 return;
-        gs_loop_io_del(ag->loop, &ag->handover_io);
+        gs_loop_io_del(ag->node.loop, &ag->handover_io);
         gs_closep(&ag->handover_fd);
-        if (!ag->paths_theirs && sock_path(ag, &sa) == 0)
+        if (!ag->node.paths_theirs && sock_path(ag, &sa) == 0)
                 (void)unlink(sa.sun_path);
 }
 
@@ -510,7 +510,7 @@ int gs_handover_begin(struct gs_agent *ag, struct gs_handover **ret, char *err, 
         h->fd = fd;
         memset(&m, 0, offsetof(struct ho_msg, ent));
         m.type = HO_PREPARE;
-        m.arg = ag->cfg.context_bytes ? ag->cfg.context_bytes : GS_GiB;
+        m.arg = ag->node.cfg.context_bytes ? ag->node.cfg.context_bytes : GS_GiB;
         r = ho_send(fd, &m, NULL, 0);
         if (r == 0)
                 r = recv_snapshot(h);
@@ -541,7 +541,7 @@ void gs_handover_inherit_free(struct gs_gpu_inherit *inh, uint32_t n)
 int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_inherit **ret_inh, char *err,
                      size_t errlen)
 {
-        struct gs_gpu_inherit *inh = calloc(ag->ngpus ? ag->ngpus : 1, sizeof(*inh));
+        struct gs_gpu_inherit *inh = calloc(ag->node.ngpus ? ag->node.ngpus : 1, sizeof(*inh));
         struct gs_gpu_inherit *cur = NULL;
         struct ho_msg *m = calloc(1, sizeof(*m));
         int fds[HO_MAX_FDS], r;
@@ -565,15 +565,15 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
                 if (m->type == HO_GPU) {
                         cur = NULL;
                         memcpy(uuid_cur, m->uuid, 16);
-                        for (uint32_t gi = 0; gi < ag->ngpus; gi++)
-                                if (!memcmp(ag->gpus[gi].uuid_raw, m->uuid, 16) && ag->gpus[gi].ctx_ready)
+                        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++)
+                                if (!memcmp(ag->node.gpus[gi].uuid_raw, m->uuid, 16) && ag->node.gpus[gi].ctx_ready)
                                         cur = &inh[gi];
                         if (!cur || cur->nchunks || m->nchunks == 0 || m->nchunks > GS_LEDGER_MAX_CHUNKS ||
-                            m->arg != ag->cfg.chunk_bytes) {
-                                if (cur && m->arg != ag->cfg.chunk_bytes)
+                            m->arg != ag->node.cfg.chunk_bytes) {
+                                if (cur && m->arg != ag->node.cfg.chunk_bytes)
                                         log_warn("upgrade: the old agent's chunks are %llu bytes, ours %llu: "
                                                  "that GPU starts as after a restart",
-                                                 (unsigned long long)m->arg, (unsigned long long)ag->cfg.chunk_bytes);
+                                                 (unsigned long long)m->arg, (unsigned long long)ag->node.cfg.chunk_bytes);
                                 cur = NULL;
                                 continue;
                         }
@@ -619,7 +619,7 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
         return 0;
 fail:
         free(m);
-        gs_handover_inherit_free(inh, ag->ngpus);
+        gs_handover_inherit_free(inh, ag->node.ngpus);
         snprintf(err, errlen, "taking over from the running agent: %s", strerror(-r));
         return r;
 }
@@ -639,7 +639,7 @@ bool gs_handover_older_agent(const struct gs_agent *ag)
         bool up;
         int fd;
 
-        if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ag->cfg.agent_socket) >= (int)sizeof(sa.sun_path))
+        if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ag->node.cfg.agent_socket) >= (int)sizeof(sa.sun_path))
                 return false;
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)

@@ -191,10 +191,10 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
          * are missing information: any allocation may be a claim's, so
          * none is released; who holds what is still recorded.  The read
          * is logged once per streak and tried again at each pass. */
-        known = gs_allocs_known(ag, err, sizeof(err)) == 0;
+        known = gs_allocs_known(&ag->node, err, sizeof(err)) == 0;
         if (!known)
                 log_debug("reconciler: releasing nothing: %s", err);
-        for (a = ag->allocs; a; a = next) {
+        for (a = ag->node.allocs; a; a = next) {
                 const struct holder *h = NULL;
                 uint64_t age_ms;
 
@@ -205,7 +205,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                  * device IDs for it, and it goes by NodeUnprepareResources
                  * only.  One a kept (unparsable) checkpoint line names may
                  * be a claim's, garbled. */
-                if (a->kind != GS_OWNER_DEVICES || gs_allocs_kept_names(ag, a->id))
+                if (a->kind != GS_OWNER_DEVICES || gs_allocs_kept_names(&ag->node, a->id))
                         continue;
                 /* Held if any of its IDs is: a partial match is odd, but it
                  * means a pod still uses the memory, so never reclaim it. */
@@ -223,7 +223,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                         }
                         a->unheld_since_ms = 0;
                         if (h->burst)
-                                gs_allocs_burst_from_pod(ag, a, h->burst);
+                                gs_allocs_burst_from_pod(&ag->node, a, h->burst);
                         continue;
                 }
                 if (a->unheld_since_ms == 0) {
@@ -242,7 +242,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                 else
                         log_info("reclaiming allocation %s: no pod has held any of its %zu device IDs (for %lld ms)",
                                  a->id, a->ndevice_ids, (long long)(now_ms - a->unheld_since_ms));
-                if (gs_allocs_release(ag, a, err, sizeof(err)) < 0) {
+                if (gs_allocs_release(&ag->node, a, err, sizeof(err)) < 0) {
                         log_error("cannot release allocation %s: %s", a->id, err);
                         continue;
                 }
@@ -256,7 +256,7 @@ static uint64_t draining_sig(struct gs_agent *ag)
 {
         uint64_t sig = 0;
 
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 if (gs_allocs_draining(a))
                         sig += strtoull(a->id, NULL, 16) | 1;
         return sig;
@@ -337,12 +337,12 @@ static void *thread_main(void *arg)
                 pthread_mutex_unlock(&rc->mu);
                 int64_t t0 = gs_mono_ns(); /* /metrics: gshare_reconcile_duration_seconds */
                 s = list_once(rc);
-                gs_hist_since(&rc->ag->hists.reconcile[GS_HIST_RECON_LIST], t0);
+                gs_hist_since(&rc->ag->node.hists.reconcile[GS_HIST_RECON_LIST], t0);
                 pthread_mutex_lock(&rc->mu);
                 if (s) {
                         gs_recon_snapshot_free(rc->pending);
                         rc->pending = s;
-                        gs_loop_async_send(rc->ag->loop, &rc->snapshot_ready);
+                        gs_loop_async_send(rc->ag->node.loop, &rc->snapshot_ready);
                 }
                 clock_gettime(CLOCK_MONOTONIC, &dl);
                 dl.tv_sec += rc->interval_ms / 1000;
@@ -389,7 +389,7 @@ static void on_snapshot(void *data)
         int64_t t0 = gs_mono_ns(); /* /metrics: gshare_reconcile_duration_seconds */
         before = draining_sig(rc->ag);
         n = gs_recon_apply(rc->ag, s, gs_mono_ms(), (uint64_t)time(NULL), rc->grace_ms);
-        gs_hist_since(&rc->ag->hists.reconcile[GS_HIST_RECON_APPLY], t0);
+        gs_hist_since(&rc->ag->node.hists.reconcile[GS_HIST_RECON_APPLY], t0);
         gs_recon_snapshot_free(s);
         /* Released allocations, or pods gone while their processes live on
          * (their units now draining): the plugin must hear of it. */
@@ -409,7 +409,7 @@ void gs_recon_kick(struct gs_recon *rc)
 
 int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
 {
-        const struct gs_config *c = &ag->cfg;
+        const struct gs_config *c = &ag->node.cfg;
         struct gs_recon *rc;
         pthread_condattr_t ca;
         int r;
@@ -439,7 +439,7 @@ int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&rc->cv, &ca);
         pthread_condattr_destroy(&ca);
-        gs_loop_async_add(ag->loop, &rc->snapshot_ready, on_snapshot, rc);
+        gs_loop_async_add(ag->node.loop, &rc->snapshot_ready, on_snapshot, rc);
         r = -pthread_create(&rc->thread, NULL, thread_main, rc);
         if (r < 0)
                 goto fail;
@@ -464,7 +464,7 @@ void gs_recon_stop(struct gs_recon *rc)
                 pthread_mutex_unlock(&rc->mu);
                 pthread_join(rc->thread, NULL);
         }
-        gs_loop_async_del(rc->ag->loop, &rc->snapshot_ready);
+        gs_loop_async_del(rc->ag->node.loop, &rc->snapshot_ready);
         gs_recon_snapshot_free(rc->pending);
         gs_podburst_free(rc->pb);
         pthread_cond_destroy(&rc->cv);

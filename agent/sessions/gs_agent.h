@@ -18,60 +18,31 @@
 #define GS_AGENT_H
 
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "gs_config.h"
-#include "gs_cuda.h"
-#include "gs_hist.h"
 #include "gs_loop.h"
-#include "gs_nvml.h"
+#include "gs_node.h"
 #include "gs_util.h"
 
 struct gs_agent;
 struct gs_allocation;
-struct gs_gpu;
 struct gs_ctlsrv;
 struct gs_metrics;
 struct gs_events;
-struct gs_allocs_pending;
-
-/* What the agent's work took, for /metrics (gs_hist.h, gs_metrics.h);
- * recorded by whichever thread does the work. */
-#define GS_HIST_OPS 14           /* by request op (gs_wire.h GS_OP_*); 0: any other */
-enum { GS_HIST_GRANT_ALLOC, GS_HIST_GRANT_VMM, GS_HIST_GRANTS };
-enum { GS_HIST_RECON_LIST, GS_HIST_RECON_APPLY, GS_HIST_RECONS };
-struct gs_agent_hists {
-        struct gs_hist request[GS_HIST_OPS];      /* request served, ring to reply */
-        struct gs_hist grant_bytes[GS_HIST_GRANTS]; /* a block or VMM allocation granted */
-        struct gs_hist ctx_charge;                /* charging a context (GS_OP_CTX) */
-        struct gs_hist scrub;                     /* a scrubber batch, queued to done */
-        struct gs_hist reconcile[GS_HIST_RECONS]; /* PodResources List; applying it */
-};
 
 struct gs_agent {
-        struct gs_config cfg;
-        struct gs_cuda cu;
-        struct gs_gpu *gpus;
-        uint32_t ngpus;
-        struct gs_allocation *allocs;
-        uint32_t nallocs;
-        /* Checkpoint lines not restored yet (gs_pending.h). */
-        struct gs_allocs_pending *pending;
-        /* 0, or the negative errno of the last failed read of the
-         * checkpoint: the allocations are unknown (gs_restore.h). */
-        int ckpt_err;
+        /* What the domain shares (gs_node.h): configuration, driver,
+         * GPUs, allocations, the loop; its callbacks are wired here. */
+        struct gs_node node;
         uint64_t generation;     /* ListGpusReply.generation */
         uint64_t next_proc_id;
-        struct gs_loop *loop;            /* gs_loop.h: the main thread's reactor */
         /* gs_agent_changed: posted, once per batch; main wires what runs. */
         struct gs_loop_post changed_post;
         void (*on_changed)(struct gs_agent *ag);
-        /* A connection waits on an allocation's socket (data: the
-         * allocation); main wires it to gs_proc. */
-        gs_loop_io_fn on_alloc_conn;
         struct gs_loop_async changed_async;  /* gs_agent_poke */
         struct gs_loop_async scan_async;     /* gs_agent_want_scan */
         /* gs_agent_want_give_back: main wires what runs (gs_proc). */
@@ -79,11 +50,9 @@ struct gs_agent {
         void (*on_give_back)(struct gs_agent *ag);
         unsigned give_back_sweeps;       /* atomic: sweeps done (gs_agent_wait_give_back) */
         struct gs_loop_timer hello_timer;    /* gs_proc_tick */
-        struct gs_loop_timer restore_timer;  /* gs_allocs_tick */
         struct gs_loop_timer usage_timer;    /* gs_usage_tick */
         struct gs_ctlsrv *ctl;
         struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
-        struct gs_nvml nvml;             /* gs_usage.h; fn NULL: no NVML */
         struct gs_events *events;        /* gs_event.h; NULL: no API server */
         unsigned usage_scans;            /* atomic: scans done (gs_agent_wait_scan) */
         struct gs_workers *workers;      /* gs_workers.h: serve the processes' rings */
@@ -94,16 +63,29 @@ struct gs_agent {
         int handover_fd;
         struct gs_loop_io handover_io;
         bool handed_over;
-        /* The sockets' and files' paths are another agent's (handed over,
-         * or a takeover of ours that failed): none is removed or written. */
-        bool paths_theirs;
         bool handover_retake;            /* a failed takeover: listen on our handover socket anew */
         int64_t settle_until_ms;         /* atomic: after taking over, the old agent lets memory go */
-        struct gs_agent_hists hists;
         int64_t start_unix;              /* when this agent started (time(2)); /metrics */
+        /* Main thread: an Event about allocation a for its pod or claim
+         * (main wires the services' gs_usage_event; NULL: none). */
+        void (*on_event)(struct gs_agent *ag, const struct gs_allocation *a, int warning, const char *reason,
+                         const char *msg);
 };
 
-/* Wires the agent's own loop sources (pokes, scan requests) on ag->loop;
+static inline void gs_agent_event(struct gs_agent *ag, const struct gs_allocation *a, int warning,
+                                  const char *reason, const char *msg)
+{
+        if (ag->on_event)
+                ag->on_event(ag, a, warning, reason, msg);
+}
+
+/* The agent whose node n is (the sessions' side of a domain callback). */
+static inline struct gs_agent *gs_agent_of(struct gs_node *n)
+{
+        return (struct gs_agent *)((char *)n - offsetof(struct gs_agent, node));
+}
+
+/* Wires the agent's own loop sources (pokes, scan requests) on ag->node.loop;
  * main adds the timers.  on_changed runs once after
  * each batch in which gs_agent_changed was called. */
 void gs_agent_wire(struct gs_agent *ag, void (*on_changed)(struct gs_agent *ag));

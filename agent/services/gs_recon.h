@@ -42,9 +42,9 @@
 struct gs_recon;
 struct gs_recon_snapshot;
 
-/* Starts the reconciler of ag (ag->cfg: podResourcesSocket,
+/* Starts the reconciler of ag (ag->node.cfg: podResourcesSocket,
  * reconcileInterval, reclaimGrace, resourceName): its thread, which hands
- * each snapshot to the main loop (an async source on ag->loop, where it is
+ * each snapshot to the main loop (an async source on ag->node.loop, where it is
  * applied).  With reconcileInterval 0 it returns 0 and *ret NULL
  * (reconciler off). */
 int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret) GS_WUR;

@@ -24,7 +24,7 @@ void gs_usage_open(struct gs_agent *ag)
 {
         char err[512];
 
-        if (gs_nvml_open(&ag->nvml, ag->cfg.nvml_library, err, sizeof(err)) < 0)
+        if (gs_nvml_open(&ag->node.nvml, ag->node.cfg.nvml_library, err, sizeof(err)) < 0)
                 log_warn("NVML unavailable (%s): memory outside the pool is charged by expected "
                          "context size only, processes that bypass the hook are not seen", err);
         gs_loop_timer_arm(&ag->usage_timer, 0);
@@ -32,13 +32,13 @@ void gs_usage_open(struct gs_agent *ag)
 
 void gs_usage_close(struct gs_agent *ag)
 {
-        gs_nvml_close(&ag->nvml);
+        gs_nvml_close(&ag->node.nvml);
 }
 
 static void *nvml_dev(struct gs_agent *ag, struct gs_gpu *g)
 {
-        if (!g->nvml_dev && ag->nvml.fn)
-                g->nvml_dev = gs_nvml_device(&ag->nvml, g->uuid);
+        if (!g->nvml_dev && ag->node.nvml.fn)
+                g->nvml_dev = gs_nvml_device(&ag->node.nvml, g->uuid);
         return g->nvml_dev;
 }
 
@@ -102,7 +102,7 @@ static uint64_t lookup(const struct seen *sv, uint32_t n, pid_t pid)
 
 static bool registered(struct gs_agent *ag, pid_t pid)
 {
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (struct gs_proc *p = a->procs; p; p = p->next)
                         if (p->pid == pid)
                                 return true;
@@ -135,14 +135,14 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
         if (killed)
                 snprintf(what, sizeof(what), "over by more than overQuotaBound (%llu MiB) for overQuotaGrace: %u "
                          "process(es) killed (overQuota: kill)",
-                         (unsigned long long)(ag->cfg.over_quota_bound_bytes >> 20), killed);
-        else if (over > ag->cfg.over_quota_bound_bytes && ag->cfg.over_quota == GS_OVER_QUOTA_KILL)
+                         (unsigned long long)(ag->node.cfg.over_quota_bound_bytes >> 20), killed);
+        else if (over > ag->node.cfg.over_quota_bound_bytes && ag->node.cfg.over_quota == GS_OVER_QUOTA_KILL)
                 snprintf(what, sizeof(what), "its processes are killed if it stays over by more than "
                          "overQuotaBound (%llu MiB) for overQuotaGrace (%u ms)",
-                         (unsigned long long)(ag->cfg.over_quota_bound_bytes >> 20), ag->cfg.over_quota_grace_ms);
+                         (unsigned long long)(ag->node.cfg.over_quota_bound_bytes >> 20), ag->node.cfg.over_quota_grace_ms);
         else
                 snprintf(what, sizeof(what), "no process is killed (%s)",
-                         ag->cfg.over_quota == GS_OVER_QUOTA_KILL ? "within overQuotaBound" : "overQuota: report");
+                         ag->node.cfg.over_quota == GS_OVER_QUOTA_KILL ? "within overQuotaBound" : "overQuota: report");
         snprintf(msg, sizeof(msg), "gshare allocation %s is over its quota on GPU %s by %llu MiB: %llu MiB of %llu "
                  "held outside the pool (contexts, modules, processes bypassing the hook); its allocations fail "
                  "with CUDA_ERROR_OUT_OF_MEMORY until memory it frees covers it; %s",
@@ -279,7 +279,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                           const struct seen *sv, uint32_t n)
 {
         struct gs_part *part = &a->parts[i];
-        uint32_t slots = gs_allocs_outside_slots(ag, part), killed = 0;
+        uint32_t slots = gs_allocs_outside_slots(&ag->node, part), killed = 0;
         uint64_t measured = 0, bypass = 0, over;
         struct gs_palloc_stats ps;
 
@@ -320,8 +320,8 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 (void)gs_proc_ask_give_back(a, i);
                 /* Killing is the last resort: over by more than the bound,
                  * for longer than the grace. */
-                if (ag->cfg.over_quota == GS_OVER_QUOTA_KILL && over > ag->cfg.over_quota_bound_bytes &&
-                    gs_mono_ms() - part->out.short_since_ms >= (int64_t)ag->cfg.over_quota_grace_ms)
+                if (ag->node.cfg.over_quota == GS_OVER_QUOTA_KILL && over > ag->node.cfg.over_quota_bound_bytes &&
+                    gs_mono_ms() - part->out.short_since_ms >= (int64_t)ag->node.cfg.over_quota_grace_ms)
                         killed = kill_over(a, i, sv, n, over);
         }
         gs_palloc_stats(part->pa, &ps);
@@ -343,8 +343,8 @@ void gs_usage_scan(struct gs_agent *ag)
                 free(sv);
                 return;
         }
-        for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
-                struct gs_gpu *g = &ag->gpus[gi];
+        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
+                struct gs_gpu *g = &ag->node.gpus[gi];
                 void *dev = nvml_dev(ag, g);
                 uint64_t measured = 0;
                 uint32_t n = 0;
@@ -357,7 +357,7 @@ void gs_usage_scan(struct gs_agent *ag)
                 pthread_mutex_unlock(&g->lock);
                 if (!dev)
                         continue;
-                r = gs_nvml_procs(&ag->nvml, dev, pr, GS_NVML_MAX_PROCS, &n);
+                r = gs_nvml_procs(&ag->node.nvml, dev, pr, GS_NVML_MAX_PROCS, &n);
                 if (r < 0) {
                         log_debug("GPU %u: NVML process list: %s", g->index, strerror(-r));
                         continue;
@@ -370,7 +370,7 @@ void gs_usage_scan(struct gs_agent *ag)
                             pid_pod_uid(pr[k].pid, sv[k].uid) < 0)
                                 sv[k].uid[0] = '\0';
                 }
-                for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                         for (uint32_t i = 0; i < a->nparts; i++)
                                 if (a->parts[i].gpu == gi)
                                         measured += scan_part(ag, g, a, i, sv, n);
@@ -389,5 +389,5 @@ int64_t gs_usage_tick(void *data, int64_t now)
 
         (void)now;
         gs_usage_scan(ag);
-        return ag->cfg.usage_interval_ms ? gs_mono_ms() + ag->cfg.usage_interval_ms : GS_LOOP_NEVER;
+        return ag->node.cfg.usage_interval_ms ? gs_mono_ms() + ag->node.cfg.usage_interval_ms : GS_LOOP_NEVER;
 }

@@ -18,15 +18,14 @@
 #include "gs_log.h"
 #include "gs_ring.h"
 #include "gs_sockmsg.h"
-#include "gs_usage.h"
 #include "gs_util.h"
 
 bool gs_move_feature(const struct gs_agent *ag, const struct gs_allocation *a)
 {
         for (uint32_t i = 0; i < a->nparts; i++) {
                 const struct gs_part *part = &a->parts[i];
-                if (ag->gpus[part->gpu].nspare &&
-                    (ag->cfg.burst_max_bytes || gs_part_burst(part) > part->quota_chunks))
+                if (ag->node.gpus[part->gpu].nspare &&
+                    (ag->node.cfg.burst_max_bytes || gs_part_burst(part) > part->quota_chunks))
                         return true;
         }
         return false;
@@ -156,11 +155,11 @@ static void ring_mover(struct gs_proc *p)
  * GPU gi is killed; what it held goes to whom it is owed. */
 static void kill_borrower(struct gs_agent *ag, uint32_t gi)
 {
-        struct gs_gpu *g = &ag->gpus[gi];
+        struct gs_gpu *g = &ag->node.gpus[gi];
         struct gs_proc *big = NULL;
         uint32_t most = 0;
 
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (uint32_t i = 0; i < a->nparts; i++) {
                         if (a->parts[i].gpu != gi)
                                 continue;
@@ -184,18 +183,18 @@ static void kill_borrower(struct gs_agent *ag, uint32_t gi)
         char msg[400];
         snprintf(msg, sizeof(msg), "gshare killed process %d (%s) of allocation %s: it held memory lent to it on GPU "
                  "%s that its owner has waited for longer than reclaimKillAfter (%u ms), with no host memory left to "
-                 "move it to (spillMax)%s", (int)big->pid, big->comm, a->id, g->uuid, ag->cfg.reclaim_kill_after_ms,
+                 "move it to (spillMax)%s", (int)big->pid, big->comm, a->id, g->uuid, ag->node.cfg.reclaim_kill_after_ms,
                  r == 0 ? "" : "; the kill failed");
         log_warn("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
                  a->pod_name[0] ? a->pod_name : "?", msg);
-        gs_usage_event(ag, a, 1, "GPUMemoryReclaimKill", msg);
+        gs_agent_event(ag, a, 1, "GPUMemoryReclaimKill", msg);
 }
 
 /* Main thread. */
 void gs_move_kick(struct gs_agent *ag)
 {
-        for (uint32_t gi = 0; gi < ag->ngpus; gi++) {
-                struct gs_gpu *g = &ag->gpus[gi];
+        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
+                struct gs_gpu *g = &ag->node.gpus[gi];
                 bool out, back;
 
                 if (!g->nspare || !g->pool)
@@ -208,8 +207,8 @@ void gs_move_kick(struct gs_agent *ag)
                         g->spill_want = 0; /* repaid meanwhile (given back, exits) */
                 if (!g->spill_want)
                         g->spill_want_ms = 0;
-                bool kill = out && ag->cfg.reclaim_kill_after_ms && g->spill_want_ms &&
-                            gs_mono_ms() - g->spill_want_ms >= (int64_t)ag->cfg.reclaim_kill_after_ms;
+                bool kill = out && ag->node.cfg.reclaim_kill_after_ms && g->spill_want_ms &&
+                            gs_mono_ms() - g->spill_want_ms >= (int64_t)ag->node.cfg.reclaim_kill_after_ms;
                 if (kill)
                         g->spill_want_ms = gs_mono_ms(); /* one a period */
                 pthread_mutex_unlock(&g->lock);
@@ -217,7 +216,7 @@ void gs_move_kick(struct gs_agent *ag)
                         kill_borrower(ag, gi);
                 if (!out && !back)
                         continue;
-                for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+                for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                         for (uint32_t i = 0; i < a->nparts; i++) {
                                 if (a->parts[i].gpu != gi)
                                         continue;

@@ -16,6 +16,7 @@
 
 #include "gs_allocs.h"
 #include "gs_gpu.h"
+#include "gs_ipc.h"
 #include "gs_log.h"
 
 static void stop_worker(struct gs_proc *p)
@@ -31,7 +32,7 @@ void gs_proc_close_conn(struct gs_agent *ag, struct gs_proc *p)
          * more to retire them), before its blocks may go. */
         gs_ipc_unexport_all(&p->alloc->ipc, p);
         if (p->sock >= 0) {
-                gs_loop_io_del(ag->loop, &p->sock_io);
+                gs_loop_io_del(ag->node.loop, &p->sock_io);
                 gs_closep(&p->sock);
                 /* A hook waiting for a reply wakes and finds the socket
                  * closed now, not a sleep slice later. */
@@ -49,7 +50,7 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
 
         gs_proc_close_conn(ag, p);
         if (p->pidfd >= 0) {
-                gs_loop_io_del(ag->loop, &p->pidfd_io);
+                gs_loop_io_del(ag->node.loop, &p->pidfd_io);
                 gs_closep(&p->pidfd);
         }
         for (uint32_t i = 0; i < p->ngpus; i++) {
@@ -72,7 +73,7 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 g->ctx_promised -= p->gpus[i].ctx_promised;
                 p->gpus[i].ctx_promised = 0;
                 (void)!gs_outside_charge(g, &a->parts[i].out, a->parts[i].pa,
-                                        gs_allocs_outside_slots(ag, &a->parts[i]),
+                                        gs_allocs_outside_slots(&ag->node, &a->parts[i]),
                                         &p->gpus[i].outside_charge, 0, false);
                 gs_gpu_check_lending(g);
                 changed |= before != g->last_borrowed;
@@ -96,8 +97,8 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
         free(p->grants);
         free(p->grant_fds);
         gs_agent_want_scan(ag);
-        gs_loop_defer_free(ag->loop, p);
-        gs_allocs_reap(ag, a);
+        gs_loop_defer_free(ag->node.loop, p);
+        gs_allocs_reap(&ag->node, a);
         (void)changed; /* the worker-side poke covers lending; nothing else changed */
 }
 
@@ -116,10 +117,10 @@ int gs_proc_gpus_init(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
         for (uint32_t i = 0; i < a->nparts; i++) {
                 struct gs_part *part = &a->parts[i];
                 struct gs_proc_gpu *pg = &p->gpus[i];
-                struct gs_gpu *g = &ag->gpus[part->gpu];
+                struct gs_gpu *g = &ag->node.gpus[part->gpu];
                 /* Room for a burst given later (a pod's annotation,
                  * gs_allocs_set_burst): as much as the node allows. */
-                uint64_t most = part->quota_chunks + ag->cfg.burst_max_bytes / g->chunk_bytes;
+                uint64_t most = part->quota_chunks + ag->node.cfg.burst_max_bytes / g->chunk_bytes;
                 uint64_t slots = 2 * (gs_part_burst(part) > most ? gs_part_burst(part) : most);
 
                 if (slots > (1u << 20))
@@ -160,7 +161,7 @@ void gs_proc_kill_all(struct gs_agent *ag)
 {
         /* A releasing allocation leaves the list with its last process, but
          * its memory lives until the graveyard is emptied: a->next stays valid. */
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 while (a->procs)
                         gs_proc_destroy(ag, a->procs, NULL);
 }
@@ -186,9 +187,9 @@ uint32_t gs_proc_ask_borrowers(struct gs_agent *ag)
 {
         uint32_t lent = 0;
 
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (uint32_t i = 0; i < a->nparts; i++) {
-                        struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                        struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
                         struct gs_palloc_stats st;
                         pthread_mutex_lock(&g->lock);
                         gs_palloc_stats(a->parts[i].pa, &st);
@@ -203,9 +204,9 @@ uint32_t gs_proc_ask_borrowers(struct gs_agent *ag)
 
 void gs_proc_give_back_sweep(struct gs_agent *ag)
 {
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (uint32_t i = 0; i < a->nparts; i++) {
-                        struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
+                        struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
                         pthread_mutex_lock(&g->lock);
                         if (a->parts[i].give_back_wanted) {
                                 a->parts[i].give_back_wanted = false;
@@ -219,7 +220,7 @@ void gs_proc_give_back_sweep(struct gs_agent *ag)
 
 void gs_proc_pause_all(struct gs_agent *ag)
 {
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (struct gs_proc *p = a->procs; p; p = p->next)
                         if (p->state == GS_PROC_ACTIVE) {
                                 stop_worker(p);
@@ -229,7 +230,7 @@ void gs_proc_pause_all(struct gs_agent *ag)
 
 void gs_proc_resume_all(struct gs_agent *ag)
 {
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (struct gs_proc *p = a->procs; p; p = p->next)
                         if (p->state == GS_PROC_ACTIVE &&
                             gs_workers_add(ag->workers, &p->went, p, &a->wgroup, p->wake_fd, &p->stop) < 0)
@@ -238,7 +239,7 @@ void gs_proc_resume_all(struct gs_agent *ag)
 
 void gs_proc_disconnect_all(struct gs_agent *ag)
 {
-        for (struct gs_allocation *a = ag->allocs; a; a = a->next)
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (struct gs_proc *p = a->procs; p; p = p->next)
                         if (p->state != GS_PROC_CLOSED)
                                 gs_proc_close_conn(ag, p);

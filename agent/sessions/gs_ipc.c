@@ -18,20 +18,6 @@ struct gs_ipc_export {
         uint64_t off, size;
 };
 
-void gs_ipc_table_init(struct gs_ipc_table *t)
-{
-        memset(t, 0, sizeof(*t));
-        pthread_mutex_init(&t->lock, NULL);
-}
-
-void gs_ipc_table_fini(struct gs_ipc_table *t)
-{
-        free(t->v);
-        t->v = NULL;
-        t->n = t->cap = 0;
-        pthread_mutex_destroy(&t->lock);
-}
-
 uint32_t gs_ipc_count(const struct gs_proc *p) { return __atomic_load_n(&p->nexports, __ATOMIC_ACQUIRE); }
 
 static void drop_at(struct gs_ipc_table *t, uint32_t i)

@@ -16,7 +16,7 @@ static void run_changed(void *data)
 void gs_agent_changed(struct gs_agent *ag)
 {
         ag->generation++;
-        gs_loop_post(ag->loop, &ag->changed_post, run_changed, ag);
+        gs_loop_post(ag->node.loop, &ag->changed_post, run_changed, ag);
 }
 
 static void on_poke(void *data)
@@ -41,7 +41,7 @@ static void on_give_back_wanted(void *data)
 
 void gs_agent_want_give_back(struct gs_agent *ag)
 {
-        gs_loop_async_send(ag->loop, &ag->give_back_async);
+        gs_loop_async_send(ag->node.loop, &ag->give_back_async);
 }
 
 /* Waits until the main loop's counter *count is n past before, polling
@@ -65,17 +65,29 @@ bool gs_agent_wait_give_back(struct gs_agent *ag, int ms)
         return await_count(&ag->give_back_sweeps, before, 1, gs_mono_ms() + ms, 200);
 }
 
+static void node_changed(struct gs_node *n)
+{
+        gs_agent_changed(gs_agent_of(n));
+}
+
+static void node_poke(struct gs_node *n)
+{
+        gs_agent_poke(gs_agent_of(n));
+}
+
 void gs_agent_wire(struct gs_agent *ag, void (*on_changed)(struct gs_agent *ag))
 {
         ag->on_changed = on_changed;
-        gs_loop_async_add(ag->loop, &ag->changed_async, on_poke, ag);
-        gs_loop_async_add(ag->loop, &ag->scan_async, on_scan_wanted, ag);
-        gs_loop_async_add(ag->loop, &ag->give_back_async, on_give_back_wanted, ag);
+        ag->node.on_changed = node_changed;
+        ag->node.on_poke = node_poke;
+        gs_loop_async_add(ag->node.loop, &ag->changed_async, on_poke, ag);
+        gs_loop_async_add(ag->node.loop, &ag->scan_async, on_scan_wanted, ag);
+        gs_loop_async_add(ag->node.loop, &ag->give_back_async, on_give_back_wanted, ag);
 }
 
 void gs_agent_want_scan(struct gs_agent *ag)
 {
-        gs_loop_async_send(ag->loop, &ag->scan_async);
+        gs_loop_async_send(ag->node.loop, &ag->scan_async);
 }
 
 void gs_agent_wait_scan(struct gs_agent *ag, int ms)
@@ -90,5 +102,5 @@ void gs_agent_wait_scan(struct gs_agent *ag, int ms)
 
 void gs_agent_poke(struct gs_agent *ag)
 {
-        gs_loop_async_send(ag->loop, &ag->changed_async);
+        gs_loop_async_send(ag->node.loop, &ag->changed_async);
 }
