@@ -111,7 +111,11 @@ command_of() {  # ENTRY -> the command line, in cmd=()
          cmd=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite "$file")
        else cmd=("$file"); fi ;;
   esac
-  [[ -n $case ]] && cmd+=("$case")
+  # A script takes its case as an argument; a check suite by check's own
+  # CK_RUN_CASE.
+  if [[ -n $case ]]; then
+    case $file in *.py|*.sh) cmd+=("$case") ;; *) cmd=(env "CK_RUN_CASE=$case" "${cmd[@]}") ;; esac
+  fi
   return 0
 }
 
