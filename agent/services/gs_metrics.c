@@ -245,26 +245,26 @@ static uint32_t active_procs(const struct gs_allocation *a)
 /* With the type and the sample's format (and expr of its type). */
 #define GPU_FAMILY_T(type, name, help, fmt, expr)                                   \
         do {                                                                        \
-                family(&b, "gshare_gpu_" name, type, help);                         \
+                family(b, "gshare_gpu_" name, type, help);                         \
                 for (uint32_t i = 0; i < ag->node.ngpus; i++) {                          \
                         const struct gs_gpu *g = &ag->node.gpus[i];                      \
-                        const struct gpu_snap *s = &gs[i];                          \
+                        const struct gpu_snap *s = &sn->gs[i];                          \
                         (void)g; (void)s;                                           \
-                        put(&b, "gshare_gpu_" name "{");                            \
-                        put_label(&b, "gpu", ag->node.gpus[i].uuid, true);               \
+                        put(b, "gshare_gpu_" name "{");                            \
+                        put_label(b, "gpu", ag->node.gpus[i].uuid, true);               \
                         if (node)                                                   \
-                                put_label(&b, "node", node, false);                 \
-                        put(&b, "} " fmt "\n", expr);                               \
+                                put_label(b, "node", node, false);                 \
+                        put(b, "} " fmt "\n", expr);                               \
                 }                                                                   \
         } while (0)
 
 #define PART_FAMILY(name, help, field)                                              \
         do {                                                                        \
-                family(&b, "gshare_allocation_" name, "gauge", help);               \
-                for (size_t i = 0; i < nparts; i++) {                               \
-                        put(&b, "gshare_allocation_" name);                         \
-                        alloc_labels(&b, ps[i].a, ps[i].claim, ps[i].g);           \
-                        put(&b, " %llu\n", (unsigned long long)ps[i].field);        \
+                family(b, "gshare_allocation_" name, "gauge", help);               \
+                for (size_t i = 0; i < sn->nparts; i++) {                               \
+                        put(b, "gshare_allocation_" name);                         \
+                        alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g);           \
+                        put(b, " %llu\n", (unsigned long long)sn->ps[i].field);        \
                 }                                                                   \
         } while (0)
 
@@ -272,7 +272,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
  * stats) and pg, read under the GPU's lock. */
 #define PROC_FAMILY(name, help, expr)                                                           \
         do {                                                                                    \
-                family(&b, "gshare_process_" name, "gauge", help);                              \
+                family(b, "gshare_process_" name, "gauge", help);                              \
                 for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next)                \
                         for (const struct gs_proc *p = a->procs; p; p = p->next)                \
                                 for (uint32_t i = 0; p->state != GS_PROC_HELLO && i < p->ngpus; i++) { \
@@ -285,103 +285,125 @@ static uint32_t active_procs(const struct gs_allocation *a)
                                         v = (expr);                                             \
                                         pthread_mutex_unlock(&pg->g->lock);                     \
                                         snprintf(pid, sizeof(pid), "%d", (int)p->pid);          \
-                                        put(&b, "gshare_process_" name "{");                    \
-                                        put_label(&b, "allocation", a->id, true);               \
-                                        put_label(&b, "gpu", pg->g->uuid, false);               \
-                                        put_label(&b, "pid", pid, false);                       \
-                                        put(&b, "} %llu\n", (unsigned long long)v);             \
+                                        put(b, "gshare_process_" name "{");                    \
+                                        put_label(b, "allocation", a->id, true);               \
+                                        put_label(b, "gpu", pg->g->uuid, false);               \
+                                        put_label(b, "pid", pid, false);                       \
+                                        put(b, "} %llu\n", (unsigned long long)v);             \
                                 }                                                               \
         } while (0)
 
-int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
-{
-        struct gpu_snap *gs = calloc(ag->node.ngpus + 1, sizeof(*gs));
-        struct part_snap *ps = NULL;
-        struct alloc_snap *as = NULL;
-        struct buf b = { 0 };
-        size_t nparts = 0, maxparts = 0, nas = 0;
-        uint32_t nprocs = 0;
-        int r = -ENOMEM;
-        const char *node = node_name(ag);
+/* What one scrape shows, read under each GPU's lock once. */
+struct snap {
+        struct gpu_snap *gs;     /* by GPU index */
+        struct part_snap *ps;    /* nparts: every allocation's parts */
+        struct alloc_snap *as;   /* nas */
+        size_t nparts, nas;
+        uint32_t nprocs;
+};
 
-        for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next, nas++)
-                maxparts += a->nparts;
-        ps = calloc(maxparts + 1, sizeof(*ps));
-        as = calloc(nas + 1, sizeof(*as));
-        if (!gs || !ps || !as)
-                goto out;
+static void snap_free(struct snap *sn)
+{
+        free(sn->gs);
+        free(sn->ps);
+        free(sn->as);
+}
+
+static int snap_gpus(struct gs_agent *ag, struct snap *sn)
+{
         for (uint32_t i = 0; i < ag->node.ngpus; i++) {
                 struct gs_gpu *g = &ag->node.gpus[i];
+                struct gpu_snap *s = &sn->gs[i];
 
                 if (g->pool) {
                         pthread_mutex_lock(&g->lock);
-                        gs_pool_stats(g->pool, &gs[i].st);
-                        gs[i].spilled = gs_gpu_spilled(g);
-                        gs[i].owed = gs_pool_owed(g->pool);
-                        gs[i].spill_ready = gs_gpu_spill_ready(g);
-                        gs[i].mv = g->move_st;
+                        gs_pool_stats(g->pool, &s->st);
+                        s->spilled = gs_gpu_spilled(g);
+                        s->owed = gs_pool_owed(g->pool);
+                        s->spill_ready = gs_gpu_spill_ready(g);
+                        s->mv = g->move_st;
                         pthread_mutex_unlock(&g->lock);
-                        gs[i].units_lent = gs_gpu_units_lent(g);
+                        s->units_lent = gs_gpu_units_lent(g);
                 }
-                gs[i].units_allocated = gs_gpu_units_allocated(g);
+                s->units_allocated = gs_gpu_units_allocated(g);
                 for (uint32_t u = 0; g->unit_owner && u < g->units_total; u++)
-                        gs[i].units_draining += g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]);
+                        s->units_draining += g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]);
                 if (ag->node.pending) {
                         uint32_t *units = calloc(g->units_total + 1, sizeof(*units));
                         if (!units)
-                                goto out;
-                        gs[i].units_restoring = (uint32_t)gs_allocs_units_pending(&ag->node, g, units, g->units_total);
+                                return -ENOMEM;
+                        s->units_restoring = (uint32_t)gs_allocs_units_pending(&ag->node, g, units, g->units_total);
                         free(units);
                 }
         }
-        nas = 0;
-        for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next) {
+        return 0;
+}
+
+static struct part_snap part_snap(const struct gs_allocation *a, const struct gs_claim *claim, uint32_t i,
+                                  struct gs_gpu *g)
+{
+        struct gs_palloc_stats st;
+        struct part_snap p = { .a = a, .claim = claim, .g = g, .units = a->parts[i].units };
+
+        pthread_mutex_lock(&g->lock);
+        gs_palloc_stats(a->parts[i].pa, &st);
+        p.outside_bytes = a->parts[i].out.charged;
+        p.over_quota = a->parts[i].out.over_quota;
+        p.over_quota_bytes = a->parts[i].out.short_bytes;
+        pthread_mutex_unlock(&g->lock);
+        p.quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes;
+        p.burst_bytes = (uint64_t)gs_part_burst(&a->parts[i]) * g->chunk_bytes;
+        p.borrowed_bytes = (uint64_t)st.chunks_borrowed * g->chunk_bytes;
+        p.spilled_bytes = (uint64_t)st.chunks_spilled * g->chunk_bytes;
+        p.lent_bytes = (uint64_t)st.chunks_owed * g->chunk_bytes;
+        p.held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes;
+        p.requested_bytes = st.bytes_requested;
+        return p;
+}
+
+static int snap_take(struct gs_agent *ag, struct snap *sn)
+{
+        size_t maxparts = 0, nas = 0;
+
+        memset(sn, 0, sizeof(*sn));
+        for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next, nas++)
+                maxparts += a->nparts;
+        sn->gs = calloc(ag->node.ngpus + 1, sizeof(*sn->gs));
+        sn->ps = calloc(maxparts + 1, sizeof(*sn->ps));
+        sn->as = calloc(nas + 1, sizeof(*sn->as));
+        if (!sn->gs || !sn->ps || !sn->as || snap_gpus(ag, sn) < 0)
+                return -ENOMEM;
+        for (const struct gs_allocation *a = ag->node.allocs; a && sn->nas < nas; a = a->next) {
                 const struct gs_claim *claim = gs_allocs_claim(a);
 
-                as[nas++] = (struct alloc_snap){ .a = a, .claim = claim };
-                nprocs += active_procs(a);
-                for (uint32_t i = 0; i < a->nparts && nparts < maxparts; i++) {
-                        struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
-                        struct gs_palloc_stats st;
-
-                        uint64_t outside, over_bytes;
-                        uint32_t over;
-
-                        pthread_mutex_lock(&g->lock);
-                        gs_palloc_stats(a->parts[i].pa, &st);
-                        outside = a->parts[i].out.charged;
-                        over = a->parts[i].out.over_quota;
-                        over_bytes = a->parts[i].out.short_bytes;
-                        pthread_mutex_unlock(&g->lock);
-                        ps[nparts++] = (struct part_snap){
-                                .outside_bytes = outside, .over_quota = over, .over_quota_bytes = over_bytes,
-                                .a = a, .claim = claim, .g = g, .units = a->parts[i].units,
-                                .quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes,
-                                .burst_bytes = (uint64_t)gs_part_burst(&a->parts[i]) * g->chunk_bytes,
-                                .borrowed_bytes = (uint64_t)st.chunks_borrowed * g->chunk_bytes,
-                                .spilled_bytes = (uint64_t)st.chunks_spilled * g->chunk_bytes,
-                                .lent_bytes = (uint64_t)st.chunks_owed * g->chunk_bytes,
-                                .held_bytes = (uint64_t)st.chunks_held * g->chunk_bytes,
-                                .requested_bytes = st.bytes_requested,
-                        };
-                }
+                sn->as[sn->nas++] = (struct alloc_snap){ .a = a, .claim = claim };
+                sn->nprocs += active_procs(a);
+                for (uint32_t i = 0; i < a->nparts && sn->nparts < maxparts; i++)
+                        sn->ps[sn->nparts++] = part_snap(a, claim, i, &ag->node.gpus[a->parts[i].gpu]);
         }
+        return 0;
+}
 
-        family(&b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
-        put_agent(&b, "gshare_allocations", node);
-        put(&b, " %u\n", ag->node.nallocs);
-        family(&b, "gshare_processes", "gauge", "Registered processes of all allocations.");
-        put_agent(&b, "gshare_processes", node);
-        put(&b, " %u\n", nprocs);
-        family(&b, "gshare_usage_scans_total", "counter",
+static void render_agent(struct buf *b, struct gs_agent *ag, const struct snap *sn, const char *node)
+{
+        family(b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
+        put_agent(b, "gshare_allocations", node);
+        put(b, " %u\n", ag->node.nallocs);
+        family(b, "gshare_processes", "gauge", "Registered processes of all allocations.");
+        put_agent(b, "gshare_processes", node);
+        put(b, " %u\n", sn->nprocs);
+        family(b, "gshare_usage_scans_total", "counter",
                "Scans of the memory processes hold outside the pool (usageInterval, and on demand).");
-        put_agent(&b, "gshare_usage_scans_total", node);
-        put(&b, " %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
-        family(&b, "gshare_agent_start_time_seconds", "gauge",
+        put_agent(b, "gshare_usage_scans_total", node);
+        put(b, " %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
+        family(b, "gshare_agent_start_time_seconds", "gauge",
                "When this agent started, in seconds since the epoch (a change is a restart or an upgrade).");
-        put_agent(&b, "gshare_agent_start_time_seconds", node);
-        put(&b, " %lld\n", (long long)ag->start_unix);
+        put_agent(b, "gshare_agent_start_time_seconds", node);
+        put(b, " %lld\n", (long long)ag->start_unix);
+}
 
+static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *sn, const char *node)
+{
         GPU_FAMILY("healthy", "1 if the GPU's pool is usable, 0 if not.", g->healthy ? 1 : 0);
         GPU_FAMILY("chunk_bytes", "Size of one GSM chunk, in bytes.", g->chunk_bytes);
         GPU_FAMILY("chunks", "Chunks in the pool (retired ones excluded).", s->st.nchunks);
@@ -413,7 +435,10 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                    "(advertised unhealthy until they exit).", s->units_draining);
         GPU_FAMILY("units_restoring", "Units of checkpointed allocations not restored yet (advertised unhealthy).",
                    s->units_restoring);
+}
 
+static void render_allocations(struct buf *b, struct gs_agent *ag, const struct snap *sn)
+{
         PART_FAMILY("units", "Units of the GPU the allocation holds.", units);
         PART_FAMILY("quota_bytes", "The allocation's quota on the GPU, in bytes.", quota_bytes);
         PART_FAMILY("burst_bytes", "The most the allocation's processes may use on the GPU, quota included "
@@ -431,44 +456,55 @@ int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
                     "processes that bypass the hook), charged to its quota.", outside_bytes);
         PART_FAMILY("over_quota_bytes", "Bytes outside the pool its quota does not cover yet (0: within its "
                     "quota); meanwhile its allocations fail with out of memory.", over_quota_bytes);
-        family(&b, "gshare_allocation_over_quota_total", "counter",
+        family(b, "gshare_allocation_over_quota_total", "counter",
                "Times a scan found memory outside the pool that the allocation's quota could not cover.");
-        for (size_t i = 0; i < nparts; i++) {
-                put(&b, "gshare_allocation_over_quota_total");
-                alloc_labels(&b, ps[i].a, ps[i].claim, ps[i].g);
-                put(&b, " %u\n", ps[i].over_quota);
+        for (size_t i = 0; i < sn->nparts; i++) {
+                put(b, "gshare_allocation_over_quota_total");
+                alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g);
+                put(b, " %u\n", sn->ps[i].over_quota);
         }
-        family(&b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
-        for (size_t i = 0; i < nas; i++) {
-                put(&b, "gshare_allocation_processes");
-                alloc_labels(&b, as[i].a, as[i].claim, NULL);
-                put(&b, " %u\n", active_procs(as[i].a));
+        family(b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
+        for (size_t i = 0; i < sn->nas; i++) {
+                put(b, "gshare_allocation_processes");
+                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
+                put(b, " %u\n", active_procs(sn->as[i].a));
         }
-        family(&b, "gshare_allocation_draining", "gauge",
+        family(b, "gshare_allocation_draining", "gauge",
                "1 while the allocation's pod is gone (released, or no longer in PodResources) and processes "
                "still use it, else 0.");
-        for (size_t i = 0; i < nas; i++) {
-                put(&b, "gshare_allocation_draining");
-                alloc_labels(&b, as[i].a, as[i].claim, NULL);
-                put(&b, " %d\n", gs_allocs_draining(as[i].a) ? 1 : 0);
+        for (size_t i = 0; i < sn->nas; i++) {
+                put(b, "gshare_allocation_draining");
+                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
+                put(b, " %d\n", gs_allocs_draining(sn->as[i].a) ? 1 : 0);
         }
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "
                     "what NVML shows, or the expected context size if more.", pg->outside_charge);
-        hists(&b, ag, node);
-        if (b.failed)
-                goto out;
+}
+
+int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
+{
+        struct snap sn;
+        struct buf b = { 0 };
+        const char *node = node_name(ag);
+        int r = snap_take(ag, &sn);
+
+        if (r == 0) {
+                render_agent(&b, ag, &sn, node);
+                render_gpus(&b, ag, &sn, node);
+                render_allocations(&b, ag, &sn);
+                hists(&b, ag, node);
+                r = b.failed ? -ENOMEM : 0;
+        }
+        snap_free(&sn);
+        if (r < 0) {
+                free(b.p);
+                return r;
+        }
         *ret = b.p;
         *ret_len = b.len;
-        b.p = NULL;
-        r = 0;
-out:
-        free(b.p);
-        free(gs);
-        free(ps);
-        free(as);
-        return r;
+        return 0;
 }
 
 /* ---- HTTP ---- */
