@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""test_layers.py — the build obeys the layers of agent/layers.txt, and no
-two files call or include each other in a circle.
+"""test_layers.py — the build obeys the layers of agent/layers.txt, no two
+files call each other in a circle, and no file or function is too long.
 
 Reads what the compiler says, not what the sources seem to say:
 - includes: every object's dependency file ($B/**/*.d, from -MMD), which
@@ -12,6 +12,8 @@ A folder may use itself and the folders agent/layers.txt lists after it;
 anything else is a violation, named with the file, the header or symbol,
 and the two folders.  A circle is a set of source files that call each
 other round a loop; each is named with its files.  Exit 0 when there is neither.
+
+And no file of the parts is over 800 lines, no function over 150.
 
 With --self-test, it also proves it fails: it adds an up-call to a copy
 of the build's facts and checks that the violation is reported.
@@ -198,6 +200,38 @@ def circles(objs, calls):
     return out
 
 
+MAX_FILE_LINES = 800
+MAX_FUNC_LINES = 150
+
+
+def sizes():
+    """Files over MAX_FILE_LINES and functions over MAX_FUNC_LINES in the
+    parts (a function: from a '{' alone on its line to the next '}' alone,
+    the project's style for function bodies)."""
+    bad = []
+    for part in PARTS:
+        for d, _, files in os.walk(os.path.join(ROOT, part)):
+            for f in sorted(files):
+                if not f.endswith((".c", ".h")):
+                    continue
+                path = os.path.join(d, f)
+                rel = os.path.relpath(path, ROOT)
+                with open(path) as fh:
+                    lines = fh.read().split("\n")
+                if len(lines) - 1 > MAX_FILE_LINES:
+                    bad.append("%s: %d lines (at most %d)" % (rel, len(lines) - 1, MAX_FILE_LINES))
+                start = None
+                for i, line in enumerate(lines):
+                    if line == "{":
+                        start = i
+                    elif line == "}" and start is not None:
+                        if i - start + 2 > MAX_FUNC_LINES:
+                            bad.append("%s:%d: %s: %d lines (at most %d)" % (rel, start, lines[start - 1].strip(),
+                                                                          i - start + 2, MAX_FUNC_LINES))
+                        start = None
+    return bad
+
+
 def main():
     table = read_table()
     objs, headers, calls = facts()
@@ -218,11 +252,14 @@ def main():
         print("FAIL layer: " + b)
     for c in circ:
         print("FAIL circle: " + " -> ".join(c))
+    big = sizes()
+    for x in big:
+        print("FAIL size: " + x)
     n = len(objs)
     print("info %d sources, %d headers seen, %d cross-file calls" %
           (n, len({h for hs in headers.values() for h in hs}), sum(len(t) for t in calls.values())))
-    if bad or circ:
-        print("%d layer violations, %d circles" % (len(bad), len(circ)))
+    if bad or circ or big:
+        print("%d layer violations, %d circles, %d too long" % (len(bad), len(circ), len(big)))
         return 1
     print("all checks passed: the layers of agent/layers.txt hold, no circles")
     return 0
