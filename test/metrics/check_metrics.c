@@ -1,4 +1,4 @@
-/* check_metrics.c — agent/integrations/gs_metrics: the request parser, the address
+/* check_metrics.c — agent/services/gs_metrics: the request parser, the address
  * parser, and the exposition text of a small agent state (label escaping,
  * HELP/TYPE lines, figures). */
 #include <arpa/inet.h>
