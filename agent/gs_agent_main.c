@@ -511,6 +511,7 @@ out:
                 gs_loop_io_del(ag.node.loop, &sg.io);
         gs_closep(&sg.fd);
         gs_loop_free(ag.node.loop);
+        gs_agent_unwire(&ag);
         if (ag.handed_over) {
                 /* Exiting would have the kubelet start this old version
                  * again: wait for the end of the pod. */

@@ -380,7 +380,7 @@ void gs_usage_scan(struct gs_agent *ag)
         }
         free(pr);
         free(sv);
-        __atomic_add_fetch(&ag->usage_scans, 1, __ATOMIC_ACQ_REL);
+        gs_agent_count(ag, &ag->usage_scans);
 }
 
 int64_t gs_usage_tick(void *data, int64_t now)

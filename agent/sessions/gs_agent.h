@@ -49,6 +49,10 @@ struct gs_agent {
         struct gs_loop_async give_back_async;
         void (*on_give_back)(struct gs_agent *ag);
         unsigned give_back_sweeps;       /* atomic: sweeps done (gs_agent_wait_give_back) */
+        /* Workers wait for a sweep or scan on done_cv (gs_agent_count). */
+        pthread_mutex_t done_mu;
+        pthread_cond_t done_cv;
+        bool wired;                      /* gs_agent_wire ran: done_mu/cv made */
         struct gs_loop_timer hello_timer;    /* gs_proc_tick */
         struct gs_loop_timer usage_timer;    /* gs_usage_tick */
         struct gs_ctlsrv *ctl;
@@ -89,6 +93,12 @@ static inline struct gs_agent *gs_agent_of(struct gs_node *n)
  * main adds the timers.  on_changed runs once after
  * each batch in which gs_agent_changed was called. */
 void gs_agent_wire(struct gs_agent *ag, void (*on_changed)(struct gs_agent *ag));
+/* Undoes gs_agent_wire's own state, after every thread is joined. */
+void gs_agent_unwire(struct gs_agent *ag);
+/* Main thread: counts a give-back sweep or usage scan done (count is
+ * &ag->give_back_sweeps or &ag->usage_scans) and wakes the workers that
+ * wait for it. */
+void gs_agent_count(struct gs_agent *ag, unsigned *count);
 /* Something that Watch clients see changed: bumps the generation; the
  * GPU list goes to them once, after the current batch.  Main thread only. */
 void gs_agent_changed(struct gs_agent *ag);

@@ -215,7 +215,7 @@ void gs_proc_give_back_sweep(struct gs_agent *ag)
                         pthread_mutex_unlock(&g->lock);
                 }
         gs_move_kick(ag);
-        __atomic_add_fetch(&ag->give_back_sweeps, 1, __ATOMIC_ACQ_REL);
+        gs_agent_count(ag, &ag->give_back_sweeps);
 }
 
 void gs_proc_pause_all(struct gs_agent *ag)
