@@ -29,10 +29,16 @@
 
 struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1 };
 static gs_conn_vmm_list_fn g_vmm_list;
+static gs_conn_ipc_reclaim_fn g_ipc_reclaim;
 
 void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn)
 {
         g_vmm_list = fn;
+}
+
+void gs_conn_set_ipc_reclaimer(gs_conn_ipc_reclaim_fn fn)
+{
+        g_ipc_reclaim = fn;
 }
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
@@ -239,10 +245,17 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, int reclaim,
         return 0;
 }
 
-/* pre: gs_conn.mu held.  Sends one reclaim message of count items. */
-static int gs_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags)
+/* pre: gs_conn.mu held. */
+int gs_conn_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags,
+                         int fd)
 {
         size_t len = offsetof(struct gs_sock_reclaim, item) + 8 * (size_t)count;
+        union {
+                struct cmsghdr c;
+                char b[CMSG_SPACE(sizeof(int))];
+        } u;
+        struct iovec iov = { .iov_base = m, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         ssize_t n;
 
         m->h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_RECLAIM, (uint32_t)len, 0 };
@@ -250,8 +263,18 @@ static int gs_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kin
         m->kind = kind;
         m->count = count;
         m->flags = flags;
+        if (fd >= 0) {
+                memset(&u, 0, sizeof(u));
+                mh.msg_control = u.b;
+                mh.msg_controllen = sizeof(u.b);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
         do
-                n = send(gs_conn.sock, m, len, MSG_NOSIGNAL);
+                n = sendmsg(gs_conn.sock, &mh, MSG_NOSIGNAL);
         while (n < 0 && errno == EINTR);
         return n == (ssize_t)len ? 0 : -EIO;
 }
@@ -277,7 +300,7 @@ static int gs_reclaim(const char **why)
                         size_t n = g_vmm_list(gi, from, m->item, GS_RECLAIM_MAX_ITEMS / 2, &next);
                         if (n == 0)
                                 break;
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0, -1);
                 }
                 if (!g->va_base)
                         continue;
@@ -286,12 +309,12 @@ static int gs_reclaim(const char **why)
                                 continue;
                         m->item[k++] = s;
                         if (k == GS_RECLAIM_MAX_ITEMS) {
-                                r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0, -1);
                                 k = 0;
                         }
                 }
                 if (r == 0 && k)
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0, -1);
                 k = 0;
                 for (size_t i = 0; i < g->blocks.cap && r == 0; i++) {
                         uint64_t off, size;
@@ -300,12 +323,14 @@ static int gs_reclaim(const char **why)
                         m->item[k++] = off;
                         m->item[k++] = size;
                         if (k == GS_RECLAIM_MAX_ITEMS) {
-                                r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0, -1);
                                 k = 0;
                         }
                 }
                 if (r == 0 && k)
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0, -1);
+                if (r == 0 && g_ipc_reclaim)
+                        r = g_ipc_reclaim(gi, m);
                 if (!g->blocks.broken)
                         complete |= 1u << gi;
         }
@@ -313,7 +338,7 @@ static int gs_reclaim(const char **why)
                 if (!gs_conn.gpus[gi].va_base)
                         complete |= 1u << gi; /* nothing there */
         if (r == 0)
-                r = gs_reclaim_send(m, 0, GS_RECLAIM_END, 0, complete);
+                r = gs_conn_reclaim_send(m, 0, GS_RECLAIM_END, 0, complete, -1);
         free(m);
         if (r < 0) {
                 *why = "cannot send the reclaim";

@@ -80,6 +80,14 @@ int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_
  * module calls none of its users. */
 typedef size_t (*gs_conn_vmm_list_fn)(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next);
 void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn);
+/* For a reclaim, after a GPU's blocks: a module's IPC exports on gpu
+ * (GS_RECLAIM_IPC, _IPC_FD), sent with gs_conn_reclaim_send through m;
+ * 0 or a negative errno.  gs_hook_ipc sets it at its first kept export. */
+typedef int (*gs_conn_ipc_reclaim_fn)(uint32_t gpu, struct gs_sock_reclaim *m);
+void gs_conn_set_ipc_reclaimer(gs_conn_ipc_reclaim_fn fn);
+/* Sends one reclaim message of count items in m, with fd attached if >= 0. */
+int gs_conn_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags,
+                         int fd) GS_WUR;
 /* Says why once, and forgets the connection for good. */
 void gs_conn_lost(const char *why);
 /* The agent went away: the connection is LOST (reconnected at the next

@@ -352,6 +352,8 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         gs_ctx_unlock();
         if (r == -EIO)
                 gs_conn_lost("cannot map a chunk's memory back after a failed move");
+        for (uint32_t i = 0; i < moved; i++)
+                gs_hook_ipc_moved(gi, slots[i]);
 out:
         for (uint32_t i = 0; i < k; i++)
                 gs_closep(&fds[i]);

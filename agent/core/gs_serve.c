@@ -218,6 +218,27 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         return 0;
 }
 
+/* GS_IPC_EXPORT_KEEP: the fds of the chunks under p's exported block at
+ * base, before the reply (0 with them sent, a status for the reply, or a
+ * negative errno when part of them went out: the connection must go). */
+static int send_export_keep(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, uint64_t base,
+                            int32_t *ret_status)
+{
+        struct gs_ipc_open o;
+        int r = gs_ipc_export_fds(&p->alloc->ipc, p, req->gpu, base, &o);
+
+        if (r < 0) {
+                /* Without them the handle would not outlive this agent. */
+                *ret_status = r == -EMFILE || r == -ENFILE ? -ENOMEM : -EIO;
+                return 0;
+        }
+        for (uint32_t i = 0; i < o.nchunks && r == 0; i++)
+                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_IPC_GRANT, req, i, pg->g->chunk_bytes, o.fds[i],
+                                          &p->stop);
+        gs_ipc_open_done(&o);
+        return r;
+}
+
 static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                             struct gs_ring_msg *rep)
 {
@@ -234,6 +255,11 @@ static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const str
         if (r < 0) {
                 rep->status = r == -ENOSPC ? -ENOMEM : r;
                 return 0;
+        }
+        if (req->arg[1] == GS_IPC_EXPORT_KEEP) {
+                r = send_export_keep(p, pg, req, base, &rep->status);
+                if (r < 0 || rep->status)
+                        return r;
         }
         rep->arg[0] = tok[0];
         rep->arg[1] = tok[1];
