@@ -53,8 +53,10 @@ static int open_pidfd(int sock, pid_t pid)
         return fd;
 }
 
-/* Whether a new connection of process pid on a must be refused (why). */
-static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why,
+/* Whether a new connection of process pid on a must be refused: 0, or
+ * which cap refuses it (1-4: its refusals are logged once per allocation
+ * and cap, then counted), with why. */
+static int refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why,
                         size_t whylen)
 {
         const struct gs_config *c = &ag->cfg;
@@ -62,17 +64,17 @@ static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid,
 
         if (a->releasing) {
                 snprintf(why, whylen, "allocation is being released");
-                return true;
+                return 1;
         }
         if (ag->nconns >= c->max_conns) {
                 snprintf(why, whylen, "the agent serves its maximum of %u connections (maxConnections)",
                          c->max_conns);
-                return true;
+                return 2;
         }
         if (a->nprocs >= c->max_conns_per_alloc) {
                 snprintf(why, whylen, "too many connections in this allocation (maxConnectionsPerAllocation %u)",
                          c->max_conns_per_alloc);
-                return true;
+                return 3;
         }
         /* A pid from another pid namespace reads 0: no per-process count. */
         /* A closed connection is none (the process may be reclaiming it). */
@@ -81,9 +83,9 @@ static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid,
         if (mine >= c->max_conns_per_proc) {
                 snprintf(why, whylen, "process %d has %u connections already (maxConnectionsPerProcess)",
                          pid, mine);
-                return true;
+                return 4;
         }
-        return false;
+        return 0;
 }
 
 void gs_proc_on_listen(void *data, uint32_t events)
@@ -110,9 +112,11 @@ void gs_proc_on_listen(void *data, uint32_t events)
                         close(sock);
                         continue;
                 }
-                if (refuse_conn(ag, a, cred.pid, why, sizeof(why))) {
+                int cap = refuse_conn(ag, a, cred.pid, why, sizeof(why));
+                if (cap) {
                         char junk[sizeof(struct gs_sock_hello) + 64];
-                        log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s refused: %s", cred.pid, a->id, why);
+                        log_warn_rep(gs_logrep_key(a->id) + (uint64_t)cap, "process %d on allocation %s refused: %s",
+                                     cred.pid, a->id, why);
                         gs_sockmsg_error(sock, -EMFILE, why);
                         /* Closing with its HELLO unread would reset the peer
                          * and lose the ERROR: stop it sending, drain, close. */
