@@ -19,6 +19,8 @@
 
 /* The gs_conn.gpus index of device dev, or -ENODEV (not in the allocation). */
 int gs_space_dev_gpu(const struct gs_cu *cu, CUdevice dev);
+/* The devices of the allocation, a bit per CUdevice. */
+uint64_t gs_space_devices(const struct gs_cu *cu);
 /* The same for the current context's device (*ret_dev); -EBADR without a
  * current context. */
 int gs_space_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev);
@@ -36,9 +38,11 @@ int gs_space_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevic
 int gs_space_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uint64_t seq, uint64_t k,
                          const char **why) GS_WUR;
 /* The process unmaps slots [first, first + count) of GPU gi, once the
- * device is done with them, and RELEASEs them to the agent.  0, or -EIO
- * (one could not be unmapped: the connection is dropped, nothing goes
- * back). */
+ * device is done with them (the current context synchronized; on a thread
+ * without one, every context on the allocation's GPUs), and RELEASEs them
+ * to the agent.  0; -EBUSY (the contexts could not all be synchronized:
+ * kept); -EIO (one could not be unmapped: the connection is dropped,
+ * nothing goes back). */
 int gs_space_release(const struct gs_cu *cu, int gi, uint64_t first, uint64_t count);
 /* Gives back every chunk of GPU gi with no live block (GS_OP_GIVE_BACK),
  * if the agent supports it: how many went. */
