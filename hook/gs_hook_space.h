@@ -10,8 +10,11 @@
 #include "gs_hook_conn.h"
 
 /* How long a request short of memory waits, at most, for the allocation's
- * other processes to give back chunks they hold without a live block. */
-#define GS_GIVE_BACK_PATIENCE_MS 100u
+ * other processes to give back chunks they hold without a live block.
+ * Their hooks' threads answer at once (gs_hook_thread.h); the wait is
+ * paid only while some process asked still holds such chunks (one that
+ * cannot answer: an earlier release's hook, contexts past GS_CTX_MAX). */
+#define GS_GIVE_BACK_PATIENCE_MS 1000u
 /* Or, while chunks it is owed are moved off their borrowers (the reply's
  * others_asked has GS_OTHERS_MOVING), GS_MOVE_PATIENCE_MS (gs_wire.h);
  * it looks again at least this often. */
