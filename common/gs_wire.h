@@ -359,8 +359,8 @@ struct gs_shm {
         /* GS_FEAT_GIVEBACK: the agent bumps it when another process of the
          * allocation, or the allocation's memory outside the pool, wants
          * the chunks this process holds without a live block; the hook,
-         * seeing it changed at its next call, gives them back
-         * (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
+         * seeing it changed (its thread, notified: item 9; or at its next
+         * call), gives them back (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
          * layout is unchanged for hooks that do not know it. */
         uint32_t give_back;
         /* GS_FEAT_SPILL: the agent bumps it, then FUTEX_WAKEs it (shared
