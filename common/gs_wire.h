@@ -54,6 +54,12 @@
  *    synchronizes the GPU, copies each slot's data into the new memory,
  *    maps the new memory at the same address, opens the gate, and says
  *    how many slots it moved with GS_OP_SPILL_DONE.
+ * 9. Notification (GS_FEAT_NOTIFY).  So that a process that makes no call
+ *    answers at once, the hook's thread asks GS_OP_NOTIFY once per
+ *    connection for an eventfd of the agent's, and blocks in poll() on it
+ *    (and on the socket, to see the agent go away).  The agent writes it
+ *    (8 bytes, 1) each time it bumps gs_shm.give_back or gs_shm.spill for
+ *    that process; the words stay the record of what was asked.
  * Versions.  The segment and message layouts are GS_WIRE_VERSION; features
  * added since are negotiated: an agent sets the bits it supports in the
  * WELCOME header's `reserved` field (GS_FEAT_*; an older agent leaves 0,
@@ -91,6 +97,7 @@ enum gs_sock_type {
         GS_SOCK_RECLAIM = 7,      /* hook -> agent, after a reclaiming HELLO's WELCOME */
         GS_SOCK_RECLAIM_DONE = 8, /* agent -> hook: struct gs_sock_error, err 0 */
         GS_SOCK_MOVE = 9,         /* agent -> hook, with one fd: struct gs_sock_grant */
+        GS_SOCK_NOTIFY = 10,      /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_NOTIFY) */
 };
 
 /* gs_sock_hello.flags */
@@ -100,6 +107,7 @@ enum gs_sock_type {
 #define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
 #define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
 #define GS_FEAT_IPC_KEEP 8u    /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
+#define GS_FEAT_NOTIFY 16u     /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -292,6 +300,11 @@ enum gs_op {
          * reply map their new memory (data copied); the others kept what
          * they mapped.  arg1 = the direction, as in that reply. */
         GS_OP_SPILL_DONE = 15,
+        /* GS_FEAT_NOTIFY (item 9): before the reply (status 0), one
+         * GS_SOCK_NOTIFY message (struct gs_sock_grant: seq, the rest 0)
+         * carries the agent's notification eventfd for this process.  gpu
+         * 0.  No result. */
+        GS_OP_NOTIFY = 16,
 };
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
@@ -368,8 +381,8 @@ struct gs_shm {
         /* GS_FEAT_GIVEBACK: the agent bumps it when another process of the
          * allocation, or the allocation's memory outside the pool, wants
          * the chunks this process holds without a live block; the hook,
-         * seeing it changed at its next call, gives them back
-         * (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
+         * seeing it changed (its thread, notified: item 9; or at its next
+         * call), gives them back (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
          * layout is unchanged for hooks that do not know it. */
         uint32_t give_back;
         /* GS_FEAT_SPILL: the agent bumps it, then FUTEX_WAKEs it (shared
