@@ -71,7 +71,9 @@ LIBS    :=   # shared libraries that ship
 # is the program $(B)/test/check_NAME; anything else a script's path; a
 # test marked "plain" runs in the plain build only).
 TEST_LIST := $(shell awk -v san="$(SANITIZE)" '{ sub(/\#.*/, "") } NF && !($$2 == "plain" && san != "") { print $$1 }' test/tests.list)
+# An entry SCRIPT:CASE runs one case of a script (test/run-tests.sh).
 TESTS   := $(foreach t,$(TEST_LIST),$(if $(filter check_%,$(t)),$(B)/test/$(t),$(t)))
+TEST_FILES = $(sort $(foreach t,$(TESTS),$(patsubst check_%,$(B)/test/check_%,$(firstword $(subst :, ,$(t))))))
 BENCHES :=   # benchmark executables and scripts, run by make bench
 TEST_DEPS :=  # anything else the tests need built (fake driver, test programs)
 
@@ -104,7 +106,7 @@ all: $(BINS) $(LIBS) | cuda-check
 
 test: test-unit asan cross-arm64
 
-test-unit: $(BINS) $(LIBS) $(TESTS) $(TEST_DEPS)
+test-unit: $(BINS) $(LIBS) $(TEST_FILES) $(TEST_DEPS)
 	@test/check-list.sh
 	@B=$(B) PYTHON=$(PYTHON) SANITIZE=$(SANITIZE) test/run-tests.sh $(TESTS)
 
@@ -129,7 +131,7 @@ cross-arm64:
 	  [ $$n -eq 0 ] || { echo "cross-arm64: libgshare.so needs more than libc" >&2; exit 1; }; \
 	  echo "cross-arm64: agent, gsharectl, device and DRA plugins, hook built for arm64"
 
-valgrind: $(TESTS) $(TEST_DEPS)
+valgrind: $(TEST_FILES) $(TEST_DEPS)
 	@B=$(B) PYTHON=$(PYTHON) VALGRIND=1 test/run-tests.sh $(filter $(B)/test/check_%,$(TESTS))
 
 bench: $(BINS) $(LIBS) $(BENCHES) $(TEST_DEPS)

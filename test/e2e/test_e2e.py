@@ -216,20 +216,25 @@ def hook_env(ag, alloc):
 
 
 def ctl_raw(path, payload, expect_reply=True):
-    """Sends raw bytes on the control socket; returns what came back."""
+    """Sends raw bytes on the control socket; returns the one frame that
+    came back (its 4-byte length and its body), or what came before EOF
+    (the agent closes the connection on a bad frame).  The agent keeps a
+    good connection open for the next request: reading to EOF would wait
+    out the timeout."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(5)
+    s.settimeout(30)
     s.connect(path)
     s.sendall(payload)
     data = b""
     try:
-        while True:
-            d = s.recv(65536)
+        while expect_reply:
+            want = 4 + struct.unpack("<I", data[:4])[0] if len(data) >= 4 else 4
+            if len(data) >= want:
+                break
+            d = s.recv(want - len(data))
             if not d:
                 break
             data += d
-            if not expect_reply:
-                break
     except socket.timeout:
         pass
     s.close()
