@@ -7,7 +7,7 @@ A process exports a 40 MiB block (over a 32 MiB chunk), another exports a
 block and frees it, a third frees its exported block while the agent is
 dead (kill -9).  After the kill -9 and a new start, and then after an
 upgrade (a new agent beside the running one takes over): once the
-exporters made a memory call (they reconnect and reclaim), the agent logs
+exporters reconnected and reclaimed (the hook's thread does it), the agent logs
 that the exporter's handles resolve again; a sibling process opens the
 handle, reads the exporter's data, writes it, and the exporter sees the
 writes; the handle is refused in another allocation; the handles of the
@@ -73,6 +73,7 @@ def ipc_restart():
         check(gone.say("free") == "freed", "ipc: the second exporter frees its block before the restart")
         for how in ("crash", "upgrade"):
             w = "ipc after %s" % ("a kill -9" if how == "crash" else "an upgrade")
+            n0 = s.ag.logtext().count("IPC handles it exported resolve again")
             if how == "crash":
                 s.ag.kill9()
                 # A free never waits for an agent: its handle dies all the same.
@@ -83,12 +84,12 @@ def ipc_restart():
                 handed, rc = s.ag.handover()
                 check(handed and rc == 0, "%s: the new agent took over, the old one exited 0 (%s, rc %s)"
                       % (w, handed, rc))
-            n0 = s.ag.logtext().count("IPC handles it exported resolve again")
-            # Their next memory call reconnects them (docs/agent.md, "Restarts").
+            # The hook's thread reconnects them, or their next memory call
+            # (docs/agent.md, "Restarts").
             check(exp.say("alloc") == "alloc ok", "%s: the exporter allocates under the new agent" % w)
             check(gone.say("alloc") == "alloc ok", "%s: the other exporter allocates under the new agent" % w)
-            check(s.ag.logtext().count("IPC handles it exported resolve again") > n0,
-                  "%s: the agent logs that the exporter's handles resolve again" % w)
+            check(e.wait_for(lambda: s.ag.logtext().count("IPC handles it exported resolve again") > n0, e.HANG)
+                  is not None, "%s: the agent logs that the exporter's handles resolve again" % w)
             r = e.run([e.CUDA, "ipc-import", exp.handle, str(mib)], ea)
             check(r.returncode == 0, "%s: a sibling opens the handle exported before, reads the exporter's data, "
                   "writes, closes: %s" % (w, r.stdout.strip() + r.stderr[-500:]))
