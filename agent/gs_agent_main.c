@@ -405,11 +405,12 @@ int main(int argc, char **argv)
                 goto out;
         if (ho)
                 log_info("upgrade: pools built on the old agent's chunks");
-        /* Each connection holds its socket, pidfd, segment and doorbell. */
+        /* Each connection holds its socket, pidfd, segment, doorbell and
+         * notification eventfd. */
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-            (uint64_t)ag.node.cfg.max_conns * 4 + 1024 > rl.rlim_cur)
+            (uint64_t)ag.node.cfg.max_conns * 5 + 1024 > rl.rlim_cur)
                 log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
-                         ag.node.cfg.max_conns, (unsigned long long)ag.node.cfg.max_conns * 4 + 1024,
+                         ag.node.cfg.max_conns, (unsigned long long)ag.node.cfg.max_conns * 5 + 1024,
                          (unsigned long long)rl.rlim_cur);
         r = gs_workers_new(gs_serve_turn, ag.node.cfg.worker_threads, ag.node.cfg.max_conns, &ag.workers, err,
                            sizeof(err));

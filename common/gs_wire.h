@@ -31,7 +31,9 @@
  *      whose agent went away keeps its memory mapped and connects again;
  *      its HELLO carries GS_HELLO_RECLAIM.  After WELCOME it sends
  *      GS_SOCK_RECLAIM messages: per GPU the slots it has mapped
- *      (GS_RECLAIM_SLOTS) and its live blocks (GS_RECLAIM_BLOCKS), then one
+ *      (GS_RECLAIM_SLOTS) and its live blocks (GS_RECLAIM_BLOCKS), with
+ *      GS_FEAT_IPC_KEEP its IPC exports and the fds of the memory under
+ *      them (GS_RECLAIM_IPC, GS_RECLAIM_IPC_FD), then one
  *      GS_RECLAIM_END; the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
  *      ERROR and close, and only then serves the rings.  What the process
  *      holds is charged from the agent's own ledger, never from these
@@ -52,6 +54,12 @@
  *    synchronizes the GPU, copies each slot's data into the new memory,
  *    maps the new memory at the same address, opens the gate, and says
  *    how many slots it moved with GS_OP_SPILL_DONE.
+ * 9. Notification (GS_FEAT_NOTIFY).  So that a process that makes no call
+ *    answers at once, the hook's thread asks GS_OP_NOTIFY once per
+ *    connection for an eventfd of the agent's, and blocks in poll() on it
+ *    (and on the socket, to see the agent go away).  The agent writes it
+ *    (8 bytes, 1) each time it bumps gs_shm.give_back or gs_shm.spill for
+ *    that process; the words stay the record of what was asked.
  * Versions.  The segment and message layouts are GS_WIRE_VERSION; features
  * added since are negotiated: an agent sets the bits it supports in the
  * WELCOME header's `reserved` field (GS_FEAT_*; an older agent leaves 0,
@@ -89,6 +97,7 @@ enum gs_sock_type {
         GS_SOCK_RECLAIM = 7,      /* hook -> agent, after a reclaiming HELLO's WELCOME */
         GS_SOCK_RECLAIM_DONE = 8, /* agent -> hook: struct gs_sock_error, err 0 */
         GS_SOCK_MOVE = 9,         /* agent -> hook, with one fd: struct gs_sock_grant */
+        GS_SOCK_NOTIFY = 10,      /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_NOTIFY) */
 };
 
 /* gs_sock_hello.flags */
@@ -97,6 +106,8 @@ enum gs_sock_type {
 #define GS_FEAT_RECLAIM 1u
 #define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
 #define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
+#define GS_FEAT_IPC_KEEP 8u    /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
+#define GS_FEAT_NOTIFY 16u     /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -154,6 +165,14 @@ enum gs_reclaim_kind {
         /* pairs (id, size) of the process's live VMM allocations made by an
          * earlier agent (its GS_OP_VMM_RELEASE of such an id is accepted) */
         GS_RECLAIM_VMM = 4,
+        /* GS_FEAT_IPC_KEEP: triples (token0, token1, offset) of the
+         * process's live IPC exports on gpu (GS_OP_IPC_EXPORT's token and
+         * block offset), count a multiple of 3, after its BLOCKS */
+        GS_RECLAIM_IPC = 5,
+        /* GS_FEAT_IPC_KEEP: count 1, item[0] = a slot under one of those
+         * exports, with one fd (SCM_RIGHTS): the memory mapped there, as
+         * the export's GS_SOCK_IPC_GRANT gave it; after the IPC triples */
+        GS_RECLAIM_IPC_FD = 6,
 };
 #define GS_RECLAIM_MAX_ITEMS 4096u
 struct gs_sock_reclaim {
@@ -231,7 +250,14 @@ enum gs_op {
          * naming that block to the other processes of the same allocation
          * (the same token each time for the same block), ret2 = the block's
          * size, ret3 = its offset.  The token dies when the block is freed
-         * or the process exits.  -ENOENT: no live block there. */
+         * or the process exits.  -ENOENT: no live block there; -ENOMEM: at
+         * GS_IPC_MAX_EXPORTS_PER_PROC or the allocation's bound.
+         * GS_FEAT_IPC_KEEP: arg1 = GS_IPC_EXPORT_KEEP asks, before the
+         * reply, for one GS_SOCK_IPC_GRANT per chunk under the block (slot
+         * i: the block's i-th chunk), which the hook keeps while the export
+         * lives and hands a new agent in its reclaim (GS_RECLAIM_IPC): the
+         * token then survives an agent restart or upgrade (docs/agent.md,
+         * "Restarts").  -EIO: this agent has no fd of that memory. */
         GS_OP_IPC_EXPORT = 9,
         /* The application's cuIpcOpenMemHandle.  arg0, arg1 = a token from
          * GS_OP_IPC_EXPORT of another process of this allocation, on this
@@ -274,6 +300,11 @@ enum gs_op {
          * reply map their new memory (data copied); the others kept what
          * they mapped.  arg1 = the direction, as in that reply. */
         GS_OP_SPILL_DONE = 15,
+        /* GS_FEAT_NOTIFY (item 9): before the reply (status 0), one
+         * GS_SOCK_NOTIFY message (struct gs_sock_grant: seq, the rest 0)
+         * carries the agent's notification eventfd for this process.  gpu
+         * 0.  No result. */
+        GS_OP_NOTIFY = 16,
 };
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
@@ -293,6 +324,10 @@ enum gs_move_dir {
  * the allocation that exported it: a handle is worthless in another
  * container, and 128 random bits cannot be guessed. */
 #define GS_IPC_MAGIC "gshrIPC1"
+#define GS_IPC_EXPORT_KEEP 1u
+/* Live IPC exports of one process (the agent refuses more; the hook keeps
+ * no more). */
+#define GS_IPC_MAX_EXPORTS_PER_PROC 1024u
 struct gs_ipc_handle {
         char magic[8];         /* GS_IPC_MAGIC, no NUL */
         uint64_t token[2];
@@ -346,8 +381,8 @@ struct gs_shm {
         /* GS_FEAT_GIVEBACK: the agent bumps it when another process of the
          * allocation, or the allocation's memory outside the pool, wants
          * the chunks this process holds without a live block; the hook,
-         * seeing it changed at its next call, gives them back
-         * (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
+         * seeing it changed (its thread, notified: item 9; or at its next
+         * call), gives them back (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
          * layout is unchanged for hooks that do not know it. */
         uint32_t give_back;
         /* GS_FEAT_SPILL: the agent bumps it, then FUTEX_WAKEs it (shared

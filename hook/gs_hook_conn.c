@@ -18,6 +18,7 @@
 
 #include "gs_hook_conn.h"
 #include "gs_hook_spill.h"
+#include "gs_hook_thread.h"
 #include "gs_ring.h"
 
 #define GS_DEFAULT_SOCKET "/var/run/gshare/agent.sock"
@@ -27,23 +28,52 @@
 #define GS_WELCOME_TIMEOUT_MS 10000
 #define GS_MAX_VA (UINT64_C(1) << 47)
 
-struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1 };
+struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1, .notify = -1 };
 static gs_conn_vmm_list_fn g_vmm_list;
+static gs_conn_ipc_reclaim_fn g_ipc_reclaim;
+/* The hook's thread: a call of its never waits for a new agent (it holds
+ * gs_conn.mu, and frees must not wait).  initial-exec, as in
+ * gs_hook_gate.c. */
+static __thread __attribute__((tls_model("initial-exec"))) int t_no_wait;
+
+void gs_conn_no_wait(void)
+{
+        t_no_wait = 1;
+}
 
 void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn)
 {
         g_vmm_list = fn;
 }
+
+void gs_conn_set_ipc_reclaimer(gs_conn_ipc_reclaim_fn fn)
+{
+        g_ipc_reclaim = fn;
+}
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
-/* pre: gs_conn.mu held.  Closes the socket, the doorbell and the segment. */
+/* pre: gs_conn.mu held.  Closes the socket, the doorbells and the segment
+ * (the hook's thread, which may be polling those of a connection that was
+ * up, is woken first; a failed try to connect wakes no one, or the thread
+ * would try again at once). */
 static void gs_conn_close(void)
 {
+        if (gs_conn.state == GS_CONN_UP)
+                gs_thread_kick();
+        gs_closep(&gs_conn.notify);
         gs_closep(&gs_conn.sock);
         gs_closep(&gs_conn.wake);
         if (gs_conn.shm)
                 munmap(gs_conn.shm, sizeof(*gs_conn.shm));
         gs_conn.shm = NULL;
+}
+
+/* pre: gs_conn.mu held.  DOWN: the hook's thread, which may be waiting to
+ * try again, ends. */
+static void gs_conn_down(void)
+{
+        gs_conn.state = GS_CONN_DOWN;
+        gs_thread_kick();
 }
 
 /* pre: gs_conn.mu held.  Forgets the connection for good (the agent
@@ -52,7 +82,7 @@ static void gs_conn_close(void)
 static void gs_conn_drop(void)
 {
         gs_conn_close();
-        gs_conn.state = GS_CONN_DOWN;
+        gs_conn_down();
 }
 
 /* pre: gs_conn.mu held. */
@@ -92,6 +122,7 @@ static void gs_atfork_child(void)
         pthread_mutex_init(&gs_conn.mu, NULL);
         gs_closep(&gs_conn.sock);
         gs_closep(&gs_conn.wake);
+        gs_closep(&gs_conn.notify);
         if (gs_conn.shm)
                 munmap(gs_conn.shm, sizeof(*gs_conn.shm));
         gs_conn.shm = NULL;
@@ -239,10 +270,17 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, int reclaim,
         return 0;
 }
 
-/* pre: gs_conn.mu held.  Sends one reclaim message of count items. */
-static int gs_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags)
+/* pre: gs_conn.mu held. */
+int gs_conn_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags,
+                         int fd)
 {
         size_t len = offsetof(struct gs_sock_reclaim, item) + 8 * (size_t)count;
+        union {
+                struct cmsghdr c;
+                char b[CMSG_SPACE(sizeof(int))];
+        } u;
+        struct iovec iov = { .iov_base = m, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         ssize_t n;
 
         m->h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_RECLAIM, (uint32_t)len, 0 };
@@ -250,8 +288,18 @@ static int gs_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kin
         m->kind = kind;
         m->count = count;
         m->flags = flags;
+        if (fd >= 0) {
+                memset(&u, 0, sizeof(u));
+                mh.msg_control = u.b;
+                mh.msg_controllen = sizeof(u.b);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
         do
-                n = send(gs_conn.sock, m, len, MSG_NOSIGNAL);
+                n = sendmsg(gs_conn.sock, &mh, MSG_NOSIGNAL);
         while (n < 0 && errno == EINTR);
         return n == (ssize_t)len ? 0 : -EIO;
 }
@@ -277,7 +325,7 @@ static int gs_reclaim(const char **why)
                         size_t n = g_vmm_list(gi, from, m->item, GS_RECLAIM_MAX_ITEMS / 2, &next);
                         if (n == 0)
                                 break;
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0, -1);
                 }
                 if (!g->va_base)
                         continue;
@@ -286,12 +334,12 @@ static int gs_reclaim(const char **why)
                                 continue;
                         m->item[k++] = s;
                         if (k == GS_RECLAIM_MAX_ITEMS) {
-                                r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0, -1);
                                 k = 0;
                         }
                 }
                 if (r == 0 && k)
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0, -1);
                 k = 0;
                 for (size_t i = 0; i < g->blocks.cap && r == 0; i++) {
                         uint64_t off, size;
@@ -300,12 +348,14 @@ static int gs_reclaim(const char **why)
                         m->item[k++] = off;
                         m->item[k++] = size;
                         if (k == GS_RECLAIM_MAX_ITEMS) {
-                                r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0, -1);
                                 k = 0;
                         }
                 }
                 if (r == 0 && k)
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0, -1);
+                if (r == 0 && g_ipc_reclaim)
+                        r = g_ipc_reclaim(gi, m);
                 if (!g->blocks.broken)
                         complete |= 1u << gi;
         }
@@ -313,7 +363,7 @@ static int gs_reclaim(const char **why)
                 if (!gs_conn.gpus[gi].va_base)
                         complete |= 1u << gi; /* nothing there */
         if (r == 0)
-                r = gs_reclaim_send(m, 0, GS_RECLAIM_END, 0, complete);
+                r = gs_conn_reclaim_send(m, 0, GS_RECLAIM_END, 0, complete, -1);
         free(m);
         if (r < 0) {
                 *why = "cannot send the reclaim";
@@ -344,10 +394,44 @@ static int gs_reclaim(const char **why)
         return n < 0 ? (int)n : -EPROTO;
 }
 
+/* pre: gs_conn.mu held.  A process never welcomed was refused for good:
+ * why (an ERROR from the agent was said by gs_conn_open already). */
+static void gs_conn_refused(const char *why)
+{
+        if (strcmp(why, "refused") != 0)
+                gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
+                                 "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
+        gs_conn_down();
+}
+
+/* Whether the directory of the agent's socket is gone: it does not exist,
+ * or it was removed while mounted here (no links left).  The agent keeps
+ * an allocation's directory across its restarts and removes it only when
+ * the allocation is deleted: then no agent will ever answer there. */
+static int gs_conn_dir_gone(void)
+{
+        char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        const char *slash = strrchr(gs_conn.sock_path, '/');
+        struct stat st;
+
+        if (!slash)
+                return 0; /* the working directory */
+        if (slash == gs_conn.sock_path)
+                return 0; /* "/" */
+        if ((size_t)(slash - gs_conn.sock_path) >= sizeof(dir))
+                return 0;
+        memcpy(dir, gs_conn.sock_path, (size_t)(slash - gs_conn.sock_path));
+        dir[slash - gs_conn.sock_path] = '\0';
+        if (stat(dir, &st) < 0)
+                return errno == ENOENT || errno == ENOTDIR;
+        return st.st_nlink == 0;
+}
+
 /* pre: gs_conn.mu held, no connection.  Connects, HELLO (reclaim: with
  * GS_HELLO_RECLAIM), WELCOME, and for a reclaim the reclaim itself.
- * 0 when up; -EPERM when refused (for good: an ERROR, or a protocol
- * violation); another negative errno when no agent answered (try again). */
+ * 0 when up; -EPERM when refused (for good: an ERROR, a protocol
+ * violation, the socket's directory gone); another negative errno when no
+ * agent answered (try again). */
 static int gs_conn_open(int reclaim, const char **why)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -370,6 +454,11 @@ static int gs_conn_open(int reclaim, const char **why)
         if (gs_conn.sock < 0 || connect(gs_conn.sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
                 r = gs_neg_errno();
                 *why = strerror(-r);
+                if (r == -ENOENT && gs_conn_dir_gone()) {
+                        *why = "No such file or directory: its directory is gone (the allocation was deleted, "
+                               "or its directory is not mounted here)";
+                        r = -EPERM;
+                }
                 goto fail;
         }
         hello.h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_HELLO, sizeof(hello), 0 };
@@ -434,6 +523,8 @@ static int gs_conn_open(int reclaim, const char **why)
                 gs_conn.reconnects++;
         }
         gs_conn.state = GS_CONN_UP;
+        /* The hook's thread, waiting to try again, serves this connection. */
+        gs_thread_kick();
         /* A process that may borrow: the gate armed before any chunk is
          * granted, and a mover to give borrowed chunks back. */
         if (gs_conn.features & GS_FEAT_SPILL)
@@ -446,7 +537,12 @@ fail:
         return r;
 }
 
-/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_NEW. */
+static int gs_conn_reconnect(void);
+
+/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_NEW.  A first connection
+ * that finds no agent answering (the agent restarts: no socket, refused,
+ * no WELCOME yet) waits as a process that lost its agent does
+ * (gs_conn_reconnect), and later calls try again. */
 static int gs_conn_connect(void)
 {
         const char *why = NULL, *w;
@@ -467,34 +563,68 @@ static int gs_conn_connect(void)
         r = gs_conn_open(0, &why);
         if (r == 0)
                 return 0;
-        if (r != -EPERM || strcmp(why, "refused") != 0)
-                gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
-                                 "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
-        gs_conn.state = GS_CONN_DOWN;
-        return -ECONNREFUSED;
+        if (r == -EPERM) {
+                gs_conn_refused(why);
+                return -ECONNREFUSED;
+        }
+        gs_hook_say_once(GS_ONCE_WAIT, "cannot reach the gshare agent at %s (%s); waiting up to %llu ms for it "
+                         "(then memory calls fail, and each tries again)", gs_conn.sock_path, why,
+                         (unsigned long long)(gs_conn.wait_ns / 1000000));
+        gs_conn.state = GS_CONN_LOST;
+        gs_conn.lost_ns = (uint64_t)gs_mono_ns();
+        return gs_conn_reconnect() ? 0 : -ECONNREFUSED;
+}
+
+/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_LOST.  One try: a
+ * process that was welcomed before reclaims its memory, one that never
+ * was registers.  1 when up; 0 when for good (DOWN, said once); -1 when
+ * no agent answered. */
+static int gs_conn_try(void)
+{
+        const char *why = NULL;
+        int r = gs_conn_open(gs_conn.ngpus > 0, &why);
+
+        if (r == 0) {
+                gs_hook_debug("connected to the gshare agent at %s%s", gs_conn.sock_path,
+                              gs_conn.reconnects ? "; memory reclaimed" : "");
+                return 1;
+        }
+        if (r != -EPERM)
+                return -1;
+        if (gs_conn.ngpus > 0)
+                gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s did not take this process's memory "
+                                 "back (%s); GPU memory allocation is disabled for this process",
+                                 gs_conn.sock_path, why);
+        else
+                gs_conn_refused(why);
+        gs_conn_down();
+        return 0;
+}
+
+int gs_conn_retry(void)
+{
+        return gs_conn.state == GS_CONN_LOST && gs_conn_try() == 1;
+}
+
+int gs_conn_hung_up(void)
+{
+        struct pollfd pfd = { .fd = gs_conn.sock, .events = POLLRDHUP };
+
+        return gs_conn.state == GS_CONN_UP && gs_conn.sock >= 0 && poll(&pfd, 1, 0) > 0 &&
+               (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
 }
 
 /* pre: gs_conn.mu held, gs_conn.state == GS_CONN_LOST.  Connects to the
- * new agent and reclaims; while none answers, tries again until wait_ns
+ * new agent (and reclaims); while none answers, tries again until wait_ns
  * after the loss (after that, once per call).  Whether up. */
 static int gs_conn_reconnect(void)
 {
         uint64_t sleep_ns = 5000000;
-        const char *why = NULL;
 
         for (;;) {
-                int r = gs_conn_open(1, &why);
-                if (r == 0) {
-                        gs_hook_debug("reconnected to the gshare agent at %s; memory reclaimed", gs_conn.sock_path);
-                        return 1;
-                }
-                if (r == -EPERM) {
-                        gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s did not take this process's memory "
-                                         "back (%s); GPU memory allocation is disabled for this process",
-                                         gs_conn.sock_path, why);
-                        gs_conn.state = GS_CONN_DOWN;
-                        return 0;
-                }
+                int r = gs_conn_try();
+                if (r >= 0)
+                        return r;
                 uint64_t now = (uint64_t)gs_mono_ns();
                 if (now - gs_conn.lost_ns >= gs_conn.wait_ns)
                         return 0;
@@ -573,7 +703,7 @@ static int gs_conn_call_lost(uint32_t op, const char *why, struct gs_ring_msg *r
                 ret->op = op;
                 return 0;
         }
-        if (tries < 3 && gs_conn.state == GS_CONN_LOST && gs_conn_reconnect())
+        if (!t_no_wait && tries < 3 && gs_conn.state == GS_CONN_LOST && gs_conn_reconnect())
                 return 1;
         return -ECONNRESET;
 }

@@ -84,7 +84,7 @@ void gs_sockmsg_error(int sock, int err, const char *msg)
         (void)!gs_sockmsg_send(sock, &e, sizeof(e), -1, NULL);
 }
 
-ssize_t gs_sockmsg_recv(int sock, void *buf, size_t len, bool *ret_trunc)
+ssize_t gs_sockmsg_recv_fd(int sock, void *buf, size_t len, bool *ret_trunc, int *ret_fd)
 {
         union {
                 struct cmsghdr c;
@@ -93,7 +93,10 @@ ssize_t gs_sockmsg_recv(int sock, void *buf, size_t len, bool *ret_trunc)
         struct iovec iov = { .iov_base = buf, .iov_len = len };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
         ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        int kept = -1, seen = 0;
 
+        if (ret_fd)
+                *ret_fd = -1;
         if (n < 0)
                 return errno == EINTR ? -EAGAIN : gs_neg_errno();
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
@@ -101,8 +104,21 @@ ssize_t gs_sockmsg_recv(int sock, void *buf, size_t len, bool *ret_trunc)
                         for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
                                 int fd;
                                 memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                                close(fd);
+                                if (seen++ == 0 && ret_fd)
+                                        kept = fd;
+                                else
+                                        close(fd);
                         }
         *ret_trunc = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+        /* Exactly one, or none kept. */
+        if (kept >= 0 && (seen > 1 || *ret_trunc))
+                gs_closep(&kept);
+        if (ret_fd)
+                *ret_fd = kept;
         return n;
+}
+
+ssize_t gs_sockmsg_recv(int sock, void *buf, size_t len, bool *ret_trunc)
+{
+        return gs_sockmsg_recv_fd(sock, buf, len, ret_trunc, NULL);
 }

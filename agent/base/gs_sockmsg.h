@@ -34,5 +34,8 @@ void gs_sockmsg_error(int sock, int err, const char *msg);
  * whatever fds a hostile peer attached.  The length (0: closed), or a
  * negative errno (-EAGAIN: nothing yet); *ret_trunc when it was cut. */
 ssize_t gs_sockmsg_recv(int sock, void *buf, size_t len, bool *ret_trunc) GS_WUR;
+/* As gs_sockmsg_recv, keeping in *ret_fd the fd if exactly one came (-1
+ * otherwise: none, or several, all closed); the caller closes it. */
+ssize_t gs_sockmsg_recv_fd(int sock, void *buf, size_t len, bool *ret_trunc, int *ret_fd) GS_WUR;
 
 #endif

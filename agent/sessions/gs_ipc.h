@@ -12,8 +12,17 @@
  * already read each other's memory; a token is worthless in any other
  * allocation.
  *
- * An export lives until its block is freed or its process exits.  An
- * importer's mapping is its own business afterwards: the chunk stays in
+ * An export lives until its block is freed or its process exits, across
+ * agent restarts and upgrades too: the agent keeps tokens only in memory,
+ * so the exporter's hook keeps them (and, from GS_IPC_EXPORT_KEEP's
+ * grants, an fd of the memory under each exported block: after a kill -9
+ * only the processes hold any) and hands them to the next agent in its
+ * reclaim (gs_ipc_reclaim_*).  Nothing is persisted: the state directory
+ * holds no token, and a token reclaimed names a live block of the
+ * reclaiming process only, in its own allocation.  The exporter re-registers
+ * at its next memory call; until then its tokens are unknown (-ENOENT).
+ *
+ * An importer's mapping is its own business afterwards: the chunk stays in
  * the allocation (same container), and if it ever leaves it, the agent
  * re-creates its memory before anyone else gets it (gs_gpu's recycling),
  * so a stale mapping never sees another container's data.
@@ -56,6 +65,28 @@ struct gs_ipc_open {
 int gs_ipc_open(struct gs_ipc_table *t, const struct gs_proc *q, uint32_t gpu, const uint64_t token[2],
                 struct gs_ipc_open *ret) GS_WUR;
 void gs_ipc_open_done(struct gs_ipc_open *o);
+
+/* The fds of the chunks under p's export of the block at off on gpu (its
+ * GS_IPC_EXPORT_KEEP grants), as gs_ipc_open would give them: -ENOENT (no
+ * such export), -EIO, -ENOMEM, -EMFILE. */
+int gs_ipc_export_fds(struct gs_ipc_table *t, const struct gs_proc *p, uint32_t gpu, uint64_t off,
+                      struct gs_ipc_open *ret) GS_WUR;
+
+/* A reclaiming process p (main thread, before a worker serves it; its
+ * GS_RECLAIM_IPC and _IPC_FD messages, gs_wire.h).  An export it says it
+ * had: kept pending (never resolved) until gs_ipc_reclaim_end checks its
+ * block.  -ENOSPC at the bounds, -EEXIST for a token in use (the export
+ * is dropped; the process may go on), -ENOMEM. */
+int gs_ipc_reclaim_export(struct gs_ipc_table *t, struct gs_proc *p, uint32_t gpu, const uint64_t token[2],
+                          uint64_t off) GS_WUR;
+/* The memory p maps at slot on gpu: fd is taken (closed on failure).
+ * -EINVAL: p does not hold that slot, or sent it already; -ENOMEM. */
+int gs_ipc_reclaim_fd(struct gs_ipc_table *t, struct gs_proc *p, uint32_t gpu, uint32_t slot, int fd) GS_WUR;
+/* Its reclaim is complete (its blocks in place): each pending export of p
+ * whose offset starts a live block and whose chunks all came with an fd
+ * resolves from now on, the others are dropped, and so is the memory no
+ * export of p covers.  How many were restored. */
+uint32_t gs_ipc_reclaim_end(struct gs_ipc_table *t, struct gs_proc *p);
 
 /* Number of live exports of p (for FREE's fast path and listings). */
 uint32_t gs_ipc_count(const struct gs_proc *p);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gs_log.h"
+#include "gs_logrep.h"
 #include "gs_sockmsg.h"
 
 #ifndef SO_PEERPIDFD
@@ -52,8 +53,10 @@ static int open_pidfd(int sock, pid_t pid)
         return fd;
 }
 
-/* Whether a new connection of process pid on a must be refused (why). */
-static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why,
+/* Whether a new connection of process pid on a must be refused: 0, or
+ * which cap refuses it (1-4: its refusals are logged once per allocation
+ * and cap, then counted), with why. */
+static int refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why,
                         size_t whylen)
 {
         const struct gs_config *c = &ag->node.cfg;
@@ -61,17 +64,17 @@ static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid,
 
         if (a->releasing) {
                 snprintf(why, whylen, "allocation is being released");
-                return true;
+                return 1;
         }
         if (ag->nconns >= c->max_conns) {
                 snprintf(why, whylen, "the agent serves its maximum of %u connections (maxConnections)",
                          c->max_conns);
-                return true;
+                return 2;
         }
         if (a->nprocs >= c->max_conns_per_alloc) {
                 snprintf(why, whylen, "too many connections in this allocation (maxConnectionsPerAllocation %u)",
                          c->max_conns_per_alloc);
-                return true;
+                return 3;
         }
         /* A pid from another pid namespace reads 0: no per-process count. */
         /* A closed connection is none (the process may be reclaiming it). */
@@ -80,9 +83,9 @@ static bool refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid,
         if (mine >= c->max_conns_per_proc) {
                 snprintf(why, whylen, "process %d has %u connections already (maxConnectionsPerProcess)",
                          pid, mine);
-                return true;
+                return 4;
         }
-        return false;
+        return 0;
 }
 
 void gs_proc_on_listen(void *data, uint32_t events)
@@ -101,17 +104,19 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 sock = accept4(a->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (sock < 0) {
                         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                                log_warn("allocation %s: accept: %m", a->id);
+                                log_warn_rep(gs_logrep_key(a->id), "allocation %s: accept: %m", a->id);
                         return;
                 }
                 if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &l) < 0) {
-                        log_warn("allocation %s: SO_PEERCRED: %m", a->id);
+                        log_warn_rep(gs_logrep_key(a->id), "allocation %s: SO_PEERCRED: %m", a->id);
                         close(sock);
                         continue;
                 }
-                if (refuse_conn(ag, a, cred.pid, why, sizeof(why))) {
+                int cap = refuse_conn(ag, a, cred.pid, why, sizeof(why));
+                if (cap) {
                         char junk[sizeof(struct gs_sock_hello) + 64];
-                        log_warn("process %d on allocation %s refused: %s", cred.pid, a->id, why);
+                        log_warn_rep(gs_logrep_key(a->id) + (uint64_t)cap, "process %d on allocation %s refused: %s",
+                                     cred.pid, a->id, why);
                         gs_sockmsg_error(sock, -EMFILE, why);
                         /* Closing with its HELLO unread would reset the peer
                          * and lose the ERROR: stop it sending, drain, close. */
@@ -139,6 +144,7 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 p->sock = sock;
                 p->shmfd = -1;
                 p->wake_fd = -1;
+                p->notify_fd = -1;
                 p->pidfd = open_pidfd(sock, cred.pid);
                 if (p->pidfd < 0) {
                         log_warn("process %d: no pidfd (%s): its memory returns when its socket closes",
@@ -174,7 +180,8 @@ static void on_sock(void *data, uint32_t events)
                 if (r > 0)
                         return;
                 if (r < 0) {
-                        log_warn("process %d on allocation %s refused: %s", p->pid, p->alloc->id, err);
+                        log_warn_rep(gs_logrep_key(p->alloc->id), "process %d on allocation %s refused: %s", p->pid, p->alloc->id,
+                                     err);
                         if (r != -ECONNRESET)
                                 gs_sockmsg_error(p->sock, r, err);
                         /* It never got memory: nothing to keep. */
@@ -186,7 +193,7 @@ static void on_sock(void *data, uint32_t events)
                 r = gs_proc_on_reclaim(ag, p, err, sizeof(err));
                 if (r >= 0)
                         return;
-                log_warn("process %d on allocation %s: %s", p->pid, p->alloc->id, err);
+                log_warn_rep(gs_logrep_key(p->alloc->id), "process %d on allocation %s: %s", p->pid, p->alloc->id, err);
                 if (r != -ECONNRESET)
                         gs_sockmsg_error(p->sock, r, err);
                 /* It keeps what it holds until it exits. */
@@ -201,7 +208,8 @@ static void on_sock(void *data, uint32_t events)
                 if (n < 0 && (errno == EAGAIN || errno == EINTR) && !(events & (EPOLLHUP | EPOLLRDHUP)))
                         return;
                 if (n > 0)
-                        log_warn("process %d of allocation %s sent data on its socket after HELLO; dropped",
+                        log_warn_rep(gs_logrep_key(p->alloc->id), "process %d of allocation %s sent data on its socket after HELLO; "
+                                     "dropped",
                                  p->pid, p->alloc->id);
                 gs_proc_close_conn(ag, p);
         }
@@ -219,7 +227,7 @@ int64_t gs_proc_tick(void *data, int64_t now)
                 for (; p; p = nx) {
                         nx = p->next;
                         if (p->state == GS_PROC_RECLAIM && p->hello_deadline_ms <= now) {
-                                log_warn("process %d on allocation %s did not finish its reclaim in %d ms; "
+                                log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s did not finish its reclaim in %d ms; "
                                          "it keeps what it holds", p->pid, a->id, GS_PROC_RECLAIM_MS);
                                 gs_sockmsg_error(p->sock, -ETIMEDOUT, "no reclaim in time");
                                 gs_proc_close_conn(ag, p);
@@ -230,7 +238,7 @@ int64_t gs_proc_tick(void *data, int64_t now)
                         if (p->state != GS_PROC_HELLO)
                                 continue;
                         if (p->hello_deadline_ms <= now) {
-                                log_warn("process %d on allocation %s sent no HELLO in %d ms; dropped",
+                                log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s sent no HELLO in %d ms; dropped",
                                          p->pid, a->id, GS_PROC_HELLO_MS);
                                 gs_sockmsg_error(p->sock, -ETIMEDOUT, "no HELLO in time");
                                 gs_proc_destroy(ag, p, NULL);

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "gs_gpu.h"
+#include "gs_ipc.h"
 #include "gs_log.h"
 #include "gs_sockmsg.h"
 
@@ -120,6 +121,43 @@ int gs_proc_legacy_vmm_release(struct gs_proc_gpu *pg, uint64_t id)
         return -ENOENT;
 }
 
+/* GS_RECLAIM_IPC and _IPC_FD (GS_FEAT_IPC_KEEP): the exports p had and
+ * the memory under them (fd: the one that came with the message, taken).
+ * An export that cannot be taken back is dropped (its token stops
+ * resolving, as before this release); the rest as gs_proc_on_reclaim. */
+static int reclaim_ipc(struct gs_proc *p, const struct gs_sock_reclaim *m, int fd, char *err, size_t errlen)
+{
+        int r = 0;
+
+        if (m->kind == GS_RECLAIM_IPC_FD) {
+                if (m->count != 1 || fd < 0 || m->item[0] > UINT32_MAX) {
+                        gs_closep(&fd);
+                        r = -EINVAL;
+                } else {
+                        r = gs_ipc_reclaim_fd(&p->alloc->ipc, p, m->gpu, (uint32_t)m->item[0], fd);
+                }
+                if (r < 0) {
+                        snprintf(err, errlen, "bad IPC memory for slot %llu on GPU %u: %s",
+                                 (unsigned long long)m->item[0], m->gpu, strerror(-r));
+                        return r == -ENOMEM ? r : -EPROTO;
+                }
+                return 1;
+        }
+        for (uint32_t k = 0; k + 2 < m->count; k += 3) {
+                const uint64_t tok[2] = { m->item[k], m->item[k + 1] };
+                r = gs_ipc_reclaim_export(&p->alloc->ipc, p, m->gpu, tok, m->item[k + 2]);
+                if (r == -ENOMEM) {
+                        snprintf(err, errlen, "out of memory");
+                        return r;
+                }
+                if (r < 0)
+                        log_warn("process %d of allocation %s: its IPC handle of offset %llu on GPU %u is not "
+                                 "taken back: %s", p->pid, p->alloc->id, (unsigned long long)m->item[k + 2],
+                                 p->gpus[m->gpu].g->index, r == -EEXIST ? "token in use" : strerror(-r));
+        }
+        return 1;
+}
+
 /* One GS_SOCK_RECLAIM message of a reclaiming process: 1 for more to
  * come, 0 when the process is served from now on, or a negative errno
  * with err set (its connection ends; it keeps what it holds). */
@@ -129,9 +167,9 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
         const size_t head = offsetof(struct gs_sock_reclaim, item);
         bool trunc;
         ssize_t n;
-        int r = 0;
+        int r = 0, fd;
 
-        n = gs_sockmsg_recv(p->sock, &m, sizeof(m), &trunc);
+        n = gs_sockmsg_recv_fd(p->sock, &m, sizeof(m), &trunc, &fd);
         if (n == -EAGAIN)
                 return 1;
         if (n <= 0) {
@@ -141,9 +179,19 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
         if ((size_t)n < head || trunc || m.h.magic != GS_WIRE_MAGIC ||
             m.h.version != GS_WIRE_VERSION || m.h.type != GS_SOCK_RECLAIM || m.h.len != (size_t)n ||
             m.count > GS_RECLAIM_MAX_ITEMS || (size_t)n != head + 8 * (size_t)m.count) {
+                gs_closep(&fd);
                 snprintf(err, errlen, "malformed reclaim message (%zd bytes)", n);
                 return -EPROTO;
         }
+        if (m.gpu < p->ngpus && m.kind == GS_RECLAIM_IPC_FD)
+                return reclaim_ipc(p, &m, fd, err, errlen);
+        if (fd >= 0) {
+                gs_closep(&fd);
+                snprintf(err, errlen, "an fd with a reclaim message of kind %u", m.kind);
+                return -EPROTO;
+        }
+        if (m.gpu < p->ngpus && m.kind == GS_RECLAIM_IPC && m.count % 3 == 0)
+                return reclaim_ipc(p, &m, -1, err, errlen);
         if (m.kind == GS_RECLAIM_END) {
                 for (uint32_t i = 0; i < p->ngpus; i++) {
                         struct gs_gpu *g = p->gpus[i].g;
@@ -155,6 +203,10 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                                 log_warn("process %d of allocation %s: its blocks on GPU %u are kept opaque: %s",
                                          p->pid, p->alloc->id, g->index, strerror(-r));
                 }
+                uint32_t nipc = gs_ipc_reclaim_end(&p->alloc->ipc, p);
+                if (nipc)
+                        log_info("process %d of allocation %s: %u IPC handles it exported resolve again", p->pid,
+                                 p->alloc->id, nipc);
                 r = gs_workers_add(ag->workers, &p->went, p, &p->alloc->wgroup, p->wake_fd, &p->stop);
                 if (r < 0) {
                         snprintf(err, errlen, "no worker slot: %s", strerror(-r));

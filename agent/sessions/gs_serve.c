@@ -12,6 +12,7 @@
 #include "gs_gpu.h"
 #include "gs_ipc.h"
 #include "gs_log.h"
+#include "gs_logrep.h"
 #include "gs_ring.h"
 #include "gs_serve_move.h"
 #include "gs_sockmsg.h"
@@ -219,6 +220,27 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         return 0;
 }
 
+/* GS_IPC_EXPORT_KEEP: the fds of the chunks under p's exported block at
+ * base, before the reply (0 with them sent, a status for the reply, or a
+ * negative errno when part of them went out: the connection must go). */
+static int send_export_keep(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, uint64_t base,
+                            int32_t *ret_status)
+{
+        struct gs_ipc_open o;
+        int r = gs_ipc_export_fds(&p->alloc->ipc, p, req->gpu, base, &o);
+
+        if (r < 0) {
+                /* Without them the handle would not outlive this agent. */
+                *ret_status = r == -EMFILE || r == -ENFILE ? -ENOMEM : -EIO;
+                return 0;
+        }
+        for (uint32_t i = 0; i < o.nchunks && r == 0; i++)
+                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_IPC_GRANT, req, i, pg->g->chunk_bytes, o.fds[i],
+                                          &p->stop);
+        gs_ipc_open_done(&o);
+        return r;
+}
+
 static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                             struct gs_ring_msg *rep)
 {
@@ -235,6 +257,11 @@ static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const str
         if (r < 0) {
                 rep->status = r == -ENOSPC ? -ENOMEM : r;
                 return 0;
+        }
+        if (req->arg[1] == GS_IPC_EXPORT_KEEP) {
+                r = send_export_keep(p, pg, req, base, &rep->status);
+                if (r < 0 || rep->status)
+                        return r;
         }
         rep->arg[0] = tok[0];
         rep->arg[1] = tok[1];
@@ -413,6 +440,11 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 if (!p->move_feature)
                         break;
                 return gs_serve_spill_done(p, pg, req, rep);
+        case GS_OP_NOTIFY:
+                /* The fd lives with the record; sending passes a reference. */
+                if (p->notify_fd < 0)
+                        break;
+                return gs_sockmsg_send_grant(p->sock, GS_SOCK_NOTIFY, req, 0, 0, p->notify_fd, &p->stop);
         case GS_OP_CTX_DONE:
                 pthread_mutex_lock(&pg->g->lock);
                 pg->g->ctx_promised -= pg->ctx_promised;
@@ -494,7 +526,7 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
         if (r >= 0)
                 return 0;
         if (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
-                log_warn("process %d (%s) of allocation %s: connection dropped: %s", p->pid,
+                log_warn_rep(gs_logrep_key(p->alloc->id), "process %d (%s) of allocation %s: connection dropped: %s", p->pid,
                          p->comm, p->alloc->id,
                          r == -EPROTO ? "corrupt ring indices" : strerror(-r));
                 /* The main loop sees the hang-up and takes it from there. */

@@ -2,7 +2,7 @@
 # the fake driver.  test_e2e.py starts the real gshare-agent.
 E2E_DIR := $(B)/test/e2e
 
-$(E2E_DIR)/e2e_wire: $(E2E_DIR)/e2e_wire.o
+$(E2E_DIR)/e2e_wire: $(E2E_DIR)/e2e_wire.o $(E2E_DIR)/e2e_wire_ipc.o
 	$(CC) $(LDFLAGS) -o $@ $^ -lpthread
 
 TEST_DEPS += $(E2E_DIR)/e2e_wire $(B)/test/fakecuda/libcuda.so.1 $(B)/gshare-agent $(B)/gsharectl

@@ -8,6 +8,10 @@
  *   e2e_wire big SOCK              a request of 2.5 chunks: consecutive slots
  *   e2e_wire concurrent SOCK N     N processes allocating at once
  *   e2e_wire hostile SOCK          malformed and hostile messages
+ *   e2e_wire ipcforge SOCK         hostile reclaims of IPC exports: a token
+ *                                  said for no live block, or one in use by
+ *                                  another process, resolves to nothing new;
+ *                                  memory for a slot not held is refused
  *   e2e_wire flood SOCK            a flood does not starve another process
  *   e2e_wire keepfd SOCK ROUNDS    hostile: keeps the fd of every chunk and
  *                                  VMM allocation it is sent, frees and
@@ -762,6 +766,8 @@ int main(int argc, char **argv)
                 return cmd_hostile(argv[2]);
         if (argc == 4 && strcmp(argv[1], "ipccross") == 0)
                 return cmd_ipccross(argv[2], argv[3]);
+        if (argc == 3 && strcmp(argv[1], "ipcforge") == 0)
+                return e2e_wire_ipcforge(argv[2]);
         if (argc == 3 && strcmp(argv[1], "flood") == 0)
                 return cmd_flood(argv[2]);
         if (argc == 4 && strcmp(argv[1], "keepfd") == 0)

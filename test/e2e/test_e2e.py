@@ -329,6 +329,9 @@ def body(ag, tmp):
     r = run([WIRE, "ipccross", sockpath(A), sockpath(B)], ag.env)
     check(r.returncode == 0, "IPC tokens: not valid in another allocation, nor after the exporter left"
           + ("" if r.returncode == 0 else ": " + r.stderr))
+    r = run([WIRE, "ipcforge", sockpath(A)], ag.env)
+    check(r.returncode == 0, "IPC tokens: a reclaim resolves only its own live blocks"
+          + ("" if r.returncode == 0 else ": " + r.stderr))
     r = run([WIRE, "flood", sockpath(A)], ag.env)
     check(r.returncode == 0, "A: a flood does not starve another process: " + r.stdout.strip() + r.stderr)
 

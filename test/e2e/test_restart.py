@@ -44,7 +44,8 @@ tighter than the 1 s wait bound.  A missing build product is a failure.
 
 Environment: B (build dir), SANITIZE (as test_e2e.py), GSHARE_TEST_SEED (the
 clients' seeds and the storm's timing; printed), GSHARE_RESTART_PARTS (a
-comma-separated subset of crash,term,upgrade,wait,storm; default all).
+comma-separated subset of crash,term,upgrade,wait,storm,handover_faults;
+default all).  CUDA IPC handles across restarts: test_ipcrestart.py.
 """
 import json
 import os
