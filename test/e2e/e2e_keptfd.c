@@ -3,7 +3,8 @@
  * not use the hook would.  On the fake driver an fd is the memory itself
  * (a memfd): the process maps what it keeps and writes its own pattern on
  * every page of its VMM allocations, so what it counts is memory it really
- * holds, each page its own.  (A chunk it freed is its allocation's again:
+ * holds, each page its own.  On a GPU the fds are kept as they are.  (A
+ * chunk it freed is its allocation's again:
  * the agent zeroes it and grants it to the allocation's processes; what A
  * wrote there is not checked.)
  *
@@ -26,8 +27,10 @@
  * of the VMM allocations they kept, print "verified P pages, W wrong" and
  * exit (0 when every page
  * held its pattern). */
+#include <linux/kcmp.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "e2e_wire.h"
 
@@ -48,38 +51,55 @@ static uint64_t pattern(uint32_t i, uint64_t page)
         return (UINT64_C(0x6b657074) << 32) ^ ((uint64_t)i << 20) ^ page;
 }
 
-/* Adds fd to k unless its memory is already there (same inode), maps it
- * and writes its pattern on every page (mine: checked at the end). */
-static void keep(struct kept *k, int fd, bool mine)
+/* Whether fds a and b are the same open file (the agent sends a chunk's
+ * one exported fd each time it grants it). */
+static bool same_file(int a, int b)
+{
+        pid_t me = getpid();
+
+        return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) == 0;
+}
+
+/* Adds fd (memory of size bytes) to k.  On the fake driver (a memfd):
+ * unless its memory is already there (same inode), mapped, its pattern
+ * written on every page (mine: checked at the end).  A real driver's fd
+ * cannot be mapped: it is kept as it is, counted unless the same file is
+ * already kept. */
+static void keep(struct kept *k, int fd, uint64_t size, bool mine)
 {
         struct stat st;
-        void *m;
+        void *m = MAP_FAILED;
 
         if (fd < 0)
                 return;
-        if (k->n >= KEEP_MAX || fstat(fd, &st) < 0 || st.st_size <= 0) {
+        if (k->n >= KEEP_MAX || fstat(fd, &st) < 0) {
                 close(fd);
                 return;
         }
-        for (uint32_t i = 0; i < k->n; i++)
-                if (k->ino[i] == (uint64_t)st.st_ino) {
-                        close(fd);
-                        return;
-                }
-        m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED) {
-                fprintf(stderr, "cannot map a kept fd of %lld bytes: %s\n", (long long)st.st_size,
-                        strerror(errno));
-                close(fd);
-                return;
+        if (st.st_size > 0) {
+                for (uint32_t i = 0; i < k->n; i++)
+                        if (k->ino[i] == (uint64_t)st.st_ino) {
+                                close(fd);
+                                return;
+                        }
+                m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         }
-        for (uint64_t p = 0; p < (uint64_t)st.st_size / PAGE; p++)
-                *(volatile uint64_t *)((char *)m + p * PAGE) = pattern(k->n, p);
+        if (m == MAP_FAILED)
+                for (uint32_t i = 0; i < k->n; i++)
+                        if (!k->map[i] && same_file(k->fd[i], fd)) { /* sent again */
+                                close(fd);
+                                return;
+                        }
+        if (m != MAP_FAILED) {
+                size = (uint64_t)st.st_size;
+                for (uint64_t p = 0; p < size / PAGE; p++)
+                        *(volatile uint64_t *)((char *)m + p * PAGE) = pattern(k->n, p);
+        }
         k->fd[k->n] = fd;
         k->ino[k->n] = (uint64_t)st.st_ino;
-        k->size[k->n] = (uint64_t)st.st_size;
-        k->mine[k->n] = mine;
-        k->map[k->n++] = m;
+        k->size[k->n] = size;
+        k->mine[k->n] = mine && m != MAP_FAILED;
+        k->map[k->n++] = m == MAP_FAILED ? NULL : m;
 }
 
 /* A VMM allocation of size bytes: its fd kept, then released. */
@@ -99,7 +119,7 @@ static void vmm_round(struct kept *k, struct e2e_conn *c, uint64_t size)
         struct gs_sock_vmm_grant g;
         int fd = -1;
         if (e2e_recv(c->sock, &g, sizeof(g), &fd, 5000) == (ssize_t)sizeof(g))
-                keep(k, fd, true);
+                keep(k, fd, size, true);
         else if (fd >= 0)
                 close(fd);
         k->created++;
@@ -120,7 +140,7 @@ static void chunk_round(struct kept *k, struct e2e_conn *c, uint64_t size)
         }
         k->created++;
         for (uint32_t i = 0; i < n; i++)
-                keep(k, fds[i], false);
+                keep(k, fds[i], c->w.gpus[0].chunk_bytes, false);
         if (e2e_call(c, GS_OP_FREE, 0, rep.arg[0], 0, &rep, NULL, 0, NULL) == 0 && rep.arg[1])
                 (void)e2e_call(c, GS_OP_RELEASE, 0, rep.arg[0], rep.arg[1], NULL, NULL, 0, NULL);
 }
@@ -141,7 +161,8 @@ static int report(struct kept *k, struct e2e_conn *c)
                 for (uint64_t p = 0; k->mine[i] && p < k->size[i] / PAGE; p++, pages++)
                         if (*(volatile uint64_t *)((char *)k->map[i] + p * PAGE) != pattern(i, p))
                                 bad++;
-                munmap(k->map[i], (size_t)k->size[i]);
+                if (k->map[i])
+                        munmap(k->map[i], (size_t)k->size[i]);
                 close(k->fd[i]);
         }
         printf("verified %llu pages, %llu wrong\n", (unsigned long long)pages, (unsigned long long)bad);
@@ -177,7 +198,7 @@ static int cmd_keepfd(const char *sock, int rounds)
                 if (e2e_call(&c, GS_OP_ALLOC, 0, 2 * chunk, 0, &rep, fds, 8, &n) == 0) {
                         uint64_t off = rep.arg[0];
                         for (uint32_t j = 0; j < n; j++)
-                                keep(&k, fds[j], false);
+                                keep(&k, fds[j], chunk, false);
                         if (e2e_call(&c, GS_OP_FREE, 0, off, 0, &rep, NULL, 0, NULL) == 0 && rep.arg[1])
                                 (void)e2e_call(&c, GS_OP_RELEASE, 0, rep.arg[0], rep.arg[1], NULL, NULL, 0,
                                                NULL);
