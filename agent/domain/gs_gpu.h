@@ -52,10 +52,12 @@ struct gs_chunk {
         /* Names this memory (not the chunk id: records trade memory);
          * 0 without memory.  An upgrade sends each fd once (gs_handover.h). */
         uint64_t memid;
-        /* Given back without memory by a set of this allocation (gs_vmm,
-         * gs_outside) because the driver had no room: a process of the
-         * allocation may still hold its memory.  Never takes another
-         * chunk's (gs_gpu_chunk_fill): it is made anew or not at all. */
+        /* Taken by a set of this allocation (gs_vmm, gs_outside: its
+         * memory dropped for a process's VMM allocations or contexts), or
+         * given back by one without memory because the driver had no
+         * room: a process of the allocation may still hold what stands for
+         * it.  Never takes another chunk's (gs_gpu_chunk_fill): it is made
+         * anew or not at all.  Cleared when its memory is made. */
         bool kept;
         /* Under the GPU's lock: the id of the last process granted this
          * memory (it may have written it), 0 if none since it was made or
@@ -264,6 +266,9 @@ int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errl
  * (released for them, gs_outside.h, and not created yet); else -ENOSPC (or
  * -EIO) with the figures in err.  Under g->lock with g->ctx current. */
 int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen) GS_WUR;
+/* How many bytes gs_gpu_room allows now (0 if it cannot tell).  Under
+ * g->lock with g->ctx current. */
+uint64_t gs_gpu_room_left(struct gs_gpu *g);
 /* Re-creates pending chunks (recycled while their old memory was still
  * held) where the driver has room now, and puts them back in the pool.
  * Under g->lock. */

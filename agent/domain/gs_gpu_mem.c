@@ -24,16 +24,39 @@ void gs_gpu_chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
         prop->location.id = (int)g->dev;
 }
 
-int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
+/* The driver's free bytes, and what of them is kept free. */
+static int room_figures(struct gs_gpu *g, size_t *free_b, uint64_t *need, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->node->cu;
-        size_t free_b = 0, total_b = 0;
-        uint64_t need = g->reserve_bytes + g->ctx_promised;
+        size_t total_b = 0;
 
-        if (cu->mem_get_info(&free_b, &total_b) != CUDA_SUCCESS) {
+        *free_b = 0;
+        *need = g->reserve_bytes + g->ctx_promised;
+        if (g->node->cu.mem_get_info(free_b, &total_b) != CUDA_SUCCESS) {
                 snprintf(err, errlen, "cuMemGetInfo failed");
                 return -EIO;
         }
+        return 0;
+}
+
+uint64_t gs_gpu_room_left(struct gs_gpu *g)
+{
+        size_t free_b;
+        uint64_t need;
+        char err[64];
+
+        if (room_figures(g, &free_b, &need, err, sizeof(err)) < 0 || free_b <= need)
+                return 0;
+        return free_b - need;
+}
+
+int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
+{
+        size_t free_b;
+        uint64_t need;
+        int r = room_figures(g, &free_b, &need, err, errlen);
+
+        if (r < 0)
+                return r;
         if (free_b >= bytes && free_b - bytes >= need)
                 return 0;
         snprintf(err, errlen, "no room in the driver for %llu MiB: %llu MiB free, %llu MiB kept free "
