@@ -167,15 +167,6 @@ void gs_proc_kill_all(struct gs_agent *ag)
                         gs_proc_destroy(ag, a->procs, NULL);
 }
 
-void gs_proc_notify(struct gs_proc *p)
-{
-        uint64_t one = 1;
-
-        /* EAGAIN: the counter is full, a wake-up is pending anyway. */
-        if (p->notify_fd >= 0 && write(p->notify_fd, &one, sizeof(one)) < 0) {
-        }
-}
-
 uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i)
 {
         uint32_t n = 0;

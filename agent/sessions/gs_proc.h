@@ -150,7 +150,15 @@ uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i);
 /* After bumping p's give_back or spill word: wakes its hook's thread if it
  * took the notification eventfd (GS_OP_NOTIFY); a no-op otherwise.  Any
  * thread: the fd lives as long as the process record. */
-void gs_proc_notify(struct gs_proc *p);
+static inline void gs_proc_notify(struct gs_proc *p)
+{
+        uint64_t one = 1;
+
+        /* EAGAIN: the counter is full, a wake-up is pending anyway. */
+        if (p->notify_fd >= 0 && write(p->notify_fd, &one, sizeof(one)) < 0) {
+        }
+}
+
 /* Main thread: every process holding borrowed chunks (docs/burst.md) is
  * asked for those it holds without a live block; they go back to the
  * system list.  For a create that found too few free chunks.  Returns the
