@@ -316,6 +316,105 @@ static int64_t usage_tick(void *data, int64_t now)
         return next;
 }
 
+/* Who runs when: the callbacks and timers of the layers (agent/layers.txt:
+ * none calls up into another). */
+static void wire(struct gs_agent *ag)
+{
+        gs_agent_wire(ag, broadcast);
+        ag->node.on_alloc_conn = gs_proc_on_listen;
+        ag->on_give_back = gs_proc_give_back_sweep;
+        ag->on_event = gs_usage_event;
+        gs_loop_timer_add(ag->node.loop, &ag->hello_timer, gs_proc_tick, ag);
+        gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_allocs_tick, &ag->node);
+        gs_loop_timer_add(ag->node.loop, &ag->usage_timer, usage_tick, ag);
+}
+
+/* An agent of an earlier release, which cannot hand over, serves: ready to
+ * take over (so that the rollout stops it), but nothing of ours may touch
+ * the GPU or its paths before it is gone.  -1: stopped meanwhile. */
+static int wait_older_agent(struct gs_agent *ag, sigset_t *set)
+{
+        log_warn("an agent without handover (an earlier release) serves %s: waiting for it to stop; its "
+                 "processes keep their memory but cannot allocate after it",
+                 ag->node.cfg.agent_socket);
+        ready_file(&ag->node.cfg, true);
+        while (gs_handover_older_agent(ag)) {
+                struct timespec ts = { 0, 200 * 1000 * 1000 };
+                int sig;
+                if (sigtimedwait(set, NULL, &ts) >= 0) {
+                        (void)sig;
+                        log_info("stopped while waiting");
+                        return -1;
+                }
+        }
+        log_info("the earlier agent is gone: starting as after a restart");
+        return 0;
+}
+
+static void warn_fd_limit(const struct gs_config *cfg)
+{
+        struct rlimit rl;
+
+        /* Each connection holds its socket, pidfd, segment, doorbell and
+         * notification eventfd. */
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            (uint64_t)cfg->max_conns * 5 + 1024 > rl.rlim_cur)
+                log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
+                         cfg->max_conns, (unsigned long long)cfg->max_conns * 5 + 1024,
+                         (unsigned long long)rl.rlim_cur);
+}
+
+/* After a handover (ho) or a restart the memory of the agent before is
+ * let go for a moment yet (gs_serve waits for it). */
+static void settle(struct gs_agent *ag, bool ho)
+{
+        bool on = ho;
+
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                on |= ag->node.gpus[i].chunks_made_at_start < ag->node.gpus[i].nchunks;
+        if (on)
+                __atomic_store_n(&ag->settle_until_ms, gs_mono_ms() + 5000, __ATOMIC_RELAXED);
+}
+
+/* Everything stopped and freed, in order (the reconciler and the watch
+ * are stopped, a takeover under way aborted). */
+static void stop(struct gs_agent *ag, struct signals *sg)
+{
+        gs_handover_close(ag);
+        ready_file(&ag->node.cfg, false);
+        if (ag->handed_over) {
+                /* Everything is the new agent's: our sockets' and files'
+                 * paths are its own (nothing is removed or written), and
+                 * our memory goes without any made in its place (the new
+                 * agent holds the chunks; processes map them). */
+                for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                        ag->node.gpus[i].frozen = true;
+                for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
+                        gs_closep(&a->listen_fd);
+        }
+        /* The ledgers keep saying what the processes hold: the next agent
+         * charges it (a stop is an upgrade or a restart, not their end). */
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                gs_gpu_ledger_stop(&ag->node.gpus[i]);
+        gs_proc_kill_all(ag);
+        gs_workers_free(ag->workers);
+        gs_allocs_shutdown(&ag->node);
+        ag->node.watched = false;
+        gs_ctlsrv_free(ag->ctl);
+        gs_metrics_free(ag->metrics);
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                gs_gpu_close(&ag->node.gpus[i]);
+        free(ag->node.gpus);
+        gs_usage_close(ag);
+        gs_events_stop(ag->events);
+        gs_cuda_close(&ag->node.cu);
+        if (sg->fd >= 0 && ag->node.loop)
+                gs_loop_io_del(ag->node.loop, &sg->io);
+        gs_closep(&sg->fd);
+        gs_loop_free(ag->node.loop);
+        gs_agent_unwire(ag);
+}
+
 int main(int argc, char **argv)
 {
         struct gs_agent ag = { 0 };
@@ -357,14 +456,7 @@ int main(int argc, char **argv)
                 log_error("signalfd: %m");
                 goto out;
         }
-        /* Wiring: who runs when.  No module calls up into another. */
-        gs_agent_wire(&ag, broadcast);
-        ag.node.on_alloc_conn = gs_proc_on_listen;
-        ag.on_give_back = gs_proc_give_back_sweep;
-        ag.on_event = gs_usage_event;
-        gs_loop_timer_add(ag.node.loop, &ag.hello_timer, gs_proc_tick, &ag);
-        gs_loop_timer_add(ag.node.loop, &ag.node.restore_timer, gs_allocs_tick, &ag.node);
-        gs_loop_timer_add(ag.node.loop, &ag.usage_timer, usage_tick, &ag);
+        wire(&ag);
         r = gs_cuda_open(&ag.node.cu, ag.node.cfg.cuda_library, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
@@ -381,37 +473,13 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
-        if (r == 0 && gs_handover_older_agent(&ag)) {
-                /* An agent of an earlier release, which cannot hand over:
-                 * ready to take over (so that the rollout stops it), but
-                 * nothing of ours may touch the GPU or its paths before it
-                 * is gone. */
-                log_warn("an agent without handover (an earlier release) serves %s: waiting for it to stop; its "
-                         "processes keep their memory but cannot allocate after it",
-                         ag.node.cfg.agent_socket);
-                ready_file(&ag.node.cfg, true);
-                while (gs_handover_older_agent(&ag)) {
-                        struct timespec ts = { 0, 200 * 1000 * 1000 };
-                        int sig;
-                        if (sigtimedwait(&set, NULL, &ts) >= 0) {
-                                (void)sig;
-                                log_info("stopped while waiting");
-                                goto out;
-                        }
-                }
-                log_info("the earlier agent is gone: starting as after a restart");
-        }
+        if (r == 0 && wait_older_agent(&ag, &set) < 0)
+                goto out;
         if (open_gpus(&ag, ho) < 0)
                 goto out;
         if (ho)
                 log_info("upgrade: pools built on the old agent's chunks");
-        /* Each connection holds its socket, pidfd, segment, doorbell and
-         * notification eventfd. */
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-            (uint64_t)ag.node.cfg.max_conns * 5 + 1024 > rl.rlim_cur)
-                log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
-                         ag.node.cfg.max_conns, (unsigned long long)ag.node.cfg.max_conns * 5 + 1024,
-                         (unsigned long long)rl.rlim_cur);
+        warn_fd_limit(&ag.node.cfg);
         r = gs_workers_new(gs_serve_turn, ag.node.cfg.worker_threads, ag.node.cfg.max_conns, &ag.workers, err,
                            sizeof(err));
         if (r < 0) {
@@ -448,14 +516,7 @@ int main(int argc, char **argv)
                 log_info("upgrade: allocations and processes restored");
         if (gs_handover_listen(&ag, err, sizeof(err)) < 0)
                 log_warn("%s: an upgrade will not take over from this agent without a gap", err);
-        /* An upgrade: the old agent lets its processes go to us now. */
-        /* After a handover or a restart the memory of the agent before is
-         * let go for a moment yet (gs_serve waits for it). */
-        bool settle = ho != NULL;
-        for (uint32_t i = 0; i < ag.node.ngpus; i++)
-                settle |= ag.node.gpus[i].chunks_made_at_start < ag.node.gpus[i].nchunks;
-        if (settle)
-                __atomic_store_n(&ag.settle_until_ms, gs_mono_ms() + 5000, __ATOMIC_RELAXED);
+        settle(&ag, ho != NULL);
         gs_handover_finish(ho);
         ho = NULL;
         ready_file(&ag.node.cfg, true);
@@ -480,39 +541,7 @@ out:
          * binds its sockets again and puts its ledger back). */
         ag.node.paths_theirs |= ho != NULL;
         gs_handover_abort(ho);
-        gs_handover_close(&ag);
-        ready_file(&ag.node.cfg, false);
-        if (ag.handed_over) {
-                /* Everything is the new agent's: our sockets' and files'
-                 * paths are its own (nothing is removed or written), and
-                 * our memory goes without any made in its place (the new
-                 * agent holds the chunks; processes map them). */
-                for (uint32_t i = 0; i < ag.node.ngpus; i++)
-                        ag.node.gpus[i].frozen = true;
-                for (struct gs_allocation *a = ag.node.allocs; a; a = a->next)
-                        gs_closep(&a->listen_fd);
-        }
-        /* The ledgers keep saying what the processes hold: the next agent
-         * charges it (a stop is an upgrade or a restart, not their end). */
-        for (uint32_t i = 0; i < ag.node.ngpus; i++)
-                gs_gpu_ledger_stop(&ag.node.gpus[i]);
-        gs_proc_kill_all(&ag);
-        gs_workers_free(ag.workers);
-        gs_allocs_shutdown(&ag.node);
-        ag.node.watched = false;
-        gs_ctlsrv_free(ag.ctl);
-        gs_metrics_free(ag.metrics);
-        for (uint32_t i = 0; i < ag.node.ngpus; i++)
-                gs_gpu_close(&ag.node.gpus[i]);
-        free(ag.node.gpus);
-        gs_usage_close(&ag);
-        gs_events_stop(ag.events);
-        gs_cuda_close(&ag.node.cu);
-        if (sg.fd >= 0 && ag.node.loop)
-                gs_loop_io_del(ag.node.loop, &sg.io);
-        gs_closep(&sg.fd);
-        gs_loop_free(ag.node.loop);
-        gs_agent_unwire(&ag);
+        stop(&ag, &sg);
         if (ag.handed_over) {
                 /* Exiting would have the kubelet start this old version
                  * again: wait for the end of the pod. */
