@@ -216,6 +216,22 @@ def hook_env(ag, alloc):
     return env
 
 
+def chosen_cases(names):
+    """The cases of a script to run, from its command line (test/tests.list
+    runs each as its own entry, SCRIPT:CASE): none, all of names in order;
+    --list prints names and exits; else the ones named, and a name the
+    script does not have fails the run."""
+    args = sys.argv[1:]
+    if args == ["--list"]:
+        print("\n".join(names))
+        sys.exit(0)
+    for a in args:
+        if a not in names:
+            print("FAIL no case %r (cases: %s)" % (a, ", ".join(names)))
+            sys.exit(1)
+    return args or list(names)
+
+
 def ctl_raw(path, payload, expect_reply=True):
     """Sends raw bytes on the control socket; returns the one frame that
     came back (its 4-byte length and its body), or what came before EOF
