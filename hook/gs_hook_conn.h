@@ -17,6 +17,7 @@
 
 #include "gs_hook.h"
 #include "gs_hook_blocks.h"
+#include "gs_hook_msg.h"
 #include "gs_wire.h"
 
 /* One GPU of the allocation. */
@@ -100,6 +101,13 @@ int gs_conn_retry(void);
 /* Whether the agent closed the connection (no reply pending: the lock is
  * held between requests). */
 int gs_conn_hung_up(void);
+/* The layers above are told through one callback (gs_hook_thread.c sets
+ * it at load; the connection calls none of its users): CLOSING before the
+ * fds of a connection that was up are closed, DOWN when it is forgotten
+ * for good, UP when a connection is up.  pre for all: gs_conn.mu held. */
+enum gs_conn_event { GS_CONN_EV_CLOSING, GS_CONN_EV_DOWN, GS_CONN_EV_UP };
+typedef void (*gs_conn_event_fn)(enum gs_conn_event ev);
+void gs_conn_set_event_fn(gs_conn_event_fn fn);
 /* Says why once, and forgets the connection for good. */
 void gs_conn_lost(const char *why);
 /* The agent went away: the connection is LOST (reconnected at the next
@@ -108,8 +116,6 @@ void gs_conn_broken(const char *why);
 /* The next message on the socket, without waiting, and at most one fd
  * (*ret_fd, -1 if none).  Its length, or a negative errno. */
 ssize_t gs_conn_recv_fd(void *buf, size_t len, int *ret_fd);
-/* Whether a received message of got bytes is a whole message of type. */
-int gs_conn_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize_t got);
 /* The agent's verdict on a request as a negative errno (0: done). */
 int gs_conn_status(int32_t st);
 

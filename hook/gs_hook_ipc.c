@@ -163,7 +163,7 @@ static int gs_ipc_keep(uint32_t gi, const struct gs_ring_msg *rep, uint64_t base
                 int fd;
                 ssize_t got = gs_conn_recv_fd(&gr, sizeof(gr), &fd);
 
-                if (got < 0 || !gs_conn_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), got) || fd < 0 ||
+                if (got < 0 || !gs_msg_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), got) || fd < 0 ||
                     gr.seq != rep->seq || gr.gpu != gi || gr.slot != i || gr.chunk_bytes != g->chunk) {
                         gs_closep(&fd);
                         r = -EPROTO;
@@ -300,7 +300,7 @@ static int gs_take_ipc_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev,
                         r = -EPROTO;
                         break;
                 }
-                if (!gs_conn_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
+                if (!gs_msg_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
                     gr.gpu != gi || gr.slot != i || gr.chunk_bytes != e->chunk) {
                         *why = "malformed IPC grant";
                         r = -EPROTO;

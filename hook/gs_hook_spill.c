@@ -13,7 +13,6 @@
 #include "gs_hook_gate.h"
 #include "gs_hook_space.h"
 #include "gs_hook_spill.h"
-#include "gs_hook_thread.h"
 #include "gs_ring.h"
 
 /* The spill word when last looked at, and for which connection
@@ -321,7 +320,7 @@ static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t *slots, int *fds, u
                         r = -EPROTO;
                         break;
                 }
-                if (!gs_conn_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 || m.seq != seq || m.gpu != gi ||
+                if (!gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 || m.seq != seq || m.gpu != gi ||
                     m.chunk_bytes != g->chunk || m.slot >= g->max_slots || !g->mapped[m.slot]) {
                         *why = "malformed move";
                         r = -EPROTO;
@@ -407,5 +406,4 @@ void gs_spill_start(void)
 {
         gs_gate_arm();
         pthread_once(&g_fork_once, gs_spill_fork_register);
-        gs_thread_start();
 }
