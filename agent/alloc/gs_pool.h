@@ -1,5 +1,5 @@
 /* gs_pool.h — the agent's three-level allocator for one GPU, as the rest
- * of the agent sees it (DESIGN.md "Memory path"; built by gs_gsm, gs_buddy
+ * of the agent sees it (docs/design.md; built by gs_gsm, gs_buddy
  * and gs_slab underneath).
  *
  * Addresses are integers: offsets in a process's virtual range of that GPU

@@ -1,5 +1,5 @@
 /* gs_allocs.h — allocations: the lifecycle of one allocation of units of
- * the GPUs to one owner (DESIGN.md "Allocation").  Main thread only.
+ * the GPUs to one owner (docs/design.md).  Main thread only.
  *
  * The owner is a field of the allocation (gs_ckpt.h, enum gs_owner_kind):
  *   - the device plugin's: a set of device IDs handed to a container.  Its

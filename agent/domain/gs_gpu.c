@@ -303,13 +303,3 @@ uint32_t gs_gpu_units_allocated(const struct gs_gpu *g)
         return n;
 }
 
-void gs_gpu_check_lending(struct gs_gpu *g)
-{
-        struct gs_pool_stats st;
-
-        gs_pool_stats(g->pool, &st);
-        if (st.chunks_borrowed != g->last_borrowed) {
-                g->last_borrowed = st.chunks_borrowed;
-                gs_node_poke(g->node);
-        }
-}

@@ -1,13 +1,16 @@
 /* gs_gpu_int.h — internals of one GPU (gs_gpu.h) shared by its files,
- * never included elsewhere.  Each file calls only those listed below it:
+ * never included elsewhere.  Each file calls only those listed below it
+ * (test/test_layers.py checks that no files call each other in a circle):
  *
  *   gs_gpu.c           identity, context, opening and closing the pool,
- *                      units and lending
+ *                      units
  *   gs_gpu_restart.c   ledgers, a handed-over pool, chunks trading memory
  *   gs_gpu_scrubber.c  the background scrubber thread
- *   gs_gpu_mem.c       device memory and the chunks' memory
+ *   gs_gpu_spill.c     moves' books: spares, host memory made ahead, moves
+ *   gs_gpu_mem.c       device memory, the chunks' memory, lending's pokes
  *   gs_gpu_scrub.c     zeroing: the agent's mappings, the scrub stream, the
- *                      scrubber's batch in flight, a grant's scrub
+ *                      scrubber's batch in flight and its kick, a grant's
+ *                      scrub
  *
  * All of it under g->lock unless said otherwise. */
 #ifndef GS_GPU_INT_H

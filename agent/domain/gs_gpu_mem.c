@@ -396,3 +396,14 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
         }
         return 0;
 }
+
+void gs_gpu_check_lending(struct gs_gpu *g)
+{
+        struct gs_pool_stats st;
+
+        gs_pool_stats(g->pool, &st);
+        if (st.chunks_borrowed != g->last_borrowed) {
+                g->last_borrowed = st.chunks_borrowed;
+                gs_node_poke(g->node);
+        }
+}

@@ -264,3 +264,15 @@ void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
         *ret = g->scrub_st;
         pthread_mutex_unlock(&g->lock);
 }
+
+/* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
+ * a clean one left it. */
+void gs_gpu_scrub_kick(void *ctx)
+{
+        struct gs_gpu *g = ctx;
+
+        if (!g->scrub_kicked) {
+                g->scrub_kicked = true;
+                pthread_cond_signal(&g->scrub_cond);
+        }
+}

@@ -26,18 +26,6 @@ static struct gs_gsm *pool_gsm(struct gs_gpu *g)
         return m;
 }
 
-/* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
- * a clean one left it. */
-void gs_gpu_scrub_kick(void *ctx)
-{
-        struct gs_gpu *g = ctx;
-
-        if (!g->scrub_kicked) {
-                g->scrub_kicked = true;
-                pthread_cond_signal(&g->scrub_cond);
-        }
-}
-
 /* Under g->lock: queues the next batch (gs_gsm_scrub_next) on the scrub
  * stream and records scrub_ev after it; how many chunks are in it.
  * Chunks that need no zeroing (made anew since, or before their grant)

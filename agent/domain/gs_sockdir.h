@@ -1,5 +1,5 @@
 /* gs_sockdir.h — an allocation's socket directory and listening socket
- * (DESIGN.md "Allocation").  Main thread only.
+ * (docs/design.md).  Main thread only.
  *
  * <socketRoot>/<dir>/agent.sock.  socketRoot is 0700: only root on the
  * host reaches a socket; a container reaches its own directory (0755)

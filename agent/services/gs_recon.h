@@ -1,4 +1,4 @@
-/* gs_recon.h — the reconciler with the kubelet (DESIGN.md "Kubelet side").
+/* gs_recon.h — the reconciler with the kubelet (docs/design.md).
  *
  * AllocateRequest carries no pod identity, so the agent learns which pod
  * holds an allocation afterwards: every reconcileInterval a thread calls
