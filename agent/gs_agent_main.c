@@ -316,13 +316,23 @@ static int64_t usage_tick(void *data, int64_t now)
         return next;
 }
 
+/* Memory is wanted (gs_agent_want_give_back): processes are asked for
+ * chunks without a live block, then movers woken for what is owed; the
+ * workers waiting for it are told. */
+static void give_back(struct gs_agent *ag)
+{
+        gs_proc_give_back_sweep(ag);
+        gs_move_kick(ag);
+        gs_agent_count(ag, &ag->give_back_sweeps);
+}
+
 /* Who runs when: the callbacks and timers of the layers (agent/layers.txt:
  * none calls up into another). */
 static void wire(struct gs_agent *ag)
 {
         gs_agent_wire(ag, broadcast);
         ag->node.on_alloc_conn = gs_proc_on_listen;
-        ag->on_give_back = gs_proc_give_back_sweep;
+        ag->on_give_back = give_back;
         ag->on_event = gs_usage_event;
         gs_loop_timer_add(ag->node.loop, &ag->hello_timer, gs_proc_tick, ag);
         gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_allocs_tick, &ag->node);

@@ -6,7 +6,6 @@
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
  * previous agent's processes: gs_proc_restore.c. */
 #include "gs_proc_int.h"
-#include "gs_serve_move.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +41,16 @@ void gs_proc_close_conn(struct gs_agent *ag, struct gs_proc *p)
         p->state = GS_PROC_CLOSED;
 }
 
+/* Under g->lock: the process is gone; a move of its in flight is undone
+ * (nothing of it moved: the batch's spares and chunks go back). */
+static void move_cancel(struct gs_proc_gpu *pg)
+{
+        if (!pg->nmove)
+                return;
+        gs_gpu_move_end(pg->g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, 0, NULL, 0);
+        pg->nmove = 0;
+}
+
 /* The process is gone: frees everything it had. */
 void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
 {
@@ -60,7 +69,7 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                         continue;
                 pthread_mutex_lock(&g->lock);
                 gs_vmm_clear(g, &p->gpus[i].vmm);
-                gs_move_cancel(&p->gpus[i]);
+                move_cancel(&p->gpus[i]);
                 gs_pproc_del(p->gpus[i].pp);
                 gs_pproc_del(p->gpus[i].vpp);
                 p->gpus[i].vpp = NULL;
@@ -216,8 +225,6 @@ void gs_proc_give_back_sweep(struct gs_agent *ag)
                         }
                         pthread_mutex_unlock(&g->lock);
                 }
-        gs_move_kick(ag);
-        gs_agent_count(ag, &ag->give_back_sweeps);
 }
 
 void gs_proc_pause_all(struct gs_agent *ag)

@@ -164,7 +164,8 @@ static inline void gs_proc_notify(struct gs_proc *p)
  * system list.  For a create that found too few free chunks.  Returns the
  * chunks lent on all GPUs (0: nothing to ask for). */
 uint32_t gs_proc_ask_borrowers(struct gs_agent *ag);
-/* ag->on_give_back: the same for every part marked give_back_wanted. */
+/* The same for every part marked give_back_wanted (main wires it, with
+ * the movers' kick, to ag->on_give_back). */
 void gs_proc_give_back_sweep(struct gs_agent *ag);
 void gs_proc_resume_all(struct gs_agent *ag);
 void gs_proc_disconnect_all(struct gs_agent *ag);

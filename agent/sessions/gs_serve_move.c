@@ -102,14 +102,6 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
         return 0;
 }
 
-void gs_move_cancel(struct gs_proc_gpu *pg)
-{
-        if (!pg->nmove)
-                return;
-        gs_gpu_move_end(pg->g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, 0, NULL, 0);
-        pg->nmove = 0;
-}
-
 bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
 {
         struct gs_part *part = &p->alloc->parts[gi];

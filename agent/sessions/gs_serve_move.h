@@ -13,9 +13,6 @@ bool gs_move_feature(const struct gs_agent *ag, const struct gs_allocation *a);
 int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, struct gs_ring_msg *rep);
 int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                         struct gs_ring_msg *rep);
-/* The process is gone: its batch in flight, if any, is undone.  Under
- * the GPU's lock. */
-void gs_move_cancel(struct gs_proc_gpu *pg);
 /* A request of p on its GPU gi for bytes failed for want of memory: if
  * its allocation is owed chunks there, the owed ones it needs are wanted
  * back (the main thread asks the movers, gs_move_kick).  Whether so. */
