@@ -32,7 +32,8 @@
  *      its HELLO carries GS_HELLO_RECLAIM.  After WELCOME it sends
  *      GS_SOCK_RECLAIM messages: per GPU the slots it has mapped
  *      (GS_RECLAIM_SLOTS) and its live blocks (GS_RECLAIM_BLOCKS), then one
- *      GS_RECLAIM_END; the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
+ *      GS_RECLAIM_END (with GS_FEAT_HOST_SLOTS, before it the slots
+ *      whose data a move put in host memory, GS_RECLAIM_HOST); the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
  *      ERROR and close, and only then serves the rings.  What the process
  *      holds is charged from the agent's own ledger, never from these
  *      messages: they only say where the free space is.
@@ -97,6 +98,7 @@ enum gs_sock_type {
 #define GS_FEAT_RECLAIM 1u
 #define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
 #define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
+#define GS_FEAT_HOST_SLOTS 8u  /* GS_RECLAIM_HOST */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -154,6 +156,9 @@ enum gs_reclaim_kind {
         /* pairs (id, size) of the process's live VMM allocations made by an
          * earlier agent (its GS_OP_VMM_RELEASE of such an id is accepted) */
         GS_RECLAIM_VMM = 4,
+        /* slots whose memory a move put in host memory (GS_FEAT_HOST_SLOTS):
+         * taken only for slots the agent's record has in a move */
+        GS_RECLAIM_HOST = 5,
 };
 #define GS_RECLAIM_MAX_ITEMS 4096u
 struct gs_sock_reclaim {
