@@ -3,6 +3,7 @@
  * exchange, and a batch's move of slots to the memory the agent sent, at
  * the same addresses.  See gs_hook_spill.h. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -444,6 +445,16 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
         }
 }
 
+/* pre: gs_conn.mu held, up.  Whether the agent's end of the socket is
+ * closed (it died: nothing else notices while the application makes no
+ * memory call).  Only a hang-up counts: pending data is a call's to read. */
+static int gs_spill_agent_gone(void)
+{
+        struct pollfd pfd = { .fd = gs_conn.sock, .events = POLLRDHUP };
+
+        return gs_conn.sock >= 0 && poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static void *gs_spill_main(void *arg)
 {
         uint64_t gen = UINT64_MAX;
@@ -456,6 +467,14 @@ static void *gs_spill_main(void *arg)
                 uint32_t *word = NULL;
 
                 pthread_mutex_lock(&gs_conn.mu);
+                /* The agent went away: its successor must be able to ask
+                 * for our borrowed chunks (their owners may want them) and
+                 * bring spilled data back, even while the application
+                 * makes no memory call that would reconnect. */
+                if (gs_conn.state == GS_CONN_UP && gs_spill_agent_gone())
+                        gs_conn_broken("the agent closed the connection");
+                if (gs_conn.state == GS_CONN_LOST)
+                        (void)gs_conn_up();
                 if (gs_conn.state == GS_CONN_DOWN) {
                         /* For good: no agent will ask again. */
                         pthread_mutex_unlock(&gs_conn.mu);
