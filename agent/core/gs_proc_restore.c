@@ -18,7 +18,7 @@
 
 /* The closed record of (pid, start) on allocation a, made if the process
  * still lives: NULL if it does not (its memory is free in the driver). */
-static struct gs_proc *ghost(struct gs_agent *ag, struct gs_allocation *a, const struct gs_ledger_ent *e)
+struct gs_proc *gs_proc_ghost(struct gs_agent *ag, struct gs_allocation *a, const struct gs_ledger_ent *e)
 {
         struct gs_proc *q;
         char err[200], path[64];
@@ -75,7 +75,7 @@ static struct gs_proc *ghost(struct gs_agent *ag, struct gs_allocation *a, const
         return q;
 }
 
-static struct gs_allocation *alloc_by_num(struct gs_agent *ag, uint64_t num, uint32_t gpu, uint32_t *ret_part)
+struct gs_allocation *gs_proc_alloc_by_num(struct gs_agent *ag, uint64_t num, uint32_t gpu, uint32_t *ret_part)
 {
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 if (a->releasing || gs_proc_alloc_num(a) != num)
@@ -99,9 +99,9 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
         uint32_t pi, chunk;
         int r = -ESRCH;
 
-        a = alloc_by_num(ag, e->alloc, g->index, &pi);
+        a = gs_proc_alloc_by_num(ag, e->alloc, g->index, &pi);
         if (a)
-                q = ghost(ag, a, e);
+                q = gs_proc_ghost(ag, a, e);
         else if (e->pid && gs_ledger_pid_start((pid_t)e->pid) == e->start)
                 r = -ENOENT; /* alive, of an allocation gone */
         if (!q) {
@@ -173,10 +173,11 @@ void gs_proc_restore(struct gs_agent *ag)
                 (void)!gs_gpu_ledger_start(g, ag->cfg.state_dir);
                 /* What each of the old agent's chunks held, before anything
                  * moves (handed over: its memid; after a crash: nothing). */
-                uint64_t *was = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*was));
-                uint64_t *target = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*target));
-                uint32_t *chunk = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*chunk));
-                struct gs_allocation **owner = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*owner));
+                size_t nent = (size_t)g->nheld_before + g->nspilled_before + 1;
+                uint64_t *was = calloc(nent, sizeof(*was));
+                uint64_t *target = calloc(nent, sizeof(*target));
+                uint32_t *chunk = calloc(nent, sizeof(*chunk));
+                struct gs_allocation **owner = calloc(nent, sizeof(*owner));
                 uint32_t n = 0;
                 if (!was || !target || !chunk || !owner) {
                         free(owner);
@@ -189,6 +190,7 @@ void gs_proc_restore(struct gs_agent *ag)
                 }
                 for (uint32_t i = 0; i < g->nheld_before && i < g->nchunks; i++)
                         was[i] = g->chunks[i].inherited ? g->chunks[i].memid : 0;
+                gs_proc_restore_debts(ag, g);
                 /* Mapped chunks first: the chunks without memory stand for
                  * what processes map; VMM backing chunks counted the old
                  * agent's fillers too, which died with it. */
@@ -203,9 +205,24 @@ void gs_proc_restore(struct gs_agent *ag)
                                                 target[n++] = was[i];
                                         }
                                 }
+                /* Slots a move back was taking to the GPU: device memory
+                 * until the process says otherwise (gs_proc_spillrest.c). */
+                for (uint32_t i = 0; i < g->nspilled_before; i++) {
+                        struct gs_ledger_ent e;
+                        struct gs_allocation *a = NULL;
+                        if (!gs_proc_spill_entry_as_device(g, i, &e))
+                                continue;
+                        uint32_t c = restore_one(ag, g, &e, &lost, &a);
+                        if (c != UINT32_MAX) {
+                                chunk[n] = c;
+                                owner[n] = a;
+                                target[n++] = 0;
+                        }
+                }
                 pthread_mutex_lock(&g->lock);
                 place_adopted(g, chunk, target, owner, n);
                 pthread_mutex_unlock(&g->lock);
+                gs_proc_restore_spilled(ag, g);
                 free(owner);
                 free(was);
                 free(target);

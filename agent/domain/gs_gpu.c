@@ -208,6 +208,7 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                 return 0;
         }
 pool:
+        g->move_back_quiet_ms = cfg->move_back_quiet_ms;
         r = gs_gpu_spill_init(g, cfg->spill_max_bytes, err, errlen);
         if (r < 0)
                 return r;
@@ -254,6 +255,7 @@ void gs_gpu_close(struct gs_gpu *g)
                          (unsigned long long)st->grants_waited, (unsigned long long)st->scrubbed_bg,
                          (unsigned long long)st->batches_bg, (unsigned long long)st->failures);
         gs_ledger_close(&g->ledger);
+        gs_gpu_spillrec_close(g);
         free(g->held_before);
         g->held_before = NULL;
         gs_pool_free(g->pool);
@@ -308,6 +310,8 @@ void gs_gpu_check_lending(struct gs_gpu *g)
         struct gs_pool_stats st;
 
         gs_pool_stats(g->pool, &st);
+        if (g->nspare)
+                gs_gpu_spillrec_debts(g);
         if (st.chunks_borrowed != g->last_borrowed) {
                 g->last_borrowed = st.chunks_borrowed;
                 gs_agent_poke(g->agent);
