@@ -15,6 +15,8 @@
  *   reclaimKillAfter: 0      # an owner still short of its lent memory this long
  *                            # (no host memory left to spill to): its biggest
  *                            # borrower is killed; 0: never
+ *   moveBackQuiet: 10s       # spilled data moves back once no owner asked for
+ *                            # lent memory this long
  *   maxBlocksPerProcess: 1048576     # live blocks (cuMemAlloc) a process may hold
  *   maxBlocksPerAllocation: 4194304  # ... all processes of an allocation, per GPU
  *   devices: all             # or a list of GPU UUIDs / indices
@@ -82,6 +84,7 @@ struct gs_config {
         uint64_t burst_max_bytes;
         uint64_t spill_max_bytes;
         uint32_t reclaim_kill_after_ms; /* 0: never kill for a reclaim */
+        uint32_t move_back_quiet_ms;    /* no move back sooner after an owner's request */
         /* Caps on live blocks, which bound the agent's memory per process
            and per allocation on each GPU (agent/alloc/gs_pool.h). */
         uint64_t max_blocks_per_process;

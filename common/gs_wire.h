@@ -33,8 +33,9 @@
  *      GS_SOCK_RECLAIM messages: per GPU the slots it has mapped
  *      (GS_RECLAIM_SLOTS) and its live blocks (GS_RECLAIM_BLOCKS), with
  *      GS_FEAT_IPC_KEEP its IPC exports and the fds of the memory under
- *      them (GS_RECLAIM_IPC, GS_RECLAIM_IPC_FD), then one
- *      GS_RECLAIM_END; the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
+ *      them (GS_RECLAIM_IPC, GS_RECLAIM_IPC_FD), with GS_FEAT_HOST_SLOTS
+ *      the slots whose data a move put in host memory (GS_RECLAIM_HOST),
+ *      then one GS_RECLAIM_END; the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
  *      ERROR and close, and only then serves the rings.  What the process
  *      holds is charged from the agent's own ledger, never from these
  *      messages: they only say where the free space is.
@@ -108,6 +109,7 @@ enum gs_sock_type {
 #define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
 #define GS_FEAT_IPC_KEEP 8u    /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
 #define GS_FEAT_NOTIFY 16u     /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
+#define GS_FEAT_HOST_SLOTS 32u /* GS_RECLAIM_HOST */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -173,6 +175,9 @@ enum gs_reclaim_kind {
          * exports, with one fd (SCM_RIGHTS): the memory mapped there, as
          * the export's GS_SOCK_IPC_GRANT gave it; after the IPC triples */
         GS_RECLAIM_IPC_FD = 6,
+        /* slots whose memory a move put in host memory (GS_FEAT_HOST_SLOTS):
+         * taken only for slots the agent's record has in a move */
+        GS_RECLAIM_HOST = 7,
 };
 #define GS_RECLAIM_MAX_ITEMS 4096u
 struct gs_sock_reclaim {

@@ -300,6 +300,20 @@ static int gs_reclaim(const char **why)
                 if (r == 0 && k)
                         r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0, -1);
                 k = 0;
+                /* Slots a move put in host memory: the new agent takes our
+                 * word only for those its record has in a move. */
+                for (uint32_t s = 0; s < g->max_slots && r == 0 && (gs_conn.features & GS_FEAT_HOST_SLOTS); s++) {
+                        if (g->mapped[s] != GS_MAPPED_HOST)
+                                continue;
+                        m->item[k++] = s;
+                        if (k == GS_RECLAIM_MAX_ITEMS) {
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_HOST, k, 0, -1);
+                                k = 0;
+                        }
+                }
+                if (r == 0 && k)
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_HOST, k, 0, -1);
+                k = 0;
                 for (size_t i = 0; i < g->blocks.cap && r == 0; i++) {
                         uint64_t off, size;
                         if (!gs_blocks_at(&g->blocks, i, &off, &size))

@@ -21,12 +21,17 @@
 #include "gs_wire.h"
 
 /* One GPU of the allocation. */
+/* What a slot maps (gs_hook_gpu.mapped): a granted chunk, or host memory a
+ * move put there (said at a reclaim, GS_RECLAIM_HOST). */
+#define GS_MAPPED_DEVICE 1
+#define GS_MAPPED_HOST 2
+
 struct gs_hook_gpu {
         uint8_t uuid[16];
         uint64_t quota, chunk;
         uint32_t max_slots;
         CUdeviceptr va_base;   /* 0 until reserved */
-        uint8_t *mapped;       /* max_slots flags */
+        uint8_t *mapped;       /* max_slots: 0, GS_MAPPED_DEVICE or GS_MAPPED_HOST */
         int ctx_charged;       /* GS_OP_CTX done for this process */
         int ctx_done;          /* and GS_OP_CTX_DONE sent */
         struct gs_blocks blocks; /* live blocks, for a reclaim */

@@ -171,7 +171,7 @@ static int gs_map_grant(const struct gs_cu *cu, struct gs_hook_gpu *g, CUdevice 
         int r = gs_map_fd_access(cu, g->va_base + (CUdeviceptr)slot * g->chunk, g->chunk, dev, fd, 0);
 
         if (r == 0)
-                g->mapped[slot] = 1;
+                g->mapped[slot] = GS_MAPPED_DEVICE;
         return r;
 }
 

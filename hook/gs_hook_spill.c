@@ -370,6 +370,8 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
                         return;
                 }
                 moved = gs_spill_move(cu, gi, slots, fds, k);
+                for (uint32_t i = 0; i < moved; i++)
+                        g->mapped[slots[i]] = rep.arg[1] == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
                 gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
                               rep.arg[1] == GS_MOVE_TO_HOST ? "host" : "device");
                 if (gs_conn.state != GS_CONN_UP)

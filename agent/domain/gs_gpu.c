@@ -208,6 +208,7 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                 return 0;
         }
 pool:
+        g->move_back_quiet_ms = cfg->move_back_quiet_ms;
         r = gs_gpu_spill_init(g, cfg->spill_max_bytes, err, errlen);
         if (r < 0)
                 return r;
@@ -254,6 +255,7 @@ void gs_gpu_close(struct gs_gpu *g)
                          (unsigned long long)st->grants_waited, (unsigned long long)st->scrubbed_bg,
                          (unsigned long long)st->batches_bg, (unsigned long long)st->failures);
         gs_ledger_close(&g->ledger);
+        gs_gpu_spillrec_close(g);
         free(g->held_before);
         g->held_before = NULL;
         gs_pool_free(g->pool);
@@ -302,4 +304,3 @@ uint32_t gs_gpu_units_allocated(const struct gs_gpu *g)
                 n += g->unit_owner[u] != NULL;
         return n;
 }
-

@@ -27,10 +27,10 @@
 
 struct gs_allocation;
 struct gs_gsm;
-/* No move back to a GPU until this long after an owner last asked for
- * lent memory there: what it frees a moment later it may want again (a
- * caching allocator's churn), and moves both ways cost the borrower. */
-#define GS_MOVE_BACK_QUIET_MS 10000
+/* No move back to a GPU until moveBackQuiet (config, default 10 s) after
+ * an owner last asked for lent memory there: what it frees a moment later
+ * it may want again (a caching allocator's churn), and moves both ways
+ * cost the borrower. */
 
 /* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
 #define GS_GPU_REMAKE_PER_SCAN 4u
@@ -206,7 +206,18 @@ struct gs_gpu {
         uint32_t moving_out;
         int64_t spill_want_ms;   /* since when spill_want waits for progress (0: none) */
         int64_t last_want_ms;    /* the last owner's request for lent memory */
+        int64_t move_back_quiet_ms; /* config moveBackQuiet */
         struct gs_gpu_move_stats move_st;
+        /* Spilled slots, moves in flight and debts, for a restarted agent
+         * (gs_gpu_spillrec.c; docs/burst.md "Agent restarts"): one entry
+         * per spare, then ndebt for the allocations owed chunks.  Under
+         * lock; spillrec_on while this agent writes it (not paused).
+         * spilled_before: the previous agent's entries until restored. */
+        struct gs_ledger spillrec;
+        bool spillrec_on;
+        uint32_t ndebt;
+        struct gs_ledger_ent *spilled_before;
+        uint32_t nspilled_before;
 };
 
 /* What an earlier agent hands over of one GPU's pool (gs_handover.h):
@@ -361,6 +372,19 @@ void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b);
  * them from before a restart (the driver counts such memory to the
  * process that maps it, so usage scans subtract them).  Under g->lock. */
 uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p);
+
+/* ---- Spilled data across restarts (gs_gpu_spillrec.c) ----
+ * The previous agent's record (g->spilled_before) says, per process slot,
+ * whether its data was in host memory (GS_LEDGER_SLOT) or in a move
+ * (GS_LEDGER_SPILLING, GS_LEDGER_UNSPILLING), and which allocations were
+ * owed how many chunks (GS_LEDGER_OWED, alloc and count in slot).
+ * gs_gpu_spillrec_done frees it once the processes are restored. */
+void gs_gpu_spillrec_done(struct gs_gpu *g);
+/* Under g->lock, before anything is adopted: each allocation owed chunks
+ * before lends its own first again (gs_palloc_lent_before); tag_of gives
+ * the allocation's part on g with that number, or NULL. */
+void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc),
+                                   void *ctx);
 
 /* ---- Moves (gs_gpu_spill.c; docs/burst.md "Giving it back") ----
  * Before the pool is made: spillMax / chunk spare records (at most the

@@ -88,4 +88,27 @@ bool gs_gpu_room_at_start(struct gs_gpu *g);
 int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
                           char *err, size_t errlen);
 
+/* ---- gs_gpu_spillrec.c ---- */
+
+/* At open, with the previous agent's ledger: its spill record into
+ * g->spilled_before (nothing if there is none or it is not usable). */
+void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg);
+/* This agent's record under state_dir (beside its ledger), committed,
+ * paused or resumed (a takeover), and closed with it. */
+void gs_gpu_spillrec_start(struct gs_gpu *g, const char *state_dir);
+void gs_gpu_spillrec_commit(struct gs_gpu *g);
+void gs_gpu_spillrec_pause(struct gs_gpu *g, bool pause);
+void gs_gpu_spillrec_close(struct gs_gpu *g);
+/* gs_gpu_chunk_hold for a spare record (chunk >= g->nchunks). */
+void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledger_tag *t, uint32_t slot,
+                          bool held);
+/* A batch planned (e[0..n), tag the process's): each slot marked in a
+ * move; and ended: what did not move as it was before. */
+void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enum gs_move_dir dir,
+                            const struct gs_move_ent *e, uint32_t n);
+void gs_gpu_spillrec_moved(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
+                           uint32_t moved);
+/* The allocations' debts written where they changed (gs_gpu_check_lending). */
+void gs_gpu_spillrec_debts(struct gs_gpu *g);
+
 #endif

@@ -402,6 +402,8 @@ void gs_gpu_check_lending(struct gs_gpu *g)
         struct gs_pool_stats st;
 
         gs_pool_stats(g->pool, &st);
+        if (g->nspare)
+                gs_gpu_spillrec_debts(g);
         if (st.chunks_borrowed != g->last_borrowed) {
                 g->last_borrowed = st.chunks_borrowed;
                 gs_node_poke(g->node);

@@ -66,6 +66,11 @@ struct gs_proc_gpu {
         struct gs_legacy_vmm *lvmm;
         uint32_t nlvmm;
         uint64_t lvmm_bytes;
+        /* Slots in a move when the earlier agent stopped: charged as
+         * device memory unless the process says they are in host memory
+         * (GS_RECLAIM_HOST; gs_proc_spillrest.c). */
+        uint32_t maybe_host[GS_MOVE_MAX];
+        uint32_t nmaybe_host;
         /* A batch of moves sent, not answered yet (gs_serve_move.c);
          * the worker serving the process's turn, or under g->lock. */
         struct gs_move_ent move[GS_MOVE_MAX];

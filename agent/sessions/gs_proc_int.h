@@ -46,4 +46,23 @@ void gs_proc_take_over_closed(struct gs_agent *ag, struct gs_proc *p);
  * connection ends; it keeps what it holds). */
 int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t errlen);
 
+/* ---- gs_proc_spillrest.c: spilled data across restarts ---- */
+/* The live allocation of number num with a part on GPU gpu (*ret_part),
+ * or NULL (gs_proc_restore.c). */
+struct gs_allocation *gs_proc_alloc_by_num(struct gs_agent *ag, uint64_t num, uint32_t gpu, uint32_t *ret_part);
+/* The closed record of e's process on a (made if it lives), or NULL. */
+struct gs_proc *gs_proc_ghost(struct gs_agent *ag, struct gs_allocation *a, const struct gs_ledger_ent *e);
+/* Before g's ledger entries are adopted: the debts of the previous agent. */
+void gs_proc_restore_debts(struct gs_agent *ag, struct gs_gpu *g);
+/* After: the slots that were in host memory adopt spares, those in a
+ * move are marked (maybe_host); the debts' hints end. */
+void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g);
+/* The previous agent's record entry i as a device entry to adopt (a move
+ * back in flight: the slot is charged as device memory unless the process
+ * says otherwise), in *ret; false if it is none. */
+bool gs_proc_spill_entry_as_device(const struct gs_gpu *g, uint32_t i, struct gs_ledger_ent *ret);
+/* A reclaiming process's GS_RECLAIM_HOST message: each slot of pg it
+ * names that was in a move gives its device chunk back for a spare. */
+void gs_proc_reclaim_host(struct gs_proc *p, struct gs_proc_gpu *pg, const uint64_t *slots, uint32_t n);
+
 #endif

@@ -44,6 +44,9 @@ void gs_proc_take_over_closed(struct gs_agent *ag, struct gs_proc *p)
                 pg->vmm.cs.tag = &pg->vtag;
                 if (pg->vmm.cs.pp)
                         gs_pproc_set_tag(pg->vmm.cs.pp, &pg->vtag);
+                memcpy(pg->maybe_host, qg->maybe_host, sizeof(pg->maybe_host));
+                pg->nmaybe_host = qg->nmaybe_host;
+                qg->nmaybe_host = 0;
                 pg->lvmm = qg->lvmm;
                 pg->nlvmm = qg->nlvmm;
                 pg->lvmm_bytes = qg->lvmm_bytes;
@@ -223,6 +226,10 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                 log_info("process %d (%s) reclaimed its memory on allocation %s as #%llu", p->pid, p->comm,
                          p->alloc->id, (unsigned long long)p->id);
                 return 0;
+        }
+        if (m.gpu < p->ngpus && m.kind == GS_RECLAIM_HOST) {
+                gs_proc_reclaim_host(p, &p->gpus[m.gpu], m.item, m.count);
+                return 1;
         }
         if (m.gpu >= p->ngpus ||
             (m.kind != GS_RECLAIM_SLOTS && m.kind != GS_RECLAIM_BLOCKS && m.kind != GS_RECLAIM_VMM) ||

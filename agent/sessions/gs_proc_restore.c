@@ -16,79 +16,6 @@
 #include "gs_gpu.h"
 #include "gs_log.h"
 
-/* The closed record of (pid, start) on allocation a, made if the process
- * still lives: NULL if it does not (its memory is free in the driver). */
-static struct gs_proc *ghost(struct gs_agent *ag, struct gs_allocation *a, const struct gs_ledger_ent *e)
-{
-        struct gs_proc *q;
-        char err[200], path[64];
-        int pidfd, fd;
-
-        for (q = a->procs; q; q = q->next)
-                if (q->pid == (pid_t)e->pid && q->start == e->start)
-                        return q;
-        pidfd = (int)syscall(SYS_pidfd_open, (pid_t)e->pid, 0);
-        if (pidfd < 0)
-                return NULL;
-        /* After the pidfd: a pid reused since cannot pass for it. */
-        if (gs_ledger_pid_start((pid_t)e->pid) != e->start) {
-                close(pidfd);
-                return NULL;
-        }
-        (void)fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-        q = calloc(1, sizeof(*q));
-        if (!q) {
-                close(pidfd);
-                return NULL;
-        }
-        q->agent = ag;
-        q->alloc = a;
-        q->id = ++ag->next_proc_id;
-        q->pid = (pid_t)e->pid;
-        q->start = e->start;
-        q->sock = q->shmfd = q->wake_fd = q->notify_fd = -1;
-        q->pidfd = pidfd;
-        q->sock_io.fd = q->pidfd_io.fd = -1;
-        q->state = GS_PROC_CLOSED;
-        snprintf(q->comm, sizeof(q->comm), "?");
-        snprintf(path, sizeof(path), "/proc/%d/comm", q->pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-                ssize_t n = read(fd, q->comm, sizeof(q->comm) - 1);
-                q->comm[n > 0 ? n : 0] = '\0';
-                if (n > 0 && q->comm[n - 1] == '\n')
-                        q->comm[n - 1] = '\0';
-                close(fd);
-        }
-        q->next = a->procs;
-        a->procs = q;
-        a->nprocs++;
-        ag->nconns++;
-        if (gs_proc_gpus_init(ag, q, err, sizeof(err)) < 0 ||
-            gs_loop_io_add(ag->node.loop, &q->pidfd_io, q->pidfd, EPOLLIN, gs_proc_on_pidfd, q) < 0) {
-                log_error("process %d of allocation %s: %s", q->pid, a->id, err);
-                gs_proc_destroy(ag, q, NULL);
-                return NULL;
-        }
-        log_info("process %d (%s) of allocation %s held memory from before the restart: charged until it "
-                 "reconnects or exits (#%llu)", q->pid, q->comm, a->id, (unsigned long long)q->id);
-        return q;
-}
-
-static struct gs_allocation *alloc_by_num(struct gs_agent *ag, uint64_t num, uint32_t gpu, uint32_t *ret_part)
-{
-        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next) {
-                if (a->releasing || gs_proc_alloc_num(a) != num)
-                        continue;
-                for (uint32_t i = 0; i < a->nparts; i++)
-                        if (a->parts[i].gpu == gpu && !a->parts[i].gone) {
-                                *ret_part = i;
-                                return a;
-                        }
-        }
-        return NULL;
-}
-
 /* One chunk the previous agent's ledger says a live process holds. */
 /* The chunk adopted for the entry, or UINT32_MAX. */
 static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t *lost,
@@ -99,9 +26,9 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
         uint32_t pi, chunk;
         int r = -ESRCH;
 
-        a = alloc_by_num(ag, e->alloc, g->index, &pi);
+        a = gs_proc_alloc_by_num(ag, e->alloc, g->index, &pi);
         if (a)
-                q = ghost(ag, a, e);
+                q = gs_proc_ghost(ag, a, e);
         else if (e->pid && gs_ledger_pid_start((pid_t)e->pid) == e->start)
                 r = -ENOENT; /* alive, of an allocation gone */
         if (!q) {
@@ -173,10 +100,11 @@ void gs_proc_restore(struct gs_agent *ag)
                 (void)!gs_gpu_ledger_start(g, ag->node.cfg.state_dir);
                 /* What each of the old agent's chunks held, before anything
                  * moves (handed over: its memid; after a crash: nothing). */
-                uint64_t *was = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*was));
-                uint64_t *target = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*target));
-                uint32_t *chunk = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*chunk));
-                struct gs_allocation **owner = calloc(g->nheld_before ? g->nheld_before : 1, sizeof(*owner));
+                size_t nent = (size_t)g->nheld_before + g->nspilled_before + 1;
+                uint64_t *was = calloc(nent, sizeof(*was));
+                uint64_t *target = calloc(nent, sizeof(*target));
+                uint32_t *chunk = calloc(nent, sizeof(*chunk));
+                struct gs_allocation **owner = calloc(nent, sizeof(*owner));
                 uint32_t n = 0;
                 if (!was || !target || !chunk || !owner) {
                         free(owner);
@@ -189,6 +117,7 @@ void gs_proc_restore(struct gs_agent *ag)
                 }
                 for (uint32_t i = 0; i < g->nheld_before && i < g->nchunks; i++)
                         was[i] = g->chunks[i].inherited ? g->chunks[i].memid : 0;
+                gs_proc_restore_debts(ag, g);
                 /* Mapped chunks first: the chunks without memory stand for
                  * what processes map; VMM backing chunks counted the old
                  * agent's fillers too, which died with it. */
@@ -203,9 +132,24 @@ void gs_proc_restore(struct gs_agent *ag)
                                                 target[n++] = was[i];
                                         }
                                 }
+                /* Slots a move back was taking to the GPU: device memory
+                 * until the process says otherwise (gs_proc_spillrest.c). */
+                for (uint32_t i = 0; i < g->nspilled_before; i++) {
+                        struct gs_ledger_ent e;
+                        struct gs_allocation *a = NULL;
+                        if (!gs_proc_spill_entry_as_device(g, i, &e))
+                                continue;
+                        uint32_t c = restore_one(ag, g, &e, &lost, &a);
+                        if (c != UINT32_MAX) {
+                                chunk[n] = c;
+                                owner[n] = a;
+                                target[n++] = 0;
+                        }
+                }
                 pthread_mutex_lock(&g->lock);
                 place_adopted(g, chunk, target, owner, n);
                 pthread_mutex_unlock(&g->lock);
+                gs_proc_restore_spilled(ag, g);
                 free(owner);
                 free(was);
                 free(target);

@@ -196,7 +196,7 @@ void gs_move_kick(struct gs_agent *ag)
                         continue;
                 pthread_mutex_lock(&g->lock);
                 out = g->spill_want > g->moving_out;
-                back = !g->spill_want && gs_mono_ms() - g->last_want_ms >= GS_MOVE_BACK_QUIET_MS &&
+                back = !g->spill_want && gs_mono_ms() - g->last_want_ms >= g->move_back_quiet_ms &&
                        gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
                 if (g->spill_want && !gs_pool_owed(g->pool))
                         g->spill_want = 0; /* repaid meanwhile (given back, exits) */
