@@ -30,6 +30,9 @@ js() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 fail=0
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 ok() { echo "ok   $*"; }
+# Writes a command to B's (fd 7) or A's (fd 8) stdin; a dead reader is a
+# FAIL, not a SIGPIPE that ends this script before its RESULT line.
+to() { local fd=$1; shift; (echo "$*" >&"$fd") 2>/dev/null || bad "could not send '$*' on fd $fd: its reader is gone"; }
 gpu() { ctl --json gpus | js "d['gpus'][0]['$1']"; }
 
 # The platform's host <-> device bandwidth, for reading the figures.
@@ -74,7 +77,8 @@ GSHARE_FILL_GIB=$POOL hooked "$Bd" "$PY" "$here/spill_borrower.py" <"$work/inb" 
 bp=$!
 exec 7>"$work/inb"
 steps() { local n0; n0=$(grep -c '"step"' "$work/b.out"); for _ in $(seq 1200); do
-  [[ $(grep -c '"step"' "$work/b.out") -ge $((n0 + $1)) ]] && return 0; sleep 0.1; done; return 1; }
+  [[ $(grep -c '"step"' "$work/b.out") -ge $((n0 + $1)) ]] && return 0
+  kill -0 $bp 2>/dev/null || { echo "B (pid $bp) is gone: $(tail -n 1 "$work/b.err")"; return 1; }; sleep 0.1; done; return 1; }
 for _ in $(seq 1200); do grep -q ready "$work/b.out" && break; kill -0 $bp 2>/dev/null || break; sleep 0.1; done
 echo "B: $(head -n 1 "$work/b.out"); owed to A: $(gpu chunks_owed) chunks, lent units $(gpu units_lent)"
 steps 20 || bad "B does not step"
@@ -82,7 +86,7 @@ b_base=$(med 20 <"$work/b.out")
 [[ $(gpu chunks_owed) -gt 0 ]] && ok "B borrowed A's idle chunks" || bad "B did not borrow A's chunks"
 
 # A allocates 8 GiB while B is paused (its steps would share the GPU with A's).
-echo pause >&7; sleep 1
+to 7 pause; sleep 1
 mkfifo "$work/ina"
 GSHARE_OWN_GIB=8 GSHARE_OWN_SETTLE_S=3 hooked "$A" "$PY" "$here/spill_owner.py" <"$work/ina" >"$work/a.out" 2>"$work/a.err" &
 ap=$!
@@ -96,7 +100,7 @@ echo "A: 8 GiB in ${alloc_ms} ms; step ${a_spilled} ms (alone ${a_alone}); chunk
 # A's 8 GiB came from chunks B borrowed from A (spilled) and from chunks B
 # gave back without moving them (PyTorch's cache: none here, B paused).
 [[ $spilled -ge 100 ]] && ok "B's data spilled: $spilled chunks" || bad "spilled $spilled chunks"
-echo go >&7
+to 7 go
 steps 10 || bad "B does not step while spilled"
 b_spilled=$(med 10 <"$work/b.out")
 bad_steps=$(grep -c '"ok": false' "$work/b.out")
@@ -104,7 +108,7 @@ bad_steps=$(grep -c '"ok": false' "$work/b.out")
 
 # A exits: B's data comes back to the GPU.
 t0=$(date +%s.%N)
-echo quit >&8; wait $ap
+to 8 quit; wait $ap
 for _ in $(seq 600); do [[ $(gpu chunks_spilled) == 0 ]] && break; sleep 0.1; done
 back_s=$("$PY" -c "import time; print(round($(date +%s.%N) - $t0, 2))")
 [[ $(gpu chunks_spilled) == 0 ]] && ok "B back on the GPU ${back_s} s after A exited" || bad "still spilled: $(gpu chunks_spilled)"
@@ -114,46 +118,54 @@ bad_steps=$(grep -c '"ok": false' "$work/b.out")
 [[ $bad_steps == 0 ]] && ok "B's checksums hold after moving back" || bad "B: $bad_steps bad steps"
 # Again, now that the borrower has mapped host memory once (the first
 # batch in a process costs more, see docs/burst.md).
-echo pause >&7; sleep 1
+to 7 pause; sleep 1
 GSHARE_OWN_GIB=8 GSHARE_OWN_SETTLE_S=3 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" </dev/null >"$work/a2.out" 2>"$work/a2.err"
 alloc2_ms=$(head -n 1 "$work/a2.out" | js 'd["alloc_ms"]')
 echo "A again: 8 GiB in ${alloc2_ms} ms"
 for _ in $(seq 600); do [[ $(gpu chunks_spilled) == 0 ]] && break; sleep 0.1; done
-echo go >&7
+to 7 go
 steps 5 || bad "B does not step after the second reclaim"
 bad_steps=$(grep -c '"ok": false' "$work/b.out")
 [[ $bad_steps == 0 ]] && ok "B's checksums hold after a second spill and return" || bad "B: $bad_steps bad steps"
 
 # ---- kill -9 of the agent while B's data is spilled
 chunks0=$(gpu chunks_total)
-echo pause >&7; sleep 1
+to 7 pause; sleep 1
 mkfifo "$work/ina3"
 GSHARE_OWN_GIB=8 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" <"$work/ina3" >"$work/a3.out" 2>"$work/a3.err" &
 ap=$!
 exec 8>"$work/ina3"
 for _ in $(seq 1200); do [[ $(wc -l <"$work/a3.out") -ge 2 ]] && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
-spilled_k=$(gpu chunks_spilled)
+spilled_k=$(gpu chunks_spilled); owed_k=$(gpu chunks_owed)
 [[ $spilled_k -ge 100 ]] && ok "before the kill: $spilled_k chunks spilled" || bad "before the kill: $spilled_k spilled"
 kill -9 $agent; wait $agent 2>/dev/null
 t0=$(date +%s.%N)
 start_agent
 # B's mover notices the dead agent within a second and reclaims.
-for _ in $(seq 600); do [[ $(gpu chunks_spilled) == "$spilled_k" ]] && break; sleep 0.1; done
+# The restarted agent may make chunks the old one had not re-created yet
+# (its log: "N can be made now") and lend them to B at once, which moves
+# as many spilled chunks back (as the agent does without a restart): the
+# spilled count may then drop below spilled_k by those, and B may owe A
+# those of them that were A's idle chunks, no more.
+seen=0
+for _ in $(seq 600); do [[ $(gpu chunks_spilled) == "$spilled_k" ]] && { seen=1; break; }; sleep 0.1; done
 restart_s=$("$PY" -c "import time; print(round($(date +%s.%N) - $t0, 2))")
-[[ $(gpu chunks_spilled) == "$spilled_k" && $(gpu chunks_owed) == 0 ]] &&
-  ok "after kill -9 and a restart ($restart_s s): $spilled_k chunks charged as spilled, none owed" ||
-  bad "after the restart: $(gpu chunks_spilled) spilled (before $spilled_k), $(gpu chunks_owed) owed"
+sp=$(gpu chunks_spilled); ow=$(gpu chunks_owed)
+echo "kill while spilled: before $spilled_k spilled, $owed_k owed; after the restart $sp spilled, $ow owed (saw $spilled_k: $seen)"
+[[ $seen == 1 && $sp -le $spilled_k && $ow -le $((owed_k + spilled_k - sp)) ]] &&
+  ok "after kill -9 and a restart ($restart_s s): $spilled_k chunks charged as spilled ($((spilled_k - sp)) moved back since), $ow owed" ||
+  bad "after the restart: $sp spilled (before $spilled_k, seen $seen), $ow owed (before $owed_k)"
 [[ $(tail -n 1 "$work/a3.out" | js 'd["ok"]') == True ]] && ok "A's 8 GiB hold their values" || bad "A's data (3)"
-echo go >&7
+to 7 go
 steps 5 || bad "B does not step after the restart"
 bad_steps=$(grep -c '"ok": false' "$work/b.out")
 [[ $bad_steps == 0 ]] && ok "B's checksums hold across the restart" || bad "B: $bad_steps bad steps after the restart"
-echo quit >&8; wait $ap
+to 8 quit; wait $ap
 for _ in $(seq 600); do [[ $(gpu chunks_spilled) == 0 ]] && break; sleep 0.1; done
 [[ $(gpu chunks_spilled) == 0 ]] && ok "B back on the GPU after the restart" || bad "still spilled: $(gpu chunks_spilled)"
 
 # ---- kill -9 in the middle of a move: as soon as the agent shows one
-echo pause >&7; sleep 1
+to 7 pause; sleep 1
 GSHARE_OWN_GIB=8 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" </dev/null >"$work/a4.out" 2>"$work/a4.err" &
 ap=$!
 midmove=0
@@ -173,13 +185,14 @@ fi
 [[ $(tail -n 1 "$work/a4.out" | js 'd["ok"]') == True ]] &&
   ok "mid-move kill (hit $midmove): the owner gets its 8 GiB after the restart" || bad "mid-move: the owner's 8 GiB"
 for _ in $(seq 600); do [[ $(gpu chunks_spilled) == 0 && $(gpu chunks_moving) == 0 ]] && break; sleep 0.1; done
+kill -0 $bp 2>/dev/null || bad "B (pid $bp) died after the mid-move restart: $(tail -n 1 "$work/b.err")"
 [[ $(gpu chunks_spilled) == 0 ]] && ok "mid-move: B back on the GPU once the owner is gone" ||
   bad "mid-move: still spilled $(gpu chunks_spilled)"
-echo go >&7
+to 7 go
 steps 5 || bad "B does not step after the mid-move restart"
 bad_steps=$(grep -c '"ok": false' "$work/b.out")
 [[ $bad_steps == 0 ]] && ok "B's checksums hold across the mid-move restart" || bad "B: $bad_steps bad steps (mid-move)"
-echo quit >&7; wait $bp
+to 7 quit; wait $bp
 for _ in $(seq 600); do [[ $(gpu chunks_owed) == 0 && $(gpu chunks_spilled) == 0 ]] && break; sleep 0.1; done
 lost=$(( chunks0 - $(gpu chunks_total) ))
 [[ $lost == 0 && $(gpu chunks_spilled) == 0 && $(gpu chunks_owed) == 0 ]] && ok "no chunk lost: $(gpu chunks_total) in the pool" ||
