@@ -52,6 +52,12 @@
  *    synchronizes the GPU, copies each slot's data into the new memory,
  *    maps the new memory at the same address, opens the gate, and says
  *    how many slots it moved with GS_OP_SPILL_DONE.
+ * 9. Notification (GS_FEAT_NOTIFY).  So that a process that makes no call
+ *    answers at once, the hook's thread asks GS_OP_NOTIFY once per
+ *    connection for an eventfd of the agent's, and blocks in poll() on it
+ *    (and on the socket, to see the agent go away).  The agent writes it
+ *    (8 bytes, 1) each time it bumps gs_shm.give_back or gs_shm.spill for
+ *    that process; the words stay the record of what was asked.
  * Versions.  The segment and message layouts are GS_WIRE_VERSION; features
  * added since are negotiated: an agent sets the bits it supports in the
  * WELCOME header's `reserved` field (GS_FEAT_*; an older agent leaves 0,
@@ -89,6 +95,7 @@ enum gs_sock_type {
         GS_SOCK_RECLAIM = 7,      /* hook -> agent, after a reclaiming HELLO's WELCOME */
         GS_SOCK_RECLAIM_DONE = 8, /* agent -> hook: struct gs_sock_error, err 0 */
         GS_SOCK_MOVE = 9,         /* agent -> hook, with one fd: struct gs_sock_grant */
+        GS_SOCK_NOTIFY = 10,      /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_NOTIFY) */
 };
 
 /* gs_sock_hello.flags */
@@ -97,6 +104,7 @@ enum gs_sock_type {
 #define GS_FEAT_RECLAIM 1u
 #define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
 #define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
+#define GS_FEAT_NOTIFY 8u      /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -274,6 +282,11 @@ enum gs_op {
          * reply map their new memory (data copied); the others kept what
          * they mapped.  arg1 = the direction, as in that reply. */
         GS_OP_SPILL_DONE = 15,
+        /* GS_FEAT_NOTIFY (item 9): before the reply (status 0), one
+         * GS_SOCK_NOTIFY message (struct gs_sock_grant: seq, the rest 0)
+         * carries the agent's notification eventfd for this process.  gpu
+         * 0.  No result. */
+        GS_OP_NOTIFY = 16,
 };
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is

@@ -17,7 +17,11 @@
  *                   while the hook moves memory (gs_hook_gate.h)
  *   gs_hook_spill.c the mover: a borrowed chunk's data moved to the memory
  *                   the agent names, at the same address (gs_hook_spill.h)
- *   gs_hook_ctx.c   the contexts the application made, for the mover */
+ *   gs_hook_ctx.c   the contexts the application made, for the mover and
+ *                   the hook's thread
+ *   gs_hook_thread.c the hook's thread: answers the agent (give-back,
+ *                   moves) and reconnects without waiting for a call
+ *                   (gs_hook_thread.h) */
 #ifndef GS_HOOK_H
 #define GS_HOOK_H
 
@@ -89,7 +93,7 @@ void *gs_real_dlsym_fn(void);
 /* One line on stderr, "gshare: ...", at most once per process per key (a
  * fork child may print again).  Debug lines only with $GSHARE_HOOK_DEBUG=1. */
 enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE_CAPTURE, GS_ONCE_CTX, GS_ONCE_RECLAIM,
-               GS_ONCE_MOVER, GS_ONCE__N };
+               GS_ONCE_MOVER, GS_ONCE_WAIT, GS_ONCE__N };
 void gs_hook_say_once(enum gs_once key, const char *fmt, ...) GS_PRINTF(2, 3);
 void gs_hook_debug(const char *fmt, ...) GS_PRINTF(1, 2);
 void gs_hook_once_reset(void);
@@ -174,6 +178,31 @@ void gs_ctx_unlock(void);
 /* pre: gs_ctx_lock held.  Up to max contexts and their devices: how many,
  * or -1 if a live context could not be recorded. */
 int gs_ctx_list(CUcontext *ctxs, CUdevice *devs, int max);
+
+/* Every context that may run work on a set of devices (a bit per CUdevice
+ * below GS_MAX_DEVICES): the active primary contexts (retained while in
+ * the set; an inactive one is never made: it would cost the GPU a
+ * context's memory) and the application's. */
+#define GS_MAX_DEVICES 64
+struct gs_ctx_set {
+        CUcontext ctx[GS_CTX_MAX + GS_MAX_DEVICES];
+        int n;
+        CUdevice prim[GS_MAX_DEVICES]; /* primary contexts retained */
+        int nprim;
+        CUcontext copy;                /* one on device dev */
+};
+/* pre: gs_ctx_lock held.  Fills s for the devices of devs, and s->copy
+ * with one on dev (-1: none wanted).  0; -EBUSY (a context the hook could
+ * not record lives: said once); -ENODEV (dev >= 0 has none). */
+int gs_ctx_collect(const struct gs_cu *cu, uint64_t devs, CUdevice dev, struct gs_ctx_set *s);
+/* pre: gs_ctx_lock held.  Synchronizes every context of s. */
+void gs_ctx_set_sync(const struct gs_cu *cu, const struct gs_ctx_set *s);
+/* Releases the primary contexts s retained. */
+void gs_ctx_set_release(const struct gs_cu *cu, struct gs_ctx_set *s);
+/* From a thread with no current context (the hook's): work queued on the
+ * devices of devs before now is done when it returns.  0, or -EBUSY as
+ * gs_ctx_collect.  Takes gs_ctx_lock (after gs_conn.mu, if held). */
+int gs_ctx_sync_devices(const struct gs_cu *cu, uint64_t devs);
 
 /* ---- gs_hook_nvml.c ----------------------------------------------- */
 

@@ -92,6 +92,14 @@ int gs_blocks_at(const struct gs_blocks *b, size_t i, uint64_t *ret_off, uint64_
         return 1;
 }
 
+int gs_blocks_meet(const struct gs_blocks *b, uint64_t lo, uint64_t hi)
+{
+        for (size_t i = 0; i < b->cap; i++)
+                if (b->key[i] && b->key[i] - 1 < hi && b->key[i] - 1 + b->size[i] > lo)
+                        return 1;
+        return 0;
+}
+
 void gs_blocks_clear(struct gs_blocks *b)
 {
         free(b->key);

@@ -26,6 +26,8 @@ int gs_blocks_del(struct gs_blocks *b, uint64_t off);
 /* The i-th slot of the table, for walking it: 1 with the block, 0 if
  * empty.  i < b->cap. */
 int gs_blocks_at(const struct gs_blocks *b, size_t i, uint64_t *ret_off, uint64_t *ret_size);
+/* Whether a block meets [lo, hi) (a walk of the table). */
+int gs_blocks_meet(const struct gs_blocks *b, uint64_t lo, uint64_t hi);
 /* Empties the table and frees its memory. */
 void gs_blocks_clear(struct gs_blocks *b);
 

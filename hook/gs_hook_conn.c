@@ -18,6 +18,7 @@
 
 #include "gs_hook_conn.h"
 #include "gs_hook_spill.h"
+#include "gs_hook_thread.h"
 #include "gs_ring.h"
 
 #define GS_DEFAULT_SOCKET "/var/run/gshare/agent.sock"
@@ -27,8 +28,17 @@
 #define GS_WELCOME_TIMEOUT_MS 10000
 #define GS_MAX_VA (UINT64_C(1) << 47)
 
-struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1 };
+struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1, .notify = -1 };
 static gs_conn_vmm_list_fn g_vmm_list;
+/* The hook's thread: a call of its never waits for a new agent (it holds
+ * gs_conn.mu, and frees must not wait).  initial-exec, as in
+ * gs_hook_gate.c. */
+static __thread __attribute__((tls_model("initial-exec"))) int t_no_wait;
+
+void gs_conn_no_wait(void)
+{
+        t_no_wait = 1;
+}
 
 void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn)
 {
@@ -36,9 +46,12 @@ void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn)
 }
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
-/* pre: gs_conn.mu held.  Closes the socket, the doorbell and the segment. */
+/* pre: gs_conn.mu held.  Closes the socket, the doorbells and the segment
+ * (the hook's thread, which may be polling them, is woken first). */
 static void gs_conn_close(void)
 {
+        gs_thread_kick();
+        gs_closep(&gs_conn.notify);
         gs_closep(&gs_conn.sock);
         gs_closep(&gs_conn.wake);
         if (gs_conn.shm)
@@ -92,6 +105,7 @@ static void gs_atfork_child(void)
         pthread_mutex_init(&gs_conn.mu, NULL);
         gs_closep(&gs_conn.sock);
         gs_closep(&gs_conn.wake);
+        gs_closep(&gs_conn.notify);
         if (gs_conn.shm)
                 munmap(gs_conn.shm, sizeof(*gs_conn.shm));
         gs_conn.shm = NULL;
@@ -344,10 +358,44 @@ static int gs_reclaim(const char **why)
         return n < 0 ? (int)n : -EPROTO;
 }
 
+/* pre: gs_conn.mu held.  A process never welcomed was refused for good:
+ * why (an ERROR from the agent was said by gs_conn_open already). */
+static void gs_conn_refused(const char *why)
+{
+        if (strcmp(why, "refused") != 0)
+                gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
+                                 "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
+        gs_conn.state = GS_CONN_DOWN;
+}
+
+/* Whether the directory of the agent's socket is gone: it does not exist,
+ * or it was removed while mounted here (no links left).  The agent keeps
+ * an allocation's directory across its restarts and removes it only when
+ * the allocation is deleted: then no agent will ever answer there. */
+static int gs_conn_dir_gone(void)
+{
+        char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        const char *slash = strrchr(gs_conn.sock_path, '/');
+        struct stat st;
+
+        if (!slash)
+                return 0; /* the working directory */
+        if (slash == gs_conn.sock_path)
+                return 0; /* "/" */
+        if ((size_t)(slash - gs_conn.sock_path) >= sizeof(dir))
+                return 0;
+        memcpy(dir, gs_conn.sock_path, (size_t)(slash - gs_conn.sock_path));
+        dir[slash - gs_conn.sock_path] = '\0';
+        if (stat(dir, &st) < 0)
+                return errno == ENOENT || errno == ENOTDIR;
+        return st.st_nlink == 0;
+}
+
 /* pre: gs_conn.mu held, no connection.  Connects, HELLO (reclaim: with
  * GS_HELLO_RECLAIM), WELCOME, and for a reclaim the reclaim itself.
- * 0 when up; -EPERM when refused (for good: an ERROR, or a protocol
- * violation); another negative errno when no agent answered (try again). */
+ * 0 when up; -EPERM when refused (for good: an ERROR, a protocol
+ * violation, the socket's directory gone); another negative errno when no
+ * agent answered (try again). */
 static int gs_conn_open(int reclaim, const char **why)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -370,6 +418,11 @@ static int gs_conn_open(int reclaim, const char **why)
         if (gs_conn.sock < 0 || connect(gs_conn.sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
                 r = gs_neg_errno();
                 *why = strerror(-r);
+                if (r == -ENOENT && gs_conn_dir_gone()) {
+                        *why = "No such file or directory: its directory is gone (the allocation was deleted, "
+                               "or its directory is not mounted here)";
+                        r = -EPERM;
+                }
                 goto fail;
         }
         hello.h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_HELLO, sizeof(hello), 0 };
@@ -446,7 +499,12 @@ fail:
         return r;
 }
 
-/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_NEW. */
+static int gs_conn_reconnect(void);
+
+/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_NEW.  A first connection
+ * that finds no agent answering (the agent restarts: no socket, refused,
+ * no WELCOME yet) waits as a process that lost its agent does
+ * (gs_conn_reconnect), and later calls try again. */
 static int gs_conn_connect(void)
 {
         const char *why = NULL, *w;
@@ -467,34 +525,68 @@ static int gs_conn_connect(void)
         r = gs_conn_open(0, &why);
         if (r == 0)
                 return 0;
-        if (r != -EPERM || strcmp(why, "refused") != 0)
-                gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
-                                 "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
+        if (r == -EPERM) {
+                gs_conn_refused(why);
+                return -ECONNREFUSED;
+        }
+        gs_hook_say_once(GS_ONCE_WAIT, "cannot reach the gshare agent at %s (%s); waiting up to %llu ms for it "
+                         "(then memory calls fail, and each tries again)", gs_conn.sock_path, why,
+                         (unsigned long long)(gs_conn.wait_ns / 1000000));
+        gs_conn.state = GS_CONN_LOST;
+        gs_conn.lost_ns = (uint64_t)gs_mono_ns();
+        return gs_conn_reconnect() ? 0 : -ECONNREFUSED;
+}
+
+/* pre: gs_conn.mu held, gs_conn.state == GS_CONN_LOST.  One try: a
+ * process that was welcomed before reclaims its memory, one that never
+ * was registers.  1 when up; 0 when for good (DOWN, said once); -1 when
+ * no agent answered. */
+static int gs_conn_try(void)
+{
+        const char *why = NULL;
+        int r = gs_conn_open(gs_conn.ngpus > 0, &why);
+
+        if (r == 0) {
+                gs_hook_debug("connected to the gshare agent at %s%s", gs_conn.sock_path,
+                              gs_conn.reconnects ? "; memory reclaimed" : "");
+                return 1;
+        }
+        if (r != -EPERM)
+                return -1;
+        if (gs_conn.ngpus > 0)
+                gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s did not take this process's memory "
+                                 "back (%s); GPU memory allocation is disabled for this process",
+                                 gs_conn.sock_path, why);
+        else
+                gs_conn_refused(why);
         gs_conn.state = GS_CONN_DOWN;
-        return -ECONNREFUSED;
+        return 0;
+}
+
+int gs_conn_retry(void)
+{
+        return gs_conn.state == GS_CONN_LOST && gs_conn_try() == 1;
+}
+
+int gs_conn_hung_up(void)
+{
+        struct pollfd pfd = { .fd = gs_conn.sock, .events = POLLRDHUP };
+
+        return gs_conn.state == GS_CONN_UP && gs_conn.sock >= 0 && poll(&pfd, 1, 0) > 0 &&
+               (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
 }
 
 /* pre: gs_conn.mu held, gs_conn.state == GS_CONN_LOST.  Connects to the
- * new agent and reclaims; while none answers, tries again until wait_ns
+ * new agent (and reclaims); while none answers, tries again until wait_ns
  * after the loss (after that, once per call).  Whether up. */
 static int gs_conn_reconnect(void)
 {
         uint64_t sleep_ns = 5000000;
-        const char *why = NULL;
 
         for (;;) {
-                int r = gs_conn_open(1, &why);
-                if (r == 0) {
-                        gs_hook_debug("reconnected to the gshare agent at %s; memory reclaimed", gs_conn.sock_path);
-                        return 1;
-                }
-                if (r == -EPERM) {
-                        gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s did not take this process's memory "
-                                         "back (%s); GPU memory allocation is disabled for this process",
-                                         gs_conn.sock_path, why);
-                        gs_conn.state = GS_CONN_DOWN;
-                        return 0;
-                }
+                int r = gs_conn_try();
+                if (r >= 0)
+                        return r;
                 uint64_t now = (uint64_t)gs_mono_ns();
                 if (now - gs_conn.lost_ns >= gs_conn.wait_ns)
                         return 0;
@@ -573,7 +665,7 @@ static int gs_conn_call_lost(uint32_t op, const char *why, struct gs_ring_msg *r
                 ret->op = op;
                 return 0;
         }
-        if (tries < 3 && gs_conn.state == GS_CONN_LOST && gs_conn_reconnect())
+        if (!t_no_wait && tries < 3 && gs_conn.state == GS_CONN_LOST && gs_conn_reconnect())
                 return 1;
         return -ECONNRESET;
 }

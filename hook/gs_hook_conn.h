@@ -19,8 +19,6 @@
 #include "gs_hook_blocks.h"
 #include "gs_wire.h"
 
-#define GS_MAX_DEVICES 64
-
 /* One GPU of the allocation. */
 struct gs_hook_gpu {
         uint8_t uuid[16];
@@ -36,8 +34,12 @@ struct gs_hook_gpu {
 /* LOST: the agent went away (its socket closed, or it stopped answering);
  * our memory stays mapped and the next call connects again and reclaims
  * it (gs_wire.h "Reclaim"), waiting up to $GSHARE_AGENT_WAIT seconds
- * (default GS_AGENT_WAIT_S) from the loss for an agent to answer.  DOWN:
- * for good (refused, or a protocol violation). */
+ * (default GS_AGENT_WAIT_S) from the loss for an agent to answer.  Also a
+ * process whose first connection found no agent answering (a restart):
+ * it waits the same way, then registers (ngpus == 0: never welcomed, so a
+ * plain HELLO, no reclaim).  DOWN: for good (refused, a protocol
+ * violation, or the socket's directory gone: the allocation was
+ * deleted). */
 enum { GS_CONN_NEW = 0, GS_CONN_UP = 1, GS_CONN_DOWN = 2, GS_CONN_LOST = 3 };
 #define GS_AGENT_WAIT_S 30
 
@@ -46,6 +48,7 @@ struct gs_conn {
         int state;
         int sock;
         int wake;              /* the agent's doorbell (eventfd of WELCOME) */
+        int notify;            /* the agent's notification eventfd (GS_OP_NOTIFY), or -1 */
         struct gs_shm *shm;
         uint32_t req_head, rep_tail;
         uint64_t seq;
@@ -80,6 +83,15 @@ int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_
  * module calls none of its users. */
 typedef size_t (*gs_conn_vmm_list_fn)(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next);
 void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn);
+/* This thread's calls never wait for a new agent: a request whose agent
+ * went away fails at once (the hook's thread). */
+void gs_conn_no_wait(void);
+/* One try to connect again while LOST (the hook's thread: no waiting).
+ * Whether up. */
+int gs_conn_retry(void);
+/* Whether the agent closed the connection (no reply pending: the lock is
+ * held between requests). */
+int gs_conn_hung_up(void);
 /* Says why once, and forgets the connection for good. */
 void gs_conn_lost(const char *why);
 /* The agent went away: the connection is LOST (reconnected at the next

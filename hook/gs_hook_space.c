@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gs_hook_space.h"
+#include "gs_hook_thread.h"
 
 /* pre: gs_conn.mu held.  The gs_conn.gpus index of the current context's device, or a
  * negative errno (-ENODEV: the device is not in the allocation). */
@@ -60,7 +61,39 @@ int gs_space_reserve(const struct gs_cu *cu, struct gs_hook_gpu *g)
                 return -ENOMEM;
         }
         g->va_base = va;
+        /* The process will hold chunks: its thread answers the agent's
+         * give-back requests without waiting for its next call. */
+        gs_thread_start();
         return 0;
+}
+
+uint64_t gs_space_devices(const struct gs_cu *cu)
+{
+        uint64_t devs = 0;
+        int count = 0;
+
+        if (cu->device_get_count && cu->device_get_count(&count) == CUDA_SUCCESS)
+                for (CUdevice d = 0; d < count && d < GS_MAX_DEVICES; d++)
+                        if (gs_space_dev_gpu(cu, d) >= 0)
+                                devs |= UINT64_C(1) << d;
+        return devs;
+}
+
+/* pre: gs_conn.mu held.  Natively cuMemFree waits for the device: work
+ * still queued may use a chunk about to go (its other blocks were freed
+ * before, their kernels maybe not done).  The context current on this
+ * thread; on a thread without one (the hook's) every context that may run
+ * work on the allocation's GPUs.  0, or -EBUSY: some cannot be. */
+static int gs_space_sync(const struct gs_cu *cu)
+{
+        CUdevice dev;
+
+        if (cu->ctx_get_device && cu->ctx_get_device(&dev) == CUDA_SUCCESS) {
+                if (cu->ctx_synchronize)
+                        (void)cu->ctx_synchronize();
+                return 0;
+        }
+        return gs_ctx_sync_devices(cu, gs_space_devices(cu));
 }
 
 /* Read-write access to [at, at+size) for dev, whose memory it is, and for
@@ -238,11 +271,9 @@ int gs_space_release(const struct gs_cu *cu, int gi, uint64_t first, uint64_t co
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
         struct gs_ring_msg rel;
 
-        /* Natively cuMemFree waits for the device: work still queued may
-         * use the chunk (its other blocks were freed before, their kernels
-         * maybe not done).  Only a release pays this, not every free. */
-        if (cu->ctx_synchronize)
-                (void)cu->ctx_synchronize();
+        /* Only a release pays this, not every free. */
+        if (gs_space_sync(cu) < 0)
+                return -EBUSY; /* kept: nothing unmapped, nothing released */
         for (uint64_t s = first; s < first + count; s++) {
                 if (!g->mapped[s])
                         continue;
@@ -276,6 +307,11 @@ uint32_t gs_space_give_back(const struct gs_cu *cu, int gi)
                 uint64_t first = rep.arg[0], count = rep.arg[1];
                 if (first >= g->max_slots || count > g->max_slots - first) {
                         gs_conn_lost("the agent asked to give back slots outside our range");
+                        break;
+                }
+                /* Never memory the application still uses. */
+                if (gs_blocks_meet(&g->blocks, first * g->chunk, (first + count) * g->chunk)) {
+                        gs_conn_lost("the agent asked to give back a chunk holding a live block");
                         break;
                 }
                 if (gs_space_release(cu, gi, first, count) < 0)

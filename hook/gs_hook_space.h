@@ -10,8 +10,11 @@
 #include "gs_hook_conn.h"
 
 /* How long a request short of memory waits, at most, for the allocation's
- * other processes to give back chunks they hold without a live block. */
-#define GS_GIVE_BACK_PATIENCE_MS 100u
+ * other processes to give back chunks they hold without a live block.
+ * Their hooks' threads answer at once (gs_hook_thread.h); the wait is
+ * paid only while some process asked still holds such chunks (one that
+ * cannot answer: an earlier release's hook, contexts past GS_CTX_MAX). */
+#define GS_GIVE_BACK_PATIENCE_MS 1000u
 /* Or, while chunks it is owed are moved off their borrowers (the reply's
  * others_asked has GS_OTHERS_MOVING), GS_MOVE_PATIENCE_MS (gs_wire.h);
  * it looks again at least this often. */
@@ -19,6 +22,8 @@
 
 /* The gs_conn.gpus index of device dev, or -ENODEV (not in the allocation). */
 int gs_space_dev_gpu(const struct gs_cu *cu, CUdevice dev);
+/* The devices of the allocation, a bit per CUdevice. */
+uint64_t gs_space_devices(const struct gs_cu *cu);
 /* The same for the current context's device (*ret_dev); -EBADR without a
  * current context. */
 int gs_space_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev);
@@ -36,9 +41,11 @@ int gs_space_map_fd(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevic
 int gs_space_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uint64_t seq, uint64_t k,
                          const char **why) GS_WUR;
 /* The process unmaps slots [first, first + count) of GPU gi, once the
- * device is done with them, and RELEASEs them to the agent.  0, or -EIO
- * (one could not be unmapped: the connection is dropped, nothing goes
- * back). */
+ * device is done with them (the current context synchronized; on a thread
+ * without one, every context on the allocation's GPUs), and RELEASEs them
+ * to the agent.  0; -EBUSY (the contexts could not all be synchronized:
+ * kept); -EIO (one could not be unmapped: the connection is dropped,
+ * nothing goes back). */
 int gs_space_release(const struct gs_cu *cu, int gi, uint64_t first, uint64_t count);
 /* Gives back every chunk of GPU gi with no live block (GS_OP_GIVE_BACK),
  * if the agent supports it: how many went. */

@@ -1,7 +1,7 @@
-/* gs_hook_spill.c — the mover: the thread that waits for the agent's
- * gs_shm.spill, the GS_OP_SPILL / GS_SOCK_MOVE / GS_OP_SPILL_DONE
- * exchange, and a batch's move of slots to the memory the agent sent, at
- * the same addresses.  See gs_hook_spill.h. */
+/* gs_hook_spill.c — the mover: what the hook's thread does when the
+ * agent bumped gs_shm.spill, the GS_OP_SPILL / GS_SOCK_MOVE /
+ * GS_OP_SPILL_DONE exchange, and a batch's move of slots to the memory
+ * the agent sent, at the same addresses.  See gs_hook_spill.h. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,11 +13,13 @@
 #include "gs_hook_gate.h"
 #include "gs_hook_space.h"
 #include "gs_hook_spill.h"
+#include "gs_hook_thread.h"
 #include "gs_ring.h"
 
-#define GS_SPILL_WAIT_NS 1000000000ull /* an idle mover wakes once a second */
-
-static int g_started;                                   /* gs_conn.mu */
+/* The spill word when last looked at, and for which connection
+ * (gs_conn.reconnects; gs_conn.mu). */
+static uint32_t g_seen;
+static uint64_t g_gen = UINT64_MAX;
 /* Per GPU, GS_MOVE_MAX chunks of VA where a batch's new memory is mapped
  * while the data is copied (gs_conn.mu; 0 until reserved). */
 static CUdeviceptr g_scratch[GS_MAX_GPUS_PER_ALLOC];
@@ -28,7 +30,8 @@ static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
  * driver state: it starts its own mover when it registers. */
 static void gs_spill_child(void)
 {
-        g_started = 0;
+        g_seen = 0;
+        g_gen = UINT64_MAX;
         memset(g_scratch, 0, sizeof(g_scratch));
         memset(g_scratch_size, 0, sizeof(g_scratch_size));
 }
@@ -79,67 +82,6 @@ static CUdeviceptr gs_spill_scratch(const struct gs_cu *cu, uint32_t gi)
         g_scratch[gi] = va;
         g_scratch_size[gi] = size;
         return va;
-}
-
-/* The contexts a batch synchronizes, and the one its copies run in. */
-struct gs_spill_ctxs {
-        CUcontext ctx[GS_CTX_MAX + GS_MAX_DEVICES];
-        int n;
-        CUdevice prim[GS_MAX_DEVICES]; /* primary contexts retained, released after the batch */
-        int nprim;
-        CUcontext copy;                /* one on the chunk's device */
-};
-
-static void gs_spill_ctxs_add(struct gs_spill_ctxs *s, CUcontext c, CUdevice d, CUdevice dev)
-{
-        s->ctx[s->n++] = c;
-        if (d == dev && !s->copy)
-                s->copy = c;
-}
-
-/* pre: gs_conn.mu and gs_ctx_lock held.  Every context that may run work
- * on the allocation's devices (the peers of dev too: they have access):
- * the active primary contexts (retained for the batch; an inactive one is
- * never made: it would cost the GPU a context's memory) and the
- * application's.  0, -EBUSY (a context the hook could not record lives),
- * -ENODEV (no context on dev: nothing to copy with). */
-static int gs_spill_contexts(const struct gs_cu *cu, CUdevice dev, struct gs_spill_ctxs *s)
-{
-        CUcontext app[GS_CTX_MAX];
-        CUdevice adev[GS_CTX_MAX];
-        int count = 0, n;
-
-        memset(s, 0, sizeof(*s));
-        if (cu->device_get_count(&count) != CUDA_SUCCESS)
-                return -ENODEV;
-        for (CUdevice d = 0; d < count && d < GS_MAX_DEVICES; d++) {
-                unsigned int flags = 0;
-                int active = 0;
-                CUcontext c = NULL;
-
-                if (gs_space_dev_gpu(cu, d) < 0 || cu->device_primary_ctx_get_state(d, &flags, &active) != CUDA_SUCCESS ||
-                    !active || cu->device_primary_ctx_retain(&c, d) != CUDA_SUCCESS)
-                        continue;
-                s->prim[s->nprim++] = d;
-                gs_spill_ctxs_add(s, c, d, dev);
-        }
-        n = gs_ctx_list(app, adev, GS_CTX_MAX);
-        if (n < 0) {
-                gs_hook_say_once(GS_ONCE_MOVER, "more than %d CUDA contexts: the chunks this process borrowed "
-                                 "cannot be given back while they live", GS_CTX_MAX);
-                return -EBUSY;
-        }
-        for (int i = 0; i < n; i++)
-                if (gs_space_dev_gpu(cu, adev[i]) >= 0)
-                        gs_spill_ctxs_add(s, app[i], adev[i], dev);
-        return s->copy ? 0 : -ENODEV;
-}
-
-static void gs_spill_ctxs_release(const struct gs_cu *cu, struct gs_spill_ctxs *s)
-{
-        for (int i = 0; i < s->nprim; i++)
-                (void)cu->device_primary_ctx_release_v2(s->prim[i]);
-        s->nprim = 0;
 }
 
 /* A batch in progress: slot i's new memory (hn[i], mapped at scratch
@@ -319,7 +261,7 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
         struct gs_spill_batch b;
-        struct gs_spill_ctxs s;
+        struct gs_ctx_set s;
         CUcontext popped;
         uint32_t moved = 0;
         int r = 0;
@@ -332,14 +274,12 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
             (b.dev = gs_spill_dev(cu, gi)) < 0 || (b.scratch = gs_spill_scratch(cu, gi)) == 0)
                 goto out;
         gs_ctx_lock();
-        if (gs_spill_contexts(cu, b.dev, &s) == 0) {
+        /* Every context that may run work on the allocation's devices (the
+         * peers of b.dev too: they have access). */
+        if (gs_ctx_collect(cu, gs_space_devices(cu), b.dev, &s) == 0) {
                 gs_gate_close();
                 /* Work launched before the close may still run. */
-                for (int i = 0; i < s.n; i++)
-                        if (cu->ctx_push_current_v2(s.ctx[i]) == CUDA_SUCCESS) {
-                                (void)cu->ctx_synchronize();
-                                (void)cu->ctx_pop_current_v2(&popped);
-                        }
+                gs_ctx_set_sync(cu, &s);
                 if (cu->ctx_push_current_v2(s.copy) == CUDA_SUCCESS) {
                         moved = gs_spill_batch_move(&b, fds, k, &r);
                         (void)cu->ctx_pop_current_v2(&popped);
@@ -348,7 +288,7 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         } else {
                 gs_hook_debug("no context to move GPU %u's memory with", gi);
         }
-        gs_spill_ctxs_release(cu, &s);
+        gs_ctx_set_release(cu, &s);
         gs_ctx_unlock();
         if (r == -EIO)
                 gs_conn_lost("cannot map a chunk's memory back after a failed move");
@@ -442,78 +382,28 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
         }
 }
 
-static void *gs_spill_main(void *arg)
+void gs_spill_serve(const struct gs_cu *cu)
 {
-        uint64_t gen = UINT64_MAX;
-        uint32_t seen = 0;
+        uint32_t v;
 
-        (void)arg;
-        (void)pthread_setname_np(pthread_self(), "gshare-mover");
-        for (;;) {
-                const struct gs_cu *cu = gs_cu_get();
-                uint32_t *word = NULL;
-
-                pthread_mutex_lock(&gs_conn.mu);
-                if (gs_conn.state == GS_CONN_DOWN) {
-                        /* For good: no agent will ask again. */
-                        pthread_mutex_unlock(&gs_conn.mu);
-                        return NULL;
-                }
-                if (gs_conn.state == GS_CONN_UP && gs_conn.shm && (gs_conn.features & GS_FEAT_SPILL)) {
-                        uint32_t v;
-
-                        if (gs_conn.reconnects != gen) {
-                                /* A new agent's segment: its word starts anew. */
-                                gen = gs_conn.reconnects;
-                                seen = 0;
-                        }
-                        v = __atomic_load_n(&gs_conn.shm->spill, __ATOMIC_ACQUIRE);
-                        if (v != seen && cu) {
-                                seen = v;
-                                for (uint32_t gi = 0; gi < gs_conn.ngpus && gs_conn.state == GS_CONN_UP; gi++)
-                                        gs_spill_gpu(cu, gi);
-                        }
-                        if (gs_conn.state == GS_CONN_UP && gs_conn.shm)
-                                word = &gs_conn.shm->spill;
-                }
-                pthread_mutex_unlock(&gs_conn.mu);
-                /* The segment may be unmapped meanwhile (a reconnection):
-                 * the wait then fails (EFAULT) or times out, and the word
-                 * is only read under the lock. */
-                if (word) {
-                        (void)gs_futex_wait(word, seen, GS_SPILL_WAIT_NS);
-                } else {
-                        struct timespec ts = { 1, 0 };
-                        (void)nanosleep(&ts, NULL);
-                }
+        if (gs_conn.state != GS_CONN_UP || !gs_conn.shm || !(gs_conn.features & GS_FEAT_SPILL))
+                return;
+        if (gs_conn.reconnects != g_gen) {
+                /* A new agent's segment: its word starts anew. */
+                g_gen = gs_conn.reconnects;
+                g_seen = 0;
         }
+        v = __atomic_load_n(&gs_conn.shm->spill, __ATOMIC_ACQUIRE);
+        if (v == g_seen)
+                return;
+        g_seen = v;
+        for (uint32_t gi = 0; gi < gs_conn.ngpus && gs_conn.state == GS_CONN_UP; gi++)
+                gs_spill_gpu(cu, gi);
 }
 
 void gs_spill_start(void)
 {
-        sigset_t all, old;
-        pthread_attr_t attr;
-        pthread_t t;
-        int rc;
-
         gs_gate_arm();
-        if (g_started)
-                return;
         pthread_once(&g_fork_once, gs_spill_fork_register);
-        /* Signals are the application's: the mover takes none. */
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        rc = pthread_attr_init(&attr);
-        if (rc == 0) {
-                (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-                rc = pthread_create(&t, &attr, gs_spill_main, NULL);
-                pthread_attr_destroy(&attr);
-        }
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (rc != 0) {
-                gs_hook_say_once(GS_ONCE_MOVER, "cannot start the thread that gives borrowed GPU memory back (%s); "
-                                 "this process's borrowed chunks stay on the GPU", strerror(rc));
-                return;
-        }
-        g_started = 1;
+        gs_thread_start();
 }

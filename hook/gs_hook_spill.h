@@ -1,11 +1,11 @@
-/* gs_hook_spill.h — the mover (issue 22; common/gs_wire.h item 8): one
- * thread per process whose agent announced GS_FEAT_SPILL.  It waits on
- * gs_shm.spill (a shared futex, 1 s timeout: an idle mover wakes once a
- * second and does nothing else); when the agent bumped it, it asks
- * GS_OP_SPILL for each GPU whose range is reserved, moves the slots the
- * agent names into the memory it sent (GS_SOCK_MOVE, one fd per slot),
- * and answers GS_OP_SPILL_DONE with how many it moved, until the agent
- * names none (at most GS_SPILL_ROUNDS rounds per GPU).
+/* gs_hook_spill.h — the mover (issue 22; common/gs_wire.h item 8): the
+ * work of the hook's thread (gs_hook_thread.h) in a process whose agent
+ * announced GS_FEAT_SPILL.  When the agent bumped gs_shm.spill (and
+ * notified the thread), it asks GS_OP_SPILL for each GPU whose range is
+ * reserved, moves the slots the agent names into the memory it sent
+ * (GS_SOCK_MOVE, one fd per slot), and answers GS_OP_SPILL_DONE with how
+ * many it moved, until the agent names none (at most GS_SPILL_ROUNDS
+ * rounds per GPU).
  *
  * A batch's move (gs_spill_move): the launch gate closed (gs_hook_gate.h),
  * every context that may run work on the allocation's GPUs synchronized
@@ -56,9 +56,11 @@
 
 /* pre: gs_conn.mu held, a WELCOME that announced GS_FEAT_SPILL taken (a
  * first registration or a reclaim).  Arms the launch gate and starts the
- * mover if this process (a fork child: its own) has none.  A thread that
- * cannot start is said once on stderr; nothing else changes. */
+ * hook's thread if this process (a fork child: its own) has none. */
 void gs_spill_start(void);
+/* pre: gs_conn.mu held; the hook's thread.  If the agent bumped
+ * gs_shm.spill since the last look: the rounds, for every GPU. */
+void gs_spill_serve(const struct gs_cu *cu);
 
 /* pre: gs_conn.mu held, GPU gi's range reserved, slots[0..k) mapped,
  * distinct, k <= GS_MOVE_MAX.  Moves slot i's data into the memory of

@@ -82,6 +82,7 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 munmap(p->shm, sizeof(*p->shm));
         gs_closep(&p->shmfd);
         gs_closep(&p->wake_fd);
+        gs_closep(&p->notify_fd);
         for (struct gs_proc **pp = &a->procs; *pp; pp = &(*pp)->next)
                 if (*pp == p) {
                         *pp = p->next;
@@ -165,6 +166,15 @@ void gs_proc_kill_all(struct gs_agent *ag)
                         gs_proc_destroy(ag, a->procs, NULL);
 }
 
+void gs_proc_notify(struct gs_proc *p)
+{
+        uint64_t one = 1;
+
+        /* EAGAIN: the counter is full, a wake-up is pending anyway. */
+        if (p->notify_fd >= 0 && write(p->notify_fd, &one, sizeof(one)) < 0) {
+        }
+}
+
 uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i)
 {
         uint32_t n = 0;
@@ -177,6 +187,7 @@ uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i)
                 if (st.chunks_empty == 0)
                         continue;
                 __atomic_add_fetch(&p->shm->give_back, 1, __ATOMIC_RELEASE);
+                gs_proc_notify(p);
                 n++;
         }
         return n;

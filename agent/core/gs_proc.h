@@ -111,6 +111,7 @@ struct gs_proc {
         int *grant_fds;
         uint32_t max_grants;
         int wake_fd;                 /* doorbell (eventfd) the hook writes */
+        int notify_fd;               /* eventfd the agent writes when it asks (GS_OP_NOTIFY) */
         struct gs_wentry went;       /* the worker pool's */
         int stop;                    /* atomic: main asks the workers to let go */
         uint64_t nrequests;          /* atomic, for logs */
@@ -142,10 +143,14 @@ void gs_proc_restore(struct gs_agent *ag);
 void gs_proc_pause_all(struct gs_agent *ag);
 /* Memory is wanted in allocation a on its part i: each of its served
  * processes holding a chunk with no live block there has its segment's
- * give_back bumped; its hook gives them back at its next call
- * (gs_wire.h, GS_FEAT_GIVEBACK).  How many were asked.  Main thread, under
+ * give_back bumped and its hook's thread notified (gs_proc_notify); the
+ * hook gives them back at once (gs_wire.h, GS_FEAT_GIVEBACK).  How many were asked.  Main thread, under
  * the part's GPU's lock. */
 uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i);
+/* After bumping p's give_back or spill word: wakes its hook's thread if it
+ * took the notification eventfd (GS_OP_NOTIFY); a no-op otherwise.  Any
+ * thread: the fd lives as long as the process record. */
+void gs_proc_notify(struct gs_proc *p);
 /* Main thread: every process holding borrowed chunks (docs/burst.md) is
  * asked for those it holds without a live block; they go back to the
  * system list.  For a create that found too few free chunks.  Returns the

@@ -139,6 +139,7 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 p->sock = sock;
                 p->shmfd = -1;
                 p->wake_fd = -1;
+                p->notify_fd = -1;
                 p->pidfd = open_pidfd(sock, cred.pid);
                 if (p->pidfd < 0) {
                         log_warn("process %d: no pidfd (%s): its memory returns when its socket closes",

@@ -124,7 +124,7 @@ int gs_proc_on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t e
                 return r;
         memset(&w, 0, sizeof(w));
         gs_sockmsg_hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
-        w.h.reserved = GS_FEAT_RECLAIM | GS_FEAT_GIVEBACK;
+        w.h.reserved = GS_FEAT_RECLAIM | GS_FEAT_GIVEBACK | GS_FEAT_NOTIFY;
         p->move_feature = gs_move_feature(ag, a);
         if (p->move_feature)
                 w.h.reserved |= GS_FEAT_SPILL;
@@ -156,7 +156,8 @@ int gs_proc_on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t e
                 return -ENOMEM;
         }
         p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (p->wake_fd < 0) {
+        p->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (p->wake_fd < 0 || p->notify_fd < 0) {
                 r = gs_neg_errno();
                 snprintf(err, errlen, "eventfd: %s", strerror(-r));
                 return r;

@@ -46,7 +46,7 @@ static struct gs_proc *ghost(struct gs_agent *ag, struct gs_allocation *a, const
         q->id = ++ag->next_proc_id;
         q->pid = (pid_t)e->pid;
         q->start = e->start;
-        q->sock = q->shmfd = q->wake_fd = -1;
+        q->sock = q->shmfd = q->wake_fd = q->notify_fd = -1;
         q->pidfd = pidfd;
         q->sock_io.fd = q->pidfd_io.fd = -1;
         q->state = GS_PROC_CLOSED;

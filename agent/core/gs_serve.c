@@ -412,6 +412,11 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 if (!p->move_feature)
                         break;
                 return gs_serve_spill_done(p, pg, req, rep);
+        case GS_OP_NOTIFY:
+                /* The fd lives with the record; sending passes a reference. */
+                if (p->notify_fd < 0)
+                        break;
+                return gs_sockmsg_send_grant(p->sock, GS_SOCK_NOTIFY, req, 0, 0, p->notify_fd, &p->stop);
         case GS_OP_CTX_DONE:
                 pthread_mutex_lock(&pg->g->lock);
                 pg->g->ctx_promised -= pg->ctx_promised;

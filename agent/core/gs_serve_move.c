@@ -148,6 +148,7 @@ static void ring_mover(struct gs_proc *p)
 {
         __atomic_add_fetch(&p->shm->spill, 1, __ATOMIC_RELEASE);
         gs_futex_wake(&p->shm->spill);
+        gs_proc_notify(p);
 }
 
 /* The last resort (reclaimKillAfter): an owner waited that long for lent

@@ -15,6 +15,9 @@ gs_shm.give_back).  On the fake driver, one allocation of 512 MiB:
           keeps calling the driver; process B of the same pod then fills:
           it must obtain the quota less what A's context-free process
           still holds (nothing), not the quota less A's cache.
+  idle    the same with A idle (blocked on its stdin, no CUDA call): its
+          hook's thread gives the cached chunks back when the agent asks
+          (issue 28, item 7).  A then still allocates.
 
 Environment: B (build dir), SANITIZE (asan: see test_e2e.py)."""
 import os
@@ -46,7 +49,8 @@ def paths(ag, A, quota):
               % (block, a2, a))
 
 
-def others(ag, A, quota):
+def others(ag, A, quota, idle=False):
+    what = "idle" if idle else "others"
     env = e.hook_env(ag, A)
     a = subprocess.Popen([e.CUDA, "grow", "0"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
@@ -56,23 +60,28 @@ def others(ag, A, quota):
         a.stdin.flush()
         return a.stdout.readline().split()
 
-    check(a.stdout.readline().startswith("held"), "others: process A runs")
+    check(a.stdout.readline().startswith("held"), "%s: process A runs" % what)
     got = [say("alloc 40") for _ in range(8)]
-    check(all(x == ["alloc", "ok"] for x in got), "others: A allocates 8 blocks of 40 MiB")
-    check(say("free") == ["free", "ok"], "others: A frees them (its hook keeps the chunks cached)")
+    check(all(x == ["alloc", "ok"] for x in got), "%s: A allocates 8 blocks of 40 MiB" % what)
+    check(say("free") == ["free", "ok"], "%s: A frees them (its hook keeps the chunks cached)" % what)
     held = ag.allocs()[A["id"]]["parts"][0]
-    print("info others: after A's free the allocation has %d of %d chunks free"
-          % (held["chunks_free"], held["chunks_quota"]))
-    # A keeps calling the driver (cuMemGetInfo) while B fills.
-    a.stdin.write("busy 20000\n")
-    a.stdin.flush()
+    print("info %s: after A's free the allocation has %d of %d chunks free"
+          % (what, held["chunks_free"], held["chunks_quota"]))
+    check(held["chunks_free"] < held["chunks_quota"], "%s: A keeps chunks cached (%d of %d free)"
+          % (what, held["chunks_free"], held["chunks_quota"]))
+    if not idle:
+        # A keeps calling the driver (cuMemGetInfo) while B fills.
+        a.stdin.write("busy 20000\n")
+        a.stdin.flush()
     r = e.run([e.CUDA, "fill", "1"], env, timeout=120)
     m = re.search(r"obtained (\d+) MiB", r.stdout)
     got = int(m.group(1)) if m else -1
     check(r.returncode == 0 and got * MiB == quota,
-          "others: process B of the same pod fills the whole quota, A's cached chunks given back: "
-          "%d of %d MiB (%s)" % (got, quota // MiB, r.stdout.strip()))
-    check(a.poll() is None, "others: A runs on")
+          "%s: process B of the same pod fills the whole quota, A's cached chunks given back: "
+          "%d of %d MiB (%s)" % (what, got, quota // MiB, r.stdout.strip()))
+    check(a.poll() is None, "%s: A runs on" % what)
+    if idle:
+        check(say("alloc 40") == ["alloc", "ok"], "%s: A allocates again afterwards" % what)
     a.kill()
     a.wait()
 
@@ -88,6 +97,7 @@ def main():
         quota = A["parts"][0]["quota_bytes"]
         paths(ag, A, quota)
         others(ag, A, quota)
+        others(ag, A, quota, idle=True)
     finally:
         ag.stop()
     e.report(ag, tmp)

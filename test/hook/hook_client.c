@@ -260,7 +260,8 @@ static int host_bytes_become(uint64_t bytes)
         return fakecuda_host_bytes() == bytes;
 }
 
-/* Whether a thread of this process is named gshare-mover. */
+/* Whether a thread of this process is named gshare-hook (the hook's
+ * thread, the mover's work among its). */
 static int mover_running(void)
 {
         char path[300], comm[32];
@@ -273,7 +274,7 @@ static int mover_running(void)
                 snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
                 f = fopen(path, "re");
                 if (f && fgets(comm, sizeof(comm), f))
-                        found = !strcmp(comm, "gshare-mover\n");
+                        found = !strcmp(comm, "gshare-hook\n");
                 if (f)
                         fclose(f);
         }

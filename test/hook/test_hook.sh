@@ -41,18 +41,19 @@ run_client() { # scenario, stderr file
   LD_PRELOAD="$PRELOAD" timeout 60 "$CLIENT" "$1" 2>"$2"
 }
 
-# 2. Fail closed: no agent.
-GSHARE_SOCKET=$tmp/no-such-dir/agent.sock run_client failclosed "$tmp/err"
+# 2. Fail closed: no agent, and none will come (the socket's directory is
+# gone: the allocation was deleted): at once, no waiting.
+GSHARE_AGENT_WAIT=600 GSHARE_SOCKET=$tmp/no-such-dir/agent.sock run_client failclosed "$tmp/err"
 rc=$?
 lines=$(grep -c '^gshare:' "$tmp/err")
-if [[ $rc == 0 && $lines == 1 ]] && grep -q "cannot reach the gshare agent at $tmp/no-such-dir/agent.sock (No such file or directory)" "$tmp/err"; then
+if [[ $rc == 0 && $lines == 1 ]] && grep -q "cannot reach the gshare agent at $tmp/no-such-dir/agent.sock (No such file or directory: its directory is gone" "$tmp/err"; then
   ok "fail closed"
 else
   bad "fail closed (rc $rc, $lines gshare lines)"; cat "$tmp/err"
 fi
 
 # 3. dlsym / cuGetProcAddress interposition (no agent needed).
-if GSHARE_SOCKET=$tmp/none run_client lookup "$tmp/err"; then ok "lookups"; else bad "lookups"; cat "$tmp/err"; fi
+if GSHARE_SOCKET=$tmp/no-such-dir/none run_client lookup "$tmp/err"; then ok "lookups"; else bad "lookups"; cat "$tmp/err"; fi
 
 # 4. Against the mock agent: quota 3 chunks of 2 MiB.
 start_mock() { # nchunks [spill]
@@ -94,9 +95,24 @@ wait "$cpid"
 rc=$?
 if [[ $rc == 0 ]] && ! grep -q '^gshare:' "$tmp/err"; then ok "spill"; else bad "spill (rc $rc)"; cat "$tmp/out" "$tmp/err"; fi
 
-# 6. The agent goes away: memory calls fail closed with one line.
+# 6. A process started while the agent is away (a restart: the socket's
+# directory is there, no socket) waits for it, then registers (issue 28).
 kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; mock_pid=
 rm -f "$tmp/agent.sock"
-if run_client failclosed "$tmp/err" && [[ $(grep -c '^gshare:' "$tmp/err") == 1 ]]; then ok "agent gone"; else bad "agent gone"; cat "$tmp/err"; fi
+GSHARE_AGENT_WAIT=60 LD_PRELOAD="$PRELOAD" timeout 60 "$CLIENT" roundtrip >"$tmp/out" 2>"$tmp/err" &
+cpid=$!
+for _ in $(seq 400); do grep -q 'waiting up to 60000 ms' "$tmp/err" && break; sleep 0.05; done
+grep -q 'waiting up to 60000 ms' "$tmp/err" || bad "late start: no line saying the process waits"
+start_mock 3
+wait "$cpid"
+rc=$?
+if [[ $rc == 0 && $(grep -c '^gshare:' "$tmp/err") == 1 ]]; then ok "late start: waits for the agent, then works"; else bad "late start (rc $rc)"; cat "$tmp/err"; fi
+
+# 7. The agent goes away for longer than GSHARE_AGENT_WAIT: memory calls
+# fail closed with one line, each after one try.
+kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; mock_pid=
+rm -f "$tmp/agent.sock"
+if GSHARE_AGENT_WAIT=0.2 run_client failclosed "$tmp/err" && [[ $(grep -c '^gshare:' "$tmp/err") == 1 ]] &&
+   grep -q 'waiting up to 200 ms' "$tmp/err"; then ok "agent gone"; else bad "agent gone"; cat "$tmp/err"; fi
 
 exit $fail
