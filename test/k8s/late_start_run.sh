@@ -7,7 +7,10 @@
 # at $HELMLITE (/tmp/helmlite/helmlite).
 #
 #  - the chart installed with helmlite (--set mode=MODE), the image of
-#    test/k8s/fakeimage.sh 0.1.0 (this build, the fake driver for the GPU);
+#    test/k8s/fakeimage.sh 0.1.0 (this build, the fake driver for the GPU),
+#    config.agentWait AGENT_WAIT (default 90s: the third gap, a 20 s
+#    back-off and the agent's start, came within 0.1 s of the default 30 s
+#    on the 2-core VM; a process waiting longer fails, as it should);
 #  - a workload pod w1 (4 units, or a claim of 4Gi) running e2e_restart
 #    (--hold 128 --churn 4): the process that was connected;
 #  - KILLS times (default 3): kill -9 of the agent process (the kubelet
@@ -36,7 +39,7 @@ SOCK=/run/gshare/agent.sock; SW="/usr/bin/python3 $ROOT/test/k8s/sockwait.py $SO
 cp $ROOT/$B/test/e2e/e2e_restart $ROOT/$B/test/e2e/e2e_cuda $ROOT/$B/test/fakecuda/libcuda.so.1 $D/
 $ROOT/test/k8s/fakeimage.sh 0.1.0 | tee -a $D/run.log
 k8s_prepare; k8s_clean
-gs_install $MODE "image.pullPolicy=Never,mode=$MODE"
+gs_install $MODE "image.pullPolicy=Never,mode=$MODE,config.agentWait=${AGENT_WAIT:-90s}"
 follow_logs & FL=$!
 
 mkpod() { # NAME UNITS SCRIPT: the pod's objects applied
