@@ -156,9 +156,7 @@ image: $(B)/image/rootfs/usr/local/bin/gshare-install-hook
 
 $(B)/image/rootfs/usr/local/bin/gshare-install-hook: $(BINS) $(LIBS) scripts/gshare-install-hook \
 		scripts/image-packages scripts/mkimage.sh
-	scripts/mkimage.sh $(B)/image/base
-	rm -rf $(B)/image/rootfs
-	cp -a $(B)/image/base $(B)/image/rootfs
+	scripts/mkimage.sh $(B)/image/base $(B)/image/rootfs
 	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(B)/image/rootfs)
 
 manifest:
@@ -172,7 +170,9 @@ manifest:
 	  > manifests/gshare-monitoring.yaml.new
 	mv manifests/gshare-monitoring.yaml.new manifests/gshare-monitoring.yaml
 
+# --one-file-system: never into a file system mounted under the tree (rm
+# stops there, saying so).
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf --one-file-system build build-asan build-tsan
 
 -include $(shell find $(B) -path $(B)/image -prune -o -name '*.d' -type f -print 2>/dev/null)

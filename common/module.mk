@@ -16,3 +16,6 @@ $(B)/test/check_json: $(B)/test/check_json.o $(COMMON_A)
 $(B)/test/check_ring: $(B)/test/check_ring.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK) -lpthread
 
+
+$(B)/test/check_logrep: $(B)/test/check_logrep.o $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK) -lpthread

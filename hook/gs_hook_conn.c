@@ -47,10 +47,13 @@ void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn)
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
 /* pre: gs_conn.mu held.  Closes the socket, the doorbells and the segment
- * (the hook's thread, which may be polling them, is woken first). */
+ * (the hook's thread, which may be polling those of a connection that was
+ * up, is woken first; a failed try to connect wakes no one, or the thread
+ * would try again at once). */
 static void gs_conn_close(void)
 {
-        gs_thread_kick();
+        if (gs_conn.state == GS_CONN_UP)
+                gs_thread_kick();
         gs_closep(&gs_conn.notify);
         gs_closep(&gs_conn.sock);
         gs_closep(&gs_conn.wake);
@@ -59,13 +62,21 @@ static void gs_conn_close(void)
         gs_conn.shm = NULL;
 }
 
+/* pre: gs_conn.mu held.  DOWN: the hook's thread, which may be waiting to
+ * try again, ends. */
+static void gs_conn_down(void)
+{
+        gs_conn.state = GS_CONN_DOWN;
+        gs_thread_kick();
+}
+
 /* pre: gs_conn.mu held.  Forgets the connection for good (the agent
  * reclaims our memory when we exit; chunks still mapped stay usable until
  * freed). */
 static void gs_conn_drop(void)
 {
         gs_conn_close();
-        gs_conn.state = GS_CONN_DOWN;
+        gs_conn_down();
 }
 
 /* pre: gs_conn.mu held. */
@@ -365,7 +376,7 @@ static void gs_conn_refused(const char *why)
         if (strcmp(why, "refused") != 0)
                 gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
                                  "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
-        gs_conn.state = GS_CONN_DOWN;
+        gs_conn_down();
 }
 
 /* Whether the directory of the agent's socket is gone: it does not exist,
@@ -487,6 +498,8 @@ static int gs_conn_open(int reclaim, const char **why)
                 gs_conn.reconnects++;
         }
         gs_conn.state = GS_CONN_UP;
+        /* The hook's thread, waiting to try again, serves this connection. */
+        gs_thread_kick();
         /* A process that may borrow: the gate armed before any chunk is
          * granted, and a mover to give borrowed chunks back. */
         if (gs_conn.features & GS_FEAT_SPILL)
@@ -559,7 +572,7 @@ static int gs_conn_try(void)
                                  gs_conn.sock_path, why);
         else
                 gs_conn_refused(why);
-        gs_conn.state = GS_CONN_DOWN;
+        gs_conn_down();
         return 0;
 }
 

@@ -84,7 +84,16 @@ bool gs_dp_newer_serves(const struct gs_dp *p);
 bool gs_dp_socket_ok(const struct gs_dp *p);
 /* An inotify fd on the kubelet directory, or a negative errno. */
 int gs_dp_watch_dir(const struct gs_dp *p) GS_WUR;
-/* Reads its events; sets *kubelet_new when kubelet.sock appeared. */
-void gs_dp_read_events(int fd, bool *kubelet_new);
+/* Reads its events (they only wake the main loop, which then looks at the
+ * directory itself). */
+void gs_dp_read_events(int fd);
+/* Which kubelet.sock is there: a restarted kubelet makes a new one. */
+struct gs_dp_kubelet_id {
+        dev_t dev;
+        ino_t ino;
+};
+/* 0 and *ret, or a negative errno (-ENOENT: no kubelet.sock). */
+int gs_dp_kubelet_id(const struct gs_dp *p, struct gs_dp_kubelet_id *ret) GS_WUR;
+bool gs_dp_kubelet_id_eq(const struct gs_dp_kubelet_id *a, const struct gs_dp_kubelet_id *b);
 
 #endif

@@ -149,23 +149,34 @@ int gs_dp_watch_dir(const struct gs_dp *p)
         return fd;
 }
 
-/* Reads inotify events; sets *kubelet_new when kubelet.sock appeared.  Our
- * own socket's fate is checked by inode (gs_dp_socket_ok), since serving a new
- * socket produces delete/create events of its own. */
-void gs_dp_read_events(int fd, bool *kubelet_new)
+/* Drains the inotify events.  Our socket's fate is checked by inode
+ * (gs_dp_socket_ok) and the kubelet's by gs_dp_kubelet_id, since serving a
+ * new socket produces delete/create events of its own and a kubelet
+ * restart several. */
+void gs_dp_read_events(int fd)
 {
         char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-        ssize_t n;
 
-        while ((n = read(fd, buf, sizeof(buf))) > 0) {
-                for (char *q = buf; q < buf + n;) {
-                        const struct inotify_event *ev = (const struct inotify_event *)q;
-                        if (ev->len && strcmp(ev->name, GS_PLUGIN_KUBELET_SOCKET) == 0 &&
-                            (ev->mask & (IN_CREATE | IN_MOVED_TO)))
-                                *kubelet_new = true;
-                        q += sizeof(*ev) + ev->len;
-                }
-        }
+        while (read(fd, buf, sizeof(buf)) > 0)
+                ;
+}
+
+/* The inode number alone: should a file system give the new kubelet.sock
+ * the old one's number, the restart also removed our socket or ended its
+ * stream, and either makes us register again (gs_plugin.c). */
+int gs_dp_kubelet_id(const struct gs_dp *p, struct gs_dp_kubelet_id *ret)
+{
+        struct stat st;
+
+        if (stat(p->kubelet_sock, &st) < 0)
+                return gs_neg_errno();
+        *ret = (struct gs_dp_kubelet_id){ .dev = st.st_dev, .ino = st.st_ino };
+        return 0;
+}
+
+bool gs_dp_kubelet_id_eq(const struct gs_dp_kubelet_id *a, const struct gs_dp_kubelet_id *b)
+{
+        return a->dev == b->dev && a->ino == b->ino;
 }
 
 void gs_dp_unserve(struct gs_dp *p)

@@ -9,13 +9,16 @@ manifest.json, so that the one file is read by
   docker load -i OUT.tar
 
 Written for gshare's `make image`; no registry and no daemon are needed.
-Device nodes under /dev are left out (the runtime provides /dev).
+Device nodes under /dev are left out (the runtime provides /dev).  A ROOTFS
+with a file system mounted under it (a /proc that mmdebstrap left, say) is
+refused, naming the mount: the layer holds the tree's own files only.
 """
 import gzip
 import hashlib
 import io
 import json
 import os
+import re
 import stat
 import sys
 import tarfile
@@ -24,6 +27,20 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+def mounts_under(root):
+    """The mount points strictly under root (/proc/self/mountinfo's fifth
+    field, octal escapes decoded)."""
+    top = os.path.realpath(root).rstrip("/") + "/"
+    found = []
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            mp = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), line.split()[4])
+            mp = os.fsdecode(mp)
+            if mp.startswith(top):
+                found.append(mp)
+    return sorted(found)
 
 
 def layer_tar(root, out):
@@ -58,6 +75,11 @@ def main(argv):
         print("oci-image: %s: the name needs a :tag" % name, file=sys.stderr)
         return 2
     tag = name.rsplit(":", 1)[1]
+    mounted = mounts_under(root)
+    if mounted:
+        print("oci-image: %s has a file system mounted under it: %s; the image must not include it: "
+              "unmount it (umount -R PATH) and run again" % (root, ", ".join(mounted)), file=sys.stderr)
+        return 1
     raw = io.BytesIO()
     layer_tar(root, raw)
     diff_id = "sha256:" + hashlib.sha256(raw.getvalue()).hexdigest()

@@ -316,6 +316,36 @@ START_TEST(test_remake_fails_then_retried)
 }
 END_TEST
 
+/* Every operation retries a chunk that cannot be re-created: the warning
+ * is logged once, not at every retry (issue 28: six times in a
+ * millisecond per GPU), and its count when the chunk goes back at last. */
+START_TEST(test_remake_fails_logged_once)
+{
+        int fd = gs_check_capture_stderr();
+        uint64_t a;
+
+        ck_assert_int_eq(create(2 * MiB, &a), 0);
+        fail_size = CHUNK;
+        fail_exported = 1;
+        ck_assert_int_eq(vmm_release(a), 0);
+        for (int i = 0; i < 6; i++) {
+                ck_assert_int_eq(create(2 * MiB, &a), 0);
+                ck_assert_int_eq(vmm_release(a), 0);
+        }
+        check_state();
+        ck_assert_uint_eq(held(), 1);
+        ck_assert_int_eq(gs_check_log_count(fd, "behind VMM allocations not re-created yet"), 1);
+        fail_size = 0;
+        ck_assert_int_eq(create(2 * MiB, &a), 0);
+        ck_assert_int_eq(vmm_release(a), 0);
+        ck_assert_uint_eq(held(), 0);
+        ck_assert_int_eq(gs_check_log_count(fd, "behind VMM allocations not re-created yet"), 2);
+        ck_assert_int_eq(gs_check_log_count(fd, "(retried later): "), 2);
+        ck_assert_int_eq(gs_check_log_count(fd, ") (repeated "), 1); /* the count, when it went back */
+        close(fd);
+}
+END_TEST
+
 /* The application still maps what it released: the filler for it fails.
  * The bytes stay "pending" (a real driver still has them) and are covered
  * by the next operation once the driver lets go of them. */
@@ -425,6 +455,7 @@ int main(void)
         tcase_add_test(t, test_released_space_reused_and_given_back);
         tcase_add_test(t, test_hostile_ops);
         tcase_add_test(t, test_remake_fails_then_retried);
+        tcase_add_test(t, test_remake_fails_logged_once);
         tcase_add_test(t, test_released_but_still_mapped);
         tcase_add_test(t, test_exit_remake_fails_retires);
         suite_add_tcase(s, t);

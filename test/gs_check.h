@@ -5,6 +5,9 @@
 
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static inline int gs_check_run(Suite *s)
 {
@@ -16,6 +19,31 @@ static inline int gs_check_run(Suite *s)
         failed = srunner_ntests_failed(sr);
         srunner_free(sr);
         return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* The test's stderr (so its log lines) into a memfd, returned for
+ * gs_check_log_count(). */
+static inline int gs_check_capture_stderr(void)
+{
+        int fd = memfd_create("log", MFD_CLOEXEC);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(dup2(fd, 2), 2);
+        return fd;
+}
+
+/* How often s occurs in what fd holds (its first 64 KiB). */
+static inline int gs_check_log_count(int fd, const char *s)
+{
+        static char buf[1 << 16];
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        int c = 0;
+
+        ck_assert_int_ge(n, 0);
+        buf[n] = '\0';
+        for (char *p = buf; (p = strstr(p, s)); p++)
+                c++;
+        return c;
 }
 
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gs_log.h"
+#include "gs_logrep.h"
 #include "gs_sockmsg.h"
 
 #ifndef SO_PEERPIDFD
@@ -101,17 +102,17 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 sock = accept4(a->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (sock < 0) {
                         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                                log_warn("allocation %s: accept: %m", a->id);
+                                log_warn_rep(gs_logrep_key(a->id), "allocation %s: accept: %m", a->id);
                         return;
                 }
                 if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &l) < 0) {
-                        log_warn("allocation %s: SO_PEERCRED: %m", a->id);
+                        log_warn_rep(gs_logrep_key(a->id), "allocation %s: SO_PEERCRED: %m", a->id);
                         close(sock);
                         continue;
                 }
                 if (refuse_conn(ag, a, cred.pid, why, sizeof(why))) {
                         char junk[sizeof(struct gs_sock_hello) + 64];
-                        log_warn("process %d on allocation %s refused: %s", cred.pid, a->id, why);
+                        log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s refused: %s", cred.pid, a->id, why);
                         gs_sockmsg_error(sock, -EMFILE, why);
                         /* Closing with its HELLO unread would reset the peer
                          * and lose the ERROR: stop it sending, drain, close. */
@@ -175,7 +176,8 @@ static void on_sock(void *data, uint32_t events)
                 if (r > 0)
                         return;
                 if (r < 0) {
-                        log_warn("process %d on allocation %s refused: %s", p->pid, p->alloc->id, err);
+                        log_warn_rep(gs_logrep_key(p->alloc->id), "process %d on allocation %s refused: %s", p->pid, p->alloc->id,
+                                     err);
                         if (r != -ECONNRESET)
                                 gs_sockmsg_error(p->sock, r, err);
                         /* It never got memory: nothing to keep. */
@@ -187,7 +189,7 @@ static void on_sock(void *data, uint32_t events)
                 r = gs_proc_on_reclaim(ag, p, err, sizeof(err));
                 if (r >= 0)
                         return;
-                log_warn("process %d on allocation %s: %s", p->pid, p->alloc->id, err);
+                log_warn_rep(gs_logrep_key(p->alloc->id), "process %d on allocation %s: %s", p->pid, p->alloc->id, err);
                 if (r != -ECONNRESET)
                         gs_sockmsg_error(p->sock, r, err);
                 /* It keeps what it holds until it exits. */
@@ -202,7 +204,8 @@ static void on_sock(void *data, uint32_t events)
                 if (n < 0 && (errno == EAGAIN || errno == EINTR) && !(events & (EPOLLHUP | EPOLLRDHUP)))
                         return;
                 if (n > 0)
-                        log_warn("process %d of allocation %s sent data on its socket after HELLO; dropped",
+                        log_warn_rep(gs_logrep_key(p->alloc->id), "process %d of allocation %s sent data on its socket after HELLO; "
+                                     "dropped",
                                  p->pid, p->alloc->id);
                 gs_proc_close_conn(ag, p);
         }
@@ -220,7 +223,7 @@ int64_t gs_proc_tick(void *data, int64_t now)
                 for (; p; p = nx) {
                         nx = p->next;
                         if (p->state == GS_PROC_RECLAIM && p->hello_deadline_ms <= now) {
-                                log_warn("process %d on allocation %s did not finish its reclaim in %d ms; "
+                                log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s did not finish its reclaim in %d ms; "
                                          "it keeps what it holds", p->pid, a->id, GS_PROC_RECLAIM_MS);
                                 gs_sockmsg_error(p->sock, -ETIMEDOUT, "no reclaim in time");
                                 gs_proc_close_conn(ag, p);
@@ -231,7 +234,7 @@ int64_t gs_proc_tick(void *data, int64_t now)
                         if (p->state != GS_PROC_HELLO)
                                 continue;
                         if (p->hello_deadline_ms <= now) {
-                                log_warn("process %d on allocation %s sent no HELLO in %d ms; dropped",
+                                log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s sent no HELLO in %d ms; dropped",
                                          p->pid, a->id, GS_PROC_HELLO_MS);
                                 gs_sockmsg_error(p->sock, -ETIMEDOUT, "no HELLO in time");
                                 gs_proc_destroy(ag, p, NULL);

@@ -11,6 +11,7 @@
 #include "gs_allocs.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
+#include "gs_logrep.h"
 #include "gs_ring.h"
 #include "gs_serve_move.h"
 #include "gs_sockmsg.h"
@@ -498,7 +499,7 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
         if (r >= 0)
                 return 0;
         if (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
-                log_warn("process %d (%s) of allocation %s: connection dropped: %s", p->pid,
+                log_warn_rep(gs_logrep_key(p->alloc->id), "process %d (%s) of allocation %s: connection dropped: %s", p->pid,
                          p->comm, p->alloc->id,
                          r == -EPROTO ? "corrupt ring indices" : strerror(-r));
                 /* The main loop sees the hang-up and takes it from there. */

@@ -16,6 +16,7 @@
 #include "gs_gpu.h"
 #include "gs_ipc.h"
 #include "gs_log.h"
+#include "gs_logrep.h"
 #include "gs_ring.h"
 #include "gs_sockmsg.h"
 #include "gs_usage.h"
@@ -64,7 +65,8 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         }
         pthread_mutex_unlock(&g->lock);
         if (err[0])
-                log_warn("GPU %u: process %d (%s): %s", g->index, p->pid, p->comm, err);
+                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index, p->pid,
+                             p->comm, err);
         for (int i = 0; i < n; i++) {
                 int r = gs_sockmsg_send_grant(p->sock, GS_SOCK_MOVE, req, pg->move[i].slot, g->chunk_bytes,
                                               pg->move[i].fd, &p->stop);

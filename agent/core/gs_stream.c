@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gs_log.h"
+#include "gs_logrep.h"
 #include "gs_loop.h"
 
 struct gs_stream {
@@ -266,12 +267,12 @@ static void on_listen(void *data, uint32_t events)
 
                 if (fd < 0) {
                         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                                log_warn("%s: accept: %m", s->name);
+                                log_warn_rep(gs_logrep_key(s->name), "%s: accept: %m", s->name);
                         return;
                 }
                 if (s->nconns >= s->lim.max_conns) {
                         if (s->refused++ % 1000 == 0)
-                                log_warn("%s: %u connections already, refusing (%llu so far)",
+                                log_warn_rep(gs_logrep_key(s->name), "%s: %u connections already, refusing (%llu so far)",
                                          s->name, s->nconns, (unsigned long long)s->refused);
                         if (s->ops->on_refuse)
                                 s->ops->on_refuse(s->ctx, fd);

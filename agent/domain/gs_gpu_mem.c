@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gs_log.h"
+#include "gs_logrep.h"
 
 void gs_gpu_chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
 {
@@ -349,7 +350,8 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 if (c < g->nchunks)
                         g->chunks[c].owner = owner;
                 if (fds[i] >= 0 && gs_gpu_grant_prepare(g, &g->chunks[c], proc, &queued, why, sizeof(why)) < 0) {
-                        log_warn("GPU %u: chunk %u not granted: %s", g->index, c, why);
+                        log_warn_rep((uint64_t)g->index << 32 | c, "GPU %u: chunk %u not granted: %s", g->index, c,
+                                     why);
                         fds[i] = -1;
                 }
         }
@@ -361,7 +363,8 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                         continue;
                 /* Queued above unless its last writer was none or proc. */
                 if (r < 0 && k->writer != 0 && k->writer != proc) {
-                        log_warn("GPU %u: chunk %u not granted: %s", g->index, gr[i].chunk, why);
+                        log_warn_rep((uint64_t)g->index << 32 | gr[i].chunk, "GPU %u: chunk %u not granted: %s",
+                                     g->index, gr[i].chunk, why);
                         g->scrub_st.failures++;
                         fds[i] = -1;
                         continue;

@@ -8,6 +8,7 @@
 #include "gs_chunkset.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
+#include "gs_logrep.h"
 #include "gs_wire.h"
 
 struct gs_vmm_filler {
@@ -127,7 +128,7 @@ static int fill_debt(struct gs_gpu *g, struct gs_vmm_set *s, char *err, size_t e
         }
         sure = d - s->pending;
         if (sure > 0 && s->pending > 0 && filler_add(g, s, sure, e2, sizeof(e2)) < 0)
-                log_warn("GPU %u: %llu bytes of VMM space left uncovered: %s", g->index,
+                log_warn_rep(g->index, "GPU %u: %llu bytes of VMM space left uncovered: %s", g->index,
                          (unsigned long long)sure, e2);
         return r;
 }
@@ -145,8 +146,11 @@ static int chunk_give(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i, bool f
         return r;
 }
 
+static struct gs_logrep not_recreated = GS_LOGREP_INIT;
+
 /* Gives back chunks the set does not need (see gs_vmm.h), then covers the
- * debt.  Failures are logged and retried by the next operation. */
+ * debt.  Failures are logged (once, then counted) and retried by the next
+ * operation. */
 static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
 {
         const uint64_t c = g->chunk_bytes;
@@ -157,13 +161,17 @@ static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
 
                 if (free_b < c || (s->live_bytes && free_b < 2 * c))
                         break;
+                uint32_t chunk = s->cs.held[s->cs.nheld - 1].chunk;
+                uint64_t key = (uint64_t)g->index << 32 | chunk;
+
                 free_up(g, s, c, &dropped);
                 if (chunk_give(g, s, s->cs.nheld - 1, false, err, sizeof(err)) < 0) {
-                        log_warn("GPU %u: chunk %u behind VMM allocations not re-created yet "
-                                 "(retried later): %s", g->index, s->cs.held[s->cs.nheld - 1].chunk,
-                                 err);
+                        /* Every operation retries: logged once, then counted. */
+                        gs_logrep(&not_recreated, GS_LOG_WARN, key, "GPU %u: chunk %u behind VMM allocations "
+                                  "not re-created yet (retried later): %s", g->index, chunk, err);
                         break;
                 }
+                gs_logrep_clear(&not_recreated, key);
         }
         if (fill_debt(g, s, err, sizeof(err)) < 0)
                 log_debug("GPU %u: %llu bytes of VMM space not covered yet (%llu released, maybe "
@@ -218,7 +226,7 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
         return 0;
 fail:
         if (err[0])
-                log_warn("GPU %u: VMM allocation of %llu bytes failed: %s", g->index,
+                log_warn_rep(g->index, "GPU %u: VMM allocation of %llu bytes failed: %s", g->index,
                          (unsigned long long)size, err);
         free(v);
         return r;

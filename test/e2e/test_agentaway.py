@@ -51,8 +51,11 @@ class Proc:
         return self.p.stdout.readline().split() if r else []
 
     def say(self, cmd, limit=LONG):
-        self.p.stdin.write(cmd + "\n")
-        self.p.stdin.flush()
+        try:
+            self.p.stdin.write(cmd + "\n")
+            self.p.stdin.flush()
+        except OSError:  # it exited
+            return []
         return self.line(limit)
 
     def stderr(self):
@@ -146,6 +149,8 @@ def main():
         try:
             if s.ok:
                 fn(s)
+        except Exception as x:  # noqa: BLE001 -- a failed part, not a crash of the test
+            check(False, "%s: %r" % (name, x))
         finally:
             s.finish()
     if e.failures:

@@ -1,4 +1,5 @@
 # test/install: the chart, the manifest and the image as shipped.
+#   test_mkimage.sh     the image build never crosses a mount point
 #   test_agent_dirs.py  a manual install: the agent makes its directories
 #   test_chart.py       the manifest is the chart rendered with its defaults
 #   test_install.py     the DaemonSet's containers run on a stand-in node, in

@@ -72,7 +72,7 @@ class Kubelet:
                 if outer.stream_first:
                     ch = grpc.insecure_channel("unix:" + os.path.join(outer.kdir, request.endpoint))
                     st = Stream(ns.dp_grpc.DevicePluginStub(ch), ns)
-                    st.next()
+                    st.first = st.next()
                     outer.streams.append((ch, st))  # the channel too: closed when collected
                 outer.registered.put((time.monotonic(), request))
                 return ns.dp.Empty()
@@ -600,7 +600,7 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     kubelet.start()
     t, reg = kubelet.wait_register(HANG)
     check("stream opened before Register's answer: registered", reg is not None)
-    # The restart's own Registers (inotify may tell of it twice) settle
+    # The restart's Register (test_kubelet_restart.py checks there is one) settles
     # first; then none may come for 5 s (the bug: one 3 s after the last).
     while reg is not None:
         t, reg = kubelet.wait_register(1.0)
