@@ -27,9 +27,11 @@ SETTLE=${SETTLE_S:-25}; WATCH=${WATCH_S:-0.2}
 rm -rf $D; mkdir -p $D/logs
 . "$(dirname "$0")/k8slib.sh"
 KDIR=${KUBELET136:-$ROOT/../shared/kubelet136}
+[[ -f $KDIR/lib.sh ]] || { echo "no $KDIR/lib.sh: set KUBELET136 to the kubelet136 directory" >&2; exit 2; }
 KL=/tmp/k134/logs/kubelet.log
 restart_kubelet() { # in a subshell with lib.sh's variables and functions
   (cd $KDIR && . ./lib.sh && stop_p kubelet && start_kubelet) 2>&1 | tee -a $D/run.log
+  [[ ${PIPESTATUS[0]} == 0 ]] || { say "the kubelet's restart failed"; exit 1; }
 }
 $ROOT/test/k8s/fakeimage.sh 0.1.0 | tee -a $D/run.log
 k8s_prepare; k8s_clean
