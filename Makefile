@@ -71,7 +71,9 @@ LIBS    :=   # shared libraries that ship
 # is the program $(B)/test/check_NAME; anything else a script's path; a
 # test marked "plain" runs in the plain build only).
 TEST_LIST := $(shell awk -v san="$(SANITIZE)" '{ sub(/\#.*/, "") } NF && !($$2 == "plain" && san != "") { print $$1 }' test/tests.list)
+# An entry SCRIPT:CASE runs one case of a script (test/run-tests.sh).
 TESTS   := $(foreach t,$(TEST_LIST),$(if $(filter check_%,$(t)),$(B)/test/$(t),$(t)))
+TEST_FILES = $(sort $(foreach t,$(TESTS),$(patsubst check_%,$(B)/test/check_%,$(firstword $(subst :, ,$(t))))))
 BENCHES :=   # benchmark executables and scripts, run by make bench
 TEST_DEPS :=  # anything else the tests need built (fake driver, test programs)
 
@@ -92,8 +94,14 @@ $(B)/%.o: %.c | cuda-check $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-# The agent's headers, one folder per part (agent/agent.mk says which).
-AGENT_INC := -Iagent/alloc -Iagent/core -Iagent/domain -Iagent/integrations
+# The agent's headers, one folder per layer.  agent/layers.txt says which
+# folders each may use; its objects get those include paths only, so an
+# include against the layers does not compile (test/test_layers.py checks
+# the calls).  AGENT_INC (every folder) is for main, tests and benches.
+layer_uses = $(shell awk -v f=$(1) '{ sub(/\#.*/, "") } $$1 == f { for (i = 1; i <= NF; i++) print $$i }' agent/layers.txt)
+layer_inc = $(patsubst %,-I%,$(filter agent/%,$(call layer_uses,$(1))))
+AGENT_LAYERS := base alloc domain sessions services
+AGENT_INC := $(call layer_inc,agent)
 
 include common/module.mk
 # One fragment per part (agent/alloc.mk, agent/agent.mk, hook/hook.mk, ...),
@@ -104,7 +112,7 @@ all: $(BINS) $(LIBS) | cuda-check
 
 test: test-unit asan cross-arm64
 
-test-unit: $(BINS) $(LIBS) $(TESTS) $(TEST_DEPS)
+test-unit: $(BINS) $(LIBS) $(TEST_FILES) $(TEST_DEPS)
 	@test/check-list.sh
 	@B=$(B) PYTHON=$(PYTHON) SANITIZE=$(SANITIZE) test/run-tests.sh $(TESTS)
 
@@ -129,7 +137,7 @@ cross-arm64:
 	  [ $$n -eq 0 ] || { echo "cross-arm64: libgshare.so needs more than libc" >&2; exit 1; }; \
 	  echo "cross-arm64: agent, gsharectl, device and DRA plugins, hook built for arm64"
 
-valgrind: $(TESTS) $(TEST_DEPS)
+valgrind: $(TEST_FILES) $(TEST_DEPS)
 	@B=$(B) PYTHON=$(PYTHON) VALGRIND=1 test/run-tests.sh $(filter $(B)/test/check_%,$(TESTS))
 
 bench: $(BINS) $(LIBS) $(BENCHES) $(TEST_DEPS)

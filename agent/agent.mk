@@ -2,17 +2,21 @@
 # The allocator, $(B)/libgsalloc.a, comes from agent/alloc.mk, which is
 # included after this file: its ALLOC_A is not yet set here, hence the path.
 
-# Every .c of the agent's parts is built in (a new file needs no edit here):
-#   core/          the loop, connections, the request server, the handover
-#   domain/        GPUs, allocations, processes' holdings, the ledger
-#   integrations/  the driver, NVML, the API server, the kubelet, /metrics
+# Every .c of the agent's layers is built in (a new file needs no edit here;
+# agent/layers.txt orders them, docs/design.md "Layers" says what each holds):
+#   base/      the runtime (loop, streams, workers, socket messages) and the
+#              platform (the driver and NVML tables, histograms)
+#   domain/    GPUs, allocations, processes' holdings, checkpoint, ledger
+#   sessions/  the agent, processes' connections, serving, control, handover
+#   services/  the reconciler, the API-server watch, metrics, usage, Events
 # and the allocator, alloc/ (agent/alloc.mk).
-AGENT_SRC := agent/gs_agent_main.c $(sort $(wildcard agent/core/*.c agent/domain/*.c agent/integrations/*.c))
+AGENT_SRC := agent/gs_agent_main.c $(sort $(foreach d,base domain sessions services,$(wildcard agent/$(d)/*.c)))
 AGENT_LIB_SRC := $(filter-out agent/gs_agent_main.c,$(AGENT_SRC))
 AGENT_LIB_O := $(patsubst %.c,$(B)/%.o,$(AGENT_LIB_SRC))
 AGENT_LIBS  := -ldl -lpthread $(PKG_GRPC) $(PKG_PBC) $(PKG_YAML) $(PKG_CURL)
 
-$(B)/agent/%.o: CPPFLAGS += $(AGENT_INC)
+$(foreach d,$(AGENT_LAYERS),$(eval $(B)/agent/$(d)/%.o: CPPFLAGS += $(call layer_inc,agent/$(d))))
+$(B)/agent/gs_agent_main.o $(B)/agent/gsharectl.o: CPPFLAGS += $(AGENT_INC)
 
 $(B)/gshare-agent: $(B)/agent/gs_agent_main.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS)

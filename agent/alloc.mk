@@ -27,7 +27,7 @@ ALLOC_TESTS := check_buddy check_gsm check_slab check_alloc check_alloc_random
 ALLOC_TEST_BINS := $(addprefix $(B)/test/,$(ALLOC_TESTS))
 
 # The tests include the allocator's internal headers.
-$(ALLOC_O) $(ALLOC_DEBUG_O) $(patsubst %,%.o,$(ALLOC_TEST_BINS)): CPPFLAGS += $(AGENT_INC)
+$(ALLOC_DEBUG_O) $(patsubst %,%.o,$(ALLOC_TEST_BINS)): CPPFLAGS += $(call layer_inc,agent/alloc)
 
 $(ALLOC_TEST_BINS): $(B)/test/%: $(B)/test/%.o $(ALLOC_DEBUG_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK)

@@ -133,7 +133,7 @@ static bool device_selected(const struct gs_config *c, int ordinal, const char *
 
 static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
 {
-        const struct gs_cuda *cu = &ag->cu;
+        const struct gs_cuda *cu = &ag->node.cu;
         struct gs_gpu_inherit *inh = NULL;
         char err[512], sz[4][32];
         int count = 0, ver = 0, r;
@@ -147,11 +147,11 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
                 return r;
         }
         (void)cu->driver_get_version(&ver);
-        ag->gpus = calloc(count > 0 ? (size_t)count : 1, sizeof(*ag->gpus));
-        if (!ag->gpus)
+        ag->node.gpus = calloc(count > 0 ? (size_t)count : 1, sizeof(*ag->node.gpus));
+        if (!ag->node.gpus)
                 return -ENOMEM;
         for (int i = 0; i < count; i++) {
-                struct gs_gpu *g = &ag->gpus[ag->ngpus];
+                struct gs_gpu *g = &ag->node.gpus[ag->node.ngpus];
                 CUdevice dev;
                 CUuuid uuid;
                 char us[GS_UUID_STR_LEN + 1];
@@ -160,13 +160,13 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
                     cu->device_get_uuid(&uuid, dev) != CUDA_SUCCESS)
                         continue;
                 gs_uuid_format((const uint8_t *)uuid.bytes, us);
-                if (!device_selected(&ag->cfg, i, us)) {
+                if (!device_selected(&ag->node.cfg, i, us)) {
                         log_info("GPU %d %s: not selected by the devices setting", i, us);
                         continue;
                 }
-                g->agent = ag;
-                r = gs_gpu_open_ctx(g, i, &ag->cfg, err, sizeof(err));
-                ag->ngpus++;
+                g->node = &ag->node;
+                r = gs_gpu_open_ctx(g, i, &ag->node.cfg, err, sizeof(err));
+                ag->node.ngpus++;
                 if (r < 0) {
                         log_error("GPU %d: %s", i, err);
                         return r;
@@ -175,26 +175,26 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
         /* An upgrade: the contexts exist, the old agent hands its pools over
          * (from here its processes wait for us).  A GPU whose context found
          * no room would have no pool: better the old agent serves on. */
-        for (uint32_t i = 0; ho && i < ag->ngpus; i++)
-                if (!ag->gpus[i].ctx_ready && strstr(ag->gpus[i].health_reason, "OUT_OF_MEMORY")) {
+        for (uint32_t i = 0; ho && i < ag->node.ngpus; i++)
+                if (!ag->node.gpus[i].ctx_ready && strstr(ag->node.gpus[i].health_reason, "OUT_OF_MEMORY")) {
                         log_error("GPU %u: no room for this agent's context beside the running agent (%s): the "
                                   "running agent serves on; this one stops (retried at its restart)",
-                                  ag->gpus[i].index, ag->gpus[i].health_reason);
+                                  ag->node.gpus[i].index, ag->node.gpus[i].health_reason);
                         return -ENOMEM;
                 }
         if (ho && gs_handover_take(ho, ag, &inh, err, sizeof(err)) < 0) {
                 log_error("%s", err);
                 return -EIO;
         }
-        for (uint32_t i = 0; i < ag->ngpus; i++) {
-                struct gs_gpu *g = &ag->gpus[i];
+        for (uint32_t i = 0; i < ag->node.ngpus; i++) {
+                struct gs_gpu *g = &ag->node.gpus[i];
 
-                r = gs_gpu_open_pool(g, &ag->cfg, inh && inh[i].nchunks ? &inh[i] : NULL, err, sizeof(err));
+                r = gs_gpu_open_pool(g, &ag->node.cfg, inh && inh[i].nchunks ? &inh[i] : NULL, err, sizeof(err));
                 if (r == 0 && inh && inh[i].nchunks)
                         inh[i].nchunks = 0; /* its fds are the GPU's now */
                 if (r < 0) {
                         log_error("GPU %u: %s", g->index, err);
-                        gs_handover_inherit_free(inh, ag->ngpus);
+                        gs_handover_inherit_free(inh, ag->node.ngpus);
                         return r;
                 }
                 gs_format_size(g->total_bytes, sz[0], sizeof(sz[0]));
@@ -211,9 +211,9 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
                         log_error("GPU %u %s (%s): unhealthy, no pool: %s", g->index, g->uuid,
                                   g->name, g->health_reason);
         }
-        gs_handover_inherit_free(inh, ag->ngpus);
+        gs_handover_inherit_free(inh, ag->node.ngpus);
         log_info("CUDA driver %d.%d (%s): %d GPUs, %u in use", ver / 1000, (ver % 1000) / 10,
-                 ag->cfg.cuda_library, count, ag->ngpus);
+                 ag->node.cfg.cuda_library, count, ag->node.ngpus);
         return 0;
 }
 
@@ -316,6 +316,115 @@ static int64_t usage_tick(void *data, int64_t now)
         return next;
 }
 
+/* Memory is wanted (gs_agent_want_give_back): processes are asked for
+ * chunks without a live block, then movers woken for what is owed; the
+ * workers waiting for it are told. */
+static void give_back(struct gs_agent *ag)
+{
+        gs_proc_give_back_sweep(ag);
+        gs_move_kick(ag);
+        gs_agent_count(ag, &ag->give_back_sweeps);
+}
+
+/* Who runs when: the callbacks and timers of the layers (agent/layers.txt:
+ * none calls up into another). */
+static void wire(struct gs_agent *ag)
+{
+        gs_agent_wire(ag, broadcast);
+        ag->node.on_alloc_conn = gs_proc_on_listen;
+        ag->on_give_back = give_back;
+        ag->on_event = gs_usage_event;
+        gs_loop_timer_add(ag->node.loop, &ag->hello_timer, gs_proc_tick, ag);
+        gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_allocs_tick, &ag->node);
+        gs_loop_timer_add(ag->node.loop, &ag->usage_timer, usage_tick, ag);
+}
+
+/* An agent of an earlier release, which cannot hand over, serves: ready to
+ * take over (so that the rollout stops it), but nothing of ours may touch
+ * the GPU or its paths before it is gone.  -1: stopped meanwhile. */
+static int wait_older_agent(struct gs_agent *ag, sigset_t *set)
+{
+        log_warn("an agent without handover (an earlier release) serves %s: waiting for it to stop; its "
+                 "processes keep their memory but cannot allocate after it",
+                 ag->node.cfg.agent_socket);
+        ready_file(&ag->node.cfg, true);
+        while (gs_handover_older_agent(ag)) {
+                struct timespec ts = { 0, 200 * 1000 * 1000 };
+                int sig;
+                if (sigtimedwait(set, NULL, &ts) >= 0) {
+                        (void)sig;
+                        log_info("stopped while waiting");
+                        return -1;
+                }
+        }
+        log_info("the earlier agent is gone: starting as after a restart");
+        return 0;
+}
+
+static void warn_fd_limit(const struct gs_config *cfg)
+{
+        struct rlimit rl;
+
+        /* Each connection holds its socket, pidfd, segment, doorbell and
+         * notification eventfd. */
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            (uint64_t)cfg->max_conns * 5 + 1024 > rl.rlim_cur)
+                log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
+                         cfg->max_conns, (unsigned long long)cfg->max_conns * 5 + 1024,
+                         (unsigned long long)rl.rlim_cur);
+}
+
+/* After a handover (ho) or a restart the memory of the agent before is
+ * let go for a moment yet (gs_serve waits for it). */
+static void settle(struct gs_agent *ag, bool ho)
+{
+        bool on = ho;
+
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                on |= ag->node.gpus[i].chunks_made_at_start < ag->node.gpus[i].nchunks;
+        if (on)
+                __atomic_store_n(&ag->settle_until_ms, gs_mono_ms() + 5000, __ATOMIC_RELAXED);
+}
+
+/* Everything stopped and freed, in order (the reconciler and the watch
+ * are stopped, a takeover under way aborted). */
+static void stop(struct gs_agent *ag, struct signals *sg)
+{
+        gs_handover_close(ag);
+        ready_file(&ag->node.cfg, false);
+        if (ag->handed_over) {
+                /* Everything is the new agent's: our sockets' and files'
+                 * paths are its own (nothing is removed or written), and
+                 * our memory goes without any made in its place (the new
+                 * agent holds the chunks; processes map them). */
+                for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                        ag->node.gpus[i].frozen = true;
+                for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
+                        gs_closep(&a->listen_fd);
+        }
+        /* The ledgers keep saying what the processes hold: the next agent
+         * charges it (a stop is an upgrade or a restart, not their end). */
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                gs_gpu_ledger_stop(&ag->node.gpus[i]);
+        gs_proc_kill_all(ag);
+        gs_workers_free(ag->workers);
+        gs_allocs_shutdown(&ag->node);
+        ag->node.watched = false;
+        gs_ctlsrv_free(ag->ctl);
+        gs_metrics_free(ag->metrics);
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                gs_gpu_close(&ag->node.gpus[i]);
+        free(ag->node.gpus);
+        gs_usage_close(ag);
+        gs_events_stop(ag->events);
+        gs_cuda_close(&ag->node.cu);
+        if (sg->fd >= 0 && ag->node.loop)
+                gs_loop_io_del(ag->node.loop, &sg->io);
+        gs_closep(&sg->fd);
+        gs_loop_free(ag->node.loop);
+        gs_agent_unwire(ag);
+}
+
 int main(int argc, char **argv)
 {
         struct gs_agent ag = { 0 };
@@ -329,9 +438,9 @@ int main(int argc, char **argv)
         int r, rc = 1;
 
         ag.handover_fd = -1;
-        if (parse_args(argc, argv, &ag.cfg) < 0)
+        if (parse_args(argc, argv, &ag.node.cfg) < 0)
                 return 2;
-        gs_log_init("agent", ag.cfg.log_level);
+        gs_log_init("agent", ag.node.cfg.log_level);
         /* Chunk fds in flight over SCM_RIGHTS count against RLIMIT_NOFILE. */
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
                 rl.rlim_cur = rl.rlim_max;
@@ -346,31 +455,25 @@ int main(int argc, char **argv)
         sigprocmask(SIG_BLOCK, &set, NULL);
         signal(SIGPIPE, SIG_IGN);
 
-        r = gs_loop_new(&ag.loop);
+        r = gs_loop_new(&ag.node.loop);
         if (r < 0) {
                 log_error("epoll/eventfd: %s", strerror(-r));
                 goto out;
         }
-        sg.loop = ag.loop;
+        sg.loop = ag.node.loop;
         sg.fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sg.fd < 0 || gs_loop_io_add(ag.loop, &sg.io, sg.fd, EPOLLIN, on_signal, &sg) < 0) {
+        if (sg.fd < 0 || gs_loop_io_add(ag.node.loop, &sg.io, sg.fd, EPOLLIN, on_signal, &sg) < 0) {
                 log_error("signalfd: %m");
                 goto out;
         }
-        /* Wiring: who runs when.  No module calls up into another. */
-        gs_agent_wire(&ag, broadcast);
-        ag.on_alloc_conn = gs_proc_on_listen;
-        ag.on_give_back = gs_proc_give_back_sweep;
-        gs_loop_timer_add(ag.loop, &ag.hello_timer, gs_proc_tick, &ag);
-        gs_loop_timer_add(ag.loop, &ag.restore_timer, gs_allocs_tick, &ag);
-        gs_loop_timer_add(ag.loop, &ag.usage_timer, usage_tick, &ag);
-        r = gs_cuda_open(&ag.cu, ag.cfg.cuda_library, err, sizeof(err));
+        wire(&ag);
+        r = gs_cuda_open(&ag.node.cu, ag.node.cfg.cuda_library, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
                 goto out;
         }
         gs_usage_open(&ag);
-        r = gs_events_start(&ag.cfg, &ag.events, err, sizeof(err));
+        r = gs_events_start(&ag.node.cfg, &ag.events, err, sizeof(err));
         if (r < 0)
                 log_warn("no Events on pods: %s", err);
         /* A running agent (an upgrade) hands over to us; none: a first
@@ -380,134 +483,75 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
-        if (r == 0 && gs_handover_older_agent(&ag)) {
-                /* An agent of an earlier release, which cannot hand over:
-                 * ready to take over (so that the rollout stops it), but
-                 * nothing of ours may touch the GPU or its paths before it
-                 * is gone. */
-                log_warn("an agent without handover (an earlier release) serves %s: waiting for it to stop; its "
-                         "processes keep their memory but cannot allocate after it",
-                         ag.cfg.agent_socket);
-                ready_file(&ag.cfg, true);
-                while (gs_handover_older_agent(&ag)) {
-                        struct timespec ts = { 0, 200 * 1000 * 1000 };
-                        int sig;
-                        if (sigtimedwait(&set, NULL, &ts) >= 0) {
-                                (void)sig;
-                                log_info("stopped while waiting");
-                                goto out;
-                        }
-                }
-                log_info("the earlier agent is gone: starting as after a restart");
-        }
+        if (r == 0 && wait_older_agent(&ag, &set) < 0)
+                goto out;
         if (open_gpus(&ag, ho) < 0)
                 goto out;
         if (ho)
                 log_info("upgrade: pools built on the old agent's chunks");
-        /* Each connection holds its socket, pidfd, segment and doorbell. */
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-            (uint64_t)ag.cfg.max_conns * 4 + 1024 > rl.rlim_cur)
-                log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
-                         ag.cfg.max_conns, (unsigned long long)ag.cfg.max_conns * 4 + 1024,
-                         (unsigned long long)rl.rlim_cur);
-        r = gs_workers_new(gs_serve_turn, ag.cfg.worker_threads, ag.cfg.max_conns, &ag.workers, err,
+        warn_fd_limit(&ag.node.cfg);
+        r = gs_workers_new(gs_serve_turn, ag.node.cfg.worker_threads, ag.node.cfg.max_conns, &ag.workers, err,
                            sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
                 goto out;
         }
-        if (ag.ngpus == 0)
+        if (ag.node.ngpus == 0)
                 log_warn("no GPU in use: the agent serves an empty node");
         /* A manual install may not have the directories yet (the DaemonSet's
          * hostPath volumes make them). */
-        if (mkdir_parents(ag.cfg.agent_socket, "agentSocket", err, sizeof(err)) < 0 ||
-            mkdir_parents(ag.cfg.socket_root, "socketRoot", err, sizeof(err)) < 0 ||
-            mkdir_parents(ag.cfg.state_dir, "stateDir", err, sizeof(err)) < 0) {
+        if (mkdir_parents(ag.node.cfg.agent_socket, "agentSocket", err, sizeof(err)) < 0 ||
+            mkdir_parents(ag.node.cfg.socket_root, "socketRoot", err, sizeof(err)) < 0 ||
+            mkdir_parents(ag.node.cfg.state_dir, "stateDir", err, sizeof(err)) < 0) {
                 log_error("%s", err);
                 goto out;
         }
-        r = gs_ctlsrv_new(&ag, ag.cfg.agent_socket, &ag.ctl, err, sizeof(err));
+        r = gs_ctlsrv_new(&ag, ag.node.cfg.agent_socket, &ag.ctl, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
                 goto out;
         }
-        r = gs_metrics_new(&ag, ag.cfg.metrics_address, &ag.metrics, err, sizeof(err));
+        ag.node.watched = true;
+        r = gs_metrics_new(&ag, ag.node.cfg.metrics_address, &ag.metrics, err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
                 goto out;
         }
-        r = gs_allocs_restore(&ag);
+        r = gs_allocs_restore(&ag.node);
         if (r < 0)
-                log_error("checkpoint in %s: %s", ag.cfg.state_dir, strerror(-r));
+                log_error("checkpoint in %s: %s", ag.node.cfg.state_dir, strerror(-r));
         /* The previous agent's processes, before any connection is served. */
         gs_proc_restore(&ag);
         if (ho)
                 log_info("upgrade: allocations and processes restored");
         if (gs_handover_listen(&ag, err, sizeof(err)) < 0)
                 log_warn("%s: an upgrade will not take over from this agent without a gap", err);
-        /* An upgrade: the old agent lets its processes go to us now. */
-        /* After a handover or a restart the memory of the agent before is
-         * let go for a moment yet (gs_serve waits for it). */
-        bool settle = ho != NULL;
-        for (uint32_t i = 0; i < ag.ngpus; i++)
-                settle |= ag.gpus[i].chunks_made_at_start < ag.gpus[i].nchunks;
-        if (settle)
-                __atomic_store_n(&ag.settle_until_ms, gs_mono_ms() + 5000, __ATOMIC_RELAXED);
+        settle(&ag, ho != NULL);
         gs_handover_finish(ho);
         ho = NULL;
-        ready_file(&ag.cfg, true);
+        ready_file(&ag.node.cfg, true);
         /* After the restore, so that its first snapshot sees every allocation. */
         r = gs_recon_start(&ag, &recon);
         if (r < 0) {
                 log_error("cannot start the reconciler: %s", strerror(-r));
                 goto out;
         }
-        if (gs_watch_start(&ag.cfg, recon, &watch, err, sizeof(err)) < 0) {
+        if (gs_watch_start(&ag.node.cfg, recon, &watch, err, sizeof(err)) < 0) {
                 log_error("%s", err);
                 goto out;
         }
         log_info("serving %s; allocations under %s, state in %s; %u worker threads, at most %u connections (%u per allocation, %u per process)",
-                 ag.cfg.agent_socket, ag.cfg.socket_root, ag.cfg.state_dir, ag.cfg.worker_threads,
-                 ag.cfg.max_conns, ag.cfg.max_conns_per_alloc, ag.cfg.max_conns_per_proc);
-        rc = gs_loop_run(ag.loop) < 0;
+                 ag.node.cfg.agent_socket, ag.node.cfg.socket_root, ag.node.cfg.state_dir, ag.node.cfg.worker_threads,
+                 ag.node.cfg.max_conns, ag.node.cfg.max_conns_per_alloc, ag.node.cfg.max_conns_per_proc);
+        rc = gs_loop_run(ag.node.loop) < 0;
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */
         gs_recon_stop(recon);
         /* Failed before READY: the old agent serves on, at its paths (it
          * binds its sockets again and puts its ledger back). */
-        ag.paths_theirs |= ho != NULL;
+        ag.node.paths_theirs |= ho != NULL;
         gs_handover_abort(ho);
-        gs_handover_close(&ag);
-        ready_file(&ag.cfg, false);
-        if (ag.handed_over) {
-                /* Everything is the new agent's: our sockets' and files'
-                 * paths are its own (nothing is removed or written), and
-                 * our memory goes without any made in its place (the new
-                 * agent holds the chunks; processes map them). */
-                for (uint32_t i = 0; i < ag.ngpus; i++)
-                        ag.gpus[i].frozen = true;
-                for (struct gs_allocation *a = ag.allocs; a; a = a->next)
-                        gs_closep(&a->listen_fd);
-        }
-        /* The ledgers keep saying what the processes hold: the next agent
-         * charges it (a stop is an upgrade or a restart, not their end). */
-        for (uint32_t i = 0; i < ag.ngpus; i++)
-                gs_gpu_ledger_stop(&ag.gpus[i]);
-        gs_proc_kill_all(&ag);
-        gs_workers_free(ag.workers);
-        gs_allocs_shutdown(&ag);
-        gs_ctlsrv_free(ag.ctl);
-        gs_metrics_free(ag.metrics);
-        for (uint32_t i = 0; i < ag.ngpus; i++)
-                gs_gpu_close(&ag.gpus[i]);
-        free(ag.gpus);
-        gs_usage_close(&ag);
-        gs_events_stop(ag.events);
-        gs_cuda_close(&ag.cu);
-        if (sg.fd >= 0 && ag.loop)
-                gs_loop_io_del(ag.loop, &sg.io);
-        gs_closep(&sg.fd);
-        gs_loop_free(ag.loop);
+        stop(&ag, &sg);
         if (ag.handed_over) {
                 /* Exiting would have the kubelet start this old version
                  * again: wait for the end of the pod. */

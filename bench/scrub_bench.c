@@ -42,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gs_agent.h"
+#include "gs_node.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_pool.h"
@@ -70,9 +70,9 @@ static int skip(const char *why)
 
 /* ---- part 1: one chunk ---- */
 
-static int one_chunk(struct gs_agent *ag, uint64_t chunk, int rounds)
+static int one_chunk(struct gs_node *ag, uint64_t chunk, int rounds)
 {
-        struct gs_gpu g = { .agent = ag };
+        struct gs_gpu g = { .node = ag };
         const struct gs_cuda *cu = &ag->cu;
         CUmemGenericAllocationHandle h;
         CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE },
@@ -307,7 +307,7 @@ static int cmp_dbl(const void *a, const void *b)
         return x < y ? -1 : x > y;
 }
 
-static int noisy(struct gs_agent *ag, const char *lib, struct noisy *n, int nprocs, unsigned seed)
+static int noisy(struct gs_node *ag, const char *lib, struct noisy *n, int nprocs, unsigned seed)
 {
         static struct gs_gpu g;
         struct nproc *ps = calloc((size_t)nprocs, sizeof(*ps));
@@ -320,7 +320,7 @@ static int noisy(struct gs_agent *ag, const char *lib, struct noisy *n, int npro
                 return 1;
         gs_config_defaults(&ag->cfg);
         snprintf(ag->cfg.state_dir, sizeof(ag->cfg.state_dir), "%s", dir);
-        g.agent = ag;
+        g.node = ag;
         ag->gpus = &g;
         ag->ngpus = 1;
         if (gs_gpu_open(&g, 0, &ag->cfg, err, sizeof(err)) < 0 || !g.healthy) {
@@ -436,7 +436,7 @@ int main(int argc, char **argv)
         int npos = 0, nprocs = 4, count = 0, rc;
         bool noisy_only = false;
         unsigned seed = 1;
-        static struct gs_agent ag;
+        static struct gs_node ag;
         char err[256], state[64] = "";
 
         for (int i = 1; i < argc; i++) {

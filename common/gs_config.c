@@ -47,6 +47,7 @@ void gs_config_defaults(struct gs_config *c)
         snprintf(c->nvml_library, sizeof(c->nvml_library), "libnvidia-ml.so.1");
         c->context_bytes = 0;
         c->usage_interval_ms = 1000;
+        c->move_back_quiet_ms = 10000;
         c->agent_wait_ms = 30000;
         c->over_quota = GS_OVER_QUOTA_KILL;
         c->over_quota_bound_bytes = 256 * GS_MiB;

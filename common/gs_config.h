@@ -15,6 +15,8 @@
  *   reclaimKillAfter: 0      # an owner still short of its lent memory this long
  *                            # (no host memory left to spill to): its biggest
  *                            # borrower is killed; 0: never
+ *   moveBackQuiet: 10s       # spilled data moves back once no owner asked for
+ *                            # lent memory this long
  *   maxBlocksPerProcess: 1048576     # live blocks (cuMemAlloc) a process may hold
  *   maxBlocksPerAllocation: 4194304  # ... all processes of an allocation, per GPU
  *   devices: all             # or a list of GPU UUIDs / indices
@@ -66,7 +68,7 @@
 
 enum gs_inject { GS_INJECT_PRELOAD = 0, GS_INJECT_ENV = 1 };
 enum gs_over_quota { GS_OVER_QUOTA_KILL = 0, GS_OVER_QUOTA_REPORT = 1 };
-/* auto: on when in a cluster (agent/integrations/gs_watch.h). */
+/* auto: on when in a cluster (agent/services/gs_watch.h). */
 enum gs_pod_watch { GS_POD_WATCH_AUTO = 0, GS_POD_WATCH_ON, GS_POD_WATCH_OFF };
 #define GS_CONFIG_API_SERVER_MAX 512
 #define GS_CONFIG_NODE_NAME_MAX 254
@@ -82,6 +84,7 @@ struct gs_config {
         uint64_t burst_max_bytes;
         uint64_t spill_max_bytes;
         uint32_t reclaim_kill_after_ms; /* 0: never kill for a reclaim */
+        uint32_t move_back_quiet_ms;    /* no move back sooner after an owner's request */
         /* Caps on live blocks, which bound the agent's memory per process
            and per allocation on each GPU (agent/alloc/gs_pool.h). */
         uint64_t max_blocks_per_process;
@@ -102,7 +105,7 @@ struct gs_config {
         enum gs_inject inject;
         int device_nodes;
         char cuda_library[PATH_MAX];
-        /* Outside memory (agent/integrations/gs_usage.h). */
+        /* Outside memory (agent/services/gs_usage.h). */
         char nvml_library[PATH_MAX];
         uint64_t context_bytes;         /* 0: auto */
         uint32_t usage_interval_ms;     /* 0: no scan */
@@ -117,17 +120,17 @@ struct gs_config {
         uint32_t over_quota_grace_ms;
         char metrics_address[256];
         int log_level; /* enum gs_log_level */
-        /* The agent's reconciler (agent/integrations/gs_recon.h). */
+        /* The agent's reconciler (agent/services/gs_recon.h). */
         char pod_resources_socket[PATH_MAX];
         uint32_t reconcile_interval_ms; /* 0: reconciler off */
         uint32_t reclaim_grace_ms;
-        /* The API-server watch of the node's pods (agent/integrations/gs_watch.h). */
+        /* The API-server watch of the node's pods (agent/services/gs_watch.h). */
         enum gs_pod_watch pod_watch;
         char api_server[GS_CONFIG_API_SERVER_MAX]; /* "": from the environment */
         char api_token_file[PATH_MAX];             /* "": no token */
         char api_ca_file[PATH_MAX];                /* "": the system's CAs */
         char node_name[GS_CONFIG_NODE_NAME_MAX];   /* "": $NODE_NAME */
-        /* The agent's worker pool and connection caps (agent/core/gs_workers.h). */
+        /* The agent's worker pool and connection caps (agent/base/gs_workers.h). */
         uint32_t worker_threads;
         uint32_t max_conns;
         uint32_t max_conns_per_alloc;

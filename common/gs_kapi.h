@@ -1,5 +1,5 @@
 /* gs_kapi.h — a small client of the Kubernetes API server, shared by the
- * agent (pod watch, Events: agent/integrations/gs_watch.h, agent/integrations/gs_event.h) and the DRA
+ * agent (pod watch, Events: agent/services/gs_watch.h, agent/services/gs_event.h) and the DRA
  * plugin (ResourceClaims, ResourceSlices: dra/).
  *
  * libcurl; in-cluster service-account authentication: the bearer token is

@@ -31,8 +31,11 @@
  *      whose agent went away keeps its memory mapped and connects again;
  *      its HELLO carries GS_HELLO_RECLAIM.  After WELCOME it sends
  *      GS_SOCK_RECLAIM messages: per GPU the slots it has mapped
- *      (GS_RECLAIM_SLOTS) and its live blocks (GS_RECLAIM_BLOCKS), then one
- *      GS_RECLAIM_END; the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
+ *      (GS_RECLAIM_SLOTS) and its live blocks (GS_RECLAIM_BLOCKS), with
+ *      GS_FEAT_IPC_KEEP its IPC exports and the fds of the memory under
+ *      them (GS_RECLAIM_IPC, GS_RECLAIM_IPC_FD), with GS_FEAT_HOST_SLOTS
+ *      the slots whose data a move put in host memory (GS_RECLAIM_HOST),
+ *      then one GS_RECLAIM_END; the agent answers GS_SOCK_RECLAIM_DONE (err 0) or
  *      ERROR and close, and only then serves the rings.  What the process
  *      holds is charged from the agent's own ledger, never from these
  *      messages: they only say where the free space is.
@@ -104,7 +107,9 @@ enum gs_sock_type {
 #define GS_FEAT_RECLAIM 1u
 #define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
 #define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
-#define GS_FEAT_NOTIFY 8u      /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
+#define GS_FEAT_IPC_KEEP 8u    /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
+#define GS_FEAT_NOTIFY 16u     /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
+#define GS_FEAT_HOST_SLOTS 32u /* GS_RECLAIM_HOST */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -162,6 +167,17 @@ enum gs_reclaim_kind {
         /* pairs (id, size) of the process's live VMM allocations made by an
          * earlier agent (its GS_OP_VMM_RELEASE of such an id is accepted) */
         GS_RECLAIM_VMM = 4,
+        /* GS_FEAT_IPC_KEEP: triples (token0, token1, offset) of the
+         * process's live IPC exports on gpu (GS_OP_IPC_EXPORT's token and
+         * block offset), count a multiple of 3, after its BLOCKS */
+        GS_RECLAIM_IPC = 5,
+        /* GS_FEAT_IPC_KEEP: count 1, item[0] = a slot under one of those
+         * exports, with one fd (SCM_RIGHTS): the memory mapped there, as
+         * the export's GS_SOCK_IPC_GRANT gave it; after the IPC triples */
+        GS_RECLAIM_IPC_FD = 6,
+        /* slots whose memory a move put in host memory (GS_FEAT_HOST_SLOTS):
+         * taken only for slots the agent's record has in a move */
+        GS_RECLAIM_HOST = 7,
 };
 #define GS_RECLAIM_MAX_ITEMS 4096u
 struct gs_sock_reclaim {
@@ -239,7 +255,14 @@ enum gs_op {
          * naming that block to the other processes of the same allocation
          * (the same token each time for the same block), ret2 = the block's
          * size, ret3 = its offset.  The token dies when the block is freed
-         * or the process exits.  -ENOENT: no live block there. */
+         * or the process exits.  -ENOENT: no live block there; -ENOMEM: at
+         * GS_IPC_MAX_EXPORTS_PER_PROC or the allocation's bound.
+         * GS_FEAT_IPC_KEEP: arg1 = GS_IPC_EXPORT_KEEP asks, before the
+         * reply, for one GS_SOCK_IPC_GRANT per chunk under the block (slot
+         * i: the block's i-th chunk), which the hook keeps while the export
+         * lives and hands a new agent in its reclaim (GS_RECLAIM_IPC): the
+         * token then survives an agent restart or upgrade (docs/agent.md,
+         * "Restarts").  -EIO: this agent has no fd of that memory. */
         GS_OP_IPC_EXPORT = 9,
         /* The application's cuIpcOpenMemHandle.  arg0, arg1 = a token from
          * GS_OP_IPC_EXPORT of another process of this allocation, on this
@@ -306,6 +329,10 @@ enum gs_move_dir {
  * the allocation that exported it: a handle is worthless in another
  * container, and 128 random bits cannot be guessed. */
 #define GS_IPC_MAGIC "gshrIPC1"
+#define GS_IPC_EXPORT_KEEP 1u
+/* Live IPC exports of one process (the agent refuses more; the hook keeps
+ * no more). */
+#define GS_IPC_MAX_EXPORTS_PER_PROC 1024u
 struct gs_ipc_handle {
         char magic[8];         /* GS_IPC_MAGIC, no NUL */
         uint64_t token[2];
@@ -359,8 +386,8 @@ struct gs_shm {
         /* GS_FEAT_GIVEBACK: the agent bumps it when another process of the
          * allocation, or the allocation's memory outside the pool, wants
          * the chunks this process holds without a live block; the hook,
-         * seeing it changed at its next call, gives them back
-         * (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
+         * seeing it changed (its thread, notified: item 9; or at its next
+         * call), gives them back (GS_OP_GIVE_BACK).  In the padding of the agent_wake line: the
          * layout is unchanged for hooks that do not know it. */
         uint32_t give_back;
         /* GS_FEAT_SPILL: the agent bumps it, then FUTEX_WAKEs it (shared

@@ -162,6 +162,12 @@ int gs_hook_ipc_open(CUdeviceptr *ret_ptr, const CUipcMemHandle *h) GS_WUR;
 int gs_hook_ipc_close(CUdeviceptr dptr);
 /* The opened block holding ptr: -ENOENT if none. */
 int gs_hook_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size) GS_WUR;
+/* pre: gs_conn.mu held.  Our block at off on GPU gi is being freed: its
+ * export (if any) is no longer reported to a new agent. */
+void gs_hook_ipc_forget(uint32_t gi, uint64_t off);
+/* pre: gs_conn.mu held.  Slot now maps other memory (a move): exports
+ * over it are forgotten. */
+void gs_hook_ipc_moved(uint32_t gi, uint32_t slot);
 
 /* gs_hook_ctx.c: the contexts the application made (cuCtxCreate*), for
  * the mover.  At most GS_CTX_MAX are kept; more are counted, and the mover

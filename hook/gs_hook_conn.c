@@ -17,8 +17,7 @@
 #include <unistd.h>
 
 #include "gs_hook_conn.h"
-#include "gs_hook_spill.h"
-#include "gs_hook_thread.h"
+#include "gs_hook_msg.h"
 #include "gs_ring.h"
 
 #define GS_DEFAULT_SOCKET "/var/run/gshare/agent.sock"
@@ -30,6 +29,7 @@
 
 struct gs_conn gs_conn = { .mu = PTHREAD_MUTEX_INITIALIZER, .sock = -1, .wake = -1, .notify = -1 };
 static gs_conn_vmm_list_fn g_vmm_list;
+static gs_conn_ipc_reclaim_fn g_ipc_reclaim;
 /* The hook's thread: a call of its never waits for a new agent (it holds
  * gs_conn.mu, and frees must not wait).  initial-exec, as in
  * gs_hook_gate.c. */
@@ -40,9 +40,27 @@ void gs_conn_no_wait(void)
         t_no_wait = 1;
 }
 
+static gs_conn_event_fn g_event;
+
+void gs_conn_set_event_fn(gs_conn_event_fn fn)
+{
+        g_event = fn;
+}
+
+static void gs_conn_event(enum gs_conn_event ev)
+{
+        if (g_event)
+                g_event(ev);
+}
+
 void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn)
 {
         g_vmm_list = fn;
+}
+
+void gs_conn_set_ipc_reclaimer(gs_conn_ipc_reclaim_fn fn)
+{
+        g_ipc_reclaim = fn;
 }
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
@@ -53,7 +71,7 @@ static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 static void gs_conn_close(void)
 {
         if (gs_conn.state == GS_CONN_UP)
-                gs_thread_kick();
+                gs_conn_event(GS_CONN_EV_CLOSING);
         gs_closep(&gs_conn.notify);
         gs_closep(&gs_conn.sock);
         gs_closep(&gs_conn.wake);
@@ -67,7 +85,7 @@ static void gs_conn_close(void)
 static void gs_conn_down(void)
 {
         gs_conn.state = GS_CONN_DOWN;
-        gs_thread_kick();
+        gs_conn_event(GS_CONN_EV_DOWN);
 }
 
 /* pre: gs_conn.mu held.  Forgets the connection for good (the agent
@@ -137,62 +155,9 @@ static void gs_atfork_register(void) { (void)pthread_atfork(gs_atfork_prepare, g
 
 /* ---- registration -------------------------------------------------- */
 
-/* Receives one message and at most max (1 or 2) fds into ret_fds[0..max),
- * -1 where none came.  Returns the length or a negative errno (-EPROTO, all
- * fds closed, if more came or the message was cut). */
-static ssize_t gs_recv_fds(int sock, void *buf, size_t len, int *ret_fds, int max, int flags)
-{
-        union {
-                struct cmsghdr h;
-                char b[CMSG_SPACE(sizeof(int) * 4)];
-        } cb;
-        struct iovec iov = { buf, len };
-        struct msghdr mh = { 0 };
-        ssize_t n;
-        int nfds = 0;
-
-        for (int i = 0; i < max; i++)
-                ret_fds[i] = -1;
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = cb.b;
-        mh.msg_controllen = sizeof(cb.b);
-        do
-                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags);
-        while (n < 0 && errno == EINTR);
-        if (n < 0)
-                return gs_neg_errno();
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                        continue;
-                size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t i = 0; i < k; i++) {
-                        int fd;
-                        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                        if (nfds < max)
-                                ret_fds[nfds] = fd;
-                        else
-                                close(fd); /* more fds than the protocol allows */
-                        nfds++;
-                }
-        }
-        if (nfds > max || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-                for (int i = 0; i < max; i++)
-                        gs_closep(&ret_fds[i]);
-                return -EPROTO;
-        }
-        return n;
-}
-
 ssize_t gs_conn_recv_fd(void *buf, size_t len, int *ret_fd)
 {
-        return gs_recv_fds(gs_conn.sock, buf, len, ret_fd, 1, MSG_DONTWAIT);
-}
-
-int gs_conn_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize_t got)
-{
-        return got == (ssize_t)len && h->magic == GS_WIRE_MAGIC && h->version == GS_WIRE_VERSION &&
-               h->type == type && h->len == len;
+        return gs_msg_recv_fds(gs_conn.sock, buf, len, ret_fd, 1, MSG_DONTWAIT);
 }
 
 /* pre: gs_conn.mu held.  Validates the welcome and maps the segment.  For
@@ -264,10 +229,17 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, int reclaim,
         return 0;
 }
 
-/* pre: gs_conn.mu held.  Sends one reclaim message of count items. */
-static int gs_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags)
+/* pre: gs_conn.mu held. */
+int gs_conn_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags,
+                         int fd)
 {
         size_t len = offsetof(struct gs_sock_reclaim, item) + 8 * (size_t)count;
+        union {
+                struct cmsghdr c;
+                char b[CMSG_SPACE(sizeof(int))];
+        } u;
+        struct iovec iov = { .iov_base = m, .iov_len = len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         ssize_t n;
 
         m->h = (struct gs_sock_hdr){ GS_WIRE_MAGIC, GS_WIRE_VERSION, GS_SOCK_RECLAIM, (uint32_t)len, 0 };
@@ -275,8 +247,18 @@ static int gs_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kin
         m->kind = kind;
         m->count = count;
         m->flags = flags;
+        if (fd >= 0) {
+                memset(&u, 0, sizeof(u));
+                mh.msg_control = u.b;
+                mh.msg_controllen = sizeof(u.b);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
         do
-                n = send(gs_conn.sock, m, len, MSG_NOSIGNAL);
+                n = sendmsg(gs_conn.sock, &mh, MSG_NOSIGNAL);
         while (n < 0 && errno == EINTR);
         return n == (ssize_t)len ? 0 : -EIO;
 }
@@ -302,7 +284,7 @@ static int gs_reclaim(const char **why)
                         size_t n = g_vmm_list(gi, from, m->item, GS_RECLAIM_MAX_ITEMS / 2, &next);
                         if (n == 0)
                                 break;
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_VMM, (uint32_t)(2 * n), 0, -1);
                 }
                 if (!g->va_base)
                         continue;
@@ -311,12 +293,26 @@ static int gs_reclaim(const char **why)
                                 continue;
                         m->item[k++] = s;
                         if (k == GS_RECLAIM_MAX_ITEMS) {
-                                r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0, -1);
                                 k = 0;
                         }
                 }
                 if (r == 0 && k)
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_SLOTS, k, 0, -1);
+                k = 0;
+                /* Slots a move put in host memory: the new agent takes our
+                 * word only for those its record has in a move. */
+                for (uint32_t s = 0; s < g->max_slots && r == 0 && (gs_conn.features & GS_FEAT_HOST_SLOTS); s++) {
+                        if (g->mapped[s] != GS_MAPPED_HOST)
+                                continue;
+                        m->item[k++] = s;
+                        if (k == GS_RECLAIM_MAX_ITEMS) {
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_HOST, k, 0, -1);
+                                k = 0;
+                        }
+                }
+                if (r == 0 && k)
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_HOST, k, 0, -1);
                 k = 0;
                 for (size_t i = 0; i < g->blocks.cap && r == 0; i++) {
                         uint64_t off, size;
@@ -325,12 +321,14 @@ static int gs_reclaim(const char **why)
                         m->item[k++] = off;
                         m->item[k++] = size;
                         if (k == GS_RECLAIM_MAX_ITEMS) {
-                                r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                                r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0, -1);
                                 k = 0;
                         }
                 }
                 if (r == 0 && k)
-                        r = gs_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0);
+                        r = gs_conn_reclaim_send(m, gi, GS_RECLAIM_BLOCKS, k, 0, -1);
+                if (r == 0 && g_ipc_reclaim)
+                        r = g_ipc_reclaim(gi, m);
                 if (!g->blocks.broken)
                         complete |= 1u << gi;
         }
@@ -338,7 +336,7 @@ static int gs_reclaim(const char **why)
                 if (!gs_conn.gpus[gi].va_base)
                         complete |= 1u << gi; /* nothing there */
         if (r == 0)
-                r = gs_reclaim_send(m, 0, GS_RECLAIM_END, 0, complete);
+                r = gs_conn_reclaim_send(m, 0, GS_RECLAIM_END, 0, complete, -1);
         free(m);
         if (r < 0) {
                 *why = "cannot send the reclaim";
@@ -353,12 +351,12 @@ static int gs_reclaim(const char **why)
         do
                 r = poll(&pfd, 1, GS_WELCOME_TIMEOUT_MS);
         while (r < 0 && errno == EINTR);
-        ssize_t n = r > 0 ? gs_recv_fds(gs_conn.sock, &rep, sizeof(rep), fds, 1, MSG_DONTWAIT) : -ETIMEDOUT;
+        ssize_t n = r > 0 ? gs_msg_recv_fds(gs_conn.sock, &rep, sizeof(rep), fds, 1, MSG_DONTWAIT) : -ETIMEDOUT;
         if (n >= 0)
                 gs_closep(&fds[0]);
-        if (n >= 0 && gs_conn_hdr_ok(&rep.h, GS_SOCK_RECLAIM_DONE, sizeof(rep.e), n) && rep.e.err == 0)
+        if (n >= 0 && gs_msg_hdr_ok(&rep.h, GS_SOCK_RECLAIM_DONE, sizeof(rep.e), n) && rep.e.err == 0)
                 return 0;
-        if (n >= 0 && gs_conn_hdr_ok(&rep.h, GS_SOCK_ERROR, sizeof(rep.e), n)) {
+        if (n >= 0 && gs_msg_hdr_ok(&rep.h, GS_SOCK_ERROR, sizeof(rep.e), n)) {
                 rep.e.msg[sizeof(rep.e.msg) - 1] = '\0';
                 gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s refused this process's reclaim: %s",
                                  gs_conn.sock_path, rep.e.msg);
@@ -459,7 +457,7 @@ static int gs_conn_open(int reclaim, const char **why)
                 goto fail;
         }
         memset(&m, 0, sizeof(m));
-        n = gs_recv_fds(gs_conn.sock, &m, sizeof(m), fds, 2, MSG_DONTWAIT);
+        n = gs_msg_recv_fds(gs_conn.sock, &m, sizeof(m), fds, 2, MSG_DONTWAIT);
         if (n < 0) {
                 r = (int)n;
                 *why = strerror(-r);
@@ -470,7 +468,7 @@ static int gs_conn_open(int reclaim, const char **why)
                 r = -ECONNRESET;
                 goto fail;
         }
-        if (gs_conn_hdr_ok(&m.h, GS_SOCK_ERROR, sizeof(m.e), n)) {
+        if (gs_msg_hdr_ok(&m.h, GS_SOCK_ERROR, sizeof(m.e), n)) {
                 m.e.msg[sizeof(m.e.msg) - 1] = '\0';
                 gs_hook_say_once(GS_ONCE_AGENT, "the gshare agent at %s refused this process: %s; "
                                  "GPU memory allocation is disabled for this process", gs_conn.sock_path, m.e.msg);
@@ -479,7 +477,7 @@ static int gs_conn_open(int reclaim, const char **why)
                 goto fail;
         }
         r = -EPERM;
-        if (!gs_conn_hdr_ok(&m.h, GS_SOCK_WELCOME, sizeof(m.w), n) || fds[0] < 0 || fds[1] < 0) {
+        if (!gs_msg_hdr_ok(&m.h, GS_SOCK_WELCOME, sizeof(m.w), n) || fds[0] < 0 || fds[1] < 0) {
                 *why = "unexpected reply to HELLO";
                 goto fail;
         }
@@ -498,12 +496,10 @@ static int gs_conn_open(int reclaim, const char **why)
                 gs_conn.reconnects++;
         }
         gs_conn.state = GS_CONN_UP;
-        /* The hook's thread, waiting to try again, serves this connection. */
-        gs_thread_kick();
-        /* A process that may borrow: the gate armed before any chunk is
-         * granted, and a mover to give borrowed chunks back. */
-        if (gs_conn.features & GS_FEAT_SPILL)
-                gs_spill_start();
+        /* The hook's thread, waiting to try again, serves this connection;
+         * a process that may borrow gets the gate armed before any chunk
+         * is granted, and its mover (gs_hook_thread.c). */
+        gs_conn_event(GS_CONN_EV_UP);
         return 0;
 fail:
         gs_closep(&fds[0]);

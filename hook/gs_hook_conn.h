@@ -17,15 +17,21 @@
 
 #include "gs_hook.h"
 #include "gs_hook_blocks.h"
+#include "gs_hook_msg.h"
 #include "gs_wire.h"
 
 /* One GPU of the allocation. */
+/* What a slot maps (gs_hook_gpu.mapped): a granted chunk, or host memory a
+ * move put there (said at a reclaim, GS_RECLAIM_HOST). */
+#define GS_MAPPED_DEVICE 1
+#define GS_MAPPED_HOST 2
+
 struct gs_hook_gpu {
         uint8_t uuid[16];
         uint64_t quota, chunk;
         uint32_t max_slots;
         CUdeviceptr va_base;   /* 0 until reserved */
-        uint8_t *mapped;       /* max_slots flags */
+        uint8_t *mapped;       /* max_slots: 0, GS_MAPPED_DEVICE or GS_MAPPED_HOST */
         int ctx_charged;       /* GS_OP_CTX done for this process */
         int ctx_done;          /* and GS_OP_CTX_DONE sent */
         struct gs_blocks blocks; /* live blocks, for a reclaim */
@@ -83,6 +89,14 @@ int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_
  * module calls none of its users. */
 typedef size_t (*gs_conn_vmm_list_fn)(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next);
 void gs_conn_set_vmm_lister(gs_conn_vmm_list_fn fn);
+/* For a reclaim, after a GPU's blocks: a module's IPC exports on gpu
+ * (GS_RECLAIM_IPC, _IPC_FD), sent with gs_conn_reclaim_send through m;
+ * 0 or a negative errno.  gs_hook_ipc sets it at its first kept export. */
+typedef int (*gs_conn_ipc_reclaim_fn)(uint32_t gpu, struct gs_sock_reclaim *m);
+void gs_conn_set_ipc_reclaimer(gs_conn_ipc_reclaim_fn fn);
+/* Sends one reclaim message of count items in m, with fd attached if >= 0. */
+int gs_conn_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags,
+                         int fd) GS_WUR;
 /* This thread's calls never wait for a new agent: a request whose agent
  * went away fails at once (the hook's thread). */
 void gs_conn_no_wait(void);
@@ -92,6 +106,13 @@ int gs_conn_retry(void);
 /* Whether the agent closed the connection (no reply pending: the lock is
  * held between requests). */
 int gs_conn_hung_up(void);
+/* The layers above are told through one callback (gs_hook_thread.c sets
+ * it at load; the connection calls none of its users): CLOSING before the
+ * fds of a connection that was up are closed, DOWN when it is forgotten
+ * for good, UP when a connection is up.  pre for all: gs_conn.mu held. */
+enum gs_conn_event { GS_CONN_EV_CLOSING, GS_CONN_EV_DOWN, GS_CONN_EV_UP };
+typedef void (*gs_conn_event_fn)(enum gs_conn_event ev);
+void gs_conn_set_event_fn(gs_conn_event_fn fn);
 /* Says why once, and forgets the connection for good. */
 void gs_conn_lost(const char *why);
 /* The agent went away: the connection is LOST (reconnected at the next
@@ -100,8 +121,6 @@ void gs_conn_broken(const char *why);
 /* The next message on the socket, without waiting, and at most one fd
  * (*ret_fd, -1 if none).  Its length, or a negative errno. */
 ssize_t gs_conn_recv_fd(void *buf, size_t len, int *ret_fd);
-/* Whether a received message of got bytes is a whole message of type. */
-int gs_conn_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize_t got);
 /* The agent's verdict on a request as a negative errno (0: done). */
 int gs_conn_status(int32_t st);
 

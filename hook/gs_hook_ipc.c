@@ -1,7 +1,9 @@
 /* gs_hook_ipc.c — CUDA IPC on gshare memory, brokered by the agent
  * (agent/domain/gs_ipc.h): handles that name one block, and the table of blocks
- * of other processes opened here, each mapped in a range of its own.
- * Guarded by gs_conn.mu. */
+ * of other processes opened here, each mapped in a range of its own; our
+ * own exports, with an fd of the memory under each (GS_FEAT_IPC_KEEP),
+ * handed to a new agent in a reclaim so that they resolve across its
+ * restarts and upgrades.  Guarded by gs_conn.mu. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,15 +23,187 @@ static struct gs_ipc_ent *g_ipc;
 static size_t g_nipc, g_capipc;
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
-/* A fork child: the parent's opened blocks are the parent's to close. */
+/* Our blocks exported, for a new agent (at most GS_IPC_MAX_EXPORTS_PER_PROC). */
+struct gs_ipc_exp {
+        uint64_t token[2];
+        uint64_t off, size;
+        uint32_t gpu;
+};
+static struct gs_ipc_exp *g_exp;
+static size_t g_nexp, g_capexp;
+/* Per GPU and slot: the fd of the memory mapped there (a kill -9 leaves
+ * the next agent none), kept while refs exports cover the slot. */
+struct gs_ipc_keep {
+        int fd;
+        uint32_t refs;
+};
+static struct gs_ipc_keep *g_keep[GS_MAX_GPUS_PER_ALLOC];
+
+/* A fork child: the parent's opened blocks are the parent's to close, its
+ * exports the parent's. */
 static void gs_ipc_fork_child(void)
 {
         free(g_ipc);
         g_ipc = NULL;
         g_nipc = g_capipc = 0;
+        free(g_exp);
+        g_exp = NULL;
+        g_nexp = g_capexp = 0;
+        for (uint32_t gi = 0; gi < GS_MAX_GPUS_PER_ALLOC; gi++) {
+                for (uint32_t s = 0; g_keep[gi] && s < gs_conn.gpus[gi].max_slots; s++)
+                        gs_closep(&g_keep[gi][s].fd);
+                free(g_keep[gi]);
+                g_keep[gi] = NULL;
+        }
 }
 
 static void gs_ipc_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_ipc_fork_child); }
+
+static uint32_t first_slot(const struct gs_ipc_exp *x) { return (uint32_t)(x->off / gs_conn.gpus[x->gpu].chunk); }
+static uint32_t last_slot(const struct gs_ipc_exp *x)
+{
+        return (uint32_t)((x->off + x->size - 1) / gs_conn.gpus[x->gpu].chunk);
+}
+
+/* pre: gs_conn.mu held.  One export fewer covers n slots of GPU gi from first. */
+static void unkeep_slots(uint32_t gi, uint32_t first, uint32_t n)
+{
+        for (uint32_t s = first; g_keep[gi] && s < first + n; s++) {
+                struct gs_ipc_keep *k = &g_keep[gi][s];
+                if (k->refs && --k->refs == 0)
+                        gs_closep(&k->fd);
+        }
+}
+
+static void unkeep(const struct gs_ipc_exp *x)
+{
+        unkeep_slots(x->gpu, first_slot(x), last_slot(x) - first_slot(x) + 1);
+}
+
+/* pre: gs_conn.mu held.  Forgets export i (its block is freed, moved, or
+ * no agent knows it). */
+static void exp_drop(size_t i)
+{
+        unkeep(&g_exp[i]);
+        g_exp[i] = g_exp[--g_nexp];
+}
+
+void gs_hook_ipc_forget(uint32_t gi, uint64_t off)
+{
+        for (size_t i = 0; i < g_nexp; i++)
+                if (g_exp[i].gpu == gi && g_exp[i].off == off) {
+                        exp_drop(i);
+                        return;
+                }
+}
+
+void gs_hook_ipc_moved(uint32_t gi, uint32_t slot)
+{
+        /* The agent moves no exporter's memory: an export there was gone. */
+        for (size_t i = 0; i < g_nexp;)
+                if (g_exp[i].gpu == gi && first_slot(&g_exp[i]) <= slot && slot <= last_slot(&g_exp[i]))
+                        exp_drop(i);
+                else
+                        i++;
+}
+
+/* gs_conn_ipc_reclaim_fn: our exports on gpu and the memory under them,
+ * for a new agent; all forgotten if it cannot take them. */
+static int gs_ipc_reclaim(uint32_t gpu, struct gs_sock_reclaim *m)
+{
+        uint32_t k = 0;
+        int r = 0;
+
+        if (!(gs_conn.features & GS_FEAT_IPC_KEEP)) {
+                for (size_t i = 0; i < g_nexp;)
+                        if (g_exp[i].gpu == gpu)
+                                exp_drop(i);
+                        else
+                                i++;
+                return 0;
+        }
+        for (size_t i = 0; i < g_nexp && r == 0; i++) {
+                if (g_exp[i].gpu != gpu)
+                        continue;
+                m->item[k++] = g_exp[i].token[0];
+                m->item[k++] = g_exp[i].token[1];
+                m->item[k++] = g_exp[i].off;
+                if (k + 3 > GS_RECLAIM_MAX_ITEMS) {
+                        r = gs_conn_reclaim_send(m, gpu, GS_RECLAIM_IPC, k, 0, -1);
+                        k = 0;
+                }
+        }
+        if (r == 0 && k)
+                r = gs_conn_reclaim_send(m, gpu, GS_RECLAIM_IPC, k, 0, -1);
+        for (uint32_t s = 0; r == 0 && g_keep[gpu] && s < gs_conn.gpus[gpu].max_slots; s++)
+                if (g_keep[gpu][s].fd >= 0) {
+                        m->item[0] = s;
+                        r = gs_conn_reclaim_send(m, gpu, GS_RECLAIM_IPC_FD, 1, 0, g_keep[gpu][s].fd);
+                }
+        return r;
+}
+
+/* pre: gs_conn.mu held.  Takes the GS_IPC_EXPORT_KEEP grants of reply rep
+ * (block at base, size bytes on GPU gi) and records the export.  -EPROTO
+ * (the connection must go) or 0 (recorded, or not for want of memory). */
+static int gs_ipc_keep(uint32_t gi, const struct gs_ring_msg *rep, uint64_t base, uint64_t size)
+{
+        struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        struct gs_ipc_exp x = { { rep->arg[0], rep->arg[1] }, base, size, gi };
+        uint32_t n = last_slot(&x) - first_slot(&x) + 1, i;
+        int r = 0;
+
+        if (!g_keep[gi]) {
+                g_keep[gi] = malloc(g->max_slots * sizeof(*g_keep[gi]));
+                for (uint32_t s = 0; g_keep[gi] && s < g->max_slots; s++)
+                        g_keep[gi][s] = (struct gs_ipc_keep){ -1, 0 };
+        }
+        for (i = 0; i < n; i++) {
+                struct gs_sock_grant gr;
+                int fd;
+                ssize_t got = gs_conn_recv_fd(&gr, sizeof(gr), &fd);
+
+                if (got < 0 || !gs_msg_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), got) || fd < 0 ||
+                    gr.seq != rep->seq || gr.gpu != gi || gr.slot != i || gr.chunk_bytes != g->chunk) {
+                        gs_closep(&fd);
+                        r = -EPROTO;
+                        break;
+                }
+                struct gs_ipc_keep *k = g_keep[gi] ? &g_keep[gi][first_slot(&x) + i] : NULL;
+                if (k && k->fd < 0) {
+                        k->fd = fd; /* the same memory as any we keep there */
+                        fd = -1;
+                }
+                if (k)
+                        k->refs++;
+                gs_closep(&fd);
+        }
+        if (r == 0 && g_keep[gi] && g_nexp == g_capexp && g_nexp < GS_IPC_MAX_EXPORTS_PER_PROC) {
+                size_t cap = g_capexp ? 2 * g_capexp : 16;
+                struct gs_ipc_exp *t = realloc(g_exp, cap * sizeof(*t));
+                if (t) {
+                        g_exp = t;
+                        g_capexp = cap;
+                }
+        }
+        if (r == 0 && g_keep[gi] && g_nexp < g_capexp) {
+                g_exp[g_nexp++] = x;
+                gs_conn_set_ipc_reclaimer(gs_ipc_reclaim);
+                return 0;
+        }
+        /* Not kept: the handle works until this agent goes. */
+        unkeep_slots(gi, first_slot(&x), i);
+        return r;
+}
+
+/* pre: gs_conn.mu held.  Our export holding off on GPU gi, or NULL. */
+static struct gs_ipc_exp *exp_at(uint32_t gi, uint64_t off)
+{
+        for (size_t i = 0; i < g_nexp; i++)
+                if (g_exp[i].gpu == gi && off >= g_exp[i].off && off - g_exp[i].off < g_exp[i].size)
+                        return &g_exp[i];
+        return NULL;
+}
 
 int gs_hook_ipc_is_ours(const CUipcMemHandle *h)
 {
@@ -40,18 +214,30 @@ int gs_hook_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr)
 {
         struct gs_ipc_handle ih;
         struct gs_ring_msg rep;
+        struct gs_ipc_exp *x;
+        uint64_t off, keep;
         int res;
         int gi;
 
         if (!h)
                 return -EINVAL;
+        pthread_once(&g_fork_once, gs_ipc_fork_register);
         pthread_mutex_lock(&gs_conn.mu);
         gi = gs_space_owner(dptr);
         if (gi < 0) {
                 res = -EINVAL;
                 goto out;
         }
-        if (!gs_conn_up() || gs_conn_call(GS_OP_IPC_EXPORT, (uint32_t)gi, dptr - gs_conn.gpus[gi].va_base, 0, &rep) < 0) {
+        if (!gs_conn_up()) {
+                res = -EOPNOTSUPP;
+                goto out;
+        }
+        off = dptr - gs_conn.gpus[gi].va_base;
+        /* Asked once per block to keep its memory: the same token after. */
+        x = exp_at((uint32_t)gi, off);
+        keep = !x && (gs_conn.features & GS_FEAT_IPC_KEEP) && g_nexp < GS_IPC_MAX_EXPORTS_PER_PROC
+                       ? GS_IPC_EXPORT_KEEP : 0;
+        if (gs_conn_call(GS_OP_IPC_EXPORT, (uint32_t)gi, off, keep, &rep) < 0) {
                 res = -EOPNOTSUPP;
                 goto out;
         }
@@ -59,6 +245,18 @@ int gs_hook_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr)
         res = rep.status == -EPROTO ? -EOPNOTSUPP : gs_conn_status(rep.status);
         if (res != 0)
                 goto out;
+        uint64_t range = (uint64_t)gs_conn.gpus[gi].max_slots * gs_conn.gpus[gi].chunk;
+        if (rep.arg[2] == 0 || rep.arg[3] > off || rep.arg[3] >= range || rep.arg[2] > range - rep.arg[3] ||
+            (keep && gs_ipc_keep((uint32_t)gi, &rep, rep.arg[3], rep.arg[2]) < 0)) {
+                gs_conn_lost("malformed reply to IPC_EXPORT");
+                res = -EINVAL;
+                goto out;
+        }
+        if (x) {
+                /* A new agent that did not take it back made a new one. */
+                x->token[0] = rep.arg[0];
+                x->token[1] = rep.arg[1];
+        }
         memset(&ih, 0, sizeof(ih));
         memcpy(ih.magic, GS_IPC_MAGIC, sizeof(ih.magic));
         ih.token[0] = rep.arg[0];
@@ -102,7 +300,7 @@ static int gs_take_ipc_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev,
                         r = -EPROTO;
                         break;
                 }
-                if (!gs_conn_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
+                if (!gs_msg_hdr_ok(&gr.h, GS_SOCK_IPC_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
                     gr.gpu != gi || gr.slot != i || gr.chunk_bytes != e->chunk) {
                         *why = "malformed IPC grant";
                         r = -EPROTO;

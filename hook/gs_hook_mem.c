@@ -120,6 +120,8 @@ int gs_hook_mem_free(CUdeviceptr ptr)
         g = &gs_conn.gpus[gi];
         /* Gone from what a reclaim reports, whatever happens next. */
         (void)gs_blocks_del(&g->blocks, ptr - g->va_base);
+        /* Its handle dies with it, here and in any later agent. */
+        gs_hook_ipc_forget((uint32_t)gi, ptr - g->va_base);
         if (gs_conn.state != GS_CONN_UP || !cu) {
                 /* No agent now: a free never waits for one.  A new agent
                  * learns it from the reclaim (the block is not in it); a

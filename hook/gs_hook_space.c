@@ -10,7 +10,13 @@
 #include <unistd.h>
 
 #include "gs_hook_space.h"
-#include "gs_hook_thread.h"
+
+static void (*g_on_reserved)(void);
+
+void gs_space_set_on_reserved(void (*fn)(void))
+{
+        g_on_reserved = fn;
+}
 
 /* pre: gs_conn.mu held.  The gs_conn.gpus index of the current context's device, or a
  * negative errno (-ENODEV: the device is not in the allocation). */
@@ -63,7 +69,8 @@ int gs_space_reserve(const struct gs_cu *cu, struct gs_hook_gpu *g)
         g->va_base = va;
         /* The process will hold chunks: its thread answers the agent's
          * give-back requests without waiting for its next call. */
-        gs_thread_start();
+        if (g_on_reserved)
+                g_on_reserved();
         return 0;
 }
 
@@ -164,7 +171,7 @@ static int gs_map_grant(const struct gs_cu *cu, struct gs_hook_gpu *g, CUdevice 
         int r = gs_map_fd_access(cu, g->va_base + (CUdeviceptr)slot * g->chunk, g->chunk, dev, fd, 0);
 
         if (r == 0)
-                g->mapped[slot] = 1;
+                g->mapped[slot] = GS_MAPPED_DEVICE;
         return r;
 }
 
@@ -215,7 +222,7 @@ int gs_space_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uint
                         gs_closep(&fd);
                         continue;
                 }
-                if (!gs_conn_hdr_ok(&gr.h, GS_SOCK_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != seq || gr.gpu != gi ||
+                if (!gs_msg_hdr_ok(&gr.h, GS_SOCK_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != seq || gr.gpu != gi ||
                     gr.slot >= g->max_slots || gr.chunk_bytes != g->chunk || g->mapped[gr.slot]) {
                         gs_closep(&fd);
                         *why = "malformed chunk grant";

@@ -29,6 +29,9 @@ uint64_t gs_space_devices(const struct gs_cu *cu);
 int gs_space_cur_gpu(const struct gs_cu *cu, CUdevice *ret_dev);
 /* Reserves g's range on first use.  0, -ENOMEM or -EOPNOTSUPP. */
 int gs_space_reserve(const struct gs_cu *cu, struct gs_hook_gpu *g) GS_WUR;
+/* Told when a GPU's range was first reserved (pre: gs_conn.mu held): the
+ * process will hold chunks (gs_hook_thread.c sets it at load). */
+void gs_space_set_on_reserved(void (*fn)(void));
 /* Read-write access to [at, at + size) for dev and its peers in the
  * allocation (devices outside it get nothing).  0 or -EIO. */
 int gs_space_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev) GS_WUR;

@@ -13,7 +13,6 @@
 #include "gs_hook_gate.h"
 #include "gs_hook_space.h"
 #include "gs_hook_spill.h"
-#include "gs_hook_thread.h"
 #include "gs_ring.h"
 
 /* The spill word when last looked at, and for which connection
@@ -292,6 +291,8 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         gs_ctx_unlock();
         if (r == -EIO)
                 gs_conn_lost("cannot map a chunk's memory back after a failed move");
+        for (uint32_t i = 0; i < moved; i++)
+                gs_hook_ipc_moved(gi, slots[i]);
 out:
         for (uint32_t i = 0; i < k; i++)
                 gs_closep(&fds[i]);
@@ -319,7 +320,7 @@ static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t *slots, int *fds, u
                         r = -EPROTO;
                         break;
                 }
-                if (!gs_conn_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 || m.seq != seq || m.gpu != gi ||
+                if (!gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 || m.seq != seq || m.gpu != gi ||
                     m.chunk_bytes != g->chunk || m.slot >= g->max_slots || !g->mapped[m.slot]) {
                         *why = "malformed move";
                         r = -EPROTO;
@@ -369,6 +370,8 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
                         return;
                 }
                 moved = gs_spill_move(cu, gi, slots, fds, k);
+                for (uint32_t i = 0; i < moved; i++)
+                        g->mapped[slots[i]] = rep.arg[1] == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
                 gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
                               rep.arg[1] == GS_MOVE_TO_HOST ? "host" : "device");
                 if (gs_conn.state != GS_CONN_UP)
@@ -405,5 +408,4 @@ void gs_spill_start(void)
 {
         gs_gate_arm();
         pthread_once(&g_fork_once, gs_spill_fork_register);
-        gs_thread_start();
 }

@@ -55,8 +55,9 @@
 #define GS_SPILL_ROUNDS 64
 
 /* pre: gs_conn.mu held, a WELCOME that announced GS_FEAT_SPILL taken (a
- * first registration or a reclaim).  Arms the launch gate and starts the
- * hook's thread if this process (a fork child: its own) has none. */
+ * first registration or a reclaim).  Arms the launch gate (the hook's
+ * thread, which then serves the moves, is started by its caller,
+ * gs_hook_thread.c). */
 void gs_spill_start(void);
 /* pre: gs_conn.mu held; the hook's thread.  If the agent bumped
  * gs_shm.spill since the last look: the rounds, for every GPU. */

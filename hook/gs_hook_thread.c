@@ -73,7 +73,7 @@ static void gs_thread_take_notify(void)
                 return;
         }
         n = gs_conn_recv_fd(&m, sizeof(m), &fd);
-        if (n < 0 || !gs_conn_hdr_ok(&m.h, GS_SOCK_NOTIFY, sizeof(m), n) || fd < 0 || m.seq != rep.seq) {
+        if (n < 0 || !gs_msg_hdr_ok(&m.h, GS_SOCK_NOTIFY, sizeof(m), n) || fd < 0 || m.seq != rep.seq) {
                 gs_closep(&fd);
                 gs_conn_lost("malformed notification");
                 return;
@@ -142,6 +142,26 @@ static void *gs_thread_main(void *arg)
                 (void)poll(pf, (nfds_t)n, timeout);
                 (void)gs_thread_drain(kick);
         }
+}
+
+/* The connection's events (gs_hook_conn.h): the thread is woken at each;
+ * a connection up with an agent that may lend this process chunks arms
+ * the gate and starts the thread, its mover. */
+static void gs_thread_on_conn(enum gs_conn_event ev)
+{
+        gs_thread_kick();
+        if (ev == GS_CONN_EV_UP && (gs_conn.features & GS_FEAT_SPILL)) {
+                gs_spill_start();
+                gs_thread_start();
+        }
+}
+
+/* Wiring, at load: the connection and the address space are below this
+ * module and tell it through callbacks (they call none of their users). */
+__attribute__((constructor)) static void gs_thread_wire(void)
+{
+        gs_conn_set_event_fn(gs_thread_on_conn);
+        gs_space_set_on_reserved(gs_thread_start);
 }
 
 void gs_thread_start(void)

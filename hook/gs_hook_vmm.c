@@ -51,7 +51,7 @@ static int gs_take_vmm_grant(const struct gs_cu *cu, uint32_t gi, const struct g
                 *why = "a promised VMM grant did not arrive";
                 return -EPROTO;
         }
-        if (!gs_conn_hdr_ok(&gr.h, GS_SOCK_VMM_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
+        if (!gs_msg_hdr_ok(&gr.h, GS_SOCK_VMM_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
             gr.gpu != gi || gr.id != rep->arg[0] || gr.size != size || gr.reserved) {
                 *why = "malformed VMM grant";
                 r = -EPROTO;

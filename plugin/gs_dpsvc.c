@@ -15,22 +15,6 @@
 #define UNHEALTHY "Unhealthy"
 #define STREAM_SEND_TIMEOUT_MS 10000
 
-struct gs_dp_reply *gs_dp_reply_new(void)
-{
-        return calloc(1, sizeof(struct gs_dp_reply));
-}
-
-void gs_dp_reply_free(void *ctx, ProtobufCMessage *m)
-{
-        struct gs_dp_reply *o = (struct gs_dp_reply *)m;
-
-        (void)ctx;
-        if (!o)
-                return;
-        gs_arena_free(&o->arena);
-        free(o);
-}
-
 /* ---- ListAndWatch ---- */
 
 /* Builds the device list; pre: mu held. */

@@ -10,8 +10,10 @@
  * GS_ALLOC_VALIDATE_EVERY mutations).  At the end every chunk is back on
  * the system list.
  *
- *   GS_RANDOM_SEED=n   seed (default fixed; printed on failure)
- *   GS_RANDOM_OPS=n    operations (default 1e6, 300k under ASan) */
+ *   GS_RANDOM_SEED=n   seed (default fixed; printed on failure); shard k
+ *                      runs seed + k
+ *   GS_RANDOM_OPS=n    operations, all shards together (default 1e6, 300k
+ *                      under ASan) */
 #include <check.h>
 
 #include "gs_check.h"
@@ -307,12 +309,17 @@ static int on_return(void *ctx, uint32_t chunk)
         return 0;
 }
 
+/* The operations are shared by NSHARDS cases of their own (shard0...),
+ * each with its own seed (the base seed + its index), so that make test
+ * runs them in parallel (tests.list: check_alloc_random:shardN). */
+#define NSHARDS 4
+
 START_TEST(test_random_model)
 {
         char why[200];
-        long nops = (long)env_u64("GS_RANDOM_OPS", DEFAULT_OPS);
+        long nops = (long)env_u64("GS_RANDOM_OPS", DEFAULT_OPS) / NSHARDS;
 
-        seed = env_u64("GS_RANDOM_SEED", UINT64_C(0x5eed2026));
+        seed = env_u64("GS_RANDOM_SEED", UINT64_C(0x5eed2026)) + (uint64_t)_i;
         rng = seed ? seed : 1;
         pool = gs_pool_new(NCHUNKS, CHUNK);
         ck_assert_ptr_nonnull(pool);
@@ -375,14 +382,23 @@ START_TEST(test_random_model)
 }
 END_TEST
 
+/* A limit that only catches a hang: 10^6 operations took 121 s on a
+ * loaded 2-core machine (plain build). */
+static void add_shard(Suite *s, TCase *tc, int i)
+{
+        tcase_set_timeout(tc, 900);
+        tcase_add_loop_test(tc, test_random_model, i, i + 1);
+        suite_add_tcase(s, tc);
+}
+
 int main(void)
 {
         Suite *s = suite_create("alloc_random");
-        TCase *tc = tcase_create("core");
-        /* A limit that only catches a hang: 10^6 operations took 121 s on a
-         * loaded 2-core machine (plain build). */
-        tcase_set_timeout(tc, 900);
-        tcase_add_test(tc, test_random_model);
-        suite_add_tcase(s, tc);
+
+        /* One literal name each: test/check-list.sh reads them here. */
+        add_shard(s, tcase_create("shard0"), 0);
+        add_shard(s, tcase_create("shard1"), 1);
+        add_shard(s, tcase_create("shard2"), 2);
+        add_shard(s, tcase_create("shard3"), 3);
         return gs_check_run(s);
 }

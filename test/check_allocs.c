@@ -36,20 +36,20 @@ END_TEST
  * while it is being released), a device plugin's has no claim. */
 START_TEST(test_owner)
 {
-        struct gs_agent ag;
+        struct gs_node n;
         struct gs_allocation a = { .kind = GS_OWNER_CLAIM }, b = { .kind = GS_OWNER_DEVICES };
 
-        memset(&ag, 0, sizeof(ag));
+        memset(&n, 0, sizeof(n));
         snprintf(a.claim.uid, sizeof(a.claim.uid), "11111111-1111-1111-1111-111111111111");
         snprintf(b.id, sizeof(b.id), "bbbbbbbbbbbbbbbb");
         a.next = &b;
-        ag.allocs = &a;
+        n.allocs = &a;
         ck_assert_ptr_eq(gs_allocs_claim(&a), &a.claim);
         ck_assert_ptr_null(gs_allocs_claim(&b));
-        ck_assert_ptr_eq(gs_allocs_find_claim(&ag, "11111111-1111-1111-1111-111111111111"), &a);
-        ck_assert_ptr_null(gs_allocs_find_claim(&ag, "bbbbbbbbbbbbbbbb"));
+        ck_assert_ptr_eq(gs_allocs_find_claim(&n, "11111111-1111-1111-1111-111111111111"), &a);
+        ck_assert_ptr_null(gs_allocs_find_claim(&n, "bbbbbbbbbbbbbbbb"));
         a.releasing = true;
-        ck_assert_ptr_null(gs_allocs_find_claim(&ag, "11111111-1111-1111-1111-111111111111"));
+        ck_assert_ptr_null(gs_allocs_find_claim(&n, "11111111-1111-1111-1111-111111111111"));
 }
 END_TEST
 

@@ -41,12 +41,65 @@ static int on_return(void *ctx, uint32_t chunk)
         (void)ctx;
         nreturned++;
         last_returned = chunk;
-        return fail_return ? -EIO : 0;
+        return fail_return || chunk >= g.nreal ? -EIO : 0; /* a spare has no memory to make: retired */
 }
 
 /* Moves: a record without memory takes a held chunk's place (spill), the
  * chunk repays what is owed, first to the allocation that asked; a
  * reserved system chunk takes the spare's place again (back). */
+/* After an agent restart (gs_gsm_alloc_lent_before, gs_gsm_adopt_spare,
+ * gs_gsm_make_borrowed): adopted borrowed chunks come from the system list,
+ * then from the allocation owed chunks before (not the idle one with the
+ * most); a slot whose data was in host memory holds a spare; a slot in a
+ * move that the process says is in host memory trades its chunk for one. */
+START_TEST(test_restore_spilled)
+{
+        uint32_t c[5];
+
+        g.lend_owned = true;
+        g.return_fn = on_return;
+        g.nreal = 6; /* records 6 and 7 are spares */
+        ck_assert_int_eq(gs_gsm_retire(&g, 6), 0);
+        ck_assert_int_eq(gs_gsm_retire(&g, 7), 0);
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a2, 2, 0), 0); /* the owner */
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a3, 2, 0), 0); /* idle, as many free */
+        ck_assert_int_eq(gs_gsm_alloc_init(&g, &a1, 1, 6), 0); /* the borrower */
+        ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
+        gs_gsm_alloc_lent_before(&a2, 2);
+        for (uint32_t s = 0; s < 4; s++)
+                ck_assert_int_eq(gs_gsm_take_at(&p1, s, &c[s]), 0);
+        ck_assert_uint_eq(a2.owed, 2); /* owed again, not a3 */
+        ck_assert_uint_eq(a3.owed, 0);
+        ck_assert_uint_eq(a2.lent_before, 0);
+        ck_assert_int_eq(gs_gsm_adopt_spare(&p1, 3, 6), -EBUSY);
+        ck_assert_int_eq(gs_gsm_adopt_spare(&p1, 4, 2), -EINVAL); /* not a spare */
+        ck_assert_int_eq(gs_gsm_adopt_spare(&p1, 4, 6), 0);
+        ck_assert_int_eq(gs_gsm_adopt_spare(&p1, 5, 6), -EINVAL); /* held */
+        ck_assert_uint_eq(g.spilled, 1);
+        ck_assert_uint_eq(a1.spilled, 1);
+        ck_assert_uint_eq(g.chunks[6].borrowed, 1);
+        valid();
+        gs_gsm_restored(&g);
+        /* slot 0 holds a1's own chunk: made borrowed, then spilled */
+        ck_assert_uint_eq(g.chunks[c[0]].borrowed, 0);
+        ck_assert_int_eq(gs_gsm_make_borrowed(&g, 6), -EINVAL); /* a spare */
+        ck_assert_int_eq(gs_gsm_make_borrowed(&g, c[0]), 0);
+        valid();
+        ck_assert_int_eq(gs_gsm_exchange(&g, c[0], 7), 0);
+        ck_assert_uint_eq(g.spilled, 2);
+        ck_assert_uint_eq(a2.owed, 1); /* its chunk went to whom it is owed */
+        valid();
+        gs_gsm_put(&p1, 4); /* the spare goes back to being a spare */
+        ck_assert_uint_eq(g.chunks[6].state, GS_GSM_RETIRED);
+        ck_assert_uint_eq(g.spilled, 1);
+        valid();
+        gs_gsm_proc_fini(&p1);
+        ck_assert_uint_eq(g.spilled, 0);
+        ck_assert_uint_eq(g.owed, 0);
+        valid();
+}
+END_TEST
+
 START_TEST(test_exchange)
 {
         uint32_t slots[8], ids[8], id, id2, spare;
@@ -397,6 +450,7 @@ int main(void)
         tcase_add_test(tc, test_return_failure_retires);
         tcase_add_test(tc, test_owed);
         tcase_add_test(tc, test_exchange);
+        tcase_add_test(tc, test_restore_spilled);
         tcase_add_test(tc, test_lend_dirty);
         tcase_add_test(tc, test_validate_catches);
         suite_add_tcase(s, tc);

@@ -1,4 +1,4 @@
-/* check_loop.c — the agent's reactor (agent/core/gs_loop.h), by its
+/* check_loop.c — the agent's reactor (agent/base/gs_loop.h), by its
  * contract: fd sources get what is ready, timers run again at the deadline
  * they return (an earlier arm stands), posts run once after the batch
  * however often posted, async sources sent from another thread wake the

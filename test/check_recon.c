@@ -89,16 +89,16 @@ static struct gs_allocation *alloc(struct gs_agent *ag, const char *id, const ch
                 v[i] = (char *)(v + n) + 64 * i;
                 snprintf(v[i], 64, "%s", ids[i]);
         }
-        a->agent = ag;
+        a->node = &ag->node;
         a->kind = GS_OWNER_DEVICES;
         snprintf(a->id, sizeof(a->id), "%s", id);
         a->device_ids = v;
         a->ndevice_ids = n;
         a->created_unix = created;
         a->listen_fd = -1;
-        a->next = ag->allocs;
-        ag->allocs = a;
-        ag->nallocs++;
+        a->next = ag->node.allocs;
+        ag->node.allocs = a;
+        ag->node.nallocs++;
         return a;
 }
 
@@ -120,8 +120,8 @@ static void agent_init(struct gs_agent *ag, char *dir)
 {
         memset(ag, 0, sizeof(*ag));
         ck_assert_ptr_nonnull(mkdtemp(dir));
-        snprintf(ag->cfg.state_dir, sizeof(ag->cfg.state_dir), "%s", dir);
-        ck_assert_int_eq(gs_loop_new(&ag->loop), 0);
+        snprintf(ag->node.cfg.state_dir, sizeof(ag->node.cfg.state_dir), "%s", dir);
+        ck_assert_int_eq(gs_loop_new(&ag->node.loop), 0);
 }
 
 /* A pod's burst annotation (gs_podburst.h) from the API server's JSON. */
@@ -197,20 +197,20 @@ START_TEST(test_apply)
         /* Within the grace nothing goes; past it b goes, c (held) stays. */
         ck_assert_uint_eq(gs_recon_apply(&ag, s, 6999, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, s, 7000, now, 2000), 1);
-        ck_assert_uint_eq(ag.nallocs, 2);
-        for (struct gs_allocation *x = ag.allocs; x; x = x->next)
+        ck_assert_uint_eq(ag.node.nallocs, 2);
+        for (struct gs_allocation *x = ag.node.allocs; x; x = x->next)
                 ck_assert_ptr_ne(x, b);
         /* Nothing held any more: c was made just now, so the grace also
          * counts from its creation; a goes after its own grace. */
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 8000, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 10000, now + 1, 2000), 1);
-        ck_assert_uint_eq(ag.nallocs, 1);
-        ck_assert_ptr_eq(ag.allocs, c);
+        ck_assert_uint_eq(ag.node.nallocs, 1);
+        ck_assert_ptr_eq(ag.node.allocs, c);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 10000, now + 2, 2000), 1);
-        ck_assert_uint_eq(ag.nallocs, 0);
+        ck_assert_uint_eq(ag.node.nallocs, 0);
         gs_recon_snapshot_free(s);
         gs_recon_snapshot_free(none);
-        gs_loop_free(ag.loop); /* frees the released allocations */
+        gs_loop_free(ag.node.loop); /* frees the released allocations */
         snprintf(path, sizeof(path), "%s/%s", dir, GS_CHECKPOINT_NAME);
         ck_assert_int_eq(unlink(path), 0); /* each release rewrote it */
         ck_assert_int_eq(rmdir(dir), 0);
@@ -243,7 +243,7 @@ static size_t read_all(const char *path, char *buf, size_t cap)
 
 static bool has_alloc(struct gs_agent *ag, const struct gs_allocation *a)
 {
-        for (struct gs_allocation *x = ag->allocs; x; x = x->next)
+        for (struct gs_allocation *x = ag->node.allocs; x; x = x->next)
                 if (x == a)
                         return true;
         return false;
@@ -264,12 +264,12 @@ static void assert_refused(struct gs_agent *ag, const char *path, int want, stru
         snprintf(req.claim.name, sizeof(req.claim.name), "c2");
         snprintf(req.claim.gpu_uuid, sizeof(req.claim.gpu_uuid), U);
         req.claim.units = 1;
-        ck_assert_int_eq(gs_restore_create(ag, &req, &x, &created, err, sizeof(err)), want);
+        ck_assert_int_eq(gs_restore_create(&ag->node, &req, &x, &created, err, sizeof(err)), want);
         ck_assert_msg(strstr(err, path) && strstr(err, strerror(-want)), "err: %s", err);
         err[0] = '\0';
-        ck_assert_int_eq(gs_restore_release_claim(ag, CLAIM2, err, sizeof(err)), want);
+        ck_assert_int_eq(gs_restore_release_claim(&ag->node, CLAIM2, err, sizeof(err)), want);
         ck_assert_msg(strstr(err, path), "err: %s", err);
-        ck_assert_int_eq(gs_allocs_release(ag, dp, err, sizeof(err)), want);
+        ck_assert_int_eq(gs_allocs_release(&ag->node, dp, err, sizeof(err)), want);
         ck_assert(!dp->releasing);
 }
 
@@ -280,8 +280,8 @@ static void ckpt_done(struct gs_agent *ag, struct gs_recon_snapshot *none, const
         char path[300];
 
         gs_recon_snapshot_free(none);
-        gs_allocs_shutdown(ag);
-        gs_loop_free(ag->loop);
+        gs_allocs_shutdown(&ag->node);
+        gs_loop_free(ag->node.loop);
         snprintf(path, sizeof(path), "%s/%s", dir, GS_CKPT_NAME);
         ck_assert_int_eq(unlink(path), 0);
         ck_assert_int_eq(rmdir(dir), 0);
@@ -311,7 +311,7 @@ START_TEST(test_ckpt_unreadable)
 
         /* The open fails (ELOOP: a symlink to itself). */
         ck_assert_int_eq(symlink(GS_CKPT_NAME, path), 0);
-        ck_assert_int_eq(gs_allocs_restore(&ag), -ELOOP);
+        ck_assert_int_eq(gs_allocs_restore(&ag.node), -ELOOP);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 5000, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 60000, now + 60, 2000), 0);
         ck_assert(has_alloc(&ag, a) && has_alloc(&ag, b));
@@ -349,7 +349,7 @@ START_TEST(test_ckpt_unreadable)
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 64000, now + 64, 2000), 1);
         ck_assert(has_alloc(&ag, a));
         ck_assert(!has_alloc(&ag, b));
-        ck_assert_int_eq(ag.ckpt_err, 0);
+        ck_assert_int_eq(ag.node.ckpt_err, 0);
 
         ckpt_done(&ag, none, dir);
 }
@@ -385,7 +385,7 @@ START_TEST(test_ckpt_emfile)
         while (nfds < 256 && (fd = fcntl(fds[0], F_DUPFD_CLOEXEC, 0)) >= 0)
                 fds[nfds++] = fd;
         ck_assert_int_eq(errno, EMFILE);
-        ck_assert_int_eq(gs_allocs_restore(&ag), -EMFILE);
+        ck_assert_int_eq(gs_allocs_restore(&ag.node), -EMFILE);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 5000, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 60000, now + 60, 2000), 0);
         while (nfds)
@@ -428,8 +428,8 @@ START_TEST(test_ckpt_malformed_kept)
         n = (size_t)snprintf(file, sizeof(file), "%s", HEADER);
         memcpy(file + n, tail, tl);
         write_file(path, file, n + tl);
-        ck_assert_int_eq(gs_allocs_restore(&ag), 0);
-        ck_assert_ptr_nonnull(ag.pending);
+        ck_assert_int_eq(gs_allocs_restore(&ag.node), 0);
+        ck_assert_ptr_nonnull(ag.node.pending);
         a = alloc(&ag, "aaaaaaaaaaaaaaaa", ids_a, 1, now - 100);
         b = alloc(&ag, "bbbbbbbbbbbbbbbb", ids_b, 1, now - 100);
         c = alloc(&ag, "cccccccccccccccc", ids_c, 1, now - 100);
@@ -440,7 +440,7 @@ START_TEST(test_ckpt_malformed_kept)
         ck_assert(!has_alloc(&ag, a));
         ck_assert(has_alloc(&ag, b));
         ck_assert(!has_alloc(&ag, c));
-        ck_assert(gs_allocs_kept_names(&ag, b->id));
+        ck_assert(gs_allocs_kept_names(&ag.node, b->id));
 
         /* The releases saved it: the lines are as they were, in order. */
         n = read_all(path, file, sizeof(file));
@@ -448,10 +448,10 @@ START_TEST(test_ckpt_malformed_kept)
         ck_assert(memcmp(file + n - tl, tail, tl) == 0);
 
         /* And a restarted agent still spares b. */
-        gs_pending_free_all(&ag);
-        ag.ckpt_err = -EIO;
+        gs_pending_free_all(&ag.node);
+        ag.node.ckpt_err = -EIO;
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 90000, now + 90, 2000), 0);
-        ck_assert_int_eq(ag.ckpt_err, 0);
+        ck_assert_int_eq(ag.node.ckpt_err, 0);
         ck_assert(has_alloc(&ag, b));
 
         ckpt_done(&ag, none, dir);
@@ -482,7 +482,7 @@ START_TEST(test_ckpt_bounds)
         for (unsigned i = 0; i <= GS_CKPT_KEPT_MAX; i++)
                 n += (size_t)snprintf(file + n, cap - n, "bad line %u\n", i);
         write_file(path, file, n);
-        ck_assert_int_eq(gs_allocs_restore(&ag), -EFBIG);
+        ck_assert_int_eq(gs_allocs_restore(&ag.node), -EFBIG);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 5000, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 60000, now + 60, 2000), 0);
         assert_refused(&ag, path, -EFBIG, b);

@@ -1,5 +1,5 @@
 /* check_stream.c — the agent's bounded connection server
- * (agent/core/gs_stream.h), by its contract, on a real gs_loop (on a thread
+ * (agent/base/gs_stream.h), by its contract, on a real gs_loop (on a thread
  * of its own) and a unix socket: whole requests in, replies out; the
  * connection cap and its refuse hook; the bounded input (an over-long
  * request closes the connection) and output (out_max counts what is

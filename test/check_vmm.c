@@ -5,10 +5,12 @@
 #include <pthread.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "gs_check.h"
 #include "gs_gpu.h"
@@ -20,7 +22,7 @@
 #define NCHUNKS 32u
 #define QUOTA 4u /* chunks: 128 MiB */
 
-static struct gs_agent ag;
+static struct gs_node ag;
 static struct gs_gpu *g;
 static struct gs_palloc *pa;
 static struct gs_vmm_set set;
@@ -89,7 +91,7 @@ static void setup_quota(uint32_t quota)
         ag.cu.mem_create = create_maybe_fail;
         g = calloc(1, sizeof(*g));
         ck_assert_ptr_nonnull(g);
-        g->agent = &ag;
+        g->node = &ag;
         ag.gpus = g;
         ag.ngpus = 1;
         ck_assert_msg(gs_gpu_open(g, 0, &ag.cfg, err, sizeof(err)) == 0, "%s", err);
@@ -129,7 +131,8 @@ static uint32_t held(void)
 
 /* After every operation: the books agree, the driver has nothing free,
  * the quota holds, the pool is sound. */
-static void check_state(void)
+#define check_state() check_state_at(__LINE__)
+static void check_state_at(int line)
 {
         char why[256] = "";
 
@@ -142,7 +145,8 @@ static void check_state(void)
         rp = rv == 0 ? gs_pool_validate(g->pool, why, sizeof(why)) : 0;
         pthread_mutex_unlock(&g->lock);
         ck_assert_msg(rv == 0 && rp == 0, "%s", why);
-        ck_assert_uint_eq(driver_free(), 0);
+        ck_assert_msg(driver_free() == 0, "line %d: %llu bytes free in the driver", line,
+                      (unsigned long long)driver_free());
         ck_assert_uint_le(held(), QUOTA);
 }
 
@@ -380,6 +384,91 @@ static uint32_t chunks_with_memory(void)
         return n;
 }
 
+/* The process keeps the fd of what it released (a hostile process, issue
+ * 28): its bytes stay pending, charged to the set while the process lives,
+ * whatever comes next.  A create is served from the known-free bytes and
+ * new chunks of the quota only, never from the released bytes (the driver
+ * still has them), and the set gives back no chunk for them. */
+/* A process other than the agent holds fd (as one the fd was sent to)
+ * until let_go: a shell holding nothing else (a fork alone would keep
+ * every mapping of the agent's). */
+static pid_t holder;
+static int holder_pipe = -1;
+
+static void hold_fd(int fd)
+{
+        int p[2], q[2];
+        char b;
+
+        ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(q, O_CLOEXEC), 0);
+        holder = fork();
+        ck_assert_int_ge(holder, 0);
+        if (holder == 0) {
+                /* stdin: the pipe; fd 3: the memory, kept across exec. */
+                if (dup2(p[0], 0) < 0 || dup2(q[1], 1) < 0 || dup2(fd, 3) < 0)
+                        _exit(1);
+                execl("/bin/sh", "sh", "-c", "echo; read x", (char *)NULL);
+                _exit(1);
+        }
+        close(p[0]);
+        close(q[1]);
+        ck_assert_int_eq(read(q[0], &b, 1), 1); /* it holds the memory now */
+        close(q[0]);
+        holder_pipe = p[1];
+}
+
+static void let_go(void)
+{
+        int st;
+
+        close(holder_pipe);
+        ck_assert_int_eq(waitpid(holder, &st, 0), holder);
+}
+
+START_TEST(test_released_but_fd_kept)
+{
+        const uint64_t half = (uint64_t)QUOTA / 2 * CHUNK;
+        uint64_t a, b, id;
+        int fd = -1;
+
+        pthread_mutex_lock(&g->lock);
+        ck_assert_int_eq(gs_vmm_create(g, &set, half, &a, &fd), 0);
+        pthread_mutex_unlock(&g->lock);
+        hold_fd(fd);
+        ck_assert_int_eq(vmm_release(a), 0);
+        check_state();
+        ck_assert_uint_eq(set.pending, half);
+        ck_assert_uint_eq(held(), QUOTA / 2); /* nothing given back for it */
+        /* The same size again: from new chunks of the quota. */
+        ck_assert_int_eq(create(half, &b), 0);
+        check_state();
+        ck_assert_uint_eq(held(), QUOTA);
+        ck_assert_uint_eq(set.pending, half);
+        /* The quota is spent: released bytes do not serve a create. */
+        ck_assert_int_eq(create(2 * MiB, &id), -ENOMEM);
+        ck_assert_int_eq(vmm_release(b), 0);
+        check_state();
+        ck_assert_uint_eq(held(), QUOTA / 2);
+        ck_assert_int_eq(create(half, &b), 0);
+        ck_assert_int_eq(create(2 * MiB, &id), -ENOMEM);
+        check_state();
+        /* Once the fd is closed the bytes are free: the next operation
+         * covers them and they serve again. */
+        let_go();
+        ck_assert_int_eq(vmm_release(b), 0);
+        check_state();
+        ck_assert_uint_eq(set.pending, 0);
+        ck_assert_uint_eq(held(), 0);
+        ck_assert_int_eq(create((uint64_t)QUOTA * CHUNK, &a), 0);
+        check_state();
+        vmm_clear();
+        check_state();
+        ck_assert_uint_eq(held(), 0);
+        ck_assert_uint_eq(chunks_with_memory(), NCHUNKS);
+}
+END_TEST
+
 /* At exit a chunk that cannot be re-created goes back to the allocation
  * without memory: nothing is retired (the pool keeps every chunk), and it is
  * re-created when next granted or recycled, once the driver has room. */
@@ -457,6 +546,7 @@ int main(void)
         tcase_add_test(t, test_remake_fails_then_retried);
         tcase_add_test(t, test_remake_fails_logged_once);
         tcase_add_test(t, test_released_but_still_mapped);
+        tcase_add_test(t, test_released_but_fd_kept);
         tcase_add_test(t, test_exit_remake_fails_retires);
         suite_add_tcase(s, t);
         tcase_add_checked_fixture(w, setup_whole_pool, teardown);

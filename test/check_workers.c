@@ -1,4 +1,4 @@
-/* check_workers.c — the agent's worker pool (agent/core/gs_workers.h), by
+/* check_workers.c — the agent's worker pool (agent/base/gs_workers.h), by
  * its contract: every item whose doorbell is rung is served, never by two
  * threads at once; a turn that returns MORE is served again without a new
  * ring; no more than nthreads turns run at once, nor more than half of them

@@ -136,6 +136,10 @@ struct gs_gsm_alloc {
         uint32_t wants;
         /* Of its borrowed chunks, spares (data in host memory). */
         uint32_t spilled;
+        /* While a restarted agent adopts what processes hold: chunks it
+         * was owed before (gs_gsm_alloc_lent_before), lent first when an
+         * adoption finds the system list empty. */
+        uint32_t lent_before;
 };
 
 struct gs_gsm_proc {
@@ -152,6 +156,11 @@ struct gs_gsm_proc {
         struct gs_gsm_list mine;
         const void *tag;   /* for hold_fn; NULL: not reported */
 };
+
+/* A chunk's links in one of its lists: prev/next (which == 0) or
+ * bprev/bnext (which == 1). */
+static inline uint32_t *gs_gsm_lprev(struct gs_gsm_chunk *c, int which) { return which ? &c->bprev : &c->prev; }
+static inline uint32_t *gs_gsm_lnext(struct gs_gsm_chunk *c, int which) { return which ? &c->bnext : &c->next; }
 
 /* pre: chunk_bytes a power of two, 2^16..2^47; nchunks >= 1. */
 int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes) GS_WUR;
@@ -195,6 +204,24 @@ int gs_gsm_take(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WU
  * found holding it, gs_pool.h "legacy").  -EBUSY (slot occupied), -ENOSPC
  * (no chunk on either list), -ENOMEM. */
 int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS_WUR;
+/* After an agent restart (gs_pool.h "legacy"): a was owed n chunks
+ * before.  While it is set, a gs_gsm_take_at that finds the system list
+ * empty takes a free chunk of such an allocation first (owed it again),
+ * else (lend_owned) of the idle one with the most; gs_gsm_restored ends
+ * it for every allocation. */
+void gs_gsm_alloc_lent_before(struct gs_gsm_alloc *a, uint32_t n);
+void gs_gsm_restored(struct gs_gsm *g);
+/* After an agent restart: spare (retired) held at p's free slot (< nslots),
+ * borrowed, past the cap if it must: the process maps host memory there
+ * that the previous agent moved its data to.  -EBUSY (slot occupied),
+ * -EINVAL (not a free spare), -ENOMEM. */
+int gs_gsm_adopt_spare(struct gs_gsm_proc *p, uint32_t slot, uint32_t spare) GS_WUR;
+/* held (held, with device memory) is made one of its allocation's
+ * borrowed chunks, trading with one of them that is not a spare (chunks
+ * are interchangeable), so that gs_gsm_exchange may take it.  0 (already
+ * borrowed too), -EINVAL (not held), -ENOENT (the allocation borrows no
+ * such chunk). */
+int gs_gsm_make_borrowed(struct gs_gsm *g, uint32_t held) GS_WUR;
 /* Moves (docs/burst.md "Giving it back").  spare (retired: a record
  * without device memory) takes held's place at its process's slot, with
  * all it counts for (borrowed, blocks); held goes to the system list as a

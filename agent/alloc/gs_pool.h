@@ -1,5 +1,5 @@
 /* gs_pool.h — the agent's three-level allocator for one GPU, as the rest
- * of the agent sees it (DESIGN.md "Memory path"; built by gs_gsm, gs_buddy
+ * of the agent sees it (docs/design.md; built by gs_gsm, gs_buddy
  * and gs_slab underneath).
  *
  * Addresses are integers: offsets in a process's virtual range of that GPU
@@ -242,6 +242,8 @@ uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p);
 void gs_pool_set_hold_fn(struct gs_pool *pool, void (*fn)(void *ctx, uint32_t chunk, const void *tag,
                                                           uint32_t slot, int held), void *ctx);
 void gs_pproc_set_tag(struct gs_pproc *p, const void *tag);
+/* p's tag, or NULL. */
+const void *gs_pproc_tag(const struct gs_pproc *p);
 /* The chunk level under the pool (gs_gsm.h): for the GPU's scrubber,
  * which orders its free lists by what has been zeroed.  Under the pool's
  * serialization, as every call here. */
@@ -270,6 +272,20 @@ int gs_pool_exchange(struct gs_pool *pool, uint32_t held, uint32_t spare) GS_WUR
 int gs_pool_reserve(struct gs_pool *pool, uint32_t *ret_chunk) GS_WUR;
 void gs_palloc_want(struct gs_palloc *a, uint32_t n);
 uint32_t gs_palloc_owed(const struct gs_palloc *a);
+/* After an agent restart (docs/burst.md "Agent restarts").  The
+ * allocation's number (gs_ledger_tag.alloc), for gs_pool_debts. */
+void gs_palloc_set_tag(struct gs_palloc *a, uint64_t tag);
+/* fn(ctx, tag, owed) for each allocation owed chunks now. */
+void gs_pool_debts(const struct gs_pool *pool, void (*fn)(void *ctx, uint64_t tag, uint32_t owed), void *ctx);
+/* gs_gsm_alloc_lent_before, gs_gsm_restored, gs_gsm_make_borrowed. */
+void gs_palloc_lent_before(struct gs_palloc *a, uint32_t n);
+void gs_pool_restored(struct gs_pool *pool);
+int gs_pool_make_borrowed(struct gs_pool *pool, uint32_t chunk) GS_WUR;
+/* A spare free for an adoption (retired, held by nobody), or UINT32_MAX;
+ * gs_pproc_adopt_spare places it at p's free slot as a legacy chunk
+ * (gs_gsm_adopt_spare): 0, -EBUSY, -EINVAL, -ENOMEM. */
+uint32_t gs_pool_spare_free(const struct gs_pool *pool);
+int gs_pproc_adopt_spare(struct gs_pproc *p, uint32_t slot, uint32_t spare) GS_WUR;
 /* Up to max slots of p: holding spares (spares), else borrowed chunks
  * with device memory (not from before a restart).  How many. */
 uint32_t gs_pproc_move_slots(const struct gs_pproc *p, bool spares, uint32_t *slots, uint32_t max);

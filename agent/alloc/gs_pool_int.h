@@ -34,6 +34,7 @@ struct gs_palloc {
         struct gs_gsm_alloc g;
         struct gs_pool *pool;
         uint64_t nblocks, bytes_requested, bytes_in_blocks;
+        uint64_t tag; /* gs_palloc_set_tag */
 };
 
 /* A live block an agent restart found (gs_pool.h "legacy"). */

@@ -83,6 +83,20 @@ static int adopt(struct gs_pproc *p, uint32_t slot, bool force, uint32_t *ret_ch
         return 0;
 }
 
+int gs_pproc_adopt_spare(struct gs_pproc *p, uint32_t slot, uint32_t spare)
+{
+        int r = legacy_slots_grow(&p->leg, slot + 1);
+
+        if (r == 0)
+                r = gs_gsm_adopt_spare(&p->g, slot, spare);
+        if (r < 0)
+                return r;
+        p->a->pool->gsm.chunks[spare].user = &gs_pool_legacy_mark;
+        p->leg.nchunks++;
+        DEBUG_VALIDATE(p->a->pool, "adopt_spare");
+        return 0;
+}
+
 int gs_pproc_adopt(struct gs_pproc *p, uint32_t slot, uint32_t *ret_chunk)
 {
         return adopt(p, slot, true, ret_chunk);

@@ -70,3 +70,49 @@ uint32_t gs_pproc_move_slots(const struct gs_pproc *p, bool spares, uint32_t *sl
         }
         return n;
 }
+
+void gs_palloc_set_tag(struct gs_palloc *a, uint64_t tag)
+{
+        a->tag = tag;
+}
+
+void gs_pool_debts(const struct gs_pool *pool, void (*fn)(void *ctx, uint64_t tag, uint32_t owed), void *ctx)
+{
+        for (const struct gs_gsm_alloc *a = pool->gsm.allocs; a; a = a->next)
+                if (a->owed)
+                        fn(ctx, palloc_of((struct gs_gsm_alloc *)a)->tag, a->owed);
+}
+
+void gs_palloc_lent_before(struct gs_palloc *a, uint32_t n)
+{
+        gs_gsm_alloc_lent_before(&a->g, n);
+}
+
+void gs_pool_restored(struct gs_pool *pool)
+{
+        gs_gsm_restored(&pool->gsm);
+}
+
+int gs_pool_make_borrowed(struct gs_pool *pool, uint32_t chunk)
+{
+        int r = gs_gsm_make_borrowed(&pool->gsm, chunk);
+
+        if (r == 0)
+                DEBUG_VALIDATE(pool, "make_borrowed");
+        return r;
+}
+
+uint32_t gs_pool_spare_free(const struct gs_pool *pool)
+{
+        const struct gs_gsm *g = &pool->gsm;
+
+        for (uint32_t i = g->nreal; i < g->nchunks; i++)
+                if (g->chunks[i].state == GS_GSM_RETIRED)
+                        return i;
+        return UINT32_MAX;
+}
+
+const void *gs_pproc_tag(const struct gs_pproc *p)
+{
+        return p->g.tag;
+}

@@ -48,7 +48,7 @@ static bool same_ids(const struct gs_allocation *a, char *const *sorted, size_t 
         return true;
 }
 
-struct gs_allocation *gs_allocs_find(struct gs_agent *ag, const char *id)
+struct gs_allocation *gs_allocs_find(struct gs_node *ag, const char *id)
 {
         for (struct gs_allocation *a = ag->allocs; a; a = a->next)
                 if (strcmp(a->id, id) == 0)
@@ -56,7 +56,7 @@ struct gs_allocation *gs_allocs_find(struct gs_agent *ag, const char *id)
         return NULL;
 }
 
-struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const *ids, size_t n)
+struct gs_allocation *gs_allocs_find_ids(struct gs_node *ag, const char *const *ids, size_t n)
 {
         struct gs_allocation *a = NULL;
         char **v;
@@ -75,7 +75,7 @@ struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const 
         return a;
 }
 
-struct gs_allocation *gs_allocs_find_claim(struct gs_agent *ag, const char *uid)
+struct gs_allocation *gs_allocs_find_claim(struct gs_node *ag, const char *uid)
 {
         for (struct gs_allocation *a = ag->allocs; a; a = a->next)
                 if (a->kind == GS_OWNER_CLAIM && !a->releasing && strcmp(a->claim.uid, uid) == 0)
@@ -89,7 +89,7 @@ const struct gs_claim *gs_allocs_claim(const struct gs_allocation *a)
         return a->kind == GS_OWNER_CLAIM && !a->releasing ? &a->claim : NULL;
 }
 
-struct gs_gpu *gs_allocs_gpu(struct gs_agent *ag, const char *uuid)
+struct gs_gpu *gs_allocs_gpu(struct gs_node *ag, const char *uuid)
 {
         for (uint32_t i = 0; i < ag->ngpus; i++)
                 if (strcasecmp(ag->gpus[i].uuid, uuid) == 0)
@@ -98,7 +98,7 @@ struct gs_gpu *gs_allocs_gpu(struct gs_agent *ag, const char *uuid)
 }
 
 /* Frees the parts and the memory of a; a has no process.  Leaves the list. */
-static void destroy(struct gs_agent *ag, struct gs_allocation *a)
+static void destroy(struct gs_node *ag, struct gs_allocation *a)
 {
         for (uint32_t i = 0; i < a->nparts; i++) {
                 struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
@@ -126,7 +126,7 @@ static void destroy(struct gs_agent *ag, struct gs_allocation *a)
         gs_loop_defer_free(ag->loop, a);
 }
 
-static void unlink_alloc(struct gs_agent *ag, struct gs_allocation *a)
+static void unlink_alloc(struct gs_node *ag, struct gs_allocation *a)
 {
         for (struct gs_allocation **pp = &ag->allocs; *pp; pp = &(*pp)->next)
                 if (*pp == a) {
@@ -149,7 +149,7 @@ struct plan {
 };
 
 /* Adds unit u of g to the plan (and its part). */
-static int plan_unit(struct plan *pl, struct gs_agent *ag, struct gs_gpu *g, uint32_t u, char *err,
+static int plan_unit(struct plan *pl, struct gs_node *ag, struct gs_gpu *g, uint32_t u, char *err,
                      size_t errlen)
 {
         uint32_t p;
@@ -169,7 +169,7 @@ static int plan_unit(struct plan *pl, struct gs_agent *ag, struct gs_gpu *g, uin
 }
 
 /* A device plugin's request: its IDs sorted, parsed into units, checked. */
-static int plan_devices(struct gs_agent *ag, const struct gs_alloc_req *req, struct plan *pl,
+static int plan_devices(struct gs_node *ag, const struct gs_alloc_req *req, struct plan *pl,
                         struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
 {
         struct gs_allocation *old;
@@ -252,7 +252,7 @@ static int plan_devices(struct gs_agent *ag, const struct gs_alloc_req *req, str
 
 /* A claim's request: its units picked among g's free ones (lowest first),
  * or a restored claim's own. */
-static int plan_claim(struct gs_agent *ag, const struct gs_alloc_req *req, struct plan *pl,
+static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct plan *pl,
                       struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
 {
         const struct gs_claim *c = &req->claim;
@@ -344,7 +344,7 @@ static int plan_claim(struct gs_agent *ag, const struct gs_alloc_req *req, struc
         return r;
 }
 
-int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
+int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
                      bool *ret_created, char *err, size_t errlen)
 {
         struct gs_allocation *a = NULL;
@@ -380,7 +380,7 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                 r = -ENOMEM;
                 goto fail;
         }
-        a->agent = ag;
+        a->node = ag;
         a->listen_fd = -1;
         gs_ipc_table_init(&a->ipc);
         memcpy(a->id, pl.id, sizeof(a->id));
@@ -407,6 +407,8 @@ int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct
                 part->burst_chunks = (uint32_t)(quota + cap);
                 pthread_mutex_lock(&g->lock);
                 r = gs_palloc_new(g->pool, (uint32_t)quota, (uint32_t)cap, &part->pa);
+                if (r == 0)
+                        gs_palloc_set_tag(part->pa, strtoull(a->id, NULL, 16)); /* gs_gpu_spillrec.c */
                 pthread_mutex_unlock(&g->lock);
                 if (r < 0) {
                         struct gs_pool_stats ps;
@@ -459,7 +461,7 @@ fail:
         return r < 0 ? r : 0;
 }
 
-static void delete_now(struct gs_agent *ag, struct gs_allocation *a)
+static void delete_now(struct gs_node *ag, struct gs_allocation *a)
 {
         unlink_alloc(ag, a);
         gs_sockdir_close(ag, a);
@@ -469,7 +471,7 @@ static void delete_now(struct gs_agent *ag, struct gs_allocation *a)
         destroy(ag, a);
 }
 
-int gs_allocs_release(struct gs_agent *ag, struct gs_allocation *a, char *err, size_t errlen)
+int gs_allocs_release(struct gs_node *ag, struct gs_allocation *a, char *err, size_t errlen)
 {
         bool was = a->releasing;
         int r;
@@ -501,7 +503,7 @@ bool gs_allocs_draining(const struct gs_allocation *a)
         return a->nprocs > 0 && pod_gone(a);
 }
 
-void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
+void gs_allocs_reap(struct gs_node *ag, struct gs_allocation *a)
 {
         /* The last process of a gone pod's allocation exited: its units,
          * shown draining until now, are usable again. */
@@ -509,11 +511,11 @@ void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a)
 
         if (a->releasing && a->nprocs == 0)
                 delete_now(ag, a);
-        if (drained && ag->ctl)
-                gs_agent_changed(ag);
+        if (drained && ag->watched)
+                gs_node_changed(ag);
 }
 
-int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen)
+int gs_allocs_release_claim(struct gs_node *ag, const char *uid, char *err, size_t errlen)
 {
         struct gs_allocation *a = gs_allocs_find_claim(ag, uid);
         int r;
@@ -528,7 +530,7 @@ int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, siz
 
 /* The allocation holding device ID id, or NULL; *ret_foreign set if id is
  * not a unit of this node. */
-static struct gs_allocation *owner_of(struct gs_agent *ag, const char *id, bool *ret_foreign)
+static struct gs_allocation *owner_of(struct gs_node *ag, const char *id, bool *ret_foreign)
 {
         char uuid[GS_UUID_STR_LEN + 1];
         struct gs_gpu *g;
@@ -541,7 +543,7 @@ static struct gs_allocation *owner_of(struct gs_agent *ag, const char *id, bool 
         return g->unit_owner[unit];
 }
 
-int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, char *err,
+int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, char *err,
                         size_t errlen)
 {
         bool foreign = false;
@@ -585,7 +587,7 @@ int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, c
         return 0;
 }
 
-void gs_allocs_shutdown(struct gs_agent *ag)
+void gs_allocs_shutdown(struct gs_node *ag)
 {
         gs_pending_free_all(ag);
         /* The pools go next: their chunks need no fresh memory. */
@@ -602,7 +604,7 @@ void gs_allocs_shutdown(struct gs_agent *ag)
 
 static int checkpoint_fill(FILE *f, void *ctx)
 {
-        struct gs_agent *ag = ctx;
+        struct gs_node *ag = ctx;
         uint32_t *units = NULL;
         size_t cap = 0;
 
@@ -633,7 +635,7 @@ static int checkpoint_fill(FILE *f, void *ctx)
         return 0;
 }
 
-int gs_allocs_checkpoint(struct gs_agent *ag)
+int gs_allocs_checkpoint(struct gs_node *ag)
 {
         char path[PATH_MAX];
         int r;
@@ -654,7 +656,7 @@ int gs_allocs_checkpoint(struct gs_agent *ag)
         return r;
 }
 
-uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part *part)
+uint32_t gs_allocs_outside_slots(const struct gs_node *ag, const struct gs_part *part)
 {
         const struct gs_gpu *g = &ag->gpus[part->gpu];
 
@@ -662,7 +664,7 @@ uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part
         return gs_part_burst(part);
 }
 
-int gs_allocs_set_burst(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes, char *err, size_t errlen)
+int gs_allocs_set_burst(struct gs_node *ag, struct gs_allocation *a, uint64_t bytes, char *err, size_t errlen)
 {
         uint64_t caps[GS_MAX_GPUS_PER_ALLOC], old = a->burst_bytes;
         int r;
@@ -697,7 +699,7 @@ int gs_allocs_set_burst(struct gs_agent *ag, struct gs_allocation *a, uint64_t b
         return 0;
 }
 
-void gs_allocs_burst_from_pod(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes)
+void gs_allocs_burst_from_pod(struct gs_node *ag, struct gs_allocation *a, uint64_t bytes)
 {
         char err[512], b[32];
 
@@ -712,5 +714,5 @@ void gs_allocs_burst_from_pod(struct gs_agent *ag, struct gs_allocation *a, uint
         }
         log_info("allocation %s (pod %s/%s): burst %s, from the pod's annotation", a->id, a->pod_namespace,
                  a->pod_name, b);
-        gs_agent_changed(ag);
+        gs_node_changed(ag);
 }

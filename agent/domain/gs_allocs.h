@@ -1,5 +1,5 @@
 /* gs_allocs.h — allocations: the lifecycle of one allocation of units of
- * the GPUs to one owner (DESIGN.md "Allocation").  Main thread only.
+ * the GPUs to one owner (docs/design.md).  Main thread only.
  *
  * The owner is a field of the allocation (gs_ckpt.h, enum gs_owner_kind):
  *   - the device plugin's: a set of device IDs handed to a container.  Its
@@ -42,9 +42,9 @@
 
 #include <limits.h>
 
-#include "gs_agent.h"
+#include "gs_node.h"
 #include "gs_ckpt.h"
-#include "gs_ipc.h"
+#include "gs_ipc_table.h"
 #include "gs_loop.h"
 #include "gs_outside.h"
 #include "gs_wire.h"
@@ -91,7 +91,7 @@ struct gs_unit {
 
 struct gs_allocation {
         struct gs_allocation *next;
-        struct gs_agent *agent;
+        struct gs_node *node;
         char id[17];             /* 16 hex digits */
         enum gs_owner_kind kind; /* its owner */
         char **device_ids;       /* GS_OWNER_DEVICES: sorted; else NULL */
@@ -167,18 +167,18 @@ struct gs_alloc_req {
  * this returns 1, nothing done, for a new request of exactly the device IDs
  * of a checkpoint line not restored yet (gs_pending.h): gs_restore_create
  * restores that line. */
-int gs_allocs_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
+int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
                      bool *ret_created, char *err, size_t errlen) GS_WUR;
 
 /* The claim a is the allocation of, or NULL (a device plugin's, or a
  * claim's released and draining). */
 const struct gs_claim *gs_allocs_claim(const struct gs_allocation *a);
 /* The allocation of claim uid (not one being released), or NULL. */
-struct gs_allocation *gs_allocs_find_claim(struct gs_agent *ag, const char *uid);
+struct gs_allocation *gs_allocs_find_claim(struct gs_node *ag, const char *uid);
 /* Releases the allocation of claim uid (gs_allocs_release; a line waiting
  * to be restored: gs_restore_release_claim, the door callers use).  0 also
  * when the claim has none. */
-int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen) GS_WUR;
+int gs_allocs_release_claim(struct gs_node *ag, const char *uid, char *err, size_t errlen) GS_WUR;
 
 /* Before creating the allocation of ids[0..n): each other allocation holding
  * one of these IDs belongs to a pod that is gone (the kubelet hands out only
@@ -187,7 +187,7 @@ int gs_allocs_release_claim(struct gs_agent *ag, const char *uid, char *err, siz
  * is returned; if one has, nothing changes and -EBUSY comes back with err
  * naming it and its pod.  An exact match (create returns it), an empty set or
  * an ID that is not this node's: 0, nothing done (create reports those). */
-int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, char *err,
+int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, char *err,
                         size_t errlen) GS_WUR;
 
 /* Whether a's pod is gone (released, or PodResources showed a pod holding it
@@ -196,38 +196,38 @@ int gs_allocs_take_over(struct gs_agent *ag, const char *const *ids, size_t n, c
 bool gs_allocs_draining(const struct gs_allocation *a);
 
 /* Releases a (see above).  Returns 0 or a negative errno with err. */
-int gs_allocs_release(struct gs_agent *ag, struct gs_allocation *a, char *err,
+int gs_allocs_release(struct gs_node *ag, struct gs_allocation *a, char *err,
                       size_t errlen) GS_WUR;
 
 /* Deletes a releasing allocation once it has no process left; no-op else. */
-void gs_allocs_reap(struct gs_agent *ag, struct gs_allocation *a);
+void gs_allocs_reap(struct gs_node *ag, struct gs_allocation *a);
 
-struct gs_allocation *gs_allocs_find(struct gs_agent *ag, const char *id);
+struct gs_allocation *gs_allocs_find(struct gs_node *ag, const char *id);
 /* The allocation holding exactly this set of device IDs (any order), or NULL. */
-struct gs_allocation *gs_allocs_find_ids(struct gs_agent *ag, const char *const *ids, size_t n);
+struct gs_allocation *gs_allocs_find_ids(struct gs_node *ag, const char *const *ids, size_t n);
 
 /* Writes the checkpoint.  Returns 0 or a negative errno (logged); while
  * the checkpoint is unknown (gs_restore.h) the read's error, nothing
  * written. */
-int gs_allocs_checkpoint(struct gs_agent *ag) GS_WUR;
+int gs_allocs_checkpoint(struct gs_node *ag) GS_WUR;
 
 /* Agent shutdown: closes every allocation's socket (unlinks it, keeps the
  * directory and the checkpoint) and frees them.  Processes must be gone. */
-void gs_allocs_shutdown(struct gs_agent *ag);
+void gs_allocs_shutdown(struct gs_node *ag);
 
 /* Slots of a part's outside set (gs_outside.h): its quota plus what it may
  * borrow. */
-uint32_t gs_allocs_outside_slots(const struct gs_agent *ag, const struct gs_part *part);
+uint32_t gs_allocs_outside_slots(const struct gs_node *ag, const struct gs_part *part);
 
 /* The GPU of this UUID (any case), or NULL. */
-struct gs_gpu *gs_allocs_gpu(struct gs_agent *ag, const char *uuid);
+struct gs_gpu *gs_allocs_gpu(struct gs_node *ag, const char *uuid);
 
 /* An upgrade (gs_handover.h): stops (on false) or resumes accepting on
  * every allocation's socket (gs_sockdir.c). */
-void gs_allocs_listen(struct gs_agent *ag, bool on);
+void gs_allocs_listen(struct gs_node *ag, bool on);
 /* An upgrade that failed after the new agent bound its sockets at our
  * paths: every allocation listens again on a fresh socket at its path. */
-void gs_allocs_rebind(struct gs_agent *ag);
+void gs_allocs_rebind(struct gs_node *ag);
 
 /* part->burst_chunks from any thread. */
 static inline uint32_t gs_part_burst(const struct gs_part *part)
@@ -240,10 +240,10 @@ static inline uint32_t gs_part_burst(const struct gs_part *part)
  * already registered may borrow up to their address range (sized by the
  * node's burstMax, gs_proc.h).  Checkpointed.  0, or a negative errno with
  * err (nothing changed). */
-int gs_allocs_set_burst(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes, char *err,
+int gs_allocs_set_burst(struct gs_node *ag, struct gs_allocation *a, uint64_t bytes, char *err,
                         size_t errlen) GS_WUR;
 /* Main thread (the reconciler): the burst a's pod asks for by its
  * annotation (gs_podburst.h); a refused one is logged once. */
-void gs_allocs_burst_from_pod(struct gs_agent *ag, struct gs_allocation *a, uint64_t bytes);
+void gs_allocs_burst_from_pod(struct gs_node *ag, struct gs_allocation *a, uint64_t bytes);
 
 #endif

@@ -75,6 +75,11 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                  * free chunk's first. */
                 (void)gs_gpu_chunk_fill(g, c);
                 gs_gpu_chunk_drop(g, c);
+                /* What stands in its place is a process's (a VMM allocation
+                 * whose fd is sent, contexts): given back, the chunk is made
+                 * anew once the driver has room, never filled with a free
+                 * chunk's memory (which would let that process keep both). */
+                g->chunks[c].kept = true;
         }
         s->nheld += got;
         return (int)got;

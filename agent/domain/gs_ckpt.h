@@ -1,5 +1,5 @@
 /* gs_ckpt.h — the allocations checkpoint: its line format and its file
- * (DESIGN.md "Allocation").  No agent state: records in, records out.
+ * (docs/design.md).  No agent state: records in, records out.
  *
  * <stateDir>/allocations, rewritten whole (gs_file.h: temporary file,
  * fsync, rename, directory fsync) on every change, one line per

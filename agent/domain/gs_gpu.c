@@ -56,7 +56,7 @@ int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char
 
 int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         CUmemAllocationProp prop;
         CUuuid uuid;
         size_t free_b = 0, total_b = 0, gran = 0;
@@ -120,7 +120,7 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
          * this very context as NVML sees it, before any chunk exists
          * (without NVML: 0, contexts come out of the reserve). */
         g->ctx_expect_bytes = cfg->context_bytes ? cfg->context_bytes
-                                                 : gs_nvml_pid_bytes(&g->agent->nvml, g->uuid, getpid());
+                                                 : gs_nvml_pid_bytes(&g->node->nvml, g->uuid, getpid());
         if (gran && g->chunk_bytes % gran) {
                 snprintf(why, sizeof(why), "chunk size %llu is not a multiple of the VMM granularity %zu",
                          (unsigned long long)g->chunk_bytes, gran);
@@ -149,8 +149,8 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                         return r;
                 goto pool;
         }
-        (void)g->agent->cu.ctx_set_current(g->ctx);
-        r = gs_cuda_check(&g->agent->cu, g->agent->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
+        (void)g->node->cu.ctx_set_current(g->ctx);
+        r = gs_cuda_check(&g->node->cu, g->node->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
                           sizeof(why));
         if (r < 0) {
                 set_unhealthy(g, why);
@@ -208,6 +208,7 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                 return 0;
         }
 pool:
+        g->move_back_quiet_ms = cfg->move_back_quiet_ms;
         r = gs_gpu_spill_init(g, cfg->spill_max_bytes, err, errlen);
         if (r < 0)
                 return r;
@@ -241,7 +242,7 @@ pool:
 
 void gs_gpu_close(struct gs_gpu *g)
 {
-        if (!g || !g->agent)
+        if (!g || !g->node)
                 return;
         const struct gs_gpu_scrub_stats *st = &g->scrub_st;
         gs_gpu_scrub_stop(g);
@@ -254,13 +255,14 @@ void gs_gpu_close(struct gs_gpu *g)
                          (unsigned long long)st->grants_waited, (unsigned long long)st->scrubbed_bg,
                          (unsigned long long)st->batches_bg, (unsigned long long)st->failures);
         gs_ledger_close(&g->ledger);
+        gs_gpu_spillrec_close(g);
         free(g->held_before);
         g->held_before = NULL;
         gs_pool_free(g->pool);
         gs_gpu_spill_fini(g);
         g->pool = NULL;
         if (g->ctx)
-                (void)g->agent->cu.ctx_set_current(g->ctx);
+                (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; g->chunks && i < g->nchunks; i++)
                 gs_chunk_drop(g, &g->chunks[i]);
         free(g->chunks);
@@ -268,15 +270,15 @@ void gs_gpu_close(struct gs_gpu *g)
         free(g->unit_owner);
         g->unit_owner = NULL;
         if (g->sync_ev)
-                (void)g->agent->cu.event_destroy(g->sync_ev);
+                (void)g->node->cu.event_destroy(g->sync_ev);
         if (g->scrub_ev)
-                (void)g->agent->cu.event_destroy(g->scrub_ev);
+                (void)g->node->cu.event_destroy(g->scrub_ev);
         if (g->scrub_stream)
-                (void)g->agent->cu.stream_destroy(g->scrub_stream);
+                (void)g->node->cu.stream_destroy(g->scrub_stream);
         g->sync_ev = g->scrub_ev = NULL;
         g->scrub_stream = NULL;
         if (g->ctx)
-                (void)g->agent->cu.primary_ctx_release(g->dev);
+                (void)g->node->cu.primary_ctx_release(g->dev);
         g->ctx = NULL;
         pthread_mutex_destroy(&g->lock);
 }
@@ -301,15 +303,4 @@ uint32_t gs_gpu_units_allocated(const struct gs_gpu *g)
         for (uint32_t u = 0; u < g->units_total; u++)
                 n += g->unit_owner[u] != NULL;
         return n;
-}
-
-void gs_gpu_check_lending(struct gs_gpu *g)
-{
-        struct gs_pool_stats st;
-
-        gs_pool_stats(g->pool, &st);
-        if (st.chunks_borrowed != g->last_borrowed) {
-                g->last_borrowed = st.chunks_borrowed;
-                gs_agent_poke(g->agent);
-        }
 }

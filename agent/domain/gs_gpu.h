@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "gs_agent.h"
+#include "gs_node.h"
 #include "gs_cuda.h"
 #include "gs_devid.h"
 #include "gs_ledger.h"
@@ -27,10 +27,10 @@
 
 struct gs_allocation;
 struct gs_gsm;
-/* No move back to a GPU until this long after an owner last asked for
- * lent memory there: what it frees a moment later it may want again (a
- * caching allocator's churn), and moves both ways cost the borrower. */
-#define GS_MOVE_BACK_QUIET_MS 10000
+/* No move back to a GPU until moveBackQuiet (config, default 10 s) after
+ * an owner last asked for lent memory there: what it frees a moment later
+ * it may want again (a caching allocator's churn), and moves both ways
+ * cost the borrower. */
 
 /* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
 #define GS_GPU_REMAKE_PER_SCAN 4u
@@ -52,10 +52,12 @@ struct gs_chunk {
         /* Names this memory (not the chunk id: records trade memory);
          * 0 without memory.  An upgrade sends each fd once (gs_handover.h). */
         uint64_t memid;
-        /* Given back without memory by a set of this allocation (gs_vmm,
-         * gs_outside) because the driver had no room: a process of the
-         * allocation may still hold its memory.  Never takes another
-         * chunk's (gs_gpu_chunk_fill): it is made anew or not at all. */
+        /* Taken by a set of this allocation (gs_vmm, gs_outside: its
+         * memory dropped for a process's VMM allocations or contexts), or
+         * given back by one without memory because the driver had no
+         * room: a process of the allocation may still hold what stands for
+         * it.  Never takes another chunk's (gs_gpu_chunk_fill): it is made
+         * anew or not at all.  Cleared when its memory is made. */
         bool kept;
         /* Under the GPU's lock: the id of the last process granted this
          * memory (it may have written it), 0 if none since it was made or
@@ -127,7 +129,7 @@ struct gs_gpu_scrub_stats {
 #define GS_GPU_SCRUB_RETRY_MS 1000
 
 struct gs_gpu {
-        struct gs_agent *agent;
+        struct gs_node *node;
         uint32_t index;          /* CUDA ordinal */
         CUdevice dev;
         CUcontext ctx;           /* primary context, retained */
@@ -204,7 +206,18 @@ struct gs_gpu {
         uint32_t moving_out;
         int64_t spill_want_ms;   /* since when spill_want waits for progress (0: none) */
         int64_t last_want_ms;    /* the last owner's request for lent memory */
+        int64_t move_back_quiet_ms; /* config moveBackQuiet */
         struct gs_gpu_move_stats move_st;
+        /* Spilled slots, moves in flight and debts, for a restarted agent
+         * (gs_gpu_spillrec.c; docs/burst.md "Agent restarts"): one entry
+         * per spare, then ndebt for the allocations owed chunks.  Under
+         * lock; spillrec_on while this agent writes it (not paused).
+         * spilled_before: the previous agent's entries until restored. */
+        struct gs_ledger spillrec;
+        bool spillrec_on;
+        uint32_t ndebt;
+        struct gs_ledger_ent *spilled_before;
+        uint32_t nspilled_before;
 };
 
 /* What an earlier agent hands over of one GPU's pool (gs_handover.h):
@@ -218,7 +231,7 @@ struct gs_gpu_inherit {
 };
 
 
-/* Opens CUDA device `ordinal` into *g (zeroed by the caller, g->agent set).
+/* Opens CUDA device `ordinal` into *g (zeroed by the caller, g->node set).
  * A GPU whose pool cannot be built is still opened, unhealthy, with the
  * reason in g->health_reason and no units.  Returns a negative errno with a
  * message in err only if the device cannot be used at all. */
@@ -264,6 +277,9 @@ int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errl
  * (released for them, gs_outside.h, and not created yet); else -ENOSPC (or
  * -EIO) with the figures in err.  Under g->lock with g->ctx current. */
 int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen) GS_WUR;
+/* How many bytes gs_gpu_room allows now (0 if it cannot tell).  Under
+ * g->lock with g->ctx current. */
+uint64_t gs_gpu_room_left(struct gs_gpu *g);
 /* Re-creates pending chunks (recycled while their old memory was still
  * held) where the driver has room now, and puts them back in the pool.
  * Under g->lock. */
@@ -356,6 +372,19 @@ void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b);
  * them from before a restart (the driver counts such memory to the
  * process that maps it, so usage scans subtract them).  Under g->lock. */
 uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p);
+
+/* ---- Spilled data across restarts (gs_gpu_spillrec.c) ----
+ * The previous agent's record (g->spilled_before) says, per process slot,
+ * whether its data was in host memory (GS_LEDGER_SLOT) or in a move
+ * (GS_LEDGER_SPILLING, GS_LEDGER_UNSPILLING), and which allocations were
+ * owed how many chunks (GS_LEDGER_OWED, alloc and count in slot).
+ * gs_gpu_spillrec_done frees it once the processes are restored. */
+void gs_gpu_spillrec_done(struct gs_gpu *g);
+/* Under g->lock, before anything is adopted: each allocation owed chunks
+ * before lends its own first again (gs_palloc_lent_before); tag_of gives
+ * the allocation's part on g with that number, or NULL. */
+void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc),
+                                   void *ctx);
 
 /* ---- Moves (gs_gpu_spill.c; docs/burst.md "Giving it back") ----
  * Before the pool is made: spillMax / chunk spare records (at most the

@@ -1,13 +1,16 @@
 /* gs_gpu_int.h — internals of one GPU (gs_gpu.h) shared by its files,
- * never included elsewhere.  Each file calls only those listed below it:
+ * never included elsewhere.  Each file calls only those listed below it
+ * (test/test_layers.py checks that no files call each other in a circle):
  *
  *   gs_gpu.c           identity, context, opening and closing the pool,
- *                      units and lending
+ *                      units
  *   gs_gpu_restart.c   ledgers, a handed-over pool, chunks trading memory
  *   gs_gpu_scrubber.c  the background scrubber thread
- *   gs_gpu_mem.c       device memory and the chunks' memory
+ *   gs_gpu_spill.c     moves' books: spares, host memory made ahead, moves
+ *   gs_gpu_mem.c       device memory, the chunks' memory, lending's pokes
  *   gs_gpu_scrub.c     zeroing: the agent's mappings, the scrub stream, the
- *                      scrubber's batch in flight, a grant's scrub
+ *                      scrubber's batch in flight and its kick, a grant's
+ *                      scrub
  *
  * All of it under g->lock unless said otherwise. */
 #ifndef GS_GPU_INT_H
@@ -84,5 +87,28 @@ bool gs_gpu_room_at_start(struct gs_gpu *g);
 /* At open: the chunks a previous agent handed over (inh), as they were. */
 int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
                           char *err, size_t errlen);
+
+/* ---- gs_gpu_spillrec.c ---- */
+
+/* At open, with the previous agent's ledger: its spill record into
+ * g->spilled_before (nothing if there is none or it is not usable). */
+void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg);
+/* This agent's record under state_dir (beside its ledger), committed,
+ * paused or resumed (a takeover), and closed with it. */
+void gs_gpu_spillrec_start(struct gs_gpu *g, const char *state_dir);
+void gs_gpu_spillrec_commit(struct gs_gpu *g);
+void gs_gpu_spillrec_pause(struct gs_gpu *g, bool pause);
+void gs_gpu_spillrec_close(struct gs_gpu *g);
+/* gs_gpu_chunk_hold for a spare record (chunk >= g->nchunks). */
+void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledger_tag *t, uint32_t slot,
+                          bool held);
+/* A batch planned (e[0..n), tag the process's): each slot marked in a
+ * move; and ended: what did not move as it was before. */
+void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enum gs_move_dir dir,
+                            const struct gs_move_ent *e, uint32_t n);
+void gs_gpu_spillrec_moved(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
+                           uint32_t moved);
+/* The allocations' debts written where they changed (gs_gpu_check_lending). */
+void gs_gpu_spillrec_debts(struct gs_gpu *g);
 
 #endif

@@ -24,16 +24,39 @@ void gs_gpu_chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop)
         prop->location.id = (int)g->dev;
 }
 
-int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
+/* The driver's free bytes, and what of them is kept free. */
+static int room_figures(struct gs_gpu *g, size_t *free_b, uint64_t *need, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
-        size_t free_b = 0, total_b = 0;
-        uint64_t need = g->reserve_bytes + g->ctx_promised;
+        size_t total_b = 0;
 
-        if (cu->mem_get_info(&free_b, &total_b) != CUDA_SUCCESS) {
+        *free_b = 0;
+        *need = g->reserve_bytes + g->ctx_promised;
+        if (g->node->cu.mem_get_info(free_b, &total_b) != CUDA_SUCCESS) {
                 snprintf(err, errlen, "cuMemGetInfo failed");
                 return -EIO;
         }
+        return 0;
+}
+
+uint64_t gs_gpu_room_left(struct gs_gpu *g)
+{
+        size_t free_b;
+        uint64_t need;
+        char err[64];
+
+        if (room_figures(g, &free_b, &need, err, sizeof(err)) < 0 || free_b <= need)
+                return 0;
+        return free_b - need;
+}
+
+int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
+{
+        size_t free_b;
+        uint64_t need;
+        int r = room_figures(g, &free_b, &need, err, errlen);
+
+        if (r < 0)
+                return r;
         if (free_b >= bytes && free_b - bytes >= need)
                 return 0;
         snprintf(err, errlen, "no room in the driver for %llu MiB: %llu MiB free, %llu MiB kept free "
@@ -45,8 +68,8 @@ int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
 int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret_fd, char *err, size_t errlen)
 {
         int fd = -1;
-        int r = gs_cuda_check(&g->agent->cu,
-                              g->agent->cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        int r = gs_cuda_check(&g->node->cu,
+                              g->node->cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                               "cuMemExportToShareableHandle", err, errlen);
 
         if (r < 0)
@@ -68,7 +91,7 @@ int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret
 static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGenericAllocationHandle *ret_h,
                     int *ret_fd, CUdeviceptr *ret_va, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         CUmemAllocationProp prop;
         CUmemGenericAllocationHandle h;
         CUdeviceptr va = 0;
@@ -135,7 +158,7 @@ int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
 void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
 {
         gs_closep(fd);
-        (void)g->agent->cu.mem_release(h);
+        (void)g->node->cu.mem_release(h);
 }
 
 /* Creates and exports one chunk, mapped for the agent.  Returns 0 or a
@@ -247,7 +270,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
                 struct gs_chunk *c = &g->chunks[i];
                 if ((c->fd >= 0 && !c->recycle) || c->pending || gs_pool_chunk_held(g->pool, i))
                         continue;
-                (void)g->agent->cu.ctx_set_current(g->ctx);
+                (void)g->node->cu.ctx_set_current(g->ctx);
                 if (c->recycle)
                         gs_chunk_drop(g, c);
                 budget--;
@@ -258,7 +281,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
         }
         if (!g->chunks_pending)
                 return;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; i < g->nchunks && g->chunks_pending; i++) {
                 struct gs_chunk *c = &g->chunks[i];
 
@@ -294,7 +317,7 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         if (chunk >= g->nchunks)
                 return -EINVAL;
         c = &g->chunks[chunk];
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         /* Old memory first: on a full GPU there is no room for both.  If a
          * process still holds the old memory through a kept fd, the driver
          * has no room for the new (gs_gpu_room): the chunk is pending,
@@ -330,7 +353,7 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 if (c < g->nchunks && g->chunks[c].recycle)
                         gs_chunk_drop(g, &g->chunks[c]);
                 if (c < g->nchunks && g->chunks[c].fd < 0) {
-                        (void)g->agent->cu.ctx_set_current(g->ctx);
+                        (void)g->node->cu.ctx_set_current(g->ctx);
                         if (gs_gpu_chunk_remake(g, c, why, sizeof(why)) < 0) {
                                 snprintf(err, errlen, "chunk %u has no memory yet: %s", c, why);
                                 return -ENOMEM;
@@ -372,4 +395,17 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 k->writer = proc;
         }
         return 0;
+}
+
+void gs_gpu_check_lending(struct gs_gpu *g)
+{
+        struct gs_pool_stats st;
+
+        gs_pool_stats(g->pool, &st);
+        if (g->nspare)
+                gs_gpu_spillrec_debts(g);
+        if (st.chunks_borrowed != g->last_borrowed) {
+                g->last_borrowed = st.chunks_borrowed;
+                gs_node_poke(g->node);
+        }
 }

@@ -18,7 +18,10 @@ void gs_gpu_chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot
 {
         struct gs_gpu *g = ctx;
 
-        gs_ledger_set(&g->ledger, chunk, tag, slot, held != 0);
+        if (chunk >= g->nchunks)
+                gs_gpu_spillrec_hold(g, chunk - g->nchunks, tag, slot, held != 0);
+        else
+                gs_ledger_set(&g->ledger, chunk, tag, slot, held != 0);
 }
 
 /* The previous agent's ledger of this GPU, kept in g->held_before: its
@@ -31,6 +34,7 @@ uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
 
         if (gs_ledger_path(path, sizeof(path), cfg->state_dir, g->uuid) < 0)
                 return 0;
+        gs_gpu_spillrec_read(g, cfg);
         r = gs_ledger_read(path, g->uuid_raw, &g->held_before, &g->nheld_before, &cb, why, sizeof(why));
         if (r == -ENOENT)
                 return 0;
@@ -59,7 +63,7 @@ bool gs_gpu_room_at_start(struct gs_gpu *g)
 {
         size_t free_b = 0, total_b = 0;
 
-        if (g->agent->cu.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
+        if (g->node->cu.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
                 return false;
         return free_b >= g->reserve_bytes + g->chunk_bytes;
 }
@@ -79,6 +83,8 @@ int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir)
         if (r < 0)
                 log_error("GPU %u: no ledger in %s (%s): a restarted agent will not know what processes "
                           "hold", g->index, state_dir, strerror(-r));
+        else
+                gs_gpu_spillrec_start(g, state_dir);
         return r;
 }
 
@@ -120,6 +126,7 @@ void gs_gpu_ledger_commit(struct gs_gpu *g)
         g->nheld_before = 0;
         if (g->ledger.fd < 0)
                 return;
+        gs_gpu_spillrec_commit(g);
         r = gs_ledger_commit(&g->ledger);
         if (r < 0)
                 log_error("GPU %u: cannot replace the ledger %s: %s", g->index, g->ledger.path, strerror(-r));
@@ -136,6 +143,7 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
                 log_error("GPU %u: cannot put the ledger %s back: %s; a restarted agent will not know what "
                           "processes hold", g->index, g->ledger.path, strerror(-r));
         gs_pool_set_hold_fn(g->pool, pause ? NULL : gs_gpu_chunk_hold, pause ? NULL : g);
+        gs_gpu_spillrec_pause(g, pause);
         /* The new agent may grant any chunk from TAKE on: no memset of
          * ours may run then. */
         g->scrub_paused = pause;
@@ -153,6 +161,7 @@ void gs_gpu_ledger_stop(struct gs_gpu *g)
         pthread_mutex_lock(&g->lock);
         gs_pool_set_hold_fn(g->pool, NULL, NULL);
         gs_ledger_close(&g->ledger);
+        gs_gpu_spillrec_close(g);
         pthread_mutex_unlock(&g->lock);
 }
 

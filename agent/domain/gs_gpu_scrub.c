@@ -16,7 +16,7 @@
  * one: on the legacy stream, waited for by gs_gpu_scrub_sync). */
 int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
 
         if (!g->scrub_stream)
                 return gs_cuda_check(cu, cu->memset_d32(va, 0, size / 4), "scrub: cuMemsetD32", err, errlen);
@@ -29,7 +29,7 @@ int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *er
  * CPU (cuCtxSynchronize under the default scheduling). */
 int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         int r;
 
         if (!g->scrub_stream)
@@ -44,7 +44,7 @@ int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
 int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va,
                    char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)g->dev },
                                 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         CUdeviceptr va = 0;
@@ -71,8 +71,8 @@ int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t si
 
 void gs_gpu_unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size)
 {
-        (void)g->agent->cu.mem_unmap(va, size);
-        (void)g->agent->cu.mem_address_free(va, size);
+        (void)g->node->cu.mem_unmap(va, size);
+        (void)g->node->cu.mem_address_free(va, size);
 }
 
 int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
@@ -83,7 +83,7 @@ int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size
 
         if (size == 0 || size % 4)
                 return 0;
-        r = gs_cuda_check(&g->agent->cu, g->agent->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
+        r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
                           errlen);
         if (r == 0)
                 r = gs_gpu_map_new(g, h, size, &va, err, errlen);
@@ -102,9 +102,9 @@ int gs_chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errl
 {
         if (c->handle)
                 return 0;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
-        return gs_cuda_check(&g->agent->cu,
-                             g->agent->cu.mem_import(&c->handle, (void *)(intptr_t)c->fd,
+        (void)g->node->cu.ctx_set_current(g->ctx);
+        return gs_cuda_check(&g->node->cu,
+                             g->node->cu.mem_import(&c->handle, (void *)(intptr_t)c->fd,
                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
                              "cuMemImportFromShareableHandle", err, errlen);
 }
@@ -173,7 +173,7 @@ void gs_gpu_batch_wait(struct gs_gpu *g)
 
         if (!g->nbatch)
                 return;
-        r = gs_cuda_check(&g->agent->cu, g->agent->cu.event_synchronize(g->scrub_ev), "scrub: cuEventSynchronize",
+        r = gs_cuda_check(&g->node->cu, g->node->cu.event_synchronize(g->scrub_ev), "scrub: cuEventSynchronize",
                           why, sizeof(why));
         gs_gpu_batch_done(g, r == 0, why);
 }
@@ -212,7 +212,7 @@ int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bo
                 g->scrub_st.grants_same++;
                 return 0;
         }
-        r = gs_cuda_check(&g->agent->cu, g->agent->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
+        r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
                           errlen);
         if (r == 0)
                 r = gs_chunk_map(g, c, err, errlen);
@@ -263,4 +263,16 @@ void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
         pthread_mutex_lock(&g->lock);
         *ret = g->scrub_st;
         pthread_mutex_unlock(&g->lock);
+}
+
+/* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
+ * a clean one left it. */
+void gs_gpu_scrub_kick(void *ctx)
+{
+        struct gs_gpu *g = ctx;
+
+        if (!g->scrub_kicked) {
+                g->scrub_kicked = true;
+                pthread_cond_signal(&g->scrub_cond);
+        }
 }

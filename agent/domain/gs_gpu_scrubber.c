@@ -26,25 +26,13 @@ static struct gs_gsm *pool_gsm(struct gs_gpu *g)
         return m;
 }
 
-/* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
- * a clean one left it. */
-void gs_gpu_scrub_kick(void *ctx)
-{
-        struct gs_gpu *g = ctx;
-
-        if (!g->scrub_kicked) {
-                g->scrub_kicked = true;
-                pthread_cond_signal(&g->scrub_cond);
-        }
-}
-
 /* Under g->lock: queues the next batch (gs_gsm_scrub_next) on the scrub
  * stream and records scrub_ev after it; how many chunks are in it.
  * Chunks that need no zeroing (made anew since, or before their grant)
  * are only said clean. */
 static uint32_t batch_fill(struct gs_gpu *g)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         uint32_t ids[GS_GPU_SCRUB_BATCH];
         char why[200] = "";
         bool again = true;
@@ -101,7 +89,7 @@ static uint32_t batch_fill(struct gs_gpu *g)
 static void *scrubber(void *arg)
 {
         struct gs_gpu *g = arg;
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         bool gather = true;
 
         (void)cu->ctx_set_current(g->ctx);
@@ -145,7 +133,7 @@ static void *scrubber(void *arg)
                 pthread_mutex_lock(&g->lock);
                 if (g->nbatch)
                         gs_gpu_batch_done(g, cr == CUDA_SUCCESS, "scrub: cuEventSynchronize failed");
-                gs_hist_since(&g->agent->hists.scrub, scrub_t0);
+                gs_hist_since(&g->node->hists.scrub, scrub_t0);
                 /* More may be wanted by now: look again at once. */
                 g->scrub_kicked = true;
         }
@@ -157,7 +145,7 @@ static void *scrubber(void *arg)
  * negative errno (logged) and none of them (synchronous scrubs). */
 int gs_gpu_scrub_setup(struct gs_gpu *g)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         const unsigned evf = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING;
         int least = 0, greatest = 0;
         char why[200];

@@ -48,7 +48,7 @@ void gs_gpu_spill_fini(struct gs_gpu *g)
  * what the H100's driver accepts with POSIX fds; _HOST is refused). */
 static int host_make(struct gs_gpu *g, struct gs_spare *s, char *err, size_t errlen)
 {
-        const struct gs_cuda *cu = &g->agent->cu;
+        const struct gs_cuda *cu = &g->node->cu;
         CUmemAllocationProp prop;
         int r;
 
@@ -158,10 +158,11 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                         n++;
                 }
                 g->moving_out += n;
+                gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), dir, e, n);
                 return (int)n;
         }
         /* Back only while nobody wants a chunk back, nor did a moment ago. */
-        if (g->spill_want || gs_mono_ms() - g->last_want_ms < GS_MOVE_BACK_QUIET_MS)
+        if (g->spill_want || gs_mono_ms() - g->last_want_ms < g->move_back_quiet_ms)
                 return 0;
         uint32_t k = gs_pproc_move_slots(pp, true, slots, max), skip[GS_MOVE_MAX], nskip = 0;
         for (uint32_t i = 0; i < k && nskip < GS_MOVE_MAX;) {
@@ -203,12 +204,14 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
         }
         for (uint32_t i = 0; i < n; i++)
                 e[i].fd = fds[i];
+        gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), dir, e, n);
         return (int)n;
 }
 
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
                      uint32_t moved, struct gs_allocation *owner, uint64_t proc)
 {
+        gs_gpu_spillrec_moved(g, dir, e, n, moved);
         for (uint32_t i = 0; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST) {
                         struct gs_spare *s = &g->spares[e[i].to - g->nchunks];

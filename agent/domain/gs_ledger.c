@@ -138,6 +138,12 @@ void gs_ledger_set(struct gs_ledger *l, uint32_t chunk, const struct gs_ledger_t
         __atomic_store_n(&e->kind, t->kind, __ATOMIC_RELEASE);
 }
 
+void gs_ledger_set_kind(struct gs_ledger *l, uint32_t i, uint32_t kind)
+{
+        if (l->ent && i < l->nchunks)
+                __atomic_store_n(&l->ent[i].kind, kind, __ATOMIC_RELEASE);
+}
+
 int gs_ledger_relink(struct gs_ledger *l)
 {
         char tmp[PATH_MAX + 8];

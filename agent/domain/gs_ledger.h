@@ -40,6 +40,11 @@ enum gs_ledger_kind {
         GS_LEDGER_FREE = 0,
         GS_LEDGER_SLOT = 1, /* granted: mapped by the process at slot */
         GS_LEDGER_VMM = 2,  /* behind the process's own VMM allocations */
+        /* The spill record's (gs_gpu_spillrec.c; slot entries otherwise as
+         * SLOT, whose kind there means: data in host memory at slot). */
+        GS_LEDGER_SPILLING = 3,   /* a move of slot to host memory in flight */
+        GS_LEDGER_UNSPILLING = 4, /* a move of slot back to the GPU in flight */
+        GS_LEDGER_OWED = 5,       /* allocation alloc is owed slot chunks */
 };
 
 /* Who holds a chunk: a gs_pproc's tag (gs_pool.h). */
@@ -93,6 +98,8 @@ int gs_ledger_open(struct gs_ledger *l, const char *path, const uint8_t uuid[16]
 int gs_ledger_commit(struct gs_ledger *l) GS_WUR;
 /* Records chunk as held by t at slot, or as free. */
 void gs_ledger_set(struct gs_ledger *l, uint32_t chunk, const struct gs_ledger_tag *t, uint32_t slot, bool held);
+/* Entry i's kind only (its other fields as they are). */
+void gs_ledger_set_kind(struct gs_ledger *l, uint32_t i, uint32_t kind);
 /* A committed ledger no longer at its path (another agent's replaced it:
  * a takeover that failed) is put there again, a copy mapped in its place;
  * the caller keeps gs_ledger_set away meanwhile.  0 or a negative errno. */

@@ -68,7 +68,7 @@ void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
         if (want > nslots)
                 want = nslots;
         if (want > o->cs.nheld) {
-                (void)g->agent->cu.ctx_set_current(g->ctx);
+                (void)g->node->cu.ctx_set_current(g->ctx);
                 (void)take(g, o, pa, nslots, want - o->cs.nheld, false);
         }
         update_short(g, o);
@@ -80,7 +80,7 @@ void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 
         if (o->cs.nheld <= want)
                 return;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         while (o->cs.nheld > want && give_last(g, o, false) == 0)
                 ;
 }
@@ -93,7 +93,7 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
         bool up = bytes > *slot;
         int r;
 
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         if (want > o->cs.nheld) {
                 if (want > nslots) {
                         if (strict)
@@ -118,7 +118,7 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
 void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
 {
         if (o->cs.nheld)
-                (void)g->agent->cu.ctx_set_current(g->ctx);
+                (void)g->node->cu.ctx_set_current(g->ctx);
         while (o->cs.nheld)
                 (void)give_last(g, o, true);
         gs_chunkset_fini(&o->cs);

@@ -16,7 +16,7 @@ void gs_pending_free(struct gs_allocs_pending *q)
         free(q);
 }
 
-void gs_pending_free_all(struct gs_agent *ag)
+void gs_pending_free_all(struct gs_node *ag)
 {
         while (ag->pending) {
                 struct gs_allocs_pending *q = ag->pending;
@@ -25,7 +25,7 @@ void gs_pending_free_all(struct gs_agent *ag)
         }
 }
 
-void gs_pending_unlink(struct gs_agent *ag, struct gs_allocs_pending *q)
+void gs_pending_unlink(struct gs_node *ag, struct gs_allocs_pending *q)
 {
         for (struct gs_allocs_pending **pp = &ag->pending; *pp; pp = &(*pp)->next)
                 if (*pp == q) {
@@ -34,7 +34,7 @@ void gs_pending_unlink(struct gs_agent *ag, struct gs_allocs_pending *q)
                 }
 }
 
-void gs_pending_push(struct gs_agent *ag, struct gs_allocs_pending *q)
+void gs_pending_push(struct gs_node *ag, struct gs_allocs_pending *q)
 {
         q->next = ag->pending;
         ag->pending = q;
@@ -60,7 +60,7 @@ static bool rec_holds(const struct gs_ckpt_rec *r, const char *uuid, uint32_t un
         return false;
 }
 
-struct gs_allocs_pending *gs_pending_holding(struct gs_agent *ag, const struct gs_gpu *g, uint32_t unit)
+struct gs_allocs_pending *gs_pending_holding(struct gs_node *ag, const struct gs_gpu *g, uint32_t unit)
 {
         for (struct gs_allocs_pending *q = ag->pending; q; q = q->next)
                 if (!q->rec.kept && rec_holds(&q->rec, g->uuid, unit))
@@ -68,7 +68,7 @@ struct gs_allocs_pending *gs_pending_holding(struct gs_agent *ag, const struct g
         return NULL;
 }
 
-struct gs_allocs_pending *gs_pending_of_ids(struct gs_agent *ag, char *const *sorted, size_t n)
+struct gs_allocs_pending *gs_pending_of_ids(struct gs_node *ag, char *const *sorted, size_t n)
 {
         for (struct gs_allocs_pending *q = ag->pending; q; q = q->next) {
                 const struct gs_ckpt_rec *r = &q->rec;
@@ -83,7 +83,7 @@ struct gs_allocs_pending *gs_pending_of_ids(struct gs_agent *ag, char *const *so
         return NULL;
 }
 
-struct gs_allocs_pending *gs_pending_of_id(struct gs_agent *ag, const char *id)
+struct gs_allocs_pending *gs_pending_of_id(struct gs_node *ag, const char *id)
 {
         struct gs_allocs_pending *q;
 
@@ -92,7 +92,7 @@ struct gs_allocs_pending *gs_pending_of_id(struct gs_agent *ag, const char *id)
         return q;
 }
 
-struct gs_allocs_pending *gs_pending_of_claim(struct gs_agent *ag, const char *uid)
+struct gs_allocs_pending *gs_pending_of_claim(struct gs_node *ag, const char *uid)
 {
         for (struct gs_allocs_pending *q = ag->pending; q; q = q->next)
                 if (!q->rec.kept && q->rec.kind == GS_OWNER_CLAIM && strcmp(q->rec.claim.uid, uid) == 0)
@@ -100,7 +100,7 @@ struct gs_allocs_pending *gs_pending_of_claim(struct gs_agent *ag, const char *u
         return NULL;
 }
 
-bool gs_allocs_kept_names(const struct gs_agent *ag, const char *id)
+bool gs_allocs_kept_names(const struct gs_node *ag, const char *id)
 {
         size_t idlen = strlen(id);
 
@@ -110,7 +110,7 @@ bool gs_allocs_kept_names(const struct gs_agent *ag, const char *id)
         return false;
 }
 
-int gs_pending_keep(struct gs_agent *ag, struct gs_ckpt_rec *rec, const char *why)
+int gs_pending_keep(struct gs_node *ag, struct gs_ckpt_rec *rec, const char *why)
 {
         struct gs_allocs_pending *q = calloc(1, sizeof(*q)), **pp;
 
@@ -128,7 +128,7 @@ int gs_pending_keep(struct gs_agent *ag, struct gs_ckpt_rec *rec, const char *wh
         return 0;
 }
 
-size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint32_t *ret_units, size_t max)
+size_t gs_allocs_units_pending(struct gs_node *ag, const struct gs_gpu *g, uint32_t *ret_units, size_t max)
 {
         size_t k = 0;
 
@@ -155,7 +155,7 @@ size_t gs_allocs_units_pending(struct gs_agent *ag, const struct gs_gpu *g, uint
         return k;
 }
 
-void gs_pending_put_all(FILE *f, const struct gs_agent *ag)
+void gs_pending_put_all(FILE *f, const struct gs_node *ag)
 {
         for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
                 gs_ckpt_put(f, &q->rec);

@@ -28,7 +28,7 @@ static size_t rec_units(const struct gs_ckpt_rec *r)
 
 /* Creates q's allocation now (q leaves the table), or puts q back with the
  * reason.  As gs_allocs_create. */
-static int restore_line(struct gs_agent *ag, struct gs_allocs_pending *q, struct gs_allocation **ret,
+static int restore_line(struct gs_node *ag, struct gs_allocs_pending *q, struct gs_allocation **ret,
                         bool *ret_created, char *err, size_t errlen)
 {
         struct gs_alloc_req req;
@@ -49,7 +49,7 @@ static int restore_line(struct gs_agent *ag, struct gs_allocs_pending *q, struct
 }
 
 /* Removes v2's claims file, folded into the checkpoint just written. */
-static void claims_file_gone(struct gs_agent *ag, const struct gs_ckpt *c)
+static void claims_file_gone(struct gs_node *ag, const struct gs_ckpt *c)
 {
         char path[PATH_MAX];
 
@@ -64,7 +64,7 @@ static void claims_file_gone(struct gs_agent *ag, const struct gs_ckpt *c)
 }
 
 /* gs_allocs_restore, with the read's error in rerr. */
-static int restore(struct gs_agent *ag, char *rerr, size_t rerrlen)
+static int restore(struct gs_node *ag, char *rerr, size_t rerrlen)
 {
         char err[PATH_MAX + 512];
         struct gs_ckpt c;
@@ -121,14 +121,14 @@ static int restore(struct gs_agent *ag, char *rerr, size_t rerrlen)
         return r;
 }
 
-int gs_allocs_restore(struct gs_agent *ag)
+int gs_allocs_restore(struct gs_node *ag)
 {
         char err[PATH_MAX + 512];
 
         return restore(ag, err, sizeof(err));
 }
 
-int gs_allocs_known(struct gs_agent *ag, char *err, size_t errlen)
+int gs_allocs_known(struct gs_node *ag, char *err, size_t errlen)
 {
         char why[PATH_MAX + 256];
         int r;
@@ -144,7 +144,7 @@ int gs_allocs_known(struct gs_agent *ag, char *err, size_t errlen)
 
 int64_t gs_allocs_tick(void *data, int64_t now)
 {
-        struct gs_agent *ag = data;
+        struct gs_node *ag = data;
         struct gs_allocs_pending *q, *next;
         bool any = false, changed = false;
         char err[512];
@@ -164,11 +164,11 @@ int64_t gs_allocs_tick(void *data, int64_t now)
                         changed = true;
         }
         if (changed)
-                gs_agent_changed(ag);
+                gs_node_changed(ag);
         return any ? now + GS_ALLOCS_RETRY_MS : GS_LOOP_NEVER;
 }
 
-int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
+int gs_allocs_release_pending(struct gs_node *ag, const char *id, const char *const *ids, size_t n,
                               const char *claim_uid, char *err, size_t errlen)
 {
         struct gs_allocs_pending *q = NULL;
@@ -197,7 +197,7 @@ int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *c
         return 0;
 }
 
-int gs_restore_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
+int gs_restore_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
                       bool *ret_created, char *err, size_t errlen)
 {
         struct gs_allocs_pending *q;
@@ -221,7 +221,7 @@ int gs_restore_create(struct gs_agent *ag, const struct gs_alloc_req *req, struc
         return restore_line(ag, q, ret, ret_created, err, errlen);
 }
 
-int gs_restore_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen)
+int gs_restore_release_claim(struct gs_node *ag, const char *uid, char *err, size_t errlen)
 {
         int r;
 

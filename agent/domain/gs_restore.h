@@ -30,10 +30,10 @@
  * claims file.  No file is no allocations.  Returns 0, or the read's
  * negative errno (the allocations are then unknown, see above), or the
  * write's. */
-int gs_allocs_restore(struct gs_agent *ag) GS_WUR;
+int gs_allocs_restore(struct gs_node *ag) GS_WUR;
 /* 0 if the checkpoint has been read whole, else it is read again (and
  * restored): 0 or the read's negative errno with err naming the file. */
-int gs_allocs_known(struct gs_agent *ag, char *err, size_t errlen) GS_WUR;
+int gs_allocs_known(struct gs_node *ag, char *err, size_t errlen) GS_WUR;
 
 /* ag->restore_timer's callback (gs_loop.h): reads an unknown checkpoint
  * again, retries the lines not restored yet; every GS_ALLOCS_RETRY_MS while
@@ -44,16 +44,16 @@ int64_t gs_allocs_tick(void *ag, int64_t now);
  * allocations known first (gs_allocs_known); a request for exactly the
  * device IDs of a line not restored yet restores that line now.  As
  * gs_allocs_create. */
-int gs_restore_create(struct gs_agent *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
+int gs_restore_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
                       bool *ret_created, char *err, size_t errlen) GS_WUR;
 /* Releases the allocation of claim uid (gs_allocs_release_claim), or its
  * line if it waits to be restored; the allocations known first.  0 also
  * when the claim has none (idempotent). */
-int gs_restore_release_claim(struct gs_agent *ag, const char *uid, char *err, size_t errlen) GS_WUR;
+int gs_restore_release_claim(struct gs_node *ag, const char *uid, char *err, size_t errlen) GS_WUR;
 /* Releases a line not restored yet, by id, by its exact set of device IDs,
  * or by its claim's UID.  0, -ENOENT (no such line), or a negative errno
  * with err. */
-int gs_allocs_release_pending(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
+int gs_allocs_release_pending(struct gs_node *ag, const char *id, const char *const *ids, size_t n,
                               const char *claim_uid, char *err, size_t errlen) GS_WUR;
 
 #endif

@@ -61,7 +61,7 @@ static int fresh_dir_name(const char *id, char out[GS_ALLOCS_DIR_MAX])
  * dir: the directory of a restored allocation (it may exist: it is
  * mounted into containers), or NULL for a fresh one, created here, that no
  * allocation ever had. */
-int gs_sockdir_open(struct gs_agent *ag, struct gs_allocation *a, const char *dir, char *err,
+int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir, char *err,
                     size_t errlen)
 {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -129,7 +129,7 @@ fail:
         return r;
 }
 
-void gs_sockdir_close(struct gs_agent *ag, struct gs_allocation *a)
+void gs_sockdir_close(struct gs_node *ag, struct gs_allocation *a)
 {
         if (a->listen_fd < 0)
                 return;
@@ -140,7 +140,7 @@ void gs_sockdir_close(struct gs_agent *ag, struct gs_allocation *a)
                 (void)unlink(a->socket_path);
 }
 
-void gs_allocs_rebind(struct gs_agent *ag)
+void gs_allocs_rebind(struct gs_node *ag)
 {
         char err[256];
 
@@ -156,7 +156,7 @@ void gs_allocs_rebind(struct gs_agent *ag)
         }
 }
 
-void gs_allocs_listen(struct gs_agent *ag, bool on)
+void gs_allocs_listen(struct gs_node *ag, bool on)
 {
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 if (a->listen_fd < 0)

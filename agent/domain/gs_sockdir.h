@@ -1,5 +1,5 @@
 /* gs_sockdir.h — an allocation's socket directory and listening socket
- * (DESIGN.md "Allocation").  Main thread only.
+ * (docs/design.md).  Main thread only.
  *
  * <socketRoot>/<dir>/agent.sock.  socketRoot is 0700: only root on the
  * host reaches a socket; a container reaches its own directory (0755)
@@ -21,9 +21,9 @@
  * (a restored allocation's; it may exist), or, dir NULL, in a fresh one
  * made here.  Sets a->dir_name, socket_dir, socket_path, listen_fd.
  * Returns 0 or a negative errno with err. */
-int gs_sockdir_open(struct gs_agent *ag, struct gs_allocation *a, const char *dir, char *err,
+int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir, char *err,
                     size_t errlen) GS_WUR;
 /* Closes a's socket (unlinked unless the paths are another agent's). */
-void gs_sockdir_close(struct gs_agent *ag, struct gs_allocation *a);
+void gs_sockdir_close(struct gs_node *ag, struct gs_allocation *a);
 
 #endif

@@ -34,6 +34,17 @@ static uint64_t set_debt(const struct gs_gpu *g, const struct gs_vmm_set *s)
         return set_total(g, s) - s->live_bytes - s->filler_bytes;
 }
 
+/* Bytes of the set known to be free for it: fillers and the debt the agent
+ * dropped itself.  Released bytes (pending) are not: the process was sent
+ * their fd and may keep it (DESIGN: "What was sent cannot be taken back"),
+ * so they stay charged until a filler takes their place, which the driver
+ * has room for only once they are free (fill_debt), or the process is
+ * gone (gs_vmm_clear). */
+static uint64_t set_free(const struct gs_gpu *g, const struct gs_vmm_set *s)
+{
+        return set_total(g, s) - s->live_bytes - s->pending;
+}
+
 /* The debt fell (something took its place): pending cannot exceed it. */
 static void pending_clamp(const struct gs_gpu *g, struct gs_vmm_set *s)
 {
@@ -80,13 +91,15 @@ static void filler_drop(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i)
         s->fillers[i] = s->fillers[--s->nfillers];
 }
 
-/* Drops fillers until the debt is at least need: the smallest one that is
- * enough, else the largest, again.  *ret_dropped: bytes dropped (known free
- * in the driver now).  pre: set_total - live_bytes >= need. */
+/* Drops fillers until the debt the agent dropped itself (not pending) is
+ * at least need: the smallest one that is enough, else the largest, again.
+ * *ret_dropped: bytes dropped (known free in the driver now).
+ * pre: set_free >= need. */
 static void free_up(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t need, uint64_t *ret_dropped)
 {
         uint64_t dropped = 0;
 
+        need += s->pending;
         while (set_debt(g, s) < need && s->nfillers) {
                 uint64_t want = need - set_debt(g, s);
                 uint32_t fit = UINT32_MAX, big = 0;
@@ -107,11 +120,14 @@ static void free_up(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t need, uint6
 }
 
 /* Covers the debt with one filler (merging all fillers first once there
- * are too many).  If that fails, at least the part known to be free (not
- * pending).  0, or the error of the whole. */
+ * are too many).  If that fails, as much of it as the driver has room for,
+ * at least the part known to be free (not pending): released bytes are
+ * taken as free only as far as a filler could be made for them (the
+ * driver's free bytes, whichever allocation let go of them).  0, or the
+ * error of the whole. */
 static int fill_debt(struct gs_gpu *g, struct gs_vmm_set *s, char *err, size_t errlen)
 {
-        uint64_t d, sure;
+        uint64_t d, sure, part;
         char e2[256];
         int r;
 
@@ -127,14 +143,21 @@ static int fill_debt(struct gs_gpu *g, struct gs_vmm_set *s, char *err, size_t e
                 return 0;
         }
         sure = d - s->pending;
-        if (sure > 0 && s->pending > 0 && filler_add(g, s, sure, e2, sizeof(e2)) < 0)
+        if (!s->pending)
+                return r;
+        part = gs_gpu_room_left(g) / GS_VMM_ALIGN * GS_VMM_ALIGN;
+        if (part > sure && part < d && filler_add(g, s, part, e2, sizeof(e2)) == 0) {
+                s->pending = d - part;
+                return r;
+        }
+        if (sure > 0 && filler_add(g, s, sure, e2, sizeof(e2)) < 0)
                 log_warn_rep(g->index, "GPU %u: %llu bytes of VMM space left uncovered: %s", g->index,
                          (unsigned long long)sure, e2);
         return r;
 }
 
 /* The set's chunk i goes back to the allocation with fresh memory.
- * pre: debt >= chunk_bytes.  On failure the chunk stays; with force it goes
+ * pre: debt - pending >= chunk_bytes.  On failure the chunk stays; with force it goes
  * back without memory (1), re-created when next granted. */
 static int chunk_give(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i, bool force, char *err,
                       size_t errlen)
@@ -156,8 +179,14 @@ static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
         const uint64_t c = g->chunk_bytes;
         char err[256];
 
+        /* Released bytes serve again, or go back, only once a filler took
+         * their place: the driver has room for it only if they are free. */
+        if (s->pending && fill_debt(g, s, err, sizeof(err)) < 0)
+                log_debug("GPU %u: %llu bytes released but maybe still held: %s", g->index,
+                          (unsigned long long)s->pending, err);
+
         while (s->cs.nheld) {
-                uint64_t free_b = set_total(g, s) - s->live_bytes, dropped = 0;
+                uint64_t free_b = set_free(g, s), dropped = 0;
 
                 if (free_b < c || (s->live_bytes && free_b < 2 * c))
                         break;
@@ -196,10 +225,10 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
         if (!v)
                 return -ENOMEM;
         v->fd = -1;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         if (set_debt(g, s) && fill_debt(g, s, err, sizeof(err)) < 0)
                 err[0] = '\0'; /* retried below; the create may still fit */
-        free_b = set_total(g, s) - s->live_bytes;
+        free_b = set_free(g, s);
         if (free_b < size) {
                 /* Their memory becomes the set's debt, covered below. */
                 r = gs_chunkset_take(g, &s->cs, s->pa, s->nslots,
@@ -243,7 +272,7 @@ int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
                 return -ENOENT;
         *pv = v->next;
         s->count--;
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         gs_gpu_mem_drop(g, v->h, &v->fd);
         s->live_bytes -= v->size;
         /* The application may still map it: until a filler takes its place
@@ -260,7 +289,7 @@ void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
         struct gs_vmm_set empty = { .pa = s->pa, .nslots = s->nslots };
         char err[256];
 
-        (void)g->agent->cu.ctx_set_current(g->ctx);
+        (void)g->node->cu.ctx_set_current(g->ctx);
         while (s->list) {
                 struct gs_vmm *v = s->list;
                 s->list = v->next;

@@ -20,19 +20,27 @@
  *              more chunks first if T - L < s, their memory dropped), create
  *              the allocation, a filler for the remainder
  *   release s  drop it, a filler of s in its place
- *   settle     after either: while the free bytes reach two chunks (or all
- *              of T once nothing is live), drop a chunk's worth of fillers,
- *              re-create a pool chunk and give it back
+ *   settle     after either: cover pending bytes if the driver has room
+ *              for them; while the free bytes (not pending) reach two
+ *              chunks (or all of T once nothing is live), drop a chunk's
+ *              worth of fillers, re-create a pool chunk and give it back
+ *
+ * Released bytes (pending, below) are not free for the set: the process
+ * was sent their fd and may keep it.  create and settle count only
+ * T - L - pending, so what a process keeps stays charged to its allocation
+ * (held, and in the ledger) until a filler takes its place or the process
+ * is gone, whatever the order of creates, releases and allocations.
  *
  * The debt D = T - L - fillers is normally 0.  It is not when a filler
  * could not be made; "pending" bytes of it were released by the
  * application, which may still map them (the driver keeps mapped memory
  * alive), so a filler for them can fail while it does; the rest was
  * dropped by the agent itself and is known to be free.  Every operation
- * first tries to cover the debt again.  A chunk that cannot be re-created
- * stays in the set and is retried by the next operation; at exit (the
- * process is gone) a chunk still failing goes back to the allocation
- * without memory: it is re-created when next granted (serve_alloc refuses
+ * first tries to cover the debt again (the whole, else as much as the
+ * driver has room for: pending bytes count as free only that far).  A
+ * chunk that cannot be re-created stays in the set and is retried by the
+ * next operation; at exit (the process is gone) a chunk still failing goes
+ * back to the allocation without memory: it is re-created when next granted (serve_alloc refuses
  * the request if the driver has no room yet) or recycled, pending, when the
  * allocation is deleted; it is never lost from the pool.
  *
@@ -40,7 +48,7 @@
 #ifndef GS_VMM_H
 #define GS_VMM_H
 
-#include "gs_agent.h"
+#include "gs_node.h"
 #include "gs_chunkset.h"
 #include "gs_pool.h"
 

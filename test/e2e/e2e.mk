@@ -2,10 +2,14 @@
 # the fake driver.  test_e2e.py starts the real gshare-agent.
 E2E_DIR := $(B)/test/e2e
 
-$(E2E_DIR)/e2e_wire: $(E2E_DIR)/e2e_wire.o
+$(E2E_DIR)/e2e_wire: $(E2E_DIR)/e2e_wire.o $(E2E_DIR)/e2e_wire_ipc.o
 	$(CC) $(LDFLAGS) -o $@ $^ -lpthread
 
-TEST_DEPS += $(E2E_DIR)/e2e_wire $(B)/test/fakecuda/libcuda.so.1 $(B)/gshare-agent $(B)/gsharectl
+# A process that keeps every fd it is sent (test_keptfd.py).
+$(E2E_DIR)/e2e_keptfd: $(E2E_DIR)/e2e_keptfd.o
+	$(CC) $(LDFLAGS) -o $@ $^
+
+TEST_DEPS += $(E2E_DIR)/e2e_wire $(E2E_DIR)/e2e_keptfd $(B)/test/fakecuda/libcuda.so.1 $(B)/gshare-agent $(B)/gsharectl
 
 # An ordinary driver-API program, linked against libcuda by name, no rpath:
 # the tests put the fake driver's directory on LD_LIBRARY_PATH; on a GPU

@@ -42,7 +42,11 @@
  *                               in this process fails; then commands on
  *                               stdin: "check" (print "seen-ok" if every
  *                               byte is the pattern + 1), "free" (free the
- *                               block, print "freed"), "exit"
+ *                               block, print "freed"), "reset" (write the
+ *                               pattern again, print "reset"), "alloc"
+ *                               (allocate and free 1 MiB: a memory call,
+ *                               which reconnects to a new agent; print
+ *                               "alloc ok"), "exit"
  *   e2e_cuda ipc-import HEX MIB open the handle, check its range and the
  *                               pattern, add 1 to every byte, open it again
  *                               (same address), close twice; a third close
@@ -344,6 +348,12 @@ static int ipc_export(size_t n)
                         if ((r = cuMemFree(p)) != CUDA_SUCCESS)
                                 die("cuMemFree", r);
                         printf("freed\n");
+                } else if (strncmp(line, "reset", 5) == 0) {
+                        printf("%s\n", put_pat(p, n, 0) ? "reset-bad" : "reset");
+                } else if (strncmp(line, "alloc", 5) == 0) {
+                        if ((r = cuMemAlloc(&x, MiB)) != CUDA_SUCCESS || (r = cuMemFree(x)) != CUDA_SUCCESS)
+                                die("cuMemAlloc after the handle", r);
+                        printf("alloc ok\n");
                 } else if (strncmp(line, "exit", 4) == 0) {
                         return 0;
                 }

@@ -8,13 +8,11 @@
  *   e2e_wire big SOCK              a request of 2.5 chunks: consecutive slots
  *   e2e_wire concurrent SOCK N     N processes allocating at once
  *   e2e_wire hostile SOCK          malformed and hostile messages
+ *   e2e_wire ipcforge SOCK         hostile reclaims of IPC exports: a token
+ *                                  said for no live block, or one in use by
+ *                                  another process, resolves to nothing new;
+ *                                  memory for a slot not held is refused
  *   e2e_wire flood SOCK            a flood does not starve another process
- *   e2e_wire keepfd SOCK ROUNDS    hostile: keeps the fd of every chunk and
- *                                  VMM allocation it is sent, frees and
- *                                  releases them, asks again, ROUNDS times;
- *                                  prints "kept N distinct M bytes" (the
- *                                  memory it can still reach), then waits
- *                                  for a line on stdin
  *   e2e_wire floodx A B N          N connections flood allocation A while
  *                                  one process of B pings: B is served
  *   e2e_wire conns SOCK N          opens N connections, prints how many
@@ -499,78 +497,6 @@ static int cmd_flood(const char *sock)
         return failures != 0;
 }
 
-#define KEEP_MAX 4096
-
-/* Adds fd to kept[] unless its memory is already there (same inode). */
-static void keep(int *kept, uint64_t *ino, uint64_t *sizes, uint32_t *n, int fd, uint64_t size)
-{
-        struct stat st;
-
-        if (fd < 0)
-                return;
-        if (*n >= KEEP_MAX || fstat(fd, &st) < 0) {
-                close(fd);
-                return;
-        }
-        for (uint32_t i = 0; i < *n; i++)
-                if (ino[i] == (uint64_t)st.st_ino) {
-                        close(fd);
-                        return;
-                }
-        kept[*n] = fd;
-        ino[*n] = (uint64_t)st.st_ino;
-        sizes[(*n)++] = size;
-}
-
-static int cmd_keepfd(const char *sock, int rounds)
-{
-        static int kept[KEEP_MAX];
-        static uint64_t ino[KEEP_MAX], sizes[KEEP_MAX];
-        uint32_t nkept = 0;
-        struct e2e_conn c;
-        uint64_t chunk, total = 0;
-        char line[16];
-
-        must_open(&c, sock);
-        chunk = c.w.gpus[0].chunk_bytes;
-        for (int i = 0; i < rounds; i++) {
-                struct gs_ring_msg rep;
-                int fds[8];
-                uint32_t n = 0;
-
-                /* Two chunks, so that freeing asks for one back (one stays cached). */
-                if (e2e_call(&c, GS_OP_ALLOC, 0, 2 * chunk, 0, &rep, fds, 8, &n) == 0) {
-                        uint64_t off = rep.arg[0];
-                        for (uint32_t k = 0; k < n; k++)
-                                keep(kept, ino, sizes, &nkept, fds[k], chunk);
-                        if (e2e_call(&c, GS_OP_FREE, 0, off, 0, &rep, NULL, 0, NULL) == 0 && rep.arg[1])
-                                (void)e2e_call(&c, GS_OP_RELEASE, 0, rep.arg[0], rep.arg[1], NULL, NULL, 0,
-                                               NULL);
-                }
-                /* A VMM allocation: keep its fd, release it. */
-                if (e2e_push(&c, GS_OP_VMM_CREATE, 0, chunk, 0) == 0 && e2e_reply(&c, &rep, 5000) == 0 &&
-                    rep.status == 0) {
-                        /* The grant was sent before the reply. */
-                        struct gs_sock_vmm_grant g;
-                        int fd = -1;
-                        if (e2e_recv(c.sock, &g, sizeof(g), &fd, 5000) == (ssize_t)sizeof(g))
-                                keep(kept, ino, sizes, &nkept, fd, chunk);
-                        else if (fd >= 0)
-                                close(fd);
-                        (void)e2e_call(&c, GS_OP_VMM_RELEASE, 0, rep.arg[0], 0, NULL, NULL, 0, NULL);
-                }
-        }
-        for (uint32_t i = 0; i < nkept; i++)
-                total += sizes[i];
-        printf("kept %u distinct %llu bytes\n", nkept, (unsigned long long)total);
-        fflush(stdout);
-        (void)!fgets(line, sizeof(line), stdin);
-        for (uint32_t i = 0; i < nkept; i++)
-                close(kept[i]);
-        e2e_close(&c);
-        return 0;
-}
-
 /* N flooders on allocation A; one process of B measures its PINGs. */
 static int cmd_floodx(const char *sock_a, const char *sock_b, int n)
 {
@@ -762,16 +688,16 @@ int main(int argc, char **argv)
                 return cmd_hostile(argv[2]);
         if (argc == 4 && strcmp(argv[1], "ipccross") == 0)
                 return cmd_ipccross(argv[2], argv[3]);
+        if (argc == 3 && strcmp(argv[1], "ipcforge") == 0)
+                return e2e_wire_ipcforge(argv[2]);
         if (argc == 3 && strcmp(argv[1], "flood") == 0)
                 return cmd_flood(argv[2]);
-        if (argc == 4 && strcmp(argv[1], "keepfd") == 0)
-                return cmd_keepfd(argv[2], atoi(argv[3]));
         if (argc == 5 && strcmp(argv[1], "floodx") == 0)
                 return cmd_floodx(argv[2], argv[3], atoi(argv[4]));
         if (argc == 4 && strcmp(argv[1], "conns") == 0)
                 return cmd_conns(argv[2], atoi(argv[3]));
         if (argc == 5 && strcmp(argv[1], "wakeup") == 0)
                 return cmd_wakeup(argv[2], atoi(argv[3]), atoi(argv[4]));
-        fprintf(stderr, "usage: e2e_wire quota|hold|big|concurrent|hostile|flood|floodx|conns|keepfd|wakeup SOCK [ARG]\n");
+        fprintf(stderr, "usage: e2e_wire quota|hold|big|concurrent|hostile|flood|floodx|conns|wakeup SOCK [ARG]\n");
         return 2;
 }

@@ -103,7 +103,7 @@ static inline ssize_t e2e_recv(int sock, void *buf, size_t n, int *ret_fd, int t
 
 /* Connects and registers.  Returns 0 or a negative errno (or the agent's
  * error from an ERROR message). */
-static inline int e2e_open(struct e2e_conn *c, const char *path)
+static inline int e2e_open_flags(struct e2e_conn *c, const char *path, uint32_t flags)
 {
         struct gs_sock_hello h;
         ssize_t n;
@@ -114,6 +114,7 @@ static inline int e2e_open(struct e2e_conn *c, const char *path)
         if (c->sock < 0)
                 return -errno;
         e2e_hello(&h);
+        h.flags = flags;
         /* A refused connection may be closed before our HELLO: its ERROR
          * is still there to read. */
         if (send(c->sock, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h) && errno != EPIPE &&
@@ -131,6 +132,8 @@ static inline int e2e_open(struct e2e_conn *c, const char *path)
                 return -errno;
         return 0;
 }
+
+static inline int e2e_open(struct e2e_conn *c, const char *path) { return e2e_open_flags(c, path, 0); }
 
 static inline void e2e_close(struct e2e_conn *c)
 {
@@ -207,5 +210,8 @@ static inline int e2e_call(struct e2e_conn *c, uint32_t op, uint32_t gpu, uint64
                 *ret = rep;
         return rep.status;
 }
+
+/* e2e_wire_ipc.c: the ipcforge check; 0 when it holds. */
+int e2e_wire_ipcforge(const char *sock);
 
 #endif

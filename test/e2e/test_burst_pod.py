@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """test_burst_pod.py — the burst limit of a device-plugin pod, from its
-annotation gshare.io/gpumem-burst (docs/burst.md; agent/integrations/
+annotation gshare.io/gpumem-burst (docs/burst.md; agent/services/
 gs_podburst.h), on the fake driver (28 chunks of 32 MiB, 64 MiB units).
 
 A PodResources stand-in (test/recon) says which pod holds an allocation; a

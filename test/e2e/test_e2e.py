@@ -35,6 +35,7 @@ BD = os.path.join(ROOT, B)
 AGENT = os.path.join(BD, "gshare-agent")
 CTL = os.path.join(BD, "gsharectl")
 WIRE = os.path.join(BD, "test/e2e/e2e_wire")
+KEPTFD = os.path.join(BD, "test/e2e/e2e_keptfd")
 CUDA = os.path.join(BD, "test/e2e/e2e_cuda")
 FAKE = os.path.join(BD, "test/fakecuda/libcuda.so.1")
 HOOK = os.path.join(BD, "libgshare.so")
@@ -215,21 +216,42 @@ def hook_env(ag, alloc):
     return env
 
 
+def chosen_cases(names):
+    """The cases of a script to run, from its command line (test/tests.list
+    runs each as its own entry, SCRIPT:CASE): none, all of names in order;
+    --list prints names and exits; else the ones named, and a name the
+    script does not have fails the run."""
+    args = sys.argv[1:]
+    if args == ["--list"]:
+        print("\n".join(names))
+        sys.exit(0)
+    for a in args:
+        if a not in names:
+            print("FAIL no case %r (cases: %s)" % (a, ", ".join(names)))
+            sys.exit(1)
+    return args or list(names)
+
+
 def ctl_raw(path, payload, expect_reply=True):
-    """Sends raw bytes on the control socket; returns what came back."""
+    """Sends raw bytes on the control socket; returns the one frame that
+    came back (its 4-byte length and its body), or what came before EOF
+    (the agent closes the connection on a bad frame).  The agent keeps a
+    good connection open for the next request: reading to EOF would wait
+    out the timeout."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(5)
+    s.settimeout(30)
     s.connect(path)
     s.sendall(payload)
     data = b""
     try:
-        while True:
-            d = s.recv(65536)
+        while expect_reply:
+            want = 4 + struct.unpack("<I", data[:4])[0] if len(data) >= 4 else 4
+            if len(data) >= want:
+                break
+            d = s.recv(want - len(data))
             if not d:
                 break
             data += d
-            if not expect_reply:
-                break
     except socket.timeout:
         pass
     s.close()
@@ -323,6 +345,9 @@ def body(ag, tmp):
     check(r.returncode == 0, "A: hostile messages rejected" + ("" if r.returncode == 0 else ": " + r.stderr))
     r = run([WIRE, "ipccross", sockpath(A), sockpath(B)], ag.env)
     check(r.returncode == 0, "IPC tokens: not valid in another allocation, nor after the exporter left"
+          + ("" if r.returncode == 0 else ": " + r.stderr))
+    r = run([WIRE, "ipcforge", sockpath(A)], ag.env)
+    check(r.returncode == 0, "IPC tokens: a reclaim resolves only its own live blocks"
           + ("" if r.returncode == 0 else ": " + r.stderr))
     r = run([WIRE, "flood", sockpath(A)], ag.env)
     check(r.returncode == 0, "A: a flood does not starve another process: " + r.stdout.strip() + r.stderr)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Over-quota Events on the pod, or on the ResourceClaim of a DRA claim's
-allocation (agent/integrations/gs_event.h), on the fake driver.
+allocation (agent/services/gs_event.h), on the fake driver.
 
 A PodResources stand-in (test/recon) tells the agent which pod holds the
 allocation; a fake API server records what the agent POSTs.  A process of

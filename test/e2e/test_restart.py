@@ -42,9 +42,11 @@ failed call, the longest call and every byte read back wrong.
 Deadlines only catch hangs (30-60 s, polling); no timing is asserted
 tighter than the 1 s wait bound.  A missing build product is a failure.
 
-Environment: B (build dir), SANITIZE (as test_e2e.py), GSHARE_TEST_SEED (the
-clients' seeds and the storm's timing; printed), GSHARE_RESTART_PARTS (a
-comma-separated subset of crash,term,upgrade,wait,storm; default all).
+Arguments: the parts to run (crash, term, upgrade, wait, storm,
+handover_faults; default all; --list names them): test/tests.list runs each
+as an entry of its own.  Environment: B (build dir), SANITIZE (as
+test_e2e.py), GSHARE_TEST_SEED (the clients' seeds and the storm's timing;
+printed).  CUDA IPC handles across restarts: test_ipcrestart.py.
 """
 import json
 import os
@@ -755,6 +757,10 @@ def storm():
 
 
 def main():
+    parts = {"crash": lambda: restart("crash"), "term": lambda: restart("term"),
+             "upgrade": lambda: restart("upgrade"), "wait": agent_wait, "storm": storm,
+             "handover_faults": handover_faults}
+    chosen = e.chosen_cases(list(parts))
     missing = [f for f in (e.AGENT, e.CTL, e.FAKE, e.HOOK, e.CUDA, RESTART) if not os.path.exists(f)]
     for f in missing:
         check(False, "built: %s (run make)" % f)
@@ -763,14 +769,7 @@ def main():
     seed = int(os.environ.get("GSHARE_TEST_SEED", str(int(time.time()))))
     print("info GSHARE_TEST_SEED=%d" % seed)
     random.seed(seed)
-    parts = {"crash": lambda: restart("crash"), "term": lambda: restart("term"),
-             "upgrade": lambda: restart("upgrade"), "wait": agent_wait, "storm": storm,
-             "handover_faults": handover_faults}
-    chosen = os.environ.get("GSHARE_RESTART_PARTS", "crash,term,upgrade,wait,storm,handover_faults").split(",")
     for name in chosen:
-        if name not in parts:
-            check(False, "GSHARE_RESTART_PARTS: no part %r" % name)
-            continue
         try:
             parts[name]()
         except SystemExit as x:  # the harness gave up (gsharectl failed, ...)

@@ -92,8 +92,19 @@ def owner_and_borrower(ag):
 
 
 def main():
+    cases = {"moves": moves, "last_nokill": lambda tmp: last(tmp, False), "last_kill": lambda tmp: last(tmp, True)}
+    chosen = e.chosen_cases(list(cases))
     e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL, NVML)
     tmp = tempfile.mkdtemp(prefix="gshare-spill-")
+    ag = None
+    for name in chosen:
+        ag = cases[name](tmp) or ag
+    e.report(ag, tmp)
+
+
+def moves(tmp):
+    """Lend, reclaim, back, a move during a held kernel, a borrower killed
+    mid-move."""
     # The fake NVML: the usage scan, which says what was spilled.
     conf = os.path.join(tmp, "config.yaml")
     with open(conf, "w") as f:
@@ -187,9 +198,7 @@ def main():
         check(ag.alive(), "the agent runs on")
     finally:
         ag.stop()
-    for kill in (False, True):
-        last(tmp, kill)
-    e.report(ag, tmp)
+    return ag
 
 
 def last(tmp, kill):
@@ -223,6 +232,7 @@ def last(tmp, kill):
         check(ag.alive(), what + ": the agent runs on")
     finally:
         ag.stop()
+    return ag
 
 
 if __name__ == "__main__":

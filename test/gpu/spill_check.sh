@@ -7,6 +7,11 @@
 # back by moving B's data to host memory at the same addresses.  Measured:
 # the time A's allocation took, B's checksums and step time while spilled,
 # A's step time then against alone, and B back on the GPU after A exits.
+# Then the agent is killed (kill -9) and started again, once while B's
+# data is spilled and once in the middle of a move (issue 28 item 2,
+# docs/burst.md "Agent restarts"): B's checksums hold, the spilled chunks
+# are charged as spilled (host memory) after the restart, the owner gets
+# its 8 GiB, B's data comes back, and no chunk of the pool is lost.
 # The pool is POOL_GIB (41) so that B's fill takes A's idle chunks too.
 # Env: B, GSHARE_LIBDIR (as run.sh), PYTHON_GPU, POOL_GIB.
 set -u
@@ -38,9 +43,16 @@ for name, f in (("host->device", lambda: d.copy_(h)), ("device->host", lambda: h
 '
 free=$("$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])')
 reserve=$(( (free - (POOL << 30)) >> 20 ))
-"$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" --devices 0 \
-  --reserve "${reserve}Mi" --burst-max "$((POOL - 4))Gi" --spill-max 48Gi >"$work/agent.log" 2>&1 &
-for _ in $(seq 600); do ctl gpus >/dev/null 2>&1 && break; sleep 0.05; done
+# Started again after a kill -9 with the same arguments: it answers once
+# it has restored the allocations and the processes' memory.
+start_agent() {
+  "$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" --devices 0 \
+    --reserve "${reserve}Mi" --burst-max "$((POOL - 4))Gi" --spill-max 48Gi >>"$work/agent.log" 2>&1 &
+  agent=$!
+  for _ in $(seq 1200); do ctl gpus >/dev/null 2>&1 && return 0; kill -0 $agent 2>/dev/null || break; sleep 0.05; done
+  bad "the agent does not answer after its start"; return 1
+}
+start_agent
 uuid=$(gpu uuid); units=$(gpu units_total)
 echo "pool: $(gpu chunks_total) chunks, $units units (reserve ${reserve} MiB)"
 ids() { for u in $(seq "$1" $(($1 + $2 - 1))); do printf '%s-u%d ' "$uuid" "$u"; done; }
@@ -111,9 +123,69 @@ echo go >&7
 steps 5 || bad "B does not step after the second reclaim"
 bad_steps=$(grep -c '"ok": false' "$work/b.out")
 [[ $bad_steps == 0 ]] && ok "B's checksums hold after a second spill and return" || bad "B: $bad_steps bad steps"
+
+# ---- kill -9 of the agent while B's data is spilled
+chunks0=$(gpu chunks_total)
+echo pause >&7; sleep 1
+mkfifo "$work/ina3"
+GSHARE_OWN_GIB=8 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" <"$work/ina3" >"$work/a3.out" 2>"$work/a3.err" &
+ap=$!
+exec 8>"$work/ina3"
+for _ in $(seq 1200); do [[ $(wc -l <"$work/a3.out") -ge 2 ]] && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
+spilled_k=$(gpu chunks_spilled)
+[[ $spilled_k -ge 100 ]] && ok "before the kill: $spilled_k chunks spilled" || bad "before the kill: $spilled_k spilled"
+kill -9 $agent; wait $agent 2>/dev/null
+t0=$(date +%s.%N)
+start_agent
+# B's mover notices the dead agent within a second and reclaims.
+for _ in $(seq 600); do [[ $(gpu chunks_spilled) == "$spilled_k" ]] && break; sleep 0.1; done
+restart_s=$("$PY" -c "import time; print(round($(date +%s.%N) - $t0, 2))")
+[[ $(gpu chunks_spilled) == "$spilled_k" && $(gpu chunks_owed) == 0 ]] &&
+  ok "after kill -9 and a restart ($restart_s s): $spilled_k chunks charged as spilled, none owed" ||
+  bad "after the restart: $(gpu chunks_spilled) spilled (before $spilled_k), $(gpu chunks_owed) owed"
+[[ $(tail -n 1 "$work/a3.out" | js 'd["ok"]') == True ]] && ok "A's 8 GiB hold their values" || bad "A's data (3)"
+echo go >&7
+steps 5 || bad "B does not step after the restart"
+bad_steps=$(grep -c '"ok": false' "$work/b.out")
+[[ $bad_steps == 0 ]] && ok "B's checksums hold across the restart" || bad "B: $bad_steps bad steps after the restart"
+echo quit >&8; wait $ap
+for _ in $(seq 600); do [[ $(gpu chunks_spilled) == 0 ]] && break; sleep 0.1; done
+[[ $(gpu chunks_spilled) == 0 ]] && ok "B back on the GPU after the restart" || bad "still spilled: $(gpu chunks_spilled)"
+
+# ---- kill -9 in the middle of a move: as soon as the agent shows one
+echo pause >&7; sleep 1
+GSHARE_OWN_GIB=8 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" </dev/null >"$work/a4.out" 2>"$work/a4.err" &
+ap=$!
+midmove=0
+for _ in $(seq 3000); do
+  [[ $(gpu chunks_moving) -gt 0 ]] && { kill -9 $agent; midmove=1; break; }
+  kill -0 $ap 2>/dev/null || break
+done
+[[ $midmove == 1 ]] || { echo "the move ended before a kill could land: killed after it"; kill -9 $agent; }
+wait $agent 2>/dev/null
+start_agent
+wait $ap
+a4=$(head -n 1 "$work/a4.out")
+if [[ $a4 != *alloc_ms* ]]; then
+  # Its request met the agent's death: the owner asks again.
+  GSHARE_OWN_GIB=8 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" </dev/null >"$work/a4.out" 2>"$work/a4.err"
+fi
+[[ $(tail -n 1 "$work/a4.out" | js 'd["ok"]') == True ]] &&
+  ok "mid-move kill (hit $midmove): the owner gets its 8 GiB after the restart" || bad "mid-move: the owner's 8 GiB"
+for _ in $(seq 600); do [[ $(gpu chunks_spilled) == 0 && $(gpu chunks_moving) == 0 ]] && break; sleep 0.1; done
+[[ $(gpu chunks_spilled) == 0 ]] && ok "mid-move: B back on the GPU once the owner is gone" ||
+  bad "mid-move: still spilled $(gpu chunks_spilled)"
+echo go >&7
+steps 5 || bad "B does not step after the mid-move restart"
+bad_steps=$(grep -c '"ok": false' "$work/b.out")
+[[ $bad_steps == 0 ]] && ok "B's checksums hold across the mid-move restart" || bad "B: $bad_steps bad steps (mid-move)"
 echo quit >&7; wait $bp
+for _ in $(seq 600); do [[ $(gpu chunks_owed) == 0 && $(gpu chunks_spilled) == 0 ]] && break; sleep 0.1; done
+lost=$(( chunks0 - $(gpu chunks_total) ))
+[[ $lost == 0 && $(gpu chunks_spilled) == 0 && $(gpu chunks_owed) == 0 ]] && ok "no chunk lost: $(gpu chunks_total) in the pool" ||
+  bad "after the restarts: pool $(gpu chunks_total) (was $chunks0), spilled $(gpu chunks_spilled), owed $(gpu chunks_owed)"
 echo "B step: ${b_base} ms on the GPU, ${b_spilled} ms spilled, ${b_after} ms back"
 echo "moved out $(gpu chunks_moved_out), back $(gpu chunks_moved_back)"
 R() { "$PY" -c "print(round($1, 4))"; }
-echo "RESULT reclaim_ms_8GiB=$alloc_ms reclaim_ms_8GiB_again=$alloc2_ms spill_GBps=$(R "8 * 1.073741824 / ($alloc_ms / 1000)") borrower_step_ratio_spilled=$(R "$b_spilled / $b_base") owner_step_ratio=$(R "$a_spilled / $a_alone") back_s=$back_s failures=$fail"
+echo "RESULT reclaim_ms_8GiB=$alloc_ms reclaim_ms_8GiB_again=$alloc2_ms spill_GBps=$(R "8 * 1.073741824 / ($alloc_ms / 1000)") borrower_step_ratio_spilled=$(R "$b_spilled / $b_base") owner_step_ratio=$(R "$a_spilled / $a_alone") back_s=$back_s kill_spilled_chunks=$spilled_k restart_s=$restart_s midmove_hit=$midmove chunks_lost=$lost failures=$fail"
 exit $((fail > 0))

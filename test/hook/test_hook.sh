@@ -25,6 +25,12 @@ PRELOAD=$HOOK
 if [[ ${SANITIZE:-} == asan ]]; then
   PRELOAD="$(gcc -print-file-name=libasan.so) $HOOK"
 fi
+# A process that allocated has the hook's thread, so the fork scenario's
+# child starts its own after a multi-threaded fork, which glibc allows and
+# TSan refuses by default.
+if [[ ${SANITIZE:-} == tsan ]]; then
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-} die_after_fork=0"
+fi
 export GSHARE_FAKECUDA_STATE=$tmp/fakecuda-state GSHARE_FAKECUDA_MEM=1Gi GSHARE_FAKECUDA_DEVICES=1
 
 # 1. Exported symbols == the version script's list; DT_NEEDED == libc only.

@@ -1,4 +1,4 @@
-/* check_metrics.c — agent/integrations/gs_metrics: the request parser, the address
+/* check_metrics.c — agent/services/gs_metrics: the request parser, the address
  * parser, and the exposition text of a small agent state (label escaping,
  * HELP/TYPE lines, figures). */
 #include <arpa/inet.h>
@@ -95,8 +95,8 @@ START_TEST(test_render)
         strcpy(a.container_name, "c");
         strcpy(b.id, "00000000000000bb");
         a.next = &b;
-        ag.allocs = &a;
-        ag.nallocs = 2;
+        ag.node.allocs = &a;
+        ag.node.nallocs = 2;
         ck_assert_int_eq(gs_metrics_render(&ag, &text, &len), 0);
         s = strndup(text, len);
         ck_assert_ptr_nonnull(s);
@@ -144,8 +144,8 @@ START_TEST(test_hist)
         for (uint32_t i = 1; i < gs_hist_seconds.n; i++)
                 ck_assert(gs_hist_seconds.le[i] > gs_hist_seconds.le[i - 1]);
 
-        ag.hists.request[GS_OP_ALLOC] = h;
-        gs_hist_observe(&ag.hists.grant_bytes[GS_HIST_GRANT_ALLOC], &gs_hist_bytes, 5u << 20);
+        ag.node.hists.request[GS_OP_ALLOC] = h;
+        gs_hist_observe(&ag.node.hists.grant_bytes[GS_HIST_GRANT_ALLOC], &gs_hist_bytes, 5u << 20);
         ck_assert_int_eq(gs_metrics_render(&ag, &text, &len), 0);
         s = strndup(text, len);
         ck_assert_ptr_nonnull(s);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The agent's Prometheus endpoint (metricsAddress, agent/integrations/gs_metrics.c).
+"""The agent's Prometheus endpoint (metricsAddress, agent/services/gs_metrics.c).
 
 Starts the real agent on the fake driver as test/e2e/test_e2e.py does (its
 helpers are reused) with metricsAddress on 127.0.0.1 and a free port,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end test of the agent's reconciler (agent/integrations/gs_recon.h).
+"""End-to-end test of the agent's reconciler (agent/services/gs_recon.h).
 
 Serves a stand-in for the kubelet's PodResourcesLister (Python grpcio, stubs
 generated from proto/podresources_v1.proto at test time) whose answer the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end test of the agent's API-server pod watch (agent/integrations/gs_watch.h).
+"""End-to-end test of the agent's API-server pod watch (agent/services/gs_watch.h).
 
 A fake API server (http.server; HTTPS with a CA made by openssl at test
 time) answers the pod list and streams watch events the test writes; the
