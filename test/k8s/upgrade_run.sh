@@ -24,22 +24,9 @@
 # Every gshare container's log is kept under DIR/logs.
 set -uo pipefail
 MODE=${1:?usage: upgrade_run.sh deviceplugin|dra [DIR]}; D=${2:-/tmp/gsk8s/$MODE}
-ROOT=$(cd "$(dirname "$0")/../.." && pwd); B=${B:-build}
-HL=${HELMLITE:-/tmp/helmlite/helmlite}; REPO=ghcr.io/gshare/gshare
-export KUBECONFIG=/tmp/k134/etc/admin.kubeconfig PATH=/tmp/k134/bin:/tmp/k134/ctrd17/usr/bin:$PATH
-CTR="ctr -a /run/containerd-k134/containerd.sock -n k8s.io"
-NS=kube-system; SEL=app.kubernetes.io/name=gshare
-ts() { date +%T.%3N; }
-ms() { date +%s%3N; }
-say() { echo "$(ts) $*" | tee -a $D/run.log; }
 rm -rf $D; mkdir -p $D/logs
+. "$(dirname "$0")/k8slib.sh"
 cp $ROOT/$B/test/e2e/e2e_restart $ROOT/$B/test/fakecuda/libcuda.so.1 $D/
-IP=$(cat /tmp/k134/etc/node-ip)
-# No kube-proxy on this cluster: the kubernetes service's address (what the
-# agent and the DRA plugin use in a cluster) is sent to the API server as
-# kube-proxy would.
-iptables -t nat -C PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination $IP:6443 2>/dev/null ||
-  iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination $IP:6443
 # This build's images, made afresh every run (an image an earlier run left
 # would test old binaries); with INSTALL_CHART, 0.1.0 is the earlier
 # release's, imported beforehand.
@@ -50,36 +37,12 @@ for v in 0.1.0 0.1.1 0.1.2; do
   fi
   $ROOT/test/k8s/fakeimage.sh $v
 done
-kubectl label node --all nvidia.com/gpu.present=true --overwrite >/dev/null
+k8s_prepare
 PLUGIN=device-plugin; [[ $MODE == dra ]] && PLUGIN=dra-plugin
-# A previous run's release (helmlite has no uninstall), workload and state:
-# gone before this one starts, so that each mode starts on a fresh node.
-kubectl delete pod w1 --ignore-not-found --wait=true >/dev/null 2>&1
-kubectl delete resourceclaimtemplate w1-gpu --ignore-not-found >/dev/null 2>&1
-kubectl -n $NS delete ds,configmap,serviceaccount -l app.kubernetes.io/instance=gshare --ignore-not-found --wait=true >/dev/null 2>&1
-kubectl delete clusterrole,clusterrolebinding,deviceclass -l app.kubernetes.io/instance=gshare --ignore-not-found >/dev/null 2>&1
-kubectl -n $NS delete secret -l owner=helm,name=gshare --ignore-not-found >/dev/null 2>&1
-for _ in $(seq 100); do [[ -z $(kubectl -n $NS get pod -l $SEL -o name 2>/dev/null) ]] && break; sleep 0.3; done
-rm -rf /var/lib/gshare /run/gshare
+k8s_clean   # each mode starts on a fresh node
 SET="image.pullPolicy=Never,mode=$MODE"
 
-# -- the gshare containers' logs, every container instance of every pod
-follow_logs() {
-  declare -A seen
-  while [[ ! -e $D/stop-logs ]]; do
-    while read -r pod cs; do
-      for c in ${cs//,/ }; do   # name:restarts:running
-        IFS=: read -r name rc run <<<"$c"
-        [[ $run == true ]] || continue
-        k=$pod.$name.$rc; [[ -n ${seen[$k]:-} ]] && continue; seen[$k]=1
-        kubectl -n $NS logs -f --timestamps $pod -c $name > $D/logs/$k.log 2>&1 &
-      done
-    done < <(kubectl -n $NS get pod -l $SEL -o go-template='{{range .items}}{{.metadata.name}} {{range .status.containerStatuses}}{{.name}}:{{.restartCount}}:{{if .state.running}}true{{else}}false{{end}},{{end}}{{"\n"}}{{end}}' 2>/dev/null)
-    sleep 1
-  done
-}
 gspods() { kubectl -n $NS get pod -l $SEL -o wide --no-headers 2>/dev/null | awk '{print $1, $2, $3, $4}' | tr '\n' ';'; }
-newest() { kubectl -n $NS get pod -l $SEL --sort-by=.metadata.creationTimestamp -o name | tail -1; }
 snapshot() { # what the agent and the node say
   local p; p=$(newest)
   say "pods: $(gspods)"
@@ -88,16 +51,8 @@ snapshot() { # what the agent and the node say
   kubectl get node -o jsonpath='    node capacity {.items[0].status.capacity.gshare\.io/gpumem} allocatable {.items[0].status.allocatable.gshare\.io/gpumem}{"\n"}' | tee -a $D/run.log
 }
 
-say "helmlite install gshare ($MODE, $REPO:0.1.0)"
-$HL install gshare ${INSTALL_CHART:-$ROOT/charts/gshare} $NS --set $SET 2>&1 | tee -a $D/run.log
+gs_install $MODE "$SET"
 follow_logs & FL=$!
-kubectl -n $NS rollout status ds/gshare --timeout=180s | tee -a $D/run.log
-say "gshare pod Ready"
-if [[ $MODE == deviceplugin ]]; then  # the plugin's units in the node's status (its next update)
-  for _ in $(seq 120); do
-    [[ $(kubectl get node -o jsonpath='{.items[0].status.allocatable.gshare\.io/gpumem}') =~ ^[1-9] ]] && break; sleep 0.5
-  done
-fi
 /usr/bin/python3 $ROOT/test/k8s/nodewatch.py $D/node.jsonl 0.5 & NW=$!
 
 # -- the workload
