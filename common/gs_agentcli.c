@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gs_log.h"
@@ -79,9 +80,38 @@ static int call(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, 
         return r;
 }
 
-/* Sends req and checks the reply's body; what describes it for e->msg. */
-static int typed_call(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, int body, const char *what,
-                      GsCtlReply **ret, struct gs_agentcli_err *e)
+/* Whether r says no agent serves the socket now (a restart, an upgrade):
+ * the file is missing or nobody listens on it. */
+static bool agent_away(int r)
+{
+        return r == -ENOENT || r == -ECONNREFUSED;
+}
+
+/* call, and while the agent is away, again: 50 ms apart, doubling to 1 s,
+ * until wait_ms have passed (0: once). */
+static int call_waiting(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, int wait_ms, const char *what,
+                        GsCtlReply **ret)
+{
+        int64_t until = gs_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+        long nap = 50;
+        int r;
+
+        while (agent_away(r = call(c, req, timeout_ms, ret)) && gs_mono_ms() + nap < until) {
+                struct timespec ts = { nap / 1000, (nap % 1000) * 1000000 };
+
+                if (nap == 50)
+                        log_info("%s: the gshare agent at %s is away (%s): waiting up to %d ms for it", what,
+                                 c->socket, strerror(-r), wait_ms);
+                nanosleep(&ts, NULL);
+                nap = nap * 2 > 1000 ? 1000 : nap * 2;
+        }
+        return r;
+}
+
+/* Sends req and checks the reply's body; what describes it for e->msg.
+ * wait_ms: how long to wait for an agent that is away. */
+static int typed_call(struct gs_agentcli *c, const GsCtlRequest *req, int timeout_ms, int wait_ms, int body,
+                      const char *what, GsCtlReply **ret, struct gs_agentcli_err *e)
 {
         GsCtlReply *rep = NULL;
         int r;
@@ -90,7 +120,7 @@ static int typed_call(struct gs_agentcli *c, const GsCtlRequest *req, int timeou
         e->msg[0] = '\0';
         if (timeout_ms < 0)
                 timeout_ms = c->timeout_ms;
-        r = call(c, req, timeout_ms, &rep);
+        r = call_waiting(c, req, timeout_ms, wait_ms, what, &rep);
         if (r < 0) {
                 e->transport = r;
                 if (r == -ETIMEDOUT)
@@ -125,11 +155,11 @@ int gs_agentcli_list_allocations(struct gs_agentcli *c, GsCtlReply **ret, struct
 
         req.op_case = GSHARE__CTL__V1__REQUEST__OP_LIST_ALLOCATIONS;
         req.list_allocations = &la;
-        return typed_call(c, &req, -1, GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS, "ListAllocations", ret, e);
+        return typed_call(c, &req, -1, 0, GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS, "ListAllocations", ret, e);
 }
 
 int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_t n, bool take_over,
-                                  int timeout_ms, GsCtlReply **ret, struct gs_agentcli_err *e)
+                                  int timeout_ms, int wait_ms, GsCtlReply **ret, struct gs_agentcli_err *e)
 {
         GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
         Gshare__Ctl__V1__CreateAllocationRequest ca = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__INIT;
@@ -139,8 +169,8 @@ int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_
         ca.n_device_ids = n;
         ca.device_ids = (char **)ids;
         ca.take_over = take_over;
-        return typed_call(c, &req, timeout_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateAllocation",
-                          ret, e);
+        return typed_call(c, &req, timeout_ms, wait_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION,
+                          "CreateAllocation", ret, e);
 }
 
 int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_agentcli_claim *cl,
@@ -162,7 +192,7 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
                 owner.name = (char *)cl->name;
                 owner.gpu_uuid = (char *)cl->gpu_uuid;
                 owner.units = cl->units;
-                return typed_call(c, &req, -1, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateAllocation",
+                return typed_call(c, &req, -1, 0, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateAllocation",
                                   ret, e);
         }
         req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION;
@@ -173,7 +203,7 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
         cr.gpu_uuid = (char *)cl->gpu_uuid;
         cr.units = cl->units;
         /* The agent answers a claim's allocation as CreateAllocation's. */
-        return typed_call(c, &req, -1, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateClaimAllocation",
+        return typed_call(c, &req, -1, 0, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateClaimAllocation",
                           ret, e);
 }
 
@@ -188,7 +218,7 @@ int gs_agentcli_release(struct gs_agentcli *c, const char *id, const char *claim
                 rel.id = (char *)id;
         else
                 rel.claim_uid = (char *)claim_uid;
-        return typed_call(c, &req, -1, GSHARE__CTL__V1__REPLY__BODY_RELEASE_ALLOCATION, "ReleaseAllocation", NULL,
+        return typed_call(c, &req, -1, 0, GSHARE__CTL__V1__REPLY__BODY_RELEASE_ALLOCATION, "ReleaseAllocation", NULL,
                           e);
 }
 

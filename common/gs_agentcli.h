@@ -66,10 +66,12 @@ int gs_agentcli_list_allocations(struct gs_agentcli *c, GsCtlReply **ret,
  * release sends the owner oneof (docs/agent.md "Control socket").
  *
  * CreateAllocation of the n device IDs (take_over: see gshare.proto),
- * bounded by timeout_ms (< 0: the client's).  (*ret)->create_allocation
- * and its allocation are set. */
+ * bounded by timeout_ms (< 0: the client's); while no agent serves the
+ * socket (a restart or an upgrade: missing, refused) it tries again for up
+ * to wait_ms (0: fails at once).  (*ret)->create_allocation and its
+ * allocation are set. */
 int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_t n, bool take_over,
-                                  int timeout_ms, GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
+                                  int timeout_ms, int wait_ms, GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
 
 /* The allocation of a DRA claim: the one place that asks the agent for it.
  * (*ret)->create_allocation and its allocation are set.  Sent in the old

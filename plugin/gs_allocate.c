@@ -199,12 +199,19 @@ grpc_status_code gs_dp_allocate(void *ctx, struct gs_grpc_call *call, const Prot
                 V1beta1__ContainerAllocateResponse *c;
                 int64_t left = gs_grpc_call_deadline_left_ms(call);
                 int timeout = p->o->agent_timeout_ms;
+                /* An agent restarting (a crash, an upgrade) is waited for,
+                 * as a hooked process waits (agentWait), within the
+                 * kubelet's deadline: a failed Allocate rejects the pod for
+                 * good (UnexpectedAdmissionError). */
+                int64_t wait = p->o->cfg.agent_wait_ms;
 
                 if (left >= 0 && left < timeout)
                         timeout = (int)left;
+                if (left >= 0 && left - timeout < wait)
+                        wait = left > timeout ? left - timeout : 0;
                 /* take_over: the kubelet gives out only IDs no container
                  * holds, so an allocation still holding one is a gone pod's. */
-                if (gs_agentcli_create_allocation(&p->cli, cr->devices_ids, cr->n_devices_ids, true, timeout, &rep,
+                if (gs_agentcli_create_allocation(&p->cli, cr->devices_ids, cr->n_devices_ids, true, timeout, (int)wait, &rep,
                                                   &e) < 0) {
                         code = agent_code(&e);
                         snprintf(m, sizeof(m), "%s%.440s", e.agent ? "agent: " : "", e.msg);

@@ -185,6 +185,16 @@ def health(m):
     return {d.ID: d.health for d in m.devices}
 
 
+def wait_until(cond, timeout):
+    """Whether cond() came true within timeout seconds (polled)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
 def err_of(fn):
     try:
         fn()
@@ -481,9 +491,26 @@ def run(ns, kdir, kubelet, agent, plugin, g0, g1, tmp, cfg, t_start):
     # plugin's grace, GS_MIRROR_GRACE_MS, 5 s), then every unit.
     m = st.until(lambda m: all(v == "Unhealthy" for v in health(m).values()), timeout=20)
     check("agent unreachable past the grace -> all units Unhealthy", m is not None and len(m.devices) == 16)
-    code, msg = err_of(lambda: alloc([u1[7]]))
-    check("Allocate with the agent down -> UNAVAILABLE naming the agent", code == grpc.StatusCode.UNAVAILABLE and "cannot reach the gshare agent" in msg, (code, msg))
+    # Allocate waits for an agent that is away (agentWait, 30 s here) within
+    # the kubelet's deadline: past it, UNAVAILABLE naming the agent, before
+    # the caller's deadline.
+    code, msg = err_of(lambda: alloc([u1[7]], timeout=4))
+    check("Allocate with the agent down past the call's deadline -> UNAVAILABLE naming the agent",
+          code == grpc.StatusCode.UNAVAILABLE and "cannot reach the gshare agent" in msg, (code, msg))
+    # An Allocate made while the agent is away gets its allocation once the
+    # agent is back (issue 28 item 5: a pod created during a restart).
+    logpath = os.path.join(tmp, "plugin.log")
+    n_wait = open(logpath).read().count("is away")
+    late = {}
+    th = threading.Thread(target=lambda: late.update(r=err_of(lambda: alloc([u1[7]], timeout=HANG))))
+    th.start()
+    waited = wait_until(lambda: open(logpath).read().count("is away") > n_wait, HANG)
+    check("Allocate with the agent away: the plugin says it waits for it", waited)
     agent.start()
+    th.join(HANG + 5)
+    code, msg = late.get("r", ("no answer", ""))
+    check("... and gets its allocation once the agent is back", code is None and [u1[7]] in agent.allocations().values(),
+          (code, msg, agent.allocations()))
     m = st.until(lambda m: all(v == "Healthy" for v in health(m).values()))
     check("agent back -> units Healthy again", m is not None)
     check("plugin still serves after bad input", stub.GetDevicePluginOptions(dp.Empty(), timeout=5).get_preferred_allocation_available)
