@@ -421,6 +421,9 @@ uint32_t gs_gpu_spill_held(const struct gs_gpu *g);
 /* Under g->lock: process proc is gone: the spares it held are free again
  * (their host memory went with it).  How many. */
 uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc);
+/* Under g->lock: the spares proc held are held by to (the same process's
+ * new record: it reconnected, gs_proc_take_over_closed).  How many. */
+uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to);
 /* Under g->lock, restoring after a restart: a spare held by process proc
  * (tag, slot: the spill record's entry, GS_LEDGER_HELD) as before it.
  * -ENOSPC if no spare record is free. */

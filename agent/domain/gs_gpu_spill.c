@@ -278,7 +278,7 @@ uint32_t gs_gpu_spill_held(const struct gs_gpu *g)
         return n;
 }
 
-uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc)
+uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to)
 {
         uint32_t n = 0;
 
@@ -286,13 +286,19 @@ uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc)
                 return 0;
         for (uint32_t i = 0; i < g->nspare; i++)
                 if (g->spares[i].holder == proc) {
-                        g->spares[i].holder = 0;
-                        gs_gpu_spillrec_hold(g, i, NULL, 0, false);
+                        g->spares[i].holder = to;
+                        if (!to) /* the same process otherwise: its record entry stands */
+                                gs_gpu_spillrec_hold(g, i, NULL, 0, false);
                         n++;
                 }
-        if (n)
+        if (n && !to)
                 gs_gpu_spill_kick(g); /* host memory ahead again, if owed */
         return n;
+}
+
+uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc)
+{
+        return gs_gpu_spill_pass_holder(g, proc, 0);
 }
 
 int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot)
