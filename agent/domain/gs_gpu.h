@@ -77,6 +77,12 @@ struct gs_spare {
         CUmemGenericAllocationHandle h;
         int fd;          /* -1: none */
         bool busy;       /* in a move now */
+        /* The id of a live process that was sent this host memory's fd
+         * and did not map it (a move it said it did not do): it may keep
+         * the memory, so the record stays charged (spillMax) and unused
+         * until that process is gone (gs_gpu_spill_release_holder); 0:
+         * none.  The agent itself keeps no handle of it then. */
+        uint64_t holder;
 };
 
 /* One slot's move: the record at the slot (from) gives way to to, whose
@@ -401,13 +407,30 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                      uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen);
 /* Under g->lock: the first moved of the n planned moves were done (the
  * records exchange: a spilled chunk goes to whom it is owed, made anew),
- * the others are undone.  owner, proc: the process's allocation and id. */
+ * the others are undone.  owner, proc: the process's allocation and id;
+ * proc 0: the process is gone.  A spare whose fd a live process got and
+ * did not map stays held by proc (struct gs_spare's holder). */
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
                      uint32_t moved, struct gs_allocation *owner, uint64_t proc);
 /* Under g->lock: chunks whose data sits in host memory now. */
 uint32_t gs_gpu_spilled(struct gs_gpu *g);
 /* Under g->lock: spares whose host memory is made (ready, or in a move). */
 uint32_t gs_gpu_spill_ready(const struct gs_gpu *g);
+/* Under g->lock: spares held by processes that kept their fd (holder). */
+uint32_t gs_gpu_spill_held(const struct gs_gpu *g);
+/* Under g->lock: process proc is gone: the spares it held are free again
+ * (their host memory went with it).  How many. */
+uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc);
+/* Under g->lock: the spares proc held are held by to (the same process's
+ * new record: it reconnected, gs_proc_take_over_closed).  How many. */
+uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to);
+/* Under g->lock, restoring after a restart: a spare held by process proc
+ * (tag, slot: the spill record's entry, GS_LEDGER_HELD) as before it.
+ * -ENOSPC if no spare record is free. */
+int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot);
+/* Under g->lock: a spare's pool record that is free and held by nobody
+ * (gs_pool_spare_free less the held ones), or UINT32_MAX. */
+uint32_t gs_gpu_spare_record_free(struct gs_gpu *g);
 /* The scrubber's, under g->lock (let go while memory is made): host
  * memory is kept made ahead for as many chunks as are owed (not in
  * moves), so that a reclaim does not wait for the pinning; one spare's

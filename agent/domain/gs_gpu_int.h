@@ -103,11 +103,12 @@ void gs_gpu_spillrec_close(struct gs_gpu *g);
 void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledger_tag *t, uint32_t slot,
                           bool held);
 /* A batch planned (e[0..n), tag the process's): each slot marked in a
- * move; and ended: what did not move as it was before. */
+ * move; and ended: what did not move as it was before, but a spare the
+ * process keeps (kept: its fd went to a live process) GS_LEDGER_HELD. */
 void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enum gs_move_dir dir,
                             const struct gs_move_ent *e, uint32_t n);
 void gs_gpu_spillrec_moved(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
-                           uint32_t moved);
+                           uint32_t moved, bool kept);
 /* The allocations' debts written where they changed (gs_gpu_check_lending). */
 void gs_gpu_spillrec_debts(struct gs_gpu *g);
 

@@ -65,14 +65,19 @@ static int host_make(struct gs_gpu *g, struct gs_spare *s, char *err, size_t err
         return r;
 }
 
-/* Whether spare i is free for a move: retired (held by nobody), in no
- * move, its host memory made (ready) or not. */
-static bool spare_free(struct gs_gpu *g, uint32_t i, bool ready)
+/* Whether spare i is free: retired (its record held by nobody), in no
+ * move, its fd kept by no process. */
+static bool spare_unused(struct gs_gpu *g, uint32_t i)
 {
         const struct gs_gsm *m = gs_pool_gsm(g->pool);
 
-        return !g->spares[i].busy && m->chunks[g->nchunks + i].state == GS_GSM_RETIRED &&
-               (g->spares[i].fd >= 0) == ready;
+        return !g->spares[i].busy && !g->spares[i].holder && m->chunks[g->nchunks + i].state == GS_GSM_RETIRED;
+}
+
+/* Whether spare i is free for a move, its host memory made (ready) or not. */
+static bool spare_free(struct gs_gpu *g, uint32_t i, bool ready)
+{
+        return spare_unused(g, i) && (g->spares[i].fd >= 0) == ready;
 }
 
 /* A spare free for a move, one with its host memory made first. */
@@ -211,15 +216,17 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
                      uint32_t moved, struct gs_allocation *owner, uint64_t proc)
 {
-        gs_gpu_spillrec_moved(g, dir, e, n, moved);
+        gs_gpu_spillrec_moved(g, dir, e, n, moved, proc != 0);
         for (uint32_t i = 0; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST) {
                         struct gs_spare *s = &g->spares[e[i].to - g->nchunks];
-                        /* The process maps the host memory now (or never
-                         * will: it had the fd, so it goes anyway): the
-                         * agent keeps none of it. */
+                        /* The process maps the host memory now, or had
+                         * its fd and may keep it (moved or not): the agent
+                         * keeps none of it.  What was not moved stays
+                         * charged (held) until its process is gone. */
                         gs_gpu_mem_drop(g, s->h, &s->fd);
                         s->busy = false;
+                        s->holder = i < moved ? 0 : proc;
                         if (i < moved && gs_pool_exchange(g->pool, e[i].from, e[i].to) < 0)
                                 log_error("GPU %u: spill of chunk %u not recorded", g->index, e[i].from);
                         if (i < moved && g->spill_want)
@@ -260,6 +267,62 @@ uint32_t gs_gpu_spill_ready(const struct gs_gpu *g)
         for (uint32_t i = 0; i < g->nspare; i++)
                 n += g->spares[i].fd >= 0;
         return n;
+}
+
+uint32_t gs_gpu_spill_held(const struct gs_gpu *g)
+{
+        uint32_t n = 0;
+
+        for (uint32_t i = 0; i < g->nspare; i++)
+                n += g->spares[i].holder != 0;
+        return n;
+}
+
+uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to)
+{
+        uint32_t n = 0;
+
+        if (!proc)
+                return 0;
+        for (uint32_t i = 0; i < g->nspare; i++)
+                if (g->spares[i].holder == proc) {
+                        g->spares[i].holder = to;
+                        if (!to) /* the same process otherwise: its record entry stands */
+                                gs_gpu_spillrec_hold(g, i, NULL, 0, false);
+                        n++;
+                }
+        if (n && !to)
+                gs_gpu_spill_kick(g); /* host memory ahead again, if owed */
+        return n;
+}
+
+uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc)
+{
+        return gs_gpu_spill_pass_holder(g, proc, 0);
+}
+
+int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot)
+{
+        uint32_t r = gs_gpu_spare_record_free(g);
+
+        if (r == UINT32_MAX || !proc)
+                return -ENOSPC;
+        struct gs_spare *s = &g->spares[r - g->nchunks];
+        if (s->fd >= 0)
+                gs_gpu_mem_drop(g, s->h, &s->fd); /* the process has its own */
+        s->holder = proc;
+        gs_gpu_spillrec_hold(g, r - g->nchunks, t, slot, true);
+        return 0;
+}
+
+uint32_t gs_gpu_spare_record_free(struct gs_gpu *g)
+{
+        if (!g->pool)
+                return UINT32_MAX;
+        for (uint32_t i = 0; i < g->nspare; i++)
+                if (spare_unused(g, i))
+                        return g->nchunks + i;
+        return UINT32_MAX;
 }
 
 uint32_t gs_gpu_spilled(struct gs_gpu *g)

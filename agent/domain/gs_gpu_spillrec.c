@@ -8,7 +8,8 @@
  * process maps host memory at the slot, GS_LEDGER_SPILLING or
  * GS_LEDGER_UNSPILLING from a batch's plan to its end (the process may
  * have moved the slot or not: only it knows, and says so when it
- * reclaims), then ndebt GS_LEDGER_OWED entries (allocation, chunks owed).
+ * reclaims), GS_LEDGER_HELD while a live process keeps a spare's fd it
+ * did not map (gs_gpu_spill.c), then ndebt GS_LEDGER_OWED entries (allocation, chunks owed).
  * Mapped, written in place under the GPU's lock, committed and replaced
  * with the ledger.  Another file, not more ledger entries: an agent that
  * does not know it reads its ledger as before and ignores this one. */
@@ -132,13 +133,15 @@ void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enu
 }
 
 void gs_gpu_spillrec_moved(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
-                           uint32_t moved)
+                           uint32_t moved, bool kept)
 {
         if (!g->spillrec_on)
                 return;
         /* What moved was recorded by its exchange (gs_gpu_chunk_hold). */
         for (uint32_t i = moved; i < n; i++) {
-                if (dir == GS_MOVE_TO_HOST && e[i].to >= g->nchunks)
+                if (dir == GS_MOVE_TO_HOST && e[i].to >= g->nchunks && kept)
+                        gs_ledger_set_kind(&g->spillrec, e[i].to - g->nchunks, GS_LEDGER_HELD);
+                else if (dir == GS_MOVE_TO_HOST && e[i].to >= g->nchunks)
                         gs_ledger_set(&g->spillrec, e[i].to - g->nchunks, NULL, 0, false);
                 else if (dir == GS_MOVE_TO_DEVICE && e[i].from >= g->nchunks)
                         gs_ledger_set_kind(&g->spillrec, e[i].from - g->nchunks, GS_LEDGER_SLOT);

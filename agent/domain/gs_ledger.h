@@ -45,6 +45,10 @@ enum gs_ledger_kind {
         GS_LEDGER_SPILLING = 3,   /* a move of slot to host memory in flight */
         GS_LEDGER_UNSPILLING = 4, /* a move of slot back to the GPU in flight */
         GS_LEDGER_OWED = 5,       /* allocation alloc is owed slot chunks */
+        /* A spare whose host memory's fd the process got in a move of
+         * slot it said it did not do: charged until the process is gone
+         * (gs_gpu_spill.c, struct gs_spare's holder). */
+        GS_LEDGER_HELD = 6,
 };
 
 /* Who holds a chunk: a gs_pproc's tag (gs_pool.h). */

@@ -70,6 +70,10 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 pthread_mutex_lock(&g->lock);
                 gs_vmm_clear(g, &p->gpus[i].vmm);
                 move_cancel(&p->gpus[i]);
+                uint32_t held = gs_gpu_spill_release_holder(g, p->id);
+                if (held)
+                        log_info("GPU %u: process %d (%s) is gone with the host memory of %u chunks it did not move "
+                                 "(spillMax has it again)", g->index, p->pid, p->comm, held);
                 gs_pproc_del(p->gpus[i].pp);
                 gs_pproc_del(p->gpus[i].vpp);
                 p->gpus[i].vpp = NULL;

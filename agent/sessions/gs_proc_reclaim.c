@@ -58,6 +58,13 @@ void gs_proc_take_over_closed(struct gs_agent *ag, struct gs_proc *p)
                 pg->outside_measured = qg->outside_measured;
                 pg->ctx_promised = qg->ctx_promised;
                 qg->outside_charge = qg->outside_measured = qg->ctx_promised = 0;
+                /* A move it did not answer is undone; host memory it was
+                 * sent (that one or earlier ones' it did not move) stays
+                 * charged to it: it lives, and may keep it. */
+                if (qg->nmove)
+                        gs_gpu_move_end(g, (enum gs_move_dir)qg->move_dir, qg->move, qg->nmove, 0, p->alloc, p->id);
+                qg->nmove = 0;
+                (void)gs_gpu_spill_pass_holder(g, q->id, p->id);
                 pthread_mutex_unlock(&g->lock);
         }
         log_info("process %d of allocation %s reconnected: it keeps what it held (#%llu)", p->pid, p->alloc->id,

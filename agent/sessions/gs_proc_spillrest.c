@@ -44,27 +44,31 @@ bool gs_proc_spill_entry_as_device(const struct gs_gpu *g, uint32_t i, struct gs
         return true;
 }
 
-/* The ghost's GPU record for entry e (its process alive), or NULL. */
-static struct gs_proc_gpu *ghost_gpu(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e)
+/* The ghost's GPU record for entry e (its process alive; *q the ghost),
+ * or NULL. */
+static struct gs_proc_gpu *ghost_gpu(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e,
+                                     struct gs_proc **qp)
 {
         uint32_t pi;
         struct gs_allocation *a = gs_proc_alloc_by_num(ag, e->alloc, g->index, &pi);
         struct gs_proc *q = a ? gs_proc_ghost(ag, a, e) : NULL;
 
+        *qp = q;
         return q && pi < q->ngpus && q->gpus[pi].pp ? &q->gpus[pi] : NULL;
 }
 
 void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
 {
-        uint32_t host = 0, marked = 0, lost = 0;
+        uint32_t host = 0, marked = 0, lost = 0, held = 0;
 
         for (uint32_t i = 0; i < g->nspilled_before; i++) {
                 const struct gs_ledger_ent *e = &g->spilled_before[i];
                 struct gs_proc_gpu *pg;
+                struct gs_proc *q;
 
                 if (e->kind != GS_LEDGER_SLOT && e->kind != GS_LEDGER_SPILLING && e->kind != GS_LEDGER_UNSPILLING)
                         continue;
-                if (!(pg = ghost_gpu(ag, g, e)))
+                if (!(pg = ghost_gpu(ag, g, e, &q)))
                         continue;
                 if (e->kind != GS_LEDGER_SLOT) {
                         if (pg->nmaybe_host < GS_MOVE_MAX && e->slot < pg->nslots)
@@ -73,7 +77,7 @@ void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
                         continue;
                 }
                 pthread_mutex_lock(&g->lock);
-                uint32_t spare = gs_pool_spare_free(g->pool);
+                uint32_t spare = gs_gpu_spare_record_free(g);
                 int r = spare == UINT32_MAX ? -ENOSPC : gs_pproc_adopt_spare(pg->pp, e->slot, spare);
                 pthread_mutex_unlock(&g->lock);
                 if (r == 0) {
@@ -86,13 +90,32 @@ void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
                 log_warn("GPU %u: slot %u of process %d was in host memory; not restored as such: %s", g->index,
                          e->slot, (int)e->pid, r == -ENOSPC ? "no spare record (spillMax)" : strerror(-r));
         }
+        /* Host memory a live process kept (GS_LEDGER_HELD): still charged,
+         * once, on spares the slots above did not take. */
+        for (uint32_t i = 0; i < g->nspilled_before; i++) {
+                const struct gs_ledger_ent *e = &g->spilled_before[i];
+                struct gs_proc *q;
+                if (e->kind != GS_LEDGER_HELD || !ghost_gpu(ag, g, e, &q))
+                        continue;
+                struct gs_ledger_tag t = { .pid = e->pid, .kind = GS_LEDGER_HELD, .start = e->start,
+                                           .alloc = e->alloc };
+                pthread_mutex_lock(&g->lock);
+                int r = gs_gpu_spill_hold_restored(g, q->id, &t, e->slot);
+                pthread_mutex_unlock(&g->lock);
+                if (r < 0)
+                        log_warn("GPU %u: host memory process %d kept from a move is not charged again: no spare "
+                                 "record (spillMax)", g->index, (int)e->pid);
+                else
+                        held++;
+        }
         pthread_mutex_lock(&g->lock);
         gs_pool_restored(g->pool);
         gs_gpu_check_lending(g);
         pthread_mutex_unlock(&g->lock);
-        if (host || marked)
+        if (host || marked || held)
                 log_info("GPU %u: %u chunks of processes' data in host memory from before the restart, %u in a "
-                         "move then (device memory unless their process says otherwise)", g->index, host, marked);
+                         "move then (device memory unless their process says otherwise), %u kept unmoved", g->index,
+                         host, marked, held);
         (void)lost;
 }
 
@@ -113,7 +136,7 @@ void gs_proc_reclaim_host(struct gs_proc *p, struct gs_proc_gpu *pg, const uint6
                 chunk = gs_pproc_slot_chunk(pg->pp, slot);
                 if (chunk >= g->nchunks)
                         continue; /* a spare already, or nothing */
-                spare = gs_pool_spare_free(g->pool);
+                spare = gs_gpu_spare_record_free(g);
                 if (spare == UINT32_MAX || gs_pool_make_borrowed(g->pool, chunk) < 0 ||
                     gs_pool_exchange(g->pool, chunk, spare) < 0) {
                         log_warn("GPU %u: slot %u of process %d is in host memory, charged as device memory: no "

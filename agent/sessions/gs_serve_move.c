@@ -93,7 +93,13 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
         g->move_st.moves++;
         g->move_st.move_ns += t1 - pg->move_start_ns + pg->move_plan_ns;
         pg->nmove = 0;
+        uint32_t held = gs_gpu_spill_held(g);
         pthread_mutex_unlock(&g->lock);
+        if (pg->move_dir == GS_MOVE_TO_HOST && moved < n)
+                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s) did not move %llu "
+                             "chunks to the host memory it was sent: it keeps it, charged to spillMax until it exits "
+                             "(%u of %u spares held so)", g->index, p->pid, p->comm,
+                             (unsigned long long)(n - moved), held, g->nspare);
         log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s: %.1f ms to prepare, %.1f ms in the process, "
                  "%.1f ms to settle", g->index, p->pid, p->comm, (unsigned long long)moved, (unsigned long long)n,
                  pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU", pg->move_plan_ns / 1e6,

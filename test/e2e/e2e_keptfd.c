@@ -21,13 +21,25 @@
  *                                     c  chunks of the whole quota
  *                                        (GS_OP_ALLOC), freed and released
  *
- * Both print "kept N distinct M bytes created C refused R" (M: the memory
+ *   e2e_keptfd spill SOCK BYTES     a borrower's mover that never moves
+ *                                   (test_spill.py "hostile_keep"):
+ *                                   allocates BYTES in chunks and prints
+ *                                   "ready N"; on each ask of the agent's
+ *                                   (gs_shm.spill) asks GS_OP_SPILL, keeps
+ *                                   the fd of every host memory it is sent
+ *                                   (its pattern written) and answers
+ *                                   GS_OP_SPILL_DONE with moved 0.  On
+ *                                   stdin "report": prints "spill rounds R
+ *                                   sent S", then reports as the others
+ *
+ * They print "kept N distinct M bytes created C refused R" (M: the memory
  * it can still reach; C, R: VMM creates and chunk allocations served and
  * refused), then wait for a line on stdin, check the pattern on every page
  * of the VMM allocations they kept, print "verified P pages, W wrong" and
  * exit (0 when every page
  * held its pattern). */
 #include <linux/kcmp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -231,6 +243,70 @@ static int cmd_vmm(const char *sock, int rounds, const char *order)
         return report(&k, &c);
 }
 
+/* One ask of the agent's: GS_OP_SPILL until it names nothing, every fd
+ * kept, nothing moved.  Adds the batches and fds to *rounds, *sent. */
+static void spill_ask(struct kept *k, struct e2e_conn *c, uint32_t *rounds, uint32_t *sent)
+{
+        for (int r = 0; r < 8; r++) {
+                struct gs_ring_msg rep;
+                if (e2e_call(c, GS_OP_SPILL, 0, 0, 0, &rep, NULL, 0, NULL) != 0 || rep.arg[0] == 0 ||
+                    rep.arg[0] > GS_MOVE_MAX)
+                        return;
+                /* The moves' fds were sent before the reply. */
+                for (uint64_t i = 0; i < rep.arg[0]; i++) {
+                        struct gs_sock_grant g;
+                        int fd = -1;
+                        if (e2e_recv(c->sock, &g, sizeof(g), &fd, 5000) == (ssize_t)sizeof(g) && fd >= 0) {
+                                keep(k, fd, c->w.gpus[0].chunk_bytes, rep.arg[1] == GS_MOVE_TO_HOST);
+                                (*sent)++;
+                        } else if (fd >= 0) {
+                                close(fd);
+                        }
+                }
+                (*rounds)++;
+                (void)e2e_call(c, GS_OP_SPILL_DONE, 0, 0, rep.arg[1], NULL, NULL, 0, NULL);
+        }
+}
+
+static int cmd_spill(const char *sock, uint64_t bytes)
+{
+        static struct kept k;
+        struct e2e_conn c;
+        struct gs_ring_msg rep;
+        int fds[64];
+        uint32_t n = 0, rounds = 0, sent = 0, seen;
+        char line[16];
+
+        must_open(&c, sock);
+        if (!(c.w.h.reserved & GS_FEAT_SPILL)) {
+                fprintf(stderr, "FAIL: the agent offers no moves (GS_FEAT_SPILL)\n");
+                return 1;
+        }
+        seen = __atomic_load_n(&c.shm->spill, __ATOMIC_ACQUIRE);
+        if (e2e_call(&c, GS_OP_ALLOC, 0, bytes, 0, &rep, fds, 64, &n) != 0) {
+                fprintf(stderr, "FAIL: %llu bytes refused\n", (unsigned long long)bytes);
+                return 1;
+        }
+        for (uint32_t i = 0; i < n; i++)
+                close(fds[i]); /* the chunks stay this process's in the agent's books */
+        printf("ready %llu\n", (unsigned long long)(n * c.w.gpus[0].chunk_bytes));
+        fflush(stdout);
+        for (;;) {
+                struct pollfd pf = { .fd = 0, .events = POLLIN };
+                if (poll(&pf, 1, 10) > 0) {
+                        if (!fgets(line, sizeof(line), stdin) || strncmp(line, "report", 6) != 0)
+                                return 0;
+                        printf("spill rounds %u sent %u\n", rounds, sent);
+                        return report(&k, &c);
+                }
+                uint32_t v = __atomic_load_n(&c.shm->spill, __ATOMIC_ACQUIRE);
+                if (v != seen) {
+                        seen = v;
+                        spill_ask(&k, &c, &rounds, &sent);
+                }
+        }
+}
+
 int main(int argc, char **argv)
 {
         signal(SIGPIPE, SIG_IGN);
@@ -238,6 +314,8 @@ int main(int argc, char **argv)
                 return cmd_keepfd(argv[2], atoi(argv[3]));
         if (argc == 5 && strcmp(argv[1], "vmm") == 0)
                 return cmd_vmm(argv[2], atoi(argv[3]), argv[4]);
-        fprintf(stderr, "usage: e2e_keptfd keepfd SOCK ROUNDS | vmm SOCK ROUNDS ORDER\n");
+        if (argc == 4 && strcmp(argv[1], "spill") == 0)
+                return cmd_spill(argv[2], strtoull(argv[3], NULL, 0));
+        fprintf(stderr, "usage: e2e_keptfd keepfd SOCK ROUNDS | vmm SOCK ROUNDS ORDER | spill SOCK BYTES\n");
         return 2;
 }

@@ -30,6 +30,14 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
             reclaimKillAfter it fails with out of memory after its
             patience (a catchable error), B untouched; with
             reclaimKillAfter 1s B is killed and A gets its memory
+  hostile_keep
+            spillMax 64Mi again; the borrower is a raw-wire process
+            (e2e_keptfd spill) whose mover keeps every host memory fd it
+            is sent (maps it, writes it) and says it moved nothing: what it
+            keeps stays charged, so host memory made for it never passes
+            spillMax (2 chunks) however often A asks; the agent says
+            spillMax reached; once it exits, the spares are free again and
+            an honest borrower's 2 chunks are spilled for A
   off       without spillMax nothing of this happens: A's idle chunks are
             never lent (covered by test_burst.py's "lent" part)
 
@@ -92,9 +100,10 @@ def owner_and_borrower(ag):
 
 
 def main():
-    cases = {"moves": moves, "last_nokill": lambda tmp: last(tmp, False), "last_kill": lambda tmp: last(tmp, True)}
+    cases = {"moves": moves, "last_nokill": lambda tmp: last(tmp, False), "last_kill": lambda tmp: last(tmp, True),
+             "hostile_keep": hostile_keep}
     chosen = e.chosen_cases(list(cases))
-    e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL, NVML)
+    e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL, NVML, e.KEPTFD)
     tmp = tempfile.mkdtemp(prefix="gshare-spill-")
     ag = None
     for name in chosen:
@@ -227,6 +236,63 @@ def last(tmp, kill):
                   % gpu(ag)["chunks_spilled"])
             check(b.say("check")[:2] == ["check", "ok"] and b.p.poll() is None, what + ": B runs on, data intact")
             check("spillMax reached" in ag.logtext(), what + ": the agent says spillMax was reached")
+        a.quit()
+        b.quit()
+        check(ag.alive(), what + ": the agent runs on")
+    finally:
+        ag.stop()
+    return ag
+
+
+def hostile_keep(tmp):
+    """A borrower that keeps the host memory it is sent and moves nothing
+    cannot make the agent pin more than spillMax."""
+    what = "hostile_keep"
+    sub = os.path.join(tmp, "hostile")
+    os.makedirs(sub)
+    ag = e.Agent(sub, ["--burst-max", "768Mi", "--spill-max", "64Mi"])
+    ag.start()
+    try:
+        A, B = owner_and_borrower(ag)
+        h = subprocess.Popen([e.KEPTFD, "spill", e.sockpath(B), str(864 * MiB)], env=ag.env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        check(h.stdout.readline().split() == ["ready", str(864 * MiB)], what + ": the hostile borrower fills B's "
+              "burst, 864 MiB")
+        # A asks again and again (each request waits its patience, each
+        # wait asks the borrower's mover again and again).
+        for i in range(2):
+            a = Prog(ag, A, "own", 256, 32)
+            got = a.line()
+            check(got[:2] == ["own", "short"], what + ": A's request %d fails, out of memory (%s)" % (i, got))
+            a.quit()
+        check("spillMax reached" in ag.logtext(), what + ": the agent says spillMax was reached")
+        check("did not move 2 chunks" in ag.logtext() or "did not move 1 chunks" in ag.logtext(),
+              what + ": the agent says the borrower kept host memory it did not move")
+        h.stdin.write("report\n")
+        h.stdin.flush()
+        rounds = h.stdout.readline().split()
+        kept = h.stdout.readline().split()
+        check(len(rounds) == 5 and int(rounds[2]) >= 1, what + ": the agent asked the mover to move (%s)" % rounds)
+        check(len(kept) == 9 and int(kept[3]) <= 64 * MiB, what + ": the borrower holds %s bytes of host memory "
+              "from %s fds, at most spillMax (64 MiB)" % (kept[3] if len(kept) == 9 else kept,
+                                                         rounds[4] if len(rounds) == 5 else "?"))
+        check(gpu(ag)["chunks_spilled"] == 0, what + ": nothing spilled (%d)" % gpu(ag)["chunks_spilled"])
+        h.stdin.write("x\n")
+        h.stdin.flush()
+        got = h.stdout.readline().split()
+        check(got[:1] == ["verified"] and got[3:4] == ["0"], what + ": the host memory it kept held its pattern (%s)"
+              % got)
+        check(h.wait(timeout=e.HANG) == 0, what + ": the hostile borrower exits")
+        check(e.wait_for(lambda: "is gone with the host memory of" in ag.logtext(), e.HANG, step=0.05) is not None,
+              what + ": the spares it held are free again")
+        # An honest borrower is spilled as far as spillMax goes again.
+        b = Prog(ag, B, "borrow", 896, 32)
+        check(b.line() == ["ready", "864"], what + ": an honest B fills its burst")
+        a = Prog(ag, A, "own", 64, 32)
+        got = a.line()
+        check(got[:3] == ["own", "got", "64"], what + ": A gets 64 MiB, B's 2 chunks spilled (%s)" % got)
+        check(gpu(ag)["chunks_spilled"] == 2, what + ": 2 chunks spilled (%d)" % gpu(ag)["chunks_spilled"])
+        check(b.say("check")[:2] == ["check", "ok"], what + ": B's data intact")
         a.quit()
         b.quit()
         check(ag.alive(), what + ": the agent runs on")
