@@ -136,10 +136,23 @@ class Agent:
                 "--state-dir", os.path.join(self.tmp, "state"),
                 "--chunk-size", "32Mi", "--unit-size", "64Mi", "--reserve", "128Mi"] + self.extra
         self.proc = subprocess.Popen(args, env=self.env, stdout=self.log, stderr=self.log)
-        if wait_for(lambda: os.path.exists(self.sock) or self.proc.poll() is not None,
+        # Until the control socket accepts a connection: its file exists
+        # from bind, a moment before listen (a connect then is refused).
+        if wait_for(lambda: self.listening() or self.proc.poll() is not None,
                     step=0.02) is not None and self.proc.poll() is None:
             return
         raise SystemExit("agent did not start; log:\n" + open(self.log.name).read())
+
+    def listening(self):
+        """Whether the control socket accepts a connection."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(self.sock)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
