@@ -224,8 +224,11 @@ def unprepare(ns, plugin, *claims):
 def register(ns, plugin):
     with grpc.insecure_channel("unix:" + plugin.reg) as ch:
         stub = ns.reg_grpc.RegistrationStub(ch)
-        info = stub.GetInfo(ns.reg.InfoRequest(), timeout=10)
-        stub.NotifyRegistrationStatus(ns.reg.RegistrationStatus(plugin_registered=True), timeout=10)
+        # wait_for_ready: the socket's file exists from bind, a moment
+        # before the plugin listens (a connect then is refused).
+        info = stub.GetInfo(ns.reg.InfoRequest(), timeout=e2e.HANG, wait_for_ready=True)
+        stub.NotifyRegistrationStatus(ns.reg.RegistrationStatus(plugin_registered=True), timeout=e2e.HANG,
+                                      wait_for_ready=True)
         return info
 
 
