@@ -50,6 +50,9 @@ mount -t tmpfs fakeproc "$target/proc"
 head -c 65536 /dev/zero > "$target/proc/kcore"
 (cd "$target/proc" && exec sleep 1000) </dev/null >/dev/null 2>&1 &
 echo $! > "$FAKE_HOLDER"
+# Returns once the holder is inside (on a busy machine it may not be yet).
+proc=$(cd "$target/proc" && pwd -P)
+while kill -0 $! 2>/dev/null && [[ $(readlink "/proc/$!/cwd") != "$proc" ]]; do sleep 0.01; done
 FAKE
 chmod +x "$tmp/bin/mmdebstrap"
 run_mkimage() {
