@@ -350,9 +350,7 @@ static int wait_older_agent(struct gs_agent *ag, sigset_t *set)
         ready_file(&ag->node.cfg, true);
         while (gs_handover_older_agent(ag)) {
                 struct timespec ts = { 0, 200 * 1000 * 1000 };
-                int sig;
                 if (sigtimedwait(set, NULL, &ts) >= 0) {
-                        (void)sig;
                         log_info("stopped while waiting");
                         return -1;
                 }
