@@ -205,11 +205,13 @@ struct gs_gpu {
         /* Moves (gs_gpu_spill.c), under lock: the pool's records
          * [nchunks, nchunks + nspare) are spares (gs_pool.h "Moves");
          * spill_want: chunks owners asked for that are lent; moving_out:
-         * of those, in moves now. */
+         * of those, in moves now; moving_back: chunks in moves back to the
+         * GPU now. */
         uint32_t nspare;
         struct gs_spare *spares;
         uint32_t spill_want;
         uint32_t moving_out;
+        uint32_t moving_back;
         int64_t spill_want_ms;   /* since when spill_want waits for progress (0: none) */
         int64_t last_want_ms;    /* the last owner's request for lent memory */
         int64_t move_back_quiet_ms; /* config moveBackQuiet */

@@ -209,6 +209,7 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
         }
         for (uint32_t i = 0; i < n; i++)
                 e[i].fd = fds[i];
+        g->moving_back += n;
         gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), dir, e, n);
         return (int)n;
 }
@@ -249,6 +250,7 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                 g->moving_out -= n;
                 g->move_st.chunks_out += moved;
         } else {
+                g->moving_back -= n;
                 g->move_st.chunks_back += moved;
         }
         gs_gpu_check_lending(g);

@@ -17,6 +17,12 @@ spillMax 512Mi) and moveBackQuiet 300ms.
             mover finishes the move it was sent); after the restart B says
             which slots are in host memory and they are charged so; a new
             A process gets its 224 MiB; the data comes back once A is gone
+  mid-back  A frees with B's kernel held: the agent is killed while a
+            move back waits in B's mover, the kernel is released (the mover
+            puts the batch on the GPU); after the restart B is neither over
+            its quota (the fake NVML counts the dead agent's memory B maps
+            as B's) nor killed, its data is on the GPU with no spare left,
+            checksums hold, and a new A process gets its 224 MiB again
   upgrade   an upgrade (a new agent beside the old one, handover) while B's
             data is spilled: the same figures on the new agent
   balance   every process gone: nothing held, owed or spilled; a new
@@ -94,8 +100,33 @@ def back_on_gpu(ag, b, what):
     check(e.wait_for(back, LONG, step=0.2) is not None, what + ": B's data back on the GPU, checksums intact")
 
 
+def config():
+    return ("nvmlLibrary: %s\nmoveBackQuiet: 300ms\nusageInterval: 200ms\noverQuota: kill\n"
+            "metricsAddress: 127.0.0.1:%d\n" % (ts.NVML, free_port()))
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scans(ag):
+    """The usage scans the agent has done (its /metrics)."""
+    import urllib.request
+    port = open(ag.metrics_conf).read().split("127.0.0.1:")[1].split()[0]
+    text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith("gshare_usage_scans_total "):
+            return int(line.split()[-1])
+    return -1
+
+
 def restart(ag, how):
     if how == "upgrade":
+        with open(ag.metrics_conf, "w") as f:  # the new agent listens beside the old one
+            f.write(config())
         check(ag.handover(), "upgrade: the new agent took over")
     else:
         ag.kill9()
@@ -107,8 +138,9 @@ def main():
     tmp = tempfile.mkdtemp(prefix="gshare-spillrestart-")
     conf = os.path.join(tmp, "config.yaml")
     with open(conf, "w") as f:
-        f.write("nvmlLibrary: %s\nmoveBackQuiet: 300ms\nusageInterval: 200ms\n" % ts.NVML)
+        f.write(config())
     ag = Agent(tmp, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi"])
+    ag.metrics_conf = conf
     ag.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(32 * MiB)
     ag.start()
     try:
@@ -165,6 +197,33 @@ def main():
         check(a.say("free") == ["freed"] and a.quit() == 0, "upgrade: A's process frees and exits")
         back_on_gpu(ag, b, "upgrade")
 
+        # ---- mid-back: kill -9 while a move back waits in B's mover
+        a = ts.Prog(ag, A, "own", 224, 32)
+        got = a.line()
+        check(got[:3] == ["own", "got", "224"], "mid-back: A's process gets 224 MiB (%s)" % got)
+        spilled_matches(ag, b, "mid-back, spilled")
+        check(b.say("hold") == ["held"], "mid-back: B's kernel held")
+        check(a.say("free") == ["freed"] and a.quit() == 0, "mid-back: A's process frees and exits")
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, LONG, step=0.05) is not None,
+              "mid-back: a move back of B's is in flight")
+        ag.kill9()
+        check(b.say("release") == ["released"], "mid-back: B's kernel released (its mover moves the batch)")
+        ag.start()
+        back_on_gpu(ag, b, "mid-back, after the restart")
+        # Two usage scans after B's data is back (usageInterval 200ms):
+        # the one that would see B over its quota has run.
+        c0 = scans(ag)
+        check(e.wait_for(lambda: scans(ag) >= c0 + 2, LONG, step=0.1) is not None, "mid-back: two usage scans")
+        check("over its quota" not in ag.logtext(), "mid-back: B not over its quota after the restart")
+        check(b.p.poll() is None and host_of(b) == 0, "mid-back: B alive, its data on the GPU, checksums hold")
+        a = ts.Prog(ag, A, "own", 224, 32)
+        got = a.line()
+        check(got[:3] == ["own", "got", "224"], "mid-back: the owner gets its 224 MiB again (%s)" % got)
+        spilled_matches(ag, b, "mid-back, the owner served")
+        check(gpu(ag)["chunks_owed"] == 0, "mid-back: nothing owed")
+        check(a.say("free") == ["freed"] and a.quit() == 0, "mid-back: A's process frees and exits")
+        back_on_gpu(ag, b, "mid-back, A gone")
+
         # ---- balance
         b.quit()
         check(e.wait_idle(ag, B["id"]) is not None, "balance: B gone")
@@ -179,6 +238,7 @@ def main():
         check(ag.alive(), "the agent runs on")
     finally:
         ag.stop()
+    if os.environ.get("KEEPLOG"): print(ag.logtext())
     e.report(ag, tmp)
 
 

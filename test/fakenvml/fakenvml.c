@@ -8,8 +8,13 @@
  * memory queries, error strings, and the compute processes of a device,
  * which are test/fakecuda's per-process charges (its state file): what a
  * process created (contexts, its own allocations), not what it imported,
- * as on a real GPU. */
+ * as on a real GPU, plus the memory whose creator released it or died (a
+ * zombie, fc_state.h) that the process maps: the real driver counts that
+ * to the process mapping it (test/gpu/orphan_check.py, docs/agent.md
+ * "Restarts"). */
+#include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -152,6 +157,87 @@ static const struct fc_shared *fn_state(void)
         return sh;
 }
 
+#define FN_MAX_SEEN 256
+
+struct fn_seen {
+        unsigned int pid;
+        uint64_t bytes;
+};
+
+/* Adds b bytes to pid in v[0..*n) (a new entry if need be). */
+static void fn_add(struct fn_seen *v, unsigned *n, unsigned int pid, uint64_t b)
+{
+        unsigned k;
+
+        for (k = 0; k < *n && v[k].pid != pid; k++)
+                ;
+        if (k == *n) {
+                if (*n == FN_MAX_SEEN)
+                        return;
+                v[(*n)++] = (struct fn_seen){ .pid = pid };
+        }
+        v[k].bytes += b;
+}
+
+/* The bytes of zombie memory of device dev whose memfd has inode ino, or 0. */
+static uint64_t fn_zombie_bytes(const struct fc_shared *sh, int dev, uint64_t ino)
+{
+        uint32_t hwm = __atomic_load_n(&sh->ex_hwm, __ATOMIC_SEQ_CST);
+
+        for (uint32_t j = 0; j < hwm && j < FC_MAX_EXPORTS; j++) {
+                const struct fc_export *x = &sh->exports[j];
+                uint64_t st = __atomic_load_n(&x->state, __ATOMIC_SEQ_CST);
+
+                if (fc_ex_kind(st) == FC_EX_ZOMBIE && x->ino == ino && x->dev == dev)
+                        return x->bytes;
+        }
+        return 0;
+}
+
+/* Each process's mappings of zombie memory of device dev (/proc/<pid>/maps:
+ * each memfd counted once per process), added to v. */
+static void fn_add_zombies(const struct fc_shared *sh, int dev, struct fn_seen *v, unsigned *n)
+{
+        DIR *proc = opendir("/proc");
+        struct dirent *d;
+
+        while (proc && (d = readdir(proc))) {
+                char path[300], line[512];
+                uint64_t seen[64];
+                unsigned nseen = 0;
+                int whole = 1;
+                FILE *maps;
+
+                if (d->d_name[0] < '1' || d->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/maps", d->d_name);
+                if (!(maps = fopen(path, "re")))
+                        continue;
+                while (fgets(line, sizeof(line), maps)) {
+                        unsigned long long ino = 0;
+                        int start = whole;
+                        unsigned k;
+
+                        whole = strchr(line, '\n') != NULL;
+                        if (!start || !strstr(line, "memfd:gshare-fake") ||
+                            sscanf(line, "%*s %*s %*s %*s %llu", &ino) != 1)
+                                continue;
+                        for (k = 0; k < nseen && seen[k] != ino; k++)
+                                ;
+                        if (k < nseen)
+                                continue;
+                        if (nseen < 64)
+                                seen[nseen++] = ino;
+                        uint64_t b = fn_zombie_bytes(sh, dev, ino);
+                        if (b)
+                                fn_add(v, n, (unsigned int)strtoul(d->d_name, NULL, 10), b);
+                }
+                fclose(maps);
+        }
+        if (proc)
+                closedir(proc);
+}
+
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos)
 {
@@ -165,14 +251,21 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
                 return NVML_ERROR_INVALID_ARGUMENT;
         cap = *infoCount;
         sh = fn_state();
+        struct fn_seen v[FN_MAX_SEEN];
+        unsigned nv = 0;
         for (int i = 0; sh && i < FC_MAX_PROCS; i++) {
                 int32_t pid = __atomic_load_n(&sh->procs[i].pid, __ATOMIC_SEQ_CST);
                 uint64_t b = __atomic_load_n(&sh->procs[i].bytes[device->index], __ATOMIC_SEQ_CST);
 
                 if (pid <= 0 || b == 0 || (kill(pid, 0) < 0 && errno == ESRCH))
                         continue;
+                fn_add(v, &nv, (unsigned int)pid, b);
+        }
+        if (sh)
+                fn_add_zombies(sh, (int)device->index, v, &nv);
+        for (unsigned k = 0; k < nv; k++) {
                 if (n < cap && infos)
-                        infos[n] = (nvmlProcessInfo_t){ .pid = (unsigned int)pid, .usedGpuMemory = b };
+                        infos[n] = (nvmlProcessInfo_t){ .pid = v[k].pid, .usedGpuMemory = v[k].bytes };
                 n++;
         }
         *infoCount = n;
