@@ -407,8 +407,10 @@ int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct 
                 part->burst_chunks = (uint32_t)(quota + cap);
                 pthread_mutex_lock(&g->lock);
                 r = gs_palloc_new(g->pool, (uint32_t)quota, (uint32_t)cap, &part->pa);
-                if (r == 0)
+                if (r == 0) {
                         gs_palloc_set_tag(part->pa, strtoull(a->id, NULL, 16)); /* gs_gpu_spillrec.c */
+                        gs_outside_init(&part->out, strtoull(a->id, NULL, 16));
+                }
                 pthread_mutex_unlock(&g->lock);
                 if (r < 0) {
                         struct gs_pool_stats ps;

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gs_pool.h"
 #include "gs_gpu.h"
@@ -17,17 +18,11 @@ static void put_back(struct gs_gpu *g, struct gs_chunkset *s, uint64_t off)
                           (unsigned long long)off);
 }
 
-int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
-                     uint32_t k, bool all)
+/* The set's pproc made (on first use) and room for k more entries. */
+static int prepare(struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots, uint32_t k)
 {
-        uint32_t got = 0;
-        int r = 0;
+        int r;
 
-        if (k > nslots - s->nheld) {
-                if (all || s->nheld >= nslots)
-                        return -ENOMEM;
-                k = nslots - s->nheld;
-        }
         if (!s->pp) {
                 r = gs_pproc_new(pa, nslots, &s->pp);
                 if (r < 0)
@@ -42,6 +37,23 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                 s->held = t;
                 s->capheld = cap;
         }
+        return 0;
+}
+
+int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
+                     uint32_t k, bool all)
+{
+        uint32_t got = 0;
+        int r = 0;
+
+        if (k > nslots - s->nheld) {
+                if (all || s->nheld >= nslots)
+                        return -ENOMEM;
+                k = nslots - s->nheld;
+        }
+        r = prepare(s, pa, nslots, k);
+        if (r < 0)
+                return r;
         while (got < k) {
                 struct gs_chunkset_ent *h = &s->held[s->nheld + got];
                 struct gs_grant gr;
@@ -82,6 +94,50 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                 g->chunks[c].kept = true;
         }
         s->nheld += got;
+        return (int)got;
+}
+
+int gs_chunkset_adopt(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
+                      const uint32_t *slots, uint32_t n)
+{
+        uint64_t cb = g->chunk_bytes;
+        uint32_t got = 0;
+        int r;
+
+        if (s->nheld || n > nslots)
+                return -EINVAL;
+        r = prepare(s, pa, nslots, n);
+        if (r < 0)
+                return r;
+        /* Adopted chunks are opaque (legacy) until a block covers them:
+         * one block per chunk, the list complete, as the set's own
+         * gs_pproc_malloc would have left it. */
+        for (uint32_t k = 0; k < n; k++) {
+                uint32_t chunk, c;
+                r = gs_pproc_adopt(s->pp, slots[k], &chunk);
+                if (r == 0)
+                        r = gs_pproc_legacy_claim(s->pp, slots[k], &c);
+                if (r == 0)
+                        r = gs_pproc_legacy_block(s->pp, (uint64_t)slots[k] * cb, cb);
+                if (r < 0) {
+                        log_warn("GPU %u: slot %u of a set not taken again: %s", g->index, slots[k], strerror(-r));
+                        continue;
+                }
+                s->held[got++] = (struct gs_chunkset_ent){ (uint64_t)slots[k] * cb, chunk };
+        }
+        r = gs_pproc_legacy_seal(s->pp, true);
+        if (r < 0)
+                log_error("GPU %u: a set's chunks taken again, not sealed: %s", g->index, strerror(-r));
+        for (uint32_t k = 0; k < got; k++) {
+                uint32_t c = s->held[k].chunk;
+                /* Its memory is what the driver gave the processes: a
+                 * record without memory stands for it, else this one's
+                 * memory goes (the driver frees it). */
+                if (g->chunks[c].fd >= 0 && gs_gpu_chunk_orphan(g, c) < 0)
+                        gs_gpu_chunk_drop(g, c);
+                g->chunks[c].kept = true;
+        }
+        s->nheld = got;
         return (int)got;
 }
 

@@ -41,6 +41,15 @@ struct gs_chunkset {
  * nothing taken (-ENOMEM at the quota or the end of the range). */
 int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
                      uint32_t k, bool all) GS_WUR;
+/* After an agent restart: the chunks the set held at slots[0..n) before
+ * (the previous agent's ledger) are its again, past the quota and balloon
+ * cap if they must be (gs_pproc_adopt), each without memory (a record
+ * with none stands for it, else its memory goes): what they stood for is
+ * still the driver's.  Only on a set that took nothing yet.  Returns how
+ * many were taken (a slot out of range or taken is skipped, logged), or a
+ * negative errno (nothing taken). */
+int gs_chunkset_adopt(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
+                      const uint32_t *slots, uint32_t n) GS_WUR;
 /* Held chunk i (swapped with the last) goes back to the allocation with
  * fresh memory.  Returns 0; or, when it cannot be re-created (err says
  * why), a negative errno with the chunk kept, or with force 1: it went

@@ -49,6 +49,10 @@ enum gs_ledger_kind {
          * slot it said it did not do: charged until the process is gone
          * (gs_gpu_spill.c, struct gs_spare's holder). */
         GS_LEDGER_HELD = 6,
+        /* Held by allocation alloc's outside set (gs_outside.h: chunks whose
+         * memory went to its processes' contexts and modules) at slot of
+         * the set; pid and start 0. */
+        GS_LEDGER_OUTSIDE = 7,
 };
 
 /* Who holds a chunk: a gs_pproc's tag (gs_pool.h). */

@@ -37,6 +37,8 @@ static int give_last(struct gs_gpu *g, struct gs_outside *o, bool force)
                 log_warn("GPU %u: chunk %u back without memory (re-created when granted): %s",
                          g->index, chunk, err);
         g->outside_held -= g->chunk_bytes;
+        log_debug("GPU %u: outside chunk %u given back (charged %llu, restored %llu)", g->index, chunk,
+                  (unsigned long long)o->charged, (unsigned long long)o->restored);
         return 0;
 }
 
@@ -47,12 +49,20 @@ static uint32_t target(const struct gs_gpu *g, uint64_t charged)
         return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
+/* What the set must cover: the charges, or while the processes' own are
+ * not known again after a restart, what the previous agent's set held if
+ * that is more. */
+static uint64_t covered(const struct gs_outside *o, uint64_t charged)
+{
+        return charged > o->restored ? charged : o->restored;
+}
+
 /* short_bytes and short_since_ms from the charges and the chunks held. */
 static void update_short(struct gs_gpu *g, struct gs_outside *o)
 {
-        uint64_t held = (uint64_t)o->cs.nheld * g->chunk_bytes;
+        uint64_t held = (uint64_t)o->cs.nheld * g->chunk_bytes, c = covered(o, o->charged);
 
-        o->short_bytes = o->cs.nheld < target(g, o->charged) ? o->charged - held : 0;
+        o->short_bytes = o->cs.nheld < target(g, c) ? c - held : 0;
         if (!o->short_bytes)
                 o->short_since_ms = 0;
         else if (!o->short_since_ms)
@@ -61,7 +71,7 @@ static void update_short(struct gs_gpu *g, struct gs_outside *o)
 
 void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots)
 {
-        uint32_t want = target(g, o->charged);
+        uint32_t want = target(g, covered(o, o->charged));
 
         if (!o->short_bytes)
                 return;
@@ -76,7 +86,7 @@ void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
 
 void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 {
-        uint32_t want = target(g, o->charged);
+        uint32_t want = target(g, covered(o, o->charged));
 
         if (o->cs.nheld <= want)
                 return;
@@ -89,7 +99,7 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
                       uint64_t *slot, uint64_t bytes, bool strict)
 {
         uint64_t charged = o->charged - *slot + bytes;
-        uint32_t want = target(g, charged);
+        uint32_t want = target(g, covered(o, charged));
         bool up = bytes > *slot;
         int r;
 
@@ -115,6 +125,34 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
         return 0;
 }
 
+void gs_outside_init(struct gs_outside *o, uint64_t alloc)
+{
+        o->tag = (struct gs_ledger_tag){ .kind = GS_LEDGER_OUTSIDE, .alloc = alloc };
+        o->cs.tag = &o->tag;
+}
+
+uint32_t gs_outside_restore(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
+                            const uint32_t *slots, uint32_t n)
+{
+        int r = gs_chunkset_adopt(g, &o->cs, pa, nslots, slots, n);
+
+        if (r <= 0)
+                return 0;
+        g->outside_held += (uint64_t)r * g->chunk_bytes;
+        o->restored = (uint64_t)r * g->chunk_bytes;
+        update_short(g, o);
+        return (uint32_t)r;
+}
+
+void gs_outside_restored_done(struct gs_gpu *g, struct gs_outside *o)
+{
+        if (!o->restored)
+                return;
+        o->restored = 0;
+        gs_outside_settle(g, o);
+        update_short(g, o);
+}
+
 void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
 {
         if (o->cs.nheld)
@@ -123,6 +161,7 @@ void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
                 (void)give_last(g, o, true);
         gs_chunkset_fini(&o->cs);
         o->charged = 0;
+        o->restored = 0;
         o->short_bytes = 0;
         o->short_since_ms = 0;
 }

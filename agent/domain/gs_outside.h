@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "gs_chunkset.h"
+#include "gs_ledger.h"
 #include "gs_util.h"
 
 struct gs_gpu;
@@ -52,7 +53,18 @@ struct gs_outside {
          * (gs_outside_cover), before any process may take it. */
         uint64_t short_bytes;
         int64_t short_since_ms;
+        /* Its chunks' ledger entries (GS_LEDGER_OUTSIDE), so that a
+         * restarted agent charges them again (gs_outside_restore). */
+        struct gs_ledger_tag tag;
+        /* What the previous agent's set held (gs_outside_restore): the set
+         * covers at least this until the processes' own charges are known
+         * again (gs_outside_restored_done). */
+        uint64_t restored;
 };
+
+/* The set records its chunks in the GPU's ledger as allocation alloc's
+ * (its number, gs_ledger_tag.alloc).  o must not move afterwards. */
+void gs_outside_init(struct gs_outside *o, uint64_t alloc);
 
 /* Sets *slot (one process's charge on this GPU, part of o->charged) to
  * bytes and brings the set to ceil(charged / chunk) chunks.  pa is the
@@ -73,5 +85,22 @@ void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o);
  * that cannot be stays without memory and is re-created when next granted),
  * the set's pproc deleted.  charged must be 0 (every process gone). */
 void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o);
+/* After an agent restart, before any charge: the chunks the previous
+ * agent's set held (its ledger's GS_LEDGER_OUTSIDE entries for this
+ * allocation: their slots[0..n)) are the set's again, past the quota if
+ * they must be: their memory is in the driver's hands already (the
+ * processes' contexts), so each is a chunk without memory.  The charges
+ * come back with the processes (the usage scan); until then nothing goes
+ * back that the driver cannot make again (gs_outside_settle).  Without
+ * this, a borrower whose quota and burst its adopted chunks fill, on a
+ * pool whose free chunks are owed, could not be charged for its contexts
+ * and would show over its quota by their size.  What they held stays
+ * charged (o->restored) until gs_outside_restored_done.  Returns how many
+ * chunks the set took. */
+uint32_t gs_outside_restore(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
+                            const uint32_t *slots, uint32_t n);
+/* Every process of the allocation is back and measured (the usage scan):
+ * the restored charge goes, the processes' own charges stand. */
+void gs_outside_restored_done(struct gs_gpu *g, struct gs_outside *o);
 
 #endif

@@ -282,6 +282,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
         uint32_t slots = gs_allocs_outside_slots(&ag->node, part), killed = 0;
         uint64_t measured = 0, bypass = 0, over;
         struct gs_palloc_stats ps;
+        bool all_back = true;
 
         if (!a->pod_uid[0])
                 for (struct gs_proc *p = a->procs; p && !a->pod_uid[0]; p = p->next)
@@ -295,6 +296,10 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 struct gs_proc_gpu *pg = &p->gpus[i];
                 uint64_t m = lookup(sv, n, p->pid);
 
+                /* Before a process has reclaimed, what it maps is not all
+                 * known (slots in host memory), nor its charge. */
+                if (p->state != GS_PROC_ACTIVE)
+                        all_back = false;
                 if (i >= p->ngpus || p->state == GS_PROC_HELLO)
                         continue;
                 /* Memory an earlier agent made that the process still maps
@@ -303,12 +308,18 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 uint64_t orphan = ((uint64_t)gs_gpu_orphans_of(g, pg->pp) + gs_gpu_orphans_of(g, pg->vpp)) *
                                   g->chunk_bytes;
                 m = m > orphan ? m - orphan : 0;
+                /* In a move the process maps other memory than its chunks
+                 * say (unmapped, not settled yet): a charge only goes up. */
+                if ((g->moving_out || g->moving_back) && m < pg->outside_measured)
+                        m = pg->outside_measured;
                 pg->outside_measured = m;
                 measured += m;
                 (void)!gs_outside_charge(g, &part->out, part->pa, slots, &pg->outside_charge,
                                         m > pg->ctx_expect ? m : pg->ctx_expect, false);
         }
         (void)!gs_outside_charge(g, &part->out, part->pa, slots, &part->bypass_charge, bypass, false);
+        if (all_back)
+                gs_outside_restored_done(g, &part->out);
         measured += bypass;
         gs_outside_settle(g, &part->out);
         over = part->out.short_bytes;

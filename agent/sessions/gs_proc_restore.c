@@ -89,6 +89,38 @@ static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_
                          lacking);
 }
 
+/* The chunks each allocation's outside set held (GS_LEDGER_OUTSIDE), its
+ * again once the processes' chunks are adopted (gs_outside_restore). */
+static void restore_outside(struct gs_agent *ag, struct gs_gpu *g)
+{
+        uint32_t *slots = calloc((size_t)g->nheld_before + 1, sizeof(*slots));
+
+        if (!slots) {
+                log_error("GPU %u: out of memory restoring charges outside the pool", g->index);
+                return;
+        }
+        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
+                for (uint32_t pi = 0; pi < a->nparts; pi++) {
+                        struct gs_part *part = &a->parts[pi];
+                        uint64_t num = gs_proc_alloc_num(a);
+                        uint32_t n = 0, got;
+                        if (part->gpu != g->index || part->gone || a->releasing)
+                                continue;
+                        for (uint32_t i = 0; i < g->nheld_before; i++)
+                                if (g->held_before[i].kind == GS_LEDGER_OUTSIDE && g->held_before[i].alloc == num)
+                                        slots[n++] = g->held_before[i].slot;
+                        if (!n)
+                                continue;
+                        pthread_mutex_lock(&g->lock);
+                        got = gs_outside_restore(g, &part->out, part->pa, gs_allocs_outside_slots(&ag->node, part),
+                                                 slots, n);
+                        pthread_mutex_unlock(&g->lock);
+                        log_info("GPU %u: allocation %s: %u of the %u chunks its processes' contexts and modules "
+                                 "took outside the pool before the restart charged again", g->index, a->id, got, n);
+                }
+        free(slots);
+}
+
 void gs_proc_restore(struct gs_agent *ag)
 {
         for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
@@ -150,6 +182,7 @@ void gs_proc_restore(struct gs_agent *ag)
                 place_adopted(g, chunk, target, owner, n);
                 pthread_mutex_unlock(&g->lock);
                 gs_proc_restore_spilled(ag, g);
+                restore_outside(ag, g);
                 free(owner);
                 free(was);
                 free(target);
