@@ -411,6 +411,26 @@ START_TEST(test_events_and_graphs)
         ck_assert_uint_eq(stat_of(getpid()).gpu_ns, 6 * MS);
         ck_assert_uint_eq(fakecuda_launched(), 8);
 
+        /* Recorded again on an idle stream while a record is pending: the
+         * event is the latest record's (complete); destroying it waits for
+         * the pending one, which leaves it alone. */
+        {
+                CUstream s2;
+                CUevent ev;
+
+                ck_assert_int_eq(cuStreamCreate(&s2, 0), CUDA_SUCCESS);
+                ck_assert_int_eq(cuEventCreate(&ev, 0), CUDA_SUCCESS);
+                ck_assert_int_eq(fakecuda_engine_hold(1), 0);
+                ck_assert_int_eq(spin(s, 1000), CUDA_SUCCESS);
+                ck_assert_int_eq(cuEventRecord(ev, s), CUDA_SUCCESS);
+                ck_assert_int_eq(cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+                ck_assert_int_eq(cuEventRecord(ev, s2), CUDA_SUCCESS);
+                ck_assert_int_eq(cuEventQuery(ev), CUDA_SUCCESS);
+                ck_assert_int_eq(fakecuda_engine_hold(0), 0);
+                ck_assert_int_eq(cuEventDestroy_v2(ev), CUDA_SUCCESS);
+                ck_assert_int_eq(cuStreamSynchronize(s), CUDA_SUCCESS);
+                ck_assert_int_eq(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
+        }
         ck_assert_int_eq(cuGraphExecDestroy(x), CUDA_SUCCESS);
         ck_assert_int_eq(cuGraphExecDestroy(x), CUDA_ERROR_INVALID_HANDLE);
         ck_assert_int_eq(cuGraphDestroy(g), CUDA_SUCCESS);

@@ -38,8 +38,9 @@
  * set, the i-th call from now (0 the next) returns
  * CUDA_ERROR_OUT_OF_MEMORY and maps nothing (for tests of failure paths).
  *
- * The fake kernel.  There are no modules; the one CUfunction is
- * fakecuda_fill_kernel().  cuLaunchKernel(_ptsz) of it takes any grid and
+ * The fake kernels.  There are no modules; the CUfunctions are
+ * fakecuda_fill_kernel() and fakecuda_spin_kernel().  cuLaunchKernel(_ptsz)
+ * of the fill kernel takes any grid and
  * block (no dimension 0), extra == NULL, and kernelParams pointing to
  *   CUdeviceptr dst, size_t bytes, uint32_t value, uint32_t delay_us
  * (bytes and dst multiples of 4, delay_us <= 10 s).  The launch checks the
@@ -48,11 +49,26 @@
  * thread, in launch order: it sleeps delay_us, then writes value to every
  * 32-bit word of [dst, dst+bytes).  cuStreamSynchronize waits for the
  * stream's kernels, cuCtxSynchronize (and a default stream's synchronize)
- * for every stream's; synchronous copies and memsets, cuMemsetD32Async,
- * cuLaunchHostFunc and cuEventRecord wait for them too, so every stream
- * stays in order.  fakecuda_hold_work(1) holds queued kernels back until
+ * for every stream's; synchronous copies and memsets, cuMemsetD32Async
+ * and cuLaunchHostFunc wait for them too, so every stream stays in order.
+ * fakecuda_hold_work(1) holds queued kernels back until
  * fakecuda_hold_work(0); fakecuda_work_pending() and fakecuda_launched()
  * count them (see "asynchronous work" below).
+ *
+ * GPU time (fc_engine.h, docs/fakecuda.md).  The spin kernel's one
+ * parameter is uint32_t duration_us (at most 10 s): it takes that much
+ * time on its device's engine, which every process shares and which
+ * time-slices contexts as the driver does (GSHARE_FAKECUDA_TIMESLICE_US,
+ * default 2000); fakecuda_engine_stats() says what each context got.  It
+ * is queued on the worker like the fill kernel, in stream order, and
+ * completes when the engine has run it.  The fill kernel and copies take
+ * no engine time.  cuEventRecord is asynchronous: the event completes
+ * after the work queued before it (cuEventQuery: CUDA_ERROR_NOT_READY
+ * until then; cuEventSynchronize waits), at the model's time, so
+ * cuEventElapsedTime(_v2) measures modelled GPU time; cuStreamQuery says
+ * whether a stream's work is done.  Stream capture records the kernels
+ * launched into it in a graph (fc_graph.h) that cuGraphInstantiate and
+ * cuGraphLaunch(_ptsz) replay, each spin kernel charged its duration.
  *
  * cuMemcpyDtoDAsync_v2 is queued on its stream as a kernel is (the same
  * worker, in order; fakecuda_work_pending counts it, fakecuda_launched
@@ -161,6 +177,7 @@ struct fc_event {
         unsigned flags;
         int recorded;
         uint64_t widx;  /* the work item of its last record (complete once finished) (g_wlock) */
+        int pending;    /* work items of its records not yet run (g_wlock) */
         uint64_t t_ns;  /* when it completed, in the model's time (g_wlock) */
 };
 #define FC_EVENT_MAGIC 0x54564546u
@@ -1655,7 +1672,11 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
  * device) writes nothing and makes the next synchronisation (stream,
  * context, or a synchronous copy) return CUDA_ERROR_ILLEGAL_ADDRESS, once:
  * unlike a GPU, the context survives.  Work queued before a fork does not
- * run in the child. */
+ * run in the child.  A spin kernel enters the engine at its launch (so the
+ * engine knows the context's whole queue) and its item here waits for the
+ * engine to have run it; a launch finding its context's engine queue full
+ * waits for the worker to finish some (a full push buffer).  An event's
+ * record is an item too, stamped with the model's time when it runs. */
 struct fc_work {
         struct fc_work *next;
         struct fc_stream *s; /* NULL: the default streams */
@@ -1669,8 +1690,8 @@ struct fc_work {
         uint32_t spin_us;    /* FC_W_SPIN: its duration, its context, its kernel in the engine */
         uint64_t ctx;
         struct fc_eng_ticket t;
-        struct fc_event *ev; /* FC_W_EVENT: the event recorded, when (model time) */
-        uint64_t rec_ns;
+        struct fc_event *ev; /* FC_W_EVENT: the event recorded, when (model time), its number */
+        uint64_t rec_ns, idx;
 };
 
 enum {
@@ -1735,7 +1756,9 @@ static void fc_work_spin(struct fc_work *w)
 static void fc_work_event(struct fc_work *w)
 {
         pthread_mutex_lock(&g_wlock);
-        w->ev->t_ns = w->rec_ns > g_wlast_ns ? w->rec_ns : g_wlast_ns;
+        if (w->ev->widx == w->idx) /* else recorded again since */
+                w->ev->t_ns = w->rec_ns > g_wlast_ns ? w->rec_ns : g_wlast_ns;
+        w->ev->pending--;
         pthread_mutex_unlock(&g_wlock);
 }
 
@@ -1825,7 +1848,7 @@ static void fc_work_child(void)
         g_wqueued = g_wfinished = g_wkernels = g_wlast_ns = 0;
         for (int i = 0; i < FC_MAX_OBJS; i++)
                 if (g_objs[i] && ((struct fc_event *)g_objs[i])->magic == FC_EVENT_MAGIC)
-                        ((struct fc_event *)g_objs[i])->widx = 0;
+                        ((struct fc_event *)g_objs[i])->widx = ((struct fc_event *)g_objs[i])->pending = 0;
         g_wstarted = g_whold = g_wfault = 0;
         pthread_mutex_init(&g_wlock, NULL);
         pthread_cond_init(&g_wcond, NULL);
@@ -1868,8 +1891,10 @@ static CUresult fc_work_queue(struct fc_work *w)
                 g_wkernels += w->kind == FC_W_SPIN || (w->kind == FC_W_FILL && w->src == 0);
                 if (w->s)
                         w->s->last = g_wqueued;
-                if (w->kind == FC_W_EVENT)
-                        w->ev->widx = g_wqueued;
+                if (w->kind == FC_W_EVENT) {
+                        w->idx = w->ev->widx = g_wqueued;
+                        w->ev->pending++;
+                }
                 pthread_cond_broadcast(&g_wcond);
         }
         pthread_mutex_unlock(&g_wlock);
@@ -1916,7 +1941,8 @@ static CUresult fc_work_wait_stream(CUstream h)
  * what tests observe of the work queue.  fakecuda_hold_work(1) keeps the
  * worker from starting queued work until fakecuda_hold_work(0), so a test
  * can hold a launch in flight without timing; fakecuda_work_pending is the
- * number of launches and async copies queued or running, fakecuda_launched
+ * number of launches, async copies and event records queued or running
+ * (a spin kernel until the engine has run it), fakecuda_launched
  * the number of launches queued since the start. */
 static const char fc_fill_kernel_obj = 'k';
 CUfunction fakecuda_fill_kernel(void);
@@ -2223,7 +2249,7 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
         /* A pending record refers to it: done first (the real driver
          * returns at once and frees the event after). */
         pthread_mutex_lock(&g_wlock);
-        while (!fc_event_done(e))
+        while (e->pending)
                 pthread_cond_wait(&g_wdone, &g_wlock);
         pthread_mutex_unlock(&g_wlock);
         pthread_mutex_lock(&g_lock);

@@ -166,17 +166,17 @@ out:
         return e == MAP_FAILED ? NULL : e;
 }
 
-static void eng_fork_prepare(void) { pthread_mutex_lock(&l_lock); }
-static void eng_fork_parent(void) { pthread_mutex_unlock(&l_lock); }
-
-/* The child has no keeper thread: it registers anew when it submits. */
+/* The child has no keeper thread: it registers anew when it submits.
+ * l_lock is not taken around fork (fakecuda.c's worker lock is held
+ * while this one is taken: that order must not be reversed); the child
+ * has one thread, so it starts with l_lock free. */
 static void eng_fork_child(void)
 {
         l_proc = -1;
         pthread_mutex_init(&l_lock, NULL);
 }
 
-static void eng_fork_register(void) { (void)pthread_atfork(eng_fork_prepare, eng_fork_parent, eng_fork_child); }
+static void eng_fork_register(void) { (void)pthread_atfork(NULL, NULL, eng_fork_child); }
 
 static struct eng_shared *eng_open(void)
 {
