@@ -198,6 +198,13 @@ START_TEST(test_lone_context)
                 ck_assert_msg(us < 100000, "waiting 500 ms of GPU time used %ld us of CPU", us);
         }
         ck_assert_uint_eq(stat_of(getpid()).gpu_ns, 512 * MS);
+        /* More kernels than a context's queue holds: the launch waits for
+         * room, none is lost. */
+        for (int i = 0; i < 700; i++)
+                ck_assert_int_eq(spin(s, 10), CUDA_SUCCESS);
+        ck_assert_int_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+        ck_assert_uint_eq(stat_of(getpid()).kernels, 705);
+        ck_assert_uint_eq(stat_of(getpid()).gpu_ns, 519 * MS);
         ck_assert_int_eq(cuStreamDestroy_v2(s), CUDA_SUCCESS);
         teardown();
 }

@@ -1881,9 +1881,15 @@ static CUresult fc_work_queue(struct fc_work *w)
         }
         /* A spin kernel enters the engine now, in launch order: a full
          * queue waits for the worker to finish some of it. */
-        while (rc == 0 && w->kind == FC_W_SPIN &&
-               (rc = -fc_engine_submit(w->dev, w->ctx, w->spin_us, &w->t)) == EAGAIN)
+        while (rc == 0 && w->kind == FC_W_SPIN) {
+                int er = fc_engine_submit(w->dev, w->ctx, w->spin_us, &w->t);
+
+                if (er != -EAGAIN) {
+                        rc = -er;
+                        break;
+                }
                 pthread_cond_wait(&g_wdone, &g_wlock);
+        }
         if (rc == 0) {
                 *g_wtail = w;
                 g_wtail = &w->next;
