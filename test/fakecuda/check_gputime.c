@@ -368,6 +368,43 @@ START_TEST(test_stream_order)
 }
 END_TEST
 
+/* Two contexts of one process are two contexts of the engine (they
+ * time-slice like any two); the process's figures are their sum. */
+START_TEST(test_process_sums_contexts)
+{
+        struct fakecuda_engine_stat st[4], sum;
+        CUcontext primary, other;
+        CUevent e0, e1;
+
+        setup("2000");
+        ck_assert_int_eq(cuCtxGetCurrent(&primary), CUDA_SUCCESS);
+        ck_assert_int_eq(fakecuda_engine_hold(1), 0);
+        e0 = event(NULL);
+        ck_assert_int_eq(spin(NULL, 3000), CUDA_SUCCESS);
+        ck_assert_int_eq(cuCtxCreate(&other, 0, 0), CUDA_SUCCESS);
+        ck_assert_int_eq(spin(NULL, 3000), CUDA_SUCCESS);
+        e1 = event(NULL);
+        ck_assert_int_eq(fakecuda_engine_hold(0), 0);
+        ck_assert_int_eq(cuCtxSynchronize(), CUDA_SUCCESS);
+        /* 2 + 2 + 1 (the first done) + 1 (the other, then alone). */
+        ck_assert_ns(elapsed_ns(e0, e1), 6 * MS);
+        ck_assert_int_eq(fakecuda_engine_stats(0, st, 4), 2);
+        ck_assert_uint_eq(st[0].gpu_ns, 3 * MS);
+        ck_assert_uint_eq(st[1].gpu_ns, 3 * MS);
+        ck_assert_uint_eq(st[0].ctx, (uint64_t)(uintptr_t)primary);
+        ck_assert_uint_eq(st[1].ctx, (uint64_t)(uintptr_t)other);
+        ck_assert_int_eq(fakecuda_engine_pid_stat(0, getpid(), &sum), 2);
+        ck_assert_uint_eq(sum.gpu_ns, 6 * MS);
+        ck_assert_uint_eq(sum.kernels, 2);
+        ck_assert_uint_eq(sum.contended_ns, 5 * MS); /* 2 + 1 of the first, 2 of the other */
+        ck_assert_uint_eq(sum.wait_ns, 5 * MS);
+        ck_assert_uint_eq(sum.latency_max_ns, 6 * MS);
+        ck_assert_int_eq(fakecuda_engine_pid_stat(0, getpid() + 1, &sum), 0);
+        ck_assert_int_eq(cuCtxDestroy_v2(other), CUDA_SUCCESS);
+        teardown();
+}
+END_TEST
+
 /* Events' errors; a captured graph charges its kernels' durations at each
  * launch, and its fill kernel runs in order. */
 START_TEST(test_events_and_graphs)
@@ -460,6 +497,7 @@ int main(void)
         tcase_add_test(tc, test_latency_beside_a_queue);
         tcase_add_test(tc, test_killed_process_dropped);
         tcase_add_test(tc, test_stream_order);
+        tcase_add_test(tc, test_process_sums_contexts);
         tcase_add_test(tc, test_events_and_graphs);
         suite_add_tcase(s, tc);
         return gs_check_run(s);

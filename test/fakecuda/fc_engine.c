@@ -634,6 +634,33 @@ int fakecuda_engine_stats(int dev, struct fakecuda_engine_stat *out, int max)
         return n;
 }
 
+int fakecuda_engine_pid_stat(int dev, int32_t pid, struct fakecuda_engine_stat *out)
+{
+        struct fakecuda_engine_stat st[ENG_CLIENTS];
+        int n = fakecuda_engine_stats(dev, st, ENG_CLIENTS), k = 0;
+
+        memset(out, 0, sizeof(*out));
+        out->pid = pid;
+        for (int i = 0; i < n; i++) {
+                if (st[i].pid != pid)
+                        continue;
+                k++;
+                out->live |= st[i].live;
+                out->gpu_ns += st[i].gpu_ns;
+                out->contended_ns += st[i].contended_ns;
+                out->wait_ns += st[i].wait_ns;
+                out->kernels += st[i].kernels;
+                out->queued += st[i].queued;
+                out->dropped += st[i].dropped;
+                out->turns += st[i].turns;
+                out->preempted += st[i].preempted;
+                if (st[i].latency_max_ns > out->latency_max_ns)
+                        out->latency_max_ns = st[i].latency_max_ns;
+        }
+        out->ctx = (uint64_t)k;
+        return n < 0 ? -1 : k;
+}
+
 uint64_t fakecuda_engine_now(void) { return fc_engine_now_ns(); }
 
 int fakecuda_engine_hold(int hold)

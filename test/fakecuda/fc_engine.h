@@ -72,6 +72,10 @@ struct fakecuda_engine_stat {
 /* The contexts of device dev (up to max of them into out, live and dead),
  * after advancing the model to now; returns how many there are, or -1. */
 int fakecuda_engine_stats(int dev, struct fakecuda_engine_stat *out, int max);
+/* The sum over process pid's contexts on device dev (pid, live: any,
+ * latency_max_ns: the longest, ctx: how many); returns that number (0:
+ * none), or -1. */
+int fakecuda_engine_pid_stat(int dev, int32_t pid, struct fakecuda_engine_stat *out);
 /* The model's clock, ns. */
 uint64_t fakecuda_engine_now(void);
 /* hold != 0: stops the model's clock (nothing runs, nothing completes)
