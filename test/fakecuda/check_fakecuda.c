@@ -45,7 +45,15 @@ static void setup_state(const char *mem, const char *ndev)
         ck_assert_int_eq(cuInit(0), CUDA_SUCCESS);
 }
 
-static void teardown_state(void) { unlink(g_state); }
+/* The state and the model of GPU time's file beside it (fc_engine.h). */
+static void teardown_state(void)
+{
+        char eng[160];
+
+        snprintf(eng, sizeof(eng), "%s-engine", g_state);
+        unlink(g_state);
+        unlink(eng);
+}
 
 static CUcontext make_ctx(int dev)
 {

@@ -38,8 +38,9 @@
  * set, the i-th call from now (0 the next) returns
  * CUDA_ERROR_OUT_OF_MEMORY and maps nothing (for tests of failure paths).
  *
- * The fake kernel.  There are no modules; the one CUfunction is
- * fakecuda_fill_kernel().  cuLaunchKernel(_ptsz) of it takes any grid and
+ * The fake kernels.  There are no modules; the CUfunctions are
+ * fakecuda_fill_kernel() and fakecuda_spin_kernel().  cuLaunchKernel(_ptsz)
+ * of the fill kernel takes any grid and
  * block (no dimension 0), extra == NULL, and kernelParams pointing to
  *   CUdeviceptr dst, size_t bytes, uint32_t value, uint32_t delay_us
  * (bytes and dst multiples of 4, delay_us <= 10 s).  The launch checks the
@@ -48,11 +49,26 @@
  * thread, in launch order: it sleeps delay_us, then writes value to every
  * 32-bit word of [dst, dst+bytes).  cuStreamSynchronize waits for the
  * stream's kernels, cuCtxSynchronize (and a default stream's synchronize)
- * for every stream's; synchronous copies and memsets, cuMemsetD32Async,
- * cuLaunchHostFunc and cuEventRecord wait for them too, so every stream
- * stays in order.  fakecuda_hold_work(1) holds queued kernels back until
+ * for every stream's; synchronous copies and memsets, cuMemsetD32Async
+ * and cuLaunchHostFunc wait for them too, so every stream stays in order.
+ * fakecuda_hold_work(1) holds queued kernels back until
  * fakecuda_hold_work(0); fakecuda_work_pending() and fakecuda_launched()
  * count them (see "asynchronous work" below).
+ *
+ * GPU time (fc_engine.h, docs/fakecuda.md).  The spin kernel's one
+ * parameter is uint32_t duration_us (at most 10 s): it takes that much
+ * time on its device's engine, which every process shares and which
+ * time-slices contexts as the driver does (GSHARE_FAKECUDA_TIMESLICE_US,
+ * default 2000); fakecuda_engine_stats() says what each context got.  It
+ * is queued on the worker like the fill kernel, in stream order, and
+ * completes when the engine has run it.  The fill kernel and copies take
+ * no engine time.  cuEventRecord is asynchronous: the event completes
+ * after the work queued before it (cuEventQuery: CUDA_ERROR_NOT_READY
+ * until then; cuEventSynchronize waits), at the model's time, so
+ * cuEventElapsedTime(_v2) measures modelled GPU time; cuStreamQuery says
+ * whether a stream's work is done.  Stream capture records the kernels
+ * launched into it in a graph (fc_graph.h) that cuGraphInstantiate and
+ * cuGraphLaunch(_ptsz) replay, each spin kernel charged its duration.
  *
  * cuMemcpyDtoDAsync_v2 is queued on its stream as a kernel is (the same
  * worker, in order; fakecuda_work_pending counts it, fakecuda_launched
@@ -81,6 +97,8 @@
 #include <unistd.h>
 
 #include "../../hook/gs_cudadecl.h"
+#include "fc_engine.h"
+#include "fc_graph.h"
 #include "fc_state.h"
 
 #define FC_GRAN (2u << 20)
@@ -148,6 +166,7 @@ struct fc_stream {
         uint32_t magic;
         struct fc_ctx *ctx;
         int capture;    /* CUstreamCaptureStatus: NONE, ACTIVE, INVALIDATED */
+        struct fc_graph *graph; /* what the capture records (g_lock) */
         uint64_t last;  /* the number of its last launch (g_wlock) */
 };
 #define FC_STREAM_MAGIC 0x53545246u
@@ -155,6 +174,11 @@ struct fc_stream {
 struct fc_event {
         uint32_t magic;
         struct fc_ctx *ctx;
+        unsigned flags;
+        int recorded;
+        uint64_t widx;  /* the work item of its last record (complete once finished) (g_wlock) */
+        int pending;    /* work items of its records not yet run (g_wlock) */
+        uint64_t t_ns;  /* when it completed, in the model's time (g_wlock) */
 };
 #define FC_EVENT_MAGIC 0x54564546u
 
@@ -1305,8 +1329,10 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
         else
                 fc_obj_del(s);
         pthread_mutex_unlock(&g_lock);
-        if (r == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS) {
+                fc_graph_free(s->graph);
                 free(s);
+        }
         return r;
 }
 
@@ -1358,77 +1384,9 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int fla
         return cuStreamCreate(phStream, flags);
 }
 
-/* ---- events: recording one waits for the stream's launched kernels,
- * so every event has completed once recorded ------------------------- */
-
-static CUresult fc_event_check(CUevent h)
-{
-        int ok;
-
-        FC_INIT_CHECK();
-        pthread_mutex_lock(&g_lock);
-        ok = fc_obj_has(h) && ((struct fc_event *)h)->magic == FC_EVENT_MAGIC;
-        pthread_mutex_unlock(&g_lock);
-        return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
-CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
-{
-        struct fc_event *e;
-        int dev, rc;
-        CUresult r = fc_cur_dev(&dev);
-
-        if (r != CUDA_SUCCESS)
-                return r;
-        if (!phEvent || (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
-                                              CU_EVENT_INTERPROCESS)))
-                return CUDA_ERROR_INVALID_VALUE;
-        e = calloc(1, sizeof(*e));
-        if (!e)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-        e->magic = FC_EVENT_MAGIC;
-        e->ctx = fc_current();
-        pthread_mutex_lock(&g_lock);
-        rc = fc_obj_add(e);
-        pthread_mutex_unlock(&g_lock);
-        if (rc < 0) {
-                free(e);
-                return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        *phEvent = (CUevent)e;
-        return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
-{
-        CUresult r = fc_event_check(hEvent);
-
-        if (r == CUDA_SUCCESS)
-                r = fc_stream_check(hStream);
-        return r != CUDA_SUCCESS ? r : fc_work_wait_stream(hStream);
-}
-
-CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) { return fc_event_check(hEvent); }
-
-CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
-{
-        struct fc_event *e = (struct fc_event *)hEvent;
-        CUresult r = CUDA_SUCCESS;
-
-        FC_INIT_CHECK();
-        pthread_mutex_lock(&g_lock);
-        if (!fc_obj_has(e) || e->magic != FC_EVENT_MAGIC)
-                r = CUDA_ERROR_INVALID_HANDLE;
-        else
-                fc_obj_del(e);
-        pthread_mutex_unlock(&g_lock);
-        if (r == CUDA_SUCCESS)
-                free(e);
-        return r;
-}
-
-/* Stream capture: only the state machine (no graph is built; EndCapture
- * hands back a placeholder that must not be used). */
+/* Stream capture records the fake kernels launched into it, in order, in
+ * a graph (fc_graph.h); cuGraphLaunch queues them on its stream as if
+ * launched there, spin kernels charging their durations to the engine. */
 static CUresult fc_capture_stream(CUstream h, struct fc_stream **ret)
 {
         CUresult r = fc_stream_check(h);
@@ -1452,6 +1410,8 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
         pthread_mutex_lock(&g_lock);
         if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
                 r = CUDA_ERROR_ILLEGAL_STATE;
+        else if (!(s->graph = fc_graph_new(0)))
+                r = CUDA_ERROR_OUT_OF_MEMORY;
         else
                 s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         pthread_mutex_unlock(&g_lock);
@@ -1460,7 +1420,7 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
 
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-        static char placeholder;
+        struct fc_graph *g = NULL;
         struct fc_stream *s;
         CUresult r = fc_capture_stream(hStream, &s);
 
@@ -1473,9 +1433,16 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
                 r = CUDA_ERROR_ILLEGAL_STATE;
         else if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
                 r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        else if (fc_obj_add(s->graph) < 0)
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+                g = s->graph;
+        if (!g)
+                fc_graph_free(s->graph);
+        s->graph = NULL;
         s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
         pthread_mutex_unlock(&g_lock);
-        *phGraph = r == CUDA_SUCCESS ? (CUgraph)&placeholder : NULL;
+        *phGraph = (CUgraph)g;
         return r;
 }
 
@@ -1705,7 +1672,11 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
  * device) writes nothing and makes the next synchronisation (stream,
  * context, or a synchronous copy) return CUDA_ERROR_ILLEGAL_ADDRESS, once:
  * unlike a GPU, the context survives.  Work queued before a fork does not
- * run in the child. */
+ * run in the child.  A spin kernel enters the engine at its launch (so the
+ * engine knows the context's whole queue) and its item here waits for the
+ * engine to have run it; a launch finding its context's engine queue full
+ * waits for the worker to finish some (a full push buffer).  An event's
+ * record is an item too, stamped with the model's time when it runs. */
 struct fc_work {
         struct fc_work *next;
         struct fc_stream *s; /* NULL: the default streams */
@@ -1715,6 +1686,18 @@ struct fc_work {
         uint32_t value, delay_us;
         uintptr_t src;       /* a copy (cuMemcpyDtoDAsync_v2) from src; 0: the fill kernel */
         int fail;            /* fakecuda_fail_copies: faults when it runs */
+        int kind;            /* FC_W_* */
+        uint32_t spin_us;    /* FC_W_SPIN: its duration, its context, its kernel in the engine */
+        uint64_t ctx;
+        struct fc_eng_ticket t;
+        struct fc_event *ev; /* FC_W_EVENT: the event recorded, when (model time), its number */
+        uint64_t rec_ns, idx;
+};
+
+enum {
+        FC_W_FILL,  /* the fill kernel or a copy: runs on the worker */
+        FC_W_SPIN,  /* a kernel with a duration: runs on the engine (fc_engine.h) */
+        FC_W_EVENT, /* an event's record: completes after what was queued before it */
 };
 
 static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
@@ -1726,6 +1709,7 @@ static uint64_t g_wfinished; /* of those, finished (in order: one worker) (same)
 static uint64_t g_wkernels;  /* of those, kernels (not copies): fakecuda_launched (g_wlock) */
 static int g_whold;          /* fakecuda_hold_work */
 static int g_wfault;         /* CUresult of a faulted kernel, for the next sync (atomic) */
+static uint64_t g_wlast_ns;  /* when the last spin kernel the worker saw completed, model time (g_wlock) */
 static int g_wstarted;
 static pthread_once_t g_wfork_once = PTHREAD_ONCE_INIT;
 
@@ -1753,11 +1737,44 @@ static CUresult fc_reach_locked(int dev, uintptr_t ptr, size_t n)
         return in_maps == in_resv ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
 }
 
+/* A spin kernel: waits for the engine to run it (fc_engine.h). */
+static void fc_work_spin(struct fc_work *w)
+{
+        uint64_t done = 0;
+        int rc = fc_engine_wait(&w->t, &done);
+
+        pthread_mutex_lock(&g_wlock);
+        if (rc == 0 && done > g_wlast_ns)
+                g_wlast_ns = done;
+        if (rc != 0)
+                __atomic_store_n(&g_wfault, (int)CUDA_ERROR_LAUNCH_FAILED, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&g_wlock);
+}
+
+/* An event completes after everything queued before it: at its record, or
+ * when the last spin kernel before it completed, whichever is later. */
+static void fc_work_event(struct fc_work *w)
+{
+        pthread_mutex_lock(&g_wlock);
+        if (w->ev->widx == w->idx) /* else recorded again since */
+                w->ev->t_ns = w->rec_ns > g_wlast_ns ? w->rec_ns : g_wlast_ns;
+        w->ev->pending--;
+        pthread_mutex_unlock(&g_wlock);
+}
+
 static void fc_work_run(struct fc_work *w)
 {
         struct timespec ts = { .tv_sec = w->delay_us / 1000000, .tv_nsec = (long)(w->delay_us % 1000000) * 1000 };
         CUresult r;
 
+        if (w->kind == FC_W_SPIN) {
+                fc_work_spin(w);
+                return;
+        }
+        if (w->kind == FC_W_EVENT) {
+                fc_work_event(w);
+                return;
+        }
         while (w->delay_us && nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
         /* Under g_lock: the range cannot be remapped while it is written. */
@@ -1828,7 +1845,10 @@ static void fc_work_child(void)
         for (int i = 0; i < FC_MAX_OBJS; i++)
                 if (g_objs[i] && ((struct fc_stream *)g_objs[i])->magic == FC_STREAM_MAGIC)
                         ((struct fc_stream *)g_objs[i])->last = 0;
-        g_wqueued = g_wfinished = g_wkernels = 0;
+        g_wqueued = g_wfinished = g_wkernels = g_wlast_ns = 0;
+        for (int i = 0; i < FC_MAX_OBJS; i++)
+                if (g_objs[i] && ((struct fc_event *)g_objs[i])->magic == FC_EVENT_MAGIC)
+                        ((struct fc_event *)g_objs[i])->widx = ((struct fc_event *)g_objs[i])->pending = 0;
         g_wstarted = g_whold = g_wfault = 0;
         pthread_mutex_init(&g_wlock, NULL);
         pthread_cond_init(&g_wcond, NULL);
@@ -1859,13 +1879,28 @@ static CUresult fc_work_queue(struct fc_work *w)
                 pthread_attr_destroy(&attr);
                 g_wstarted = rc == 0;
         }
+        /* A spin kernel enters the engine now, in launch order: a full
+         * queue waits for the worker to finish some of it. */
+        while (rc == 0 && w->kind == FC_W_SPIN) {
+                int er = fc_engine_submit(w->dev, w->ctx, w->spin_us, &w->t);
+
+                if (er != -EAGAIN) {
+                        rc = -er;
+                        break;
+                }
+                pthread_cond_wait(&g_wdone, &g_wlock);
+        }
         if (rc == 0) {
                 *g_wtail = w;
                 g_wtail = &w->next;
                 __atomic_add_fetch(&g_wqueued, 1, __ATOMIC_RELEASE);
-                g_wkernels += w->src == 0;
+                g_wkernels += w->kind == FC_W_SPIN || (w->kind == FC_W_FILL && w->src == 0);
                 if (w->s)
                         w->s->last = g_wqueued;
+                if (w->kind == FC_W_EVENT) {
+                        w->idx = w->ev->widx = g_wqueued;
+                        w->ev->pending++;
+                }
                 pthread_cond_broadcast(&g_wcond);
         }
         pthread_mutex_unlock(&g_wlock);
@@ -1912,11 +1947,17 @@ static CUresult fc_work_wait_stream(CUstream h)
  * what tests observe of the work queue.  fakecuda_hold_work(1) keeps the
  * worker from starting queued work until fakecuda_hold_work(0), so a test
  * can hold a launch in flight without timing; fakecuda_work_pending is the
- * number of launches and async copies queued or running, fakecuda_launched
+ * number of launches, async copies and event records queued or running
+ * (a spin kernel until the engine has run it), fakecuda_launched
  * the number of launches queued since the start. */
 static const char fc_fill_kernel_obj = 'k';
 CUfunction fakecuda_fill_kernel(void);
 CUfunction fakecuda_fill_kernel(void) { return (CUfunction)(uintptr_t)&fc_fill_kernel_obj; }
+/* The kernel with a duration: one parameter, uint32_t duration_us (at
+ * most 10 s), run by the engine (fc_engine.h). */
+static const char fc_spin_kernel_obj = 's';
+CUfunction fakecuda_spin_kernel(void);
+CUfunction fakecuda_spin_kernel(void) { return (CUfunction)(uintptr_t)&fc_spin_kernel_obj; }
 
 void fakecuda_hold_work(int hold);
 void fakecuda_hold_work(int hold)
@@ -1957,51 +1998,89 @@ uint64_t fakecuda_host_bytes(void) { return __atomic_load_n(&g_host_bytes, __ATO
 /* The longest delay_us a fake kernel may ask for. */
 #define FC_MAX_DELAY_US 10000000u
 
-static CUresult fc_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                          unsigned bz, CUstream hStream, void **kernelParams, void **extra)
+/* Reads a launch of a fake kernel into *k. */
+static CUresult fc_kernel_read(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, void **kernelParams, void **extra, struct fc_kernel *k)
 {
-        struct fc_stream *s = fc_stream_of(hStream);
-        struct fc_work *w;
-        int dev, capturing = 0;
-        CUresult r = fc_cur_dev(&dev);
-
-        if (r != CUDA_SUCCESS)
-                return r;
-        if (f != fakecuda_fill_kernel())
+        memset(k, 0, sizeof(*k));
+        k->spin = f == fakecuda_spin_kernel();
+        if (!k->spin && f != fakecuda_fill_kernel())
                 return CUDA_ERROR_INVALID_HANDLE;
         if (!gx || !gy || !gz || !bx || !by || !bz || !kernelParams || extra)
                 return CUDA_ERROR_INVALID_VALUE;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < (k->spin ? 1 : 4); i++)
                 if (!kernelParams[i])
                         return CUDA_ERROR_INVALID_VALUE;
-        if ((r = fc_stream_check(hStream)) != CUDA_SUCCESS)
-                return r;
-        w = calloc(1, sizeof(*w));
+        if (k->spin) {
+                k->us = *(uint32_t *)kernelParams[0];
+                return k->us > FC_ENG_MAX_US ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+        }
+        k->dst = (uintptr_t)*(CUdeviceptr *)kernelParams[0];
+        k->bytes = *(size_t *)kernelParams[1];
+        k->value = *(uint32_t *)kernelParams[2];
+        k->us = *(uint32_t *)kernelParams[3];
+        if ((k->bytes && !k->dst) || k->dst % 4 || k->bytes % 4 || k->bytes > UINTPTR_MAX - k->dst ||
+            k->us > FC_MAX_DELAY_US)
+                return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+}
+
+/* Queues kernel k on stream s (of device dev). */
+static CUresult fc_kernel_queue(const struct fc_kernel *k, int dev, struct fc_stream *s)
+{
+        struct fc_work *w = calloc(1, sizeof(*w));
+
         if (!w)
                 return CUDA_ERROR_OUT_OF_MEMORY;
         w->s = s;
         w->dev = dev;
-        w->dst = (uintptr_t)*(CUdeviceptr *)kernelParams[0];
-        w->bytes = *(size_t *)kernelParams[1];
-        w->value = *(uint32_t *)kernelParams[2];
-        w->delay_us = *(uint32_t *)kernelParams[3];
-        if ((w->bytes && !w->dst) || w->dst % 4 || w->bytes % 4 || w->bytes > UINTPTR_MAX - w->dst ||
-            w->delay_us > FC_MAX_DELAY_US) {
-                free(w);
-                return CUDA_ERROR_INVALID_VALUE;
-        }
-        pthread_mutex_lock(&g_lock);
-        r = fc_reach_locked(dev, w->dst, w->bytes);
-        if (s)
-                capturing = s->capture != CU_STREAM_CAPTURE_STATUS_NONE;
-        pthread_mutex_unlock(&g_lock);
-        if (r != CUDA_SUCCESS || capturing) {
-                /* A launch into a capture is recorded in the (placeholder)
-                 * graph: it does not run. */
-                free(w);
-                return r;
+        if (k->spin) {
+                w->kind = FC_W_SPIN;
+                w->spin_us = k->us;
+                w->ctx = (uint64_t)(uintptr_t)(s ? s->ctx : fc_current());
+        } else {
+                w->dst = k->dst;
+                w->bytes = k->bytes;
+                w->value = k->value;
+                w->delay_us = k->us;
         }
         return fc_work_queue(w);
+}
+
+/* pre: g_lock held.  Whether s is capturing; if so k is recorded in its
+ * graph instead of running (*r: CUDA_ERROR_OUT_OF_MEMORY if it could not
+ * be). */
+static int fc_capture_add(struct fc_stream *s, const struct fc_kernel *k, CUresult *r)
+{
+        if (!s || s->capture == CU_STREAM_CAPTURE_STATUS_NONE)
+                return 0;
+        if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && fc_graph_add(s->graph, k) < 0)
+                *r = CUDA_ERROR_OUT_OF_MEMORY;
+        return 1;
+}
+
+static CUresult fc_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, CUstream hStream, void **kernelParams, void **extra)
+{
+        struct fc_stream *s = fc_stream_of(hStream);
+        struct fc_kernel k;
+        int dev, captured = 0;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if ((r = fc_kernel_read(f, gx, gy, gz, bx, by, bz, kernelParams, extra, &k)) != CUDA_SUCCESS)
+                return r;
+        if ((r = fc_stream_check(hStream)) != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        r = fc_reach_locked(dev, k.dst, k.bytes);
+        if (r == CUDA_SUCCESS)
+                captured = fc_capture_add(s, &k, &r);
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS || captured)
+                return r;
+        return fc_kernel_queue(&k, dev, s);
 }
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -2026,6 +2105,268 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
         return fc_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams,
                          extra);
 }
+
+/* ---- events: a record completes after the work queued before it on the
+ * process's worker (fc_work_event); its time is the model's
+ * (fc_engine.h), so cuEventElapsedTime measures GPU time as modelled --- */
+
+static CUresult fc_event_check(CUevent h)
+{
+        int ok;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        ok = fc_obj_has(h) && ((struct fc_event *)h)->magic == FC_EVENT_MAGIC;
+        pthread_mutex_unlock(&g_lock);
+        return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+        struct fc_event *e;
+        int dev, rc;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!phEvent || (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                                              CU_EVENT_INTERPROCESS)))
+                return CUDA_ERROR_INVALID_VALUE;
+        e = calloc(1, sizeof(*e));
+        if (!e)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        e->magic = FC_EVENT_MAGIC;
+        e->ctx = fc_current();
+        e->flags = Flags;
+        pthread_mutex_lock(&g_lock);
+        rc = fc_obj_add(e);
+        pthread_mutex_unlock(&g_lock);
+        if (rc < 0) {
+                free(e);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        *phEvent = (CUevent)e;
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+        struct fc_event *e = (struct fc_event *)hEvent;
+        struct fc_stream *s = fc_stream_of(hStream);
+        struct fc_work *w;
+        uint64_t target;
+        CUresult r = fc_event_check(hEvent);
+
+        if (r == CUDA_SUCCESS)
+                r = fc_stream_check(hStream);
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_wlock);
+        target = s ? s->last : g_wqueued;
+        e->recorded = 1;
+        if (g_wfinished >= target) {
+                /* Nothing before it: complete now. */
+                e->widx = 0;
+                e->t_ns = fc_engine_now_ns();
+                pthread_mutex_unlock(&g_wlock);
+                return CUDA_SUCCESS;
+        }
+        pthread_mutex_unlock(&g_wlock);
+        if (!(w = calloc(1, sizeof(*w))))
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        w->kind = FC_W_EVENT;
+        w->s = s;
+        w->ev = e;
+        w->rec_ns = fc_engine_now_ns();
+        return fc_work_queue(w);
+}
+
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) { return cuEventRecord(hEvent, hStream); }
+
+/* pre: g_wlock held. */
+static int fc_event_done(const struct fc_event *e) { return g_wfinished >= e->widx; }
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent)
+{
+        CUresult r = fc_event_check(hEvent);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_wlock);
+        r = fc_event_done((struct fc_event *)hEvent) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+        pthread_mutex_unlock(&g_wlock);
+        return r;
+}
+
+/* Waits for the record; then hands out a kernel's fault once, as a
+ * stream's synchronize does. */
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+        CUresult r = fc_event_check(hEvent);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_wlock);
+        while (!fc_event_done((struct fc_event *)hEvent))
+                pthread_cond_wait(&g_wdone, &g_wlock);
+        r = (CUresult)__atomic_exchange_n(&g_wfault, 0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&g_wlock);
+        return r;
+}
+
+/* Model time between two completed records, in ms. */
+CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+        struct fc_event *a = (struct fc_event *)hStart, *b = (struct fc_event *)hEnd;
+        CUresult r = fc_event_check(hStart);
+
+        if (r == CUDA_SUCCESS)
+                r = fc_event_check(hEnd);
+        if (r != CUDA_SUCCESS)
+                return r;
+        if (!pMilliseconds)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_wlock);
+        if (!a->recorded || !b->recorded || ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING))
+                r = CUDA_ERROR_INVALID_HANDLE;
+        else if (!fc_event_done(a) || !fc_event_done(b))
+                r = CUDA_ERROR_NOT_READY;
+        else
+                *pMilliseconds = (float)(((double)b->t_ns - (double)a->t_ns) / 1e6);
+        pthread_mutex_unlock(&g_wlock);
+        return r;
+}
+
+#undef cuEventElapsedTime
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+        return cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
+}
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
+{
+        struct fc_event *e = (struct fc_event *)hEvent;
+        CUresult r = fc_event_check(hEvent);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        /* A pending record refers to it: done first (the real driver
+         * returns at once and frees the event after). */
+        pthread_mutex_lock(&g_wlock);
+        while (e->pending)
+                pthread_cond_wait(&g_wdone, &g_wlock);
+        pthread_mutex_unlock(&g_wlock);
+        pthread_mutex_lock(&g_lock);
+        if (!fc_obj_has(e) || e->magic != FC_EVENT_MAGIC)
+                r = CUDA_ERROR_INVALID_HANDLE;
+        else
+                fc_obj_del(e);
+        pthread_mutex_unlock(&g_lock);
+        if (r == CUDA_SUCCESS)
+                free(e);
+        return r;
+}
+
+/* Whether a stream's work is done (CUDA_ERROR_NOT_READY while any of it
+ * is queued or running; a default stream's: every stream's). */
+CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+        struct fc_stream *s = fc_stream_of(hStream);
+        CUresult r = fc_stream_check(hStream);
+
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_wlock);
+        r = g_wfinished >= (s ? s->last : g_wqueued) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+        pthread_mutex_unlock(&g_wlock);
+        return r;
+}
+
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) { return cuStreamQuery(hStream); }
+
+/* ---- graphs (fc_graph.h) --------------------------------------------- */
+
+/* pre: g_lock held.  h as a graph (exec 0) or an executable graph. */
+static struct fc_graph *fc_graph_of(const void *h, int exec)
+{
+        struct fc_graph *g = (struct fc_graph *)h;
+
+        return fc_obj_has(g) && g->magic == FC_GRAPH_MAGIC && g->exec == exec ? g : NULL;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+        struct fc_graph *g, *x = NULL;
+        CUresult r = CUDA_SUCCESS;
+
+        (void)flags;
+        FC_INIT_CHECK();
+        if (!phGraphExec)
+                return CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_lock(&g_lock);
+        if (!(g = fc_graph_of(hGraph, 0)))
+                r = CUDA_ERROR_INVALID_HANDLE;
+        else if (!(x = fc_graph_instantiate(g)) || fc_obj_add(x) < 0)
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+        pthread_mutex_unlock(&g_lock);
+        if (r != CUDA_SUCCESS) {
+                fc_graph_free(x);
+                return r;
+        }
+        *phGraphExec = (CUgraphExec)x;
+        return CUDA_SUCCESS;
+}
+
+/* Queues the graph's kernels on the stream, in order (into its graph if
+ * the stream is capturing). */
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+        struct fc_stream *s = fc_stream_of(hStream);
+        struct fc_graph *x;
+        int dev, captured = 0;
+        CUresult r = fc_cur_dev(&dev);
+
+        if (r == CUDA_SUCCESS)
+                r = fc_stream_check(hStream);
+        if (r != CUDA_SUCCESS)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        if (!(x = fc_graph_of(hGraphExec, 1)))
+                r = CUDA_ERROR_INVALID_HANDLE;
+        for (size_t i = 0; x && i < x->n && r == CUDA_SUCCESS; i++)
+                captured = fc_capture_add(s, &x->nodes[i], &r);
+        pthread_mutex_unlock(&g_lock);
+        for (size_t i = 0; x && !captured && i < x->n && r == CUDA_SUCCESS; i++)
+                r = fc_kernel_queue(&x->nodes[i], dev, s);
+        return r;
+}
+
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+        return cuGraphLaunch(hGraphExec, hStream);
+}
+
+static CUresult fc_graph_destroy(const void *h, int exec)
+{
+        struct fc_graph *g;
+
+        FC_INIT_CHECK();
+        pthread_mutex_lock(&g_lock);
+        if ((g = fc_graph_of(h, exec)))
+                fc_obj_del(g);
+        pthread_mutex_unlock(&g_lock);
+        if (!g)
+                return CUDA_ERROR_INVALID_HANDLE;
+        fc_graph_free(g);
+        return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) { return fc_graph_destroy(hGraph, 0); }
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) { return fc_graph_destroy(hGraphExec, 1); }
 
 /* ---- copies and sets (host memory underneath) ----------------------- */
 
@@ -2851,7 +3192,10 @@ static const struct {
         FC_SYM(cuStreamDestroy_v2), FC_SYM(cuStreamSynchronize), FC_SYM(cuStreamSynchronize_ptsz),
         FC_SYM(cuStreamBeginCapture_v2), FC_SYM(cuStreamEndCapture), FC_SYM(cuStreamIsCapturing),
         FC_SYM(cuStreamIsCapturing_ptsz), FC_SYM(cuCtxGetStreamPriorityRange), FC_SYM(cuStreamCreateWithPriority),
-        FC_SYM(cuEventCreate), FC_SYM(cuEventRecord), FC_SYM(cuEventSynchronize), FC_SYM(cuEventDestroy_v2),
+        FC_SYM(cuEventCreate), FC_SYM(cuEventRecord), FC_SYM(cuEventRecord_ptsz), FC_SYM(cuEventSynchronize),
+        FC_SYM(cuEventDestroy_v2), FC_SYM(cuEventQuery), FC_SYM(cuEventElapsedTime), FC_SYM(cuEventElapsedTime_v2),
+        FC_SYM(cuStreamQuery), FC_SYM(cuStreamQuery_ptsz), FC_SYM(cuGraphInstantiateWithFlags),
+        FC_SYM(cuGraphLaunch), FC_SYM(cuGraphLaunch_ptsz), FC_SYM(cuGraphDestroy), FC_SYM(cuGraphExecDestroy),
         FC_SYM(cuMemsetD32Async),
         FC_SYM(cuLaunchHostFunc), FC_SYM(cuLaunchKernel), FC_SYM(cuLaunchKernel_ptsz), FC_SYM(cuMemGetInfo), FC_SYM(cuMemGetInfo_v2), FC_SYM(cuMemAlloc),
         FC_SYM(cuMemAlloc_v2), FC_SYM(cuMemAllocPitch), FC_SYM(cuMemAllocPitch_v2), FC_SYM(cuMemFree),
@@ -2882,7 +3226,8 @@ static const struct {
         { "cuCtxDestroy", "_v2", 4000 }, { "cuCtxPushCurrent", "_v2", 4000 }, { "cuCtxPopCurrent", "_v2", 4000 },
         { "cuStreamDestroy", "_v2", 4000 }, { "cuEventDestroy", "_v2", 4000 }, { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
         { "cuDevicePrimaryCtxReset", "_v2", 11000 }, { "cuDeviceGetUuid", "_v2", 11040 },
-        { "cuIpcOpenMemHandle", "_v2", 11000 }, { "cuStreamBeginCapture", "_v2", 10010 }, { "cuGetProcAddress", "_v2", 12000 },
+        { "cuIpcOpenMemHandle", "_v2", 11000 }, { "cuStreamBeginCapture", "_v2", 10010 },
+        { "cuEventElapsedTime", "_v2", 12080 }, { "cuGraphInstantiate", "WithFlags", 12000 }, { "cuGetProcAddress", "_v2", 12000 },
 };
 
 static void *fc_sym(const char *name)

@@ -7,7 +7,9 @@ FAKECUDA_SO  := $(FAKECUDA_DIR)/libcuda.so.1
 # must live in $(B)/test/.
 FAKECUDA_LINK := -L$(FAKECUDA_DIR) -lcuda -Wl,-rpath,'$$ORIGIN/fakecuda'
 
-$(FAKECUDA_SO): $(B)/test/fakecuda/fakecuda.o
+FAKECUDA_OBJS := $(addprefix $(B)/test/fakecuda/,fakecuda.o fc_engine.o fc_graph.o)
+
+$(FAKECUDA_SO): $(FAKECUDA_OBJS)
 	$(CC) -shared -Wl,-soname,libcuda.so.1 $(LDFLAGS) -Wl,-z,defs -o $@ $^
 	ln -sf libcuda.so.1 $(FAKECUDA_DIR)/libcuda.so
 
@@ -15,3 +17,6 @@ $(B)/test/check_fakecuda: $(B)/test/fakecuda/check_fakecuda.o $(FAKECUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $< $(FAKECUDA_LINK) $(PKG_CHECK)
 
 TEST_DEPS += $(FAKECUDA_SO)
+
+$(B)/test/check_gputime: $(B)/test/fakecuda/check_gputime.o $(FAKECUDA_SO)
+	$(CC) $(LDFLAGS) -o $@ $< $(FAKECUDA_LINK) $(PKG_CHECK)

@@ -22,9 +22,11 @@
 
 #include "gs_hook.h"
 #include "gs_hook_gate.h"
+#include "../fakecuda/fc_engine.h"
 
 /* The fake driver's test functions (test/fakecuda/fakecuda.c). */
 CUfunction fakecuda_fill_kernel(void);
+CUfunction fakecuda_spin_kernel(void);
 void fakecuda_hold_work(int hold);
 uint64_t fakecuda_work_pending(void);
 uint64_t fakecuda_launched(void);
@@ -47,7 +49,14 @@ static void setup(void)
         ck_assert_int_eq(cuCtxSetCurrent(c), CUDA_SUCCESS);
 }
 
-static void teardown(void) { unlink(g_state); }
+static void teardown(void)
+{
+        char eng[160];
+
+        snprintf(eng, sizeof(eng), "%s-engine", g_state); /* the fake's model of GPU time */
+        unlink(g_state);
+        unlink(eng);
+}
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);
@@ -200,6 +209,70 @@ START_TEST(test_closed_blocks_launch)
                 joined(l[i].t, &l[i].r, buf[i], 256, 0x100u + (uint32_t)i);
         ck_assert_uint_eq(fakecuda_launched(), n0 + 4);
         ck_assert_int_eq(gs_gate_waiting(), 0);
+        teardown();
+}
+END_TEST
+
+/* A graph launch from another thread, then its stream's synchronize. */
+struct grapher {
+        pthread_t t;
+        CUcontext ctx;
+        CUgraphExec x;
+        CUstream s;
+        CUresult r;
+};
+
+static void *graph_thread(void *arg)
+{
+        struct grapher *g = arg;
+
+        cuCtxSetCurrent(g->ctx);
+        g->r = cuGraphLaunch(g->x, g->s);
+        if (g->r == CUDA_SUCCESS)
+                g->r = cuStreamSynchronize(g->s);
+        return NULL;
+}
+
+/* cuGraphLaunch is gated too: closed, a graph's launch waits (none of its
+ * kernels reaches the driver) until the gate opens; then its kernels run,
+ * its spin kernel charged its duration on the fake's engine. */
+START_TEST(test_closed_blocks_graph_launch)
+{
+        static uint32_t buf[256];
+        CUdeviceptr d = (CUdeviceptr)(uintptr_t)buf;
+        size_t bytes = sizeof(buf);
+        uint32_t value = 0x600d, delay = 0, us = 1000;
+        void *fillp[] = { &d, &bytes, &value, &delay }, *spinp[] = { &us };
+        struct fakecuda_engine_stat st;
+        struct grapher g = { .r = CUDA_ERROR_UNKNOWN };
+        CUgraph graph;
+        uint64_t n0;
+
+        setup();
+        ck_assert_int_eq(cuCtxGetCurrent(&g.ctx), CUDA_SUCCESS);
+        ck_assert_int_eq(cuStreamCreate(&g.s, 0), CUDA_SUCCESS);
+        ck_assert_int_eq(cuStreamBeginCapture(g.s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+        ck_assert_int_eq(cuLaunchKernel(fakecuda_spin_kernel(), 1, 1, 1, 1, 1, 1, 0, g.s, spinp, NULL), CUDA_SUCCESS);
+        ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 64, 1, 1, 0, g.s, fillp, NULL),
+                         CUDA_SUCCESS);
+        ck_assert_int_eq(cuStreamEndCapture(g.s, &graph), CUDA_SUCCESS);
+        ck_assert_int_eq(cuGraphInstantiate(&g.x, graph, 0), CUDA_SUCCESS);
+        gs_gate_arm();
+        n0 = fakecuda_launched();
+        gs_gate_close();
+        ck_assert_int_eq(pthread_create(&g.t, NULL, graph_thread, &g), 0);
+        wait_for_waiting(1);
+        ck_assert_uint_eq(fakecuda_launched(), n0);
+        ck_assert_uint_eq(buf[0], 0);
+        gs_gate_open();
+        joined(g.t, &g.r, buf, 256, 0x600d);
+        ck_assert_uint_eq(fakecuda_launched(), n0 + 2);
+        ck_assert_int_eq(fakecuda_engine_stats(0, &st, 1), 1);
+        ck_assert_uint_eq(st.kernels, 1);
+        ck_assert_uint_eq(st.gpu_ns, 1000000);
+        ck_assert_int_eq(cuGraphExecDestroy(g.x), CUDA_SUCCESS);
+        ck_assert_int_eq(cuGraphDestroy(graph), CUDA_SUCCESS);
+        ck_assert_int_eq(cuStreamDestroy_v2(g.s), CUDA_SUCCESS);
         teardown();
 }
 END_TEST
@@ -435,6 +508,7 @@ int main(void)
         tcase_add_test(tc, test_unarmed_nothing_blocks);
         tcase_add_test(tc, test_closed_blocks_launch);
         tcase_add_test(tc, test_closed_blocks_memset);
+        tcase_add_test(tc, test_closed_blocks_graph_launch);
         tcase_add_test(tc, test_in_flight_until_sync);
         tcase_add_test(tc, test_closer_inside);
         tcase_add_test(tc, test_many_threads);
