@@ -192,7 +192,7 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
                 owner.name = (char *)cl->name;
                 owner.gpu_uuid = (char *)cl->gpu_uuid;
                 owner.units = cl->units;
-                return typed_call(c, &req, -1, 0, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateAllocation",
+                return typed_call(c, &req, -1, cl->wait_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateAllocation",
                                   ret, e);
         }
         req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION;
@@ -203,7 +203,7 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
         cr.gpu_uuid = (char *)cl->gpu_uuid;
         cr.units = cl->units;
         /* The agent answers a claim's allocation as CreateAllocation's. */
-        return typed_call(c, &req, -1, 0, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateClaimAllocation",
+        return typed_call(c, &req, -1, cl->wait_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateClaimAllocation",
                           ret, e);
 }
 

@@ -46,6 +46,7 @@ struct gs_agentcli_claim {
         const char *gpu_uuid;
         uint32_t units;
         uint64_t burst;    /* bytes (docs/burst.md); 0: none */
+        int wait_ms;       /* an agent away (restarting) is waited for this long */
 };
 
 void gs_agentcli_init(struct gs_agentcli *c, const char *socket, int timeout_ms);

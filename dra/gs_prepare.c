@@ -75,7 +75,26 @@ static int fetch_claim(struct gs_dractx *d, const Claim *c, struct gs_claim_info
         return r;
 }
 
-static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out, char *err, size_t errlen)
+/* Under d->m.mu: waits up to wait_ms for the agent to be up (a restart,
+ * an upgrade), as the device plugin's Allocate and a hooked process do. */
+static void wait_agent(struct gs_dractx *d, const Claim *c, int wait_ms)
+{
+        int64_t until = gs_mono_ms() + wait_ms;
+
+        if (!d->m.agent_up && wait_ms > 0)
+                log_info("claim %s/%s: the gshare agent is away: waiting up to %d ms for it", c->namespace_, c->name,
+                         wait_ms);
+
+        while (!d->m.agent_up && !d->m.stopping) {
+                int64_t left = until - gs_mono_ms();
+                if (left <= 0)
+                        break;
+                gs_mirror_wait(&d->m, d->m.gen, left > 1000 ? 1000 : (int)left);
+        }
+}
+
+static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out, int wait_ms, char *err,
+                       size_t errlen)
 {
         struct gs_claim_info *ci = calloc(1, sizeof(*ci));
         const struct gs_claim_result *res;
@@ -118,6 +137,7 @@ static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out
                 goto out;
         }
         pthread_mutex_lock(&d->m.mu);
+        wait_agent(d, c, wait_ms);
         for (size_t i = 0; i < d->m.ngpus; i++) {
                 char name[32];
                 snprintf(name, sizeof(name), "gpu-%u", d->m.gpus[i].index);
@@ -145,7 +165,8 @@ static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out
                 goto out;
         }
         cl = (struct gs_agentcli_claim){ .uid = c->uid, .namespace_ = c->namespace_, .name = c->name,
-                                         .gpu_uuid = uuid, .units = (uint32_t)units, .burst = ci->burst };
+                                         .gpu_uuid = uuid, .units = (uint32_t)units, .burst = ci->burst,
+                                         .wait_ms = wait_ms };
         r = gs_agentcli_create_claim_allocation(&d->cli, &cl, &rep, &e);
         if (r < 0) {
                 if (e.transport)
@@ -221,7 +242,15 @@ static grpc_status_code prepare(void *ctx, struct gs_grpc_call *call, const Prot
         struct gs_dractx *d = ctx;
         struct prep_reply *p;
         grpc_status_code code;
-        (void)call;
+        /* An agent restarting is waited for (agentWait) within the
+         * kubelet's deadline, less the agent's own timeout: a failed
+         * prepare is retried by the kubelet only after a back-off. */
+        int64_t left = gs_grpc_call_deadline_left_ms(call), wait = d->o->cfg.agent_wait_ms;
+
+        if (left >= 0)
+                wait = left > d->o->agent_timeout_ms ? (left - d->o->agent_timeout_ms) / 2 : 0;
+        if (wait > (int64_t)d->o->cfg.agent_wait_ms)
+                wait = (int64_t)d->o->cfg.agent_wait_ms;
 
         p = reply_new(req->n_claims, sizeof(*p), msg, msglen, &code);
         if (!p)
@@ -240,7 +269,7 @@ static grpc_status_code prepare(void *ctx, struct gs_grpc_call *call, const Prot
                 e->value = o;
                 p->entp[p->resp.n_claims++] = e;
                 if (!claim_ok(c, p->err[i], sizeof(p->err[i])) ||
-                    prepare_one(d, c, &p->out[i], p->err[i], sizeof(p->err[i])) < 0) {
+                    prepare_one(d, c, &p->out[i], (int)wait, p->err[i], sizeof(p->err[i])) < 0) {
                         log_warn("NodePrepareResources: %s", p->err[i]);
                         o->error = p->err[i];
                         continue;

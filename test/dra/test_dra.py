@@ -207,11 +207,11 @@ def claim_msg(ns, c_ns, name, uid):
     return ns.dra.Claim(namespace=c_ns, name=name, uid=uid)
 
 
-def prepare(ns, plugin, *claims):
+def prepare(ns, plugin, *claims, timeout=20):
     with grpc.insecure_channel("unix:" + plugin.endpoint) as ch:
         stub = ns.dra_grpc.DRAPluginStub(ch)
         return stub.NodePrepareResources(ns.dra.NodePrepareResourcesRequest(
-            claims=[claim_msg(ns, *c) for c in claims]), timeout=20)
+            claims=[claim_msg(ns, *c) for c in claims]), timeout=timeout)
 
 
 def unprepare(ns, plugin, *claims):
@@ -583,10 +583,24 @@ def body(ns, api, ag, plugin, tmp):
 
     # ---- agent restart
     ag.stop()
-    rep = prepare(ns, plugin, ("team", "claim-a", UID_A))
-    check("cannot reach the gshare agent" in rep.claims[UID_A].error,
-          "agent down: prepare fails clearly (%r)" % rep.claims[UID_A].error)
+    # A deadline shorter than the plugin's agent timeout (5 s) leaves no
+    # time to wait for the agent: the prepare fails at once, clearly.
+    rep = prepare(ns, plugin, ("team", "claim-a", UID_A), timeout=4)
+    check("not reachable" in rep.claims[UID_A].error or "cannot reach the gshare agent" in rep.claims[UID_A].error,
+          "agent down, a short deadline: prepare fails clearly (%r)" % rep.claims[UID_A].error)
+    # With the kubelet's deadline, a prepare waits for an agent that is away
+    # (a restart, an upgrade) and succeeds once it is back.
+    got = {}
+    t = threading.Thread(target=lambda: got.update(rep=prepare(ns, plugin, ("team", "claim-a", UID_A), timeout=60)))
+    t.start()
+    # It waits in the mirror (the plugin saw the agent go) or in the call.
+    check(wait_for(lambda: "claim team/claim-a: the gshare agent is away: waiting" in plugin.logtext() or
+                   "the gshare agent at %s is away" % ag.sock in plugin.logtext()) is not None,
+          "agent down: the prepare waits for it")
     ag.start()
+    t.join(e2e.HANG)
+    check(not t.is_alive() and "rep" in got and got["rep"].claims[UID_A].error == "",
+          "agent back: the waiting prepare succeeds (%r)" % (got["rep"].claims[UID_A].error if "rep" in got else None))
     check(wait_for(lambda: "gshare agent at %s is back" % ag.sock in plugin.logtext()) is not None,
           "the plugin follows the agent again")
     A2 = claim_allocs(ag).get(UID_A, {})
