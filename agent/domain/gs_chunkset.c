@@ -20,6 +20,7 @@ static void put_back(struct gs_gpu *g, struct gs_chunkset *s, uint64_t off)
 int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
                      uint32_t k, bool all)
 {
+        gs_gpu_assert_locked(g);
         uint32_t got = 0;
         int r = 0;
 
@@ -88,6 +89,7 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
 int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool force, char *err,
                      size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         struct gs_chunkset_ent h = s->held[i];
         int r = gs_gpu_chunk_remake(g, h.chunk, err, errlen);
 

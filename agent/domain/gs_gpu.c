@@ -69,7 +69,7 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         g->chunk_bytes = cfg->chunk_bytes;
         g->unit_bytes = cfg->unit_bytes;
         g->reserve_bytes = cfg->reserve_bytes;
-        pthread_mutex_init(&g->lock, NULL);
+        gs_gpu_lock_init(g);
         r = gs_cuda_check(cu, cu->device_get(&g->dev, ordinal), "cuDeviceGet", err, errlen);
         if (r < 0)
                 return r;
@@ -132,7 +132,9 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         return 0;
 }
 
-int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+/* gs_gpu_open_pool under g->lock (nobody else uses g yet; the calls on
+ * the chunks say they need it). */
+static int open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
                      size_t errlen)
 {
         size_t free_b = 0, total_b = 0;
@@ -149,7 +151,6 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                         return r;
                 goto pool;
         }
-        (void)g->node->cu.ctx_set_current(g->ctx);
         r = gs_cuda_check(&g->node->cu, g->node->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
                           sizeof(why));
         if (r < 0) {
@@ -236,8 +237,18 @@ pool:
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        gs_gpu_scrub_start(g);
         return 0;
+}
+
+int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+                     size_t errlen)
+{
+        gs_gpu_lock(g);
+        int r = open_pool(g, cfg, inh, err, errlen);
+        gs_gpu_unlock(g);
+        if (r == 0 && g->pool)
+                gs_gpu_scrub_start(g);
+        return r;
 }
 
 void gs_gpu_close(struct gs_gpu *g)
@@ -258,13 +269,13 @@ void gs_gpu_close(struct gs_gpu *g)
         gs_gpu_spillrec_close(g);
         free(g->held_before);
         g->held_before = NULL;
+        gs_gpu_lock(g); /* makes g->ctx current */
         gs_pool_free(g->pool);
         gs_gpu_spill_fini(g);
         g->pool = NULL;
-        if (g->ctx)
-                (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; g->chunks && i < g->nchunks; i++)
                 gs_chunk_drop(g, &g->chunks[i]);
+        gs_gpu_unlock(g);
         free(g->chunks);
         g->chunks = NULL;
         free(g->unit_owner);
@@ -280,7 +291,7 @@ void gs_gpu_close(struct gs_gpu *g)
         if (g->ctx)
                 (void)g->node->cu.primary_ctx_release(g->dev);
         g->ctx = NULL;
-        pthread_mutex_destroy(&g->lock);
+        gs_gpu_lock_destroy(g);
 }
 
 uint32_t gs_gpu_units_lent(struct gs_gpu *g)
@@ -289,9 +300,9 @@ uint32_t gs_gpu_units_lent(struct gs_gpu *g)
 
         if (!g->pool)
                 return 0;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_pool_stats(g->pool, &st);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return (uint32_t)(((uint64_t)st.chunks_borrowed * g->chunk_bytes + g->unit_bytes - 1) /
                           g->unit_bytes);
 }

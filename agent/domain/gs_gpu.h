@@ -10,7 +10,12 @@
  * list, its memory is released and a fresh chunk created and exported in its
  * place, since the process it was granted to may have kept the old fd; the
  * fresh memory cannot be reached through it.  If that fails the chunk is
- * retired (the pool shrinks by one chunk). */
+ * retired (the pool shrinks by one chunk).
+ *
+ * "Under g->lock" below: the caller took it with gs_gpu_lock
+ * (gs_gpu_lock.h), which also made g->ctx current on its thread; each
+ * such function asserts it (gs_gpu_assert_locked).  "Takes g->lock": the
+ * function takes it itself, the caller must not hold it. */
 #ifndef GS_GPU_H
 #define GS_GPU_H
 
@@ -21,6 +26,7 @@
 #include "gs_node.h"
 #include "gs_cuda.h"
 #include "gs_devid.h"
+#include "gs_gpu_lock.h"
 #include "gs_ledger.h"
 #include "gs_pool.h"
 #include "gs_wire.h"
@@ -155,8 +161,9 @@ struct gs_gpu {
         uint64_t ctx_promised;   /* under lock: charged for contexts not created yet */
         struct gs_chunk *chunks;
         struct gs_pool *pool;
-        /* Serializes every call on pool and every access to chunks[]. */
-        pthread_mutex_t lock;
+        /* Serializes every call on pool and every access to chunks[]:
+         * taken only through gs_gpu_lock (gs_gpu_lock.h). */
+        struct gs_gpu_lock lock;
         bool healthy;
         char health_reason[160];
         /* units_total entries: the allocation holding each unit, or NULL.
@@ -431,11 +438,24 @@ int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_
 /* Under g->lock: a spare's pool record that is free and held by nobody
  * (gs_pool_spare_free less the held ones), or UINT32_MAX. */
 uint32_t gs_gpu_spare_record_free(struct gs_gpu *g);
-/* The scrubber's, under g->lock (let go while memory is made): host
- * memory is kept made ahead for as many chunks as are owed (not in
- * moves), so that a reclaim does not wait for the pinning; one spare's
- * made or dropped per call.  Whether it did something. */
-bool gs_gpu_spill_prepare(struct gs_gpu *g);
+/* The scrubber's: host memory is kept made ahead for as many chunks as
+ * are owed (not in moves), so that a reclaim does not wait for the
+ * pinning; one spare's made or dropped per round, in three steps so that
+ * the lock is let go by its holder, not behind its back:
+ *   gs_gpu_spill_prepare_pick  under g->lock: whether there is one (j
+ *                              says which, its spare marked busy);
+ *   gs_gpu_spill_prepare_work  without the lock: made or dropped;
+ *   gs_gpu_spill_prepare_end   under g->lock again: not busy; whether it
+ *                              was done (a failure is logged). */
+struct gs_spill_job {
+        uint32_t spare;
+        bool drop;
+        int r;
+        char err[256];
+};
+bool gs_gpu_spill_prepare_pick(struct gs_gpu *g, struct gs_spill_job *j);
+void gs_gpu_spill_prepare_work(struct gs_gpu *g, struct gs_spill_job *j);
+bool gs_gpu_spill_prepare_end(struct gs_gpu *g, const struct gs_spill_job *j);
 /* Under g->lock: what is owed or wanted changed (the scrubber looks). */
 void gs_gpu_spill_kick(struct gs_gpu *g);
 

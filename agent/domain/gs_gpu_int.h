@@ -12,7 +12,9 @@
  *                      scrubber's batch in flight and its kick, a grant's
  *                      scrub
  *
- * All of it under g->lock unless said otherwise. */
+ * and gs_gpu_lock.c, the lock (gs_gpu_lock.h), which calls none of them.
+ *
+ * All of it under g->lock unless said otherwise (asserted). */
 #ifndef GS_GPU_INT_H
 #define GS_GPU_INT_H
 

@@ -40,6 +40,7 @@ static int room_figures(struct gs_gpu *g, size_t *free_b, uint64_t *need, char *
 
 uint64_t gs_gpu_room_left(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         size_t free_b;
         uint64_t need;
         char err[64];
@@ -51,6 +52,7 @@ uint64_t gs_gpu_room_left(struct gs_gpu *g)
 
 int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         size_t free_b;
         uint64_t need;
         int r = room_figures(g, &free_b, &need, err, errlen);
@@ -152,6 +154,7 @@ fail:
 int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
                     CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         return mem_make(g, size, export_fd, ret_h, ret_fd, NULL, err, errlen);
 }
 
@@ -165,6 +168,7 @@ void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
  * negative errno (err set). */
 int gs_chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         ret->writer = 0; /* zeroed by mem_make */
         ret->va = 0;
         ret->scrubbing = false;
@@ -177,6 +181,7 @@ int gs_chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errl
 
 void gs_chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
 {
+        gs_gpu_assert_locked(g);
         gs_chunk_unmap(g, c);
         if (c->fd >= 0 && c->handle)
                 gs_gpu_mem_drop(g, c->handle, &c->fd);
@@ -190,12 +195,14 @@ void gs_chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
 
 void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk)
 {
+        gs_gpu_assert_locked(g);
         if (chunk < g->nchunks)
                 gs_chunk_drop(g, &g->chunks[chunk]);
 }
 
 bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
 {
+        gs_gpu_assert_locked(g);
         if (chunk >= g->nchunks)
                 return false;
         if (g->chunks[chunk].fd >= 0)
@@ -218,6 +225,7 @@ bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
 
 int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         struct gs_chunk *c;
         int r;
 
@@ -259,6 +267,7 @@ static void owner_debt(struct gs_gpu *g, struct gs_chunk *c, int delta)
 
 void gs_gpu_retry_pending(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         char err[256];
 
         /* Free chunks without memory (after a restart, or given back
@@ -270,7 +279,6 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
                 struct gs_chunk *c = &g->chunks[i];
                 if ((c->fd >= 0 && !c->recycle) || c->pending || gs_pool_chunk_held(g->pool, i))
                         continue;
-                (void)g->node->cu.ctx_set_current(g->ctx);
                 if (c->recycle)
                         gs_chunk_drop(g, c);
                 budget--;
@@ -281,7 +289,6 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
         }
         if (!g->chunks_pending)
                 return;
-        (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; i < g->nchunks && g->chunks_pending; i++) {
                 struct gs_chunk *c = &g->chunks[i];
 
@@ -301,6 +308,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
 
 void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a)
 {
+        gs_gpu_assert_locked(g);
         for (uint32_t i = 0; i < g->nchunks; i++)
                 if (g->chunks[i].owner == a)
                         g->chunks[i].owner = NULL;
@@ -310,6 +318,7 @@ void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a)
 int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
 {
         struct gs_gpu *g = ctx;
+        gs_gpu_assert_locked(g);
         struct gs_chunk *c;
         char err[256];
         int r;
@@ -317,7 +326,6 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         if (chunk >= g->nchunks)
                 return -EINVAL;
         c = &g->chunks[chunk];
-        (void)g->node->cu.ctx_set_current(g->ctx);
         /* Old memory first: on a full GPU there is no room for both.  If a
          * process still holds the old memory through a kept fd, the driver
          * has no room for the new (gs_gpu_room): the chunk is pending,
@@ -344,6 +352,7 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                            struct gs_allocation *owner, uint64_t proc, int *fds, char *err,
                            size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         /* A chunk whose memory was given back to the driver (gs_vmm,
          * gs_outside) is re-created now, if the driver has room for it. */
         for (uint32_t i = 0; i < n; i++) {
@@ -353,7 +362,6 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 if (c < g->nchunks && g->chunks[c].recycle)
                         gs_chunk_drop(g, &g->chunks[c]);
                 if (c < g->nchunks && g->chunks[c].fd < 0) {
-                        (void)g->node->cu.ctx_set_current(g->ctx);
                         if (gs_gpu_chunk_remake(g, c, why, sizeof(why)) < 0) {
                                 snprintf(err, errlen, "chunk %u has no memory yet: %s", c, why);
                                 return -ENOMEM;
@@ -399,6 +407,7 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
 
 void gs_gpu_check_lending(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         struct gs_pool_stats st;
 
         gs_pool_stats(g->pool, &st);

@@ -17,6 +17,7 @@
 void gs_gpu_chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held)
 {
         struct gs_gpu *g = ctx;
+        gs_gpu_assert_locked(g);
 
         if (chunk >= g->nchunks)
                 gs_gpu_spillrec_hold(g, chunk - g->nchunks, tag, slot, held != 0);
@@ -95,7 +96,7 @@ void gs_gpu_inherit_settle(struct gs_gpu *g)
         /* Marked only: dropping their memory costs the driver time the
          * processes would wait for (an upgrade's gap); it is done before
          * any grant and by the next scans. */
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         for (uint32_t i = 0; i < g->nchunks; i++) {
                 struct gs_chunk *c = &g->chunks[i];
                 if (!c->inherited || c->writer == 0 || gs_pool_chunk_held(g->pool, i))
@@ -103,7 +104,7 @@ void gs_gpu_inherit_settle(struct gs_gpu *g)
                 c->recycle = true;
                 n++;
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (n)
                 log_info("GPU %u: %u handed-over chunks a process may still reach are made anew before use",
                          g->index, n);
@@ -113,14 +114,14 @@ void gs_gpu_ledger_commit(struct gs_gpu *g)
 {
         int r;
 
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         if (g->scrub_paused && !g->frozen) {
                 /* The processes are restored: the scrubber may work. */
                 g->scrub_paused = false;
                 if (g->scrub_started)
                         gs_gpu_scrub_kick(g);
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         free(g->held_before);
         g->held_before = NULL;
         g->nheld_before = 0;
@@ -136,7 +137,7 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
 {
         if (!g->pool)
                 return;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         /* A new agent that failed after its restore replaced our file. */
         int r = pause ? 0 : gs_ledger_relink(&g->ledger);
         if (r < 0 && r != -EBADF)
@@ -151,22 +152,23 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
                 gs_gpu_batch_wait(g);
         else if (g->scrub_started)
                 gs_gpu_scrub_kick(g);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 
 void gs_gpu_ledger_stop(struct gs_gpu *g)
 {
         if (!g->pool)
                 return;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_pool_set_hold_fn(g->pool, NULL, NULL);
         gs_ledger_close(&g->ledger);
         gs_gpu_spillrec_close(g);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 
 void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b)
 {
+        gs_gpu_assert_locked(g);
         struct gs_chunk t;
 
         if (a >= g->nchunks || b >= g->nchunks || a == b)
@@ -178,6 +180,7 @@ void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b)
 
 int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
 {
+        gs_gpu_assert_locked(g);
         if (chunk >= g->nchunks || g->chunks[chunk].fd < 0)
                 return 0;
         for (uint32_t d = 0; d < g->nchunks; d++) {
@@ -201,6 +204,7 @@ static bool no_memory(void *ctx, uint32_t chunk)
 
 uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
 {
+        gs_gpu_assert_locked(g);
         return p ? gs_pproc_count_held(p, no_memory, g) : 0;
 }
 

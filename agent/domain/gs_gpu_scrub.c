@@ -16,6 +16,7 @@
  * one: on the legacy stream, waited for by gs_gpu_scrub_sync). */
 int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
 
         if (!g->scrub_stream)
@@ -29,6 +30,7 @@ int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *er
  * CPU (cuCtxSynchronize under the default scheduling). */
 int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
         int r;
 
@@ -44,6 +46,7 @@ int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
 int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va,
                    char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
         CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)g->dev },
                                 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
@@ -71,6 +74,7 @@ int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t si
 
 void gs_gpu_unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size)
 {
+        gs_gpu_assert_locked(g);
         (void)g->node->cu.mem_unmap(va, size);
         (void)g->node->cu.mem_address_free(va, size);
 }
@@ -78,6 +82,7 @@ void gs_gpu_unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size)
 int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
                  size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         CUdeviceptr va = 0;
         int r;
 
@@ -100,9 +105,9 @@ int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size
 /* An inherited chunk's handle, imported from its fd on first need. */
 int gs_chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         if (c->handle)
                 return 0;
-        (void)g->node->cu.ctx_set_current(g->ctx);
         return gs_cuda_check(&g->node->cu,
                              g->node->cu.mem_import(&c->handle, (void *)(intptr_t)c->fd,
                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
@@ -113,6 +118,7 @@ int gs_chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errl
  * chunk's, or after a failure). */
 int gs_chunk_map(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         int r;
 
         if (c->va)
@@ -140,6 +146,7 @@ static uint32_t chunk_of_va(const struct gs_gpu *g, uint32_t hint, CUdeviceptr v
  * found by its mapping, which lives at least as long as the batch. */
 void gs_gpu_batch_done(struct gs_gpu *g, bool ok, const char *why)
 {
+        gs_gpu_assert_locked(g);
         for (uint32_t i = 0; i < g->nbatch; i++) {
                 uint32_t id = chunk_of_va(g, g->batch[i].chunk, g->batch[i].va);
                 if (id == UINT32_MAX || !g->chunks[id].scrubbing)
@@ -168,6 +175,7 @@ void gs_gpu_batch_done(struct gs_gpu *g, bool ok, const char *why)
  * no new batch without it). */
 void gs_gpu_batch_wait(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         char why[200];
         int r;
 
@@ -180,6 +188,7 @@ void gs_gpu_batch_wait(struct gs_gpu *g)
 
 void gs_chunk_unmap(struct gs_gpu *g, struct gs_chunk *c)
 {
+        gs_gpu_assert_locked(g);
         if (c->scrubbing)
                 gs_gpu_batch_wait(g); /* its memset must not outlive the mapping */
         if (c->va)
@@ -194,6 +203,7 @@ void gs_chunk_unmap(struct gs_gpu *g, struct gs_chunk *c)
 int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bool *queued, char *err,
                          size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         int r;
 
         g->scrub_st.grants++;
@@ -231,6 +241,7 @@ int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bo
  * too). */
 int gs_gpu_grant_wait(struct gs_gpu *g, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         int r = gs_gpu_scrub_sync(g, err, errlen);
 
         if (r == 0 && g->nbatch && g->scrub_stream)
@@ -240,6 +251,7 @@ int gs_gpu_grant_wait(struct gs_gpu *g, char *err, size_t errlen)
 
 int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         struct gs_chunk *c;
         bool queued = false;
         int r;
@@ -260,9 +272,9 @@ int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *er
 
 void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
 {
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         *ret = g->scrub_st;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 
 /* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
@@ -270,6 +282,7 @@ void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
 void gs_gpu_scrub_kick(void *ctx)
 {
         struct gs_gpu *g = ctx;
+        gs_gpu_assert_locked(g);
 
         if (!g->scrub_kicked) {
                 g->scrub_kicked = true;

@@ -40,7 +40,6 @@ static uint32_t batch_fill(struct gs_gpu *g)
 
         if (g->scrub_paused || !g->gsm || g->frozen || g->nbatch)
                 return 0;
-        (void)cu->ctx_set_current(g->ctx);
         for (int round = 0; again && r == 0 && g->nbatch == 0 && round < 8; round++) {
                 uint32_t n = gs_gsm_scrub_next(g->gsm, GS_GPU_SCRUB_AHEAD, ids, GS_GPU_SCRUB_BATCH);
 
@@ -92,11 +91,10 @@ static void *scrubber(void *arg)
         const struct gs_cuda *cu = &g->node->cu;
         bool gather = true;
 
-        (void)cu->ctx_set_current(g->ctx);
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g); /* makes g->ctx current for the thread's life */
         while (!g->scrub_stop) {
                 if (g->scrub_paused || !g->scrub_kicked) {
-                        pthread_cond_wait(&g->scrub_cond, &g->lock);
+                        gs_gpu_cond_wait(g, &g->scrub_cond);
                         gather = true;
                         continue;
                 }
@@ -107,37 +105,46 @@ static void *scrubber(void *arg)
                         int64_t ns = ts.tv_nsec + (g->scrub_retry_ms - now) * 1000000;
                         ts.tv_sec += ns / 1000000000;
                         ts.tv_nsec = ns % 1000000000;
-                        (void)pthread_cond_timedwait(&g->scrub_cond, &g->lock, &ts);
+                        (void)gs_gpu_cond_timedwait(g, &g->scrub_cond, &ts);
                         continue;
                 }
                 if (gather) {
                         struct timespec ts = { 0, GS_GPU_SCRUB_GATHER_US * 1000L };
                         gather = false;
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                         nanosleep(&ts, NULL);
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         continue;
                 }
                 g->scrub_kicked = false;
                 int64_t scrub_t0 = gs_mono_ns(); /* /metrics: gshare_scrub_duration_seconds */
                 if (batch_fill(g) == 0) {
-                        /* Nothing to zero: host memory for spills. */
-                        if (gs_gpu_spill_prepare(g))
+                        /* Nothing to zero: host memory for spills,
+                         * made or dropped without the lock. */
+                        struct gs_spill_job j;
+                        bool done = false;
+                        if (gs_gpu_spill_prepare_pick(g, &j)) {
+                                gs_gpu_unlock(g);
+                                gs_gpu_spill_prepare_work(g, &j);
+                                gs_gpu_lock(g);
+                                done = gs_gpu_spill_prepare_end(g, &j);
+                        }
+                        if (done)
                                 g->scrub_kicked = true;
                         else
                                 gather = true;
                         continue;
                 }
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 CUresult cr = cu->event_synchronize(g->scrub_ev);
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 if (g->nbatch)
                         gs_gpu_batch_done(g, cr == CUDA_SUCCESS, "scrub: cuEventSynchronize failed");
                 gs_hist_since(&g->node->hists.scrub, scrub_t0);
                 /* More may be wanted by now: look again at once. */
                 g->scrub_kicked = true;
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return NULL;
 }
 
@@ -210,10 +217,10 @@ void gs_gpu_scrub_start(struct gs_gpu *g)
         snprintf(name, sizeof(name), "gshare-scrub%u", g->index % 100);
         (void)pthread_setname_np(g->scrub_thr, name);
         g->scrub_started = true;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         g->gsm->kick_ctx = g;
         g->gsm->kick_fn = gs_gpu_scrub_kick;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 
 /* Before the pool and the context go: the thread ends between batches. */
@@ -221,15 +228,15 @@ void gs_gpu_scrub_stop(struct gs_gpu *g)
 {
         if (!g->scrub_started)
                 return;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         g->scrub_stop = true;
         pthread_cond_signal(&g->scrub_cond);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         pthread_join(g->scrub_thr, NULL);
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         g->gsm->kick_fn = NULL;
         g->gsm = NULL;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         pthread_cond_destroy(&g->scrub_cond);
         g->scrub_started = false;
 }

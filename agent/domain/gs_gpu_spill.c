@@ -90,11 +90,11 @@ static int free_spare(struct gs_gpu *g)
         return -1;
 }
 
-bool gs_gpu_spill_prepare(struct gs_gpu *g)
+bool gs_gpu_spill_prepare_pick(struct gs_gpu *g, struct gs_spill_job *j)
 {
         uint32_t ready = 0, target, i;
-        char err[256];
 
+        gs_gpu_assert_locked(g);
         if (!g->nspare || !g->pool || g->frozen)
                 return false;
         /* What is owed (wanted back or not), less what moves now. */
@@ -112,18 +112,27 @@ bool gs_gpu_spill_prepare(struct gs_gpu *g)
                 return false;
         /* Made or dropped without the lock: pinning 64 MiB takes about
          * 11 ms (measured on an H200), the workers serve on meanwhile. */
-        struct gs_spare *s = &g->spares[i];
-        s->busy = true;
-        pthread_mutex_unlock(&g->lock);
-        int r = 0;
-        if (ready > target)
+        *j = (struct gs_spill_job){ .spare = i, .drop = ready > target };
+        g->spares[i].busy = true;
+        return true;
+}
+
+void gs_gpu_spill_prepare_work(struct gs_gpu *g, struct gs_spill_job *j)
+{
+        struct gs_spare *s = &g->spares[j->spare];
+
+        if (j->drop)
                 gs_gpu_mem_drop(g, s->h, &s->fd);
         else
-                r = host_make(g, s, err, sizeof(err));
-        pthread_mutex_lock(&g->lock);
-        s->busy = false;
-        if (r < 0) {
-                log_warn("GPU %u: host memory for spills not made ahead: %s", g->index, err);
+                j->r = host_make(g, s, j->err, sizeof(j->err));
+}
+
+bool gs_gpu_spill_prepare_end(struct gs_gpu *g, const struct gs_spill_job *j)
+{
+        gs_gpu_assert_locked(g);
+        g->spares[j->spare].busy = false;
+        if (j->r < 0) {
+                log_warn("GPU %u: host memory for spills not made ahead: %s", g->index, j->err);
                 return false;
         }
         return true;
@@ -132,6 +141,7 @@ bool gs_gpu_spill_prepare(struct gs_gpu *g)
 int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
                      uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         uint32_t slots[GS_MOVE_MAX], n = 0, want;
 
         if (!g->nspare || !pp)
@@ -216,6 +226,7 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
                      uint32_t moved, struct gs_allocation *owner, uint64_t proc)
 {
+        gs_gpu_assert_locked(g);
         gs_gpu_spillrec_moved(g, dir, e, n, moved, proc != 0);
         for (uint32_t i = 0; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST) {
@@ -256,12 +267,14 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
 
 void gs_gpu_spill_kick(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         if (g->scrub_started)
                 gs_gpu_scrub_kick(g);
 }
 
 uint32_t gs_gpu_spill_ready(const struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         uint32_t n = 0;
 
         for (uint32_t i = 0; i < g->nspare; i++)
@@ -271,6 +284,7 @@ uint32_t gs_gpu_spill_ready(const struct gs_gpu *g)
 
 uint32_t gs_gpu_spill_held(const struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         uint32_t n = 0;
 
         for (uint32_t i = 0; i < g->nspare; i++)
@@ -280,6 +294,7 @@ uint32_t gs_gpu_spill_held(const struct gs_gpu *g)
 
 uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to)
 {
+        gs_gpu_assert_locked(g);
         uint32_t n = 0;
 
         if (!proc)
@@ -298,11 +313,13 @@ uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to)
 
 uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc)
 {
+        gs_gpu_assert_locked(g);
         return gs_gpu_spill_pass_holder(g, proc, 0);
 }
 
 int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot)
 {
+        gs_gpu_assert_locked(g);
         uint32_t r = gs_gpu_spare_record_free(g);
 
         if (r == UINT32_MAX || !proc)
@@ -317,6 +334,7 @@ int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_
 
 uint32_t gs_gpu_spare_record_free(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         if (!g->pool)
                 return UINT32_MAX;
         for (uint32_t i = 0; i < g->nspare; i++)
@@ -327,6 +345,7 @@ uint32_t gs_gpu_spare_record_free(struct gs_gpu *g)
 
 uint32_t gs_gpu_spilled(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         struct gs_pool_stats st = { 0 };
 
         if (g->pool)

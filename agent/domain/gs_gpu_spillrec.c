@@ -112,6 +112,7 @@ void gs_gpu_spillrec_close(struct gs_gpu *g)
 
 void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledger_tag *t, uint32_t slot, bool held)
 {
+        gs_gpu_assert_locked(g);
         if (g->spillrec_on && spare < g->nspare)
                 gs_ledger_set(&g->spillrec, spare, t, slot, held);
 }
@@ -119,6 +120,7 @@ void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledg
 void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enum gs_move_dir dir,
                             const struct gs_move_ent *e, uint32_t n)
 {
+        gs_gpu_assert_locked(g);
         if (!g->spillrec_on)
                 return;
         for (uint32_t i = 0; i < n; i++) {
@@ -135,6 +137,7 @@ void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enu
 void gs_gpu_spillrec_moved(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
                            uint32_t moved, bool kept)
 {
+        gs_gpu_assert_locked(g);
         if (!g->spillrec_on)
                 return;
         /* What moved was recorded by its exchange (gs_gpu_chunk_hold). */
@@ -169,6 +172,7 @@ static void debt_one(void *ctx, uint64_t alloc, uint32_t owed)
 
 void gs_gpu_spillrec_debts(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         struct debts d = { g, 0 };
 
         if (!g->spillrec_on || !g->spillrec.ent)
@@ -181,6 +185,7 @@ void gs_gpu_spillrec_debts(struct gs_gpu *g)
 void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc),
                                    void *ctx)
 {
+        gs_gpu_assert_locked(g);
         for (uint32_t i = 0; i < g->nspilled_before; i++) {
                 const struct gs_ledger_ent *e = &g->spilled_before[i];
                 struct gs_palloc *pa;

@@ -61,6 +61,7 @@ static void update_short(struct gs_gpu *g, struct gs_outside *o)
 
 void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots)
 {
+        gs_gpu_assert_locked(g);
         uint32_t want = target(g, o->charged);
 
         if (!o->short_bytes)
@@ -76,6 +77,7 @@ void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
 
 void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 {
+        gs_gpu_assert_locked(g);
         uint32_t want = target(g, o->charged);
 
         if (o->cs.nheld <= want)
@@ -88,6 +90,7 @@ void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
                       uint64_t *slot, uint64_t bytes, bool strict)
 {
+        gs_gpu_assert_locked(g);
         uint64_t charged = o->charged - *slot + bytes;
         uint32_t want = target(g, charged);
         bool up = bytes > *slot;
@@ -117,6 +120,7 @@ int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
 
 void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
 {
+        gs_gpu_assert_locked(g);
         if (o->cs.nheld)
                 (void)g->node->cu.ctx_set_current(g->ctx);
         while (o->cs.nheld)

@@ -177,15 +177,14 @@ static void make_room(struct gs_agent *ag, uint64_t want)
                  * the workers serve on meanwhile. */
                 for (int pass = 0; pass < 2 && got < want; pass++)
                         for (uint32_t c = 0; c < g->nchunks && got < want; c++) {
-                                pthread_mutex_lock(&g->lock);
+                                gs_gpu_lock(g);
                                 if (g->chunks[c].fd >= 0 && !g->chunks[c].pending &&
                                     !gs_pool_chunk_held(g->pool, c) &&
                                     (pass == 1 || gs_pool_chunk_in_sys(g->pool, c))) {
-                                        (void)g->node->cu.ctx_set_current(g->ctx);
                                         gs_gpu_chunk_drop(g, c);
                                         got += g->chunk_bytes;
                                 }
-                                pthread_mutex_unlock(&g->lock);
+                                gs_gpu_unlock(g);
                         }
                 log_info("upgrade: GPU %u: %llu MiB given back for the new agent's context", g->index,
                          (unsigned long long)(got >> 20));
@@ -213,7 +212,7 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
                 m->arg = g->chunk_bytes;
                 memcpy(m->uuid, g->uuid_raw, 16);
                 r = ho_send(fd, m, NULL, 0);
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 if (snapshot)
                         g->ho_snap_memid = g->memid_next;
                 for (uint32_t c = 0; c < g->nchunks && r == 0;) {
@@ -235,7 +234,7 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
                                 r = ho_send(fd, m, fds, nfds);
                         }
                 }
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
         }
         if (r == 0) {
                 memset(m, 0, offsetof(struct ho_msg, ent));

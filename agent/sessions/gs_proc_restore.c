@@ -37,7 +37,7 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
                 return UINT32_MAX;
         }
         struct gs_proc_gpu *pg = &q->gpus[pi];
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         if (e->kind == GS_LEDGER_VMM && !pg->vpp) {
                 r = gs_pproc_new(a->parts[pi].pa, pg->nslots, &pg->vpp);
                 if (r == 0)
@@ -46,7 +46,7 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
         struct gs_pproc *pp = e->kind == GS_LEDGER_VMM ? pg->vpp : pg->pp;
         r = pp ? gs_pproc_adopt(pp, e->slot, &chunk) : -ENOMEM;
         *ret_owner = a;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (r < 0) {
                 log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot,
                          q->pid, a->id, strerror(-r));
@@ -63,6 +63,7 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
 static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_t *target,
                           struct gs_allocation *const *owner, uint32_t n)
 {
+        gs_gpu_assert_locked(g);
         uint32_t lacking = 0;
 
         for (uint32_t k = 0; k < n; k++) {
@@ -146,9 +147,9 @@ void gs_proc_restore(struct gs_agent *ag)
                                 target[n++] = 0;
                         }
                 }
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 place_adopted(g, chunk, target, owner, n);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 gs_proc_restore_spilled(ag, g);
                 free(owner);
                 free(was);
@@ -158,7 +159,7 @@ void gs_proc_restore(struct gs_agent *ag)
                 /* Live processes of allocations that are gone hold memory
                  * no allocation pays for: as many chunks without memory
                  * wait, pending, until it is free. */
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 made = 0;
                 for (uint32_t c = 0; c < g->nchunks && made < lost; c++)
                         if (g->chunks[c].fd < 0 && !g->chunks[c].pending &&
@@ -167,7 +168,7 @@ void gs_proc_restore(struct gs_agent *ag)
                                 g->chunks_pending++;
                                 made++;
                         }
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (lost)
                         log_warn("GPU %u: %u chunks held by live processes of allocations that are gone: pending "
                                  "until they are free", g->index, lost);

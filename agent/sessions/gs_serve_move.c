@@ -45,7 +45,7 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
                 rep->status = -EPROTO;
                 return 0;
         }
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         /* A block another process opened through CUDA IPC is mapped there
          * too, from the device memory: a process exporting any is never
          * spilled (the opener would not see the moved data). */
@@ -62,7 +62,7 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
                 pg->move_plan_ns = gs_mono_ns() - t0;
                 pg->move_start_ns = gs_mono_ns();
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (err[0])
                 log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index, p->pid,
                              p->comm, err);
@@ -88,13 +88,13 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
                 return 0;
         }
         uint64_t t1 = gs_mono_ns(), n = pg->nmove;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_gpu_move_end(g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, (uint32_t)moved, p->alloc, p->id);
         g->move_st.moves++;
         g->move_st.move_ns += t1 - pg->move_start_ns + pg->move_plan_ns;
         pg->nmove = 0;
         uint32_t held = gs_gpu_spill_held(g);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (pg->move_dir == GS_MOVE_TO_HOST && moved < n)
                 log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s) did not move %llu "
                              "chunks to the host memory it was sent: it keeps it, charged to spillMax until it exits "
@@ -116,7 +116,7 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
 
         if (!g->nspare)
                 return false; /* nothing is ever lent out of a quota */
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         uint32_t owed = gs_palloc_owed(part->pa);
         if (owed) {
                 /* What the request needs, and at least a batch: an owner
@@ -137,9 +137,9 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
                         g->spill_want = total;
                 g->move_st.reclaim_asks++;
                 asked = true;
-                gs_gpu_spill_kick(g); /* host memory ahead (gs_gpu_spill_prepare) */
+                gs_gpu_spill_kick(g); /* host memory ahead (gs_gpu_spill_prepare_pick) */
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return asked;
 }
 
@@ -168,9 +168,9 @@ static void kill_borrower(struct gs_agent *ag, uint32_t gi)
                                 uint32_t slots[GS_MOVE_MAX];
                                 if (i >= p->ngpus || !p->gpus[i].pp || p->pidfd < 0)
                                         continue;
-                                pthread_mutex_lock(&g->lock);
+                                gs_gpu_lock(g);
                                 uint32_t n = gs_pproc_move_slots(p->gpus[i].pp, false, slots, GS_MOVE_MAX);
-                                pthread_mutex_unlock(&g->lock);
+                                gs_gpu_unlock(g);
                                 if (n > most) {
                                         most = n;
                                         big = p;
@@ -200,7 +200,7 @@ void gs_move_kick(struct gs_agent *ag)
 
                 if (!g->nspare || !g->pool)
                         continue;
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 out = g->spill_want > g->moving_out;
                 back = !g->spill_want && gs_mono_ms() - g->last_want_ms >= g->move_back_quiet_ms &&
                        gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
@@ -212,7 +212,7 @@ void gs_move_kick(struct gs_agent *ag)
                             gs_mono_ms() - g->spill_want_ms >= (int64_t)ag->node.cfg.reclaim_kill_after_ms;
                 if (kill)
                         g->spill_want_ms = gs_mono_ms(); /* one a period */
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (kill)
                         kill_borrower(ag, gi);
                 if (!out && !back)
@@ -225,10 +225,10 @@ void gs_move_kick(struct gs_agent *ag)
                                         if (p->state != GS_PROC_ACTIVE || !p->shm || !p->move_feature ||
                                             i >= p->ngpus || !p->gpus[i].pp)
                                                 continue;
-                                        pthread_mutex_lock(&g->lock);
+                                        gs_gpu_lock(g);
                                         uint32_t slot;
                                         bool has = gs_pproc_move_slots(p->gpus[i].pp, back && !out, &slot, 1) != 0;
-                                        pthread_mutex_unlock(&g->lock);
+                                        gs_gpu_unlock(g);
                                         if (has)
                                                 ring_mover(p);
                                 }
