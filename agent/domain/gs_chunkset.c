@@ -80,7 +80,7 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                  * whose fd is sent, contexts): given back, the chunk is made
                  * anew once the driver has room, never filled with a free
                  * chunk's memory (which would let that process keep both). */
-                g->chunks[c].kept = true;
+                g->chunks[c].state = GS_CHUNK_KEPT;
         }
         s->nheld += got;
         return (int)got;
@@ -96,7 +96,7 @@ int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool f
         if (r < 0 && !force)
                 return r;
         if (r < 0)
-                g->chunks[h.chunk].kept = true; /* its process may still hold the memory */
+                g->chunks[h.chunk].state = GS_CHUNK_KEPT; /* its process may still hold the memory */
         put_back(g, s, h.off);
         s->held[i] = s->held[--s->nheld];
         return r < 0 ? 1 : 0;

@@ -41,30 +41,64 @@ struct gs_gsm;
 /* Chunks without memory made per usage scan at most (gs_gpu_retry_pending). */
 #define GS_GPU_REMAKE_PER_SCAN 4u
 
+/* What a chunk record's memory is, and what must happen to it before it
+ * is granted.  Whether it has memory at all is its fd (>= 0); the states
+ * are exclusive and each says which:
+ *
+ *   GS_CHUNK_OURS       made by this agent (fd >= 0), or without memory
+ *                       for no process's sake (fd -1: a restart's start,
+ *                       a handover, dropped for room): made when needed,
+ *                       or filled with a free chunk's (gs_gpu_chunk_fill).
+ *   GS_CHUNK_INHERITED  fd >= 0: made by an earlier agent and handed over
+ *                       (gs_handover.h); fd is that agent's export,
+ *                       handle 0 until the agent needs one.
+ *   GS_CHUNK_RECYCLE    fd >= 0: inherited, and a process may still reach
+ *                       it through a kept fd: its memory is dropped and
+ *                       made anew before anyone gets it.
+ *   GS_CHUNK_KEPT       fd -1: taken by a set of its allocation (gs_vmm,
+ *                       gs_outside: its memory dropped for a process's
+ *                       VMM allocations or contexts), or given back by one
+ *                       without memory because the driver had no room: a
+ *                       process of the allocation may still hold what
+ *                       stands for it.  Never takes another chunk's
+ *                       (gs_gpu_chunk_fill): it is made anew or not at all.
+ *   GS_CHUNK_PENDING    fd -1: retired from the pool until its memory can
+ *                       be re-created (counted in chunks_pending): a
+ *                       process may still hold the old memory.  Like KEPT,
+ *                       never filled; it may have been KEPT before.
+ *
+ * Transitions (all under the GPU's lock): dropped (gs_chunk_drop),
+ * INHERITED and RECYCLE become OURS; made (gs_chunk_make), KEPT becomes
+ * OURS; INHERITED becomes RECYCLE when the processes are restored
+ * (gs_gpu_inherit_settle); OURS becomes KEPT when a set takes it or gives
+ * it back without memory (gs_chunkset); OURS or KEPT become PENDING when
+ * recycling finds no room (gs_gpu_chunk_recycle) or a restart holds
+ * chunks back (gs_proc_restore), PENDING becomes OURS once re-created and
+ * back in the pool (gs_gpu_retry_pending).  The records trade memory
+ * (gs_gpu_chunk_swap, _fill): the state goes with it.
+ *
+ * One flag stays apart, because it is not what the memory is but a job
+ * running on it: scrubbing (the scrubber's batch in flight may still
+ * write it), on a chunk with memory in state OURS or INHERITED. */
+enum gs_chunk_state {
+        GS_CHUNK_OURS = 0,
+        GS_CHUNK_INHERITED,
+        GS_CHUNK_RECYCLE,
+        GS_CHUNK_KEPT,
+        GS_CHUNK_PENDING,
+};
+
 struct gs_chunk {
         CUmemGenericAllocationHandle handle;
-        int fd;          /* exported once; -1 when retired or pending */
+        int fd;          /* exported once; -1 without memory */
+        enum gs_chunk_state state;
         /* Its fd went to a process of this allocation (NULL: to none, or
          * the allocation is gone).  Main thread writes it at grant time
          * under the GPU's lock. */
         struct gs_allocation *owner;
-        bool pending;    /* retired until its memory can be re-created */
-        /* Made by an earlier agent and handed over (gs_handover.h): fd is
-         * that agent's export, handle 0 until the agent needs one. */
-        bool inherited;
-        /* Inherited, and a process may still reach it through a kept fd:
-         * its memory is dropped and made anew before anyone gets it. */
-        bool recycle;
         /* Names this memory (not the chunk id: records trade memory);
          * 0 without memory.  An upgrade sends each fd once (gs_handover.h). */
         uint64_t memid;
-        /* Taken by a set of this allocation (gs_vmm, gs_outside: its
-         * memory dropped for a process's VMM allocations or contexts), or
-         * given back by one without memory because the driver had no
-         * room: a process of the allocation may still hold what stands for
-         * it.  Never takes another chunk's (gs_gpu_chunk_fill): it is made
-         * anew or not at all.  Cleared when its memory is made. */
-        bool kept;
         /* Under the GPU's lock: the id of the last process granted this
          * memory (it may have written it), 0 if none since it was made or
          * scrubbed.  Another process gets it only scrubbed (gs_gpu.h). */
@@ -236,6 +270,12 @@ struct gs_gpu {
 /* What an earlier agent hands over of one GPU's pool (gs_handover.h):
  * per chunk id its exported fd (-1: no memory) and whether a process may
  * have written it (its writer). */
+/* Whether c's memory is an earlier agent's (INHERITED or RECYCLE). */
+static inline bool gs_chunk_inherited(const struct gs_chunk *c)
+{
+        return c->state == GS_CHUNK_INHERITED || c->state == GS_CHUNK_RECYCLE;
+}
+
 struct gs_gpu_inherit {
         uint32_t nchunks;
         int *fd;

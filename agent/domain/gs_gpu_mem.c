@@ -174,8 +174,8 @@ int gs_chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errl
         ret->scrubbing = false;
         int r = mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, &ret->va, err, errlen);
         ret->memid = r == 0 ? ++g->memid_next : 0;
-        if (r == 0)
-                ret->kept = false;
+        if (r == 0 && ret->state == GS_CHUNK_KEPT)
+                ret->state = GS_CHUNK_OURS;
         return r;
 }
 
@@ -188,8 +188,8 @@ void gs_chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
         else
                 gs_closep(&c->fd);
         c->handle = 0;
-        c->inherited = false;
-        c->recycle = false;
+        if (gs_chunk_inherited(c))
+                c->state = GS_CHUNK_OURS;
         c->memid = 0;
 }
 
@@ -209,11 +209,13 @@ bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
                 return true;
         /* Its memory may be held by a process of the allocation: granted
          * to one (owner), or behind its VMM allocations (kept). */
-        if (g->chunks[chunk].kept || g->chunks[chunk].owner)
+        if (g->chunks[chunk].state == GS_CHUNK_KEPT || g->chunks[chunk].state == GS_CHUNK_PENDING ||
+            g->chunks[chunk].owner)
                 return false;
         for (uint32_t d = 0; d < g->nchunks; d++) {
                 struct gs_chunk *c = &g->chunks[d];
-                if (c->fd < 0 || c->pending || c->recycle || !gs_pool_chunk_in_sys(g->pool, d))
+                if (c->fd < 0 || c->state == GS_CHUNK_PENDING || c->state == GS_CHUNK_RECYCLE ||
+                    !gs_pool_chunk_in_sys(g->pool, d))
                         continue;
                 struct gs_chunk t = g->chunks[chunk];
                 g->chunks[chunk] = *c;
@@ -277,9 +279,10 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
         uint32_t budget = GS_GPU_REMAKE_PER_SCAN;
         for (uint32_t i = 0; i < g->nchunks && budget; i++) {
                 struct gs_chunk *c = &g->chunks[i];
-                if ((c->fd >= 0 && !c->recycle) || c->pending || gs_pool_chunk_held(g->pool, i))
+                if ((c->fd >= 0 && c->state != GS_CHUNK_RECYCLE) || c->state == GS_CHUNK_PENDING ||
+                    gs_pool_chunk_held(g->pool, i))
                         continue;
-                if (c->recycle)
+                if (c->state == GS_CHUNK_RECYCLE)
                         gs_chunk_drop(g, c);
                 budget--;
                 if (gs_chunk_make(g, c, err, sizeof(err)) < 0) {
@@ -292,7 +295,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
         for (uint32_t i = 0; i < g->nchunks && g->chunks_pending; i++) {
                 struct gs_chunk *c = &g->chunks[i];
 
-                if (!c->pending || gs_chunk_make(g, c, err, sizeof(err)) < 0)
+                if (c->state != GS_CHUNK_PENDING || gs_chunk_make(g, c, err, sizeof(err)) < 0)
                         continue;
                 if (gs_pool_unretire_chunk(g->pool, i) < 0) {
                         log_error("GPU %u: pending chunk %u not back in the pool", g->index, i);
@@ -300,7 +303,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
                 }
                 owner_debt(g, c, -1);
                 c->owner = NULL;
-                c->pending = false;
+                c->state = GS_CHUNK_OURS;
                 g->chunks_pending--;
                 log_info("GPU %u: chunk %u re-created, back in the pool", g->index, i);
         }
@@ -335,7 +338,7 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         r = gs_chunk_make(g, c, err, sizeof(err));
         if (r < 0) {
                 c->fd = -1;
-                c->pending = true;
+                c->state = GS_CHUNK_PENDING;
                 g->chunks_pending++;
                 owner_debt(g, c, 1);
                 log_info("GPU %u: chunk %u not re-created yet, retried later: %s", g->index, chunk, err);
@@ -359,7 +362,7 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 uint32_t c = gr[i].chunk;
                 char why[200];
 
-                if (c < g->nchunks && g->chunks[c].recycle)
+                if (c < g->nchunks && g->chunks[c].state == GS_CHUNK_RECYCLE)
                         gs_chunk_drop(g, &g->chunks[c]);
                 if (c < g->nchunks && g->chunks[c].fd < 0) {
                         if (gs_gpu_chunk_remake(g, c, why, sizeof(why)) < 0) {

@@ -99,9 +99,9 @@ void gs_gpu_inherit_settle(struct gs_gpu *g)
         gs_gpu_lock(g);
         for (uint32_t i = 0; i < g->nchunks; i++) {
                 struct gs_chunk *c = &g->chunks[i];
-                if (!c->inherited || c->writer == 0 || gs_pool_chunk_held(g->pool, i))
+                if (c->state != GS_CHUNK_INHERITED || c->writer == 0 || gs_pool_chunk_held(g->pool, i))
                         continue;
-                c->recycle = true;
+                c->state = GS_CHUNK_RECYCLE;
                 n++;
         }
         gs_gpu_unlock(g);
@@ -185,7 +185,7 @@ int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
                 return 0;
         for (uint32_t d = 0; d < g->nchunks; d++) {
                 struct gs_chunk *c = &g->chunks[d];
-                if (c->fd >= 0 || c->pending || c->kept || gs_pool_chunk_held(g->pool, d))
+                if (c->fd >= 0 || c->state == GS_CHUNK_PENDING || c->state == GS_CHUNK_KEPT || gs_pool_chunk_held(g->pool, d))
                         continue;
                 struct gs_chunk t = g->chunks[chunk];
                 g->chunks[chunk] = *c;
@@ -199,7 +199,7 @@ static bool no_memory(void *ctx, uint32_t chunk)
 {
         struct gs_gpu *g = ctx;
 
-        return chunk < g->nchunks && (g->chunks[chunk].fd < 0 || g->chunks[chunk].inherited);
+        return chunk < g->nchunks && (g->chunks[chunk].fd < 0 || gs_chunk_inherited(&g->chunks[chunk]));
 }
 
 uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
@@ -223,7 +223,7 @@ int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
                 struct gs_chunk *c = &g->chunks[i];
                 c->fd = inh->fd[i];
                 c->handle = 0; /* imported when the agent itself needs it (scrub) */
-                c->inherited = c->fd >= 0;
+                c->state = c->fd >= 0 ? GS_CHUNK_INHERITED : GS_CHUNK_OURS;
                 /* Another agent's process ids: scrubbed before any grant. */
                 c->writer = inh->written[i] ? UINT64_MAX : 0;
                 c->memid = c->fd >= 0 ? inh->memid[i] : 0;

@@ -46,7 +46,7 @@ static uint32_t batch_fill(struct gs_gpu *g)
                 again = false;
                 for (uint32_t i = 0; i < n; i++) {
                         struct gs_chunk *c = &g->chunks[ids[i]];
-                        if (c->fd < 0 || c->recycle || c->writer == 0) {
+                        if (c->fd < 0 || c->state == GS_CHUNK_RECYCLE || c->writer == 0) {
                                 gs_gsm_clean(g->gsm, ids[i]);
                                 again = true;
                                 continue;

@@ -188,10 +188,10 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                  * is made anew once the driver has it free again; till
                  * then it is passed over (kept aside until the end, so the
                  * next reserve finds another). */
-                if (d < g->nchunks && g->chunks[d].fd < 0 && !g->chunks[d].pending &&
+                if (d < g->nchunks && g->chunks[d].fd < 0 && g->chunks[d].state != GS_CHUNK_PENDING &&
                     gs_gpu_chunk_remake(g, d, err, errlen) == 0)
                         err[0] = '\0';
-                if (d >= g->nchunks || g->chunks[d].fd < 0 || g->chunks[d].pending) {
+                if (d >= g->nchunks || g->chunks[d].fd < 0 || g->chunks[d].state == GS_CHUNK_PENDING) {
                         log_debug("GPU %u: chunk %u cannot take a spilled chunk back yet: %s", g->index, d,
                                   err[0] ? err : "no memory");
                         skip[nskip++] = d;

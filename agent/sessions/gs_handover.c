@@ -178,7 +178,7 @@ static void make_room(struct gs_agent *ag, uint64_t want)
                 for (int pass = 0; pass < 2 && got < want; pass++)
                         for (uint32_t c = 0; c < g->nchunks && got < want; c++) {
                                 gs_gpu_lock(g);
-                                if (g->chunks[c].fd >= 0 && !g->chunks[c].pending &&
+                                if (g->chunks[c].fd >= 0 && g->chunks[c].state != GS_CHUNK_PENDING &&
                                     !gs_pool_chunk_held(g->pool, c) &&
                                     (pass == 1 || gs_pool_chunk_in_sys(g->pool, c))) {
                                         gs_gpu_chunk_drop(g, c);
@@ -219,7 +219,7 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
                         uint32_t n = 0, nfds = 0;
                         for (; c < g->nchunks && n < HO_MAX_FDS; c++) {
                                 struct gs_chunk *k = &g->chunks[c];
-                                if (k->fd < 0 || k->pending || !k->memid)
+                                if (k->fd < 0 || k->state == GS_CHUNK_PENDING || !k->memid)
                                         continue;
                                 bool with_fd = snapshot || k->memid > g->ho_snap_memid;
                                 m->ent[n++] = (struct ho_ent){ c,

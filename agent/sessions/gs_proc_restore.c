@@ -117,7 +117,7 @@ void gs_proc_restore(struct gs_agent *ag)
                         continue;
                 }
                 for (uint32_t i = 0; i < g->nheld_before && i < g->nchunks; i++)
-                        was[i] = g->chunks[i].inherited ? g->chunks[i].memid : 0;
+                        was[i] = gs_chunk_inherited(&g->chunks[i]) ? g->chunks[i].memid : 0;
                 gs_proc_restore_debts(ag, g);
                 /* Mapped chunks first: the chunks without memory stand for
                  * what processes map; VMM backing chunks counted the old
@@ -162,9 +162,9 @@ void gs_proc_restore(struct gs_agent *ag)
                 gs_gpu_lock(g);
                 made = 0;
                 for (uint32_t c = 0; c < g->nchunks && made < lost; c++)
-                        if (g->chunks[c].fd < 0 && !g->chunks[c].pending &&
+                        if (g->chunks[c].fd < 0 && g->chunks[c].state != GS_CHUNK_PENDING &&
                             gs_pool_retire_chunk(g->pool, c) == 0) {
-                                g->chunks[c].pending = true;
+                                g->chunks[c].state = GS_CHUNK_PENDING;
                                 g->chunks_pending++;
                                 made++;
                         }
