@@ -640,8 +640,8 @@ int gs_allocs_checkpoint(struct gs_node *ag)
         char path[PATH_MAX];
         int r;
 
-        /* Another agent's file (gs_agent.h, paths_theirs). */
-        if (ag->paths_theirs)
+        /* Another agent's file (gs_node_handover). */
+        if (!gs_node_paths_ours(ag))
                 return 0;
         /* Unknown: a save would erase what could not be read. */
         if (ag->ckpt_err)

@@ -27,6 +27,7 @@
 #include "gs_cuda.h"
 #include "gs_devid.h"
 #include "gs_gpu_lock.h"
+#include "gs_gpu_phase.h"
 #include "gs_ledger.h"
 #include "gs_pool.h"
 #include "gs_wire.h"
@@ -221,7 +222,9 @@ struct gs_gpu {
         uint32_t nheld_before;
         uint32_t chunks_made_at_start; /* with memory; the rest stood for memory held */
         bool ctx_ready;          /* gs_gpu_open_ctx done: a pool may be built */
-        bool frozen;             /* handed over (gs_handover.h): makes no memory */
+        /* An upgrade's handover (gs_gpu_phase.h), under lock: read
+         * through gs_gpu_makes_memory, gs_gpu_scrubs. */
+        enum gs_gpu_phase phase;
         uint64_t memid_next;     /* under lock: the last memid given */
         uint64_t ho_snap_memid;  /* an upgrade: memids up to this went at PREPARE */
         /* Scrubbing (gs_gpu_scrub below).  Made with the context; without
@@ -235,7 +238,6 @@ struct gs_gpu {
         pthread_t scrub_thr;
         bool scrub_started;
         bool scrub_stop;
-        bool scrub_paused;       /* an upgrade (gs_gpu_ledger_pause) */
         bool scrub_kicked;       /* there may be work: scrub_cond signalled */
         pthread_cond_t scrub_cond;
         int64_t scrub_retry_ms;  /* after a failure: not before (gs_mono_ms) */

@@ -99,7 +99,7 @@ static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGeneri
         CUdeviceptr va = 0;
         int fd = -1, r;
 
-        if (g->frozen) {
+        if (!gs_gpu_makes_memory(g)) {
                 snprintf(err, errlen, "this agent handed its GPUs over: it makes no memory");
                 return -ENOSPC;
         }

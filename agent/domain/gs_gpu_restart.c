@@ -115,9 +115,9 @@ void gs_gpu_ledger_commit(struct gs_gpu *g)
         int r;
 
         gs_gpu_lock(g);
-        if (g->scrub_paused && !g->frozen) {
+        if (gs_gpu_phase_get(g) == GS_GPU_INHERITED) {
                 /* The processes are restored: the scrubber may work. */
-                g->scrub_paused = false;
+                gs_gpu_phase_set(g, GS_GPU_SERVING);
                 if (g->scrub_started)
                         gs_gpu_scrub_kick(g);
         }
@@ -147,7 +147,7 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
         gs_gpu_spillrec_pause(g, pause);
         /* The new agent may grant any chunk from TAKE on: no memset of
          * ours may run then. */
-        g->scrub_paused = pause;
+        gs_gpu_phase_set(g, pause ? GS_GPU_PAUSED : GS_GPU_SERVING);
         if (pause)
                 gs_gpu_batch_wait(g);
         else if (g->scrub_started)
@@ -236,6 +236,6 @@ int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
         /* Nothing is scrubbed in the background before the processes are
          * restored (gs_gpu_ledger_commit): until READY the old agent may
          * take its chunks back. */
-        g->scrub_paused = true;
+        gs_gpu_phase_set(g, GS_GPU_INHERITED);
         return 0;
 }

@@ -38,7 +38,7 @@ static uint32_t batch_fill(struct gs_gpu *g)
         bool again = true;
         int r = 0;
 
-        if (g->scrub_paused || !g->gsm || g->frozen || g->nbatch)
+        if (!gs_gpu_scrubs(g) || !g->gsm || g->nbatch)
                 return 0;
         for (int round = 0; again && r == 0 && g->nbatch == 0 && round < 8; round++) {
                 uint32_t n = gs_gsm_scrub_next(g->gsm, GS_GPU_SCRUB_AHEAD, ids, GS_GPU_SCRUB_BATCH);
@@ -93,7 +93,7 @@ static void *scrubber(void *arg)
 
         gs_gpu_lock(g); /* makes g->ctx current for the thread's life */
         while (!g->scrub_stop) {
-                if (g->scrub_paused || !g->scrub_kicked) {
+                if (!gs_gpu_scrubs(g) || !g->scrub_kicked) {
                         gs_gpu_cond_wait(g, &g->scrub_cond);
                         gather = true;
                         continue;

@@ -95,7 +95,7 @@ bool gs_gpu_spill_prepare_pick(struct gs_gpu *g, struct gs_spill_job *j)
         uint32_t ready = 0, target, i;
 
         gs_gpu_assert_locked(g);
-        if (!g->nspare || !g->pool || g->frozen)
+        if (!g->nspare || !g->pool || !gs_gpu_makes_memory(g))
                 return false;
         /* What is owed (wanted back or not), less what moves now. */
         target = gs_pool_owed(g->pool);

@@ -614,7 +614,7 @@ void gs_ctlsrv_free(struct gs_ctlsrv *s)
         if (!s)
                 return;
         gs_stream_srv_free(s->srv);
-        if (!s->ag->node.paths_theirs) /* else the path is the other agent's socket */
+        if (gs_node_paths_ours(&s->ag->node)) /* else the path is the other agent's socket */
                 (void)unlink(s->path);
         free(s);
 }

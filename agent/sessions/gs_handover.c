@@ -300,8 +300,7 @@ static void serve(struct gs_agent *ag, int fd)
         }
         /* The new agent serves: our connections end (the hooks reconnect to
          * it), our paths are its own now. */
-        ag->handed_over = true;
-        ag->node.paths_theirs = true;
+        ag->node.handover = GS_NODE_HANDED_OVER;
         gs_proc_disconnect_all(ag);
         log_info("upgrade: handed over to the new agent %lld ms after it took over; waiting for the end",
                  (long long)(gs_mono_ms() - t_take));
@@ -327,7 +326,7 @@ static void on_conn(void *data, uint32_t events)
         }
         serve(ag, fd);
         close(fd);
-        if (ag->handover_retake && !ag->handed_over) {
+        if (ag->handover_retake && !gs_node_handed_over(&ag->node)) {
                 char err[256];
                 ag->handover_retake = false;
                 gs_loop_io_del(ag->node.loop, &ag->handover_io);
@@ -386,7 +385,7 @@ void gs_handover_close(struct gs_agent *ag)
                 return;
         gs_loop_io_del(ag->node.loop, &ag->handover_io);
         gs_closep(&ag->handover_fd);
-        if (!ag->node.paths_theirs && sock_path(ag, &sa) == 0)
+        if (gs_node_paths_ours(&ag->node) && sock_path(ag, &sa) == 0)
                 (void)unlink(sa.sun_path);
 }
 
