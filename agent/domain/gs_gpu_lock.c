@@ -77,8 +77,20 @@ bool gs_gpu_locked(const struct gs_gpu *g)
                pthread_equal(__atomic_load_n(&g->lock.owner, __ATOMIC_RELAXED), pthread_self());
 }
 
+bool gs_gpu_none_locked(void)
+{
+#ifndef NDEBUG
+        return t_held == 0;
+#else
+        return true;
+#endif
+}
+
 void gs_gpu_lock_fail(const struct gs_gpu *g, const char *func)
 {
-        log_error("GPU %u: %s: the GPU's lock is not held as required by this thread", g->index, func);
+        if (!g)
+                log_error("%s: waits for another thread with a GPU's lock held", func);
+        else
+                log_error("GPU %u: %s: the GPU's lock is not held as required by this thread", g->index, func);
         abort();
 }

@@ -50,9 +50,11 @@ void gs_gpu_unlock(struct gs_gpu *g);
  * lock, held by the caller and held again on return. */
 void gs_gpu_cond_wait(struct gs_gpu *g, pthread_cond_t *cv);
 int gs_gpu_cond_timedwait(struct gs_gpu *g, pthread_cond_t *cv, const struct timespec *ts);
-/* Whether the calling thread holds g's lock. */
+/* Whether the calling thread holds g's lock; whether it holds none. */
 bool gs_gpu_locked(const struct gs_gpu *g);
-/* Aborts with func's name: the caller does not hold the lock. */
+bool gs_gpu_none_locked(void);
+/* Aborts with func's name: the caller does not hold g's lock (g NULL:
+ * it holds one it must not). */
 void gs_gpu_lock_fail(const struct gs_gpu *g, const char *func) __attribute__((noreturn));
 
 #ifndef NDEBUG
@@ -61,8 +63,16 @@ void gs_gpu_lock_fail(const struct gs_gpu *g, const char *func) __attribute__((n
                 if (!gs_gpu_locked(g))                          \
                         gs_gpu_lock_fail((g), __func__);        \
         } while (0)
+/* Before waiting on another thread that may take a GPU's lock (the
+ * main loop, gs_agent_wait_*): aborts if the caller holds one. */
+#define gs_gpu_assert_none_locked()                                     \
+        do {                                                            \
+                if (!gs_gpu_none_locked())                              \
+                        gs_gpu_lock_fail(NULL, __func__);               \
+        } while (0)
 #else
 #define gs_gpu_assert_locked(g) ((void)(g))
+#define gs_gpu_assert_none_locked() ((void)0)
 #endif
 
 #endif
