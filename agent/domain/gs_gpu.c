@@ -1,6 +1,6 @@
 /* gs_gpu.c — one GPU of the node (gs_gpu.h): its identity and primary
  * context, opening its pool of chunks and closing it all, the units it
- * offers and what of them is lent.  The chunks' memory: gs_gpu_mem.c;
+ * offers and what of them is lent.  The chunks' memory: gs_gpu_chunk.c;
  * scrubbing: gs_gpu_scrub.c and gs_gpu_scrubber.c; restarts and upgrades:
  * gs_gpu_restart.c. */
 #include "gs_gpu_int.h"
@@ -64,7 +64,7 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         int r;
 
         g->index = (uint32_t)ordinal;
-        g->ledger.fd = -1;
+        g->restart.ledger.fd = -1;
         g->numa_node = -1;
         g->chunk_bytes = cfg->chunk_bytes;
         g->unit_bytes = cfg->unit_bytes;
@@ -209,18 +209,18 @@ static int open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                 return 0;
         }
 pool:
-        g->move_back_quiet_ms = cfg->move_back_quiet_ms;
+        g->moves.move_back_quiet_ms = cfg->move_back_quiet_ms;
         r = gs_gpu_spill_init(g, cfg->spill_max_bytes, err, errlen);
         if (r < 0)
                 return r;
-        g->pool = gs_pool_new(g->nchunks + g->nspare, g->chunk_bytes);
+        g->pool = gs_pool_new(g->nchunks + g->moves.nspare, g->chunk_bytes);
         if (!g->pool) {
                 snprintf(err, errlen, "cannot create the pool of %u chunks of %llu bytes",
                          g->nchunks, (unsigned long long)g->chunk_bytes);
                 return -ENOMEM;
         }
-        if (gs_pool_set_spares(g->pool, g->nspare) < 0) {
-                snprintf(err, errlen, "cannot set %u spare records", g->nspare);
+        if (gs_pool_set_spares(g->pool, g->moves.nspare) < 0) {
+                snprintf(err, errlen, "cannot set %u spare records", g->moves.nspare);
                 return -EINVAL;
         }
         gs_pool_set_return_fn(g->pool, gs_gpu_chunk_recycle, g);
@@ -255,7 +255,7 @@ void gs_gpu_close(struct gs_gpu *g)
 {
         if (!g || !g->node)
                 return;
-        const struct gs_gpu_scrub_stats *st = &g->scrub_st;
+        const struct gs_gpu_scrub_stats *st = &g->scrub.st;
         gs_gpu_scrub_stop(g);
         if (st->grants || st->scrubbed_bg)
                 log_info("GPU %u: scrubs: %llu chunks granted: %llu clean, %llu back to their writer, %llu zeroed on "
@@ -265,10 +265,10 @@ void gs_gpu_close(struct gs_gpu *g)
                          (unsigned long long)st->grants_same, (unsigned long long)st->grants_scrubbed_sync,
                          (unsigned long long)st->grants_waited, (unsigned long long)st->scrubbed_bg,
                          (unsigned long long)st->batches_bg, (unsigned long long)st->failures);
-        gs_ledger_close(&g->ledger);
+        gs_ledger_close(&g->restart.ledger);
         gs_gpu_spillrec_close(g);
-        free(g->held_before);
-        g->held_before = NULL;
+        free(g->restart.held_before);
+        g->restart.held_before = NULL;
         gs_gpu_lock(g); /* makes g->ctx current */
         gs_pool_free(g->pool);
         gs_gpu_spill_fini(g);
@@ -280,14 +280,14 @@ void gs_gpu_close(struct gs_gpu *g)
         g->chunks = NULL;
         free(g->unit_owner);
         g->unit_owner = NULL;
-        if (g->sync_ev)
-                (void)g->node->cu.event_destroy(g->sync_ev);
-        if (g->scrub_ev)
-                (void)g->node->cu.event_destroy(g->scrub_ev);
-        if (g->scrub_stream)
-                (void)g->node->cu.stream_destroy(g->scrub_stream);
-        g->sync_ev = g->scrub_ev = NULL;
-        g->scrub_stream = NULL;
+        if (g->scrub.sync_ev)
+                (void)g->node->cu.event_destroy(g->scrub.sync_ev);
+        if (g->scrub.ev)
+                (void)g->node->cu.event_destroy(g->scrub.ev);
+        if (g->scrub.stream)
+                (void)g->node->cu.stream_destroy(g->scrub.stream);
+        g->scrub.sync_ev = g->scrub.ev = NULL;
+        g->scrub.stream = NULL;
         if (g->ctx)
                 (void)g->node->cu.primary_ctx_release(g->dev);
         g->ctx = NULL;

@@ -28,33 +28,34 @@ const char *gs_gpu_phase_name(enum gs_gpu_phase p)
 void gs_gpu_phase_set(struct gs_gpu *g, enum gs_gpu_phase to)
 {
         gs_gpu_assert_locked(g);
-        if (g->phase == to)
+        if (g->restart.phase == to)
                 return;
-        if ((unsigned)g->phase >= sizeof(allowed) / sizeof(allowed[0]) || !(allowed[g->phase] & 1u << to)) {
-                log_error("GPU %u: no move from %s to %s (a bug): stays %s", g->index, gs_gpu_phase_name(g->phase),
-                          gs_gpu_phase_name(to), gs_gpu_phase_name(g->phase));
+        enum gs_gpu_phase from = g->restart.phase;
+        if ((unsigned)from >= sizeof(allowed) / sizeof(allowed[0]) || !(allowed[from] & 1u << to)) {
+                log_error("GPU %u: no move from %s to %s (a bug): stays %s", g->index, gs_gpu_phase_name(from),
+                          gs_gpu_phase_name(to), gs_gpu_phase_name(from));
 #ifndef NDEBUG
                 abort(); /* as gs_gpu_assert_locked: the tests find it */
 #endif
                 return;
         }
-        log_debug("GPU %u: %s -> %s", g->index, gs_gpu_phase_name(g->phase), gs_gpu_phase_name(to));
-        g->phase = to;
+        log_debug("GPU %u: %s -> %s", g->index, gs_gpu_phase_name(g->restart.phase), gs_gpu_phase_name(to));
+        g->restart.phase = to;
 }
 
 enum gs_gpu_phase gs_gpu_phase_get(const struct gs_gpu *g)
 {
-        return g->phase;
+        return g->restart.phase;
 }
 
 bool gs_gpu_makes_memory(const struct gs_gpu *g)
 {
-        return g->phase != GS_GPU_HANDED_OVER;
+        return g->restart.phase != GS_GPU_HANDED_OVER;
 }
 
 bool gs_gpu_scrubs(const struct gs_gpu *g)
 {
-        return g->phase == GS_GPU_SERVING;
+        return g->restart.phase == GS_GPU_SERVING;
 }
 
 void gs_gpu_hand_over(struct gs_gpu *g)

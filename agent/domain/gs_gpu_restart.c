@@ -1,8 +1,8 @@
-/* gs_gpu_restart.c — a GPU across agent restarts and upgrades (gs_gpu.h
- * "restarts"): the previous agent's ledger read at open, a handed-over
- * pool taken as it was, this agent's ledger kept (paused, resumed,
- * committed, stopped), and chunks that trade memory so that what a
- * process already maps is charged where it sits. */
+/* gs_gpu_restart.c — a GPU across agent restarts and upgrades
+ * (gs_gpu_restart.h): the previous agent's ledger read at open, a
+ * handed-over pool taken as it was, this agent's ledger kept (paused,
+ * resumed, committed, stopped).  Chunks that trade memory so that what a
+ * process already maps is charged where it sits are gs_gpu_chunk.c's. */
 #include "gs_gpu_int.h"
 
 #include <errno.h>
@@ -22,10 +22,10 @@ void gs_gpu_chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot
         if (chunk >= g->nchunks)
                 gs_gpu_spillrec_hold(g, chunk - g->nchunks, tag, slot, held != 0);
         else
-                gs_ledger_set(&g->ledger, chunk, tag, slot, held != 0);
+                gs_ledger_set(&g->restart.ledger, chunk, tag, slot, held != 0);
 }
 
-/* The previous agent's ledger of this GPU, kept in g->held_before: its
+/* The previous agent's ledger of this GPU, kept in g->restart.held_before: its
  * chunk count, or 0 if there is none (or it is not usable). */
 uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
 {
@@ -36,7 +36,7 @@ uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
         if (gs_ledger_path(path, sizeof(path), cfg->state_dir, g->uuid) < 0)
                 return 0;
         gs_gpu_spillrec_read(g, cfg);
-        r = gs_ledger_read(path, g->uuid_raw, &g->held_before, &g->nheld_before, &cb, why, sizeof(why));
+        r = gs_ledger_read(path, g->uuid_raw, &g->restart.held_before, &g->restart.nheld_before, &cb, why, sizeof(why));
         if (r == -ENOENT)
                 return 0;
         if (r == 0 && cb != g->chunk_bytes) {
@@ -47,15 +47,15 @@ uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
         if (r < 0) {
                 log_warn("GPU %u: the previous agent's ledger %s is not used: %s", g->index, path,
                          why[0] ? why : strerror(-r));
-                free(g->held_before);
-                g->held_before = NULL;
-                g->nheld_before = 0;
+                free(g->restart.held_before);
+                g->restart.held_before = NULL;
+                g->restart.nheld_before = 0;
                 return 0;
         }
         /* The pool cannot have been larger than the GPU. */
-        if ((uint64_t)g->nheld_before * g->chunk_bytes > g->total_bytes)
+        if ((uint64_t)g->restart.nheld_before * g->chunk_bytes > g->total_bytes)
                 return (uint32_t)(g->total_bytes / g->chunk_bytes);
-        return g->nheld_before;
+        return g->restart.nheld_before;
 }
 
 /* At a restart's start: whether the driver has one more chunk above the
@@ -80,7 +80,7 @@ int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir)
                 return gs_neg_errno();
         r = gs_ledger_path(path, sizeof(path), state_dir, g->uuid);
         if (r == 0)
-                r = gs_ledger_open(&g->ledger, path, g->uuid_raw, g->chunk_bytes, g->nchunks);
+                r = gs_ledger_open(&g->restart.ledger, path, g->uuid_raw, g->chunk_bytes, g->nchunks);
         if (r < 0)
                 log_error("GPU %u: no ledger in %s (%s): a restarted agent will not know what processes "
                           "hold", g->index, state_dir, strerror(-r));
@@ -118,19 +118,19 @@ void gs_gpu_ledger_commit(struct gs_gpu *g)
         if (gs_gpu_phase_get(g) == GS_GPU_INHERITED) {
                 /* The processes are restored: the scrubber may work. */
                 gs_gpu_phase_set(g, GS_GPU_SERVING);
-                if (g->scrub_started)
+                if (g->scrub.started)
                         gs_gpu_scrub_kick(g);
         }
         gs_gpu_unlock(g);
-        free(g->held_before);
-        g->held_before = NULL;
-        g->nheld_before = 0;
-        if (g->ledger.fd < 0)
+        free(g->restart.held_before);
+        g->restart.held_before = NULL;
+        g->restart.nheld_before = 0;
+        if (g->restart.ledger.fd < 0)
                 return;
         gs_gpu_spillrec_commit(g);
-        r = gs_ledger_commit(&g->ledger);
+        r = gs_ledger_commit(&g->restart.ledger);
         if (r < 0)
-                log_error("GPU %u: cannot replace the ledger %s: %s", g->index, g->ledger.path, strerror(-r));
+                log_error("GPU %u: cannot replace the ledger %s: %s", g->index, g->restart.ledger.path, strerror(-r));
 }
 
 void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
@@ -139,10 +139,10 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
                 return;
         gs_gpu_lock(g);
         /* A new agent that failed after its restore replaced our file. */
-        int r = pause ? 0 : gs_ledger_relink(&g->ledger);
+        int r = pause ? 0 : gs_ledger_relink(&g->restart.ledger);
         if (r < 0 && r != -EBADF)
                 log_error("GPU %u: cannot put the ledger %s back: %s; a restarted agent will not know what "
-                          "processes hold", g->index, g->ledger.path, strerror(-r));
+                          "processes hold", g->index, g->restart.ledger.path, strerror(-r));
         gs_pool_set_hold_fn(g->pool, pause ? NULL : gs_gpu_chunk_hold, pause ? NULL : g);
         gs_gpu_spillrec_pause(g, pause);
         /* The new agent may grant any chunk from TAKE on: no memset of
@@ -150,7 +150,7 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
         gs_gpu_phase_set(g, pause ? GS_GPU_PAUSED : GS_GPU_SERVING);
         if (pause)
                 gs_gpu_batch_wait(g);
-        else if (g->scrub_started)
+        else if (g->scrub.started)
                 gs_gpu_scrub_kick(g);
         gs_gpu_unlock(g);
 }
@@ -161,51 +161,9 @@ void gs_gpu_ledger_stop(struct gs_gpu *g)
                 return;
         gs_gpu_lock(g);
         gs_pool_set_hold_fn(g->pool, NULL, NULL);
-        gs_ledger_close(&g->ledger);
+        gs_ledger_close(&g->restart.ledger);
         gs_gpu_spillrec_close(g);
         gs_gpu_unlock(g);
-}
-
-void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b)
-{
-        gs_gpu_assert_locked(g);
-        struct gs_chunk t;
-
-        if (a >= g->nchunks || b >= g->nchunks || a == b)
-                return;
-        t = g->chunks[a];
-        g->chunks[a] = g->chunks[b];
-        g->chunks[b] = t;
-}
-
-int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
-{
-        gs_gpu_assert_locked(g);
-        if (chunk >= g->nchunks || g->chunks[chunk].fd < 0)
-                return 0;
-        for (uint32_t d = 0; d < g->nchunks; d++) {
-                struct gs_chunk *c = &g->chunks[d];
-                if (c->fd >= 0 || c->state == GS_CHUNK_PENDING || c->state == GS_CHUNK_KEPT || gs_pool_chunk_held(g->pool, d))
-                        continue;
-                struct gs_chunk t = g->chunks[chunk];
-                g->chunks[chunk] = *c;
-                *c = t;
-                return 0;
-        }
-        return -ENOENT;
-}
-
-static bool no_memory(void *ctx, uint32_t chunk)
-{
-        struct gs_gpu *g = ctx;
-
-        return chunk < g->nchunks && (g->chunks[chunk].fd < 0 || gs_chunk_inherited(&g->chunks[chunk]));
-}
-
-uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
-{
-        gs_gpu_assert_locked(g);
-        return p ? gs_pproc_count_held(p, no_memory, g) : 0;
 }
 
 /* The pool of an agent handed over by a previous one: its chunks as they

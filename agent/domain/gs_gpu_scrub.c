@@ -19,9 +19,9 @@ int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *er
         gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
 
-        if (!g->scrub_stream)
+        if (!g->scrub.stream)
                 return gs_cuda_check(cu, cu->memset_d32(va, 0, size / 4), "scrub: cuMemsetD32", err, errlen);
-        return gs_cuda_check(cu, cu->memset_d32_async(va, 0, size / 4, g->scrub_stream), "scrub: cuMemsetD32Async",
+        return gs_cuda_check(cu, cu->memset_d32_async(va, 0, size / 4, g->scrub.stream), "scrub: cuMemsetD32Async",
                              err, errlen);
 }
 
@@ -34,11 +34,12 @@ int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
         const struct gs_cuda *cu = &g->node->cu;
         int r;
 
-        if (!g->scrub_stream)
+        if (!g->scrub.stream)
                 return gs_cuda_check(cu, cu->ctx_synchronize(), "scrub: cuCtxSynchronize", err, errlen);
-        r = gs_cuda_check(cu, cu->event_record(g->sync_ev, g->scrub_stream), "scrub: cuEventRecord", err, errlen);
+        r = gs_cuda_check(cu, cu->event_record(g->scrub.sync_ev, g->scrub.stream), "scrub: cuEventRecord", err, errlen);
         if (r == 0)
-                r = gs_cuda_check(cu, cu->event_synchronize(g->sync_ev), "scrub: cuEventSynchronize", err, errlen);
+                r = gs_cuda_check(cu, cu->event_synchronize(g->scrub.sync_ev), "scrub: cuEventSynchronize", err,
+                                  errlen);
         return r;
 }
 
@@ -147,27 +148,27 @@ static uint32_t chunk_of_va(const struct gs_gpu *g, uint32_t hint, CUdeviceptr v
 void gs_gpu_batch_done(struct gs_gpu *g, bool ok, const char *why)
 {
         gs_gpu_assert_locked(g);
-        for (uint32_t i = 0; i < g->nbatch; i++) {
-                uint32_t id = chunk_of_va(g, g->batch[i].chunk, g->batch[i].va);
+        for (uint32_t i = 0; i < g->scrub.nbatch; i++) {
+                uint32_t id = chunk_of_va(g, g->scrub.batch[i].chunk, g->scrub.batch[i].va);
                 if (id == UINT32_MAX || !g->chunks[id].scrubbing)
                         continue;
                 g->chunks[id].scrubbing = false;
                 if (!ok)
                         continue;
                 g->chunks[id].writer = 0;
-                g->scrub_st.scrubbed_bg++;
-                if (g->gsm)
-                        gs_gsm_clean(g->gsm, id);
+                g->scrub.st.scrubbed_bg++;
+                if (g->scrub.gsm)
+                        gs_gsm_clean(g->scrub.gsm, id);
         }
-        if (!ok && g->nbatch) {
-                g->scrub_st.failures += g->nbatch;
-                g->scrub_retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
-                uint32_t nf = ++g->scrub_batch_failures;
+        if (!ok && g->scrub.nbatch) {
+                g->scrub.st.failures += g->scrub.nbatch;
+                g->scrub.retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
+                uint32_t nf = ++g->scrub.batch_failures;
                 if (!(nf & (nf - 1))) /* said at 1, 2, 4, ... failed batches */
                         log_warn("GPU %u: %u chunks not scrubbed in the background (zeroed when granted; %u "
-                                 "failed batches): %s", g->index, g->nbatch, g->scrub_batch_failures, why);
+                                 "failed batches): %s", g->index, g->scrub.nbatch, g->scrub.batch_failures, why);
         }
-        g->nbatch = 0;
+        g->scrub.nbatch = 0;
 }
 
 /* Under g->lock: waits for the scrubber's batch in flight, if any.  The
@@ -179,9 +180,9 @@ void gs_gpu_batch_wait(struct gs_gpu *g)
         char why[200];
         int r;
 
-        if (!g->nbatch)
+        if (!g->scrub.nbatch)
                 return;
-        r = gs_cuda_check(&g->node->cu, g->node->cu.event_synchronize(g->scrub_ev), "scrub: cuEventSynchronize",
+        r = gs_cuda_check(&g->node->cu, g->node->cu.event_synchronize(g->scrub.ev), "scrub: cuEventSynchronize",
                           why, sizeof(why));
         gs_gpu_batch_done(g, r == 0, why);
 }
@@ -206,20 +207,20 @@ int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bo
         gs_gpu_assert_locked(g);
         int r;
 
-        g->scrub_st.grants++;
+        g->scrub.st.grants++;
         if (c->scrubbing) {
                 gs_gpu_batch_wait(g);
                 if (c->writer == 0) {
-                        g->scrub_st.grants_waited++;
+                        g->scrub.st.grants_waited++;
                         return 0;
                 }
         }
         if (c->writer == 0) {
-                g->scrub_st.grants_clean++;
+                g->scrub.st.grants_clean++;
                 return 0;
         }
         if (c->writer == proc) {
-                g->scrub_st.grants_same++;
+                g->scrub.st.grants_same++;
                 return 0;
         }
         r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
@@ -229,10 +230,10 @@ int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bo
         if (r == 0)
                 r = gs_gpu_scrub_queue(g, c->va, g->chunk_bytes, err, errlen);
         if (r < 0) {
-                g->scrub_st.failures++;
+                g->scrub.st.failures++;
                 return r;
         }
-        g->scrub_st.grants_scrubbed_sync++;
+        g->scrub.st.grants_scrubbed_sync++;
         *queued = true;
         return 0;
 }
@@ -244,7 +245,7 @@ int gs_gpu_grant_wait(struct gs_gpu *g, char *err, size_t errlen)
         gs_gpu_assert_locked(g);
         int r = gs_gpu_scrub_sync(g, err, errlen);
 
-        if (r == 0 && g->nbatch && g->scrub_stream)
+        if (r == 0 && g->scrub.nbatch && g->scrub.stream)
                 gs_gpu_batch_done(g, true, NULL); /* ahead on the same stream */
         return r;
 }
@@ -273,7 +274,7 @@ int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *er
 void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
 {
         gs_gpu_lock(g);
-        *ret = g->scrub_st;
+        *ret = g->scrub.st;
         gs_gpu_unlock(g);
 }
 
@@ -284,8 +285,8 @@ void gs_gpu_scrub_kick(void *ctx)
         struct gs_gpu *g = ctx;
         gs_gpu_assert_locked(g);
 
-        if (!g->scrub_kicked) {
-                g->scrub_kicked = true;
-                pthread_cond_signal(&g->scrub_cond);
+        if (!g->scrub.kicked) {
+                g->scrub.kicked = true;
+                pthread_cond_signal(&g->scrub.cond);
         }
 }

@@ -322,7 +322,7 @@ static int snap_gpus(struct gs_agent *ag, struct snap *sn)
                         s->owed = gs_pool_owed(g->pool);
                         s->spill_ready = gs_gpu_spill_ready(g);
                         s->spill_held = gs_gpu_spill_held(g);
-                        s->mv = g->move_st;
+                        s->mv = g->moves.st;
                         gs_gpu_unlock(g);
                         s->units_lent = gs_gpu_units_lent(g);
                 }

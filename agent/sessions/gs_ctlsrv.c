@@ -93,9 +93,9 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
                 gs_pool_stats(g->pool, &st);
                 m->chunks_spilled = gs_gpu_spilled(g);
                 m->chunks_owed = gs_pool_owed(g->pool);
-                m->chunks_moving = g->moving_out;
-                m->chunks_moved_out = g->move_st.chunks_out;
-                m->chunks_moved_back = g->move_st.chunks_back;
+                m->chunks_moving = g->moves.moving_out;
+                m->chunks_moved_out = g->moves.st.chunks_out;
+                m->chunks_moved_back = g->moves.st.chunks_back;
                 gs_gpu_unlock(g);
         }
         m->index = g->index;

@@ -214,14 +214,14 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
                 r = ho_send(fd, m, NULL, 0);
                 gs_gpu_lock(g);
                 if (snapshot)
-                        g->ho_snap_memid = g->memid_next;
+                        g->restart.ho_snap_memid = g->memid_next;
                 for (uint32_t c = 0; c < g->nchunks && r == 0;) {
                         uint32_t n = 0, nfds = 0;
                         for (; c < g->nchunks && n < HO_MAX_FDS; c++) {
                                 struct gs_chunk *k = &g->chunks[c];
                                 if (k->fd < 0 || k->state == GS_CHUNK_PENDING || !k->memid)
                                         continue;
-                                bool with_fd = snapshot || k->memid > g->ho_snap_memid;
+                                bool with_fd = snapshot || k->memid > g->restart.ho_snap_memid;
                                 m->ent[n++] = (struct ho_ent){ c,
                                         (k->writer != 0 || k->owner != NULL ? HO_WRITTEN : 0) | (with_fd ? HO_FD : 0),
                                         k->memid };

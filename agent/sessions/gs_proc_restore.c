@@ -101,7 +101,7 @@ void gs_proc_restore(struct gs_agent *ag)
                 (void)!gs_gpu_ledger_start(g, ag->node.cfg.state_dir);
                 /* What each of the old agent's chunks held, before anything
                  * moves (handed over: its memid; after a crash: nothing). */
-                size_t nent = (size_t)g->nheld_before + g->nspilled_before + 1;
+                size_t nent = (size_t)g->restart.nheld_before + g->spillrec.nbefore + 1;
                 uint64_t *was = calloc(nent, sizeof(*was));
                 uint64_t *target = calloc(nent, sizeof(*target));
                 uint32_t *chunk = calloc(nent, sizeof(*chunk));
@@ -116,17 +116,17 @@ void gs_proc_restore(struct gs_agent *ag)
                         gs_gpu_ledger_commit(g);
                         continue;
                 }
-                for (uint32_t i = 0; i < g->nheld_before && i < g->nchunks; i++)
+                for (uint32_t i = 0; i < g->restart.nheld_before && i < g->nchunks; i++)
                         was[i] = gs_chunk_inherited(&g->chunks[i]) ? g->chunks[i].memid : 0;
                 gs_proc_restore_debts(ag, g);
                 /* Mapped chunks first: the chunks without memory stand for
                  * what processes map; VMM backing chunks counted the old
                  * agent's fillers too, which died with it. */
                 for (uint32_t kind = GS_LEDGER_SLOT; kind <= GS_LEDGER_VMM; kind++)
-                        for (uint32_t i = 0; i < g->nheld_before; i++)
-                                if (g->held_before[i].kind == kind) {
+                        for (uint32_t i = 0; i < g->restart.nheld_before; i++)
+                                if (g->restart.held_before[i].kind == kind) {
                                         struct gs_allocation *a = NULL;
-                                        uint32_t c = restore_one(ag, g, &g->held_before[i], &lost, &a);
+                                        uint32_t c = restore_one(ag, g, &g->restart.held_before[i], &lost, &a);
                                         if (c != UINT32_MAX) {
                                                 chunk[n] = c;
                                                 owner[n] = a;
@@ -135,7 +135,7 @@ void gs_proc_restore(struct gs_agent *ag)
                                 }
                 /* Slots a move back was taking to the GPU: device memory
                  * until the process says otherwise (gs_proc_spillrest.c). */
-                for (uint32_t i = 0; i < g->nspilled_before; i++) {
+                for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {
                         struct gs_ledger_ent e;
                         struct gs_allocation *a = NULL;
                         if (!gs_proc_spill_entry_as_device(g, i, &e))

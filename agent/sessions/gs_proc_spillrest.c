@@ -37,9 +37,9 @@ void gs_proc_restore_debts(struct gs_agent *ag, struct gs_gpu *g)
 
 bool gs_proc_spill_entry_as_device(const struct gs_gpu *g, uint32_t i, struct gs_ledger_ent *ret)
 {
-        if (i >= g->nspilled_before || g->spilled_before[i].kind != GS_LEDGER_UNSPILLING)
+        if (i >= g->spillrec.nbefore || g->spillrec.before[i].kind != GS_LEDGER_UNSPILLING)
                 return false;
-        *ret = g->spilled_before[i];
+        *ret = g->spillrec.before[i];
         ret->kind = GS_LEDGER_SLOT;
         return true;
 }
@@ -61,8 +61,8 @@ void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
 {
         uint32_t host = 0, marked = 0, lost = 0, held = 0;
 
-        for (uint32_t i = 0; i < g->nspilled_before; i++) {
-                const struct gs_ledger_ent *e = &g->spilled_before[i];
+        for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {
+                const struct gs_ledger_ent *e = &g->spillrec.before[i];
                 struct gs_proc_gpu *pg;
                 struct gs_proc *q;
 
@@ -92,8 +92,8 @@ void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
         }
         /* Host memory a live process kept (GS_LEDGER_HELD): still charged,
          * once, on spares the slots above did not take. */
-        for (uint32_t i = 0; i < g->nspilled_before; i++) {
-                const struct gs_ledger_ent *e = &g->spilled_before[i];
+        for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {
+                const struct gs_ledger_ent *e = &g->spillrec.before[i];
                 struct gs_proc *q;
                 if (e->kind != GS_LEDGER_HELD || !ghost_gpu(ag, g, e, &q))
                         continue;

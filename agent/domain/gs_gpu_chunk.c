@@ -1,8 +1,9 @@
-/* gs_gpu_mem.c — a GPU's device memory and its chunks' memory (gs_gpu.h):
- * memory made zeroed and exported, room in the driver, a chunk's memory
- * made, dropped, re-created or taken from a free chunk, recycled when it
- * comes back to the system list, pending until the driver has room, and
- * chunks made ready to hand out. */
+/* gs_gpu_chunk.c — a GPU's chunk records and their device memory
+ * (gs_gpu_chunk.h; gs_gpu.h for the memory itself): memory made zeroed and
+ * exported, room in the driver, a chunk's memory made, dropped,
+ * re-created or taken from a free chunk, recycled when it comes back to
+ * the system list, pending until the driver has room, chunks trading
+ * memory (a restart), chunks made ready to hand out. */
 #include "gs_gpu_int.h"
 
 #include "gs_allocs.h"
@@ -317,6 +318,49 @@ void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a)
                         g->chunks[i].owner = NULL;
 }
 
+void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b)
+{
+        gs_gpu_assert_locked(g);
+        struct gs_chunk t;
+
+        if (a >= g->nchunks || b >= g->nchunks || a == b)
+                return;
+        t = g->chunks[a];
+        g->chunks[a] = g->chunks[b];
+        g->chunks[b] = t;
+}
+
+int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
+{
+        gs_gpu_assert_locked(g);
+        if (chunk >= g->nchunks || g->chunks[chunk].fd < 0)
+                return 0;
+        for (uint32_t d = 0; d < g->nchunks; d++) {
+                struct gs_chunk *c = &g->chunks[d];
+                if (c->fd >= 0 || c->state == GS_CHUNK_PENDING || c->state == GS_CHUNK_KEPT ||
+                    gs_pool_chunk_held(g->pool, d))
+                        continue;
+                struct gs_chunk t = g->chunks[chunk];
+                g->chunks[chunk] = *c;
+                *c = t;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+static bool no_memory(void *ctx, uint32_t chunk)
+{
+        struct gs_gpu *g = ctx;
+
+        return chunk < g->nchunks && (g->chunks[chunk].fd < 0 || gs_chunk_inherited(&g->chunks[chunk]));
+}
+
+uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
+{
+        gs_gpu_assert_locked(g);
+        return p ? gs_pproc_count_held(p, no_memory, g) : 0;
+}
+
 /* gs_pool_return_fn; runs under g->lock, inside an allocator call. */
 int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
 {
@@ -399,7 +443,7 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 if (r < 0 && k->writer != 0 && k->writer != proc) {
                         log_warn_rep((uint64_t)g->index << 32 | gr[i].chunk, "GPU %u: chunk %u not granted: %s",
                                      g->index, gr[i].chunk, why);
-                        g->scrub_st.failures++;
+                        g->scrub.st.failures++;
                         fds[i] = -1;
                         continue;
                 }
@@ -414,7 +458,7 @@ void gs_gpu_check_lending(struct gs_gpu *g)
         struct gs_pool_stats st;
 
         gs_pool_stats(g->pool, &st);
-        if (g->nspare)
+        if (g->moves.nspare)
                 gs_gpu_spillrec_debts(g);
         if (st.chunks_borrowed != g->last_borrowed) {
                 g->last_borrowed = st.chunks_borrowed;
