@@ -20,7 +20,7 @@
  *   gs_gpu_phase.c     the handover's phase (gs_gpu_phase.h)
  *   gs_gpu_lock.c      the lock (gs_gpu_lock.h)
  *
- * All of it under g->lock unless said otherwise (asserted). */
+ * All of it under g->lock (asserted) unless said otherwise. */
 #ifndef GS_GPU_INT_H
 #define GS_GPU_INT_H
 
@@ -28,10 +28,12 @@
 
 /* ---- gs_gpu_chunk.c ---- */
 
-/* The properties of every chunk's memory on g (exported as a POSIX fd). */
+/* The properties of every chunk's memory on g (exported as a POSIX fd).
+ * Reads nothing the lock covers. */
 void gs_gpu_chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop);
 /* Exports h as a POSIX fd, close-on-exec, into *ret_fd.  0 or a negative
- * errno (err set; nothing left open). */
+ * errno (err set; nothing left open).  With or without the lock (host
+ * memory for spills is exported without it, gs_gpu_spill_prepare_work). */
 int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret_fd, char *err, size_t errlen);
 /* Creates and exports the memory of chunk record c, zeroed and mapped for
  * the agent.  0 or a negative errno (err set). */
@@ -102,7 +104,11 @@ int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
  * g->spillrec.before (nothing if there is none or it is not usable). */
 void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg);
 /* This agent's record under state_dir (beside its ledger), committed,
- * paused or resumed (a takeover), and closed with it. */
+ * paused or resumed (a takeover), and closed with it.  start and commit
+ * run without the lock, as the ledger's (gs_gpu_ledger_start, _commit:
+ * main thread, opening the file / renaming it over the old one); pause
+ * and close under it (gs_gpu_ledger_pause, _stop), close also at
+ * gs_gpu_close. */
 void gs_gpu_spillrec_start(struct gs_gpu *g, const char *state_dir);
 void gs_gpu_spillrec_commit(struct gs_gpu *g);
 void gs_gpu_spillrec_pause(struct gs_gpu *g, bool pause);

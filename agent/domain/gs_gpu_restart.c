@@ -29,6 +29,7 @@ void gs_gpu_chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot
  * chunk count, or 0 if there is none (or it is not usable). */
 uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         char path[PATH_MAX], why[160] = "";
         uint64_t cb = 0;
         int r;
@@ -62,6 +63,7 @@ uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
  * reserve. */
 bool gs_gpu_room_at_start(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         size_t free_b = 0, total_b = 0;
 
         if (g->node->cu.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
@@ -171,6 +173,7 @@ void gs_gpu_ledger_stop(struct gs_gpu *g)
 int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
                           char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         (void)gs_gpu_read_ledger(g, cfg);
         g->chunks = calloc(inh->nchunks, sizeof(*g->chunks));
         if (!g->chunks) {

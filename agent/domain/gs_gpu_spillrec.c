@@ -31,6 +31,7 @@ static int spillrec_path(char *buf, size_t len, const char *dir, const char *uui
 
 void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         char path[PATH_MAX], why[160] = "";
         uint64_t cb = 0;
         int r;
