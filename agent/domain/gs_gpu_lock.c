@@ -26,8 +26,10 @@ static __thread unsigned t_held;
 static void took(struct gs_gpu *g)
 {
 #ifndef NDEBUG
-        if (t_held++)
-                gs_gpu_lock_fail(g, "gs_gpu_lock (a second GPU's lock in one thread)");
+        if (t_held++) {
+                log_error("GPU %u: gs_gpu_lock: this thread holds another GPU's lock already", g->index);
+                abort();
+        }
 #endif
         __atomic_store_n(&g->lock.owner, pthread_self(), __ATOMIC_RELAXED);
         __atomic_store_n(&g->lock.held, true, __ATOMIC_RELAXED);
