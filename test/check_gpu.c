@@ -178,6 +178,10 @@ START_TEST(test_phase_moves)
         gs_gpu_hand_over(h);
         ck_assert_int_eq(gs_gpu_phase_get(h), GS_GPU_HANDED_OVER);
         ck_assert(gs_gpu_none_locked());
+        gs_gpu_lock_destroy(g);
+        gs_gpu_lock_destroy(h);
+        free(g);
+        free(h);
 }
 END_TEST
 
