@@ -390,13 +390,13 @@ static void stop(struct gs_agent *ag, struct signals *sg)
 {
         gs_handover_close(ag);
         ready_file(&ag->node.cfg, false);
-        if (ag->handed_over) {
+        if (gs_node_handed_over(&ag->node)) {
                 /* Everything is the new agent's: our sockets' and files'
                  * paths are its own (nothing is removed or written), and
                  * our memory goes without any made in its place (the new
                  * agent holds the chunks; processes map them). */
                 for (uint32_t i = 0; i < ag->node.ngpus; i++)
-                        ag->node.gpus[i].frozen = true;
+                        gs_gpu_hand_over(&ag->node.gpus[i]);
                 for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                         gs_closep(&a->listen_fd);
         }
@@ -547,10 +547,11 @@ out:
         gs_recon_stop(recon);
         /* Failed before READY: the old agent serves on, at its paths (it
          * binds its sockets again and puts its ledger back). */
-        ag.node.paths_theirs |= ho != NULL;
+        if (ho && ag.node.handover == GS_NODE_OURS)
+                ag.node.handover = GS_NODE_TAKEOVER_FAILED;
         gs_handover_abort(ho);
         stop(&ag, &sg);
-        if (ag.handed_over) {
+        if (gs_node_handed_over(&ag.node)) {
                 /* Exiting would have the kubelet start this old version
                  * again: wait for the end of the pod. */
                 int sig;

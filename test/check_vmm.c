@@ -31,24 +31,24 @@ static struct gs_vmm_set set;
  * takes too: so do the tests. */
 static int vmm_release(uint64_t id)
 {
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         int r = gs_vmm_release(g, &set, id);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return r;
 }
 
 static void vmm_clear(void)
 {
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_vmm_clear(g, &set);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 
 static void palloc_stats(struct gs_palloc_stats *st)
 {
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_palloc_stats(pa, st);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 static char state[64];
 
@@ -97,9 +97,9 @@ static void setup_quota(uint32_t quota)
         ck_assert_msg(gs_gpu_open(g, 0, &ag.cfg, err, sizeof(err)) == 0, "%s", err);
         ck_assert_msg(g->healthy, "%s", g->health_reason);
         ck_assert_uint_eq(g->nchunks, NCHUNKS);
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         int rn = gs_palloc_new(g->pool, quota, 0, &pa);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         ck_assert_int_eq(rn, 0);
         memset(&set, 0, sizeof(set));
         set.pa = pa;
@@ -140,10 +140,10 @@ static void check_state_at(int line)
 
         /* Under the GPU's lock: its scrubber thread moves chunks on the
          * free lists under it. */
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         rv = gs_vmm_validate(g, &set, why, sizeof(why));
         rp = rv == 0 ? gs_pool_validate(g->pool, why, sizeof(why)) : 0;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         ck_assert_msg(rv == 0 && rp == 0, "%s", why);
         ck_assert_msg(driver_free() == 0, "line %d: %llu bytes free in the driver", line,
                       (unsigned long long)driver_free());
@@ -154,9 +154,9 @@ static int create(uint64_t size, uint64_t *ret_id)
 {
         int fd = -1, r;
 
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         r = gs_vmm_create(g, &set, size, ret_id, &fd);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 
         if (r == 0)
                 ck_assert_int_ge(fd, 0);
@@ -432,9 +432,9 @@ START_TEST(test_released_but_fd_kept)
         uint64_t a, b, id;
         int fd = -1;
 
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         ck_assert_int_eq(gs_vmm_create(g, &set, half, &a, &fd), 0);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         hold_fd(fd);
         ck_assert_int_eq(vmm_release(a), 0);
         check_state();
@@ -497,9 +497,9 @@ START_TEST(test_exit_remake_fails_retires)
         ck_assert_uint_eq(driver_free(), 2 * CHUNK);
         for (uint32_t i = 0; i < g->nchunks; i++)
                 if (g->chunks[i].fd < 0) {
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         int rr = gs_gpu_chunk_remake(g, i, err, sizeof(err));
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                         ck_assert_int_eq(rr, 0);
                 }
         ck_assert_uint_eq(chunks_with_memory(), NCHUNKS);
@@ -520,9 +520,9 @@ START_TEST(test_exit_remake_fails_no_free_chunk)
         ck_assert_uint_eq(chunks_with_memory(), NCHUNKS - 1);
         ck_assert_uint_eq(g->chunks_retired, 0);
         fail_size = 0;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         int rd = gs_palloc_del(pa);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         ck_assert_int_eq(rd, 0);
         ck_assert_uint_eq(chunks_with_memory(), NCHUNKS);
         ck_assert_uint_eq(g->chunks_retired, 0);

@@ -102,7 +102,7 @@ static void destroy(struct gs_node *ag, struct gs_allocation *a)
 {
         for (uint32_t i = 0; i < a->nparts; i++) {
                 struct gs_gpu *g = &ag->gpus[a->parts[i].gpu];
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 g->outside_measured -= a->parts[i].bypass_charge;
                 a->parts[i].out.charged -= a->parts[i].bypass_charge;
                 a->parts[i].bypass_charge = 0;
@@ -113,7 +113,7 @@ static void destroy(struct gs_node *ag, struct gs_allocation *a)
                 gs_gpu_forget_owner(g, a);
                 if (gs_palloc_del(a->parts[i].pa) < 0)
                         log_error("allocation %s: part on GPU %u still busy", a->id, g->index);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
         }
         for (size_t i = 0; i < a->nunits; i++) {
                 struct gs_gpu *g = &ag->gpus[a->units[i].gpu];
@@ -405,18 +405,18 @@ int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct 
                 part->units = pl.per_part[p];
                 part->quota_chunks = (uint32_t)quota;
                 part->burst_chunks = (uint32_t)(quota + cap);
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 r = gs_palloc_new(g->pool, (uint32_t)quota, (uint32_t)cap, &part->pa);
                 if (r == 0) {
                         gs_palloc_set_tag(part->pa, strtoull(a->id, NULL, 16)); /* gs_gpu_spillrec.c */
                         gs_outside_init(&part->out, strtoull(a->id, NULL, 16));
                 }
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (r < 0) {
                         struct gs_pool_stats ps;
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         gs_pool_stats(g->pool, &ps);
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                         if (r == -ENOSPC && ps.chunks_borrowed)
                                 snprintf(err, errlen, "GPU %s has fewer than the %llu free chunks this allocation needs: "
                                          "%u are lent to allocations borrowing past their quota (docs/burst.md); "
@@ -642,8 +642,8 @@ int gs_allocs_checkpoint(struct gs_node *ag)
         char path[PATH_MAX];
         int r;
 
-        /* Another agent's file (gs_agent.h, paths_theirs). */
-        if (ag->paths_theirs)
+        /* Another agent's file (gs_node_handover). */
+        if (!gs_node_paths_ours(ag))
                 return 0;
         /* Unknown: a save would erase what could not be read. */
         if (ag->ckpt_err)
@@ -693,10 +693,10 @@ int gs_allocs_set_burst(struct gs_node *ag, struct gs_allocation *a, uint64_t by
         for (uint32_t i = 0; i < a->nparts; i++) {
                 struct gs_part *part = &a->parts[i];
                 struct gs_gpu *g = &ag->gpus[part->gpu];
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 gs_palloc_raise_cap(part->pa, (uint32_t)caps[i]);
                 __atomic_store_n(&part->burst_chunks, part->quota_chunks + (uint32_t)caps[i], __ATOMIC_RELEASE);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
         }
         return 0;
 }

@@ -43,6 +43,7 @@ static int prepare(struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
 int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
                      uint32_t k, bool all)
 {
+        gs_gpu_assert_locked(g);
         uint32_t got = 0;
         int r = 0;
 
@@ -91,7 +92,7 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                  * whose fd is sent, contexts): given back, the chunk is made
                  * anew once the driver has room, never filled with a free
                  * chunk's memory (which would let that process keep both). */
-                g->chunks[c].kept = true;
+                g->chunks[c].state = GS_CHUNK_KEPT;
         }
         s->nheld += got;
         return (int)got;
@@ -100,6 +101,7 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
 int gs_chunkset_adopt(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
                       const uint32_t *slots, uint32_t n)
 {
+        gs_gpu_assert_locked(g);
         uint64_t cb = g->chunk_bytes;
         uint32_t got = 0;
         int r;
@@ -135,7 +137,7 @@ int gs_chunkset_adopt(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc 
                  * memory goes (the driver frees it). */
                 if (g->chunks[c].fd >= 0 && gs_gpu_chunk_orphan(g, c) < 0)
                         gs_gpu_chunk_drop(g, c);
-                g->chunks[c].kept = true;
+                g->chunks[c].state = GS_CHUNK_KEPT;
         }
         s->nheld = got;
         return (int)got;
@@ -144,13 +146,14 @@ int gs_chunkset_adopt(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc 
 int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool force, char *err,
                      size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         struct gs_chunkset_ent h = s->held[i];
         int r = gs_gpu_chunk_remake(g, h.chunk, err, errlen);
 
         if (r < 0 && !force)
                 return r;
         if (r < 0)
-                g->chunks[h.chunk].kept = true; /* its process may still hold the memory */
+                g->chunks[h.chunk].state = GS_CHUNK_KEPT; /* its process may still hold the memory */
         put_back(g, s, h.off);
         s->held[i] = s->held[--s->nheld];
         return r < 0 ? 1 : 0;

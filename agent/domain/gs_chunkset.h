@@ -8,7 +8,8 @@
  * re-creates it first (gs_gpu_chunk_remake, which also checks that the
  * driver has room: memory someone still holds is not created twice).
  *
- * Every call runs under g->lock with g->ctx current. */
+ * Every call runs under g->lock (gs_gpu_lock, which makes g->ctx current;
+ * asserted). */
 #ifndef GS_CHUNKSET_H
 #define GS_CHUNKSET_H
 

@@ -1,6 +1,6 @@
 /* gs_gpu.c — one GPU of the node (gs_gpu.h): its identity and primary
  * context, opening its pool of chunks and closing it all, the units it
- * offers and what of them is lent.  The chunks' memory: gs_gpu_mem.c;
+ * offers and what of them is lent.  The chunks' memory: gs_gpu_chunk.c;
  * scrubbing: gs_gpu_scrub.c and gs_gpu_scrubber.c; restarts and upgrades:
  * gs_gpu_restart.c. */
 #include "gs_gpu_int.h"
@@ -64,12 +64,12 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         int r;
 
         g->index = (uint32_t)ordinal;
-        g->ledger.fd = -1;
+        g->restart.ledger.fd = -1;
         g->numa_node = -1;
         g->chunk_bytes = cfg->chunk_bytes;
         g->unit_bytes = cfg->unit_bytes;
         g->reserve_bytes = cfg->reserve_bytes;
-        pthread_mutex_init(&g->lock, NULL);
+        gs_gpu_lock_init(g);
         r = gs_cuda_check(cu, cu->device_get(&g->dev, ordinal), "cuDeviceGet", err, errlen);
         if (r < 0)
                 return r;
@@ -132,7 +132,9 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         return 0;
 }
 
-int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+/* gs_gpu_open_pool under g->lock (nobody else uses g yet; the calls on
+ * the chunks say they need it). */
+static int open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
                      size_t errlen)
 {
         size_t free_b = 0, total_b = 0;
@@ -149,7 +151,6 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                         return r;
                 goto pool;
         }
-        (void)g->node->cu.ctx_set_current(g->ctx);
         r = gs_cuda_check(&g->node->cu, g->node->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
                           sizeof(why));
         if (r < 0) {
@@ -208,18 +209,18 @@ int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                 return 0;
         }
 pool:
-        g->move_back_quiet_ms = cfg->move_back_quiet_ms;
+        g->moves.move_back_quiet_ms = cfg->move_back_quiet_ms;
         r = gs_gpu_spill_init(g, cfg->spill_max_bytes, err, errlen);
         if (r < 0)
                 return r;
-        g->pool = gs_pool_new(g->nchunks + g->nspare, g->chunk_bytes);
+        g->pool = gs_pool_new(g->nchunks + g->moves.nspare, g->chunk_bytes);
         if (!g->pool) {
                 snprintf(err, errlen, "cannot create the pool of %u chunks of %llu bytes",
                          g->nchunks, (unsigned long long)g->chunk_bytes);
                 return -ENOMEM;
         }
-        if (gs_pool_set_spares(g->pool, g->nspare) < 0) {
-                snprintf(err, errlen, "cannot set %u spare records", g->nspare);
+        if (gs_pool_set_spares(g->pool, g->moves.nspare) < 0) {
+                snprintf(err, errlen, "cannot set %u spare records", g->moves.nspare);
                 return -EINVAL;
         }
         gs_pool_set_return_fn(g->pool, gs_gpu_chunk_recycle, g);
@@ -236,15 +237,25 @@ pool:
                 snprintf(err, errlen, "out of memory");
                 return -ENOMEM;
         }
-        gs_gpu_scrub_start(g);
         return 0;
+}
+
+int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+                     size_t errlen)
+{
+        gs_gpu_lock(g);
+        int r = open_pool(g, cfg, inh, err, errlen);
+        gs_gpu_unlock(g);
+        if (r == 0 && g->pool)
+                gs_gpu_scrub_start(g);
+        return r;
 }
 
 void gs_gpu_close(struct gs_gpu *g)
 {
         if (!g || !g->node)
                 return;
-        const struct gs_gpu_scrub_stats *st = &g->scrub_st;
+        const struct gs_gpu_scrub_stats *st = &g->scrub.st;
         gs_gpu_scrub_stop(g);
         if (st->grants || st->scrubbed_bg)
                 log_info("GPU %u: scrubs: %llu chunks granted: %llu clean, %llu back to their writer, %llu zeroed on "
@@ -254,33 +265,33 @@ void gs_gpu_close(struct gs_gpu *g)
                          (unsigned long long)st->grants_same, (unsigned long long)st->grants_scrubbed_sync,
                          (unsigned long long)st->grants_waited, (unsigned long long)st->scrubbed_bg,
                          (unsigned long long)st->batches_bg, (unsigned long long)st->failures);
-        gs_ledger_close(&g->ledger);
+        gs_ledger_close(&g->restart.ledger);
         gs_gpu_spillrec_close(g);
-        free(g->held_before);
-        g->held_before = NULL;
+        free(g->restart.held_before);
+        g->restart.held_before = NULL;
+        gs_gpu_lock(g); /* makes g->ctx current */
         gs_pool_free(g->pool);
         gs_gpu_spill_fini(g);
         g->pool = NULL;
-        if (g->ctx)
-                (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; g->chunks && i < g->nchunks; i++)
                 gs_chunk_drop(g, &g->chunks[i]);
+        gs_gpu_unlock(g);
         free(g->chunks);
         g->chunks = NULL;
         free(g->unit_owner);
         g->unit_owner = NULL;
-        if (g->sync_ev)
-                (void)g->node->cu.event_destroy(g->sync_ev);
-        if (g->scrub_ev)
-                (void)g->node->cu.event_destroy(g->scrub_ev);
-        if (g->scrub_stream)
-                (void)g->node->cu.stream_destroy(g->scrub_stream);
-        g->sync_ev = g->scrub_ev = NULL;
-        g->scrub_stream = NULL;
+        if (g->scrub.sync_ev)
+                (void)g->node->cu.event_destroy(g->scrub.sync_ev);
+        if (g->scrub.ev)
+                (void)g->node->cu.event_destroy(g->scrub.ev);
+        if (g->scrub.stream)
+                (void)g->node->cu.stream_destroy(g->scrub.stream);
+        g->scrub.sync_ev = g->scrub.ev = NULL;
+        g->scrub.stream = NULL;
         if (g->ctx)
                 (void)g->node->cu.primary_ctx_release(g->dev);
         g->ctx = NULL;
-        pthread_mutex_destroy(&g->lock);
+        gs_gpu_lock_destroy(g);
 }
 
 uint32_t gs_gpu_units_lent(struct gs_gpu *g)
@@ -289,9 +300,9 @@ uint32_t gs_gpu_units_lent(struct gs_gpu *g)
 
         if (!g->pool)
                 return 0;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_pool_stats(g->pool, &st);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return (uint32_t)(((uint64_t)st.chunks_borrowed * g->chunk_bytes + g->unit_bytes - 1) /
                           g->unit_bytes);
 }

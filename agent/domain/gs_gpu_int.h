@@ -1,29 +1,39 @@
 /* gs_gpu_int.h — internals of one GPU (gs_gpu.h) shared by its files,
- * never included elsewhere.  Each file calls only those listed below it
- * (test/test_layers.py checks that no files call each other in a circle):
+ * never included elsewhere.  struct gs_gpu is made of parts, each with
+ * its header (what the rest of the agent calls) and files; each file calls
+ * only those listed below it (test/test_layers.py checks that no files
+ * call each other in a circle):
  *
  *   gs_gpu.c           identity, context, opening and closing the pool,
- *                      units
- *   gs_gpu_restart.c   ledgers, a handed-over pool, chunks trading memory
- *   gs_gpu_scrubber.c  the background scrubber thread
+ *                      units (gs_gpu.h)
+ *   gs_gpu_restart.c   ledgers, a handed-over pool (gs_gpu_restart.h)
+ *   gs_gpu_scrubber.c  the background scrubber thread (gs_gpu_scrubber.h)
  *   gs_gpu_spill.c     moves' books: spares, host memory made ahead, moves
- *   gs_gpu_mem.c       device memory, the chunks' memory, lending's pokes
+ *                      (gs_gpu_spill.h)
+ *   gs_gpu_chunk.c     the chunk records: device memory, the chunks'
+ *                      memory, chunks trading memory, lending's pokes
+ *                      (gs_gpu_chunk.h)
  *   gs_gpu_scrub.c     zeroing: the agent's mappings, the scrub stream, the
  *                      scrubber's batch in flight and its kick, a grant's
- *                      scrub
+ *                      scrub (gs_gpu_scrubber.h)
+ *   gs_gpu_spillrec.c  the spill record (gs_gpu_spillrec.h)
+ *   gs_gpu_phase.c     the handover's phase (gs_gpu_phase.h)
+ *   gs_gpu_lock.c      the lock (gs_gpu_lock.h)
  *
- * All of it under g->lock unless said otherwise. */
+ * All of it under g->lock (asserted) unless said otherwise. */
 #ifndef GS_GPU_INT_H
 #define GS_GPU_INT_H
 
 #include "gs_gpu.h"
 
-/* ---- gs_gpu_mem.c ---- */
+/* ---- gs_gpu_chunk.c ---- */
 
-/* The properties of every chunk's memory on g (exported as a POSIX fd). */
+/* The properties of every chunk's memory on g (exported as a POSIX fd).
+ * Reads nothing the lock covers. */
 void gs_gpu_chunk_prop(const struct gs_gpu *g, CUmemAllocationProp *prop);
 /* Exports h as a POSIX fd, close-on-exec, into *ret_fd.  0 or a negative
- * errno (err set; nothing left open). */
+ * errno (err set; nothing left open).  With or without the lock (host
+ * memory for spills is exported without it, gs_gpu_spill_prepare_work). */
 int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret_fd, char *err, size_t errlen);
 /* Creates and exports the memory of chunk record c, zeroed and mapped for
  * the agent.  0 or a negative errno (err set). */
@@ -78,7 +88,7 @@ void gs_gpu_scrub_stop(struct gs_gpu *g);
 
 /* gs_gsm_hold_fn of g's pool (ctx g): chunk moves into the ledger. */
 void gs_gpu_chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held);
-/* At open: the previous agent's ledger into g->held_before; its chunk
+/* At open: the previous agent's ledger into g->restart.held_before; its chunk
  * count, or 0 if there is none or it is not usable. */
 uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg);
 /* At a restart's start: whether the driver has one more chunk above the
@@ -91,10 +101,14 @@ int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
 /* ---- gs_gpu_spillrec.c ---- */
 
 /* At open, with the previous agent's ledger: its spill record into
- * g->spilled_before (nothing if there is none or it is not usable). */
+ * g->spillrec.before (nothing if there is none or it is not usable). */
 void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg);
 /* This agent's record under state_dir (beside its ledger), committed,
- * paused or resumed (a takeover), and closed with it. */
+ * paused or resumed (a takeover), and closed with it.  start and commit
+ * run without the lock, as the ledger's (gs_gpu_ledger_start, _commit:
+ * main thread, opening the file / renaming it over the old one); pause
+ * and close under it (gs_gpu_ledger_pause, _stop), close also at
+ * gs_gpu_close. */
 void gs_gpu_spillrec_start(struct gs_gpu *g, const char *state_dir);
 void gs_gpu_spillrec_commit(struct gs_gpu *g);
 void gs_gpu_spillrec_pause(struct gs_gpu *g, bool pause);

@@ -1,8 +1,8 @@
-/* gs_gpu_restart.c — a GPU across agent restarts and upgrades (gs_gpu.h
- * "restarts"): the previous agent's ledger read at open, a handed-over
- * pool taken as it was, this agent's ledger kept (paused, resumed,
- * committed, stopped), and chunks that trade memory so that what a
- * process already maps is charged where it sits. */
+/* gs_gpu_restart.c — a GPU across agent restarts and upgrades
+ * (gs_gpu_restart.h): the previous agent's ledger read at open, a
+ * handed-over pool taken as it was, this agent's ledger kept (paused,
+ * resumed, committed, stopped).  Chunks that trade memory so that what a
+ * process already maps is charged where it sits are gs_gpu_chunk.c's. */
 #include "gs_gpu_int.h"
 
 #include <errno.h>
@@ -17,17 +17,19 @@
 void gs_gpu_chunk_hold(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held)
 {
         struct gs_gpu *g = ctx;
+        gs_gpu_assert_locked(g);
 
         if (chunk >= g->nchunks)
                 gs_gpu_spillrec_hold(g, chunk - g->nchunks, tag, slot, held != 0);
         else
-                gs_ledger_set(&g->ledger, chunk, tag, slot, held != 0);
+                gs_ledger_set(&g->restart.ledger, chunk, tag, slot, held != 0);
 }
 
-/* The previous agent's ledger of this GPU, kept in g->held_before: its
+/* The previous agent's ledger of this GPU, kept in g->restart.held_before: its
  * chunk count, or 0 if there is none (or it is not usable). */
 uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         char path[PATH_MAX], why[160] = "";
         uint64_t cb = 0;
         int r;
@@ -35,7 +37,7 @@ uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
         if (gs_ledger_path(path, sizeof(path), cfg->state_dir, g->uuid) < 0)
                 return 0;
         gs_gpu_spillrec_read(g, cfg);
-        r = gs_ledger_read(path, g->uuid_raw, &g->held_before, &g->nheld_before, &cb, why, sizeof(why));
+        r = gs_ledger_read(path, g->uuid_raw, &g->restart.held_before, &g->restart.nheld_before, &cb, why, sizeof(why));
         if (r == -ENOENT)
                 return 0;
         if (r == 0 && cb != g->chunk_bytes) {
@@ -46,21 +48,22 @@ uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg)
         if (r < 0) {
                 log_warn("GPU %u: the previous agent's ledger %s is not used: %s", g->index, path,
                          why[0] ? why : strerror(-r));
-                free(g->held_before);
-                g->held_before = NULL;
-                g->nheld_before = 0;
+                free(g->restart.held_before);
+                g->restart.held_before = NULL;
+                g->restart.nheld_before = 0;
                 return 0;
         }
         /* The pool cannot have been larger than the GPU. */
-        if ((uint64_t)g->nheld_before * g->chunk_bytes > g->total_bytes)
+        if ((uint64_t)g->restart.nheld_before * g->chunk_bytes > g->total_bytes)
                 return (uint32_t)(g->total_bytes / g->chunk_bytes);
-        return g->nheld_before;
+        return g->restart.nheld_before;
 }
 
 /* At a restart's start: whether the driver has one more chunk above the
  * reserve. */
 bool gs_gpu_room_at_start(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         size_t free_b = 0, total_b = 0;
 
         if (g->node->cu.mem_get_info(&free_b, &total_b) != CUDA_SUCCESS)
@@ -79,7 +82,7 @@ int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir)
                 return gs_neg_errno();
         r = gs_ledger_path(path, sizeof(path), state_dir, g->uuid);
         if (r == 0)
-                r = gs_ledger_open(&g->ledger, path, g->uuid_raw, g->chunk_bytes, g->nchunks);
+                r = gs_ledger_open(&g->restart.ledger, path, g->uuid_raw, g->chunk_bytes, g->nchunks);
         if (r < 0)
                 log_error("GPU %u: no ledger in %s (%s): a restarted agent will not know what processes "
                           "hold", g->index, state_dir, strerror(-r));
@@ -95,15 +98,15 @@ void gs_gpu_inherit_settle(struct gs_gpu *g)
         /* Marked only: dropping their memory costs the driver time the
          * processes would wait for (an upgrade's gap); it is done before
          * any grant and by the next scans. */
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         for (uint32_t i = 0; i < g->nchunks; i++) {
                 struct gs_chunk *c = &g->chunks[i];
-                if (!c->inherited || c->writer == 0 || gs_pool_chunk_held(g->pool, i))
+                if (c->state != GS_CHUNK_INHERITED || c->writer == 0 || gs_pool_chunk_held(g->pool, i))
                         continue;
-                c->recycle = true;
+                c->state = GS_CHUNK_RECYCLE;
                 n++;
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (n)
                 log_info("GPU %u: %u handed-over chunks a process may still reach are made anew before use",
                          g->index, n);
@@ -113,95 +116,56 @@ void gs_gpu_ledger_commit(struct gs_gpu *g)
 {
         int r;
 
-        pthread_mutex_lock(&g->lock);
-        if (g->scrub_paused && !g->frozen) {
+        gs_gpu_lock(g);
+        if (gs_gpu_phase_get(g) == GS_GPU_INHERITED) {
                 /* The processes are restored: the scrubber may work. */
-                g->scrub_paused = false;
-                if (g->scrub_started)
+                gs_gpu_phase_set(g, GS_GPU_SERVING);
+                if (g->scrub.started)
                         gs_gpu_scrub_kick(g);
         }
-        pthread_mutex_unlock(&g->lock);
-        free(g->held_before);
-        g->held_before = NULL;
-        g->nheld_before = 0;
-        if (g->ledger.fd < 0)
+        gs_gpu_unlock(g);
+        free(g->restart.held_before);
+        g->restart.held_before = NULL;
+        g->restart.nheld_before = 0;
+        if (g->restart.ledger.fd < 0)
                 return;
         gs_gpu_spillrec_commit(g);
-        r = gs_ledger_commit(&g->ledger);
+        r = gs_ledger_commit(&g->restart.ledger);
         if (r < 0)
-                log_error("GPU %u: cannot replace the ledger %s: %s", g->index, g->ledger.path, strerror(-r));
+                log_error("GPU %u: cannot replace the ledger %s: %s", g->index, g->restart.ledger.path, strerror(-r));
 }
 
 void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
 {
         if (!g->pool)
                 return;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         /* A new agent that failed after its restore replaced our file. */
-        int r = pause ? 0 : gs_ledger_relink(&g->ledger);
+        int r = pause ? 0 : gs_ledger_relink(&g->restart.ledger);
         if (r < 0 && r != -EBADF)
                 log_error("GPU %u: cannot put the ledger %s back: %s; a restarted agent will not know what "
-                          "processes hold", g->index, g->ledger.path, strerror(-r));
+                          "processes hold", g->index, g->restart.ledger.path, strerror(-r));
         gs_pool_set_hold_fn(g->pool, pause ? NULL : gs_gpu_chunk_hold, pause ? NULL : g);
         gs_gpu_spillrec_pause(g, pause);
         /* The new agent may grant any chunk from TAKE on: no memset of
          * ours may run then. */
-        g->scrub_paused = pause;
+        gs_gpu_phase_set(g, pause ? GS_GPU_PAUSED : GS_GPU_SERVING);
         if (pause)
                 gs_gpu_batch_wait(g);
-        else if (g->scrub_started)
+        else if (g->scrub.started)
                 gs_gpu_scrub_kick(g);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 
 void gs_gpu_ledger_stop(struct gs_gpu *g)
 {
         if (!g->pool)
                 return;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_pool_set_hold_fn(g->pool, NULL, NULL);
-        gs_ledger_close(&g->ledger);
+        gs_ledger_close(&g->restart.ledger);
         gs_gpu_spillrec_close(g);
-        pthread_mutex_unlock(&g->lock);
-}
-
-void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b)
-{
-        struct gs_chunk t;
-
-        if (a >= g->nchunks || b >= g->nchunks || a == b)
-                return;
-        t = g->chunks[a];
-        g->chunks[a] = g->chunks[b];
-        g->chunks[b] = t;
-}
-
-int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
-{
-        if (chunk >= g->nchunks || g->chunks[chunk].fd < 0)
-                return 0;
-        for (uint32_t d = 0; d < g->nchunks; d++) {
-                struct gs_chunk *c = &g->chunks[d];
-                if (c->fd >= 0 || c->pending || c->kept || gs_pool_chunk_held(g->pool, d))
-                        continue;
-                struct gs_chunk t = g->chunks[chunk];
-                g->chunks[chunk] = *c;
-                *c = t;
-                return 0;
-        }
-        return -ENOENT;
-}
-
-static bool no_memory(void *ctx, uint32_t chunk)
-{
-        struct gs_gpu *g = ctx;
-
-        return chunk < g->nchunks && (g->chunks[chunk].fd < 0 || g->chunks[chunk].inherited);
-}
-
-uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
-{
-        return p ? gs_pproc_count_held(p, no_memory, g) : 0;
+        gs_gpu_unlock(g);
 }
 
 /* The pool of an agent handed over by a previous one: its chunks as they
@@ -209,6 +173,7 @@ uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
 int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
                           char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         (void)gs_gpu_read_ledger(g, cfg);
         g->chunks = calloc(inh->nchunks, sizeof(*g->chunks));
         if (!g->chunks) {
@@ -219,7 +184,7 @@ int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
                 struct gs_chunk *c = &g->chunks[i];
                 c->fd = inh->fd[i];
                 c->handle = 0; /* imported when the agent itself needs it (scrub) */
-                c->inherited = c->fd >= 0;
+                c->state = c->fd >= 0 ? GS_CHUNK_INHERITED : GS_CHUNK_OURS;
                 /* Another agent's process ids: scrubbed before any grant. */
                 c->writer = inh->written[i] ? UINT64_MAX : 0;
                 c->memid = c->fd >= 0 ? inh->memid[i] : 0;
@@ -232,6 +197,6 @@ int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const s
         /* Nothing is scrubbed in the background before the processes are
          * restored (gs_gpu_ledger_commit): until READY the old agent may
          * take its chunks back. */
-        g->scrub_paused = true;
+        gs_gpu_phase_set(g, GS_GPU_INHERITED);
         return 0;
 }

@@ -16,11 +16,12 @@
  * one: on the legacy stream, waited for by gs_gpu_scrub_sync). */
 int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
 
-        if (!g->scrub_stream)
+        if (!g->scrub.stream)
                 return gs_cuda_check(cu, cu->memset_d32(va, 0, size / 4), "scrub: cuMemsetD32", err, errlen);
-        return gs_cuda_check(cu, cu->memset_d32_async(va, 0, size / 4, g->scrub_stream), "scrub: cuMemsetD32Async",
+        return gs_cuda_check(cu, cu->memset_d32_async(va, 0, size / 4, g->scrub.stream), "scrub: cuMemsetD32Async",
                              err, errlen);
 }
 
@@ -29,14 +30,16 @@ int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *er
  * CPU (cuCtxSynchronize under the default scheduling). */
 int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
         int r;
 
-        if (!g->scrub_stream)
+        if (!g->scrub.stream)
                 return gs_cuda_check(cu, cu->ctx_synchronize(), "scrub: cuCtxSynchronize", err, errlen);
-        r = gs_cuda_check(cu, cu->event_record(g->sync_ev, g->scrub_stream), "scrub: cuEventRecord", err, errlen);
+        r = gs_cuda_check(cu, cu->event_record(g->scrub.sync_ev, g->scrub.stream), "scrub: cuEventRecord", err, errlen);
         if (r == 0)
-                r = gs_cuda_check(cu, cu->event_synchronize(g->sync_ev), "scrub: cuEventSynchronize", err, errlen);
+                r = gs_cuda_check(cu, cu->event_synchronize(g->scrub.sync_ev), "scrub: cuEventSynchronize", err,
+                                  errlen);
         return r;
 }
 
@@ -44,6 +47,7 @@ int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
 int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va,
                    char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
         CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)g->dev },
                                 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
@@ -71,6 +75,7 @@ int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t si
 
 void gs_gpu_unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size)
 {
+        gs_gpu_assert_locked(g);
         (void)g->node->cu.mem_unmap(va, size);
         (void)g->node->cu.mem_address_free(va, size);
 }
@@ -78,6 +83,7 @@ void gs_gpu_unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size)
 int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
                  size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         CUdeviceptr va = 0;
         int r;
 
@@ -100,9 +106,9 @@ int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size
 /* An inherited chunk's handle, imported from its fd on first need. */
 int gs_chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         if (c->handle)
                 return 0;
-        (void)g->node->cu.ctx_set_current(g->ctx);
         return gs_cuda_check(&g->node->cu,
                              g->node->cu.mem_import(&c->handle, (void *)(intptr_t)c->fd,
                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
@@ -113,6 +119,7 @@ int gs_chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errl
  * chunk's, or after a failure). */
 int gs_chunk_map(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         int r;
 
         if (c->va)
@@ -140,27 +147,28 @@ static uint32_t chunk_of_va(const struct gs_gpu *g, uint32_t hint, CUdeviceptr v
  * found by its mapping, which lives at least as long as the batch. */
 void gs_gpu_batch_done(struct gs_gpu *g, bool ok, const char *why)
 {
-        for (uint32_t i = 0; i < g->nbatch; i++) {
-                uint32_t id = chunk_of_va(g, g->batch[i].chunk, g->batch[i].va);
+        gs_gpu_assert_locked(g);
+        for (uint32_t i = 0; i < g->scrub.nbatch; i++) {
+                uint32_t id = chunk_of_va(g, g->scrub.batch[i].chunk, g->scrub.batch[i].va);
                 if (id == UINT32_MAX || !g->chunks[id].scrubbing)
                         continue;
                 g->chunks[id].scrubbing = false;
                 if (!ok)
                         continue;
                 g->chunks[id].writer = 0;
-                g->scrub_st.scrubbed_bg++;
-                if (g->gsm)
-                        gs_gsm_clean(g->gsm, id);
+                g->scrub.st.scrubbed_bg++;
+                if (g->scrub.gsm)
+                        gs_gsm_clean(g->scrub.gsm, id);
         }
-        if (!ok && g->nbatch) {
-                g->scrub_st.failures += g->nbatch;
-                g->scrub_retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
-                uint32_t nf = ++g->scrub_batch_failures;
+        if (!ok && g->scrub.nbatch) {
+                g->scrub.st.failures += g->scrub.nbatch;
+                g->scrub.retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
+                uint32_t nf = ++g->scrub.batch_failures;
                 if (!(nf & (nf - 1))) /* said at 1, 2, 4, ... failed batches */
                         log_warn("GPU %u: %u chunks not scrubbed in the background (zeroed when granted; %u "
-                                 "failed batches): %s", g->index, g->nbatch, g->scrub_batch_failures, why);
+                                 "failed batches): %s", g->index, g->scrub.nbatch, g->scrub.batch_failures, why);
         }
-        g->nbatch = 0;
+        g->scrub.nbatch = 0;
 }
 
 /* Under g->lock: waits for the scrubber's batch in flight, if any.  The
@@ -168,18 +176,20 @@ void gs_gpu_batch_done(struct gs_gpu *g, bool ok, const char *why)
  * no new batch without it). */
 void gs_gpu_batch_wait(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         char why[200];
         int r;
 
-        if (!g->nbatch)
+        if (!g->scrub.nbatch)
                 return;
-        r = gs_cuda_check(&g->node->cu, g->node->cu.event_synchronize(g->scrub_ev), "scrub: cuEventSynchronize",
+        r = gs_cuda_check(&g->node->cu, g->node->cu.event_synchronize(g->scrub.ev), "scrub: cuEventSynchronize",
                           why, sizeof(why));
         gs_gpu_batch_done(g, r == 0, why);
 }
 
 void gs_chunk_unmap(struct gs_gpu *g, struct gs_chunk *c)
 {
+        gs_gpu_assert_locked(g);
         if (c->scrubbing)
                 gs_gpu_batch_wait(g); /* its memset must not outlive the mapping */
         if (c->va)
@@ -194,22 +204,23 @@ void gs_chunk_unmap(struct gs_gpu *g, struct gs_chunk *c)
 int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bool *queued, char *err,
                          size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         int r;
 
-        g->scrub_st.grants++;
+        g->scrub.st.grants++;
         if (c->scrubbing) {
                 gs_gpu_batch_wait(g);
                 if (c->writer == 0) {
-                        g->scrub_st.grants_waited++;
+                        g->scrub.st.grants_waited++;
                         return 0;
                 }
         }
         if (c->writer == 0) {
-                g->scrub_st.grants_clean++;
+                g->scrub.st.grants_clean++;
                 return 0;
         }
         if (c->writer == proc) {
-                g->scrub_st.grants_same++;
+                g->scrub.st.grants_same++;
                 return 0;
         }
         r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
@@ -219,10 +230,10 @@ int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bo
         if (r == 0)
                 r = gs_gpu_scrub_queue(g, c->va, g->chunk_bytes, err, errlen);
         if (r < 0) {
-                g->scrub_st.failures++;
+                g->scrub.st.failures++;
                 return r;
         }
-        g->scrub_st.grants_scrubbed_sync++;
+        g->scrub.st.grants_scrubbed_sync++;
         *queued = true;
         return 0;
 }
@@ -231,15 +242,17 @@ int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bo
  * too). */
 int gs_gpu_grant_wait(struct gs_gpu *g, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         int r = gs_gpu_scrub_sync(g, err, errlen);
 
-        if (r == 0 && g->nbatch && g->scrub_stream)
+        if (r == 0 && g->scrub.nbatch && g->scrub.stream)
                 gs_gpu_batch_done(g, true, NULL); /* ahead on the same stream */
         return r;
 }
 
 int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         struct gs_chunk *c;
         bool queued = false;
         int r;
@@ -260,9 +273,9 @@ int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *er
 
 void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
 {
-        pthread_mutex_lock(&g->lock);
-        *ret = g->scrub_st;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_lock(g);
+        *ret = g->scrub.st;
+        gs_gpu_unlock(g);
 }
 
 /* gs_gsm's kick, under g->lock: a dirty chunk came back to a free list or
@@ -270,9 +283,10 @@ void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret)
 void gs_gpu_scrub_kick(void *ctx)
 {
         struct gs_gpu *g = ctx;
+        gs_gpu_assert_locked(g);
 
-        if (!g->scrub_kicked) {
-                g->scrub_kicked = true;
-                pthread_cond_signal(&g->scrub_cond);
+        if (!g->scrub.kicked) {
+                g->scrub.kicked = true;
+                pthread_cond_signal(&g->scrub.cond);
         }
 }

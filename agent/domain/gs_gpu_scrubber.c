@@ -20,8 +20,8 @@ static struct gs_gsm *pool_gsm(struct gs_gpu *g)
 {
         struct gs_gsm *m = g->pool ? gs_pool_gsm(g->pool) : NULL;
 
-        if (!m || m->nchunks != g->nchunks + g->nspare || m->return_fn != gs_gpu_chunk_recycle || m->return_ctx != g ||
-            !m->chunks)
+        if (!m || m->nchunks != g->nchunks + g->moves.nspare || m->return_fn != gs_gpu_chunk_recycle ||
+            m->return_ctx != g || !m->chunks)
                 return NULL;
         return m;
 }
@@ -38,17 +38,16 @@ static uint32_t batch_fill(struct gs_gpu *g)
         bool again = true;
         int r = 0;
 
-        if (g->scrub_paused || !g->gsm || g->frozen || g->nbatch)
+        if (!gs_gpu_scrubs(g) || !g->scrub.gsm || g->scrub.nbatch)
                 return 0;
-        (void)cu->ctx_set_current(g->ctx);
-        for (int round = 0; again && r == 0 && g->nbatch == 0 && round < 8; round++) {
-                uint32_t n = gs_gsm_scrub_next(g->gsm, GS_GPU_SCRUB_AHEAD, ids, GS_GPU_SCRUB_BATCH);
+        for (int round = 0; again && r == 0 && g->scrub.nbatch == 0 && round < 8; round++) {
+                uint32_t n = gs_gsm_scrub_next(g->scrub.gsm, GS_GPU_SCRUB_AHEAD, ids, GS_GPU_SCRUB_BATCH);
 
                 again = false;
                 for (uint32_t i = 0; i < n; i++) {
                         struct gs_chunk *c = &g->chunks[ids[i]];
-                        if (c->fd < 0 || c->recycle || c->writer == 0) {
-                                gs_gsm_clean(g->gsm, ids[i]);
+                        if (c->fd < 0 || c->state == GS_CHUNK_RECYCLE || c->writer == 0) {
+                                gs_gsm_clean(g->scrub.gsm, ids[i]);
                                 again = true;
                                 continue;
                         }
@@ -57,29 +56,29 @@ static uint32_t batch_fill(struct gs_gpu *g)
                                 r = gs_gpu_scrub_queue(g, c->va, g->chunk_bytes, why, sizeof(why));
                         if (r < 0) {
                                 /* Retried later; said at 1, 2, 4, ... failures. */
-                                g->scrub_st.failures++;
-                                g->scrub_retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
-                                if (!(g->scrub_st.failures & (g->scrub_st.failures - 1)))
+                                g->scrub.st.failures++;
+                                g->scrub.retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
+                                if (!(g->scrub.st.failures & (g->scrub.st.failures - 1)))
                                         log_warn("GPU %u: chunk %u not scrubbed in the background (zeroed when "
                                                  "granted; %llu failures): %s", g->index, ids[i],
-                                                 (unsigned long long)g->scrub_st.failures, why);
+                                                 (unsigned long long)g->scrub.st.failures, why);
                                 break;
                         }
                         c->scrubbing = true;
-                        g->batch[g->nbatch++] = (struct gs_gpu_scrub_ent){ .va = c->va, .chunk = ids[i] };
+                        g->scrub.batch[g->scrub.nbatch++] = (struct gs_gpu_scrub_ent){ .va = c->va, .chunk = ids[i] };
                 }
         }
-        if (!g->nbatch)
+        if (!g->scrub.nbatch)
                 return 0;
-        g->scrub_st.batches_bg++;
-        r = gs_cuda_check(cu, cu->event_record(g->scrub_ev, g->scrub_stream), "scrub: cuEventRecord", why,
+        g->scrub.st.batches_bg++;
+        r = gs_cuda_check(cu, cu->event_record(g->scrub.ev, g->scrub.stream), "scrub: cuEventRecord", why,
                           sizeof(why));
         if (r < 0) {
                 (void)cu->ctx_synchronize(); /* no memset may outlive the batch */
                 gs_gpu_batch_done(g, false, why);
                 return 0;
         }
-        return g->nbatch;
+        return g->scrub.nbatch;
 }
 
 /* The scrubber: woken by kicks, it lets releases gather, queues a batch,
@@ -92,52 +91,60 @@ static void *scrubber(void *arg)
         const struct gs_cuda *cu = &g->node->cu;
         bool gather = true;
 
-        (void)cu->ctx_set_current(g->ctx);
-        pthread_mutex_lock(&g->lock);
-        while (!g->scrub_stop) {
-                if (g->scrub_paused || !g->scrub_kicked) {
-                        pthread_cond_wait(&g->scrub_cond, &g->lock);
+        gs_gpu_lock(g); /* makes g->ctx current for the thread's life */
+        while (!g->scrub.stop) {
+                if (!gs_gpu_scrubs(g) || !g->scrub.kicked) {
+                        gs_gpu_cond_wait(g, &g->scrub.cond);
                         gather = true;
                         continue;
                 }
                 int64_t now = gs_mono_ms();
-                if (now < g->scrub_retry_ms) {
+                if (now < g->scrub.retry_ms) {
                         struct timespec ts;
                         clock_gettime(CLOCK_MONOTONIC, &ts);
-                        int64_t ns = ts.tv_nsec + (g->scrub_retry_ms - now) * 1000000;
+                        int64_t ns = ts.tv_nsec + (g->scrub.retry_ms - now) * 1000000;
                         ts.tv_sec += ns / 1000000000;
                         ts.tv_nsec = ns % 1000000000;
-                        (void)pthread_cond_timedwait(&g->scrub_cond, &g->lock, &ts);
+                        (void)gs_gpu_cond_timedwait(g, &g->scrub.cond, &ts);
                         continue;
                 }
                 if (gather) {
                         struct timespec ts = { 0, GS_GPU_SCRUB_GATHER_US * 1000L };
                         gather = false;
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                         nanosleep(&ts, NULL);
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         continue;
                 }
-                g->scrub_kicked = false;
+                g->scrub.kicked = false;
                 int64_t scrub_t0 = gs_mono_ns(); /* /metrics: gshare_scrub_duration_seconds */
                 if (batch_fill(g) == 0) {
-                        /* Nothing to zero: host memory for spills. */
-                        if (gs_gpu_spill_prepare(g))
-                                g->scrub_kicked = true;
+                        /* Nothing to zero: host memory for spills,
+                         * made or dropped without the lock. */
+                        struct gs_spill_job j;
+                        bool done = false;
+                        if (gs_gpu_spill_prepare_pick(g, &j)) {
+                                gs_gpu_unlock(g);
+                                gs_gpu_spill_prepare_work(g, &j);
+                                gs_gpu_lock(g);
+                                done = gs_gpu_spill_prepare_end(g, &j);
+                        }
+                        if (done)
+                                g->scrub.kicked = true;
                         else
                                 gather = true;
                         continue;
                 }
-                pthread_mutex_unlock(&g->lock);
-                CUresult cr = cu->event_synchronize(g->scrub_ev);
-                pthread_mutex_lock(&g->lock);
-                if (g->nbatch)
+                gs_gpu_unlock(g);
+                CUresult cr = cu->event_synchronize(g->scrub.ev);
+                gs_gpu_lock(g);
+                if (g->scrub.nbatch)
                         gs_gpu_batch_done(g, cr == CUDA_SUCCESS, "scrub: cuEventSynchronize failed");
                 gs_hist_since(&g->node->hists.scrub, scrub_t0);
                 /* More may be wanted by now: look again at once. */
-                g->scrub_kicked = true;
+                g->scrub.kicked = true;
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return NULL;
 }
 
@@ -156,23 +163,23 @@ int gs_gpu_scrub_setup(struct gs_gpu *g)
         r = gs_cuda_check(cu, cu->ctx_get_stream_priority_range(&least, &greatest), "cuCtxGetStreamPriorityRange",
                           why, sizeof(why));
         if (r == 0)
-                r = gs_cuda_check(cu, cu->stream_create_with_priority(&g->scrub_stream, CU_STREAM_NON_BLOCKING,
+                r = gs_cuda_check(cu, cu->stream_create_with_priority(&g->scrub.stream, CU_STREAM_NON_BLOCKING,
                                                                       least),
                                   "cuStreamCreateWithPriority", why, sizeof(why));
         if (r == 0)
-                r = gs_cuda_check(cu, cu->event_create(&g->scrub_ev, evf), "cuEventCreate", why, sizeof(why));
+                r = gs_cuda_check(cu, cu->event_create(&g->scrub.ev, evf), "cuEventCreate", why, sizeof(why));
         if (r == 0)
-                r = gs_cuda_check(cu, cu->event_create(&g->sync_ev, evf), "cuEventCreate", why, sizeof(why));
+                r = gs_cuda_check(cu, cu->event_create(&g->scrub.sync_ev, evf), "cuEventCreate", why, sizeof(why));
         if (r < 0) {
                 log_warn("GPU %u: no scrub stream (%s): chunks are zeroed when granted", g->index, why);
-                if (g->sync_ev)
-                        (void)cu->event_destroy(g->sync_ev);
-                if (g->scrub_ev)
-                        (void)cu->event_destroy(g->scrub_ev);
-                if (g->scrub_stream)
-                        (void)cu->stream_destroy(g->scrub_stream);
-                g->sync_ev = g->scrub_ev = NULL;
-                g->scrub_stream = NULL;
+                if (g->scrub.sync_ev)
+                        (void)cu->event_destroy(g->scrub.sync_ev);
+                if (g->scrub.ev)
+                        (void)cu->event_destroy(g->scrub.ev);
+                if (g->scrub.stream)
+                        (void)cu->stream_destroy(g->scrub.stream);
+                g->scrub.sync_ev = g->scrub.ev = NULL;
+                g->scrub.stream = NULL;
         }
         return r;
 }
@@ -183,53 +190,53 @@ void gs_gpu_scrub_start(struct gs_gpu *g)
         sigset_t all, old;
         int r;
 
-        if (!g->scrub_stream || !g->pool)
+        if (!g->scrub.stream || !g->pool)
                 return;
-        g->gsm = pool_gsm(g);
-        if (!g->gsm) {
+        g->scrub.gsm = pool_gsm(g);
+        if (!g->scrub.gsm) {
                 log_warn("GPU %u: the pool's free lists are not where expected: no scrubber, chunks are zeroed "
                          "when granted", g->index);
                 return;
         }
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&g->scrub_cond, &ca);
+        pthread_cond_init(&g->scrub.cond, &ca);
         pthread_condattr_destroy(&ca);
         /* Signals are the main thread's (signalfd). */
         sigfillset(&all);
         pthread_sigmask(SIG_BLOCK, &all, &old);
-        r = pthread_create(&g->scrub_thr, NULL, scrubber, g);
+        r = pthread_create(&g->scrub.thr, NULL, scrubber, g);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (r != 0) {
                 log_warn("GPU %u: no scrubber thread (%s): chunks are zeroed when granted", g->index, strerror(r));
-                pthread_cond_destroy(&g->scrub_cond);
-                g->gsm = NULL;
+                pthread_cond_destroy(&g->scrub.cond);
+                g->scrub.gsm = NULL;
                 return;
         }
         char name[16];
         snprintf(name, sizeof(name), "gshare-scrub%u", g->index % 100);
-        (void)pthread_setname_np(g->scrub_thr, name);
-        g->scrub_started = true;
-        pthread_mutex_lock(&g->lock);
-        g->gsm->kick_ctx = g;
-        g->gsm->kick_fn = gs_gpu_scrub_kick;
-        pthread_mutex_unlock(&g->lock);
+        (void)pthread_setname_np(g->scrub.thr, name);
+        g->scrub.started = true;
+        gs_gpu_lock(g);
+        g->scrub.gsm->kick_ctx = g;
+        g->scrub.gsm->kick_fn = gs_gpu_scrub_kick;
+        gs_gpu_unlock(g);
 }
 
 /* Before the pool and the context go: the thread ends between batches. */
 void gs_gpu_scrub_stop(struct gs_gpu *g)
 {
-        if (!g->scrub_started)
+        if (!g->scrub.started)
                 return;
-        pthread_mutex_lock(&g->lock);
-        g->scrub_stop = true;
-        pthread_cond_signal(&g->scrub_cond);
-        pthread_mutex_unlock(&g->lock);
-        pthread_join(g->scrub_thr, NULL);
-        pthread_mutex_lock(&g->lock);
-        g->gsm->kick_fn = NULL;
-        g->gsm = NULL;
-        pthread_mutex_unlock(&g->lock);
-        pthread_cond_destroy(&g->scrub_cond);
-        g->scrub_started = false;
+        gs_gpu_lock(g);
+        g->scrub.stop = true;
+        pthread_cond_signal(&g->scrub.cond);
+        gs_gpu_unlock(g);
+        pthread_join(g->scrub.thr, NULL);
+        gs_gpu_lock(g);
+        g->scrub.gsm->kick_fn = NULL;
+        g->scrub.gsm = NULL;
+        gs_gpu_unlock(g);
+        pthread_cond_destroy(&g->scrub.cond);
+        g->scrub.started = false;
 }

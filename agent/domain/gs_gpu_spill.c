@@ -23,25 +23,25 @@ int gs_gpu_spill_init(struct gs_gpu *g, uint64_t spill_max_bytes, char *err, siz
                 return 0;
         if (n > g->nchunks)
                 n = g->nchunks; /* never more than the pool itself could lend */
-        g->spares = calloc(n, sizeof(*g->spares));
-        if (!g->spares) {
+        g->moves.spares = calloc(n, sizeof(*g->moves.spares));
+        if (!g->moves.spares) {
                 snprintf(err, errlen, "out of memory for %llu spare records", (unsigned long long)n);
                 return -ENOMEM;
         }
         for (uint64_t i = 0; i < n; i++)
-                g->spares[i].fd = -1;
-        g->nspare = (uint32_t)n;
+                g->moves.spares[i].fd = -1;
+        g->moves.nspare = (uint32_t)n;
         return 0;
 }
 
 void gs_gpu_spill_fini(struct gs_gpu *g)
 {
-        for (uint32_t i = 0; i < g->nspare; i++)
-                if (g->spares[i].fd >= 0)
-                        gs_gpu_mem_drop(g, g->spares[i].h, &g->spares[i].fd);
-        free(g->spares);
-        g->spares = NULL;
-        g->nspare = 0;
+        for (uint32_t i = 0; i < g->moves.nspare; i++)
+                if (g->moves.spares[i].fd >= 0)
+                        gs_gpu_mem_drop(g, g->moves.spares[i].h, &g->moves.spares[i].fd);
+        free(g->moves.spares);
+        g->moves.spares = NULL;
+        g->moves.nspare = 0;
 }
 
 /* Host memory for one chunk, exported (CU_MEM_LOCATION_TYPE_HOST_NUMA 0:
@@ -71,59 +71,69 @@ static bool spare_unused(struct gs_gpu *g, uint32_t i)
 {
         const struct gs_gsm *m = gs_pool_gsm(g->pool);
 
-        return !g->spares[i].busy && !g->spares[i].holder && m->chunks[g->nchunks + i].state == GS_GSM_RETIRED;
+        return !g->moves.spares[i].busy && !g->moves.spares[i].holder &&
+               m->chunks[g->nchunks + i].state == GS_GSM_RETIRED;
 }
 
 /* Whether spare i is free for a move, its host memory made (ready) or not. */
 static bool spare_free(struct gs_gpu *g, uint32_t i, bool ready)
 {
-        return spare_unused(g, i) && (g->spares[i].fd >= 0) == ready;
+        return spare_unused(g, i) && (g->moves.spares[i].fd >= 0) == ready;
 }
 
 /* A spare free for a move, one with its host memory made first. */
 static int free_spare(struct gs_gpu *g)
 {
         for (int ready = 1; ready >= 0; ready--)
-                for (uint32_t i = 0; i < g->nspare; i++)
+                for (uint32_t i = 0; i < g->moves.nspare; i++)
                         if (spare_free(g, i, ready))
                                 return (int)i;
         return -1;
 }
 
-bool gs_gpu_spill_prepare(struct gs_gpu *g)
+bool gs_gpu_spill_prepare_pick(struct gs_gpu *g, struct gs_spill_job *j)
 {
         uint32_t ready = 0, target, i;
-        char err[256];
 
-        if (!g->nspare || !g->pool || g->frozen)
+        gs_gpu_assert_locked(g);
+        if (!g->moves.nspare || !g->pool || !gs_gpu_makes_memory(g))
                 return false;
         /* What is owed (wanted back or not), less what moves now. */
         target = gs_pool_owed(g->pool);
-        target = target > g->moving_out ? target - g->moving_out : 0;
-        if (target > g->nspare)
-                target = g->nspare;
-        for (i = 0; i < g->nspare; i++)
+        target = target > g->moves.moving_out ? target - g->moves.moving_out : 0;
+        if (target > g->moves.nspare)
+                target = g->moves.nspare;
+        for (i = 0; i < g->moves.nspare; i++)
                 ready += spare_free(g, i, true);
         if (ready == target)
                 return false;
-        for (i = 0; i < g->nspare && !spare_free(g, i, ready > target); i++)
+        for (i = 0; i < g->moves.nspare && !spare_free(g, i, ready > target); i++)
                 ;
-        if (i == g->nspare)
+        if (i == g->moves.nspare)
                 return false;
         /* Made or dropped without the lock: pinning 64 MiB takes about
          * 11 ms (measured on an H200), the workers serve on meanwhile. */
-        struct gs_spare *s = &g->spares[i];
-        s->busy = true;
-        pthread_mutex_unlock(&g->lock);
-        int r = 0;
-        if (ready > target)
+        *j = (struct gs_spill_job){ .spare = i, .drop = ready > target };
+        g->moves.spares[i].busy = true;
+        return true;
+}
+
+void gs_gpu_spill_prepare_work(struct gs_gpu *g, struct gs_spill_job *j)
+{
+        struct gs_spare *s = &g->moves.spares[j->spare];
+
+        if (j->drop)
                 gs_gpu_mem_drop(g, s->h, &s->fd);
         else
-                r = host_make(g, s, err, sizeof(err));
-        pthread_mutex_lock(&g->lock);
-        s->busy = false;
-        if (r < 0) {
-                log_warn("GPU %u: host memory for spills not made ahead: %s", g->index, err);
+                j->r = host_make(g, s, j->err, sizeof(j->err));
+}
+
+bool gs_gpu_spill_prepare_end(struct gs_gpu *g, const struct gs_spill_job *j)
+{
+        gs_gpu_assert_locked(g);
+        g->moves.spares[j->spare].busy = false;
+        if (j->r < 0) {
+                log_warn("GPU %u: host memory for spills not made ahead: %s", g->index, j->err);
                 return false;
         }
         return true;
@@ -132,42 +142,43 @@ bool gs_gpu_spill_prepare(struct gs_gpu *g)
 int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
                      uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         uint32_t slots[GS_MOVE_MAX], n = 0, want;
 
-        if (!g->nspare || !pp)
+        if (!g->moves.nspare || !pp)
                 return 0;
         if (max > GS_MOVE_MAX)
                 max = GS_MOVE_MAX;
         if (dir == GS_MOVE_TO_HOST) {
-                want = g->spill_want > g->moving_out ? g->spill_want - g->moving_out : 0;
+                want = g->moves.spill_want > g->moves.moving_out ? g->moves.spill_want - g->moves.moving_out : 0;
                 uint32_t k = gs_pproc_move_slots(pp, false, slots, want < max ? want : max);
                 for (uint32_t i = 0; i < k; i++) {
                         int s = free_spare(g);
                         if (s < 0) {
                                 /* Said at 1, 2, 4, ... refusals. */
-                                uint64_t nref = ++g->move_st.refused;
+                                uint64_t nref = ++g->moves.st.refused;
                                 if (!(nref & (nref - 1)))
                                         snprintf(err, errlen, "spillMax reached: no host memory left for spilled "
                                                  "chunks (%llu spills refused)",
-                                                 (unsigned long long)g->move_st.refused);
+                                                 (unsigned long long)g->moves.st.refused);
                                 break;
                         }
-                        int r = g->spares[s].fd >= 0 ? 0 : host_make(g, &g->spares[s], err, errlen);
+                        int r = g->moves.spares[s].fd >= 0 ? 0 : host_make(g, &g->moves.spares[s], err, errlen);
                         if (r < 0) {
-                                g->move_st.refused++;
+                                g->moves.st.refused++;
                                 break;
                         }
-                        g->spares[s].busy = true;
+                        g->moves.spares[s].busy = true;
                         e[n] = (struct gs_move_ent){ .slot = slots[i], .from = gs_pproc_slot_chunk(pp, slots[i]),
-                                                     .to = g->nchunks + (uint32_t)s, .fd = g->spares[s].fd };
+                                                     .to = g->nchunks + (uint32_t)s, .fd = g->moves.spares[s].fd };
                         n++;
                 }
-                g->moving_out += n;
+                g->moves.moving_out += n;
                 gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), dir, e, n);
                 return (int)n;
         }
         /* Back only while nobody wants a chunk back, nor did a moment ago. */
-        if (g->spill_want || gs_mono_ms() - g->last_want_ms < g->move_back_quiet_ms)
+        if (g->moves.spill_want || gs_mono_ms() - g->moves.last_want_ms < g->moves.move_back_quiet_ms)
                 return 0;
         uint32_t k = gs_pproc_move_slots(pp, true, slots, max), skip[GS_MOVE_MAX], nskip = 0;
         for (uint32_t i = 0; i < k && nskip < GS_MOVE_MAX;) {
@@ -178,10 +189,10 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                  * is made anew once the driver has it free again; till
                  * then it is passed over (kept aside until the end, so the
                  * next reserve finds another). */
-                if (d < g->nchunks && g->chunks[d].fd < 0 && !g->chunks[d].pending &&
+                if (d < g->nchunks && g->chunks[d].fd < 0 && g->chunks[d].state != GS_CHUNK_PENDING &&
                     gs_gpu_chunk_remake(g, d, err, errlen) == 0)
                         err[0] = '\0';
-                if (d >= g->nchunks || g->chunks[d].fd < 0 || g->chunks[d].pending) {
+                if (d >= g->nchunks || g->chunks[d].fd < 0 || g->chunks[d].state == GS_CHUNK_PENDING) {
                         log_debug("GPU %u: chunk %u cannot take a spilled chunk back yet: %s", g->index, d,
                                   err[0] ? err : "no memory");
                         skip[nskip++] = d;
@@ -209,7 +220,7 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
         }
         for (uint32_t i = 0; i < n; i++)
                 e[i].fd = fds[i];
-        g->moving_back += n;
+        g->moves.moving_back += n;
         gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), dir, e, n);
         return (int)n;
 }
@@ -217,10 +228,11 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
                      uint32_t moved, struct gs_allocation *owner, uint64_t proc)
 {
+        gs_gpu_assert_locked(g);
         gs_gpu_spillrec_moved(g, dir, e, n, moved, proc != 0);
         for (uint32_t i = 0; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST) {
-                        struct gs_spare *s = &g->spares[e[i].to - g->nchunks];
+                        struct gs_spare *s = &g->moves.spares[e[i].to - g->nchunks];
                         /* The process maps the host memory now, or had
                          * its fd and may keep it (moved or not): the agent
                          * keeps none of it.  What was not moved stays
@@ -230,10 +242,10 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                         s->holder = i < moved ? 0 : proc;
                         if (i < moved && gs_pool_exchange(g->pool, e[i].from, e[i].to) < 0)
                                 log_error("GPU %u: spill of chunk %u not recorded", g->index, e[i].from);
-                        if (i < moved && g->spill_want)
-                                g->spill_want--;
+                        if (i < moved && g->moves.spill_want)
+                                g->moves.spill_want--;
                         if (i < moved)
-                                g->spill_want_ms = g->spill_want ? gs_mono_ms() : 0; /* progress */
+                                g->moves.spill_want_ms = g->moves.spill_want ? gs_mono_ms() : 0; /* progress */
                 } else if (i < moved) {
                         if (gs_pool_exchange(g->pool, e[i].from, e[i].to) < 0)
                                 log_error("GPU %u: chunk %u back not recorded", g->index, e[i].to);
@@ -247,48 +259,52 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                 }
         }
         if (dir == GS_MOVE_TO_HOST) {
-                g->moving_out -= n;
-                g->move_st.chunks_out += moved;
+                g->moves.moving_out -= n;
+                g->moves.st.chunks_out += moved;
         } else {
-                g->moving_back -= n;
-                g->move_st.chunks_back += moved;
+                g->moves.moving_back -= n;
+                g->moves.st.chunks_back += moved;
         }
         gs_gpu_check_lending(g);
 }
 
 void gs_gpu_spill_kick(struct gs_gpu *g)
 {
-        if (g->scrub_started)
+        gs_gpu_assert_locked(g);
+        if (g->scrub.started)
                 gs_gpu_scrub_kick(g);
 }
 
 uint32_t gs_gpu_spill_ready(const struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         uint32_t n = 0;
 
-        for (uint32_t i = 0; i < g->nspare; i++)
-                n += g->spares[i].fd >= 0;
+        for (uint32_t i = 0; i < g->moves.nspare; i++)
+                n += g->moves.spares[i].fd >= 0;
         return n;
 }
 
 uint32_t gs_gpu_spill_held(const struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         uint32_t n = 0;
 
-        for (uint32_t i = 0; i < g->nspare; i++)
-                n += g->spares[i].holder != 0;
+        for (uint32_t i = 0; i < g->moves.nspare; i++)
+                n += g->moves.spares[i].holder != 0;
         return n;
 }
 
 uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to)
 {
+        gs_gpu_assert_locked(g);
         uint32_t n = 0;
 
         if (!proc)
                 return 0;
-        for (uint32_t i = 0; i < g->nspare; i++)
-                if (g->spares[i].holder == proc) {
-                        g->spares[i].holder = to;
+        for (uint32_t i = 0; i < g->moves.nspare; i++)
+                if (g->moves.spares[i].holder == proc) {
+                        g->moves.spares[i].holder = to;
                         if (!to) /* the same process otherwise: its record entry stands */
                                 gs_gpu_spillrec_hold(g, i, NULL, 0, false);
                         n++;
@@ -300,16 +316,18 @@ uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to)
 
 uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc)
 {
+        gs_gpu_assert_locked(g);
         return gs_gpu_spill_pass_holder(g, proc, 0);
 }
 
 int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot)
 {
+        gs_gpu_assert_locked(g);
         uint32_t r = gs_gpu_spare_record_free(g);
 
         if (r == UINT32_MAX || !proc)
                 return -ENOSPC;
-        struct gs_spare *s = &g->spares[r - g->nchunks];
+        struct gs_spare *s = &g->moves.spares[r - g->nchunks];
         if (s->fd >= 0)
                 gs_gpu_mem_drop(g, s->h, &s->fd); /* the process has its own */
         s->holder = proc;
@@ -319,9 +337,10 @@ int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_
 
 uint32_t gs_gpu_spare_record_free(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         if (!g->pool)
                 return UINT32_MAX;
-        for (uint32_t i = 0; i < g->nspare; i++)
+        for (uint32_t i = 0; i < g->moves.nspare; i++)
                 if (spare_unused(g, i))
                         return g->nchunks + i;
         return UINT32_MAX;
@@ -329,6 +348,7 @@ uint32_t gs_gpu_spare_record_free(struct gs_gpu *g)
 
 uint32_t gs_gpu_spilled(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         struct gs_pool_stats st = { 0 };
 
         if (g->pool)

@@ -31,13 +31,14 @@ static int spillrec_path(char *buf, size_t len, const char *dir, const char *uui
 
 void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg)
 {
+        gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         char path[PATH_MAX], why[160] = "";
         uint64_t cb = 0;
         int r;
 
         if (spillrec_path(path, sizeof(path), cfg->state_dir, g->uuid) < 0)
                 return;
-        r = gs_ledger_read(path, g->uuid_raw, &g->spilled_before, &g->nspilled_before, &cb, why, sizeof(why));
+        r = gs_ledger_read(path, g->uuid_raw, &g->spillrec.before, &g->spillrec.nbefore, &cb, why, sizeof(why));
         if (r == -ENOENT)
                 return;
         if (r == 0 && cb != g->chunk_bytes) {
@@ -54,9 +55,9 @@ void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg)
 
 void gs_gpu_spillrec_done(struct gs_gpu *g)
 {
-        free(g->spilled_before);
-        g->spilled_before = NULL;
-        g->nspilled_before = 0;
+        free(g->spillrec.before);
+        g->spillrec.before = NULL;
+        g->spillrec.nbefore = 0;
 }
 
 void gs_gpu_spillrec_start(struct gs_gpu *g, const char *state_dir)
@@ -64,18 +65,19 @@ void gs_gpu_spillrec_start(struct gs_gpu *g, const char *state_dir)
         char path[PATH_MAX];
         int r;
 
-        if (!g->nspare)
+        if (!g->moves.nspare)
                 return;
-        g->ndebt = g->units_total ? g->units_total : 1; /* an allocation holds a unit at least */
+        g->spillrec.ndebt = g->units_total ? g->units_total : 1; /* an allocation holds a unit at least */
         r = spillrec_path(path, sizeof(path), state_dir, g->uuid);
         if (r == 0)
-                r = gs_ledger_open(&g->spillrec, path, g->uuid_raw, g->chunk_bytes, g->nspare + g->ndebt);
+                r = gs_ledger_open(&g->spillrec.rec, path, g->uuid_raw, g->chunk_bytes,
+                                   g->moves.nspare + g->spillrec.ndebt);
         if (r < 0) {
                 log_error("GPU %u: no spill record in %s (%s): a restarted agent will charge spilled data as "
                           "device memory", g->index, state_dir, strerror(-r));
                 return;
         }
-        g->spillrec_on = true;
+        g->spillrec.on = true;
 }
 
 void gs_gpu_spillrec_commit(struct gs_gpu *g)
@@ -83,51 +85,54 @@ void gs_gpu_spillrec_commit(struct gs_gpu *g)
         int r;
 
         gs_gpu_spillrec_done(g);
-        if (g->spillrec.fd < 0)
+        if (g->spillrec.rec.fd < 0)
                 return;
-        r = gs_ledger_commit(&g->spillrec);
+        r = gs_ledger_commit(&g->spillrec.rec);
         if (r < 0)
-                log_error("GPU %u: cannot replace the spill record %s: %s", g->index, g->spillrec.path, strerror(-r));
+                log_error("GPU %u: cannot replace the spill record %s: %s", g->index, g->spillrec.rec.path,
+                          strerror(-r));
 }
 
 void gs_gpu_spillrec_pause(struct gs_gpu *g, bool pause)
 {
         int r;
 
-        if (g->spillrec.fd < 0)
+        if (g->spillrec.rec.fd < 0)
                 return;
-        r = pause ? 0 : gs_ledger_relink(&g->spillrec);
+        r = pause ? 0 : gs_ledger_relink(&g->spillrec.rec);
         if (r < 0)
-                log_error("GPU %u: cannot put the spill record %s back: %s", g->index, g->spillrec.path,
+                log_error("GPU %u: cannot put the spill record %s back: %s", g->index, g->spillrec.rec.path,
                           strerror(-r));
-        g->spillrec_on = !pause;
+        g->spillrec.on = !pause;
 }
 
 void gs_gpu_spillrec_close(struct gs_gpu *g)
 {
-        g->spillrec_on = false;
-        gs_ledger_close(&g->spillrec);
+        g->spillrec.on = false;
+        gs_ledger_close(&g->spillrec.rec);
         gs_gpu_spillrec_done(g);
 }
 
 void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledger_tag *t, uint32_t slot, bool held)
 {
-        if (g->spillrec_on && spare < g->nspare)
-                gs_ledger_set(&g->spillrec, spare, t, slot, held);
+        gs_gpu_assert_locked(g);
+        if (g->spillrec.on && spare < g->moves.nspare)
+                gs_ledger_set(&g->spillrec.rec, spare, t, slot, held);
 }
 
 void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enum gs_move_dir dir,
                             const struct gs_move_ent *e, uint32_t n)
 {
-        if (!g->spillrec_on)
+        gs_gpu_assert_locked(g);
+        if (!g->spillrec.on)
                 return;
         for (uint32_t i = 0; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST && t && e[i].to >= g->nchunks) {
                         struct gs_ledger_tag m = *t;
                         m.kind = GS_LEDGER_SPILLING;
-                        gs_ledger_set(&g->spillrec, e[i].to - g->nchunks, &m, e[i].slot, true);
+                        gs_ledger_set(&g->spillrec.rec, e[i].to - g->nchunks, &m, e[i].slot, true);
                 } else if (dir == GS_MOVE_TO_DEVICE && e[i].from >= g->nchunks) {
-                        gs_ledger_set_kind(&g->spillrec, e[i].from - g->nchunks, GS_LEDGER_UNSPILLING);
+                        gs_ledger_set_kind(&g->spillrec.rec, e[i].from - g->nchunks, GS_LEDGER_UNSPILLING);
                 }
         }
 }
@@ -135,16 +140,17 @@ void gs_gpu_spillrec_moving(struct gs_gpu *g, const struct gs_ledger_tag *t, enu
 void gs_gpu_spillrec_moved(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
                            uint32_t moved, bool kept)
 {
-        if (!g->spillrec_on)
+        gs_gpu_assert_locked(g);
+        if (!g->spillrec.on)
                 return;
         /* What moved was recorded by its exchange (gs_gpu_chunk_hold). */
         for (uint32_t i = moved; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST && e[i].to >= g->nchunks && kept)
-                        gs_ledger_set_kind(&g->spillrec, e[i].to - g->nchunks, GS_LEDGER_HELD);
+                        gs_ledger_set_kind(&g->spillrec.rec, e[i].to - g->nchunks, GS_LEDGER_HELD);
                 else if (dir == GS_MOVE_TO_HOST && e[i].to >= g->nchunks)
-                        gs_ledger_set(&g->spillrec, e[i].to - g->nchunks, NULL, 0, false);
+                        gs_ledger_set(&g->spillrec.rec, e[i].to - g->nchunks, NULL, 0, false);
                 else if (dir == GS_MOVE_TO_DEVICE && e[i].from >= g->nchunks)
-                        gs_ledger_set_kind(&g->spillrec, e[i].from - g->nchunks, GS_LEDGER_SLOT);
+                        gs_ledger_set_kind(&g->spillrec.rec, e[i].from - g->nchunks, GS_LEDGER_SLOT);
         }
 }
 
@@ -158,31 +164,34 @@ static void debt_one(void *ctx, uint64_t alloc, uint32_t owed)
         struct debts *d = ctx;
         struct gs_gpu *g = d->g;
 
-        if (d->n >= g->ndebt)
+        if (d->n >= g->spillrec.ndebt)
                 return;
-        struct gs_ledger_ent *e = &g->spillrec.ent[g->nspare + d->n++];
+        struct gs_ledger_ent *e = &g->spillrec.rec.ent[g->moves.nspare + d->n++];
         if (e->kind == GS_LEDGER_OWED && e->alloc == alloc && e->slot == owed)
                 return;
         struct gs_ledger_tag t = { .kind = GS_LEDGER_OWED, .alloc = alloc };
-        gs_ledger_set(&g->spillrec, (uint32_t)(e - g->spillrec.ent), &t, owed, true);
+        gs_ledger_set(&g->spillrec.rec, (uint32_t)(e - g->spillrec.rec.ent), &t, owed, true);
 }
 
 void gs_gpu_spillrec_debts(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         struct debts d = { g, 0 };
 
-        if (!g->spillrec_on || !g->spillrec.ent)
+        if (!g->spillrec.on || !g->spillrec.rec.ent)
                 return;
         gs_pool_debts(g->pool, debt_one, &d);
-        for (uint32_t i = g->nspare + d.n; i < g->nspare + g->ndebt && g->spillrec.ent[i].kind != GS_LEDGER_FREE; i++)
-                gs_ledger_set(&g->spillrec, i, NULL, 0, false);
+        for (uint32_t i = g->moves.nspare + d.n;
+             i < g->moves.nspare + g->spillrec.ndebt && g->spillrec.rec.ent[i].kind != GS_LEDGER_FREE; i++)
+                gs_ledger_set(&g->spillrec.rec, i, NULL, 0, false);
 }
 
 void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc),
                                    void *ctx)
 {
-        for (uint32_t i = 0; i < g->nspilled_before; i++) {
-                const struct gs_ledger_ent *e = &g->spilled_before[i];
+        gs_gpu_assert_locked(g);
+        for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {
+                const struct gs_ledger_ent *e = &g->spillrec.before[i];
                 struct gs_palloc *pa;
 
                 if (e->kind != GS_LEDGER_OWED || !(pa = pa_of(ctx, e->alloc)))

@@ -39,6 +39,25 @@ struct gs_agent_hists {
         struct gs_hist reconcile[GS_HIST_RECONS]; /* PodResources List; applying it */
 };
 
+/* Where an upgrade left this agent, for the whole node (each GPU has its
+ * own phase, gs_gpu_phase.h); set once, by the main thread:
+ *
+ *   OURS             no handover: the sockets' and files' paths are ours.
+ *   HANDED_OVER      an old agent after READY (gs_handover.h): its paths
+ *                    are the new agent's now.
+ *   TAKEOVER_FAILED  a new agent that failed before READY: the paths are
+ *                    still the old agent's, which serves on.
+ *
+ *   OURS -> HANDED_OVER      READY (gs_handover.c)
+ *   OURS -> TAKEOVER_FAILED  a takeover abandoned (gs_agent_main.c)
+ *
+ * Either of the last two: no path is removed or written. */
+enum gs_node_handover {
+        GS_NODE_OURS = 0,
+        GS_NODE_HANDED_OVER,
+        GS_NODE_TAKEOVER_FAILED,
+};
+
 struct gs_node {
         struct gs_config cfg;
         struct gs_cuda cu;
@@ -54,9 +73,10 @@ struct gs_node {
         int ckpt_err;
         struct gs_loop *loop;                /* gs_loop.h: the main thread's reactor */
         struct gs_loop_timer restore_timer;  /* gs_allocs_tick */
-        /* The sockets' and files' paths are another agent's (handed over,
-         * or a takeover of ours that failed): none is removed or written. */
-        bool paths_theirs;
+        /* An upgrade's handover as this agent sees it (gs_node_handover;
+         * gs_handover.h): read through gs_node_paths_ours,
+         * gs_node_handed_over.  Main thread. */
+        enum gs_node_handover handover;
         /* Watch clients are served (the control socket is up): a change
          * is worth telling. */
         bool watched;
@@ -81,6 +101,19 @@ static inline void gs_node_poke(struct gs_node *n)
 {
         if (n->on_poke)
                 n->on_poke(n);
+}
+
+/* Whether the sockets' and files' paths are this agent's to remove and
+ * write (no handover took them, gs_node_handover). */
+static inline bool gs_node_paths_ours(const struct gs_node *n)
+{
+        return n->handover == GS_NODE_OURS;
+}
+
+/* Whether this agent handed everything over to a new one (READY). */
+static inline bool gs_node_handed_over(const struct gs_node *n)
+{
+        return n->handover == GS_NODE_HANDED_OVER;
 }
 
 #endif

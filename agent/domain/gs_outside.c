@@ -71,6 +71,7 @@ static void update_short(struct gs_gpu *g, struct gs_outside *o)
 
 void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots)
 {
+        gs_gpu_assert_locked(g);
         uint32_t want = target(g, covered(o, o->charged));
 
         if (!o->short_bytes)
@@ -86,6 +87,7 @@ void gs_outside_cover(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *
 
 void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 {
+        gs_gpu_assert_locked(g);
         uint32_t want = target(g, covered(o, o->charged));
 
         if (o->cs.nheld <= want)
@@ -98,6 +100,7 @@ void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
 int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
                       uint64_t *slot, uint64_t bytes, bool strict)
 {
+        gs_gpu_assert_locked(g);
         uint64_t charged = o->charged - *slot + bytes;
         uint32_t want = target(g, covered(o, charged));
         bool up = bytes > *slot;
@@ -134,6 +137,7 @@ void gs_outside_init(struct gs_outside *o, uint64_t alloc)
 uint32_t gs_outside_restore(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
                             const uint32_t *slots, uint32_t n)
 {
+        gs_gpu_assert_locked(g);
         int r = gs_chunkset_adopt(g, &o->cs, pa, nslots, slots, n);
 
         if (r <= 0)
@@ -146,6 +150,7 @@ uint32_t gs_outside_restore(struct gs_gpu *g, struct gs_outside *o, struct gs_pa
 
 void gs_outside_restored_done(struct gs_gpu *g, struct gs_outside *o)
 {
+        gs_gpu_assert_locked(g);
         if (!o->restored)
                 return;
         o->restored = 0;
@@ -155,6 +160,7 @@ void gs_outside_restored_done(struct gs_gpu *g, struct gs_outside *o)
 
 void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
 {
+        gs_gpu_assert_locked(g);
         if (o->cs.nheld)
                 (void)g->node->cu.ctx_set_current(g->ctx);
         while (o->cs.nheld)

@@ -28,7 +28,8 @@
  *                yet stays in the set (still charged) and is retried by the
  *                next call.
  *
- * Every call runs under g->lock with g->ctx made current by the callee. */
+ * Every call runs under g->lock (gs_gpu_lock, which makes g->ctx current;
+ * asserted). */
 #ifndef GS_OUTSIDE_H
 #define GS_OUTSIDE_H
 

@@ -114,7 +114,7 @@ static int restore(struct gs_node *ag, char *rerr, size_t rerrlen)
         if (r == 0) {
                 r = gs_allocs_checkpoint(ag);
                 /* Only once the claims are on disk in the checkpoint. */
-                if (r == 0 && c.claims_file && !ag->paths_theirs)
+                if (r == 0 && c.claims_file && gs_node_paths_ours(ag))
                         claims_file_gone(ag, &c);
         }
         gs_ckpt_free(&c);

@@ -135,8 +135,8 @@ void gs_sockdir_close(struct gs_node *ag, struct gs_allocation *a)
                 return;
         gs_loop_io_del(ag->loop, &a->listen_io);
         gs_closep(&a->listen_fd);
-        /* Another agent's path (gs_agent.h, paths_theirs). */
-        if (!ag->paths_theirs)
+        /* Not another agent's path (gs_node_handover). */
+        if (gs_node_paths_ours(ag))
                 (void)unlink(a->socket_path);
 }
 

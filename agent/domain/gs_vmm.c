@@ -211,6 +211,7 @@ static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
 int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_t *ret_id,
                   int *ret_fd)
 {
+        gs_gpu_assert_locked(g);
         const uint64_t c = g->chunk_bytes;
         struct gs_vmm *v;
         uint64_t free_b, dropped = 0;
@@ -225,7 +226,6 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
         if (!v)
                 return -ENOMEM;
         v->fd = -1;
-        (void)g->node->cu.ctx_set_current(g->ctx);
         if (set_debt(g, s) && fill_debt(g, s, err, sizeof(err)) < 0)
                 err[0] = '\0'; /* retried below; the create may still fit */
         free_b = set_free(g, s);
@@ -263,6 +263,7 @@ fail:
 
 int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
 {
+        gs_gpu_assert_locked(g);
         struct gs_vmm **pv, *v;
 
         for (pv = &s->list; *pv && (*pv)->id != id; pv = &(*pv)->next)
@@ -272,7 +273,6 @@ int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
                 return -ENOENT;
         *pv = v->next;
         s->count--;
-        (void)g->node->cu.ctx_set_current(g->ctx);
         gs_gpu_mem_drop(g, v->h, &v->fd);
         s->live_bytes -= v->size;
         /* The application may still map it: until a filler takes its place
@@ -286,10 +286,10 @@ int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
 
 void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
 {
+        gs_gpu_assert_locked(g);
         struct gs_vmm_set empty = { .pa = s->pa, .nslots = s->nslots };
         char err[256];
 
-        (void)g->node->cu.ctx_set_current(g->ctx);
         while (s->list) {
                 struct gs_vmm *v = s->list;
                 s->list = v->next;
@@ -331,6 +331,7 @@ void gs_vmm_stats(const struct gs_vmm_set *s, struct gs_pproc_stats *st)
 
 int gs_vmm_validate(const struct gs_gpu *g, const struct gs_vmm_set *s, char *why, size_t whylen)
 {
+        gs_gpu_assert_locked(g);
         uint64_t live = 0, fill = 0;
         uint32_t n = 0;
 

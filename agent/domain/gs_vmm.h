@@ -44,7 +44,8 @@
  * the request if the driver has no room yet) or recycled, pending, when the
  * allocation is deleted; it is never lost from the pool.
  *
- * Every call runs under g->lock with g->ctx made current by the callee. */
+ * Every call runs under g->lock (gs_gpu_lock, which makes g->ctx current;
+ * asserted). */
 #ifndef GS_VMM_H
 #define GS_VMM_H
 

@@ -280,10 +280,10 @@ static uint32_t active_procs(const struct gs_allocation *a)
                                         struct gs_pproc_stats st;                               \
                                         uint64_t v;                                             \
                                         char pid[16];                                           \
-                                        pthread_mutex_lock(&pg->g->lock);                       \
+                                        gs_gpu_lock(pg->g);                       \
                                         gs_pproc_stats(pg->pp, &st);                            \
                                         v = (expr);                                             \
-                                        pthread_mutex_unlock(&pg->g->lock);                     \
+                                        gs_gpu_unlock(pg->g);                     \
                                         snprintf(pid, sizeof(pid), "%d", (int)p->pid);          \
                                         put(b, "gshare_process_" name "{");                    \
                                         put_label(b, "allocation", a->id, true);               \
@@ -316,14 +316,14 @@ static int snap_gpus(struct gs_agent *ag, struct snap *sn)
                 struct gpu_snap *s = &sn->gs[i];
 
                 if (g->pool) {
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         gs_pool_stats(g->pool, &s->st);
                         s->spilled = gs_gpu_spilled(g);
                         s->owed = gs_pool_owed(g->pool);
                         s->spill_ready = gs_gpu_spill_ready(g);
                         s->spill_held = gs_gpu_spill_held(g);
-                        s->mv = g->move_st;
-                        pthread_mutex_unlock(&g->lock);
+                        s->mv = g->moves.st;
+                        gs_gpu_unlock(g);
                         s->units_lent = gs_gpu_units_lent(g);
                 }
                 s->units_allocated = gs_gpu_units_allocated(g);
@@ -346,12 +346,12 @@ static struct part_snap part_snap(const struct gs_allocation *a, const struct gs
         struct gs_palloc_stats st;
         struct part_snap p = { .a = a, .claim = claim, .g = g, .units = a->parts[i].units };
 
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_palloc_stats(a->parts[i].pa, &st);
         p.outside_bytes = a->parts[i].out.charged;
         p.over_quota = a->parts[i].out.over_quota;
         p.over_quota_bytes = a->parts[i].out.short_bytes;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         p.quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes;
         p.burst_bytes = (uint64_t)gs_part_burst(&a->parts[i]) * g->chunk_bytes;
         p.borrowed_bytes = (uint64_t)st.chunks_borrowed * g->chunk_bytes;

@@ -291,7 +291,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
         for (uint32_t k = 0; a->pod_uid[0] && k < n; k++)
                 if (strcmp(sv[k].uid, a->pod_uid) == 0)
                         bypass += sv[k].pr.bytes;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         for (struct gs_proc *p = a->procs; p; p = p->next) {
                 struct gs_proc_gpu *pg = &p->gpus[i];
                 uint64_t m = lookup(sv, n, p->pid);
@@ -310,7 +310,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 m = m > orphan ? m - orphan : 0;
                 /* In a move the process maps other memory than its chunks
                  * say (unmapped, not settled yet): a charge only goes up. */
-                if ((g->moving_out || g->moving_back) && m < pg->outside_measured)
+                if ((g->moves.moving_out || g->moves.moving_back) && m < pg->outside_measured)
                         m = pg->outside_measured;
                 pg->outside_measured = m;
                 measured += m;
@@ -336,7 +336,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                         killed = kill_over(a, i, sv, n, over);
         }
         gs_palloc_stats(part->pa, &ps);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         note_borrowing(ag, a, part, g, ps.chunks_borrowed);
         note_spilling(ag, a, part, g, ps.chunks_spilled);
         if (over)
@@ -363,9 +363,9 @@ void gs_usage_scan(struct gs_agent *ag)
 
                 if (!g->pool)
                         continue;
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 gs_gpu_retry_pending(g);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (!dev)
                         continue;
                 r = gs_nvml_procs(&ag->node.nvml, dev, pr, GS_NVML_MAX_PROCS, &n);
@@ -385,9 +385,9 @@ void gs_usage_scan(struct gs_agent *ag)
                         for (uint32_t i = 0; i < a->nparts; i++)
                                 if (a->parts[i].gpu == gi)
                                         measured += scan_part(ag, g, a, i, sv, n);
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 g->outside_measured = measured;
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
         }
         free(pr);
         free(sv);

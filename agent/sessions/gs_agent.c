@@ -4,6 +4,8 @@
 
 #include <time.h>
 
+#include "gs_gpu_lock.h"
+
 
 static void run_changed(void *data)
 {
@@ -59,6 +61,7 @@ static bool await_count(struct gs_agent *ag, const unsigned *count, unsigned bef
 {
         bool got;
 
+        gs_gpu_assert_none_locked(); /* the main loop may want it: docs/design.md "Locks" */
         pthread_mutex_lock(&ag->done_mu);
         while (!(got = __atomic_load_n(count, __ATOMIC_ACQUIRE) - before >= n)) {
                 int64_t left = until - gs_mono_ms();

@@ -66,7 +66,6 @@ struct gs_agent {
          * are the new agent's then: none is removed at exit). */
         int handover_fd;
         struct gs_loop_io handover_io;
-        bool handed_over;
         bool handover_retake;            /* a failed takeover: listen on our handover socket anew */
         int64_t settle_until_ms;         /* atomic: after taking over, the old agent lets memory go */
         int64_t start_unix;              /* when this agent started (time(2)); /metrics */

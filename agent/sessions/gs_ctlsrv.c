@@ -89,14 +89,14 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
         if (!m)
                 return NULL;
         if (g->pool) {
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 gs_pool_stats(g->pool, &st);
                 m->chunks_spilled = gs_gpu_spilled(g);
                 m->chunks_owed = gs_pool_owed(g->pool);
-                m->chunks_moving = g->moving_out + g->moving_back;
-                m->chunks_moved_out = g->move_st.chunks_out;
-                m->chunks_moved_back = g->move_st.chunks_back;
-                pthread_mutex_unlock(&g->lock);
+                m->chunks_moving = g->moves.moving_out + g->moves.moving_back;
+                m->chunks_moved_out = g->moves.st.chunks_out;
+                m->chunks_moved_back = g->moves.st.chunks_back;
+                gs_gpu_unlock(g);
         }
         m->index = g->index;
         m->uuid = arena_str(ar, g->uuid);
@@ -207,10 +207,10 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                                                           GSHARE__CTL__V1__ALLOCATION_PART__INIT);
                 if (!pm)
                         return NULL;
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 gs_palloc_stats(a->parts[i].pa, &st);
                 pm->outside_bytes = a->parts[i].out.charged;
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 pm->used_bytes = (uint64_t)st.chunks_held * g->chunk_bytes;
                 pm->gpu_index = g->index;
                 pm->gpu_uuid = arena_str(ar, g->uuid);
@@ -235,11 +235,11 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                                 NEW(ar, Gshare__Ctl__V1__Process, GSHARE__CTL__V1__PROCESS__INIT);
                         if (!pm)
                                 return NULL;
-                        pthread_mutex_lock(&p->gpus[i].g->lock);
+                        gs_gpu_lock(p->gpus[i].g);
                         gs_pproc_stats(p->gpus[i].pp, &st);
                         gs_vmm_stats(&p->gpus[i].vmm, &st);
                         pm->outside_bytes = p->gpus[i].outside_charge;
-                        pthread_mutex_unlock(&p->gpus[i].g->lock);
+                        gs_gpu_unlock(p->gpus[i].g);
                         pm->id = p->id;
                         pm->pid = p->pid;
                         pm->comm = arena_str(ar, p->comm);
@@ -614,7 +614,7 @@ void gs_ctlsrv_free(struct gs_ctlsrv *s)
         if (!s)
                 return;
         gs_stream_srv_free(s->srv);
-        if (!s->ag->node.paths_theirs) /* else the path is the other agent's socket */
+        if (gs_node_paths_ours(&s->ag->node)) /* else the path is the other agent's socket */
                 (void)unlink(s->path);
         free(s);
 }

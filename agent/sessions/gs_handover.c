@@ -177,15 +177,14 @@ static void make_room(struct gs_agent *ag, uint64_t want)
                  * the workers serve on meanwhile. */
                 for (int pass = 0; pass < 2 && got < want; pass++)
                         for (uint32_t c = 0; c < g->nchunks && got < want; c++) {
-                                pthread_mutex_lock(&g->lock);
-                                if (g->chunks[c].fd >= 0 && !g->chunks[c].pending &&
+                                gs_gpu_lock(g);
+                                if (g->chunks[c].fd >= 0 && g->chunks[c].state != GS_CHUNK_PENDING &&
                                     !gs_pool_chunk_held(g->pool, c) &&
                                     (pass == 1 || gs_pool_chunk_in_sys(g->pool, c))) {
-                                        (void)g->node->cu.ctx_set_current(g->ctx);
                                         gs_gpu_chunk_drop(g, c);
                                         got += g->chunk_bytes;
                                 }
-                                pthread_mutex_unlock(&g->lock);
+                                gs_gpu_unlock(g);
                         }
                 log_info("upgrade: GPU %u: %llu MiB given back for the new agent's context", g->index,
                          (unsigned long long)(got >> 20));
@@ -213,16 +212,16 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
                 m->arg = g->chunk_bytes;
                 memcpy(m->uuid, g->uuid_raw, 16);
                 r = ho_send(fd, m, NULL, 0);
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 if (snapshot)
-                        g->ho_snap_memid = g->memid_next;
+                        g->restart.ho_snap_memid = g->memid_next;
                 for (uint32_t c = 0; c < g->nchunks && r == 0;) {
                         uint32_t n = 0, nfds = 0;
                         for (; c < g->nchunks && n < HO_MAX_FDS; c++) {
                                 struct gs_chunk *k = &g->chunks[c];
-                                if (k->fd < 0 || k->pending || !k->memid)
+                                if (k->fd < 0 || k->state == GS_CHUNK_PENDING || !k->memid)
                                         continue;
-                                bool with_fd = snapshot || k->memid > g->ho_snap_memid;
+                                bool with_fd = snapshot || k->memid > g->restart.ho_snap_memid;
                                 m->ent[n++] = (struct ho_ent){ c,
                                         (k->writer != 0 || k->owner != NULL ? HO_WRITTEN : 0) | (with_fd ? HO_FD : 0),
                                         k->memid };
@@ -235,7 +234,7 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
                                 r = ho_send(fd, m, fds, nfds);
                         }
                 }
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
         }
         if (r == 0) {
                 memset(m, 0, offsetof(struct ho_msg, ent));
@@ -301,8 +300,7 @@ static void serve(struct gs_agent *ag, int fd)
         }
         /* The new agent serves: our connections end (the hooks reconnect to
          * it), our paths are its own now. */
-        ag->handed_over = true;
-        ag->node.paths_theirs = true;
+        ag->node.handover = GS_NODE_HANDED_OVER;
         gs_proc_disconnect_all(ag);
         log_info("upgrade: handed over to the new agent %lld ms after it took over; waiting for the end",
                  (long long)(gs_mono_ms() - t_take));
@@ -328,7 +326,7 @@ static void on_conn(void *data, uint32_t events)
         }
         serve(ag, fd);
         close(fd);
-        if (ag->handover_retake && !ag->handed_over) {
+        if (ag->handover_retake && !gs_node_handed_over(&ag->node)) {
                 char err[256];
                 ag->handover_retake = false;
                 gs_loop_io_del(ag->node.loop, &ag->handover_io);
@@ -387,7 +385,7 @@ void gs_handover_close(struct gs_agent *ag)
                 return;
         gs_loop_io_del(ag->node.loop, &ag->handover_io);
         gs_closep(&ag->handover_fd);
-        if (!ag->node.paths_theirs && sock_path(ag, &sa) == 0)
+        if (gs_node_paths_ours(&ag->node) && sock_path(ag, &sa) == 0)
                 (void)unlink(sa.sun_path);
 }
 

@@ -180,7 +180,7 @@ static int collect(const struct gs_ipc_table *t, const struct gs_ipc_export *e, 
         ret->fds = malloc((size_t)(last - first + 1) * sizeof(int));
         if (!ret->fds)
                 return -ENOMEM;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         for (uint64_t s = first; s <= last; s++) {
                 int64_t m = t->nmem ? mem_at(t, e->p, e->gpu, s) : -1;
                 uint32_t c = gs_pproc_slot_chunk(e->p->gpus[e->gpu].pp, (uint32_t)s);
@@ -198,7 +198,7 @@ static int collect(const struct gs_ipc_table *t, const struct gs_ipc_export *e, 
                 }
                 ret->fds[ret->nchunks++] = fd;
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (r < 0)
                 gs_ipc_open_done(ret);
         return r;
@@ -283,9 +283,9 @@ int gs_ipc_reclaim_fd(struct gs_ipc_table *t, struct gs_proc *p, uint32_t gpu, u
                 return -EINVAL;
         }
         pthread_mutex_lock(&t->lock);
-        pthread_mutex_lock(&pg->g->lock);
+        gs_gpu_lock(pg->g);
         held = pg->pp && gs_pproc_slot_chunk(pg->pp, slot) != UINT32_MAX;
-        pthread_mutex_unlock(&pg->g->lock);
+        gs_gpu_unlock(pg->g);
         /* One per slot it holds: bounded by its chunks. */
         if (!held || mem_at(t, p, gpu, slot) >= 0) {
                 r = -EINVAL;
@@ -339,10 +339,10 @@ uint32_t gs_ipc_reclaim_end(struct gs_ipc_table *t, struct gs_proc *p)
                 /* A live block of p must start there, as at the export:
                  * a freed one is gone from the hook's list and from its
                  * blocks, and never resurrects. */
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 if (pg->pp)
                         r = gs_pproc_range(pg->pp, e->off, &base, &size);
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 if (r == 0 && base == e->off && size) {
                         e->size = size;
                         if (all_mem(t, e)) {

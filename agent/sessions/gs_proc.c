@@ -45,6 +45,7 @@ void gs_proc_close_conn(struct gs_agent *ag, struct gs_proc *p)
  * (nothing of it moved: the batch's spares and chunks go back). */
 static void move_cancel(struct gs_proc_gpu *pg)
 {
+        gs_gpu_assert_locked(pg->g);
         if (!pg->nmove)
                 return;
         gs_gpu_move_end(pg->g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, 0, NULL, 0);
@@ -67,7 +68,7 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 uint32_t before = g->last_borrowed;
                 if (!p->gpus[i].pp)
                         continue;
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 gs_vmm_clear(g, &p->gpus[i].vmm);
                 move_cancel(&p->gpus[i]);
                 uint32_t held = gs_gpu_spill_release_holder(g, p->id);
@@ -90,7 +91,7 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                                         &p->gpus[i].outside_charge, 0, false);
                 gs_gpu_check_lending(g);
                 changed |= before != g->last_borrowed;
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
         }
         if (p->shm)
                 munmap(p->shm, sizeof(*p->shm));
@@ -148,11 +149,11 @@ int gs_proc_gpus_init(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
                 pg->vtag = pg->tag;
                 pg->vtag.kind = GS_LEDGER_VMM;
                 pg->vmm.cs.tag = p->start ? &pg->vtag : NULL;
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 r = gs_pproc_new(part->pa, pg->nslots, &pg->pp);
                 if (r == 0 && p->start)
                         gs_pproc_set_tag(pg->pp, &pg->tag);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (r < 0) {
                         snprintf(err, errlen, "cannot create the process on GPU %u: %s", g->index,
                                  strerror(-r));
@@ -206,13 +207,13 @@ uint32_t gs_proc_ask_borrowers(struct gs_agent *ag)
                 for (uint32_t i = 0; i < a->nparts; i++) {
                         struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
                         struct gs_palloc_stats st;
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         gs_palloc_stats(a->parts[i].pa, &st);
                         if (st.chunks_borrowed) {
                                 lent += st.chunks_borrowed;
                                 (void)gs_proc_ask_give_back(a, i);
                         }
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                 }
         return lent;
 }
@@ -222,12 +223,12 @@ void gs_proc_give_back_sweep(struct gs_agent *ag)
         for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 for (uint32_t i = 0; i < a->nparts; i++) {
                         struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         if (a->parts[i].give_back_wanted) {
                                 a->parts[i].give_back_wanted = false;
                                 a->parts[i].others_asked = gs_proc_ask_give_back(a, i);
                         }
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                 }
 }
 

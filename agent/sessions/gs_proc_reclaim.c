@@ -30,7 +30,7 @@ void gs_proc_take_over_closed(struct gs_agent *ag, struct gs_proc *p)
                 struct gs_proc_gpu *pg = &p->gpus[i], *qg = &q->gpus[i];
                 struct gs_gpu *g = pg->g;
 
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 gs_pproc_del(pg->pp);
                 pg->pp = qg->pp;
                 qg->pp = NULL;
@@ -65,7 +65,7 @@ void gs_proc_take_over_closed(struct gs_agent *ag, struct gs_proc *p)
                         gs_gpu_move_end(g, (enum gs_move_dir)qg->move_dir, qg->move, qg->nmove, 0, p->alloc, p->id);
                 qg->nmove = 0;
                 (void)gs_gpu_spill_pass_holder(g, q->id, p->id);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
         }
         log_info("process %d of allocation %s reconnected: it keeps what it held (#%llu)", p->pid, p->alloc->id,
                  (unsigned long long)q->id);
@@ -118,6 +118,7 @@ static void legacy_vmm_settle(struct gs_proc *p, struct gs_proc_gpu *pg, uint32_
 
 int gs_proc_legacy_vmm_release(struct gs_proc_gpu *pg, uint64_t id)
 {
+        gs_gpu_assert_locked(pg->g);
         for (uint32_t i = 0; i < pg->nlvmm; i++) {
                 if (pg->lvmm[i].id != id)
                         continue;
@@ -205,10 +206,10 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
         if (m.kind == GS_RECLAIM_END) {
                 for (uint32_t i = 0; i < p->ngpus; i++) {
                         struct gs_gpu *g = p->gpus[i].g;
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         r = gs_pproc_legacy_seal(p->gpus[i].pp, (m.flags >> i) & 1);
                         legacy_vmm_settle(p, &p->gpus[i], i);
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                         if (r < 0)
                                 log_warn("process %d of allocation %s: its blocks on GPU %u are kept opaque: %s",
                                          p->pid, p->alloc->id, g->index, strerror(-r));
@@ -271,7 +272,7 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                 }
                 return 1;
         }
-        pthread_mutex_lock(&pg->g->lock);
+        gs_gpu_lock(pg->g);
         for (uint32_t k = 0; k < m.count && r == 0; k++) {
                 if (m.kind == GS_RECLAIM_SLOTS) {
                         uint32_t chunk;
@@ -291,7 +292,7 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                                  * would hand that slot out again. */
                                 snprintf(err, errlen, "it maps slot %u on GPU %u, which the ledger does not name and "
                                          "its quota cannot cover", (unsigned)m.item[k], pg->g->index);
-                                pthread_mutex_unlock(&pg->g->lock);
+                                gs_gpu_unlock(pg->g);
                                 return -EDQUOT;
                         }
                 } else {
@@ -300,7 +301,7 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                 }
         }
         gs_gpu_check_lending(pg->g);
-        pthread_mutex_unlock(&pg->g->lock);
+        gs_gpu_unlock(pg->g);
         if (r < 0) {
                 snprintf(err, errlen, "reclaim on GPU %u refused: %s", m.gpu, strerror(-r));
                 return r == -ENOMEM ? r : -EPROTO;

@@ -37,7 +37,7 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
                 return UINT32_MAX;
         }
         struct gs_proc_gpu *pg = &q->gpus[pi];
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         if (e->kind == GS_LEDGER_VMM && !pg->vpp) {
                 r = gs_pproc_new(a->parts[pi].pa, pg->nslots, &pg->vpp);
                 if (r == 0)
@@ -46,7 +46,7 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
         struct gs_pproc *pp = e->kind == GS_LEDGER_VMM ? pg->vpp : pg->pp;
         r = pp ? gs_pproc_adopt(pp, e->slot, &chunk) : -ENOMEM;
         *ret_owner = a;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (r < 0) {
                 log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot,
                          q->pid, a->id, strerror(-r));
@@ -63,6 +63,7 @@ static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct 
 static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_t *target,
                           struct gs_allocation *const *owner, uint32_t n)
 {
+        gs_gpu_assert_locked(g);
         uint32_t lacking = 0;
 
         for (uint32_t k = 0; k < n; k++) {
@@ -93,7 +94,7 @@ static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_
  * again once the processes' chunks are adopted (gs_outside_restore). */
 static void restore_outside(struct gs_agent *ag, struct gs_gpu *g)
 {
-        uint32_t *slots = calloc((size_t)g->nheld_before + 1, sizeof(*slots));
+        uint32_t *slots = calloc((size_t)g->restart.nheld_before + 1, sizeof(*slots));
 
         if (!slots) {
                 log_error("GPU %u: out of memory restoring charges outside the pool", g->index);
@@ -106,15 +107,15 @@ static void restore_outside(struct gs_agent *ag, struct gs_gpu *g)
                         uint32_t n = 0, got;
                         if (part->gpu != g->index || part->gone || a->releasing)
                                 continue;
-                        for (uint32_t i = 0; i < g->nheld_before; i++)
-                                if (g->held_before[i].kind == GS_LEDGER_OUTSIDE && g->held_before[i].alloc == num)
-                                        slots[n++] = g->held_before[i].slot;
+                        for (uint32_t i = 0; i < g->restart.nheld_before; i++)
+                                if (g->restart.held_before[i].kind == GS_LEDGER_OUTSIDE && g->restart.held_before[i].alloc == num)
+                                        slots[n++] = g->restart.held_before[i].slot;
                         if (!n)
                                 continue;
-                        pthread_mutex_lock(&g->lock);
+                        gs_gpu_lock(g);
                         got = gs_outside_restore(g, &part->out, part->pa, gs_allocs_outside_slots(&ag->node, part),
                                                  slots, n);
-                        pthread_mutex_unlock(&g->lock);
+                        gs_gpu_unlock(g);
                         log_info("GPU %u: allocation %s: %u of the %u chunks its processes' contexts and modules "
                                  "took outside the pool before the restart charged again", g->index, a->id, got, n);
                 }
@@ -132,7 +133,7 @@ void gs_proc_restore(struct gs_agent *ag)
                 (void)!gs_gpu_ledger_start(g, ag->node.cfg.state_dir);
                 /* What each of the old agent's chunks held, before anything
                  * moves (handed over: its memid; after a crash: nothing). */
-                size_t nent = (size_t)g->nheld_before + g->nspilled_before + 1;
+                size_t nent = (size_t)g->restart.nheld_before + g->spillrec.nbefore + 1;
                 uint64_t *was = calloc(nent, sizeof(*was));
                 uint64_t *target = calloc(nent, sizeof(*target));
                 uint32_t *chunk = calloc(nent, sizeof(*chunk));
@@ -147,17 +148,17 @@ void gs_proc_restore(struct gs_agent *ag)
                         gs_gpu_ledger_commit(g);
                         continue;
                 }
-                for (uint32_t i = 0; i < g->nheld_before && i < g->nchunks; i++)
-                        was[i] = g->chunks[i].inherited ? g->chunks[i].memid : 0;
+                for (uint32_t i = 0; i < g->restart.nheld_before && i < g->nchunks; i++)
+                        was[i] = gs_chunk_inherited(&g->chunks[i]) ? g->chunks[i].memid : 0;
                 gs_proc_restore_debts(ag, g);
                 /* Mapped chunks first: the chunks without memory stand for
                  * what processes map; VMM backing chunks counted the old
                  * agent's fillers too, which died with it. */
                 for (uint32_t kind = GS_LEDGER_SLOT; kind <= GS_LEDGER_VMM; kind++)
-                        for (uint32_t i = 0; i < g->nheld_before; i++)
-                                if (g->held_before[i].kind == kind) {
+                        for (uint32_t i = 0; i < g->restart.nheld_before; i++)
+                                if (g->restart.held_before[i].kind == kind) {
                                         struct gs_allocation *a = NULL;
-                                        uint32_t c = restore_one(ag, g, &g->held_before[i], &lost, &a);
+                                        uint32_t c = restore_one(ag, g, &g->restart.held_before[i], &lost, &a);
                                         if (c != UINT32_MAX) {
                                                 chunk[n] = c;
                                                 owner[n] = a;
@@ -166,7 +167,7 @@ void gs_proc_restore(struct gs_agent *ag)
                                 }
                 /* Slots a move back was taking to the GPU: device memory
                  * until the process says otherwise (gs_proc_spillrest.c). */
-                for (uint32_t i = 0; i < g->nspilled_before; i++) {
+                for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {
                         struct gs_ledger_ent e;
                         struct gs_allocation *a = NULL;
                         if (!gs_proc_spill_entry_as_device(g, i, &e))
@@ -178,9 +179,9 @@ void gs_proc_restore(struct gs_agent *ag)
                                 target[n++] = 0;
                         }
                 }
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 place_adopted(g, chunk, target, owner, n);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 gs_proc_restore_spilled(ag, g);
                 restore_outside(ag, g);
                 free(owner);
@@ -191,16 +192,16 @@ void gs_proc_restore(struct gs_agent *ag)
                 /* Live processes of allocations that are gone hold memory
                  * no allocation pays for: as many chunks without memory
                  * wait, pending, until it is free. */
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 made = 0;
                 for (uint32_t c = 0; c < g->nchunks && made < lost; c++)
-                        if (g->chunks[c].fd < 0 && !g->chunks[c].pending &&
+                        if (g->chunks[c].fd < 0 && g->chunks[c].state != GS_CHUNK_PENDING &&
                             gs_pool_retire_chunk(g->pool, c) == 0) {
-                                g->chunks[c].pending = true;
+                                g->chunks[c].state = GS_CHUNK_PENDING;
                                 g->chunks_pending++;
                                 made++;
                         }
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (lost)
                         log_warn("GPU %u: %u chunks held by live processes of allocations that are gone: pending "
                                  "until they are free", g->index, lost);

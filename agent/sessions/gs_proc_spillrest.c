@@ -30,16 +30,16 @@ void gs_proc_restore_debts(struct gs_agent *ag, struct gs_gpu *g)
 {
         struct pa_ctx c = { ag, g->index };
 
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_gpu_spillrec_debts_restore(g, pa_of, &c);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
 }
 
 bool gs_proc_spill_entry_as_device(const struct gs_gpu *g, uint32_t i, struct gs_ledger_ent *ret)
 {
-        if (i >= g->nspilled_before || g->spilled_before[i].kind != GS_LEDGER_UNSPILLING)
+        if (i >= g->spillrec.nbefore || g->spillrec.before[i].kind != GS_LEDGER_UNSPILLING)
                 return false;
-        *ret = g->spilled_before[i];
+        *ret = g->spillrec.before[i];
         ret->kind = GS_LEDGER_SLOT;
         return true;
 }
@@ -61,8 +61,8 @@ void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
 {
         uint32_t host = 0, marked = 0, lost = 0, held = 0;
 
-        for (uint32_t i = 0; i < g->nspilled_before; i++) {
-                const struct gs_ledger_ent *e = &g->spilled_before[i];
+        for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {
+                const struct gs_ledger_ent *e = &g->spillrec.before[i];
                 struct gs_proc_gpu *pg;
                 struct gs_proc *q;
 
@@ -76,10 +76,10 @@ void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
                         marked++;
                         continue;
                 }
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 uint32_t spare = gs_gpu_spare_record_free(g);
                 int r = spare == UINT32_MAX ? -ENOSPC : gs_pproc_adopt_spare(pg->pp, e->slot, spare);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (r == 0) {
                         host++;
                         continue;
@@ -92,26 +92,26 @@ void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
         }
         /* Host memory a live process kept (GS_LEDGER_HELD): still charged,
          * once, on spares the slots above did not take. */
-        for (uint32_t i = 0; i < g->nspilled_before; i++) {
-                const struct gs_ledger_ent *e = &g->spilled_before[i];
+        for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {
+                const struct gs_ledger_ent *e = &g->spillrec.before[i];
                 struct gs_proc *q;
                 if (e->kind != GS_LEDGER_HELD || !ghost_gpu(ag, g, e, &q))
                         continue;
                 struct gs_ledger_tag t = { .pid = e->pid, .kind = GS_LEDGER_HELD, .start = e->start,
                                            .alloc = e->alloc };
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 int r = gs_gpu_spill_hold_restored(g, q->id, &t, e->slot);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 if (r < 0)
                         log_warn("GPU %u: host memory process %d kept from a move is not charged again: no spare "
                                  "record (spillMax)", g->index, (int)e->pid);
                 else
                         held++;
         }
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_pool_restored(g->pool);
         gs_gpu_check_lending(g);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (host || marked || held)
                 log_info("GPU %u: %u chunks of processes' data in host memory from before the restart, %u in a "
                          "move then (device memory unless their process says otherwise), %u kept unmoved", g->index,
@@ -124,7 +124,7 @@ void gs_proc_reclaim_host(struct gs_proc *p, struct gs_proc_gpu *pg, const uint6
         struct gs_gpu *g = pg->g;
         uint32_t done = 0;
 
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         for (uint32_t k = 0; k < n; k++) {
                 uint32_t i, slot, chunk, spare;
                 for (i = 0; i < pg->nmaybe_host && pg->maybe_host[i] != slots[k]; i++)
@@ -146,7 +146,7 @@ void gs_proc_reclaim_host(struct gs_proc *p, struct gs_proc_gpu *pg, const uint6
                 done++;
         }
         gs_gpu_check_lending(g);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (done)
                 log_info("GPU %u: process %d says %u slots in a move when the agent stopped are in host memory: "
                          "charged so", g->index, p->pid, done);

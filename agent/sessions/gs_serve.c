@@ -21,6 +21,7 @@
  * not covered (gs_outside.h), what it has free goes there first. */
 static void cover(struct gs_proc *p, uint32_t i)
 {
+        gs_gpu_assert_locked(p->gpus[i].g);
         struct gs_part *part = &p->alloc->parts[i];
 
         if (part->out.short_bytes)
@@ -47,7 +48,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                 return 0;
         }
         for (int attempt = 0;; attempt++) {
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         cover(p, req->gpu);
         r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
         if (r == 0) {
@@ -70,7 +71,7 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                 }
                 gs_gpu_check_lending(g);
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         /* No room in the driver for a chunk's memory: just after a start or
          * a handover the memory of the agent before is still being let go
          * (a killed one's by the driver): wait for it.  Else out of memory. */
@@ -120,12 +121,12 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 return 0;
         }
         for (int attempt = 0;; attempt++) {
-                pthread_mutex_lock(&g->lock);
+                gs_gpu_lock(g);
                 cover(p, req->gpu);
                 r = gs_vmm_create(g, &pg->vmm, size, &id, &fd);
                 if (r == 0)
                         gs_gpu_check_lending(g);
-                pthread_mutex_unlock(&g->lock);
+                gs_gpu_unlock(g);
                 /* No room in the driver: growth since the last scan may
                  * have used the headroom; a scan charges it to its pods and
                  * gives it back.  Memory still held by a kept fd stays out
@@ -165,6 +166,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
 static void part_usage(struct gs_gpu *g, struct gs_part *part, uint64_t *ret_used,
                        uint64_t *ret_outside)
 {
+        gs_gpu_assert_locked(g);
         struct gs_palloc_stats st;
 
         gs_palloc_stats(part->pa, &st);
@@ -183,7 +185,7 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         bool charging = false;
         int r = 0;
 
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         if (!pg->ctx_expect) {
                 charging = true;
                 want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes
@@ -199,7 +201,7 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
                 gs_gpu_check_lending(g);
         }
         part_usage(g, part, &rep->arg[1], &rep->arg[2]);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (charging)
                 gs_hist_since(&p->agent->node.hists.ctx_charge, t0);
         rep->arg[0] = pg->quota_bytes;
@@ -247,9 +249,9 @@ static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const str
         uint64_t base = 0, size = 0, tok[2];
         int r;
 
-        pthread_mutex_lock(&pg->g->lock);
+        gs_gpu_lock(pg->g);
         r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
-        pthread_mutex_unlock(&pg->g->lock);
+        gs_gpu_unlock(pg->g);
         /* Only this worker frees this process's blocks: the block stays
          * live until the export is in the table. */
         if (r == 0)
@@ -318,21 +320,21 @@ static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, str
         bool moving = gs_move_want(p, req->gpu, req->op == GS_OP_CTX ? g->ctx_expect_bytes : req->arg[0]);
         /* One sweep at a time per part (it walks the part's processes
          * only): a process failing in a loop waits for each. */
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         ask = !part->give_back_wanted;
         part->give_back_wanted = true;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         /* Not swept yet (the main loop busy, or another request's sweep
          * pending): the others may be asked in a moment; the hook's
          * patience is bounded anyway. */
         bool swept = ask && gs_agent_wait_give_back(p->agent, GS_GIVE_BACK_WAIT_MS);
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         rep->others_asked = swept ? part->others_asked : 1;
         if (!rep->others_asked && gs_palloc_returned(part->pa) != returned)
                 rep->others_asked = 1; /* memory came back meanwhile: try again */
         if (moving)
                 rep->others_asked |= GS_OTHERS_MOVING;
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return r;
 }
 
@@ -366,14 +368,14 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 /* An exported block loses its export before it is freed. */
                 if (gs_ipc_count(p))
                         gs_ipc_unexport(&p->alloc->ipc, p, req->gpu, req->arg[0]);
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 r = gs_pproc_free(pg->pp, req->arg[0], &rel);
                 /* Memory is wanted (the pod's memory outside the pool not
                  * covered, or a process short): nothing stays cached. */
                 if (r == 0 && rel.count == 0 &&
                     (p->alloc->parts[req->gpu].out.short_bytes || p->alloc->parts[req->gpu].give_back_wanted))
                         rel.count = gs_pproc_empty_run(pg->pp, GS_GIVE_BACK_RUN, &rel.first_slot);
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 rep->status = r;
                 rep->arg[0] = rel.first_slot;
                 rep->arg[1] = rel.count;
@@ -382,20 +384,20 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 /* Total: the quota, and for an allocation that may borrow
                  * what it borrowed and may borrow now (docs/burst.md). */
                 struct gs_palloc_stats ps = { 0 };
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 gs_pproc_stats(pg->pp, &st);
                 if (gs_part_burst(&p->alloc->parts[req->gpu]) > p->alloc->parts[req->gpu].quota_chunks)
                         gs_palloc_stats(p->alloc->parts[req->gpu].pa, &ps);
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 rep->arg[0] = st.bytes_obtainable;
                 rep->arg[1] = pg->quota_bytes +
                               ((uint64_t)ps.chunks_borrowed + ps.chunks_borrowable) * pg->g->chunk_bytes;
                 return 0;
         }
         case GS_OP_RANGE:
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 r = gs_pproc_range(pg->pp, req->arg[0], &base, &size);
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 rep->status = r;
                 rep->arg[0] = base;
                 rep->arg[1] = size;
@@ -406,13 +408,13 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                         rep->status = -EINVAL;
                         return 0;
                 }
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 r = gs_pproc_release(pg->pp, (uint32_t)req->arg[0], (uint32_t)req->arg[1]);
                 if (r == 0) {
                         cover(p, req->gpu);
                         gs_gpu_check_lending(pg->g);
                 }
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 rep->status = r;
                 return 0;
         case GS_OP_VMM_CREATE:
@@ -425,9 +427,9 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 return short_of_memory(p, req, rep, serve_ctx(p, pg, req, rep), returned);
         case GS_OP_GIVE_BACK: {
                 uint32_t first = 0, n;
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 n = gs_pproc_empty_run(pg->pp, GS_GIVE_BACK_RUN, &first);
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 rep->arg[0] = n ? first : 0;
                 rep->arg[1] = n;
                 return 0;
@@ -446,13 +448,13 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                         break;
                 return gs_sockmsg_send_grant(p->sock, GS_SOCK_NOTIFY, req, 0, 0, p->notify_fd, &p->stop);
         case GS_OP_CTX_DONE:
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 pg->g->ctx_promised -= pg->ctx_promised;
                 pg->ctx_promised = 0;
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 return 0;
         case GS_OP_VMM_RELEASE:
-                pthread_mutex_lock(&pg->g->lock);
+                gs_gpu_lock(pg->g);
                 r = gs_vmm_release(pg->g, &pg->vmm, req->arg[0]);
                 if (r == -ENOENT)
                         r = gs_proc_legacy_vmm_release(pg, req->arg[0]);
@@ -460,7 +462,7 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                         cover(p, req->gpu);
                         gs_gpu_check_lending(pg->g);
                 }
-                pthread_mutex_unlock(&pg->g->lock);
+                gs_gpu_unlock(pg->g);
                 rep->status = r;
                 return 0;
         default:
@@ -500,8 +502,6 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
         int64_t t0 = 0, t1;
         int r = 0;
 
-        if (p->ngpus)
-                (void)p->agent->node.cu.ctx_set_current(p->gpus[0].g->ctx); /* for recycling */
         while (n < budget && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
                 r = gs_ring_pop(&p->shm->req, &p->req_tail, &req);
                 if (r <= 0)

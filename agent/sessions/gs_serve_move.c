@@ -25,7 +25,7 @@ bool gs_move_feature(const struct gs_agent *ag, const struct gs_allocation *a)
 {
         for (uint32_t i = 0; i < a->nparts; i++) {
                 const struct gs_part *part = &a->parts[i];
-                if (ag->node.gpus[part->gpu].nspare &&
+                if (ag->node.gpus[part->gpu].moves.nspare &&
                     (ag->node.cfg.burst_max_bytes || gs_part_burst(part) > part->quota_chunks))
                         return true;
         }
@@ -45,7 +45,7 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
                 rep->status = -EPROTO;
                 return 0;
         }
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         /* A block another process opened through CUDA IPC is mapped there
          * too, from the device memory: a process exporting any is never
          * spilled (the opener would not see the moved data). */
@@ -62,7 +62,7 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
                 pg->move_plan_ns = gs_mono_ns() - t0;
                 pg->move_start_ns = gs_mono_ns();
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (err[0])
                 log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index, p->pid,
                              p->comm, err);
@@ -88,18 +88,18 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
                 return 0;
         }
         uint64_t t1 = gs_mono_ns(), n = pg->nmove;
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         gs_gpu_move_end(g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, (uint32_t)moved, p->alloc, p->id);
-        g->move_st.moves++;
-        g->move_st.move_ns += t1 - pg->move_start_ns + pg->move_plan_ns;
+        g->moves.st.moves++;
+        g->moves.st.move_ns += t1 - pg->move_start_ns + pg->move_plan_ns;
         pg->nmove = 0;
         uint32_t held = gs_gpu_spill_held(g);
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         if (pg->move_dir == GS_MOVE_TO_HOST && moved < n)
                 log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s) did not move %llu "
                              "chunks to the host memory it was sent: it keeps it, charged to spillMax until it exits "
                              "(%u of %u spares held so)", g->index, p->pid, p->comm,
-                             (unsigned long long)(n - moved), held, g->nspare);
+                             (unsigned long long)(n - moved), held, g->moves.nspare);
         log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s: %.1f ms to prepare, %.1f ms in the process, "
                  "%.1f ms to settle", g->index, p->pid, p->comm, (unsigned long long)moved, (unsigned long long)n,
                  pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU", pg->move_plan_ns / 1e6,
@@ -114,9 +114,9 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
         struct gs_gpu *g = p->gpus[gi].g;
         bool asked = false;
 
-        if (!g->nspare)
+        if (!g->moves.nspare)
                 return false; /* nothing is ever lent out of a quota */
-        pthread_mutex_lock(&g->lock);
+        gs_gpu_lock(g);
         uint32_t owed = gs_palloc_owed(part->pa);
         if (owed) {
                 /* What the request needs, and at least a batch: an owner
@@ -128,18 +128,18 @@ bool gs_move_want(struct gs_proc *p, uint32_t gi, uint64_t bytes)
                         need = owed;
                 gs_palloc_want(part->pa, need);
                 uint32_t total = gs_pool_owed(g->pool);
-                g->last_want_ms = gs_mono_ms();
-                if (!g->spill_want)
-                        g->spill_want_ms = g->last_want_ms;
-                if (g->spill_want < need)
-                        g->spill_want = need;
-                if (g->spill_want > total)
-                        g->spill_want = total;
-                g->move_st.reclaim_asks++;
+                g->moves.last_want_ms = gs_mono_ms();
+                if (!g->moves.spill_want)
+                        g->moves.spill_want_ms = g->moves.last_want_ms;
+                if (g->moves.spill_want < need)
+                        g->moves.spill_want = need;
+                if (g->moves.spill_want > total)
+                        g->moves.spill_want = total;
+                g->moves.st.reclaim_asks++;
                 asked = true;
-                gs_gpu_spill_kick(g); /* host memory ahead (gs_gpu_spill_prepare) */
+                gs_gpu_spill_kick(g); /* host memory ahead (gs_gpu_spill_prepare_pick) */
         }
-        pthread_mutex_unlock(&g->lock);
+        gs_gpu_unlock(g);
         return asked;
 }
 
@@ -168,9 +168,9 @@ static void kill_borrower(struct gs_agent *ag, uint32_t gi)
                                 uint32_t slots[GS_MOVE_MAX];
                                 if (i >= p->ngpus || !p->gpus[i].pp || p->pidfd < 0)
                                         continue;
-                                pthread_mutex_lock(&g->lock);
+                                gs_gpu_lock(g);
                                 uint32_t n = gs_pproc_move_slots(p->gpus[i].pp, false, slots, GS_MOVE_MAX);
-                                pthread_mutex_unlock(&g->lock);
+                                gs_gpu_unlock(g);
                                 if (n > most) {
                                         most = n;
                                         big = p;
@@ -198,21 +198,21 @@ void gs_move_kick(struct gs_agent *ag)
                 struct gs_gpu *g = &ag->node.gpus[gi];
                 bool out, back;
 
-                if (!g->nspare || !g->pool)
+                if (!g->moves.nspare || !g->pool)
                         continue;
-                pthread_mutex_lock(&g->lock);
-                out = g->spill_want > g->moving_out;
-                back = !g->spill_want && gs_mono_ms() - g->last_want_ms >= g->move_back_quiet_ms &&
+                gs_gpu_lock(g);
+                out = g->moves.spill_want > g->moves.moving_out;
+                back = !g->moves.spill_want && gs_mono_ms() - g->moves.last_want_ms >= g->moves.move_back_quiet_ms &&
                        gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
-                if (g->spill_want && !gs_pool_owed(g->pool))
-                        g->spill_want = 0; /* repaid meanwhile (given back, exits) */
-                if (!g->spill_want)
-                        g->spill_want_ms = 0;
-                bool kill = out && ag->node.cfg.reclaim_kill_after_ms && g->spill_want_ms &&
-                            gs_mono_ms() - g->spill_want_ms >= (int64_t)ag->node.cfg.reclaim_kill_after_ms;
+                if (g->moves.spill_want && !gs_pool_owed(g->pool))
+                        g->moves.spill_want = 0; /* repaid meanwhile (given back, exits) */
+                if (!g->moves.spill_want)
+                        g->moves.spill_want_ms = 0;
+                bool kill = out && ag->node.cfg.reclaim_kill_after_ms && g->moves.spill_want_ms &&
+                            gs_mono_ms() - g->moves.spill_want_ms >= (int64_t)ag->node.cfg.reclaim_kill_after_ms;
                 if (kill)
-                        g->spill_want_ms = gs_mono_ms(); /* one a period */
-                pthread_mutex_unlock(&g->lock);
+                        g->moves.spill_want_ms = gs_mono_ms(); /* one a period */
+                gs_gpu_unlock(g);
                 if (kill)
                         kill_borrower(ag, gi);
                 if (!out && !back)
@@ -225,10 +225,10 @@ void gs_move_kick(struct gs_agent *ag)
                                         if (p->state != GS_PROC_ACTIVE || !p->shm || !p->move_feature ||
                                             i >= p->ngpus || !p->gpus[i].pp)
                                                 continue;
-                                        pthread_mutex_lock(&g->lock);
+                                        gs_gpu_lock(g);
                                         uint32_t slot;
                                         bool has = gs_pproc_move_slots(p->gpus[i].pp, back && !out, &slot, 1) != 0;
-                                        pthread_mutex_unlock(&g->lock);
+                                        gs_gpu_unlock(g);
                                         if (has)
                                                 ring_mover(p);
                                 }

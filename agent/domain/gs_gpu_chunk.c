@@ -1,8 +1,9 @@
-/* gs_gpu_mem.c — a GPU's device memory and its chunks' memory (gs_gpu.h):
- * memory made zeroed and exported, room in the driver, a chunk's memory
- * made, dropped, re-created or taken from a free chunk, recycled when it
- * comes back to the system list, pending until the driver has room, and
- * chunks made ready to hand out. */
+/* gs_gpu_chunk.c — a GPU's chunk records and their device memory
+ * (gs_gpu_chunk.h; gs_gpu.h for the memory itself): memory made zeroed and
+ * exported, room in the driver, a chunk's memory made, dropped,
+ * re-created or taken from a free chunk, recycled when it comes back to
+ * the system list, pending until the driver has room, chunks trading
+ * memory (a restart), chunks made ready to hand out. */
 #include "gs_gpu_int.h"
 
 #include "gs_allocs.h"
@@ -40,6 +41,7 @@ static int room_figures(struct gs_gpu *g, size_t *free_b, uint64_t *need, char *
 
 uint64_t gs_gpu_room_left(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         size_t free_b;
         uint64_t need;
         char err[64];
@@ -51,6 +53,7 @@ uint64_t gs_gpu_room_left(struct gs_gpu *g)
 
 int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         size_t free_b;
         uint64_t need;
         int r = room_figures(g, &free_b, &need, err, errlen);
@@ -97,7 +100,7 @@ static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGeneri
         CUdeviceptr va = 0;
         int fd = -1, r;
 
-        if (g->frozen) {
+        if (!gs_gpu_makes_memory(g)) {
                 snprintf(err, errlen, "this agent handed its GPUs over: it makes no memory");
                 return -ENOSPC;
         }
@@ -152,6 +155,7 @@ fail:
 int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
                     CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         return mem_make(g, size, export_fd, ret_h, ret_fd, NULL, err, errlen);
 }
 
@@ -165,48 +169,54 @@ void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd)
  * negative errno (err set). */
 int gs_chunk_make(struct gs_gpu *g, struct gs_chunk *ret, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         ret->writer = 0; /* zeroed by mem_make */
         ret->va = 0;
         ret->scrubbing = false;
         int r = mem_make(g, g->chunk_bytes, true, &ret->handle, &ret->fd, &ret->va, err, errlen);
         ret->memid = r == 0 ? ++g->memid_next : 0;
-        if (r == 0)
-                ret->kept = false;
+        if (r == 0 && ret->state == GS_CHUNK_KEPT)
+                ret->state = GS_CHUNK_OURS;
         return r;
 }
 
 void gs_chunk_drop(struct gs_gpu *g, struct gs_chunk *c)
 {
+        gs_gpu_assert_locked(g);
         gs_chunk_unmap(g, c);
         if (c->fd >= 0 && c->handle)
                 gs_gpu_mem_drop(g, c->handle, &c->fd);
         else
                 gs_closep(&c->fd);
         c->handle = 0;
-        c->inherited = false;
-        c->recycle = false;
+        if (gs_chunk_inherited(c))
+                c->state = GS_CHUNK_OURS;
         c->memid = 0;
 }
 
 void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk)
 {
+        gs_gpu_assert_locked(g);
         if (chunk < g->nchunks)
                 gs_chunk_drop(g, &g->chunks[chunk]);
 }
 
 bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
 {
+        gs_gpu_assert_locked(g);
         if (chunk >= g->nchunks)
                 return false;
         if (g->chunks[chunk].fd >= 0)
                 return true;
         /* Its memory may be held by a process of the allocation: granted
          * to one (owner), or behind its VMM allocations (kept). */
-        if (g->chunks[chunk].kept || g->chunks[chunk].owner)
+        if (g->chunks[chunk].state == GS_CHUNK_KEPT || g->chunks[chunk].state == GS_CHUNK_PENDING ||
+            g->chunks[chunk].owner)
                 return false;
         for (uint32_t d = 0; d < g->nchunks; d++) {
                 struct gs_chunk *c = &g->chunks[d];
-                if (c->fd < 0 || c->pending || c->recycle || !gs_pool_chunk_in_sys(g->pool, d))
+                if (c->fd < 0 || c->state == GS_CHUNK_PENDING || c->state == GS_CHUNK_RECYCLE ||
+                    !gs_pool_chunk_in_sys(g->pool, d))
                         continue;
                 struct gs_chunk t = g->chunks[chunk];
                 g->chunks[chunk] = *c;
@@ -218,6 +228,7 @@ bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk)
 
 int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         struct gs_chunk *c;
         int r;
 
@@ -259,6 +270,7 @@ static void owner_debt(struct gs_gpu *g, struct gs_chunk *c, int delta)
 
 void gs_gpu_retry_pending(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         char err[256];
 
         /* Free chunks without memory (after a restart, or given back
@@ -268,10 +280,10 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
         uint32_t budget = GS_GPU_REMAKE_PER_SCAN;
         for (uint32_t i = 0; i < g->nchunks && budget; i++) {
                 struct gs_chunk *c = &g->chunks[i];
-                if ((c->fd >= 0 && !c->recycle) || c->pending || gs_pool_chunk_held(g->pool, i))
+                if ((c->fd >= 0 && c->state != GS_CHUNK_RECYCLE) || c->state == GS_CHUNK_PENDING ||
+                    gs_pool_chunk_held(g->pool, i))
                         continue;
-                (void)g->node->cu.ctx_set_current(g->ctx);
-                if (c->recycle)
+                if (c->state == GS_CHUNK_RECYCLE)
                         gs_chunk_drop(g, c);
                 budget--;
                 if (gs_chunk_make(g, c, err, sizeof(err)) < 0) {
@@ -281,11 +293,10 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
         }
         if (!g->chunks_pending)
                 return;
-        (void)g->node->cu.ctx_set_current(g->ctx);
         for (uint32_t i = 0; i < g->nchunks && g->chunks_pending; i++) {
                 struct gs_chunk *c = &g->chunks[i];
 
-                if (!c->pending || gs_chunk_make(g, c, err, sizeof(err)) < 0)
+                if (c->state != GS_CHUNK_PENDING || gs_chunk_make(g, c, err, sizeof(err)) < 0)
                         continue;
                 if (gs_pool_unretire_chunk(g->pool, i) < 0) {
                         log_error("GPU %u: pending chunk %u not back in the pool", g->index, i);
@@ -293,7 +304,7 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
                 }
                 owner_debt(g, c, -1);
                 c->owner = NULL;
-                c->pending = false;
+                c->state = GS_CHUNK_OURS;
                 g->chunks_pending--;
                 log_info("GPU %u: chunk %u re-created, back in the pool", g->index, i);
         }
@@ -301,15 +312,60 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
 
 void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a)
 {
+        gs_gpu_assert_locked(g);
         for (uint32_t i = 0; i < g->nchunks; i++)
                 if (g->chunks[i].owner == a)
                         g->chunks[i].owner = NULL;
+}
+
+void gs_gpu_chunk_swap(struct gs_gpu *g, uint32_t a, uint32_t b)
+{
+        gs_gpu_assert_locked(g);
+        struct gs_chunk t;
+
+        if (a >= g->nchunks || b >= g->nchunks || a == b)
+                return;
+        t = g->chunks[a];
+        g->chunks[a] = g->chunks[b];
+        g->chunks[b] = t;
+}
+
+int gs_gpu_chunk_orphan(struct gs_gpu *g, uint32_t chunk)
+{
+        gs_gpu_assert_locked(g);
+        if (chunk >= g->nchunks || g->chunks[chunk].fd < 0)
+                return 0;
+        for (uint32_t d = 0; d < g->nchunks; d++) {
+                struct gs_chunk *c = &g->chunks[d];
+                if (c->fd >= 0 || c->state == GS_CHUNK_PENDING || c->state == GS_CHUNK_KEPT ||
+                    gs_pool_chunk_held(g->pool, d))
+                        continue;
+                struct gs_chunk t = g->chunks[chunk];
+                g->chunks[chunk] = *c;
+                *c = t;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+static bool no_memory(void *ctx, uint32_t chunk)
+{
+        struct gs_gpu *g = ctx;
+
+        return chunk < g->nchunks && (g->chunks[chunk].fd < 0 || gs_chunk_inherited(&g->chunks[chunk]));
+}
+
+uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
+{
+        gs_gpu_assert_locked(g);
+        return p ? gs_pproc_count_held(p, no_memory, g) : 0;
 }
 
 /* gs_pool_return_fn; runs under g->lock, inside an allocator call. */
 int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
 {
         struct gs_gpu *g = ctx;
+        gs_gpu_assert_locked(g);
         struct gs_chunk *c;
         char err[256];
         int r;
@@ -317,7 +373,6 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         if (chunk >= g->nchunks)
                 return -EINVAL;
         c = &g->chunks[chunk];
-        (void)g->node->cu.ctx_set_current(g->ctx);
         /* Old memory first: on a full GPU there is no room for both.  If a
          * process still holds the old memory through a kept fd, the driver
          * has no room for the new (gs_gpu_room): the chunk is pending,
@@ -327,7 +382,7 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         r = gs_chunk_make(g, c, err, sizeof(err));
         if (r < 0) {
                 c->fd = -1;
-                c->pending = true;
+                c->state = GS_CHUNK_PENDING;
                 g->chunks_pending++;
                 owner_debt(g, c, 1);
                 log_info("GPU %u: chunk %u not re-created yet, retried later: %s", g->index, chunk, err);
@@ -344,16 +399,16 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                            struct gs_allocation *owner, uint64_t proc, int *fds, char *err,
                            size_t errlen)
 {
+        gs_gpu_assert_locked(g);
         /* A chunk whose memory was given back to the driver (gs_vmm,
          * gs_outside) is re-created now, if the driver has room for it. */
         for (uint32_t i = 0; i < n; i++) {
                 uint32_t c = gr[i].chunk;
                 char why[200];
 
-                if (c < g->nchunks && g->chunks[c].recycle)
+                if (c < g->nchunks && g->chunks[c].state == GS_CHUNK_RECYCLE)
                         gs_chunk_drop(g, &g->chunks[c]);
                 if (c < g->nchunks && g->chunks[c].fd < 0) {
-                        (void)g->node->cu.ctx_set_current(g->ctx);
                         if (gs_gpu_chunk_remake(g, c, why, sizeof(why)) < 0) {
                                 snprintf(err, errlen, "chunk %u has no memory yet: %s", c, why);
                                 return -ENOMEM;
@@ -388,7 +443,7 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
                 if (r < 0 && k->writer != 0 && k->writer != proc) {
                         log_warn_rep((uint64_t)g->index << 32 | gr[i].chunk, "GPU %u: chunk %u not granted: %s",
                                      g->index, gr[i].chunk, why);
-                        g->scrub_st.failures++;
+                        g->scrub.st.failures++;
                         fds[i] = -1;
                         continue;
                 }
@@ -399,10 +454,11 @@ int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t
 
 void gs_gpu_check_lending(struct gs_gpu *g)
 {
+        gs_gpu_assert_locked(g);
         struct gs_pool_stats st;
 
         gs_pool_stats(g->pool, &st);
-        if (g->nspare)
+        if (g->moves.nspare)
                 gs_gpu_spillrec_debts(g);
         if (st.chunks_borrowed != g->last_borrowed) {
                 g->last_borrowed = st.chunks_borrowed;

@@ -1,0 +1,129 @@
+/* gs_gpu_spill.h — a GPU's moves (part of struct gs_gpu, g->moves;
+ * gs_gpu_spill.c; docs/burst.md "Giving it back"): spare records that
+ * stand for host memory, a borrower's data moved there so that the chunk
+ * under it goes to the allocation it is owed to, and moved back.  Every
+ * field and function under g->lock (asserted) unless said otherwise. */
+#ifndef GS_GPU_SPILL_H
+#define GS_GPU_SPILL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gs_cuda.h"
+#include "gs_ledger.h"
+#include "gs_pool.h"
+
+struct gs_gpu;
+struct gs_allocation;
+
+/* No move back to a GPU until moveBackQuiet (config, default 10 s) after
+ * an owner last asked for lent memory there: what it frees a moment later
+ * it may want again (a caching allocator's churn), and moves both ways
+ * cost the borrower. */
+
+/* A spare record's host memory while a move to it runs (gs_gpu_spill.c). */
+struct gs_spare {
+        CUmemGenericAllocationHandle h;
+        int fd;          /* -1: none */
+        bool busy;       /* in a move now */
+        /* The id of a live process that was sent this host memory's fd
+         * and did not map it (a move it said it did not do): it may keep
+         * the memory, so the record stays charged (spillMax) and unused
+         * until that process is gone (gs_gpu_spill_release_holder); 0:
+         * none.  The agent itself keeps no handle of it then. */
+        uint64_t holder;
+};
+
+/* One slot's move: the record at the slot (from) gives way to to, whose
+ * memory (fd) the process maps there once it copied the data over. */
+struct gs_move_ent {
+        uint32_t slot, from, to;
+        int fd;
+};
+
+/* Moves since the GPU was opened (gs_gpu_move_*). */
+struct gs_gpu_move_stats {
+        uint64_t chunks_out;   /* moved to host memory */
+        uint64_t chunks_back;  /* moved back to the GPU */
+        uint64_t refused;      /* spills that found no host memory (spillMax) */
+        uint64_t moves;        /* batches, both ways */
+        uint64_t move_ns;      /* their time in all, as the agent saw it */
+        uint64_t reclaim_asks; /* owners' requests that made the agent ask for moves */
+};
+
+/* The part: the pool's records [nchunks, nchunks + nspare) are spares
+ * (gs_pool.h "Moves"); spill_want: chunks owners asked for that are lent;
+ * moving_out: of those, in moves now; moving_back: chunks in moves back
+ * to the GPU now. */
+struct gs_gpu_moves {
+        uint32_t nspare;
+        struct gs_spare *spares;
+        uint32_t spill_want;
+        uint32_t moving_out;
+        uint32_t moving_back;
+        int64_t spill_want_ms;      /* since when spill_want waits for progress (0: none) */
+        int64_t last_want_ms;       /* the last owner's request for lent memory */
+        int64_t move_back_quiet_ms; /* config moveBackQuiet; set at open */
+        struct gs_gpu_move_stats st;
+};
+
+/* Before the pool is made: spillMax / chunk spare records (at most the
+ * pool's size), 0 = no spill.  After it is closed: whatever host memory is
+ * still made. */
+int gs_gpu_spill_init(struct gs_gpu *g, uint64_t spill_max_bytes, char *err, size_t errlen) GS_WUR;
+void gs_gpu_spill_fini(struct gs_gpu *g);
+/* Under g->lock.  Up to max moves of pp's slots: to host memory, as many
+ * as g->moves.spill_want asks for and spares allow (host memory made for each),
+ * or back to the GPU (a lendable chunk reserved and made ready for each,
+ * as a grant to process proc of owner).  How many into e, or 0 (err says
+ * why when spares ran out). */
+int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
+                     uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen);
+/* Under g->lock: the first moved of the n planned moves were done (the
+ * records exchange: a spilled chunk goes to whom it is owed, made anew),
+ * the others are undone.  owner, proc: the process's allocation and id;
+ * proc 0: the process is gone.  A spare whose fd a live process got and
+ * did not map stays held by proc (struct gs_spare's holder). */
+void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
+                     uint32_t moved, struct gs_allocation *owner, uint64_t proc);
+/* Under g->lock: chunks whose data sits in host memory now. */
+uint32_t gs_gpu_spilled(struct gs_gpu *g);
+/* Under g->lock: spares whose host memory is made (ready, or in a move). */
+uint32_t gs_gpu_spill_ready(const struct gs_gpu *g);
+/* Under g->lock: spares held by processes that kept their fd (holder). */
+uint32_t gs_gpu_spill_held(const struct gs_gpu *g);
+/* Under g->lock: process proc is gone: the spares it held are free again
+ * (their host memory went with it).  How many. */
+uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc);
+/* Under g->lock: the spares proc held are held by to (the same process's
+ * new record: it reconnected, gs_proc_take_over_closed).  How many. */
+uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to);
+/* Under g->lock, restoring after a restart: a spare held by process proc
+ * (tag, slot: the spill record's entry, GS_LEDGER_HELD) as before it.
+ * -ENOSPC if no spare record is free. */
+int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot);
+/* Under g->lock: a spare's pool record that is free and held by nobody
+ * (gs_pool_spare_free less the held ones), or UINT32_MAX. */
+uint32_t gs_gpu_spare_record_free(struct gs_gpu *g);
+/* The scrubber's: host memory is kept made ahead for as many chunks as
+ * are owed (not in moves), so that a reclaim does not wait for the
+ * pinning; one spare's made or dropped per round, in three steps so that
+ * the lock is let go by its holder, not behind its back:
+ *   gs_gpu_spill_prepare_pick  under g->lock: whether there is one (j
+ *                              says which, its spare marked busy);
+ *   gs_gpu_spill_prepare_work  without the lock: made or dropped;
+ *   gs_gpu_spill_prepare_end   under g->lock again: not busy; whether it
+ *                              was done (a failure is logged). */
+struct gs_spill_job {
+        uint32_t spare;
+        bool drop;
+        int r;
+        char err[256];
+};
+bool gs_gpu_spill_prepare_pick(struct gs_gpu *g, struct gs_spill_job *j);
+void gs_gpu_spill_prepare_work(struct gs_gpu *g, struct gs_spill_job *j);
+bool gs_gpu_spill_prepare_end(struct gs_gpu *g, const struct gs_spill_job *j);
+/* Under g->lock: what is owed or wanted changed (the scrubber looks). */
+void gs_gpu_spill_kick(struct gs_gpu *g);
+
+#endif
