@@ -509,6 +509,22 @@ END_TEST
 /* No free pool chunk to take memory from (the allocation holds the whole
  * pool): the chunk goes back without memory; deleting the allocation
  * recycles it (re-created, or retired if that fails again). */
+/* A GPU whose spill record never opened (no state dir) closes without
+ * closing descriptor 0: the record's fd started as 0 in a zeroed gs_gpu. */
+START_TEST(test_close_leaves_fd0)
+{
+        int fd0 = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+        ck_assert_int_ge(fd0, 0);
+        if (fd0 != 0) { /* make descriptor 0 ours to watch */
+                ck_assert_int_eq(dup2(fd0, 0), 0);
+                close(fd0);
+        }
+        gs_gpu_close(g);
+        ck_assert_msg(fcntl(0, F_GETFD) != -1, "gs_gpu_close closed descriptor 0");
+}
+END_TEST
+
 START_TEST(test_exit_remake_fails_no_free_chunk)
 {
         uint64_t a;
@@ -548,6 +564,7 @@ int main(void)
         tcase_add_test(t, test_released_but_still_mapped);
         tcase_add_test(t, test_released_but_fd_kept);
         tcase_add_test(t, test_exit_remake_fails_retires);
+        tcase_add_test(t, test_close_leaves_fd0);
         suite_add_tcase(s, t);
         tcase_add_checked_fixture(w, setup_whole_pool, teardown);
         tcase_add_test(w, test_exit_remake_fails_no_free_chunk);

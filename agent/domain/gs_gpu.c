@@ -65,6 +65,7 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
 
         g->index = (uint32_t)ordinal;
         g->restart.ledger.fd = -1;
+        g->spillrec.rec.fd = -1; /* not open (0 would be a descriptor to close) */
         g->numa_node = -1;
         g->chunk_bytes = cfg->chunk_bytes;
         g->unit_bytes = cfg->unit_bytes;
