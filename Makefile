@@ -16,6 +16,14 @@
 #   make image           the OCI image, without a registry ($(B)/image/)
 #   make manifest        regenerate manifests/gshare.yaml (and gshare-dra.yaml, gshare-monitoring.yaml) from charts/gshare
 
+# Compile on every core unless the caller chose a -j: a fresh clone's
+# `make test` builds three trees (plain, ASan, arm64), which one core took
+# minutes to do.  The suites run one after the other (test: below), each
+# running its entries in parallel itself (test/run-tests.sh).
+ifeq ($(MAKELEVEL)$(filter -j% --jobserver%,$(MAKEFLAGS)),0)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 CUDA_HOME ?= /usr/local/cuda
 SANITIZE  ?=
 WERROR    ?= 1
@@ -110,7 +118,10 @@ include $(sort $(wildcard agent/*.mk hook/*.mk plugin/*.mk dra/*.mk test/*.mk te
 
 all: $(BINS) $(LIBS) | cuda-check
 
-test: test-unit asan cross-arm64
+test:
+	$(MAKE) test-unit
+	$(MAKE) asan
+	$(MAKE) cross-arm64
 
 test-unit: $(BINS) $(LIBS) $(TEST_FILES) $(TEST_DEPS)
 	@test/check-list.sh
