@@ -170,6 +170,9 @@ def moves(tmp):
         check(g["chunks_moved_back"] >= 8, "back: %d chunks moved back" % g["chunks_moved_back"])
 
         # ---- during: A asks while B's move waits for B's queued kernel
+        # chunks_moving counts moves both ways: the last move back must be
+        # over, so that the move seen next is the one this step starts.
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0, 60, step=0.05) is not None, "during: no move in flight")
         check(b.say("hold") == ["held"], "during: B's kernel queued over block 0, held")
         a = Prog(ag, A, "own", 128, 32)
         check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, 60, step=0.05) is not None,
@@ -185,6 +188,9 @@ def moves(tmp):
         check(e.wait_for(host_back, 60, step=0.2) is not None, "during: B back on the GPU")
 
         # ---- killed: B dies while its move waits
+        # chunks_moving counts moves both ways: the last move back must be
+        # over, so that the move seen next is the one this step starts.
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0, 60, step=0.05) is not None, "killed: no move in flight")
         check(b.say("hold") == ["held"], "killed: B's kernel held")
         a = Prog(ag, A, "own", 224, 32)
         check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, 60, step=0.05) is not None,

@@ -205,6 +205,9 @@ def main():
         back_on_gpu(ag, b, "spilled")
 
         # ---- mid-move: kill -9 while a batch waits in B's mover
+        # chunks_moving counts moves both ways: the last move back must be
+        # over, so that the move seen next is the one this step starts.
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0, LONG, step=0.05) is not None, "mid-move: no move in flight")
         check(b.say("hold") == ["held"], "mid-move: B's kernel held")
         a = ts.Prog(ag, A, "own", 224, 32)
         check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, LONG, step=0.05) is not None,
@@ -234,6 +237,9 @@ def main():
         got = a.line()
         check(got[:3] == ["own", "got", "224"], "mid-back: A's process gets 224 MiB (%s)" % got)
         spilled_matches(ag, b, "mid-back, spilled")
+        # chunks_moving counts moves both ways: the last move back must be
+        # over, so that the move seen next is the one this step starts.
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0, LONG, step=0.05) is not None, "mid-back: no move in flight")
         check(b.say("hold") == ["held"], "mid-back: B's kernel held")
         check(a.say("free") == ["freed"] and a.quit() == 0, "mid-back: A's process frees and exits")
         check(e.wait_for(lambda: gpu(ag)["chunks_moving"] > 0, LONG, step=0.05) is not None,
