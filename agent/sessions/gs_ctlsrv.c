@@ -17,6 +17,7 @@
 #include "gs_pending.h"
 #include "gs_restore.h"
 #include "gs_proc.h"
+#include "gs_sock.h"
 #include "gs_stream.h"
 
 struct gs_ctlsrv {
@@ -568,7 +569,6 @@ int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret,
         };
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         struct gs_ctlsrv *s;
-        mode_t old;
         int fd, r;
 
         if (strlen(path) >= sizeof(sa.sun_path)) {
@@ -582,22 +582,11 @@ int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret,
         }
         s->ag = ag;
         snprintf(s->path, sizeof(s->path), "%s", path);
-        strcpy(sa.sun_path, path);
         (void)unlink(path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-                r = gs_neg_errno();
-                goto fail;
-        }
         /* Born 0600: no window in which others could connect. */
-        old = umask(0177);
-        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        umask(old);
-        if (r < 0 || listen(fd, 64) < 0) {
-                r = gs_neg_errno();
-                close(fd);
+        fd = r = gs_sock_listen(path, SOCK_STREAM, 0600, 64);
+        if (r < 0)
                 goto fail;
-        }
         r = gs_stream_srv_new(ag->node.loop, fd, "control socket", &lim, &ctl_ops, s, &s->srv);
         if (r < 0)
                 goto fail;
