@@ -26,6 +26,7 @@
 #include "gs_handover.h"
 #include "gs_log.h"
 #include "gs_metrics.h"
+#include "gs_mkdir.h"
 #include "gs_proc.h"
 #include "gs_recon.h"
 #include "gs_serve.h"
@@ -224,41 +225,14 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
  * err set. */
 static int mkdir_parents(const char *path, const char *what, char *err, size_t errlen)
 {
-        char p[PATH_MAX];
-        size_t n = strlen(path);
+        char e[256];
+        int r = gs_mkdir_parents(path, 0755, e, sizeof(e));
 
-        if (n >= sizeof(p)) {
-                snprintf(err, errlen, "%s %.200s: path too long", what, path);
-                return -ENAMETOOLONG;
-        }
-        memcpy(p, path, n + 1);
-        while (n > 1 && p[n - 1] == '/')
-                p[--n] = '\0';
-        for (char *q = p + 1; (q = strchr(q, '/')) != NULL; q++) {
-                struct stat st;
-
-                *q = '\0';
-                if (mkdir(p, 0755) == 0) {
-                        if (chmod(p, 0755) < 0) {
-                                int r = gs_neg_errno();
-                                snprintf(err, errlen, "cannot chmod %.200s (for %s %.200s): %s", p, what, path,
-                                         strerror(-r));
-                                return r;
-                        }
-                        log_info("created directory %s (for %s %s)", p, what, path);
-                } else if (errno != EEXIST) {
-                        int r = gs_neg_errno();
-                        snprintf(err, errlen, "cannot create directory %.200s (for %s %.200s): %s", p, what,
-                                 path, strerror(-r));
-                        return r;
-                } else if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                        snprintf(err, errlen, "%.200s exists and is not a directory (for %s %.200s)", p, what,
-                                 path);
-                        return -ENOTDIR;
-                }
-                *q = '/';
-        }
-        return 0;
+        if (r < 0)
+                snprintf(err, errlen, "%s (for %s %.200s)", e, what, path);
+        else if (r > 0)
+                log_info("created %d director%s above %s %s", r, r == 1 ? "y" : "ies", what, path);
+        return r < 0 ? r : 0;
 }
 
 struct signals {

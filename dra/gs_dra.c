@@ -18,6 +18,7 @@
 
 #include "gs_dractx.h"
 #include "gs_log.h"
+#include "gs_mkdir.h"
 #include "pluginregistration_v1.pb-c.h"
 
 /* How long the start waits for the agent's first GPU list. */
@@ -114,21 +115,6 @@ static void remove_stale(const char *dir, const char *prefix, const char *suffix
         closedir(dh);
 }
 
-static int mkdirs(const char *path)
-{
-        char p[PATH_MAX];
-
-        snprintf(p, sizeof(p), "%s", path);
-        for (char *s = p + 1; *s; s++)
-                if (*s == '/') {
-                        *s = '\0';
-                        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                                return gs_neg_errno();
-                        *s = '/';
-                }
-        return mkdir(p, 0750) < 0 && errno != EEXIST ? gs_neg_errno() : 0;
-}
-
 int gs_dra_run(const struct gs_dra_opts *o)
 {
         static const struct gs_grpc_method reg_methods[] = {
@@ -176,8 +162,9 @@ int gs_dra_run(const struct gs_dra_opts *o)
                 r = -ENAMETOOLONG;
                 goto out;
         }
-        if ((r = mkdirs(o->plugin_dir)) < 0 || (r = mkdirs(o->registry_dir)) < 0) {
-                log_error("cannot create %s or %s: %s", o->plugin_dir, o->registry_dir, strerror(-r));
+        if ((r = gs_mkdir_p(o->plugin_dir, 0755, 0750, err, sizeof(err))) < 0 ||
+            (r = gs_mkdir_p(o->registry_dir, 0755, 0750, err, sizeof(err))) < 0) {
+                log_error("%s", err);
                 goto out;
         }
         remove_stale(o->registry_dir, o->driver, "-reg.sock");
