@@ -15,6 +15,7 @@
 #include <sys/un.h>
 
 #include "gs_devid.h"
+#include "gs_k8sname.h"
 #include "gs_log.h"
 
 _Static_assert(sizeof(enum gs_inject) == sizeof(int) && sizeof(enum gs_over_quota) == sizeof(int) &&
@@ -41,12 +42,15 @@ int gs_config_valid_resource_name(const char *s)
         if (!slash || slash == s || strchr(slash + 1, '/') || !slash[1])
                 return 0;
         dl = (size_t)(slash - s);
-        if (dl > 253 || strlen(slash + 1) > 63)
+        if (dl > GS_K8S_SUBDOMAIN_MAX || strlen(slash + 1) > 63)
                 return 0;
-        for (const char *p = s; p < slash; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' ||
-                      *p == '-'))
+        {
+                char domain[GS_K8S_SUBDOMAIN_MAX + 1];
+                memcpy(domain, s, dl);
+                domain[dl] = '\0';
+                if (!gs_k8s_subdomain_ok(domain))
                         return 0;
+        }
         for (const char *p = slash + 1; *p; p++)
                 if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
                       (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
@@ -127,9 +131,8 @@ static int check_api_server(const char *s, uint64_t v, char *msg, size_t n)
 static int check_node_name(const char *s, uint64_t v, char *msg, size_t n)
 {
         (void)v;
-        for (const char *p = s; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'))
-                        return problem(msg, n, "not a node name (a DNS subdomain): '%s'", s);
+        if (*s && !gs_k8s_subdomain_ok(s))
+                return problem(msg, n, "not a node name (a DNS subdomain): '%s'", s);
         return 0;
 }
 

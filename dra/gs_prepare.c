@@ -15,6 +15,7 @@
 #include "gs_claim.h"
 #include "gs_ctrspec.h"
 #include "gs_dractx.h"
+#include "gs_k8sname.h"
 #include "gs_log.h"
 
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim Claim;
@@ -30,12 +31,8 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse Unpr
 
 static bool claim_ok(const Claim *c, char *err, size_t errlen)
 {
-        size_t nu = c->uid ? strlen(c->uid) : 0, nn = c->name ? strlen(c->name) : 0;
-        size_t ns = c->namespace_ ? strlen(c->namespace_) : 0;
-        const char *dns = "abcdefghijklmnopqrstuvwxyz0123456789-.";
-
-        if (nu == 0 || nu > 36 || strspn(c->uid, "0123456789abcdefABCDEF-") != nu || ns == 0 || ns > 63 ||
-            strspn(c->namespace_, dns) != ns || nn == 0 || nn > 253 || strspn(c->name, dns) != nn) {
+        if (!c->uid || !gs_k8s_uid_ok(c->uid) || !c->namespace_ || !gs_k8s_label_ok(c->namespace_) ||
+            !c->name || !gs_k8s_subdomain_ok(c->name)) {
                 snprintf(err, errlen, "claim '%.64s/%.64s' (UID '%.40s'): not a claim namespace, name and UID",
                          c->namespace_ ? c->namespace_ : "", c->name ? c->name : "", c->uid ? c->uid : "");
                 return false;

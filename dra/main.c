@@ -9,6 +9,7 @@
 
 #include "gs_config.h"
 #include "gs_dra.h"
+#include "gs_k8sname.h"
 #include "gs_log.h"
 
 static void usage(FILE *f)
@@ -41,15 +42,6 @@ static int copy_opt(char *dst, size_t cap, const char *flag, const char *v)
         }
         memcpy(dst, v, strlen(v) + 1);
         return 0;
-}
-
-/* A DNS subdomain (driver and node names). */
-static int dns_ok(const char *s)
-{
-        size_t n = strlen(s);
-
-        return n > 0 && n <= 253 && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n && s[0] != '-' &&
-               s[0] != '.';
 }
 
 int main(int argc, char **argv)
@@ -91,7 +83,7 @@ int main(int argc, char **argv)
                 case O_REG: regdir = optarg; break;
                 case O_PLUGINS: plugdir = optarg; break;
                 case O_DRIVER:
-                        if (copy_opt(o.driver, sizeof(o.driver), "--driver", optarg) < 0 || !dns_ok(o.driver))
+                        if (copy_opt(o.driver, sizeof(o.driver), "--driver", optarg) < 0 || !gs_k8s_subdomain_ok(o.driver))
                                 return 2;
                         break;
                 case O_CDI:
@@ -135,7 +127,7 @@ int main(int argc, char **argv)
                 return 2;
         if (!node)
                 node = o.cfg.node_name[0] ? o.cfg.node_name : secure_getenv("NODE_NAME");
-        if (!node || !dns_ok(node) || copy_opt(o.node, sizeof(o.node), "--node", node) < 0) {
+        if (!node || !gs_k8s_subdomain_ok(node) || copy_opt(o.node, sizeof(o.node), "--node", node) < 0) {
                 fprintf(stderr, "gshare-dra-plugin: no node name, or not a DNS name: give --node, nodeName or $NODE_NAME\n");
                 return 2;
         }
