@@ -407,19 +407,16 @@ static bool watching(const struct gs_stream *c)
  * limit: the client is not reading). */
 static int queue_msg(struct gs_stream *c, const ProtobufCMessage *msg)
 {
-        size_t len = protobuf_c_message_get_packed_size(msg);
+        size_t size;
         uint8_t *p;
+        int r = gs_ctl_frame_size(msg, &size);
 
-        if (len > GS_CTL_MAX_MSG)
-                return -EMSGSIZE;
-        p = gs_stream_reserve(c, 4 + len);
+        if (r < 0)
+                return r;
+        p = gs_stream_reserve(c, size);
         if (!p)
                 return -ENOBUFS;
-        p[0] = (uint8_t)len;
-        p[1] = (uint8_t)(len >> 8);
-        p[2] = (uint8_t)(len >> 16);
-        p[3] = (uint8_t)(len >> 24);
-        protobuf_c_message_pack(msg, p + 4);
+        gs_ctl_frame_pack(msg, p, size);
         return 0;
 }
 
@@ -505,23 +502,22 @@ static int on_data(void *ctx, struct gs_stream *c)
         size_t have;
 
         /* Serve every whole frame received. */
-        while (!gs_stream_ended(c) && (in = gs_stream_input(c, &have), have >= 4)) {
-                uint32_t len = (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 |
-                               (uint32_t)in[3] << 24;
+        while (!gs_stream_ended(c) && (in = gs_stream_input(c, &have), have >= GS_CTL_HDR)) {
+                uint32_t len;
 
-                if (len == 0 || len > GS_CTL_MAX_MSG) {
+                if (gs_ctl_frame_len(in, &len) < 0) {
                         reply_error(c, -EMSGSIZE, "frame length out of range");
                         break;
                 }
-                if (have < 4 + (size_t)len)
+                if (have < GS_CTL_HDR + (size_t)len)
                         break;
                 if (watching(c)) {
                         /* A watch stream takes no more requests. */
                         reply_error(c, -EINVAL, "no requests after watch");
                         break;
                 }
-                handle(s, c, in + 4, len);
-                gs_stream_consume(c, 4 + (size_t)len);
+                handle(s, c, in + GS_CTL_HDR, len);
+                gs_stream_consume(c, GS_CTL_HDR + (size_t)len);
         }
         return 0;
 }
@@ -563,7 +559,7 @@ int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret,
 {
         static const struct gs_stream_limits lim = {
                 .max_conns = GS_CTLSRV_MAX_CLIENTS,
-                .in_max = GS_CTL_MAX_MSG + 4,
+                .in_max = GS_CTL_MAX_MSG + GS_CTL_HDR,
                 .out_max = GS_CTLSRV_MAX_QUEUED,
                 .linger_ms = GS_CTLSRV_LINGER_MS,
         };
