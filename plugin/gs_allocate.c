@@ -187,7 +187,7 @@ grpc_status_code gs_dp_allocate(void *ctx, struct gs_grpc_call *call, const Prot
                 snprintf(msg, msglen, "container request %zu: %s", i - 1, m);
                 goto out;
         }
-        resp->container_responses = gs_arena_alloc(&o->arena, r->n_container_requests * sizeof(void *));
+        resp->container_responses = gs_arena_array(&o->arena, r->n_container_requests, sizeof(void *));
         if (!resp->container_responses) {
                 code = GRPC_STATUS_RESOURCE_EXHAUSTED;
                 goto out;

@@ -141,7 +141,7 @@ static grpc_status_code get_preferred(void *ctx, struct gs_grpc_call *call, cons
                 return GRPC_STATUS_RESOURCE_EXHAUSTED;
         resp = &o->m.pref;
         v1beta1__preferred_allocation_response__init(resp);
-        resp->container_responses = gs_arena_alloc(&o->arena, r->n_container_requests * sizeof(void *));
+        resp->container_responses = gs_arena_array(&o->arena, r->n_container_requests, sizeof(void *));
         if (!resp->container_responses) {
                 gs_dp_reply_free(NULL, &o->m.base);
                 return GRPC_STATUS_RESOURCE_EXHAUSTED;
