@@ -5,7 +5,6 @@
 #include "gs_agent.h"
 
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 
 #include "gs_allocs.h"
 #include "gs_config_keys.h"
+#include "gs_flags.h"
 #include "gs_restore.h"
 #include "gs_ctlsrv.h"
 #include "gs_gpu.h"
@@ -59,63 +59,33 @@ static void usage(FILE *f)
                 "  -h, --help           this text\n");
 }
 
-/* The flags that set configuration keys come from the table of keys
- * (common/gs_config_keys.c): each accepts what its key accepts in the file,
- * with the same errors.  Their getopt values: FLAG_BASE + the key's index. */
-#define FLAG_BASE 1000
-
+/* The flags are the keys' own (common/gs_config_keys.c, through
+ * gs_flags.h): each accepts what its key accepts in the file, with the same
+ * errors. */
 static int parse_args(int argc, char **argv, struct gs_config *c)
 {
-        enum { O_CONFIG = 256 };
-        struct option opts[64];
-        const char *config = NULL;
+        static const struct gs_flags_spec spec = { .key_flags = true };
         char err[512];
-        int o, verbose = 0, nopts = 0;
+        int verbose = 0;
 
-        opts[nopts++] = (struct option){ "config", required_argument, NULL, O_CONFIG };
-        opts[nopts++] = (struct option){ "help", no_argument, NULL, 'h' };
-        for (size_t i = 0; i < gs_config_nkeys; i++)
-                if (gs_config_keys[i].flag && nopts < (int)GS_ARRAY_SIZE(opts) - 1)
-                        opts[nopts++] = (struct option){ gs_config_keys[i].flag + 2, required_argument,
-                                                         NULL, FLAG_BASE + (int)i };
-        opts[nopts] = (struct option){ 0 };
-        gs_config_defaults(c);
-        /* The config file first, so that flags override it wherever they appear. */
-        for (int i = 1; i < argc; i++) {
-                if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-                        config = argv[i + 1];
-                else if (strncmp(argv[i], "--config=", 9) == 0)
-                        config = argv[i] + 9;
-        }
-        if (config && gs_config_load(c, config, err, sizeof(err)) < 0) {
+        switch (gs_flags_parse(&spec, argc, argv, c, &verbose, err, sizeof(err))) {
+        case GS_FLAGS_OK:
+                break;
+        case GS_FLAGS_HELP:
+                usage(stdout);
+                exit(0);
+        case GS_FLAGS_BAD_FLAG:
+                if (!err[0]) {
+                        usage(stderr);
+                        return -EINVAL;
+                }
+                /* fall through */
+        case GS_FLAGS_BAD_CONFIG:
                 fprintf(stderr, "gshare-agent: %s\n", err);
-                return -EINVAL;
-        }
-        while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
-                if (o >= FLAG_BASE && o < FLAG_BASE + (int)gs_config_nkeys) {
-                        if (gs_config_set(c, gs_config_keys[o - FLAG_BASE].flag, optarg, err, sizeof(err)) < 0) {
-                                fprintf(stderr, "gshare-agent: %s\n", err);
-                                return -EINVAL;
-                        }
-                        continue;
-                }
-                switch (o) {
-                case O_CONFIG: break;
-                case 'v': verbose++; break;
-                case 'h': usage(stdout); exit(0);
-                default: usage(stderr); return -EINVAL;
-                }
-        }
-        if (optind < argc) {
-                fprintf(stderr, "gshare-agent: unexpected argument '%s'\n", argv[optind]);
                 return -EINVAL;
         }
         if (verbose)
                 c->log_level = GS_LOG_DEBUG;
-        if (gs_config_validate(c, err, sizeof(err)) < 0) {
-                fprintf(stderr, "gshare-agent: %s\n", err);
-                return -EINVAL;
-        }
         return 0;
 }
 

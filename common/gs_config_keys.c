@@ -412,7 +412,18 @@ int gs_config_device_add(struct gs_config *c, const char *s, char *msg, size_t n
 
 int gs_config_key_set(const struct gs_config_key *k, struct gs_config *c, const char *s, char *msg, size_t n)
 {
-        void *dst = (char *)c + k->offset;
+        if (k->type == GS_CT_DEVICES) {
+                if (strcmp(s, "all") != 0)
+                        return problem(msg, n, "expected 'all' or a list, got '%s'", s);
+                c->ndevices = 0;
+                return 0;
+        }
+        return gs_config_key_set_in(k, c, s, msg, n);
+}
+
+int gs_config_key_set_in(const struct gs_config_key *k, void *base, const char *s, char *msg, size_t n)
+{
+        void *dst = (char *)base + k->offset;
         int r;
 
         if (k->check && k->type != GS_CT_SIZE && (r = k->check(s, 0, msg, n)) < 0)
@@ -442,10 +453,7 @@ int gs_config_key_set(const struct gs_config_key *k, struct gs_config *c, const 
         case GS_CT_ENUM:
                 return set_enum(k, dst, s, msg, n);
         case GS_CT_DEVICES:
-                if (strcmp(s, "all") != 0)
-                        return problem(msg, n, "expected 'all' or a list, got '%s'", s);
-                c->ndevices = 0;
-                return 0;
+                break; /* a struct gs_config's only: gs_config_key_set */
         }
         return problem(msg, n, "key of unknown type %d", (int)k->type);
 }

@@ -27,7 +27,7 @@ struct gs_dra_opts {
         char cdi_dir[PATH_MAX];       /* /var/run/cdi */
         char nvidia_proc[PATH_MAX];   /* /proc/driver/nvidia: the driver's version */
         char node[GS_CONFIG_NODE_NAME_MAX];
-        int agent_timeout_ms;
+        uint32_t agent_timeout_ms;    /* each call to the agent, 1..600000 */
 };
 
 /* Runs until SIGTERM or SIGINT (blocked by the caller in every thread).

@@ -16,7 +16,7 @@
 
 struct gs_plugin_opts {
         struct gs_config cfg;
-        int agent_timeout_ms;          /* each call to the agent */
+        uint32_t agent_timeout_ms;     /* each call to the agent, 1..600000 */
         char nvidia_proc[PATH_MAX];    /* /proc/driver/nvidia, for device minors */
         char endpoint[64];             /* socket file name in the kubelet dir */
 };
