@@ -54,8 +54,7 @@ int gs_ctl_recv_reply(int fd, int timeout_ms, GsCtlReply **ret_reply) GS_WUR;
 /* One request, one reply, on a new connection to path.  Returns 0 with
  * *ret_reply set (whose ->error may still be non-zero: the agent's answer),
  * or a negative errno if the exchange itself failed. */
-int gs_ctl_call(const char *path, const GsCtlRequest *req, int timeout_ms,
-                GsCtlReply **ret_reply) GS_WUR;
+int gs_ctl_call(const char *path, const GsCtlRequest *req, int timeout_ms, GsCtlReply **ret_reply) GS_WUR;
 
 void gs_ctl_reply_free(GsCtlReply *reply);
 

@@ -65,8 +65,8 @@ static int set_flag(const struct gs_flag *f, struct gs_config *cfg, const char *
         return 0;
 }
 
-enum gs_flags_result gs_flags_parse(const struct gs_flags_spec *spec, int argc, char **argv,
-                                    struct gs_config *cfg, int *ret_verbose, char *err, size_t errlen)
+enum gs_flags_result gs_flags_parse(const struct gs_flags_spec *spec, int argc, char **argv, struct gs_config *cfg,
+                                    int *ret_verbose, char *err, size_t errlen)
 {
         static struct table t; /* large; the programs parse once, on the main thread */
         const char *config = NULL;

@@ -48,7 +48,7 @@ enum gs_flags_result {
  * applies each flag of argv in order; -v / --verbose add to *ret_verbose.
  * On GS_FLAGS_BAD_FLAG and _BAD_CONFIG, err says what (empty when getopt
  * has printed it).  Resets getopt (optind) first: may be called again. */
-enum gs_flags_result gs_flags_parse(const struct gs_flags_spec *spec, int argc, char **argv,
-                                    struct gs_config *cfg, int *ret_verbose, char *err, size_t errlen);
+enum gs_flags_result gs_flags_parse(const struct gs_flags_spec *spec, int argc, char **argv, struct gs_config *cfg,
+                                    int *ret_verbose, char *err, size_t errlen);
 
 #endif

@@ -65,8 +65,8 @@ ssize_t gs_sock_send_fds(int sock, const void *buf, size_t len, const int *fds, 
         return n < 0 ? gs_neg_errno() : n;
 }
 
-ssize_t gs_sock_recv_fds(int sock, void *buf, size_t len, int flags, int *fds, size_t max_fds,
-                         size_t *ret_nfds, bool *ret_trunc)
+ssize_t gs_sock_recv_fds(int sock, void *buf, size_t len, int flags, int *fds, size_t max_fds, size_t *ret_nfds,
+                         bool *ret_trunc)
 {
         union {
                 struct cmsghdr c;

@@ -29,8 +29,7 @@ int gs_sock_listen(const char *path, int type, mode_t mode, int backlog) GS_WUR;
 /* Sends one message (buf, len) with fds[0..nfds) attached: one sendmsg
  * with flags | MSG_NOSIGNAL, retried on EINTR.  Returns the bytes sent, or
  * a negative errno (-EINVAL: nfds over GS_SOCK_MAX_FDS). */
-ssize_t gs_sock_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
-                         int flags) GS_WUR;
+ssize_t gs_sock_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t nfds, int flags) GS_WUR;
 
 /* Receives one message into buf: one recvmsg with flags |
  * MSG_CMSG_CLOEXEC, retried on EINTR.  Of the fds that came, the first
@@ -40,7 +39,7 @@ ssize_t gs_sock_send_fds(int sock, const void *buf, size_t len, const int *fds, 
  * data or the fds were cut (MSG_TRUNC, MSG_CTRUNC).  Returns the length
  * (0: the peer closed), or a negative errno with no fd kept.  A caller
  * that wants "exactly n" passes max_fds n + 1 and checks *ret_nfds. */
-ssize_t gs_sock_recv_fds(int sock, void *buf, size_t len, int flags, int *fds, size_t max_fds,
-                         size_t *ret_nfds, bool *ret_trunc) GS_WUR;
+ssize_t gs_sock_recv_fds(int sock, void *buf, size_t len, int flags, int *fds, size_t max_fds, size_t *ret_nfds,
+                         bool *ret_trunc) GS_WUR;
 
 #endif

@@ -141,7 +141,8 @@ int gs_dra_run(const struct gs_dra_opts *o)
                 goto out;
         }
         if (!d->kapi.base[0])
-                log_warn("no API server (apiServer, KUBERNETES_SERVICE_HOST): no ResourceSlice, no claim can be prepared");
+                log_warn(
+                        "no API server (apiServer, KUBERNETES_SERVICE_HOST): no ResourceSlice, no claim can be prepared");
         snprintf(vfile, sizeof(vfile), "%s/version", o->nvidia_proc);
         gs_slice_driver_version(vfile, d->driver_version, sizeof(d->driver_version));
         /* Per pod with $POD_UID (the chart sets it): an upgrade's new pod
@@ -154,8 +155,10 @@ int gs_dra_run(const struct gs_dra_opts *o)
                 snprintf(sfx, sizeof(sfx), "-%s", uid);
         else if (uid && *uid)
                 log_warn("POD_UID '%.64s' is not a pod UID: sockets without it (no rolling update beside another "
-                         "instance)", uid);
-        if (snprintf(d->endpoint, sizeof(d->endpoint), "%s/dra%s.sock", o->plugin_dir, sfx) >= (int)sizeof(d->endpoint) ||
+                         "instance)",
+                         uid);
+        if (snprintf(d->endpoint, sizeof(d->endpoint), "%s/dra%s.sock", o->plugin_dir, sfx) >=
+                    (int)sizeof(d->endpoint) ||
             snprintf(d->reg_socket, sizeof(d->reg_socket), "%s/%s%s-reg.sock", o->registry_dir, o->driver, sfx) >=
                     (int)sizeof(d->reg_socket)) {
                 log_error("socket paths too long");

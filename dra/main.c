@@ -66,14 +66,10 @@ int main(int argc, char **argv)
         static struct gs_dra_opts o; /* large: off the stack */
         static struct dra_flags df = { .root = "/var/lib/kubelet" };
         const struct gs_flag flags[] = {
-                { "--driver", NULL, &own_keys[0], &o },
-                { "--cdi-dir", NULL, &own_keys[1], &o },
-                { "--nvidia-proc", NULL, &own_keys[2], &o },
-                { "--agent-timeout-ms", NULL, &own_keys[3], &o },
-                { "--kubelet-root", NULL, &own_keys[4], &df },
-                { "--registry-dir", NULL, &own_keys[5], &df },
-                { "--plugins-dir", NULL, &own_keys[6], &df },
-                { "--agent-socket", "agentSocket", NULL, NULL },
+                { "--driver", NULL, &own_keys[0], &o },        { "--cdi-dir", NULL, &own_keys[1], &o },
+                { "--nvidia-proc", NULL, &own_keys[2], &o },   { "--agent-timeout-ms", NULL, &own_keys[3], &o },
+                { "--kubelet-root", NULL, &own_keys[4], &df }, { "--registry-dir", NULL, &own_keys[5], &df },
+                { "--plugins-dir", NULL, &own_keys[6], &df },  { "--agent-socket", "agentSocket", NULL, NULL },
                 { "--node", "nodeName", NULL, NULL },
         };
         const struct gs_flags_spec spec = { flags, GS_ARRAY_SIZE(flags), false, GS_CONFIG_DEFAULT_PATH };
@@ -87,32 +83,28 @@ int main(int argc, char **argv)
         snprintf(o.cdi_dir, sizeof(o.cdi_dir), "/var/run/cdi");
         snprintf(o.nvidia_proc, sizeof(o.nvidia_proc), "/proc/driver/nvidia");
         switch (gs_flags_parse(&spec, argc, argv, &o.cfg, &verbose, err, sizeof(err))) {
-        case GS_FLAGS_OK:
-                break;
-        case GS_FLAGS_HELP:
-                usage(stdout);
-                return 0;
+        case GS_FLAGS_OK: break;
+        case GS_FLAGS_HELP: usage(stdout); return 0;
         case GS_FLAGS_BAD_FLAG:
                 if (err[0])
                         fprintf(stderr, "gshare-dra-plugin: %s\n", err);
                 else
                         usage(stderr); /* getopt has named the flag */
                 return 2;
-        case GS_FLAGS_BAD_CONFIG:
-                fprintf(stderr, "gshare-dra-plugin: %s\n", err);
-                return 1;
+        case GS_FLAGS_BAD_CONFIG: fprintf(stderr, "gshare-dra-plugin: %s\n", err); return 1;
         }
         node = o.cfg.node_name[0] ? o.cfg.node_name : secure_getenv("NODE_NAME");
         if (!node || !gs_k8s_subdomain_ok(node) || strlen(node) >= sizeof(o.node)) {
-                fprintf(stderr, "gshare-dra-plugin: no node name, or not a DNS name: give --node, nodeName or $NODE_NAME\n");
+                fprintf(stderr,
+                        "gshare-dra-plugin: no node name, or not a DNS name: give --node, nodeName or $NODE_NAME\n");
                 return 2;
         }
         snprintf(o.node, sizeof(o.node), "%s", node);
         if ((df.regdir[0] ? snprintf(o.registry_dir, sizeof(o.registry_dir), "%s", df.regdir)
-                    : snprintf(o.registry_dir, sizeof(o.registry_dir), "%s/plugins_registry", df.root)) >=
+                          : snprintf(o.registry_dir, sizeof(o.registry_dir), "%s/plugins_registry", df.root)) >=
                     (int)sizeof(o.registry_dir) ||
             (df.plugdir[0] ? snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/%s", df.plugdir, o.driver)
-                     : snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/plugins/%s", df.root, o.driver)) >=
+                           : snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/plugins/%s", df.root, o.driver)) >=
                     (int)sizeof(o.plugin_dir)) {
                 fprintf(stderr, "gshare-dra-plugin: --kubelet-root, --registry-dir or --plugins-dir too long\n");
                 return 2;

@@ -54,10 +54,8 @@ int main(int argc, char **argv)
 {
         static struct gs_plugin_opts o; /* large: keep it off the stack */
         const struct gs_flag flags[] = {
-                { "--kubelet-dir", "kubeletDir", NULL, NULL },
-                { "--agent-socket", "agentSocket", NULL, NULL },
-                { "--agent-timeout-ms", NULL, &own_keys[0], &o },
-                { "--endpoint", NULL, &own_keys[1], &o },
+                { "--kubelet-dir", "kubeletDir", NULL, NULL },    { "--agent-socket", "agentSocket", NULL, NULL },
+                { "--agent-timeout-ms", NULL, &own_keys[0], &o }, { "--endpoint", NULL, &own_keys[1], &o },
                 { "--nvidia-proc", NULL, &own_keys[2], &o },
         };
         const struct gs_flags_spec spec = { flags, GS_ARRAY_SIZE(flags), false, GS_CONFIG_DEFAULT_PATH };
@@ -71,20 +69,15 @@ int main(int argc, char **argv)
         snprintf(o.nvidia_proc, sizeof(o.nvidia_proc), "/proc/driver/nvidia");
         snprintf(o.endpoint, sizeof(o.endpoint), "%s", GS_PLUGIN_ENDPOINT);
         switch (gs_flags_parse(&spec, argc, argv, &o.cfg, &verbose, err, sizeof(err))) {
-        case GS_FLAGS_OK:
-                break;
-        case GS_FLAGS_HELP:
-                usage(stdout);
-                return 0;
+        case GS_FLAGS_OK: break;
+        case GS_FLAGS_HELP: usage(stdout); return 0;
         case GS_FLAGS_BAD_FLAG:
                 if (err[0])
                         fprintf(stderr, "gshare-device-plugin: %s\n", err);
                 else
                         usage(stderr); /* getopt has named the flag */
                 return 2;
-        case GS_FLAGS_BAD_CONFIG:
-                fprintf(stderr, "gshare-device-plugin: %s\n", err);
-                return 1;
+        case GS_FLAGS_BAD_CONFIG: fprintf(stderr, "gshare-device-plugin: %s\n", err); return 1;
         }
         /* + the private name serve() binds first: "/.<endpoint>.<pid>.<n>" */
         if (strlen(o.cfg.kubelet_dir) + 2 * strlen(o.endpoint) + 28 >= sizeof(sa.sun_path) ||
@@ -94,8 +87,7 @@ int main(int argc, char **argv)
         }
         gs_log_init("plugin", verbose ? GS_LOG_DEBUG : o.cfg.log_level);
         if (stat(o.cfg.kubelet_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                log_error("kubelet dir %s: %s", o.cfg.kubelet_dir,
-                          errno ? strerror(errno) : "not a directory");
+                log_error("kubelet dir %s: %s", o.cfg.kubelet_dir, errno ? strerror(errno) : "not a directory");
                 return 1;
         }
         /* Block the stop signals in every thread; the plugin takes them with

@@ -60,10 +60,8 @@ static const struct gs_config_key own_keys[] = {
 };
 static struct own own;
 static const struct gs_flag plugin_flags[] = {
-        { "--kubelet-dir", "kubeletDir", NULL, NULL },
-        { "--agent-socket", "agentSocket", NULL, NULL },
-        { "--timeout-ms", NULL, &own_keys[0], &own },
-        { "--endpoint", NULL, &own_keys[1], &own },
+        { "--kubelet-dir", "kubeletDir", NULL, NULL }, { "--agent-socket", "agentSocket", NULL, NULL },
+        { "--timeout-ms", NULL, &own_keys[0], &own },  { "--endpoint", NULL, &own_keys[1], &own },
         { "--dir", NULL, &own_keys[2], &own },
 };
 static const struct gs_flags_spec plugin = { plugin_flags, GS_ARRAY_SIZE(plugin_flags), false, NULL };
@@ -150,8 +148,7 @@ START_TEST(test_default_config)
         s.default_config = c;
         ck_assert_int_eq(PARSE(&s, NULL), GS_FLAGS_OK);
         ck_assert_str_eq(cfg.kubelet_dir, "/from/the/file");
-        ck_assert_int_eq(PARSE(&s, "--kubelet-dir", "/flag"),
-                         GS_FLAGS_OK);
+        ck_assert_int_eq(PARSE(&s, "--kubelet-dir", "/flag"), GS_FLAGS_OK);
         ck_assert_str_eq(cfg.kubelet_dir, "/flag");
         /* A default that is not there: the built-in defaults. */
         s.default_config = "/nonexistent/default.yaml";
@@ -206,13 +203,13 @@ START_TEST(test_bad_specs)
 {
         static const struct gs_config_key devices = { "d", NULL, GS_CT_DEVICES, 0, 64, .opts = 0 };
         const struct gs_flag bad[][1] = {
-                { { "kubelet-dir", "kubeletDir", NULL, NULL } },  /* no "--" */
+                { { "kubelet-dir", "kubeletDir", NULL, NULL } }, /* no "--" */
                 { { "--", "kubeletDir", NULL, NULL } },
                 { { "--x", "noSuchKey", NULL, NULL } },
-                { { "--x", NULL, NULL, NULL } },                  /* sets nothing */
-                { { "--x", "kubeletDir", &own_keys[0], &own } },  /* two things */
-                { { "--x", NULL, &own_keys[0], NULL } },          /* no base */
-                { { "--x", NULL, &devices, &own } },              /* devices are the config's */
+                { { "--x", NULL, NULL, NULL } },                 /* sets nothing */
+                { { "--x", "kubeletDir", &own_keys[0], &own } }, /* two things */
+                { { "--x", NULL, &own_keys[0], NULL } },         /* no base */
+                { { "--x", NULL, &devices, &own } },             /* devices are the config's */
         };
         static struct gs_flag many[GS_FLAGS_MAX + 1];
 

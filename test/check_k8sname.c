@@ -19,7 +19,7 @@ static char *rep(char *buf, char c, size_t n)
 START_TEST(test_label)
 {
         static const char *const good[] = { "a", "0", "default", "kube-system", "a-b-c", "9lives", "x--y" };
-        static const char *const bad[] = { "",   "-a",  "a-",  "A",   "kube_system", "a.b", "a b",
+        static const char *const bad[] = { "",    "-a", "a-", "A",   "kube_system", "a.b", "a b",
                                            "a/b", "..", "é",  "a\n", "ns%2f",       "a\\b" };
         char buf[128];
 
@@ -40,11 +40,10 @@ END_TEST
 
 START_TEST(test_subdomain)
 {
-        static const char *const good[] = { "a", "pod-1", "web-0.web", "node1.example.com", "gshare.io",
-                                            "a.b.c.d", "0.0", "my-claim-abc12" };
-        static const char *const bad[] = { "",      ".",    "a.",    ".a",     "a..b",    "-a",    "a-",
-                                           "a.-b",  "a-.b", "A.b",   "a_b",    "a/b",     "../etc", "a b",
-                                           "a\tb",  "a\n",  "ü",     "a%2e",   "*.a",     "a:b" };
+        static const char *const good[] = { "a",         "pod-1",   "web-0.web", "node1.example.com",
+                                            "gshare.io", "a.b.c.d", "0.0",       "my-claim-abc12" };
+        static const char *const bad[] = { "",    ".",   "a.",     ".a",  "a..b", "-a",  "a-", "a.-b", "a-.b", "A.b",
+                                           "a_b", "a/b", "../etc", "a b", "a\tb", "a\n", "ü",  "a%2e", "*.a",  "a:b" };
         char buf[512];
 
         for (size_t i = 0; i < GS_ARRAY_SIZE(good); i++)

@@ -223,8 +223,7 @@ START_TEST(test_cut_and_closed)
         fd = memfd_create("x", MFD_CLOEXEC);
         /* A record longer than the buffer: cut, said so; its fd still comes. */
         ck_assert_int_eq(gs_sock_send_fds(sv[0], big, sizeof(big), &fd, 1, 0), (ssize_t)sizeof(big));
-        ck_assert_int_eq(gs_sock_recv_fds(sv[1], small, sizeof(small), 0, &got, 1, &n, &trunc),
-                         (ssize_t)sizeof(small));
+        ck_assert_int_eq(gs_sock_recv_fds(sv[1], small, sizeof(small), 0, &got, 1, &n, &trunc), (ssize_t)sizeof(small));
         ck_assert(trunc);
         ck_assert_uint_eq(n, 1);
         close(got);

@@ -18,8 +18,7 @@ void gs_sockmsg_hdr(struct gs_sock_hdr *h, uint16_t type, uint32_t len)
         h->reserved = 0;
 }
 
-int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds,
-                        const int *stop)
+int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds, const int *stop)
 {
         int64_t deadline = gs_mono_ms() + GS_SOCKMSG_SEND_MS;
 
@@ -43,8 +42,8 @@ int gs_sockmsg_send(int sock, const void *msg, size_t len, int fd, const int *st
         return gs_sockmsg_send_fds(sock, msg, len, &fd, fd >= 0, stop);
 }
 
-int gs_sockmsg_send_grant(int sock, uint16_t type, const struct gs_ring_msg *req, uint32_t slot,
-                          uint64_t chunk_bytes, int fd, const int *stop)
+int gs_sockmsg_send_grant(int sock, uint16_t type, const struct gs_ring_msg *req, uint32_t slot, uint64_t chunk_bytes,
+                          int fd, const int *stop)
 {
         struct gs_sock_grant m;
 
