@@ -5,7 +5,6 @@
 #include "gs_agent.h"
 
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +19,14 @@
 
 #include "gs_allocs.h"
 #include "gs_config_keys.h"
+#include "gs_flags.h"
 #include "gs_restore.h"
 #include "gs_ctlsrv.h"
 #include "gs_gpu.h"
 #include "gs_handover.h"
 #include "gs_log.h"
 #include "gs_metrics.h"
+#include "gs_mkdir.h"
 #include "gs_proc.h"
 #include "gs_recon.h"
 #include "gs_serve.h"
@@ -58,63 +59,33 @@ static void usage(FILE *f)
                 "  -h, --help           this text\n");
 }
 
-/* The flags that set configuration keys come from the table of keys
- * (common/gs_config_keys.c): each accepts what its key accepts in the file,
- * with the same errors.  Their getopt values: FLAG_BASE + the key's index. */
-#define FLAG_BASE 1000
-
+/* The flags are the keys' own (common/gs_config_keys.c, through
+ * gs_flags.h): each accepts what its key accepts in the file, with the same
+ * errors. */
 static int parse_args(int argc, char **argv, struct gs_config *c)
 {
-        enum { O_CONFIG = 256 };
-        struct option opts[64];
-        const char *config = NULL;
+        static const struct gs_flags_spec spec = { .key_flags = true };
         char err[512];
-        int o, verbose = 0, nopts = 0;
+        int verbose = 0;
 
-        opts[nopts++] = (struct option){ "config", required_argument, NULL, O_CONFIG };
-        opts[nopts++] = (struct option){ "help", no_argument, NULL, 'h' };
-        for (size_t i = 0; i < gs_config_nkeys; i++)
-                if (gs_config_keys[i].flag && nopts < (int)GS_ARRAY_SIZE(opts) - 1)
-                        opts[nopts++] = (struct option){ gs_config_keys[i].flag + 2, required_argument,
-                                                         NULL, FLAG_BASE + (int)i };
-        opts[nopts] = (struct option){ 0 };
-        gs_config_defaults(c);
-        /* The config file first, so that flags override it wherever they appear. */
-        for (int i = 1; i < argc; i++) {
-                if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-                        config = argv[i + 1];
-                else if (strncmp(argv[i], "--config=", 9) == 0)
-                        config = argv[i] + 9;
-        }
-        if (config && gs_config_load(c, config, err, sizeof(err)) < 0) {
+        switch (gs_flags_parse(&spec, argc, argv, c, &verbose, err, sizeof(err))) {
+        case GS_FLAGS_OK:
+                break;
+        case GS_FLAGS_HELP:
+                usage(stdout);
+                exit(0);
+        case GS_FLAGS_BAD_FLAG:
+                if (!err[0]) {
+                        usage(stderr);
+                        return -EINVAL;
+                }
+                /* fall through */
+        case GS_FLAGS_BAD_CONFIG:
                 fprintf(stderr, "gshare-agent: %s\n", err);
-                return -EINVAL;
-        }
-        while ((o = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
-                if (o >= FLAG_BASE && o < FLAG_BASE + (int)gs_config_nkeys) {
-                        if (gs_config_set(c, gs_config_keys[o - FLAG_BASE].flag, optarg, err, sizeof(err)) < 0) {
-                                fprintf(stderr, "gshare-agent: %s\n", err);
-                                return -EINVAL;
-                        }
-                        continue;
-                }
-                switch (o) {
-                case O_CONFIG: break;
-                case 'v': verbose++; break;
-                case 'h': usage(stdout); exit(0);
-                default: usage(stderr); return -EINVAL;
-                }
-        }
-        if (optind < argc) {
-                fprintf(stderr, "gshare-agent: unexpected argument '%s'\n", argv[optind]);
                 return -EINVAL;
         }
         if (verbose)
                 c->log_level = GS_LOG_DEBUG;
-        if (gs_config_validate(c, err, sizeof(err)) < 0) {
-                fprintf(stderr, "gshare-agent: %s\n", err);
-                return -EINVAL;
-        }
         return 0;
 }
 
@@ -224,41 +195,14 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
  * err set. */
 static int mkdir_parents(const char *path, const char *what, char *err, size_t errlen)
 {
-        char p[PATH_MAX];
-        size_t n = strlen(path);
+        char e[256];
+        int r = gs_mkdir_parents(path, 0755, e, sizeof(e));
 
-        if (n >= sizeof(p)) {
-                snprintf(err, errlen, "%s %.200s: path too long", what, path);
-                return -ENAMETOOLONG;
-        }
-        memcpy(p, path, n + 1);
-        while (n > 1 && p[n - 1] == '/')
-                p[--n] = '\0';
-        for (char *q = p + 1; (q = strchr(q, '/')) != NULL; q++) {
-                struct stat st;
-
-                *q = '\0';
-                if (mkdir(p, 0755) == 0) {
-                        if (chmod(p, 0755) < 0) {
-                                int r = gs_neg_errno();
-                                snprintf(err, errlen, "cannot chmod %.200s (for %s %.200s): %s", p, what, path,
-                                         strerror(-r));
-                                return r;
-                        }
-                        log_info("created directory %s (for %s %s)", p, what, path);
-                } else if (errno != EEXIST) {
-                        int r = gs_neg_errno();
-                        snprintf(err, errlen, "cannot create directory %.200s (for %s %.200s): %s", p, what,
-                                 path, strerror(-r));
-                        return r;
-                } else if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                        snprintf(err, errlen, "%.200s exists and is not a directory (for %s %.200s)", p, what,
-                                 path);
-                        return -ENOTDIR;
-                }
-                *q = '/';
-        }
-        return 0;
+        if (r < 0)
+                snprintf(err, errlen, "%s (for %s %.200s)", e, what, path);
+        else if (r > 0)
+                log_info("created %d director%s above %s %s", r, r == 1 ? "y" : "ies", what, path);
+        return r < 0 ? r : 0;
 }
 
 struct signals {

@@ -100,8 +100,8 @@ static int call_waiting(struct gs_agentcli *c, const GsCtlRequest *req, int time
                 struct timespec ts = { nap / 1000, (nap % 1000) * 1000000 };
 
                 if (nap == 50)
-                        log_info("%s: the gshare agent at %s is away (%s): waiting up to %d ms for it", what,
-                                 c->socket, strerror(-r), wait_ms);
+                        log_info("%s: the gshare agent at %s is away (%s): waiting up to %d ms for it", what, c->socket,
+                                 strerror(-r), wait_ms);
                 nanosleep(&ts, NULL);
                 nap = nap * 2 > 1000 ? 1000 : nap * 2;
         }
@@ -158,8 +158,8 @@ int gs_agentcli_list_allocations(struct gs_agentcli *c, GsCtlReply **ret, struct
         return typed_call(c, &req, -1, 0, GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS, "ListAllocations", ret, e);
 }
 
-int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_t n, bool take_over,
-                                  int timeout_ms, int wait_ms, GsCtlReply **ret, struct gs_agentcli_err *e)
+int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_t n, bool take_over, int timeout_ms,
+                                  int wait_ms, GsCtlReply **ret, struct gs_agentcli_err *e)
 {
         GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
         Gshare__Ctl__V1__CreateAllocationRequest ca = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__INIT;
@@ -173,8 +173,8 @@ int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_
                           "CreateAllocation", ret, e);
 }
 
-int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_agentcli_claim *cl,
-                                        GsCtlReply **ret, struct gs_agentcli_err *e)
+int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_agentcli_claim *cl, GsCtlReply **ret,
+                                        struct gs_agentcli_err *e)
 {
         GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
         Gshare__Ctl__V1__CreateClaimAllocationRequest cr = GSHARE__CTL__V1__CREATE_CLAIM_ALLOCATION_REQUEST__INIT;
@@ -192,8 +192,8 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
                 owner.name = (char *)cl->name;
                 owner.gpu_uuid = (char *)cl->gpu_uuid;
                 owner.units = cl->units;
-                return typed_call(c, &req, -1, cl->wait_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateAllocation",
-                                  ret, e);
+                return typed_call(c, &req, -1, cl->wait_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION,
+                                  "CreateAllocation", ret, e);
         }
         req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION;
         req.create_claim_allocation = &cr;
@@ -203,8 +203,8 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
         cr.gpu_uuid = (char *)cl->gpu_uuid;
         cr.units = cl->units;
         /* The agent answers a claim's allocation as CreateAllocation's. */
-        return typed_call(c, &req, -1, cl->wait_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION, "CreateClaimAllocation",
-                          ret, e);
+        return typed_call(c, &req, -1, cl->wait_ms, GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION,
+                          "CreateClaimAllocation", ret, e);
 }
 
 int gs_agentcli_release(struct gs_agentcli *c, const char *id, const char *claim_uid, struct gs_agentcli_err *e)

@@ -28,16 +28,16 @@
 #include "gs_util.h"
 
 struct gs_agentcli {
-        const char *socket;      /* the agent's control socket; outlives the client */
-        int timeout_ms;          /* the default bound on one call */
-        pthread_mutex_t mu;      /* held by the call using fd */
-        int fd;                  /* the kept connection, -1 when none */
+        const char *socket; /* the agent's control socket; outlives the client */
+        int timeout_ms;     /* the default bound on one call */
+        pthread_mutex_t mu; /* held by the call using fd */
+        int fd;             /* the kept connection, -1 when none */
 };
 
 struct gs_agentcli_err {
-        int transport;   /* negative errno: nothing (usable) came back */
-        int agent;       /* the agent's Reply.error */
-        char msg[512];   /* the problem, naming the socket or quoting the agent */
+        int transport; /* negative errno: nothing (usable) came back */
+        int agent;     /* the agent's Reply.error */
+        char msg[512]; /* the problem, naming the socket or quoting the agent */
 };
 
 /* The claim of a DRA ResourceClaim's allocation (CreateClaimAllocation). */
@@ -45,8 +45,8 @@ struct gs_agentcli_claim {
         const char *uid, *namespace_, *name;
         const char *gpu_uuid;
         uint32_t units;
-        uint64_t burst;    /* bytes (docs/burst.md); 0: none */
-        int wait_ms;       /* an agent away (restarting) is waited for this long */
+        uint64_t burst; /* bytes (docs/burst.md); 0: none */
+        int wait_ms;    /* an agent away (restarting) is waited for this long */
 };
 
 void gs_agentcli_init(struct gs_agentcli *c, const char *socket, int timeout_ms);
@@ -55,8 +55,7 @@ void gs_agentcli_free(struct gs_agentcli *c);
 
 /* ListAllocations: (*ret)->list_allocations is set; free with
  * gs_ctl_reply_free. */
-int gs_agentcli_list_allocations(struct gs_agentcli *c, GsCtlReply **ret,
-                                 struct gs_agentcli_err *e) GS_WUR;
+int gs_agentcli_list_allocations(struct gs_agentcli *c, GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
 
 /* The two creates below still send this release's deprecated forms
  * (CreateAllocationRequest.device_ids, CreateClaimAllocation), on purpose:
@@ -71,8 +70,8 @@ int gs_agentcli_list_allocations(struct gs_agentcli *c, GsCtlReply **ret,
  * socket (a restart or an upgrade: missing, refused) it tries again for up
  * to wait_ms (0: fails at once).  (*ret)->create_allocation and its
  * allocation are set. */
-int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_t n, bool take_over,
-                                  int timeout_ms, int wait_ms, GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
+int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_t n, bool take_over, int timeout_ms,
+                                  int wait_ms, GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
 
 /* The allocation of a DRA claim: the one place that asks the agent for it.
  * (*ret)->create_allocation and its allocation are set.  Sent in the old
@@ -80,12 +79,11 @@ int gs_agentcli_create_allocation(struct gs_agentcli *c, char *const *ids, size_
  * has a burst: CreateAllocation with the owner claim and burst_bytes, which
  * an agent before this release refuses (it ignores the owner), so such a
  * claim is prepared once the node's agent is upgraded. */
-int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_agentcli_claim *cl,
-                                        GsCtlReply **ret, struct gs_agentcli_err *e) GS_WUR;
+int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_agentcli_claim *cl, GsCtlReply **ret,
+                                        struct gs_agentcli_err *e) GS_WUR;
 
 /* ReleaseAllocation by allocation ID, or (id NULL) by claim UID. */
-int gs_agentcli_release(struct gs_agentcli *c, const char *id, const char *claim_uid,
-                        struct gs_agentcli_err *e) GS_WUR;
+int gs_agentcli_release(struct gs_agentcli *c, const char *id, const char *claim_uid, struct gs_agentcli_err *e) GS_WUR;
 
 /* Opens a Watch stream on a connection of its own (the agent takes no other
  * request on it).  Returns its fd, or a negative errno. */

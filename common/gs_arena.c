@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void *gs_arena_alloc(struct gs_arena *a, size_t size)
 {
@@ -11,16 +12,30 @@ void *gs_arena_alloc(struct gs_arena *a, size_t size)
 
         if (a->n == a->cap) {
                 size_t cap = a->cap ? a->cap * 2 : 32;
-                void **b = realloc(a->blocks, cap * sizeof(*b));
-                if (!b)
+                void **b = cap > SIZE_MAX / sizeof(*b) ? NULL : realloc(a->blocks, cap * sizeof(*b));
+                if (!b) {
+                        a->failed = true;
                         return NULL;
+                }
                 a->blocks = b;
                 a->cap = cap;
         }
         p = calloc(1, size ? size : 1);
-        if (p)
-                a->blocks[a->n++] = p;
+        if (!p) {
+                a->failed = true;
+                return NULL;
+        }
+        a->blocks[a->n++] = p;
         return p;
+}
+
+void *gs_arena_array(struct gs_arena *a, size_t n, size_t size)
+{
+        if (size && n > SIZE_MAX / size) {
+                a->failed = true;
+                return NULL;
+        }
+        return gs_arena_alloc(a, n * size);
 }
 
 char *gs_arena_printf(struct gs_arena *a, const char *fmt, ...)
@@ -32,8 +47,10 @@ char *gs_arena_printf(struct gs_arena *a, const char *fmt, ...)
         va_start(ap, fmt);
         len = vsnprintf(NULL, 0, fmt, ap);
         va_end(ap);
-        if (len < 0)
+        if (len < 0) {
+                a->failed = true;
                 return NULL;
+        }
         s = gs_arena_alloc(a, (size_t)len + 1);
         if (!s)
                 return NULL;
@@ -43,6 +60,17 @@ char *gs_arena_printf(struct gs_arena *a, const char *fmt, ...)
         return s;
 }
 
+char *gs_arena_str(struct gs_arena *a, const char *s)
+{
+        size_t l = strlen(s) + 1;
+        char *d = gs_arena_alloc(a, l);
+
+        if (!d)
+                return (char *)"";
+        memcpy(d, s, l);
+        return d;
+}
+
 void gs_arena_free(struct gs_arena *a)
 {
         for (size_t i = 0; i < a->n; i++)
@@ -50,4 +78,5 @@ void gs_arena_free(struct gs_arena *a)
         free(a->blocks);
         a->blocks = NULL;
         a->n = a->cap = 0;
+        a->failed = false;
 }

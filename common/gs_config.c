@@ -302,19 +302,26 @@ static int set_device_words(struct gs_config *c, const char *list, char *msg, si
 int gs_config_set(struct gs_config *c, const char *name, const char *value, char *err, size_t errlen)
 {
         const struct gs_config_key *k = gs_config_key_find(name);
-        struct gs_config *tmp;
-        char msg[512];
-        int r;
 
         if (!k) {
                 snprintf(err, errlen, "%s: unknown key", name);
                 return -EINVAL;
         }
+        return gs_config_set_key(c, k, name, value, err, errlen);
+}
+
+int gs_config_set_key(struct gs_config *c, const struct gs_config_key *k, const char *what, const char *value,
+                      char *err, size_t errlen)
+{
+        struct gs_config *tmp;
+        char msg[512];
+        int r;
+
         /* A key's setter writes only on success, but a list of devices
          * grows item by item: work on a copy. */
         tmp = malloc(sizeof(*tmp));
         if (!tmp) {
-                snprintf(err, errlen, "%s: out of memory", name);
+                snprintf(err, errlen, "%s: out of memory", what);
                 return -ENOMEM;
         }
         *tmp = *c;
@@ -323,7 +330,7 @@ int gs_config_set(struct gs_config *c, const char *name, const char *value, char
         else
                 r = gs_config_key_set(k, tmp, value, msg, sizeof(msg));
         if (r < 0)
-                snprintf(err, errlen, "%s: %s", name, msg);
+                snprintf(err, errlen, "%s: %s", what, msg);
         else
                 *c = *tmp;
         free(tmp);

@@ -158,6 +158,12 @@ int gs_config_load(struct gs_config *c, const char *path, char *err, size_t errl
 int gs_config_set(struct gs_config *c, const char *name, const char *value, char *err,
                   size_t errlen) GS_WUR;
 
+/* As gs_config_set, for the key k (gs_config_keys.h), with what (a flag,
+ * "--agent-socket") before the problem in err. */
+struct gs_config_key;
+int gs_config_set_key(struct gs_config *c, const struct gs_config_key *k, const char *what, const char *value,
+                      char *err, size_t errlen) GS_WUR;
+
 /* Checks the relations between values (unit a multiple of the chunk, ...).
  * Returns 0 or -EINVAL with a message in err. */
 int gs_config_validate(const struct gs_config *c, char *err, size_t errlen) GS_WUR;

@@ -15,6 +15,7 @@
 #include <sys/un.h>
 
 #include "gs_devid.h"
+#include "gs_k8sname.h"
 #include "gs_log.h"
 
 _Static_assert(sizeof(enum gs_inject) == sizeof(int) && sizeof(enum gs_over_quota) == sizeof(int) &&
@@ -41,12 +42,15 @@ int gs_config_valid_resource_name(const char *s)
         if (!slash || slash == s || strchr(slash + 1, '/') || !slash[1])
                 return 0;
         dl = (size_t)(slash - s);
-        if (dl > 253 || strlen(slash + 1) > 63)
+        if (dl > GS_K8S_SUBDOMAIN_MAX || strlen(slash + 1) > 63)
                 return 0;
-        for (const char *p = s; p < slash; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' ||
-                      *p == '-'))
+        {
+                char domain[GS_K8S_SUBDOMAIN_MAX + 1];
+                memcpy(domain, s, dl);
+                domain[dl] = '\0';
+                if (!gs_k8s_subdomain_ok(domain))
                         return 0;
+        }
         for (const char *p = slash + 1; *p; p++)
                 if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
                       (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
@@ -127,9 +131,8 @@ static int check_api_server(const char *s, uint64_t v, char *msg, size_t n)
 static int check_node_name(const char *s, uint64_t v, char *msg, size_t n)
 {
         (void)v;
-        for (const char *p = s; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'))
-                        return problem(msg, n, "not a node name (a DNS subdomain): '%s'", s);
+        if (*s && !gs_k8s_subdomain_ok(s))
+                return problem(msg, n, "not a node name (a DNS subdomain): '%s'", s);
         return 0;
 }
 
@@ -409,7 +412,18 @@ int gs_config_device_add(struct gs_config *c, const char *s, char *msg, size_t n
 
 int gs_config_key_set(const struct gs_config_key *k, struct gs_config *c, const char *s, char *msg, size_t n)
 {
-        void *dst = (char *)c + k->offset;
+        if (k->type == GS_CT_DEVICES) {
+                if (strcmp(s, "all") != 0)
+                        return problem(msg, n, "expected 'all' or a list, got '%s'", s);
+                c->ndevices = 0;
+                return 0;
+        }
+        return gs_config_key_set_in(k, c, s, msg, n);
+}
+
+int gs_config_key_set_in(const struct gs_config_key *k, void *base, const char *s, char *msg, size_t n)
+{
+        void *dst = (char *)base + k->offset;
         int r;
 
         if (k->check && k->type != GS_CT_SIZE && (r = k->check(s, 0, msg, n)) < 0)
@@ -439,10 +453,7 @@ int gs_config_key_set(const struct gs_config_key *k, struct gs_config *c, const 
         case GS_CT_ENUM:
                 return set_enum(k, dst, s, msg, n);
         case GS_CT_DEVICES:
-                if (strcmp(s, "all") != 0)
-                        return problem(msg, n, "expected 'all' or a list, got '%s'", s);
-                c->ndevices = 0;
-                return 0;
+                break; /* a struct gs_config's only: gs_config_key_set */
         }
         return problem(msg, n, "key of unknown type %d", (int)k->type);
 }

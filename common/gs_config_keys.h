@@ -38,9 +38,10 @@ struct gs_config_choice {
 
 struct gs_config_key {
         const char *name; /* the YAML key */
-        const char *flag; /* gshare-agent's flag ("--chunk-size"), or NULL */
+        const char *flag; /* gshare-agent's flag ("--chunk-size"), or NULL (the
+                             plugins name theirs in their own tables, gs_flags.h) */
         enum gs_config_type type;
-        size_t offset, size; /* the field in struct gs_config */
+        size_t offset, size; /* the field in struct gs_config (or a program's own) */
         unsigned opts;
         /* Sizes, durations: 0 or the highest accepted (sizes: bytes,
          * durations: ms).  Counts, blocks: the accepted range. */
@@ -67,6 +68,12 @@ const struct gs_config_key *gs_config_key_find(const char *name);
  * here; a list goes item by item through gs_config_device_add. */
 int gs_config_key_set(const struct gs_config_key *k, struct gs_config *c, const char *s, char *msg,
                       size_t n) GS_WUR;
+
+/* As gs_config_key_set, for a key of a table of a program's own (its
+ * command-line settings that are not in the YAML, common/gs_flags.h): k's
+ * field is at base + k->offset.  Every type but GS_CT_DEVICES. */
+int gs_config_key_set_in(const struct gs_config_key *k, void *base, const char *s, char *msg,
+                         size_t n) GS_WUR;
 
 /* Appends one GPU (UUID or index) to c's devices: 0, or -EINVAL with the
  * problem in msg (not a GPU, listed twice, too many). */

@@ -99,24 +99,54 @@ static int read_all(int fd, uint8_t *p, size_t n, int64_t deadline)
         return 0;
 }
 
-int gs_ctl_send(int fd, const ProtobufCMessage *msg, int timeout_ms)
+int gs_ctl_frame_size(const ProtobufCMessage *msg, size_t *ret_size)
 {
-        int64_t deadline = timeout_ms < 0 ? -1 : gs_mono_ms() + timeout_ms;
         size_t len = protobuf_c_message_get_packed_size(msg);
-        uint8_t *buf;
-        int r;
 
-        if (len == 0 || len > GS_CTL_MAX_MSG)
-                return len == 0 ? -EINVAL : -EMSGSIZE;
-        buf = malloc(len + 4);
-        if (!buf)
-                return -ENOMEM;
+        if (len == 0)
+                return -EINVAL;
+        if (len > GS_CTL_MAX_MSG)
+                return -EMSGSIZE;
+        *ret_size = GS_CTL_HDR + len;
+        return 0;
+}
+
+void gs_ctl_frame_pack(const ProtobufCMessage *msg, uint8_t *buf, size_t size)
+{
+        size_t len = size - GS_CTL_HDR;
+
         buf[0] = (uint8_t)len;
         buf[1] = (uint8_t)(len >> 8);
         buf[2] = (uint8_t)(len >> 16);
         buf[3] = (uint8_t)(len >> 24);
-        protobuf_c_message_pack(msg, buf + 4);
-        r = write_all(fd, buf, len + 4, deadline);
+        protobuf_c_message_pack(msg, buf + GS_CTL_HDR);
+}
+
+int gs_ctl_frame_len(const uint8_t hdr[GS_CTL_HDR], uint32_t *ret_len)
+{
+        uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+
+        if (len == 0 || len > GS_CTL_MAX_MSG)
+                return -EMSGSIZE;
+        *ret_len = len;
+        return 0;
+}
+
+int gs_ctl_send(int fd, const ProtobufCMessage *msg, int timeout_ms)
+{
+        int64_t deadline = timeout_ms < 0 ? -1 : gs_mono_ms() + timeout_ms;
+        uint8_t *buf;
+        size_t size;
+        int r;
+
+        r = gs_ctl_frame_size(msg, &size);
+        if (r < 0)
+                return r;
+        buf = malloc(size);
+        if (!buf)
+                return -ENOMEM;
+        gs_ctl_frame_pack(msg, buf, size);
+        r = write_all(fd, buf, size, deadline);
         free(buf);
         return r;
 }
@@ -124,18 +154,16 @@ int gs_ctl_send(int fd, const ProtobufCMessage *msg, int timeout_ms)
 int gs_ctl_recv_frame(int fd, int timeout_ms, uint8_t **ret_buf, size_t *ret_len)
 {
         int64_t deadline = timeout_ms < 0 ? -1 : gs_mono_ms() + timeout_ms;
-        uint8_t hdr[4];
+        uint8_t hdr[GS_CTL_HDR];
         uint32_t len;
         uint8_t *buf;
         int r;
 
         r = read_all(fd, hdr, sizeof(hdr), deadline);
+        if (r == 0)
+                r = gs_ctl_frame_len(hdr, &len);
         if (r < 0)
                 return r;
-        len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-              (uint32_t)hdr[3] << 24;
-        if (len == 0 || len > GS_CTL_MAX_MSG)
-                return -EMSGSIZE;
         buf = malloc(len);
         if (!buf)
                 return -ENOMEM;

@@ -26,13 +26,13 @@ static void add_mount(struct gs_ctrspec *s, const char *host, const char *ctr)
         s->nmounts++;
 }
 
-int gs_ctrspec_build(const struct gs_config *c, const Gshare__Ctl__V1__Allocation *al,
-                     struct gs_ctrspec *ret, char *err, size_t errlen)
+int gs_ctrspec_build(const struct gs_config *c, const Gshare__Ctl__V1__Allocation *al, struct gs_ctrspec *ret,
+                     char *err, size_t errlen)
 {
         char limits[GS_CTRSPEC_VALUE_MAX] = "", uuids[GS_CTRSPEC_VALUE_MAX] = "";
 
-        if (al->n_parts == 0 || al->n_parts > GS_MAX_GPUS_PER_ALLOC || !al->socket_dir ||
-            al->socket_dir[0] != '/' || strlen(al->socket_dir) >= PATH_MAX) {
+        if (al->n_parts == 0 || al->n_parts > GS_MAX_GPUS_PER_ALLOC || !al->socket_dir || al->socket_dir[0] != '/' ||
+            strlen(al->socket_dir) >= PATH_MAX) {
                 snprintf(err, errlen, "agent returned an unusable allocation '%.40s' (%zu parts, socket dir '%.200s')",
                          al->id, al->n_parts, al->socket_dir ? al->socket_dir : "");
                 return -EINVAL;
@@ -80,8 +80,7 @@ static int device_minor(const char *nvidia_proc, const char *pci)
         return minor >= 0 && minor < 256 ? minor : -1;
 }
 
-void gs_ctrspec_add_devices(struct gs_ctrspec *s, const char *nvidia_proc, const char *const *pci,
-                            size_t n)
+void gs_ctrspec_add_devices(struct gs_ctrspec *s, const char *nvidia_proc, const char *const *pci, size_t n)
 {
         static const char *const ctl[] = { "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools" };
 

@@ -39,7 +39,7 @@ struct gs_ctrspec {
                 char ctr[PATH_MAX];
                 bool ro;
         } mounts[GS_CTRSPEC_MAX_MOUNTS];
-        size_t ndevs;                  /* device nodes: only with deviceNodes */
+        size_t ndevs; /* device nodes: only with deviceNodes */
         char devs[GS_CTRSPEC_MAX_DEVS][32];
 };
 
@@ -47,15 +47,14 @@ struct gs_ctrspec {
  * preloadPath, inject).  Returns 0, or -EINVAL with err when the agent's
  * allocation is unusable (no part, too many, a socket directory that is not
  * an absolute path). */
-int gs_ctrspec_build(const struct gs_config *c, const Gshare__Ctl__V1__Allocation *al,
-                     struct gs_ctrspec *ret, char *err, size_t errlen) GS_WUR;
+int gs_ctrspec_build(const struct gs_config *c, const Gshare__Ctl__V1__Allocation *al, struct gs_ctrspec *ret,
+                     char *err, size_t errlen) GS_WUR;
 
 /* config deviceNodes: adds /dev/nvidiactl, /dev/nvidia-uvm,
  * /dev/nvidia-uvm-tools and, for each of the allocation's GPUs whose PCI
  * bus id is pci[i] ("" if unknown), /dev/nvidiaN, N its minor in
  * <nvidia_proc>/gpus/<pci>/information.  A GPU whose minor cannot be found
  * is logged and left out. */
-void gs_ctrspec_add_devices(struct gs_ctrspec *s, const char *nvidia_proc, const char *const *pci,
-                            size_t n);
+void gs_ctrspec_add_devices(struct gs_ctrspec *s, const char *nvidia_proc, const char *const *pci, size_t n);
 
 #endif

@@ -5,7 +5,10 @@
 #include <string.h>
 
 /* Positions of the dashes in the 36-character UUID body. */
-static int is_dash_pos(size_t i) { return i == 8 || i == 13 || i == 18 || i == 23; }
+static int is_dash_pos(size_t i)
+{
+        return i == 8 || i == 13 || i == 18 || i == 23;
+}
 
 static int hexval(char c)
 {

@@ -12,7 +12,7 @@
 
 #include "gs_util.h"
 
-#define GS_UUID_STR_LEN 40      /* "GPU-" + 36 */
+#define GS_UUID_STR_LEN 40 /* "GPU-" + 36 */
 #define GS_DEVID_MAX 63
 #define GS_MAX_UNITS_PER_GPU 100000u
 

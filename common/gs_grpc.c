@@ -65,8 +65,7 @@ static gpr_timespec deadline_in(int timeout_ms)
 {
         if (timeout_ms < 0)
                 return gpr_inf_future(GPR_CLOCK_MONOTONIC);
-        return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                            gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+        return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
 }
 
 /* Waits for tag on the pluck queue cq; true if it arrived with success. */
@@ -138,8 +137,7 @@ int64_t gs_grpc_call_deadline_left_ms(const struct gs_grpc_call *c)
         gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
         int64_t left;
 
-        if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0 ||
-            d.tv_sec > now.tv_sec + 365 * 24 * 3600)
+        if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0 || d.tv_sec > now.tv_sec + 365 * 24 * 3600)
                 return -1;
         left = gpr_time_to_millis(gpr_time_sub(d, now));
         return left < 0 ? 0 : left;
@@ -185,8 +183,8 @@ int gs_grpc_call_send(struct gs_grpc_call *c, const ProtobufCMessage *msg, int t
         if (ev.type == GRPC_QUEUE_TIMEOUT) {
                 /* A client that does not read: give up on it.  The batch then
                  * completes (unsuccessfully) at once. */
-                grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                             "client did not read the stream", NULL);
+                grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, "client did not read the stream",
+                                             NULL);
                 pluck(c->cq, TAG_SEND, -1);
                 grpc_byte_buffer_destroy(bb);
                 return -ETIMEDOUT;
@@ -197,8 +195,7 @@ int gs_grpc_call_send(struct gs_grpc_call *c, const ProtobufCMessage *msg, int t
 
 /* Sends the final status (and reply, if any).  Errors are not reported: the
  * client may be gone, which is fine. */
-static void finish(struct gs_grpc_call *c, grpc_status_code code, const char *msg,
-                   const ProtobufCMessage *reply)
+static void finish(struct gs_grpc_call *c, grpc_status_code code, const char *msg, const ProtobufCMessage *reply)
 {
         grpc_op ops[3];
         size_t n = 0;
@@ -249,8 +246,8 @@ static void watch_close(struct gs_grpc_call *c)
 }
 
 /* Receives and decodes the request; on failure fills code/msg. */
-static ProtobufCMessage *recv_request(struct gs_grpc_call *c, const struct gs_grpc_method *m,
-                                      grpc_status_code *code, char *msg, size_t msglen)
+static ProtobufCMessage *recv_request(struct gs_grpc_call *c, const struct gs_grpc_method *m, grpc_status_code *code,
+                                      char *msg, size_t msglen)
 {
         grpc_byte_buffer *bb = NULL;
         grpc_op op;
@@ -267,8 +264,7 @@ static ProtobufCMessage *recv_request(struct gs_grpc_call *c, const struct gs_gr
         }
         ev = pluck(c->cq, TAG_RECV, RECV_REQUEST_TIMEOUT_MS);
         if (ev.type == GRPC_QUEUE_TIMEOUT) {
-                grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                             "no request message", NULL);
+                grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, "no request message", NULL);
                 ev = pluck(c->cq, TAG_RECV, -1);
         }
         if (!ev.success || !bb) {
@@ -279,8 +275,7 @@ static ProtobufCMessage *recv_request(struct gs_grpc_call *c, const struct gs_gr
         req = unpack(m->request, bb);
         if (!req) {
                 *code = GRPC_STATUS_INVALID_ARGUMENT;
-                snprintf(msg, msglen, "%s: the request is not a valid %s", m->path,
-                         m->request->name);
+                snprintf(msg, msglen, "%s: the request is not a valid %s", m->path, m->request->name);
         }
 out:
         if (bb)
@@ -368,8 +363,7 @@ static struct gs_grpc_call *request_call(struct gs_grpc_server *s)
         grpc_call_details_init(&c->details);
         grpc_metadata_array_init(&c->md);
         c->cq = grpc_completion_queue_create_for_pluck(NULL);
-        if (grpc_server_request_call(s->server, &c->call, &c->details, &c->md, c->cq, s->cq, c) !=
-            GRPC_CALL_OK) {
+        if (grpc_server_request_call(s->server, &c->call, &c->details, &c->md, c->cq, s->cq, c) != GRPC_CALL_OK) {
                 call_free(c);
                 return NULL;
         }
@@ -404,8 +398,7 @@ static void start_call(struct gs_grpc_server *s, struct gs_grpc_call *c)
         /* Too busy: answer here, without reading the request. */
         {
                 watch_close(c);
-                finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "server busy: too many calls in flight",
-                       NULL);
+                finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "server busy: too many calls in flight", NULL);
                 if (!c->closed)
                         pluck(c->cq, TAG_CLOSE, -1);
                 call_free(c);
@@ -444,8 +437,8 @@ static void *dispatcher(void *arg)
         return NULL;
 }
 
-int gs_grpc_server_start(const char *path, const struct gs_grpc_method *methods, size_t n,
-                         void *ctx, struct gs_grpc_server **ret_server)
+int gs_grpc_server_start(const char *path, const struct gs_grpc_method *methods, size_t n, void *ctx,
+                         struct gs_grpc_server **ret_server)
 {
         struct sockaddr_un sa;
         struct gs_grpc_server *s;
@@ -517,8 +510,7 @@ void gs_grpc_server_stop(struct gs_grpc_server *s)
         pthread_mutex_unlock(&s->mu);
         grpc_server_destroy(s->server);
         grpc_completion_queue_shutdown(s->cq);
-        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
-               GRPC_QUEUE_SHUTDOWN)
+        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type != GRPC_QUEUE_SHUTDOWN)
                 ;
         grpc_completion_queue_destroy(s->cq);
         pthread_mutex_destroy(&s->mu);
@@ -554,9 +546,8 @@ static void copy_details(grpc_slice details, char *msg, size_t msglen)
 }
 
 int gs_grpc_unary_call(const char *path, const char *method, const ProtobufCMessage *req,
-                       const ProtobufCMessageDescriptor *reply_desc, int timeout_ms,
-                       ProtobufCMessage **ret_reply, grpc_status_code *ret_status, char *msg,
-                       size_t msglen)
+                       const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **ret_reply,
+                       grpc_status_code *ret_status, char *msg, size_t msglen)
 {
         grpc_channel *ch;
         grpc_completion_queue *cq;
@@ -576,8 +567,8 @@ int gs_grpc_unary_call(const char *path, const char *method, const ProtobufCMess
         cq = grpc_completion_queue_create_for_pluck(NULL);
         grpc_metadata_array_init(&md_init);
         grpc_metadata_array_init(&md_trail);
-        call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, mslice, NULL,
-                                        deadline_in(timeout_ms), NULL);
+        call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, mslice, NULL, deadline_in(timeout_ms),
+                                        NULL);
         send = pack(req);
         memset(ops, 0, sizeof(ops));
         ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -658,8 +649,8 @@ int gs_grpc_stream_open(const char *path, const char *method, const ProtobufCMes
         grpc_metadata_array_init(&st->md_trail);
         st->details = grpc_empty_slice();
         mslice = grpc_slice_from_copied_string(method);
-        st->call = grpc_channel_create_call(st->ch, NULL, GRPC_PROPAGATE_DEFAULTS, st->cq, mslice,
-                                            NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        st->call = grpc_channel_create_call(st->ch, NULL, GRPC_PROPAGATE_DEFAULTS, st->cq, mslice, NULL,
+                                            gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         grpc_slice_unref(mslice);
         send = pack(req);
         memset(ops, 0, sizeof(ops));
@@ -692,9 +683,8 @@ int gs_grpc_stream_open(const char *path, const char *method, const ProtobufCMes
         return 0;
 }
 
-int gs_grpc_stream_read(struct gs_grpc_stream *st, const ProtobufCMessageDescriptor *d,
-                        int timeout_ms, ProtobufCMessage **ret_msg, grpc_status_code *ret_status,
-                        char *msg, size_t msglen)
+int gs_grpc_stream_read(struct gs_grpc_stream *st, const ProtobufCMessageDescriptor *d, int timeout_ms,
+                        ProtobufCMessage **ret_msg, grpc_status_code *ret_status, char *msg, size_t msglen)
 {
         grpc_event ev;
         ProtobufCMessage *m;

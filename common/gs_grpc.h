@@ -33,16 +33,13 @@ struct gs_grpc_call;
 /* A unary handler.  On GRPC_STATUS_OK, *ret_reply holds the reply, which the
  * server packs and then hands to the method's free_reply.  Otherwise msg
  * (msglen bytes) says what was wrong, and *ret_reply must be left NULL. */
-typedef grpc_status_code (*gs_grpc_unary_fn)(void *ctx, struct gs_grpc_call *call,
-                                             const ProtobufCMessage *req,
-                                             ProtobufCMessage **ret_reply, char *msg,
-                                             size_t msglen);
+typedef grpc_status_code (*gs_grpc_unary_fn)(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req,
+                                             ProtobufCMessage **ret_reply, char *msg, size_t msglen);
 typedef void (*gs_grpc_free_fn)(void *ctx, ProtobufCMessage *reply);
 /* A server-streaming handler: sends with gs_grpc_call_send, returns the
  * final status (ignored if the client is gone). */
-typedef grpc_status_code (*gs_grpc_stream_fn)(void *ctx, struct gs_grpc_call *call,
-                                              const ProtobufCMessage *req, char *msg,
-                                              size_t msglen);
+typedef grpc_status_code (*gs_grpc_stream_fn)(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req,
+                                              char *msg, size_t msglen);
 
 struct gs_grpc_method {
         const char *path;                          /* "/package.Service/Method" */
@@ -56,8 +53,8 @@ struct gs_grpc_method {
  * is replaced).  methods and ctx must outlive the server.  Returns 0 with
  * *ret_server set, or a negative errno (-EADDRINUSE if the socket cannot be
  * bound, -ENAMETOOLONG for a path that does not fit sockaddr_un). */
-int gs_grpc_server_start(const char *path, const struct gs_grpc_method *methods, size_t n,
-                         void *ctx, struct gs_grpc_server **ret_server) GS_WUR;
+int gs_grpc_server_start(const char *path, const struct gs_grpc_method *methods, size_t n, void *ctx,
+                         struct gs_grpc_server **ret_server) GS_WUR;
 
 /* Stops accepting calls, cancels the calls in flight (streams see their
  * client gone), waits for every handler to return, and frees the server.
@@ -68,8 +65,7 @@ void gs_grpc_server_stop(struct gs_grpc_server *s);
  * call is over (client cancelled or vanished, server stopping), -ETIMEDOUT if
  * the client did not take it within timeout_ms (the call is then cancelled),
  * or -ENOMEM. */
-int gs_grpc_call_send(struct gs_grpc_call *call, const ProtobufCMessage *msg,
-                      int timeout_ms) GS_WUR;
+int gs_grpc_call_send(struct gs_grpc_call *call, const ProtobufCMessage *msg, int timeout_ms) GS_WUR;
 
 /* In a handler: waits up to timeout_ms (0: just look) for the call to end.
  * Returns 1 if the client cancelled, vanished, or the server is stopping;
@@ -87,9 +83,8 @@ int64_t gs_grpc_call_deadline_left_ms(const struct gs_grpc_call *call);
  * UNAVAILABLE, -EPROTO for any other status or an undecodable reply) with
  * *ret_status and msg saying why.  ret_status may be NULL. */
 int gs_grpc_unary_call(const char *path, const char *method, const ProtobufCMessage *req,
-                       const ProtobufCMessageDescriptor *reply_desc, int timeout_ms,
-                       ProtobufCMessage **ret_reply, grpc_status_code *ret_status, char *msg,
-                       size_t msglen) GS_WUR;
+                       const ProtobufCMessageDescriptor *reply_desc, int timeout_ms, ProtobufCMessage **ret_reply,
+                       grpc_status_code *ret_status, char *msg, size_t msglen) GS_WUR;
 
 struct gs_grpc_stream;
 
@@ -99,9 +94,8 @@ int gs_grpc_stream_open(const char *path, const char *method, const ProtobufCMes
 /* Reads the next message, waiting at most timeout_ms.  Returns 0 with
  * *ret_msg, -ETIMEDOUT (call again to keep waiting), -ENODATA at the end of
  * the stream (*ret_status, msg then hold the final status), -EBADMSG. */
-int gs_grpc_stream_read(struct gs_grpc_stream *st, const ProtobufCMessageDescriptor *d,
-                        int timeout_ms, ProtobufCMessage **ret_msg, grpc_status_code *ret_status,
-                        char *msg, size_t msglen) GS_WUR;
+int gs_grpc_stream_read(struct gs_grpc_stream *st, const ProtobufCMessageDescriptor *d, int timeout_ms,
+                        ProtobufCMessage **ret_msg, grpc_status_code *ret_status, char *msg, size_t msglen) GS_WUR;
 /* Cancels the call if still open and frees everything.  NULL is fine. */
 void gs_grpc_stream_close(struct gs_grpc_stream *st);
 

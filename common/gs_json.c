@@ -52,7 +52,9 @@ static int j_string(struct jp *j, char *out, size_t cap, bool *ret_trunc)
                                 return -EINVAL;
                         ch = (unsigned char)*j->p++;
                         switch (ch) {
-                        case '"': case '\\': case '/': break;
+                        case '"':
+                        case '\\':
+                        case '/': break;
                         case 'b': ch = '\b'; break;
                         case 'f': ch = '\f'; break;
                         case 'n': ch = '\n'; break;
@@ -157,8 +159,7 @@ static int j_scalar(struct jp *j, struct gs_json_want *w)
         const char *s = j->p;
         size_t n;
 
-        while (j->p < j->end && (isalnum((unsigned char)*j->p) || *j->p == '-' || *j->p == '+' ||
-                                 *j->p == '.'))
+        while (j->p < j->end && (isalnum((unsigned char)*j->p) || *j->p == '-' || *j->p == '+' || *j->p == '.'))
                 j->p++;
         n = (size_t)(j->p - s);
         if (n == 0)

@@ -19,10 +19,10 @@
 #define GS_JSON_MAX_DEPTH 64
 
 struct gs_json_want {
-        const char *path;        /* dotted path of object keys */
-        char *buf;               /* the value, NUL-terminated ("" if not found) */
-        size_t cap;              /* > 0 */
-        bool found;              /* false also for a value longer than cap - 1 */
+        const char *path; /* dotted path of object keys */
+        char *buf;        /* the value, NUL-terminated ("" if not found) */
+        size_t cap;       /* > 0 */
+        bool found;       /* false also for a value longer than cap - 1 */
 };
 
 /* Parses s[0, len) (no NUL needed): one JSON object, nothing but

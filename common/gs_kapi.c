@@ -49,8 +49,8 @@ int gs_kapi_base_url(const struct gs_config *c, char *buf, size_t cap, char *err
                 if (strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 ||
                     strspn(host, "0123456789abcdefABCDEF.:-") != strlen(host)) {
                         snprintf(err, errlen,
-                                 "KUBERNETES_SERVICE_HOST/PORT ('%.64s', '%.8s') are not an address and a port",
-                                 host, port);
+                                 "KUBERNETES_SERVICE_HOST/PORT ('%.64s', '%.8s') are not an address and a port", host,
+                                 port);
                         return -EINVAL;
                 }
                 if (strchr(host, ':'))
@@ -64,8 +64,7 @@ int gs_kapi_base_url(const struct gs_config *c, char *buf, size_t cap, char *err
         return 0;
 }
 
-int gs_kapi_init(struct gs_kapi *k, const struct gs_config *c, const char *user_agent, char *err,
-                 size_t errlen)
+int gs_kapi_init(struct gs_kapi *k, const struct gs_config *c, const char *user_agent, char *err, size_t errlen)
 {
         memset(k, 0, sizeof(*k));
         k->user_agent = user_agent;
@@ -106,9 +105,9 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
         return n;
 }
 
-int gs_kapi_request(const struct gs_kapi *k, const char *method, const char *path,
-                    const char *content_type, const char *body, size_t max_reply, long *ret_code,
-                    char **ret_body, size_t *ret_len, char *err, size_t errlen)
+int gs_kapi_request(const struct gs_kapi *k, const char *method, const char *path, const char *content_type,
+                    const char *body, size_t max_reply, long *ret_code, char **ret_body, size_t *ret_len, char *err,
+                    size_t errlen)
 {
         struct reply rep = { .max = max_reply };
         struct gs_kapi_req q;
@@ -142,8 +141,7 @@ int gs_kapi_request(const struct gs_kapi *k, const char *method, const char *pat
                 snprintf(err, errlen, "%s %.200s: reply over %zu bytes", method, path, max_reply);
                 r = -EMSGSIZE;
         } else if (cr != CURLE_OK) {
-                snprintf(err, errlen, "%s %.200s: %s", method, path,
-                         q.errbuf[0] ? q.errbuf : curl_easy_strerror(cr));
+                snprintf(err, errlen, "%s %.200s: %s", method, path, q.errbuf[0] ? q.errbuf : curl_easy_strerror(cr));
                 r = -EIO;
         } else if (!rep.buf && !(rep.buf = calloc(1, 1))) {
                 snprintf(err, errlen, "out of memory");
@@ -160,8 +158,8 @@ int gs_kapi_request(const struct gs_kapi *k, const char *method, const char *pat
         return r;
 }
 
-int gs_kapi_req_new(struct gs_kapi_req *q, const char *url, const char *token_file,
-                    const char *ca_file, const char *content_type, char *err, size_t errlen)
+int gs_kapi_req_new(struct gs_kapi_req *q, const char *url, const char *token_file, const char *ca_file,
+                    const char *content_type, char *err, size_t errlen)
 {
         static const char bearer[] = "Authorization: Bearer ";
         int r;
@@ -180,12 +178,12 @@ int gs_kapi_req_new(struct gs_kapi_req *q, const char *url, const char *token_fi
                         goto fail;
                 }
                 memcpy(q->auth, bearer, sizeof(bearer));
-                r = gs_kapi_read_token(token_file, q->auth + sizeof(bearer) - 1,
-                                          GS_KAPI_TOKEN_MAX);
+                r = gs_kapi_read_token(token_file, q->auth + sizeof(bearer) - 1, GS_KAPI_TOKEN_MAX);
                 if (r < 0) {
                         snprintf(err, errlen, "cannot read the token %.300s: %s", token_file,
-                                 r == -EINVAL ? "not one line of printable characters"
-                                 : r == -ENODATA ? "empty" : strerror(-r));
+                                 r == -EINVAL    ? "not one line of printable characters"
+                                 : r == -ENODATA ? "empty"
+                                                 : strerror(-r));
                         goto fail;
                 }
                 q->hdrs = curl_slist_append(q->hdrs, q->auth);

@@ -16,8 +16,14 @@ void gs_log_init(const char *name, int level)
         log_level = level;
 }
 
-void gs_log_set_level(int level) { log_level = level; }
-int gs_log_get_level(void) { return log_level; }
+void gs_log_set_level(int level)
+{
+        log_level = level;
+}
+int gs_log_get_level(void)
+{
+        return log_level;
+}
 
 int gs_log_parse_level(const char *s)
 {
@@ -55,8 +61,7 @@ void gs_log(int level, const char *fmt, ...)
         vsnprintf(line, sizeof(line), fmt, ap);
         va_end(ap);
         /* One fprintf per line so concurrent threads do not interleave. */
-        fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s: %s\n",
-                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                tm.tm_sec, ts.tv_nsec / 1000000, tags[level], log_name, line);
+        fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s: %s\n", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, tags[level], log_name, line);
         errno = saved;
 }

@@ -18,8 +18,8 @@ int gs_log_parse_level(const char *s) GS_WUR;
 void gs_log(int level, const char *fmt, ...) GS_PRINTF(2, 3);
 
 #define log_error(...) gs_log(GS_LOG_ERROR, __VA_ARGS__)
-#define log_warn(...)  gs_log(GS_LOG_WARN, __VA_ARGS__)
-#define log_info(...)  gs_log(GS_LOG_INFO, __VA_ARGS__)
+#define log_warn(...) gs_log(GS_LOG_WARN, __VA_ARGS__)
+#define log_info(...) gs_log(GS_LOG_INFO, __VA_ARGS__)
 #define log_debug(...) gs_log(GS_LOG_DEBUG, __VA_ARGS__)
 
 #endif

@@ -8,8 +8,8 @@
 static void report(const struct gs_logrep_slot *s, int64_t now)
 {
         if (s->repeats)
-                gs_log(s->level, "%s (repeated %llu times in the last %lld s)", s->line,
-                       (unsigned long long)s->repeats, (long long)((now - s->last_ms + 999) / 1000));
+                gs_log(s->level, "%s (repeated %llu times in the last %lld s)", s->line, (unsigned long long)s->repeats,
+                       (long long)((now - s->last_ms + 999) / 1000));
 }
 
 static struct gs_logrep_slot *find(struct gs_logrep *r, uint64_t key)

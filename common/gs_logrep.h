@@ -25,8 +25,8 @@
 
 struct gs_logrep_slot {
         uint64_t key;
-        uint64_t repeats;  /* not logged since last_ms */
-        int64_t last_ms;   /* when it was last logged; 0: slot free */
+        uint64_t repeats; /* not logged since last_ms */
+        int64_t last_ms;  /* when it was last logged; 0: slot free */
         int level;
         char line[GS_LOGREP_LINE]; /* the last line logged, for the count */
 };
@@ -37,7 +37,10 @@ struct gs_logrep {
         struct gs_logrep_slot slot[GS_LOGREP_SLOTS];
 };
 
-#define GS_LOGREP_INIT { .mu = PTHREAD_MUTEX_INITIALIZER, .interval_ms = GS_LOGREP_INTERVAL_MS }
+#define GS_LOGREP_INIT                                                                \
+        {                                                                             \
+                .mu = PTHREAD_MUTEX_INITIALIZER, .interval_ms = GS_LOGREP_INTERVAL_MS \
+        }
 
 /* Logs the line at level the first time key occurs, and again (with the
  * count) when it occurs interval_ms after it was last logged; counts it
@@ -60,10 +63,10 @@ static inline uint64_t gs_logrep_key(const char *s)
 }
 
 /* A call site's own gs_logrep: log_warn_rep(key, fmt, ...). */
-#define gs_log_rep(level, key, ...)                                               \
-        do {                                                                      \
-                static struct gs_logrep gs_logrep_site_ = GS_LOGREP_INIT;         \
-                gs_logrep(&gs_logrep_site_, (level), (key), __VA_ARGS__);         \
+#define gs_log_rep(level, key, ...)                                       \
+        do {                                                              \
+                static struct gs_logrep gs_logrep_site_ = GS_LOGREP_INIT; \
+                gs_logrep(&gs_logrep_site_, (level), (key), __VA_ARGS__); \
         } while (0)
 #define log_warn_rep(key, ...) gs_log_rep(GS_LOG_WARN, (key), __VA_ARGS__)
 #define log_info_rep(key, ...) gs_log_rep(GS_LOG_INFO, (key), __VA_ARGS__)

@@ -81,8 +81,8 @@ static void mark_allocated(struct gs_mirror *m, struct gs_mirror_gpu *g, size_t 
 
 /* Builds our GPU table from a ListGpusReply; -EBADMSG if the agent's data is
  * not usable. */
-static int gpus_from_reply(struct gs_mirror *m, const Gshare__Ctl__V1__ListGpusReply *l,
-                           struct gs_mirror_gpu **ret, size_t *ret_n)
+static int gpus_from_reply(struct gs_mirror *m, const Gshare__Ctl__V1__ListGpusReply *l, struct gs_mirror_gpu **ret,
+                           size_t *ret_n)
 {
         struct gs_mirror_gpu *g;
         bool any_lent = false;
@@ -97,8 +97,8 @@ static int gpus_from_reply(struct gs_mirror *m, const Gshare__Ctl__V1__ListGpusR
                 uint8_t raw[16];
 
                 if (gs_uuid_parse(s->uuid, raw) < 0 || s->units_total >= GS_MAX_UNITS_PER_GPU) {
-                        log_warn("agent reported a GPU with a bad UUID '%s' or %u units; ignored",
-                                 s->uuid, s->units_total);
+                        log_warn("agent reported a GPU with a bad UUID '%s' or %u units; ignored", s->uuid,
+                                 s->units_total);
                         free_gpus(g, l->n_gpus);
                         return -EBADMSG;
                 }
@@ -162,11 +162,10 @@ static bool same_list(const struct gs_mirror_gpu *a, size_t na, const struct gs_
         if (na != nb)
                 return false;
         for (size_t i = 0; i < na; i++)
-                if (strcmp(a[i].uuid, b[i].uuid) != 0 || a[i].units != b[i].units ||
-                    a[i].numa != b[i].numa || a[i].healthy != b[i].healthy || a[i].index != b[i].index ||
-                    a[i].unit_bytes != b[i].unit_bytes || a[i].total_bytes != b[i].total_bytes ||
-                    strcmp(a[i].name, b[i].name) != 0 || strcmp(a[i].pci, b[i].pci) != 0 ||
-                    memcmp(a[i].unhealthy, b[i].unhealthy, a[i].units) != 0)
+                if (strcmp(a[i].uuid, b[i].uuid) != 0 || a[i].units != b[i].units || a[i].numa != b[i].numa ||
+                    a[i].healthy != b[i].healthy || a[i].index != b[i].index || a[i].unit_bytes != b[i].unit_bytes ||
+                    a[i].total_bytes != b[i].total_bytes || strcmp(a[i].name, b[i].name) != 0 ||
+                    strcmp(a[i].pci, b[i].pci) != 0 || memcmp(a[i].unhealthy, b[i].unhealthy, a[i].units) != 0)
                         return false;
         return true;
 }
@@ -184,8 +183,7 @@ static void publish(struct gs_mirror *m, struct gs_mirror_gpu *g, size_t n, bool
                 return; /* already down */
         }
         if (up != m->agent_up)
-                log_info("gshare agent at %s is %s", m->cli->socket,
-                         up ? "reachable" : "unreachable");
+                log_info("gshare agent at %s is %s", m->cli->socket, up ? "reachable" : "unreachable");
         old = m->gpus;
         nold = m->ngpus;
         if (g) {
@@ -307,8 +305,7 @@ int gs_mirror_check_id(const struct gs_mirror *m, const char *id, const char *re
         }
         g = gs_mirror_find(m, uuid);
         if (!g || unit >= g->units) {
-                snprintf(msg, n, "device ID '%s' is not a %s device of this node", id,
-                         resource);
+                snprintf(msg, n, "device ID '%s' is not a %s device of this node", id, resource);
                 return -ENOENT;
         }
         *ret_gpu = g;

@@ -28,16 +28,16 @@
 struct gs_mirror_gpu {
         char uuid[GS_UUID_STR_LEN + 1];
         char pci[32];
-        char name[256];        /* product name */
+        char name[256]; /* product name */
         uint32_t index;
         int32_t numa;
-        uint32_t units;        /* units_total */
+        uint32_t units; /* units_total */
         uint32_t lent;
-        uint32_t draining;     /* units of gone pods still in use */
+        uint32_t draining; /* units of gone pods still in use */
         uint64_t unit_bytes;
-        uint64_t total_bytes;  /* the GPU's memory */
+        uint64_t total_bytes; /* the GPU's memory */
         bool healthy;
-        uint8_t *unhealthy;    /* per unit: reported Unhealthy (lent, draining) */
+        uint8_t *unhealthy; /* per unit: reported Unhealthy (lent, draining) */
 };
 
 struct gs_mirror {
@@ -47,8 +47,8 @@ struct gs_mirror {
         struct gs_mirror_gpu *gpus; /* under mu */
         size_t ngpus;
         bool agent_up, agent_seen;
-        bool lost;               /* the watcher's: the stream broke, not yet back */
-        uint64_t gen;            /* bumped on every change (see above) */
+        bool lost;    /* the watcher's: the stream broke, not yet back */
+        uint64_t gen; /* bumped on every change (see above) */
         bool stopping;
         pthread_t watcher;
         bool started;
@@ -79,8 +79,7 @@ const struct gs_mirror_gpu *gs_mirror_find(const struct gs_mirror *m, const char
 /* Parses a device ID and checks that it is a unit of a GPU of the list.
  * 0, or -EINVAL / -ENOENT with msg naming the ID (and resource). */
 int gs_mirror_check_id(const struct gs_mirror *m, const char *id, const char *resource,
-                       const struct gs_mirror_gpu **ret_gpu, uint32_t *ret_unit, char *msg,
-                       size_t n) GS_WUR;
+                       const struct gs_mirror_gpu **ret_gpu, uint32_t *ret_unit, char *msg, size_t n) GS_WUR;
 /* The most units of one GPU. */
 uint32_t gs_mirror_largest(const struct gs_mirror *m);
 

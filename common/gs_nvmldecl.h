@@ -29,7 +29,7 @@ typedef struct nvmlMemory_st {
 } nvmlMemory_t;
 
 typedef struct nvmlMemory_v2_st {
-        unsigned int version;        /* nvmlMemory_v2 */
+        unsigned int version; /* nvmlMemory_v2 */
         unsigned long long total;
         unsigned long long reserved; /* for the driver and firmware; counted in used */
         unsigned long long free;

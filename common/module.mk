@@ -19,3 +19,9 @@ $(B)/test/check_ring: $(B)/test/check_ring.o $(COMMON_A)
 
 $(B)/test/check_logrep: $(B)/test/check_logrep.o $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK) -lpthread
+
+# The shared helpers' own checks (test/check_<module>.c), each against
+# libgscommon.a alone.
+COMMON_CHECKS := $(patsubst %,$(B)/test/check_%,sock mkdir k8sname ctl arena flags)
+$(COMMON_CHECKS): $(B)/test/check_%: $(B)/test/check_%.o $(COMMON_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_CHECK) $(PKG_PBC) $(PKG_YAML)

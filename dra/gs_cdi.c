@@ -73,8 +73,8 @@ static int cdi_fill(FILE *f, void *ctx)
         return gs_cdi_json(f, c->kind, c->name, c->spec);
 }
 
-int gs_cdi_write(const char *dir, const char *kind, const char *name, const struct gs_ctrspec *s,
-                 char *err, size_t errlen)
+int gs_cdi_write(const char *dir, const char *kind, const char *name, const struct gs_ctrspec *s, char *err,
+                 size_t errlen)
 {
         struct cdi_fill c = { kind, name, s };
         char path[PATH_MAX];

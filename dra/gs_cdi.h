@@ -24,11 +24,10 @@ int gs_cdi_json(FILE *f, const char *kind, const char *name, const struct gs_ctr
 
 /* Writes the spec of claim name into dir (created 0755 if missing).
  * 0 or a negative errno with err. */
-int gs_cdi_write(const char *dir, const char *kind, const char *name, const struct gs_ctrspec *s,
-                 char *err, size_t errlen) GS_WUR;
+int gs_cdi_write(const char *dir, const char *kind, const char *name, const struct gs_ctrspec *s, char *err,
+                 size_t errlen) GS_WUR;
 
 /* Removes it; 0 also if it was not there. */
 int gs_cdi_remove(const char *dir, const char *kind, const char *name) GS_WUR;
-
 
 #endif

@@ -39,8 +39,10 @@ int gs_claim_quantity(const char *s, uint64_t *ret)
         static const struct {
                 const char *sfx;
                 uint64_t mul;
-        } sfx[] = { { "Ki", 1ull << 10 }, { "Mi", 1ull << 20 }, { "Gi", 1ull << 30 }, { "Ti", 1ull << 40 },
-                    { "Pi", 1ull << 50 }, { "k", 1000ull },     { "M", 1000000ull },  { "G", 1000000000ull },
+        } sfx[] = { { "Ki", 1ull << 10 },      { "Mi", 1ull << 20 },
+                    { "Gi", 1ull << 30 },      { "Ti", 1ull << 40 },
+                    { "Pi", 1ull << 50 },      { "k", 1000ull },
+                    { "M", 1000000ull },       { "G", 1000000000ull },
                     { "T", 1000000000000ull }, { "", 1 } };
         char *end;
         unsigned long long v;
@@ -89,8 +91,8 @@ static int result(yaml_document_t *d, yaml_node_t *n, struct gs_claim_result *r,
                 return -EINVAL;
         }
         if (mem[0] && gs_claim_quantity(mem, &r->memory) < 0) {
-                snprintf(err, errlen, "consumedCapacity.memory '%.40s' of device %.64s is not a quantity of bytes",
-                         mem, r->device);
+                snprintf(err, errlen, "consumedCapacity.memory '%.40s' of device %.64s is not a quantity of bytes", mem,
+                         r->device);
                 return -EINVAL;
         }
         return 0;
@@ -102,7 +104,8 @@ static bool config_applies(yaml_document_t *d, yaml_node_t *n, const struct gs_c
 {
         yaml_node_t *reqs = get(d, n, "requests");
 
-        if (!reqs || reqs->type != YAML_SEQUENCE_NODE || reqs->data.sequence.items.start == reqs->data.sequence.items.top)
+        if (!reqs || reqs->type != YAML_SEQUENCE_NODE ||
+            reqs->data.sequence.items.start == reqs->data.sequence.items.top)
                 return true;
         for (yaml_node_item_t *it = reqs->data.sequence.items.start; it < reqs->data.sequence.items.top; it++) {
                 char name[64];
@@ -137,8 +140,7 @@ static int config_burst(yaml_document_t *d, yaml_node_t *alloc, const char *driv
                         snprintf(err, errlen, "the configuration of %s has no parameters object", driver);
                         return -EINVAL;
                 }
-                for (yaml_node_pair_t *p = params->data.mapping.pairs.start; p < params->data.mapping.pairs.top;
-                     p++) {
+                for (yaml_node_pair_t *p = params->data.mapping.pairs.start; p < params->data.mapping.pairs.top; p++) {
                         char key[64];
                         if (scalar(yaml_document_get_node(d, p->key), key, sizeof(key)) < 0 ||
                             (strcmp(key, "burst") && strcmp(key, "apiVersion") && strcmp(key, "kind"))) {
@@ -165,8 +167,8 @@ static int config_burst(yaml_document_t *d, yaml_node_t *alloc, const char *driv
         return 0;
 }
 
-int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret,
-                   char *err, size_t errlen)
+int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret, char *err,
+                   size_t errlen)
 {
         yaml_parser_t p;
         yaml_document_t d;
@@ -200,16 +202,14 @@ int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_c
         results = get(&d, get(&d, alloc, "devices"), "results");
         if (!results || results->type != YAML_SEQUENCE_NODE)
                 goto out;
-        for (yaml_node_item_t *it = results->data.sequence.items.start; it < results->data.sequence.items.top;
-             it++) {
+        for (yaml_node_item_t *it = results->data.sequence.items.start; it < results->data.sequence.items.top; it++) {
                 yaml_node_t *n = yaml_document_get_node(&d, *it);
                 char drv[254];
 
                 if (scalar(get(&d, n, "driver"), drv, sizeof(drv)) < 0 || strcmp(drv, driver) != 0)
                         continue;
                 if (ret->nresults == GS_CLAIM_MAX_RESULTS) {
-                        snprintf(err, errlen, "the claim has more than %d results of %s", GS_CLAIM_MAX_RESULTS,
-                                 driver);
+                        snprintf(err, errlen, "the claim has more than %d results of %s", GS_CLAIM_MAX_RESULTS, driver);
                         r = -EINVAL;
                         goto out;
                 }

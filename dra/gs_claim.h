@@ -22,18 +22,18 @@ struct gs_claim_result {
         char pool[254];
         char device[64];
         char share_id[64];
-        uint64_t memory;   /* consumedCapacity.memory in bytes; 0: none */
+        uint64_t memory; /* consumedCapacity.memory in bytes; 0: none */
 };
 
 struct gs_claim_info {
         char uid[64];
-        int allocated;     /* status.allocation present */
+        int allocated; /* status.allocation present */
         /* The burst limit (docs/burst.md) from the opaque configuration of
          * our driver that applies to our results
          * (status.allocation.devices.config[].opaque.parameters.burst, a
          * quantity of bytes); 0: none. */
         uint64_t burst;
-        size_t nresults;   /* results of driver only */
+        size_t nresults; /* results of driver only */
         struct gs_claim_result results[GS_CLAIM_MAX_RESULTS];
 };
 
@@ -43,8 +43,8 @@ struct gs_claim_info {
  * than GS_CLAIM_MAX_RESULTS of ours; a configuration of our driver with a
  * parameter other than burst, apiVersion and kind, a burst that is not a
  * quantity of bytes, or two that differ). */
-int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret,
-                   char *err, size_t errlen) GS_WUR;
+int gs_claim_parse(const char *json, size_t len, const char *driver, struct gs_claim_info *ret, char *err,
+                   size_t errlen) GS_WUR;
 
 /* A Kubernetes quantity of bytes: "8Gi", "2048Mi", "8G", "1e9", "123".
  * -EINVAL for anything else (negative, fractional bytes, milli), -ERANGE. */

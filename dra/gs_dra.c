@@ -18,6 +18,7 @@
 
 #include "gs_dractx.h"
 #include "gs_log.h"
+#include "gs_mkdir.h"
 #include "pluginregistration_v1.pb-c.h"
 
 /* How long the start waits for the agent's first GPU list. */
@@ -114,21 +115,6 @@ static void remove_stale(const char *dir, const char *prefix, const char *suffix
         closedir(dh);
 }
 
-static int mkdirs(const char *path)
-{
-        char p[PATH_MAX];
-
-        snprintf(p, sizeof(p), "%s", path);
-        for (char *s = p + 1; *s; s++)
-                if (*s == '/') {
-                        *s = '\0';
-                        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                                return gs_neg_errno();
-                        *s = '/';
-                }
-        return mkdir(p, 0750) < 0 && errno != EEXIST ? gs_neg_errno() : 0;
-}
-
 int gs_dra_run(const struct gs_dra_opts *o)
 {
         static const struct gs_grpc_method reg_methods[] = {
@@ -155,7 +141,8 @@ int gs_dra_run(const struct gs_dra_opts *o)
                 goto out;
         }
         if (!d->kapi.base[0])
-                log_warn("no API server (apiServer, KUBERNETES_SERVICE_HOST): no ResourceSlice, no claim can be prepared");
+                log_warn(
+                        "no API server (apiServer, KUBERNETES_SERVICE_HOST): no ResourceSlice, no claim can be prepared");
         snprintf(vfile, sizeof(vfile), "%s/version", o->nvidia_proc);
         gs_slice_driver_version(vfile, d->driver_version, sizeof(d->driver_version));
         /* Per pod with $POD_UID (the chart sets it): an upgrade's new pod
@@ -168,16 +155,19 @@ int gs_dra_run(const struct gs_dra_opts *o)
                 snprintf(sfx, sizeof(sfx), "-%s", uid);
         else if (uid && *uid)
                 log_warn("POD_UID '%.64s' is not a pod UID: sockets without it (no rolling update beside another "
-                         "instance)", uid);
-        if (snprintf(d->endpoint, sizeof(d->endpoint), "%s/dra%s.sock", o->plugin_dir, sfx) >= (int)sizeof(d->endpoint) ||
+                         "instance)",
+                         uid);
+        if (snprintf(d->endpoint, sizeof(d->endpoint), "%s/dra%s.sock", o->plugin_dir, sfx) >=
+                    (int)sizeof(d->endpoint) ||
             snprintf(d->reg_socket, sizeof(d->reg_socket), "%s/%s%s-reg.sock", o->registry_dir, o->driver, sfx) >=
                     (int)sizeof(d->reg_socket)) {
                 log_error("socket paths too long");
                 r = -ENAMETOOLONG;
                 goto out;
         }
-        if ((r = mkdirs(o->plugin_dir)) < 0 || (r = mkdirs(o->registry_dir)) < 0) {
-                log_error("cannot create %s or %s: %s", o->plugin_dir, o->registry_dir, strerror(-r));
+        if ((r = gs_mkdir_p(o->plugin_dir, 0755, 0750, err, sizeof(err))) < 0 ||
+            (r = gs_mkdir_p(o->registry_dir, 0755, 0750, err, sizeof(err))) < 0) {
+                log_error("%s", err);
                 goto out;
         }
         remove_stale(o->registry_dir, o->driver, "-reg.sock");

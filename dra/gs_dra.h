@@ -16,18 +16,18 @@
 
 #define GS_DRA_DRIVER "gpumem.gshare.io"
 #define GS_DRA_SERVICE "v1.DRAPlugin"
-#define GS_DRA_SERVICE_BETA "v1beta1.DRAPlugin"  /* same handlers: see gs_dra_run */
-#define GS_DRA_MAX_CLAIMS 64        /* claims in one call */
+#define GS_DRA_SERVICE_BETA "v1beta1.DRAPlugin" /* same handlers: see gs_dra_run */
+#define GS_DRA_MAX_CLAIMS 64                    /* claims in one call */
 
 struct gs_dra_opts {
         struct gs_config cfg;
-        char driver[64];              /* the DRA driver's name */
-        char registry_dir[PATH_MAX];  /* <kubelet>/plugins_registry */
-        char plugin_dir[PATH_MAX];    /* <kubelet>/plugins/<driver> */
-        char cdi_dir[PATH_MAX];       /* /var/run/cdi */
-        char nvidia_proc[PATH_MAX];   /* /proc/driver/nvidia: the driver's version */
+        char driver[64];             /* the DRA driver's name */
+        char registry_dir[PATH_MAX]; /* <kubelet>/plugins_registry */
+        char plugin_dir[PATH_MAX];   /* <kubelet>/plugins/<driver> */
+        char cdi_dir[PATH_MAX];      /* /var/run/cdi */
+        char nvidia_proc[PATH_MAX];  /* /proc/driver/nvidia: the driver's version */
         char node[GS_CONFIG_NODE_NAME_MAX];
-        int agent_timeout_ms;
+        uint32_t agent_timeout_ms; /* each call to the agent, 1..600000 */
 };
 
 /* Runs until SIGTERM or SIGINT (blocked by the caller in every thread).

@@ -23,11 +23,11 @@ struct gs_dractx {
         const struct gs_dra_opts *o;
         struct gs_kapi kapi;
         char driver_version[64];
-        char endpoint[PATH_MAX];      /* <plugin_dir>/dra.sock */
-        char reg_socket[PATH_MAX];    /* <registry_dir>/<driver>-reg.sock */
-        struct gs_agentcli cli;       /* the agent */
-        struct gs_mirror m;           /* its GPUs, and the stop flag */
-        atomic_bool check_slice;      /* check at the publisher's next tick */
+        char endpoint[PATH_MAX];   /* <plugin_dir>/dra.sock */
+        char reg_socket[PATH_MAX]; /* <registry_dir>/<driver>-reg.sock */
+        struct gs_agentcli cli;    /* the agent */
+        struct gs_mirror m;        /* its GPUs, and the stop flag */
+        atomic_bool check_slice;   /* check at the publisher's next tick */
         pthread_t publisher;
         bool publisher_started;
         /* The publisher's: what was last published, and when to retry. */
@@ -35,8 +35,8 @@ struct gs_dractx {
         size_t npublished;
         bool is_published;
         uint64_t generation;
-        bool dirty;                   /* to publish */
-        int64_t retry_at, check_at;   /* CLOCK_MONOTONIC ms */
+        bool dirty;                 /* to publish */
+        int64_t retry_at, check_at; /* CLOCK_MONOTONIC ms */
         int backoff;
 };
 

@@ -15,6 +15,7 @@
 #include "gs_claim.h"
 #include "gs_ctrspec.h"
 #include "gs_dractx.h"
+#include "gs_k8sname.h"
 #include "gs_log.h"
 
 typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim Claim;
@@ -30,12 +31,8 @@ typedef K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse Unpr
 
 static bool claim_ok(const Claim *c, char *err, size_t errlen)
 {
-        size_t nu = c->uid ? strlen(c->uid) : 0, nn = c->name ? strlen(c->name) : 0;
-        size_t ns = c->namespace_ ? strlen(c->namespace_) : 0;
-        const char *dns = "abcdefghijklmnopqrstuvwxyz0123456789-.";
-
-        if (nu == 0 || nu > 36 || strspn(c->uid, "0123456789abcdefABCDEF-") != nu || ns == 0 || ns > 63 ||
-            strspn(c->namespace_, dns) != ns || nn == 0 || nn > 253 || strspn(c->name, dns) != nn) {
+        if (!c->uid || !gs_k8s_uid_ok(c->uid) || !c->namespace_ || !gs_k8s_label_ok(c->namespace_) || !c->name ||
+            !gs_k8s_subdomain_ok(c->name)) {
                 snprintf(err, errlen, "claim '%.64s/%.64s' (UID '%.40s'): not a claim namespace, name and UID",
                          c->namespace_ ? c->namespace_ : "", c->name ? c->name : "", c->uid ? c->uid : "");
                 return false;
@@ -57,8 +54,7 @@ static int fetch_claim(struct gs_dractx *d, const Claim *c, struct gs_claim_info
 
         snprintf(path, sizeof(path), "/apis/resource.k8s.io/v1/namespaces/%s/resourceclaims/%s", c->namespace_,
                  c->name);
-        r = gs_kapi_request(&d->kapi, "GET", path, NULL, NULL, GS_CLAIM_MAX_BYTES, &code, &body, &len, err,
-                            errlen);
+        r = gs_kapi_request(&d->kapi, "GET", path, NULL, NULL, GS_CLAIM_MAX_BYTES, &code, &body, &len, err, errlen);
         if (r < 0)
                 return r;
         if (code == 404) {
@@ -93,8 +89,7 @@ static void wait_agent(struct gs_dractx *d, const Claim *c, int wait_ms)
         }
 }
 
-static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out, int wait_ms, char *err,
-                       size_t errlen)
+static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out, int wait_ms, char *err, size_t errlen)
 {
         struct gs_claim_info *ci = calloc(1, sizeof(*ci));
         const struct gs_claim_result *res;
@@ -148,7 +143,8 @@ static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out
         }
         pthread_mutex_unlock(&d->m.mu);
         if (!uuid[0] || !unit) {
-                snprintf(err, errlen, "ResourceClaim %s/%s: device %s is not a GPU of this node (gone, or the agent not reachable)",
+                snprintf(err, errlen,
+                         "ResourceClaim %s/%s: device %s is not a GPU of this node (gone, or the agent not reachable)",
                          c->namespace_, c->name, res->device);
                 r = -ENODEV;
                 goto out;
@@ -164,8 +160,12 @@ static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out
                          c->name, (unsigned long long)res->memory);
                 goto out;
         }
-        cl = (struct gs_agentcli_claim){ .uid = c->uid, .namespace_ = c->namespace_, .name = c->name,
-                                         .gpu_uuid = uuid, .units = (uint32_t)units, .burst = ci->burst,
+        cl = (struct gs_agentcli_claim){ .uid = c->uid,
+                                         .namespace_ = c->namespace_,
+                                         .name = c->name,
+                                         .gpu_uuid = uuid,
+                                         .units = (uint32_t)units,
+                                         .burst = ci->burst,
                                          .wait_ms = wait_ms };
         r = gs_agentcli_create_claim_allocation(&d->cli, &cl, &rep, &e);
         if (r < 0) {

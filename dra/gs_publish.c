@@ -51,8 +51,8 @@ static int publish(struct gs_dractx *d)
                 return 0;
         if (!d->kapi.base[0])
                 return 0;
-        r = gs_slice_publish(&d->kapi, d->o->driver, d->o->node, d->generation + 1, now, n, d->driver_version,
-                             err, sizeof(err));
+        r = gs_slice_publish(&d->kapi, d->o->driver, d->o->node, d->generation + 1, now, n, d->driver_version, err,
+                             sizeof(err));
         if (r < 0) {
                 log_warn("ResourceSlice not published: %s", err);
                 return r;

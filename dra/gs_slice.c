@@ -17,8 +17,8 @@ int gs_slice_name(char *buf, size_t cap, const char *node, const char *driver)
         return n < 0 || (size_t)n >= cap || n > 253 ? -ENAMETOOLONG : 0;
 }
 
-int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t generation,
-                  const struct gs_slice_gpu *g, size_t n, const char *driver_version)
+int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t generation, const struct gs_slice_gpu *g,
+                  size_t n, const char *driver_version)
 {
         char name[300];
 
@@ -34,7 +34,8 @@ int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t genera
         gs_json_write_str(f, node);
         fprintf(f, ",\"generation\":%llu,\"resourceSliceCount\":1},\"devices\":[", (unsigned long long)generation);
         for (size_t i = 0; i < n; i++) {
-                fprintf(f, "%s{\"name\":\"gpu-%u\",\"allowMultipleAllocations\":true,\"attributes\":{\"uuid\":{\"string\":",
+                fprintf(f,
+                        "%s{\"name\":\"gpu-%u\",\"allowMultipleAllocations\":true,\"attributes\":{\"uuid\":{\"string\":",
                         i ? "," : "", g[i].index);
                 gs_json_write_str(f, g[i].uuid);
                 fprintf(f, "},\"productName\":{\"string\":");
@@ -48,8 +49,9 @@ int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t genera
                         gs_json_write_str(f, driver_version);
                         fputc('}', f);
                 }
-                fprintf(f, "},\"capacity\":{\"memory\":{\"value\":\"%llu\",\"requestPolicy\":{\"default\":\"%llu\","
-                           "\"validRange\":{\"min\":\"%llu\",\"step\":\"%llu\"}}}}}",
+                fprintf(f,
+                        "},\"capacity\":{\"memory\":{\"value\":\"%llu\",\"requestPolicy\":{\"default\":\"%llu\","
+                        "\"validRange\":{\"min\":\"%llu\",\"step\":\"%llu\"}}}}}",
                         (unsigned long long)g[i].capacity_bytes, (unsigned long long)g[i].unit_bytes,
                         (unsigned long long)g[i].unit_bytes, (unsigned long long)g[i].unit_bytes);
         }
@@ -58,8 +60,7 @@ int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t genera
 }
 
 int gs_slice_publish(const struct gs_kapi *k, const char *driver, const char *node, uint64_t generation,
-                     const struct gs_slice_gpu *g, size_t n, const char *driver_version, char *err,
-                     size_t errlen)
+                     const struct gs_slice_gpu *g, size_t n, const char *driver_version, char *err, size_t errlen)
 {
         char name[300], path[600], *body = NULL, *reply = NULL;
         size_t blen = 0, rlen = 0;
@@ -82,10 +83,10 @@ int gs_slice_publish(const struct gs_kapi *k, const char *driver, const char *no
                 snprintf(err, errlen, "out of memory building the ResourceSlice");
                 return -ENOMEM;
         }
-        snprintf(path, sizeof(path), "/apis/resource.k8s.io/v1/resourceslices/%s?fieldManager=%s&force=true",
-                 name, "gshare-dra-plugin");
-        r = gs_kapi_request(k, "PATCH", path, "application/apply-patch+yaml", body, REPLY_MAX, &code, &reply,
-                            &rlen, err, errlen);
+        snprintf(path, sizeof(path), "/apis/resource.k8s.io/v1/resourceslices/%s?fieldManager=%s&force=true", name,
+                 "gshare-dra-plugin");
+        r = gs_kapi_request(k, "PATCH", path, "application/apply-patch+yaml", body, REPLY_MAX, &code, &reply, &rlen,
+                            err, errlen);
         free(body);
         if (r < 0)
                 return r;

@@ -30,19 +30,19 @@ struct gs_slice_gpu {
         uint32_t index;
         char uuid[GS_UUID_STR_LEN + 1];
         char name[256];
-        int numa_node;           /* -1: unknown */
+        int numa_node; /* -1: unknown */
         uint64_t total_bytes;
         uint64_t capacity_bytes; /* units_total x unit_bytes */
         uint64_t unit_bytes;
-        char pci[32];            /* PCI bus id, for device nodes (not published) */
+        char pci[32]; /* PCI bus id, for device nodes (not published) */
 };
 
 /* The slice's name: "<node>-<driver>" (a DNS subdomain). */
 int gs_slice_name(char *buf, size_t cap, const char *node, const char *driver) GS_WUR;
 
 /* The slice's JSON to f.  driver_version "" leaves the attribute out. */
-int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t generation,
-                  const struct gs_slice_gpu *g, size_t n, const char *driver_version) GS_WUR;
+int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t generation, const struct gs_slice_gpu *g,
+                  size_t n, const char *driver_version) GS_WUR;
 
 /* Applies the slice.  0, or a negative errno with err (-EACCES for HTTP
  * 401/403: the RBAC). */
@@ -53,8 +53,7 @@ int gs_slice_publish(const struct gs_kapi *k, const char *driver, const char *no
 /* Whether the slice exists on the API server: 1, 0 (404), or a negative
  * errno with err (the kubelet deletes a node's slices when it starts, and
  * a driver's when it stays unregistered for 30 s: the plugin checks). */
-int gs_slice_exists(const struct gs_kapi *k, const char *driver, const char *node, char *err,
-                    size_t errlen) GS_WUR;
+int gs_slice_exists(const struct gs_kapi *k, const char *driver, const char *node, char *err, size_t errlen) GS_WUR;
 
 /* The driver's version from the first line of an NVIDIA version file
  * ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.03  ...") as a

@@ -1,14 +1,15 @@
 /* main.c — gshare-dra-plugin: flags, config, signals (dra/gs_dra.h). */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "gs_config.h"
+#include "gs_config_keys.h"
+#include "gs_flags.h"
 #include "gs_dra.h"
+#include "gs_k8sname.h"
 #include "gs_log.h"
 
 static void usage(FILE *f)
@@ -33,117 +34,77 @@ static void usage(FILE *f)
                 GS_CONFIG_DEFAULT_PATH, GS_DRA_DRIVER);
 }
 
-static int copy_opt(char *dst, size_t cap, const char *flag, const char *v)
+/* The plugin's own settings (not in the YAML): keys of a table of its
+ * own, set as the config's keys are (common/gs_flags.h). */
+struct dra_flags {
+        char root[PATH_MAX], regdir[PATH_MAX], plugdir[PATH_MAX];
+};
+#define OWN(s, f) .offset = offsetof(struct s, f), .size = sizeof(((struct s *)0)->f)
+
+static int check_driver(const char *s, uint64_t v, char *msg, size_t n)
 {
-        if (!v || !v[0] || strlen(v) >= cap) {
-                fprintf(stderr, "gshare-dra-plugin: %s: bad value '%s'\n", flag, v ? v : "");
+        (void)v;
+        if (!gs_k8s_subdomain_ok(s)) {
+                snprintf(msg, n, "not a DRA driver name (a DNS subdomain): '%s'", s);
                 return -EINVAL;
         }
-        memcpy(dst, v, strlen(v) + 1);
         return 0;
 }
 
-/* A DNS subdomain (driver and node names). */
-static int dns_ok(const char *s)
-{
-        size_t n = strlen(s);
-
-        return n > 0 && n <= 253 && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n && s[0] != '-' &&
-               s[0] != '.';
-}
+static const struct gs_config_key own_keys[] = {
+        { "driver", NULL, GS_CT_STRING, OWN(gs_dra_opts, driver), .check = check_driver },
+        { "cdiDir", NULL, GS_CT_PATH, OWN(gs_dra_opts, cdi_dir) },
+        { "nvidiaProc", NULL, GS_CT_PATH, OWN(gs_dra_opts, nvidia_proc) },
+        { "agentTimeout", NULL, GS_CT_COUNT, OWN(gs_dra_opts, agent_timeout_ms), .min = 1, .max = 600000 },
+        { "kubeletRoot", NULL, GS_CT_PATH, OWN(dra_flags, root) },
+        { "registryDir", NULL, GS_CT_PATH, OWN(dra_flags, regdir) },
+        { "pluginsDir", NULL, GS_CT_PATH, OWN(dra_flags, plugdir) },
+};
 
 int main(int argc, char **argv)
 {
-        enum { O_CONFIG = 256, O_DRIVER, O_ROOT, O_CDI, O_AGENT, O_TIMEOUT, O_NODE, O_PROC, O_REG, O_PLUGINS };
-        static const struct option longopts[] = {
-                { "config", required_argument, NULL, O_CONFIG },
-                { "driver", required_argument, NULL, O_DRIVER },
-                { "kubelet-root", required_argument, NULL, O_ROOT },
-                { "cdi-dir", required_argument, NULL, O_CDI },
-                { "registry-dir", required_argument, NULL, O_REG },
-                { "plugins-dir", required_argument, NULL, O_PLUGINS },
-                { "agent-socket", required_argument, NULL, O_AGENT },
-                { "agent-timeout-ms", required_argument, NULL, O_TIMEOUT },
-                { "node", required_argument, NULL, O_NODE },
-                { "nvidia-proc", required_argument, NULL, O_PROC },
-                { "verbose", no_argument, NULL, 'v' },
-                { "help", no_argument, NULL, 'h' },
-                { NULL, 0, NULL, 0 },
-        };
         static struct gs_dra_opts o; /* large: off the stack */
-        const char *config = NULL, *root = "/var/lib/kubelet", *agent = NULL, *node = NULL;
-        const char *regdir = NULL, *plugdir = NULL;
+        static struct dra_flags df = { .root = "/var/lib/kubelet" };
+        const struct gs_flag flags[] = {
+                { "--driver", NULL, &own_keys[0], &o },        { "--cdi-dir", NULL, &own_keys[1], &o },
+                { "--nvidia-proc", NULL, &own_keys[2], &o },   { "--agent-timeout-ms", NULL, &own_keys[3], &o },
+                { "--kubelet-root", NULL, &own_keys[4], &df }, { "--registry-dir", NULL, &own_keys[5], &df },
+                { "--plugins-dir", NULL, &own_keys[6], &df },  { "--agent-socket", "agentSocket", NULL, NULL },
+                { "--node", "nodeName", NULL, NULL },
+        };
+        const struct gs_flags_spec spec = { flags, GS_ARRAY_SIZE(flags), false, GS_CONFIG_DEFAULT_PATH };
+        const char *node;
         char err[1024];
-        int verbose = 0, c, r;
-        struct stat st;
+        int verbose = 0;
         sigset_t mask;
 
         o.agent_timeout_ms = 5000;
         snprintf(o.driver, sizeof(o.driver), "%s", GS_DRA_DRIVER);
         snprintf(o.cdi_dir, sizeof(o.cdi_dir), "/var/run/cdi");
         snprintf(o.nvidia_proc, sizeof(o.nvidia_proc), "/proc/driver/nvidia");
-        while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
-                switch (c) {
-                case O_CONFIG: config = optarg; break;
-                case O_ROOT: root = optarg; break;
-                case O_AGENT: agent = optarg; break;
-                case O_NODE: node = optarg; break;
-                case O_REG: regdir = optarg; break;
-                case O_PLUGINS: plugdir = optarg; break;
-                case O_DRIVER:
-                        if (copy_opt(o.driver, sizeof(o.driver), "--driver", optarg) < 0 || !dns_ok(o.driver))
-                                return 2;
-                        break;
-                case O_CDI:
-                        if (copy_opt(o.cdi_dir, sizeof(o.cdi_dir), "--cdi-dir", optarg) < 0)
-                                return 2;
-                        break;
-                case O_PROC:
-                        if (copy_opt(o.nvidia_proc, sizeof(o.nvidia_proc), "--nvidia-proc", optarg) < 0)
-                                return 2;
-                        break;
-                case O_TIMEOUT: {
-                        char *end;
-                        long v = strtol(optarg, &end, 10);
-                        if (*end || v < 1 || v > 600000) {
-                                fprintf(stderr, "gshare-dra-plugin: --agent-timeout-ms: expected 1..600000, got '%s'\n", optarg);
-                                return 2;
-                        }
-                        o.agent_timeout_ms = (int)v;
-                        break;
-                }
-                case 'v': verbose = 1; break;
-                case 'h': usage(stdout); return 0;
-                default: usage(stderr); return 2;
-                }
-        }
-        if (optind < argc) {
-                fprintf(stderr, "gshare-dra-plugin: unexpected argument '%s'\n", argv[optind]);
-                return 2;
-        }
-        gs_config_defaults(&o.cfg);
-        if (config || stat(GS_CONFIG_DEFAULT_PATH, &st) == 0) {
-                r = gs_config_load(&o.cfg, config ? config : GS_CONFIG_DEFAULT_PATH, err, sizeof(err));
-                if (r == 0)
-                        r = gs_config_validate(&o.cfg, err, sizeof(err));
-                if (r < 0) {
+        switch (gs_flags_parse(&spec, argc, argv, &o.cfg, &verbose, err, sizeof(err))) {
+        case GS_FLAGS_OK: break;
+        case GS_FLAGS_HELP: usage(stdout); return 0;
+        case GS_FLAGS_BAD_FLAG:
+                if (err[0])
                         fprintf(stderr, "gshare-dra-plugin: %s\n", err);
-                        return 1;
-                }
-        }
-        if (agent && copy_opt(o.cfg.agent_socket, sizeof(o.cfg.agent_socket), "--agent-socket", agent) < 0)
+                else
+                        usage(stderr); /* getopt has named the flag */
                 return 2;
-        if (!node)
-                node = o.cfg.node_name[0] ? o.cfg.node_name : secure_getenv("NODE_NAME");
-        if (!node || !dns_ok(node) || copy_opt(o.node, sizeof(o.node), "--node", node) < 0) {
-                fprintf(stderr, "gshare-dra-plugin: no node name, or not a DNS name: give --node, nodeName or $NODE_NAME\n");
+        case GS_FLAGS_BAD_CONFIG: fprintf(stderr, "gshare-dra-plugin: %s\n", err); return 1;
+        }
+        node = o.cfg.node_name[0] ? o.cfg.node_name : secure_getenv("NODE_NAME");
+        if (!node || !gs_k8s_subdomain_ok(node) || strlen(node) >= sizeof(o.node)) {
+                fprintf(stderr,
+                        "gshare-dra-plugin: no node name, or not a DNS name: give --node, nodeName or $NODE_NAME\n");
                 return 2;
         }
-        if ((regdir ? snprintf(o.registry_dir, sizeof(o.registry_dir), "%s", regdir)
-                    : snprintf(o.registry_dir, sizeof(o.registry_dir), "%s/plugins_registry", root)) >=
+        snprintf(o.node, sizeof(o.node), "%s", node);
+        if ((df.regdir[0] ? snprintf(o.registry_dir, sizeof(o.registry_dir), "%s", df.regdir)
+                          : snprintf(o.registry_dir, sizeof(o.registry_dir), "%s/plugins_registry", df.root)) >=
                     (int)sizeof(o.registry_dir) ||
-            (plugdir ? snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/%s", plugdir, o.driver)
-                     : snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/plugins/%s", root, o.driver)) >=
+            (df.plugdir[0] ? snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/%s", df.plugdir, o.driver)
+                           : snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/plugins/%s", df.root, o.driver)) >=
                     (int)sizeof(o.plugin_dir)) {
                 fprintf(stderr, "gshare-dra-plugin: --kubelet-root, --registry-dir or --plugins-dir too long\n");
                 return 2;

@@ -19,18 +19,23 @@ static grpc_status_code agent_code(const struct gs_agentcli_err *e)
         if (e->transport)
                 return e->transport == -ETIMEDOUT ? GRPC_STATUS_DEADLINE_EXCEEDED : GRPC_STATUS_UNAVAILABLE;
         switch (-e->agent) {
-        case EINVAL: case ENOENT: case EEXIST: case E2BIG: return GRPC_STATUS_INVALID_ARGUMENT;
+        case EINVAL:
+        case ENOENT:
+        case EEXIST:
+        case E2BIG: return GRPC_STATUS_INVALID_ARGUMENT;
         case EBUSY: return GRPC_STATUS_FAILED_PRECONDITION;
-        case ENOSPC: case ENOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;
-        case EIO: case ENODEV: case EAGAIN: return GRPC_STATUS_UNAVAILABLE;
+        case ENOSPC:
+        case ENOMEM: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+        case EIO:
+        case ENODEV:
+        case EAGAIN: return GRPC_STATUS_UNAVAILABLE;
         case ETIMEDOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
         default: return GRPC_STATUS_INTERNAL;
         }
 }
 
 /* Validates one container request; pre: mu held. */
-static grpc_status_code check_request(struct gs_dp *p, const V1beta1__ContainerAllocateRequest *cr,
-                                      char *msg, size_t n)
+static grpc_status_code check_request(struct gs_dp *p, const V1beta1__ContainerAllocateRequest *cr, char *msg, size_t n)
 {
         const struct gs_mirror_gpu *gpus[GS_MAX_GPUS_PER_ALLOC];
         size_t ngpu = 0;
@@ -111,8 +116,7 @@ static V1beta1__DeviceSpec *devspec(struct gs_arena *a, const char *path)
 /* The container's envs, mounts (gs_ctrspec.h, as the DRA plugin's CDI
  * specs) and device nodes for the agent's allocation. */
 static grpc_status_code fill_response(struct gs_dp *p, const Gshare__Ctl__V1__Allocation *al,
-                                      V1beta1__ContainerAllocateResponse *c, struct gs_arena *a,
-                                      char *msg, size_t n)
+                                      V1beta1__ContainerAllocateResponse *c, struct gs_arena *a, char *msg, size_t n)
 {
         const struct gs_config *cfg = &p->o->cfg;
         struct gs_ctrspec spec;
@@ -187,7 +191,7 @@ grpc_status_code gs_dp_allocate(void *ctx, struct gs_grpc_call *call, const Prot
                 snprintf(msg, msglen, "container request %zu: %s", i - 1, m);
                 goto out;
         }
-        resp->container_responses = gs_arena_alloc(&o->arena, r->n_container_requests * sizeof(void *));
+        resp->container_responses = gs_arena_array(&o->arena, r->n_container_requests, sizeof(void *));
         if (!resp->container_responses) {
                 code = GRPC_STATUS_RESOURCE_EXHAUSTED;
                 goto out;
@@ -211,8 +215,8 @@ grpc_status_code gs_dp_allocate(void *ctx, struct gs_grpc_call *call, const Prot
                         wait = left > timeout ? left - timeout : 0;
                 /* take_over: the kubelet gives out only IDs no container
                  * holds, so an allocation still holding one is a gone pod's. */
-                if (gs_agentcli_create_allocation(&p->cli, cr->devices_ids, cr->n_devices_ids, true, timeout, (int)wait, &rep,
-                                                  &e) < 0) {
+                if (gs_agentcli_create_allocation(&p->cli, cr->devices_ids, cr->n_devices_ids, true, timeout, (int)wait,
+                                                  &rep, &e) < 0) {
                         code = agent_code(&e);
                         snprintf(m, sizeof(m), "%s%.440s", e.agent ? "agent: " : "", e.msg);
                 } else {
@@ -228,8 +232,8 @@ grpc_status_code gs_dp_allocate(void *ctx, struct gs_grpc_call *call, const Prot
                                 resp->container_responses[resp->n_container_responses++] = c;
                         }
                         if (code == GRPC_STATUS_OK)
-                                log_info("Allocate: %zu units -> allocation %s%s", cr->n_devices_ids,
-                                         al->id, rep->create_allocation->created ? "" : " (existing)");
+                                log_info("Allocate: %zu units -> allocation %s%s", cr->n_devices_ids, al->id,
+                                         rep->create_allocation->created ? "" : " (existing)");
                 }
                 gs_ctl_reply_free(rep);
                 if (code != GRPC_STATUS_OK) {
@@ -253,4 +257,3 @@ out:
         free(created);
         return code;
 }
-

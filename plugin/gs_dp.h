@@ -27,7 +27,7 @@ struct gs_dp {
         struct gs_mirror m;     /* the agent's GPUs, and the stop flag */
         struct gs_grpc_server *server;
         ino_t server_ino;
-        unsigned serial;        /* names of private sockets */
+        unsigned serial; /* names of private sockets */
         /* A newer instance (an upgrade's new pod, beside us until we are
          * stopped) serves our path: we neither serve nor register again. */
         bool standby;

@@ -58,8 +58,8 @@ static V1beta1__ListAndWatchResponse *build_list(struct gs_dp *p, struct gs_aren
                                 return NULL;
                         v1beta1__device__init(&devs[u]);
                         devs[u].id = id;
-                        devs[u].health = (char *)(p->m.agent_up && g->healthy && !g->unhealthy[u]
-                                                          ? HEALTHY : UNHEALTHY);
+                        devs[u].health =
+                                (char *)(p->m.agent_up && g->healthy && !g->unhealthy[u] ? HEALTHY : UNHEALTHY);
                         devs[u].topology = topo;
                         r->devices[k++] = &devs[u];
                 }
@@ -110,8 +110,8 @@ static grpc_status_code list_and_watch_loop(struct gs_dp *p, struct gs_grpc_call
 
 /* Counts the open streams for the main loop (a kubelet that dropped us
  * opens none). */
-static grpc_status_code list_and_watch(void *ctx, struct gs_grpc_call *call,
-                                       const ProtobufCMessage *req, char *msg, size_t msglen)
+static grpc_status_code list_and_watch(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req, char *msg,
+                                       size_t msglen)
 {
         struct gs_dp *p = ctx;
         grpc_status_code st;
@@ -141,7 +141,7 @@ static grpc_status_code get_preferred(void *ctx, struct gs_grpc_call *call, cons
                 return GRPC_STATUS_RESOURCE_EXHAUSTED;
         resp = &o->m.pref;
         v1beta1__preferred_allocation_response__init(resp);
-        resp->container_responses = gs_arena_alloc(&o->arena, r->n_container_requests * sizeof(void *));
+        resp->container_responses = gs_arena_array(&o->arena, r->n_container_requests, sizeof(void *));
         if (!resp->container_responses) {
                 gs_dp_reply_free(NULL, &o->m.base);
                 return GRPC_STATUS_RESOURCE_EXHAUSTED;
@@ -209,15 +209,15 @@ static grpc_status_code pre_start(void *ctx, struct gs_grpc_call *call, const Pr
 }
 
 const struct gs_grpc_method gs_dp_methods[] = {
-        { "/v1beta1.DevicePlugin/GetDevicePluginOptions", &v1beta1__empty__descriptor, get_options,
-          gs_dp_reply_free, NULL },
+        { "/v1beta1.DevicePlugin/GetDevicePluginOptions", &v1beta1__empty__descriptor, get_options, gs_dp_reply_free,
+          NULL },
         { "/v1beta1.DevicePlugin/ListAndWatch", &v1beta1__empty__descriptor, NULL, NULL, list_and_watch },
         { "/v1beta1.DevicePlugin/GetPreferredAllocation", &v1beta1__preferred_allocation_request__descriptor,
           get_preferred, gs_dp_reply_free, NULL },
         { "/v1beta1.DevicePlugin/Allocate", &v1beta1__allocate_request__descriptor, gs_dp_allocate, gs_dp_reply_free,
           NULL },
-        { "/v1beta1.DevicePlugin/PreStartContainer", &v1beta1__pre_start_container_request__descriptor,
-          pre_start, gs_dp_reply_free, NULL },
+        { "/v1beta1.DevicePlugin/PreStartContainer", &v1beta1__pre_start_container_request__descriptor, pre_start,
+          gs_dp_reply_free, NULL },
 };
 
 const size_t gs_dp_nmethods = GS_ARRAY_SIZE(gs_dp_methods);

@@ -29,8 +29,8 @@ int gs_dp_serve(struct gs_dp *p)
         struct stat st;
         int r;
 
-        snprintf(tmp, sizeof(tmp), "%.3000s/.%s.%d.%u", p->o->cfg.kubelet_dir, p->o->endpoint,
-                 (int)getpid(), ++p->serial);
+        snprintf(tmp, sizeof(tmp), "%.3000s/.%s.%d.%u", p->o->cfg.kubelet_dir, p->o->endpoint, (int)getpid(),
+                 ++p->serial);
         r = gs_grpc_server_start(tmp, gs_dp_methods, gs_dp_nmethods, p, &s);
         if (r < 0) {
                 log_error("cannot serve on %s: %s", tmp, strerror(-r));
@@ -66,16 +66,14 @@ int gs_dp_register(struct gs_dp *p)
         opts.get_preferred_allocation_available = true;
         req.options = &opts;
         r = gs_grpc_unary_call(p->kubelet_sock, "/v1beta1.Registration/Register", &req.base,
-                               &v1beta1__empty__descriptor, REGISTER_TIMEOUT_MS, &rep, &st, msg,
-                               sizeof(msg));
+                               &v1beta1__empty__descriptor, REGISTER_TIMEOUT_MS, &rep, &st, msg, sizeof(msg));
         if (r < 0) {
-                log_warn("Register with the kubelet at %s failed: %s", p->kubelet_sock,
-                         msg[0] ? msg : strerror(-r));
+                log_warn("Register with the kubelet at %s failed: %s", p->kubelet_sock, msg[0] ? msg : strerror(-r));
                 return r;
         }
         protobuf_c_message_free_unpacked(rep, NULL);
-        log_info("registered %s with the kubelet at %s (endpoint %s)", p->o->cfg.resource_name,
-                 p->kubelet_sock, p->o->endpoint);
+        log_info("registered %s with the kubelet at %s (endpoint %s)", p->o->cfg.resource_name, p->kubelet_sock,
+                 p->o->endpoint);
         return 0;
 }
 

@@ -186,7 +186,8 @@ static int check_kubelet(struct gs_dp *p, struct loop *l)
                 want_register(l);
         } else if (!heard && gs_mono_ms() - l->reg_at > l->unheard_wait) {
                 log_info("the kubelet opened no ListAndWatch in the %lld ms since we registered: "
-                         "registering again", (long long)(gs_mono_ms() - l->reg_at));
+                         "registering again",
+                         (long long)(gs_mono_ms() - l->reg_at));
                 l->unheard_wait = l->unheard_wait * 2 > LW_UNHEARD_MAX_MS ? LW_UNHEARD_MAX_MS : l->unheard_wait * 2;
                 want_register(l);
         } else if (__atomic_load_n(&p->lw_active, __ATOMIC_SEQ_CST) == 0 && ended &&

@@ -16,9 +16,9 @@
 
 struct gs_plugin_opts {
         struct gs_config cfg;
-        int agent_timeout_ms;          /* each call to the agent */
-        char nvidia_proc[PATH_MAX];    /* /proc/driver/nvidia, for device minors */
-        char endpoint[64];             /* socket file name in the kubelet dir */
+        uint32_t agent_timeout_ms;  /* each call to the agent, 1..600000 */
+        char nvidia_proc[PATH_MAX]; /* /proc/driver/nvidia, for device minors */
+        char endpoint[64];          /* socket file name in the kubelet dir */
 };
 
 /* Runs until SIGTERM or SIGINT (which the caller has blocked in every

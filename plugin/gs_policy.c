@@ -9,7 +9,7 @@
 
 struct cand {
         const char *id;
-        size_t gpu;     /* index into m->gpus */
+        size_t gpu; /* index into m->gpus */
         uint32_t unit;
         bool must;
         bool taken;
@@ -27,8 +27,8 @@ static int cand_cmp(const void *a, const void *b)
 /* Chooses size IDs for one container; pre: mu held.  Writes pointers to the
  * chosen IDs (strings of the request) to out. */
 grpc_status_code gs_policy_prefer(const struct gs_mirror *m, const char *resource,
-                                  const V1beta1__ContainerPreferredAllocationRequest *r,
-                                  const char **out, char *msg, size_t n)
+                                  const V1beta1__ContainerPreferredAllocationRequest *r, const char **out, char *msg,
+                                  size_t n)
 {
         size_t nc = 0, size, nmust = 0, ng = m->ngpus, got = 0;
         struct cand *c = NULL;
@@ -44,8 +44,8 @@ grpc_status_code gs_policy_prefer(const struct gs_mirror *m, const char *resourc
         }
         size = (size_t)r->allocation_size;
         if (size > big) {
-                snprintf(msg, n, "a request of %zu units is larger than any GPU of this node (at most %u units)",
-                         size, big);
+                snprintf(msg, n, "a request of %zu units is larger than any GPU of this node (at most %u units)", size,
+                         big);
                 return GRPC_STATUS_INVALID_ARGUMENT;
         }
         c = calloc(r->n_available_deviceids + r->n_must_include_deviceids + 1, sizeof(*c));
@@ -86,8 +86,7 @@ grpc_status_code gs_policy_prefer(const struct gs_mirror *m, const char *resourc
                 }
         }
         if (nmust > size) {
-                snprintf(msg, n, "must_include_deviceIDs has %zu devices, more than allocation_size %zu",
-                         nmust, size);
+                snprintf(msg, n, "must_include_deviceIDs has %zu devices, more than allocation_size %zu", nmust, size);
                 code = GRPC_STATUS_INVALID_ARGUMENT;
                 goto out;
         }

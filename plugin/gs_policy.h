@@ -17,7 +17,7 @@
  * strings into out); pre: m->mu held.  A bad request (size out of range,
  * IDs not ours) is INVALID_ARGUMENT with msg saying why. */
 grpc_status_code gs_policy_prefer(const struct gs_mirror *m, const char *resource,
-                                  const V1beta1__ContainerPreferredAllocationRequest *r,
-                                  const char **out, char *msg, size_t n);
+                                  const V1beta1__ContainerPreferredAllocationRequest *r, const char **out, char *msg,
+                                  size_t n);
 
 #endif

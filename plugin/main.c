@@ -1,6 +1,5 @@
 /* main.c — gshare-device-plugin: flags, config, signals. */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <sys/un.h>
 
 #include "gs_config.h"
+#include "gs_flags.h"
 #include "gs_log.h"
 #include "gs_plugin.h"
 
@@ -29,34 +29,38 @@ static void usage(FILE *f)
                 GS_CONFIG_DEFAULT_PATH, GS_PLUGIN_ENDPOINT);
 }
 
-static int set_str(char *dst, size_t cap, const char *what, const char *v)
+/* The plugin's own settings (not in the YAML): keys of a table of its
+ * own, set as the config's keys are (common/gs_flags.h). */
+#define OWN(f) .offset = offsetof(struct gs_plugin_opts, f), .size = sizeof(((struct gs_plugin_opts *)0)->f)
+
+/* The endpoint is a file name in the kubelet's directory: no path. */
+static int check_endpoint(const char *s, uint64_t v, char *msg, size_t n)
 {
-        if (!v[0] || strlen(v) >= cap) {
-                fprintf(stderr, "gshare-device-plugin: %s: bad value '%s'\n", what, v);
+        (void)v;
+        if (strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
+                snprintf(msg, n, "a file name, got '%s'", s);
                 return -EINVAL;
         }
-        memcpy(dst, v, strlen(v) + 1);
         return 0;
 }
 
+static const struct gs_config_key own_keys[] = {
+        { "agentTimeout", NULL, GS_CT_COUNT, OWN(agent_timeout_ms), .min = 1, .max = 600000 },
+        { "endpoint", NULL, GS_CT_STRING, OWN(endpoint), .check = check_endpoint },
+        { "nvidiaProc", NULL, GS_CT_PATH, OWN(nvidia_proc) },
+};
+
 int main(int argc, char **argv)
 {
-        enum { O_CONFIG = 256, O_KDIR, O_AGENT, O_TIMEOUT, O_ENDPOINT, O_PROC };
-        static const struct option longopts[] = {
-                { "config", required_argument, NULL, O_CONFIG },
-                { "kubelet-dir", required_argument, NULL, O_KDIR },
-                { "agent-socket", required_argument, NULL, O_AGENT },
-                { "agent-timeout-ms", required_argument, NULL, O_TIMEOUT },
-                { "endpoint", required_argument, NULL, O_ENDPOINT },
-                { "nvidia-proc", required_argument, NULL, O_PROC },
-                { "verbose", no_argument, NULL, 'v' },
-                { "help", no_argument, NULL, 'h' },
-                { NULL, 0, NULL, 0 },
-        };
         static struct gs_plugin_opts o; /* large: keep it off the stack */
-        const char *config = NULL, *kdir = NULL, *agent = NULL;
+        const struct gs_flag flags[] = {
+                { "--kubelet-dir", "kubeletDir", NULL, NULL },    { "--agent-socket", "agentSocket", NULL, NULL },
+                { "--agent-timeout-ms", NULL, &own_keys[0], &o }, { "--endpoint", NULL, &own_keys[1], &o },
+                { "--nvidia-proc", NULL, &own_keys[2], &o },
+        };
+        const struct gs_flags_spec spec = { flags, GS_ARRAY_SIZE(flags), false, GS_CONFIG_DEFAULT_PATH };
         char err[1024];
-        int verbose = 0, c, r;
+        int verbose = 0, r;
         sigset_t mask;
         struct stat st;
         struct sockaddr_un sa;
@@ -64,67 +68,26 @@ int main(int argc, char **argv)
         o.agent_timeout_ms = 2000;
         snprintf(o.nvidia_proc, sizeof(o.nvidia_proc), "/proc/driver/nvidia");
         snprintf(o.endpoint, sizeof(o.endpoint), "%s", GS_PLUGIN_ENDPOINT);
-        while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
-                switch (c) {
-                case O_CONFIG: config = optarg; break;
-                case O_KDIR: kdir = optarg; break;
-                case O_AGENT: agent = optarg; break;
-                case O_TIMEOUT: {
-                        char *end;
-                        long v = strtol(optarg, &end, 10);
-                        if (*end || v < 1 || v > 600000) {
-                                fprintf(stderr, "gshare-device-plugin: --agent-timeout-ms: expected 1..600000, got '%s'\n", optarg);
-                                return 2;
-                        }
-                        o.agent_timeout_ms = (int)v;
-                        break;
-                }
-                case O_ENDPOINT:
-                        if (strchr(optarg, '/') || set_str(o.endpoint, sizeof(o.endpoint), "--endpoint", optarg) < 0) {
-                                fprintf(stderr, "gshare-device-plugin: --endpoint: a file name, got '%s'\n", optarg);
-                                return 2;
-                        }
-                        break;
-                case O_PROC:
-                        if (set_str(o.nvidia_proc, sizeof(o.nvidia_proc), "--nvidia-proc", optarg) < 0)
-                                return 2;
-                        break;
-                case 'v': verbose = 1; break;
-                case 'h': usage(stdout); return 0;
-                default: usage(stderr); return 2;
-                }
-        }
-        if (optind < argc) {
-                fprintf(stderr, "gshare-device-plugin: unexpected argument '%s'\n", argv[optind]);
-                usage(stderr);
-                return 2;
-        }
-        gs_config_defaults(&o.cfg);
-        if (config || stat(GS_CONFIG_DEFAULT_PATH, &st) == 0) {
-                r = gs_config_load(&o.cfg, config ? config : GS_CONFIG_DEFAULT_PATH, err, sizeof(err));
-                if (r < 0) {
+        switch (gs_flags_parse(&spec, argc, argv, &o.cfg, &verbose, err, sizeof(err))) {
+        case GS_FLAGS_OK: break;
+        case GS_FLAGS_HELP: usage(stdout); return 0;
+        case GS_FLAGS_BAD_FLAG:
+                if (err[0])
                         fprintf(stderr, "gshare-device-plugin: %s\n", err);
-                        return 1;
-                }
-        }
-        if ((kdir && set_str(o.cfg.kubelet_dir, sizeof(o.cfg.kubelet_dir), "--kubelet-dir", kdir) < 0) ||
-            (agent && set_str(o.cfg.agent_socket, sizeof(o.cfg.agent_socket), "--agent-socket", agent) < 0))
+                else
+                        usage(stderr); /* getopt has named the flag */
                 return 2;
+        case GS_FLAGS_BAD_CONFIG: fprintf(stderr, "gshare-device-plugin: %s\n", err); return 1;
+        }
         /* + the private name serve() binds first: "/.<endpoint>.<pid>.<n>" */
         if (strlen(o.cfg.kubelet_dir) + 2 * strlen(o.endpoint) + 28 >= sizeof(sa.sun_path) ||
             strlen(o.cfg.agent_socket) >= sizeof(sa.sun_path)) {
                 fprintf(stderr, "gshare-device-plugin: socket path too long for a unix socket\n");
                 return 2;
         }
-        r = gs_config_validate(&o.cfg, err, sizeof(err));
-        if (r < 0) {
-                fprintf(stderr, "gshare-device-plugin: %s\n", err);
-                return 1;
-        }
         gs_log_init("plugin", verbose ? GS_LOG_DEBUG : o.cfg.log_level);
         if (stat(o.cfg.kubelet_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                log_error("kubelet dir %s: %s", o.cfg.kubelet_dir,
-                          errno ? strerror(errno) : "not a directory");
+                log_error("kubelet dir %s: %s", o.cfg.kubelet_dir, errno ? strerror(errno) : "not a directory");
                 return 1;
         }
         /* Block the stop signals in every thread; the plugin takes them with

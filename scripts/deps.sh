@@ -13,6 +13,7 @@ pkgs=(
   python3-prometheus-client prometheus
   mmdebstrap   # make image / the install tests: the image's Debian root filesystem
   gcc-aarch64-linux-gnu   # make cross-arm64 (in make test): the agent and hook for arm64
+  clang-format   # make format-check (in make test): .clang-format, version 14 (Debian 12's)
 )
 # The arm64 libraries the cross build links (multiarch: same versions as
 # the native ones, which apt may upgrade to match).

@@ -160,6 +160,12 @@ START_TEST(test_parse_rejects)
                 "0123456789abcdef 1 claim " CLAIM1 " ml c GPU-x 1 dir=ab",     /* not a UUID */
                 "0123456789abcdef 1 claim " CLAIM1 " ML c " U " 1 dir=ab",     /* not a namespace */
                 "0123456789abcdef 1 claim x/y ml c " U " 1 dir=ab",             /* not a UID */
+                /* names Kubernetes refuses (common/gs_k8sname.h; main took them) */
+                "0123456789abcdef 1 claim " CLAIM1 " -ml c " U " 1 dir=ab",    /* namespace starts with '-' */
+                "0123456789abcdef 1 claim " CLAIM1 " ml.x c " U " 1 dir=ab",   /* a namespace has no dot */
+                "0123456789abcdef 1 claim " CLAIM1 " ml c.. " U " 1 dir=ab",   /* name ends with a dot */
+                "0123456789abcdef 1 claim " CLAIM1 " ml a..b " U " 1 dir=ab",  /* empty label */
+                "0123456789abcdef 1 claim " CLAIM1 " ml .. " U " 1 dir=ab",
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab x",   /* one more */
                 "0123456789abcdef 1 claim " CLAIM1 " ml " U " 1 dir=ab",       /* one less */
                 /* burst= */

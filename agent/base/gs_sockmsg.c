@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "gs_sock.h"
+
 void gs_sockmsg_hdr(struct gs_sock_hdr *h, uint16_t type, uint32_t len)
 {
         h->magic = GS_WIRE_MAGIC;
@@ -16,37 +18,18 @@ void gs_sockmsg_hdr(struct gs_sock_hdr *h, uint16_t type, uint32_t len)
         h->reserved = 0;
 }
 
-int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds,
-                        const int *stop)
+int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds, const int *stop)
 {
-        union {
-                struct cmsghdr c;
-                char buf[CMSG_SPACE(2 * sizeof(int))];
-        } u;
-        struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
         int64_t deadline = gs_mono_ms() + GS_SOCKMSG_SEND_MS;
 
-        if (nfds) {
-                memset(&u, 0, sizeof(u));
-                mh.msg_control = u.buf;
-                mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-                memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-        }
         for (;;) {
-                ssize_t w = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+                ssize_t w = gs_sock_send_fds(sock, msg, len, fds, nfds, MSG_DONTWAIT);
                 if (w == (ssize_t)len)
                         return 0;
                 if (w >= 0)
                         return -EPROTO; /* SEQPACKET never sends part of a record */
-                if (errno == EINTR)
-                        continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK)
-                        return gs_neg_errno();
+                if (w != -EAGAIN && w != -EWOULDBLOCK)
+                        return (int)w;
                 if (gs_mono_ms() >= deadline || (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)))
                         return -ETIMEDOUT;
                 struct pollfd pfd = { .fd = sock, .events = POLLOUT };
@@ -59,8 +42,8 @@ int gs_sockmsg_send(int sock, const void *msg, size_t len, int fd, const int *st
         return gs_sockmsg_send_fds(sock, msg, len, &fd, fd >= 0, stop);
 }
 
-int gs_sockmsg_send_grant(int sock, uint16_t type, const struct gs_ring_msg *req, uint32_t slot,
-                          uint64_t chunk_bytes, int fd, const int *stop)
+int gs_sockmsg_send_grant(int sock, uint16_t type, const struct gs_ring_msg *req, uint32_t slot, uint64_t chunk_bytes,
+                          int fd, const int *stop)
 {
         struct gs_sock_grant m;
 
@@ -84,37 +67,27 @@ void gs_sockmsg_error(int sock, int err, const char *msg)
         (void)!gs_sockmsg_send(sock, &e, sizeof(e), -1, NULL);
 }
 
+/* A message with more fds than this is taken as cut (MSG_CTRUNC). */
+#define RECV_MAX_FDS 8
+
 ssize_t gs_sockmsg_recv_fd(int sock, void *buf, size_t len, bool *ret_trunc, int *ret_fd)
 {
-        union {
-                struct cmsghdr c;
-                char b[CMSG_SPACE(sizeof(int) * 8)];
-        } u;
-        struct iovec iov = { .iov_base = buf, .iov_len = len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-        ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        int kept = -1, seen = 0;
+        int fds[RECV_MAX_FDS + 1];
+        size_t nfds = 0;
+        ssize_t n = gs_sock_recv_fds(sock, buf, len, MSG_DONTWAIT, fds, RECV_MAX_FDS + 1, &nfds, ret_trunc);
 
         if (ret_fd)
                 *ret_fd = -1;
         if (n < 0)
-                return errno == EINTR ? -EAGAIN : gs_neg_errno();
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                                int fd;
-                                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                                if (seen++ == 0 && ret_fd)
-                                        kept = fd;
-                                else
-                                        close(fd);
-                        }
-        *ret_trunc = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+                return n;
+        if (nfds > RECV_MAX_FDS)
+                *ret_trunc = true;
         /* Exactly one, or none kept. */
-        if (kept >= 0 && (seen > 1 || *ret_trunc))
-                gs_closep(&kept);
-        if (ret_fd)
-                *ret_fd = kept;
+        if (ret_fd && nfds == 1 && !*ret_trunc)
+                *ret_fd = fds[0];
+        else
+                for (size_t i = 0; i < nfds; i++)
+                        close(fds[i]);
         return n;
 }
 

@@ -20,14 +20,13 @@ void gs_sockmsg_hdr(struct gs_sock_hdr *h, uint16_t type, uint32_t len);
 /* Sends one message with fds[0..nfds) (nfds <= 2) attached, waiting at
  * most GS_SOCKMSG_SEND_MS for room and giving up early if *stop (may be
  * NULL) is set.  0, -ETIMEDOUT, or the send's negative errno. */
-int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds,
-                        const int *stop) GS_WUR;
+int gs_sockmsg_send_fds(int sock, const void *msg, size_t len, const int *fds, size_t nfds, const int *stop) GS_WUR;
 /* As gs_sockmsg_send_fds, with fd attached if >= 0. */
 int gs_sockmsg_send(int sock, const void *msg, size_t len, int fd, const int *stop) GS_WUR;
 /* One struct gs_sock_grant of type (GS_SOCK_GRANT, _IPC_GRANT, _MOVE)
  * for the ring request of req with fd attached, as gs_sockmsg_send. */
-int gs_sockmsg_send_grant(int sock, uint16_t type, const struct gs_ring_msg *req, uint32_t slot,
-                          uint64_t chunk_bytes, int fd, const int *stop) GS_WUR;
+int gs_sockmsg_send_grant(int sock, uint16_t type, const struct gs_ring_msg *req, uint32_t slot, uint64_t chunk_bytes,
+                          int fd, const int *stop) GS_WUR;
 /* Best effort: an ERROR message with err and msg. */
 void gs_sockmsg_error(int sock, int err, const char *msg);
 /* Receives one message from a process (non-blocking) into buf; closes

@@ -15,6 +15,7 @@
 #include "gs_burst.h"
 #include "gs_file.h"
 #include "gs_gpu.h"
+#include "gs_k8sname.h"
 #include "gs_log.h"
 #include "gs_pending.h"
 #include "gs_sockdir.h"
@@ -262,8 +263,7 @@ static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct
         struct gs_gpu *g;
         int r = 0;
 
-        if (!gs_claim_uid_ok(c->uid) || !gs_claim_name_ok(c->ns, GS_CLAIM_NS_MAX) ||
-            !gs_claim_name_ok(c->name, GS_CLAIM_NAME_MAX)) {
+        if (!gs_k8s_uid_ok(c->uid) || !gs_k8s_label_ok(c->ns) || !gs_k8s_subdomain_ok(c->name)) {
                 snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name", c->uid,
                          c->ns, c->name);
                 return -EINVAL;

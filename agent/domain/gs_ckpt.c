@@ -7,22 +7,12 @@
 #include <string.h>
 #include <strings.h>
 
+#include "gs_k8sname.h"
 #include "gs_log.h"
 
-bool gs_claim_uid_ok(const char *s)
-{
-        size_t n = strlen(s);
-
-        return n > 0 && n <= GS_CLAIM_UID_MAX && strspn(s, "0123456789abcdefABCDEF-") == n;
-}
-
-/* A namespace or a claim name: lower-case DNS characters. */
-bool gs_claim_name_ok(const char *s, size_t max)
-{
-        size_t n = strlen(s);
-
-        return n > 0 && n <= max && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n;
-}
+_Static_assert(GS_CLAIM_UID_MAX == GS_K8S_UID_MAX && GS_CLAIM_NS_MAX == GS_K8S_LABEL_MAX &&
+                       GS_CLAIM_NAME_MAX == GS_K8S_SUBDOMAIN_MAX,
+               "a claim's fields hold what gs_k8sname.h accepts");
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -150,8 +140,8 @@ static int parse_claim(char **save, struct gs_ckpt_rec *r)
                         return -EINVAL;
         extra = strtok_r(NULL, " \t", save);
         if ((extra && (parse_burst(extra, &r->burst_bytes) < 0 || strtok_r(NULL, " \t", save))) ||
-            !gs_claim_uid_ok(f[0]) || !gs_claim_name_ok(f[1], GS_CLAIM_NS_MAX) ||
-            !gs_claim_name_ok(f[2], GS_CLAIM_NAME_MAX) || gs_uuid_parse(f[3], raw) < 0 ||
+            !gs_k8s_uid_ok(f[0]) || !gs_k8s_label_ok(f[1]) ||
+            !gs_k8s_subdomain_ok(f[2]) || gs_uuid_parse(f[3], raw) < 0 ||
             parse_dir(f[5], r->dir) < 0)
                 return -EINVAL;
         e = parse_units(f[4], r);
@@ -241,9 +231,9 @@ int gs_ckpt_parse_claims_line(char *line, struct gs_claim *c, char ret_alloc_id[
         for (size_t i = 0; i < 6; i++)
                 if (!(f[i] = strtok_r(i ? NULL : line, " \t", &save)))
                         return -EINVAL;
-        if (strtok_r(NULL, " \t", &save) || !gs_claim_uid_ok(f[0]) || !hex_id(f[1]) ||
-            strlen(f[2]) != GS_UUID_STR_LEN || !gs_claim_name_ok(f[4], GS_CLAIM_NS_MAX) ||
-            !gs_claim_name_ok(f[5], GS_CLAIM_NAME_MAX))
+        if (strtok_r(NULL, " \t", &save) || !gs_k8s_uid_ok(f[0]) || !hex_id(f[1]) ||
+            strlen(f[2]) != GS_UUID_STR_LEN || !gs_k8s_label_ok(f[4]) ||
+            !gs_k8s_subdomain_ok(f[5]))
                 return -EINVAL;
         errno = 0;
         units = strtoul(f[3], &end, 10);

@@ -92,10 +92,6 @@ struct gs_ckpt {
         size_t claims_migrated, claims_dropped;
 };
 
-/* Whether s is a claim UID, and a namespace or a claim name. */
-bool gs_claim_uid_ok(const char *s);
-bool gs_claim_name_ok(const char *s, size_t max);
-
 /* A sorted malloc'ed copy of ids[0..n) in one block (pointers, then the
  * strings); NULL: out of memory. */
 char **gs_ckpt_sorted_ids(const char *const *ids, size_t n);

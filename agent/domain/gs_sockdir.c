@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gs_log.h"
+#include "gs_sock.h"
 
 /* Makes directory path (mode, owned by us) or, if exclusive is false,
  * accepts an existing one that is a real directory owned by us; its mode is
@@ -64,9 +65,8 @@ static int fresh_dir_name(const char *id, char out[GS_ALLOCS_DIR_MAX])
 int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir, char *err,
                     size_t errlen)
 {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa;
         bool bound = false;
-        mode_t old;
         int fd = -1, r;
 
         r = mkdir_owned(ag->cfg.socket_root, 0700, false, err, errlen);
@@ -92,27 +92,17 @@ int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir
         }
         if (r < 0)
                 return r;
-        strcpy(sa.sun_path, a->socket_path);
         if (dir)
                 (void)unlink(a->socket_path); /* a stale one from a previous agent */
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-                r = gs_neg_errno();
-                snprintf(err, errlen, "socket: %s", strerror(-r));
-                goto fail;
-        }
-        /* The socket is made 0666 by bind itself (0777 & ~umask): a chmod
-         * by path afterwards would follow a symlink swapped in meanwhile.
-         * Only the main thread creates files, so the umask is ours. */
-        old = umask(0111);
-        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        umask(old);
-        bound = r == 0;
-        if (r < 0 || listen(fd, 128) < 0) {
-                r = gs_neg_errno();
+        /* Born 0666 (gs_sock_listen): a chmod by path afterwards would
+         * follow a symlink swapped in meanwhile.  Only the main thread
+         * creates files, so the umask is ours. */
+        fd = r = gs_sock_listen(a->socket_path, SOCK_SEQPACKET, 0666, 128);
+        if (r < 0) {
                 snprintf(err, errlen, "cannot listen on %s: %s", a->socket_path, strerror(-r));
                 goto fail;
         }
+        bound = true;
         r = gs_loop_io_add(ag->loop, &a->listen_io, fd, EPOLLIN, ag->on_alloc_conn, a);
         if (r < 0) {
                 snprintf(err, errlen, "epoll: %s", strerror(-r));

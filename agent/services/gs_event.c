@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "gs_log.h"
+#include "gs_k8sname.h"
 #include "gs_kapi.h"
 
 #define MSG_CAP 512
@@ -37,20 +38,6 @@ struct gs_events {
         char token_file[PATH_MAX];
         char ca_file[PATH_MAX];
 };
-
-/* A DNS label or subdomain, as namespaces and pod names are. */
-static bool dns_name(const char *s, size_t max)
-{
-        size_t n = strlen(s);
-
-        if (n == 0 || n > max)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' ||
-                      s[i] == '.'))
-                        return false;
-        return true;
-}
 
 /* s as a JSON string body (quotes, backslashes and controls escaped). */
 static int jesc(char *out, size_t cap, const char *s)
@@ -225,7 +212,7 @@ int gs_events_post(struct gs_events *ev, enum gs_event_type type, enum gs_event_
 {
         struct item *it;
 
-        if (!ev || !dns_name(ns, 63) || !dns_name(name, 253) || strlen(uid) >= sizeof(it->uid) ||
+        if (!ev || !gs_k8s_label_ok(ns) || !gs_k8s_subdomain_ok(name) || strlen(uid) >= sizeof(it->uid) ||
             strspn(uid, "0123456789abcdef-") != strlen(uid) || !reason[0] || strlen(reason) >= sizeof(it->reason) ||
             strspn(reason, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != strlen(reason))
                 return -EINVAL;

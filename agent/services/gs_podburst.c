@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gs_json.h"
+#include "gs_k8sname.h"
 #include "gs_kapi.h"
 
 struct entry {
@@ -71,14 +72,6 @@ int gs_podburst_parse(const char *json, size_t len, uint64_t *ret, char *err, si
         return 0;
 }
 
-/* A Kubernetes name: what may go into the request's path. */
-static bool name_ok(const char *s, size_t max)
-{
-        size_t n = strlen(s);
-
-        return n && n <= max && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-.") == n;
-}
-
 int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, uint64_t *ret, char *err,
                     size_t errlen)
 {
@@ -90,7 +83,7 @@ int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, ui
         int r;
 
         *ret = 0;
-        if (!name_ok(ns, 63) || !name_ok(name, 253)) {
+        if (!gs_k8s_label_ok(ns) || !gs_k8s_subdomain_ok(name)) {
                 snprintf(err, errlen, "pod %.64s/%.64s: not a namespace and name", ns, name);
                 return -EINVAL;
         }

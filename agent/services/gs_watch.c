@@ -22,6 +22,7 @@
 #include <curl/curl.h>
 
 #include "gs_json.h"
+#include "gs_k8sname.h"
 #include "gs_kapi.h"
 #include "gs_log.h"
 #include "gs_recon.h"
@@ -500,18 +501,6 @@ static void *thread_main(void *arg)
 
 /* ---- start and stop ---- */
 
-static bool valid_node(const char *s)
-{
-        size_t n = strlen(s);
-
-        if (n == 0 || n >= GS_CONFIG_NODE_NAME_MAX)
-                return false;
-        for (; *s; s++)
-                if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '.' || *s == '-'))
-                        return false;
-        return true;
-}
-
 /* The API server's base URL from c or the service environment; "" when none. */
 
 int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_watch **ret,
@@ -542,7 +531,7 @@ int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_wat
                          "no API server (apiServer, or KUBERNETES_SERVICE_HOST and _PORT)");
         else if (!node || !*node)
                 snprintf(why, sizeof(why), "no node name (nodeName, or NODE_NAME)");
-        else if (!valid_node(node))
+        else if (!gs_k8s_subdomain_ok(node))
                 snprintf(why, sizeof(why), "node name '%.64s' is not a DNS subdomain", node);
         else if (c->api_token_file[0] && access(c->api_token_file, R_OK) < 0)
                 snprintf(why, sizeof(why), "cannot read the token %.150s: %s", c->api_token_file,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
+#include "gs_arena.h"
 #include "gs_devid.h"
 #include "gs_ctl.h"
 #include "gs_gpu.h"
@@ -17,6 +18,7 @@
 #include "gs_pending.h"
 #include "gs_restore.h"
 #include "gs_proc.h"
+#include "gs_sock.h"
 #include "gs_stream.h"
 
 struct gs_ctlsrv {
@@ -27,61 +29,15 @@ struct gs_ctlsrv {
 
 /* ---- reply building: every piece from one arena, freed after packing ---- */
 
-struct arena {
-        void **p;
-        size_t n, cap;
-        bool failed;
-};
-
-static void *arena_alloc(struct arena *a, size_t size)
-{
-        void *m;
-
-        if (a->n == a->cap) {
-                size_t cap = a->cap ? a->cap * 2 : 64;
-                void **np = realloc(a->p, cap * sizeof(*np));
-                if (!np) {
-                        a->failed = true;
-                        return NULL;
-                }
-                a->p = np;
-                a->cap = cap;
-        }
-        m = calloc(1, size ? size : 1);
-        if (!m) {
-                a->failed = true;
-                return NULL;
-        }
-        a->p[a->n++] = m;
-        return m;
-}
-
-static char *arena_str(struct arena *a, const char *s)
-{
-        size_t l = strlen(s) + 1;
-        char *d = arena_alloc(a, l);
-
-        if (d)
-                memcpy(d, s, l);
-        return d ? d : (char *)"";
-}
-
-static void arena_free(struct arena *a)
-{
-        for (size_t i = 0; i < a->n; i++)
-                free(a->p[i]);
-        free(a->p);
-}
-
-#define NEW(a, type, init)                                             \
-        ({                                                             \
-                type *m_ = arena_alloc(a, sizeof(type));               \
-                if (m_)                                                \
-                        *m_ = (type)init;                              \
-                m_;                                                    \
+#define NEW(a, type, init)                                    \
+        ({                                                    \
+                type *m_ = gs_arena_alloc(a, sizeof(type));   \
+                if (m_)                                       \
+                        *m_ = (type)init;                     \
+                m_;                                           \
         })
 
-static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
+static Gshare__Ctl__V1__Gpu *gpu_msg(struct gs_arena *ar, struct gs_gpu *g)
 {
         Gshare__Ctl__V1__Gpu *m = NEW(ar, Gshare__Ctl__V1__Gpu, GSHARE__CTL__V1__GPU__INIT);
         struct gs_pool_stats st = { 0 };
@@ -99,8 +55,8 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
                 gs_gpu_unlock(g);
         }
         m->index = g->index;
-        m->uuid = arena_str(ar, g->uuid);
-        m->name = arena_str(ar, g->name);
+        m->uuid = gs_arena_str(ar, g->uuid);
+        m->name = gs_arena_str(ar, g->name);
         m->numa_node = g->numa_node;
         m->total_bytes = g->total_bytes;
         m->reserve_bytes = g->reserve_bytes;
@@ -112,14 +68,14 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
         m->units_allocated = gs_gpu_units_allocated(g);
         m->units_lent = gs_gpu_units_lent(g);
         m->healthy = g->healthy;
-        m->pci_bus_id = arena_str(ar, g->pci_bus_id);
-        m->health_reason = arena_str(ar, g->healthy ? "" : g->health_reason);
+        m->pci_bus_id = gs_arena_str(ar, g->pci_bus_id);
+        m->health_reason = gs_arena_str(ar, g->healthy ? "" : g->health_reason);
         for (uint32_t u = 0; u < g->units_total; u++)
                 if (g->unit_owner && g->unit_owner[u] && gs_allocs_draining(g->unit_owner[u]))
                         m->n_units_draining++;
         if (m->n_units_draining) {
                 size_t k = 0;
-                m->units_draining = arena_alloc(ar, m->n_units_draining * sizeof(uint32_t));
+                m->units_draining = gs_arena_alloc(ar, m->n_units_draining * sizeof(uint32_t));
                 if (!m->units_draining) {
                         m->n_units_draining = 0;
                         return m;
@@ -129,7 +85,7 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
                                 m->units_draining[k++] = u;
         }
         if (g->units_total && g->node->pending) {
-                m->units_restoring = arena_alloc(ar, g->units_total * sizeof(*m->units_restoring));
+                m->units_restoring = gs_arena_alloc(ar, g->units_total * sizeof(*m->units_restoring));
                 if (!m->units_restoring)
                         return NULL;
                 m->n_units_restoring = gs_allocs_units_pending(g->node, g, m->units_restoring, g->units_total);
@@ -137,14 +93,14 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
         return m;
 }
 
-static Gshare__Ctl__V1__ListGpusReply *gpus_msg(struct arena *ar, struct gs_agent *ag)
+static Gshare__Ctl__V1__ListGpusReply *gpus_msg(struct gs_arena *ar, struct gs_agent *ag)
 {
         Gshare__Ctl__V1__ListGpusReply *m =
                 NEW(ar, Gshare__Ctl__V1__ListGpusReply, GSHARE__CTL__V1__LIST_GPUS_REPLY__INIT);
 
         if (!m)
                 return NULL;
-        m->gpus = arena_alloc(ar, ag->node.ngpus * sizeof(*m->gpus));
+        m->gpus = gs_arena_alloc(ar, ag->node.ngpus * sizeof(*m->gpus));
         if (!m->gpus)
                 return NULL;
         for (uint32_t i = 0; i < ag->node.ngpus; i++)
@@ -155,25 +111,25 @@ static Gshare__Ctl__V1__ListGpusReply *gpus_msg(struct arena *ar, struct gs_agen
 }
 
 /* The claim fields of m, for a DRA claim's allocation.  false: out of memory. */
-static bool alloc_msg_claim(struct arena *ar, struct gs_allocation *a, Gshare__Ctl__V1__Allocation *m)
+static bool alloc_msg_claim(struct gs_arena *ar, struct gs_allocation *a, Gshare__Ctl__V1__Allocation *m)
 {
         const struct gs_claim *c = gs_allocs_claim(a);
 
         if (!c)
                 return true;
-        m->claim_uid = arena_str(ar, c->uid);
-        m->claim_namespace = arena_str(ar, c->ns);
-        m->claim_name = arena_str(ar, c->name);
+        m->claim_uid = gs_arena_str(ar, c->uid);
+        m->claim_namespace = gs_arena_str(ar, c->ns);
+        m->claim_name = gs_arena_str(ar, c->name);
         return m->claim_uid && m->claim_namespace && m->claim_name;
 }
 
 /* The device IDs of m: a device plugin's own, or, for a claim's, those of
  * its units (the device plugin's mirror takes them as taken). */
-static bool alloc_msg_ids(struct arena *ar, struct gs_allocation *a, Gshare__Ctl__V1__Allocation *m)
+static bool alloc_msg_ids(struct gs_arena *ar, struct gs_allocation *a, Gshare__Ctl__V1__Allocation *m)
 {
         size_t n = a->kind == GS_OWNER_DEVICES ? a->ndevice_ids : a->nunits;
 
-        m->device_ids = arena_alloc(ar, n * sizeof(char *));
+        m->device_ids = gs_arena_alloc(ar, n * sizeof(char *));
         if (!m->device_ids)
                 return false;
         for (size_t i = 0; i < n; i++) {
@@ -181,12 +137,12 @@ static bool alloc_msg_ids(struct arena *ar, struct gs_allocation *a, Gshare__Ctl
                 if (a->kind != GS_OWNER_DEVICES &&
                     gs_devid_format(id, sizeof(id), a->node->gpus[a->units[i].gpu].uuid, a->units[i].unit) < 0)
                         continue;
-                m->device_ids[m->n_device_ids++] = arena_str(ar, a->kind == GS_OWNER_DEVICES ? a->device_ids[i] : id);
+                m->device_ids[m->n_device_ids++] = gs_arena_str(ar, a->kind == GS_OWNER_DEVICES ? a->device_ids[i] : id);
         }
         return true;
 }
 
-static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_allocation *a)
+static Gshare__Ctl__V1__Allocation *alloc_msg(struct gs_arena *ar, struct gs_allocation *a)
 {
         struct gs_agent *ag = gs_agent_of(a->node);
         Gshare__Ctl__V1__Allocation *m =
@@ -195,9 +151,9 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
 
         if (!m)
                 return NULL;
-        m->id = arena_str(ar, a->id);
-        m->parts = arena_alloc(ar, a->nparts * sizeof(*m->parts));
-        m->processes = arena_alloc(ar, (size_t)a->nprocs * a->nparts * sizeof(*m->processes) + 1);
+        m->id = gs_arena_str(ar, a->id);
+        m->parts = gs_arena_alloc(ar, a->nparts * sizeof(*m->parts));
+        m->processes = gs_arena_alloc(ar, (size_t)a->nprocs * a->nparts * sizeof(*m->processes) + 1);
         if (!m->parts || !m->processes || !alloc_msg_ids(ar, a, m))
                 return NULL;
         for (uint32_t i = 0; i < a->nparts; i++) {
@@ -213,7 +169,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                 gs_gpu_unlock(g);
                 pm->used_bytes = (uint64_t)st.chunks_held * g->chunk_bytes;
                 pm->gpu_index = g->index;
-                pm->gpu_uuid = arena_str(ar, g->uuid);
+                pm->gpu_uuid = gs_arena_str(ar, g->uuid);
                 pm->units = a->parts[i].units;
                 pm->quota_bytes = (uint64_t)a->parts[i].quota_chunks * g->chunk_bytes;
                 pm->bytes_requested = st.bytes_requested;
@@ -242,7 +198,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                         gs_gpu_unlock(p->gpus[i].g);
                         pm->id = p->id;
                         pm->pid = p->pid;
-                        pm->comm = arena_str(ar, p->comm);
+                        pm->comm = gs_arena_str(ar, p->comm);
                         pm->gpu_index = p->gpus[i].g->index;
                         pm->bytes_requested = st.bytes_requested;
                         pm->bytes_in_blocks = st.bytes_in_blocks;
@@ -251,12 +207,12 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                 }
         }
         m->n_processes = nproc;
-        m->socket_dir = arena_str(ar, a->socket_dir);
+        m->socket_dir = gs_arena_str(ar, a->socket_dir);
         m->created_unix = a->created_unix;
         if (a->pod_name[0]) {
-                m->pod_namespace = arena_str(ar, a->pod_namespace);
-                m->pod_name = arena_str(ar, a->pod_name);
-                m->container_name = arena_str(ar, a->container_name);
+                m->pod_namespace = gs_arena_str(ar, a->pod_namespace);
+                m->pod_name = gs_arena_str(ar, a->pod_name);
+                m->container_name = gs_arena_str(ar, a->container_name);
         }
         if (!alloc_msg_claim(ar, a, m))
                 return NULL;
@@ -267,7 +223,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
 
 /* CreateAllocation, and its old form CreateClaimAllocation (c NULL, cc
  * set): one request, parsed here, to gs_restore_create. */
-static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__V1__CreateAllocationRequest *c,
+static void do_create(struct gs_ctlsrv *s, struct gs_arena *ar, const Gshare__Ctl__V1__CreateAllocationRequest *c,
                       const Gshare__Ctl__V1__ClaimOwner *cc, GsCtlReply *rep, char *err, size_t errlen)
 {
         Gshare__Ctl__V1__CreateAllocationReply *m;
@@ -339,7 +295,7 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__
         rep->create_allocation = m;
 }
 
-static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest *req,
+static void do_release(struct gs_ctlsrv *s, struct gs_arena *ar, const GsCtlRequest *req,
                        GsCtlReply *rep, char *err, size_t errlen)
 {
         const Gshare__Ctl__V1__ReleaseAllocationRequest *c = req->release_allocation;
@@ -377,12 +333,12 @@ done:
                                       GSHARE__CTL__V1__RELEASE_ALLOCATION_REPLY__INIT);
 }
 
-static void do_list_allocs(struct gs_ctlsrv *s, struct arena *ar, GsCtlReply *rep)
+static void do_list_allocs(struct gs_ctlsrv *s, struct gs_arena *ar, GsCtlReply *rep)
 {
         Gshare__Ctl__V1__ListAllocationsReply *m = NEW(ar, Gshare__Ctl__V1__ListAllocationsReply,
                                                        GSHARE__CTL__V1__LIST_ALLOCATIONS_REPLY__INIT);
 
-        if (!m || !(m->allocations = arena_alloc(ar, s->ag->node.nallocs * sizeof(*m->allocations))))
+        if (!m || !(m->allocations = gs_arena_alloc(ar, s->ag->node.nallocs * sizeof(*m->allocations))))
                 return;
         for (struct gs_allocation *a = s->ag->node.allocs; a; a = a->next)
                 if (m->n_allocations < s->ag->node.nallocs &&
@@ -406,19 +362,16 @@ static bool watching(const struct gs_stream *c)
  * limit: the client is not reading). */
 static int queue_msg(struct gs_stream *c, const ProtobufCMessage *msg)
 {
-        size_t len = protobuf_c_message_get_packed_size(msg);
+        size_t size;
         uint8_t *p;
+        int r = gs_ctl_frame_size(msg, &size);
 
-        if (len > GS_CTL_MAX_MSG)
-                return -EMSGSIZE;
-        p = gs_stream_reserve(c, 4 + len);
+        if (r < 0)
+                return r;
+        p = gs_stream_reserve(c, size);
         if (!p)
                 return -ENOBUFS;
-        p[0] = (uint8_t)len;
-        p[1] = (uint8_t)(len >> 8);
-        p[2] = (uint8_t)(len >> 16);
-        p[3] = (uint8_t)(len >> 24);
-        protobuf_c_message_pack(msg, p + 4);
+        gs_ctl_frame_pack(msg, p, size);
         return 0;
 }
 
@@ -435,7 +388,7 @@ static void reply_error(struct gs_stream *c, int err, const char *msg)
 static void handle(struct gs_ctlsrv *s, struct gs_stream *c, const uint8_t *buf, size_t len)
 {
         GsCtlReply rep = GSHARE__CTL__V1__REPLY__INIT;
-        struct arena ar = { 0 };
+        struct gs_arena ar = { 0 };
         char err[512] = "";
         GsCtlRequest *req;
 
@@ -493,7 +446,7 @@ static void handle(struct gs_ctlsrv *s, struct gs_stream *c, const uint8_t *buf,
                 rep.body_case = GSHARE__CTL__V1__REPLY__BODY__NOT_SET;
         if (queue_msg(c, &rep.base) < 0)
                 gs_stream_end(c);
-        arena_free(&ar);
+        gs_arena_free(&ar);
         gshare__ctl__v1__request__free_unpacked(req, NULL);
 }
 
@@ -504,23 +457,22 @@ static int on_data(void *ctx, struct gs_stream *c)
         size_t have;
 
         /* Serve every whole frame received. */
-        while (!gs_stream_ended(c) && (in = gs_stream_input(c, &have), have >= 4)) {
-                uint32_t len = (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 |
-                               (uint32_t)in[3] << 24;
+        while (!gs_stream_ended(c) && (in = gs_stream_input(c, &have), have >= GS_CTL_HDR)) {
+                uint32_t len;
 
-                if (len == 0 || len > GS_CTL_MAX_MSG) {
+                if (gs_ctl_frame_len(in, &len) < 0) {
                         reply_error(c, -EMSGSIZE, "frame length out of range");
                         break;
                 }
-                if (have < 4 + (size_t)len)
+                if (have < GS_CTL_HDR + (size_t)len)
                         break;
                 if (watching(c)) {
                         /* A watch stream takes no more requests. */
                         reply_error(c, -EINVAL, "no requests after watch");
                         break;
                 }
-                handle(s, c, in + 4, len);
-                gs_stream_consume(c, 4 + (size_t)len);
+                handle(s, c, in + GS_CTL_HDR, len);
+                gs_stream_consume(c, GS_CTL_HDR + (size_t)len);
         }
         return 0;
 }
@@ -530,7 +482,7 @@ static const struct gs_stream_ops ctl_ops = { .on_data = on_data };
 void gs_ctlsrv_broadcast(struct gs_ctlsrv *s)
 {
         GsCtlReply rep = GSHARE__CTL__V1__REPLY__INIT;
-        struct arena ar = { 0 };
+        struct gs_arena ar = { 0 };
         struct gs_stream *c, *nx;
 
         if (!s)
@@ -554,7 +506,7 @@ void gs_ctlsrv_broadcast(struct gs_ctlsrv *s)
                         }
                 }
         }
-        arena_free(&ar);
+        gs_arena_free(&ar);
 }
 
 int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret, char *err,
@@ -562,13 +514,12 @@ int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret,
 {
         static const struct gs_stream_limits lim = {
                 .max_conns = GS_CTLSRV_MAX_CLIENTS,
-                .in_max = GS_CTL_MAX_MSG + 4,
+                .in_max = GS_CTL_MAX_MSG + GS_CTL_HDR,
                 .out_max = GS_CTLSRV_MAX_QUEUED,
                 .linger_ms = GS_CTLSRV_LINGER_MS,
         };
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         struct gs_ctlsrv *s;
-        mode_t old;
         int fd, r;
 
         if (strlen(path) >= sizeof(sa.sun_path)) {
@@ -582,22 +533,11 @@ int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret,
         }
         s->ag = ag;
         snprintf(s->path, sizeof(s->path), "%s", path);
-        strcpy(sa.sun_path, path);
         (void)unlink(path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-                r = gs_neg_errno();
-                goto fail;
-        }
         /* Born 0600: no window in which others could connect. */
-        old = umask(0177);
-        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        umask(old);
-        if (r < 0 || listen(fd, 64) < 0) {
-                r = gs_neg_errno();
-                close(fd);
+        fd = r = gs_sock_listen(path, SOCK_STREAM, 0600, 64);
+        if (r < 0)
                 goto fail;
-        }
         r = gs_stream_srv_new(ag->node.loop, fd, "control socket", &lim, &ctl_ops, s, &s->srv);
         if (r < 0)
                 goto fail;

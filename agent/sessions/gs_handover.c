@@ -17,6 +17,7 @@
 #include "gs_ctlsrv.h"
 #include "gs_log.h"
 #include "gs_proc.h"
+#include "gs_sock.h"
 
 #define HO_MAGIC 0x4f485347u /* "GSHO" */
 #define HO_VERSION 1u
@@ -74,44 +75,22 @@ static size_t msg_len(const struct ho_msg *m)
 
 static int ho_send(int fd, struct ho_msg *m, const int *fds, uint32_t nfds)
 {
-        union {
-                struct cmsghdr c;
-                char b[CMSG_SPACE(sizeof(int) * HO_MAX_FDS)];
-        } u;
-        struct iovec iov = { m, msg_len(m) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        size_t len = msg_len(m);
         ssize_t n;
 
         m->magic = HO_MAGIC;
         m->version = HO_VERSION;
-        if (nfds) {
-                memset(&u, 0, sizeof(u));
-                mh.msg_control = u.b;
-                mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-                memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-        }
-        do
-                n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        while (n < 0 && errno == EINTR);
-        return n == (ssize_t)iov.iov_len ? 0 : n < 0 ? gs_neg_errno() : -EPROTO;
+        n = gs_sock_send_fds(fd, m, len, fds, nfds, 0);
+        return n == (ssize_t)len ? 0 : n < 0 ? (int)n : -EPROTO;
 }
 
 /* One message of type (any if 0), with at most HO_MAX_FDS fds into fds
  * (nfds set), within GS_HANDOVER_STEP_MS. */
 static int ho_recv(int fd, struct ho_msg *m, uint16_t type, int *fds, uint32_t *nfds)
 {
-        union {
-                struct cmsghdr c;
-                char b[CMSG_SPACE(sizeof(int) * HO_MAX_FDS)];
-        } u;
-        struct iovec iov = { m, sizeof(*m) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
         struct pollfd pfd = { .fd = fd, .events = POLLIN };
-        uint32_t got = 0;
+        size_t got = 0;
+        bool trunc;
         ssize_t n;
         int r;
 
@@ -120,32 +99,20 @@ static int ho_recv(int fd, struct ho_msg *m, uint16_t type, int *fds, uint32_t *
         while (r < 0 && errno == EINTR);
         if (r == 0)
                 return -ETIMEDOUT;
-        do
-                n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-        while (n < 0 && errno == EINTR);
+        n = gs_sock_recv_fds(fd, m, sizeof(*m), 0, fds, fds ? HO_MAX_FDS : 0, &got, &trunc);
         if (n < 0)
-                return gs_neg_errno();
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                                int x;
-                                memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                                if (fds && got < HO_MAX_FDS)
-                                        fds[got++] = x;
-                                else
-                                        close(x);
-                        }
+                return (int)n;
         if (nfds)
-                *nfds = got;
+                *nfds = (uint32_t)got;
         r = 0;
         if (n == 0)
                 r = -ECONNRESET;
         else if ((size_t)n < offsetof(struct ho_msg, ent) || m->magic != HO_MAGIC || m->version != HO_VERSION ||
-                 (type && m->type != type) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+                 (type && m->type != type) || trunc ||
                  (m->type == HO_CHUNKS && (m->n > HO_MAX_FDS || (size_t)n != msg_len(m) || got != fds_in(m))))
                 r = m->type == HO_FAIL ? -ECANCELED : -EPROTO;
         if (r < 0)
-                for (uint32_t i = 0; i < got; i++)
+                for (size_t i = 0; i < got; i++)
                         close(fds[i]);
         return r;
 }
@@ -339,7 +306,6 @@ static void on_conn(void *data, uint32_t events)
 int gs_handover_listen(struct gs_agent *ag, char *err, size_t errlen)
 {
         struct sockaddr_un sa;
-        mode_t old;
         int fd, r;
 
         ag->handover_fd = -1;
@@ -354,18 +320,9 @@ int gs_handover_listen(struct gs_agent *ag, char *err, size_t errlen)
                 return r;
         }
         (void)unlink(sa.sun_path);
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-                r = gs_neg_errno();
+        fd = r = gs_sock_listen(sa.sun_path, SOCK_SEQPACKET, 0600, 4);
+        if (r < 0)
                 goto fail;
-        }
-        old = umask(0177);
-        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        umask(old);
-        if (r < 0 || listen(fd, 4) < 0) {
-                r = gs_neg_errno();
-                goto fail;
-        }
         r = gs_loop_io_add(ag->node.loop, &ag->handover_io, fd, EPOLLIN, on_conn, ag);
         if (r < 0)
                 goto fail;
