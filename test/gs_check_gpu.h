@@ -8,6 +8,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "gs_gpu.h"
 
@@ -23,13 +24,15 @@ static inline void gs_check_cuda_open(struct gs_node *ag)
 }
 
 /* GPU 0, healthy, of nchunks chunks: ag's only GPU (free it after
- * gs_gpu_close). */
+ * gs_gpu_close).  Opened as at a first start: no stateDir (a ledger a
+ * real agent left in /var/lib/gshare, or another test, is not read). */
 static inline struct gs_gpu *gs_check_gpu_open(struct gs_node *ag, uint32_t nchunks)
 {
         char err[512];
         struct gs_gpu *g = calloc(1, sizeof(*g));
 
         ck_assert_ptr_nonnull(g);
+        snprintf(ag->cfg.state_dir, sizeof(ag->cfg.state_dir), "/nonexistent/gs-check-%d", (int)getpid());
         g->node = ag;
         ag->gpus = g;
         ag->ngpus = 1;
