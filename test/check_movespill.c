@@ -40,7 +40,14 @@ static struct gs_gpu *g;
 static struct gs_palloc *pa, *pb;
 static struct gs_pproc *ppa, *ppb;
 static char state[64];
+static uint32_t pokes; /* the main thread told that what is lent changed */
 static int fds_at_start;
+
+static void on_poke(struct gs_node *n)
+{
+        (void)n;
+        pokes++;
+}
 
 /* The GPU, A and B; B holds all it may: its quota, the free chunks and
  * owed of A's. */
@@ -59,6 +66,7 @@ static void open_gpu(uint32_t owed, uint32_t quiet_ms)
         ag.cfg.move_back_quiet_ms = quiet_ms;
         gs_check_cuda_open(&ag);
         g = gs_check_gpu_open(&ag, NCHUNKS);
+        ag.on_poke = on_poke;
         ck_assert_uint_eq(g->moves.nspare, NSPARE);
         gs_gpu_scrub_stop(g);
 
@@ -128,7 +136,7 @@ static void check_books_at(int line, uint32_t reserved)
         gs_gpu_assert_locked(g);
         ck_assert_msg(gs_pool_validate(g->pool, why, sizeof(why)) == 0, "line %d: %s", line, why);
         gs_pool_stats(g->pool, &ps);
-        struct gs_palloc_stats a = palloc_stats(pa), b = palloc_stats(pb);
+        struct gs_palloc_stats a = pa ? palloc_stats(pa) : (struct gs_palloc_stats){ 0 }, b = palloc_stats(pb);
         uint32_t held_dev = 0, held_spare = 0;
         for (uint32_t c = 0; c < NCHUNKS + NSPARE; c++)
                 if (gs_pool_chunk_held(g->pool, c))
@@ -174,10 +182,18 @@ static int plan_out(struct gs_move_ent *e, char *err, size_t errlen)
         return n;
 }
 
+/* Settles a batch; the lending check after it: the main thread is told
+ * (poked) exactly when what is lent changed. */
 static void end(enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved, uint64_t proc)
 {
+        struct gs_pool_stats ps;
+
         gs_gpu_lock(g);
+        uint32_t lent = g->last_borrowed, pokes0 = pokes;
         gs_gpu_move_end(g, dir, e, n, moved, NULL, proc);
+        gs_pool_stats(g->pool, &ps);
+        ck_assert_uint_eq(g->last_borrowed, ps.chunks_borrowed);
+        ck_assert_uint_eq(pokes, pokes0 + (ps.chunks_borrowed != lent));
         gs_gpu_unlock(g);
 }
 
@@ -431,6 +447,41 @@ START_TEST(test_back_none)
 }
 END_TEST
 
+/* The owner is deleted once repaid: a move back takes chunks of the
+ * system list, borrowed by ballooning from then on (what is lent changed:
+ * the main thread is told, end()). */
+START_TEST(test_back_from_system)
+{
+        struct gs_move_ent e[GS_MOVE_MAX];
+        struct gs_pool_stats ps;
+        char err[256];
+
+        spill_out(e, 2, 2, 2, PROC_B);
+        gs_pproc_del(ppa);
+        ppa = NULL;
+        ck_assert_int_eq(gs_palloc_del(pa), 0);
+        pa = NULL;
+        g->moves.spill_want = 0;
+        check_books(0);
+        gs_pool_stats(g->pool, &ps);
+        uint32_t sys = ps.chunks_free, lent = ps.chunks_borrowed, pokes0 = pokes;
+        ck_assert_int_eq(gs_gpu_move_plan(g, ppb, GS_MOVE_TO_DEVICE, e, GS_MOVE_MAX, NULL, PROC_B, err, sizeof(err)),
+                         2);
+        check_books(2);
+        gs_gpu_unlock(g);
+        end(GS_MOVE_TO_DEVICE, e, 2, 2, PROC_B);
+        gs_gpu_lock(g);
+        check_books(0);
+        gs_pool_stats(g->pool, &ps);
+        ck_assert_uint_eq(ps.chunks_free, sys - 2);
+        ck_assert_uint_eq(ps.chunks_borrowed, lent + 2);
+        ck_assert_uint_eq(pokes, pokes0 + 1);
+        ck_assert_uint_eq(gs_gpu_spilled(g), 0);
+        ck_assert_uint_eq(gs_pool_owed(g->pool), 0);
+        gs_gpu_unlock(g);
+}
+END_TEST
+
 /* No move back while an owner wants lent memory, nor within moveBackQuiet
  * of its last request. */
 START_TEST(test_back_waits)
@@ -494,11 +545,11 @@ int main(void)
         struct {
                 const char *name;
                 void (*setup)(void);
-                const TTest *t[10];
+                const TTest *t[12];
         } cases[] = {
                 { "owed2", setup_owed2, { test_nothing_wanted, test_out_all, test_out_some, test_out_none,
                                           test_out_gone, test_out_more_than_planned, test_back_all, test_back_none,
-                                          test_prepare_ahead } },
+                                          test_prepare_ahead, test_back_from_system } },
                 { "owed3", setup_owed3, { test_spill_max } },
                 { "quiet", setup_quiet, { test_back_waits } },
         };
@@ -507,7 +558,7 @@ int main(void)
                 TCase *tc = tcase_create(cases[i].name);
                 tcase_add_checked_fixture(tc, cases[i].setup, teardown);
                 tcase_set_timeout(tc, 60);
-                for (size_t k = 0; k < 10 && cases[i].t[k]; k++)
+                for (size_t k = 0; k < 12 && cases[i].t[k]; k++)
                         tcase_add_test(tc, cases[i].t[k]);
                 suite_add_tcase(s, tc);
         }
