@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include "gs_check.h"
+#include "gs_check_gpu.h"
 #include "gs_gpu.h"
 #include "gs_log.h"
 #include "gs_vmm.h"
@@ -70,33 +71,16 @@ static CUresult CUDAAPI create_maybe_fail(CUmemGenericAllocationHandle *h, size_
 
 static void setup_quota(uint32_t quota)
 {
-        char err[512], path[512];
-        const char *b = getenv("B");
-
-        snprintf(state, sizeof(state), "/dev/shm/gs-check-vmm-%d", (int)getpid());
-        unlink(state);
-        setenv("GSHARE_FAKECUDA_STATE", state, 1);
-        setenv("GSHARE_FAKECUDA_MEM", "1Gi", 1);
-        setenv("GSHARE_FAKECUDA_DEVICES", "1", 1);
-        setenv("GSHARE_FAKECUDA_CTX_BYTES", "0", 1);
+        gs_check_fakecuda_env(state, sizeof(state), "vmm", "1Gi");
         gs_log_init("check_vmm", GS_LOG_WARN);
         gs_config_defaults(&ag.cfg);
         ag.cfg.chunk_bytes = CHUNK;
         ag.cfg.unit_bytes = 2 * CHUNK;
         ag.cfg.reserve_bytes = 0;
-        snprintf(path, sizeof(path), "%s/test/fakecuda/libcuda.so.1", b ? b : "build");
-        ck_assert_msg(gs_cuda_open(&ag.cu, path, err, sizeof(err)) == 0, "%s", err);
-        ck_assert_int_eq(ag.cu.init(0), CUDA_SUCCESS);
+        gs_check_cuda_open(&ag);
         real_create = ag.cu.mem_create;
         ag.cu.mem_create = create_maybe_fail;
-        g = calloc(1, sizeof(*g));
-        ck_assert_ptr_nonnull(g);
-        g->node = &ag;
-        ag.gpus = g;
-        ag.ngpus = 1;
-        ck_assert_msg(gs_gpu_open(g, 0, &ag.cfg, err, sizeof(err)) == 0, "%s", err);
-        ck_assert_msg(g->healthy, "%s", g->health_reason);
-        ck_assert_uint_eq(g->nchunks, NCHUNKS);
+        g = gs_check_gpu_open(&ag, NCHUNKS);
         gs_gpu_lock(g);
         int rn = gs_palloc_new(g->pool, quota, 0, &pa);
         gs_gpu_unlock(g);

@@ -5,6 +5,7 @@
 #define GS_CHECK_H
 
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,34 @@ static inline int gs_check_log_count(int fd, const char *s)
         for (char *p = buf; (p = strstr(p, s)); p++)
                 c++;
         return c;
+}
+
+/* Descriptors open in this process now: a test that starts and ends with
+ * the same count left none behind. */
+static inline int gs_check_count_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *e;
+        int n = 0;
+
+        ck_assert_ptr_nonnull(d);
+        while ((e = readdir(d)))
+                n += e->d_name[0] != '.';
+        closedir(d);
+        return n - 1; /* the directory's own */
+}
+
+/* The fake driver (test/fakecuda) for this process alone: one device of
+ * mem ("1Gi"), no bytes charged for contexts, its state at a path for name
+ * and the pid (into state, removed first: the test removes it after). */
+static inline void gs_check_fakecuda_env(char *state, size_t len, const char *name, const char *mem)
+{
+        snprintf(state, len, "/dev/shm/gs-check-%s-%d", name, (int)getpid());
+        unlink(state);
+        setenv("GSHARE_FAKECUDA_STATE", state, 1);
+        setenv("GSHARE_FAKECUDA_MEM", mem, 1);
+        setenv("GSHARE_FAKECUDA_DEVICES", "1", 1);
+        setenv("GSHARE_FAKECUDA_CTX_BYTES", "0", 1);
 }
 
 #endif

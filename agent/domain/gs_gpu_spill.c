@@ -229,6 +229,8 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                      uint32_t moved, struct gs_allocation *owner, uint64_t proc)
 {
         gs_gpu_assert_locked(g);
+        if (moved > n)
+                moved = n; /* a count from a process: never more than planned */
         gs_gpu_spillrec_moved(g, dir, e, n, moved, proc != 0);
         for (uint32_t i = 0; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST) {

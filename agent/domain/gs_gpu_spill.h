@@ -81,7 +81,8 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                      uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen);
 /* Under g->lock: the first moved of the n planned moves were done (the
  * records exchange: a spilled chunk goes to whom it is owed, made anew),
- * the others are undone.  owner, proc: the process's allocation and id;
+ * the others are undone (moved past n counts as n: it is the process's
+ * word).  owner, proc: the process's allocation and id;
  * proc 0: the process is gone.  A spare whose fd a live process got and
  * did not map stays held by proc (struct gs_spare's holder). */
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,

@@ -15,106 +15,21 @@
 
 #include "gs_allocs.h"
 #include "gs_ctlsrv.h"
+#include "gs_handover_codec.h"
 #include "gs_log.h"
 #include "gs_proc.h"
 #include "gs_sock.h"
 
-#define HO_MAGIC 0x4f485347u /* "GSHO" */
-#define HO_VERSION 1u
-#define HO_MAX_FDS 250u      /* SCM_MAX_FD is 253 */
-
-enum ho_type { HO_PREPARE = 1, HO_ROOM, HO_TAKE, HO_GPU, HO_CHUNKS, HO_SENT, HO_READY, HO_FAIL };
-
-#define HO_WRITTEN 1u /* a process may have written it */
-#define HO_FD 2u      /* its fd comes with this message (else: sent at PREPARE) */
-
-struct ho_ent {
-        uint32_t chunk;
-        uint32_t flags;
-        uint64_t memid;        /* gs_chunk.memid: the memory, whichever chunk holds it */
-};
-
-struct ho_msg {
-        uint32_t magic;
-        uint16_t version, type;
-        uint32_t n;            /* CHUNKS: entries (and fds) */
-        uint32_t nchunks;      /* GPU: the pool's size */
-        uint64_t arg;          /* PREPARE: bytes wanted per GPU; GPU: chunk bytes */
-        uint8_t uuid[16];      /* GPU */
-        struct ho_ent ent[HO_MAX_FDS];
-};
-
-/* The chunks' fds the old agent sent at PREPARE, per GPU, by memid. */
-struct ho_snap {
-        uint8_t uuid[16];
-        uint64_t *memid;
-        int *fd;
-        size_t n, cap;
-};
-
 struct gs_handover {
         int fd;
         int64_t take_ms;       /* when TAKE was sent: the processes wait since */
-        struct ho_snap *snap;
-        size_t nsnap;
+        struct gs_ho_snapset snap;
 };
 
-static uint32_t fds_in(const struct ho_msg *m)
+/* One message within a step's time (gs_ho_recv). */
+static int ho_recv(int fd, struct gs_ho_msg *m, uint16_t type, int *fds, uint32_t *nfds)
 {
-        uint32_t k = 0;
-
-        for (uint32_t i = 0; i < m->n && i < HO_MAX_FDS; i++)
-                k += (m->ent[i].flags & HO_FD) != 0;
-        return k;
-}
-
-static size_t msg_len(const struct ho_msg *m)
-{
-        return offsetof(struct ho_msg, ent) + (m->type == HO_CHUNKS ? m->n * sizeof(struct ho_ent) : 0);
-}
-
-static int ho_send(int fd, struct ho_msg *m, const int *fds, uint32_t nfds)
-{
-        size_t len = msg_len(m);
-        ssize_t n;
-
-        m->magic = HO_MAGIC;
-        m->version = HO_VERSION;
-        n = gs_sock_send_fds(fd, m, len, fds, nfds, 0);
-        return n == (ssize_t)len ? 0 : n < 0 ? (int)n : -EPROTO;
-}
-
-/* One message of type (any if 0), with at most HO_MAX_FDS fds into fds
- * (nfds set), within GS_HANDOVER_STEP_MS. */
-static int ho_recv(int fd, struct ho_msg *m, uint16_t type, int *fds, uint32_t *nfds)
-{
-        struct pollfd pfd = { .fd = fd, .events = POLLIN };
-        size_t got = 0;
-        bool trunc;
-        ssize_t n;
-        int r;
-
-        do
-                r = poll(&pfd, 1, GS_HANDOVER_STEP_MS);
-        while (r < 0 && errno == EINTR);
-        if (r == 0)
-                return -ETIMEDOUT;
-        n = gs_sock_recv_fds(fd, m, sizeof(*m), 0, fds, fds ? HO_MAX_FDS : 0, &got, &trunc);
-        if (n < 0)
-                return (int)n;
-        if (nfds)
-                *nfds = (uint32_t)got;
-        r = 0;
-        if (n == 0)
-                r = -ECONNRESET;
-        else if ((size_t)n < offsetof(struct ho_msg, ent) || m->magic != HO_MAGIC || m->version != HO_VERSION ||
-                 (type && m->type != type) || trunc ||
-                 (m->type == HO_CHUNKS && (m->n > HO_MAX_FDS || (size_t)n != msg_len(m) || got != fds_in(m))))
-                r = m->type == HO_FAIL ? -ECANCELED : -EPROTO;
-        if (r < 0)
-                for (size_t i = 0; i < got; i++)
-                        close(fds[i]);
-        return r;
+        return gs_ho_recv(fd, m, type, fds, nfds, GS_HANDOVER_STEP_MS);
 }
 
 static int sock_path(const struct gs_agent *ag, struct sockaddr_un *sa)
@@ -163,8 +78,8 @@ static void make_room(struct gs_agent *ag, uint64_t want)
  * (TAKE): every one, with an fd only for memory made since. */
 static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
 {
-        struct ho_msg *m = calloc(1, sizeof(*m));
-        int fds[HO_MAX_FDS], r = 0;
+        struct gs_ho_msg *m = calloc(1, sizeof(*m));
+        int fds[GS_HO_MAX_FDS], r = 0;
 
         if (!m)
                 return -ENOMEM;
@@ -173,40 +88,40 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
 
                 if (!g->pool)
                         continue;
-                memset(m, 0, offsetof(struct ho_msg, ent));
-                m->type = HO_GPU;
+                memset(m, 0, offsetof(struct gs_ho_msg, ent));
+                m->type = GS_HO_GPU;
                 m->nchunks = g->nchunks;
                 m->arg = g->chunk_bytes;
                 memcpy(m->uuid, g->uuid_raw, 16);
-                r = ho_send(fd, m, NULL, 0);
+                r = gs_ho_send(fd, m, NULL, 0);
                 gs_gpu_lock(g);
                 if (snapshot)
                         g->restart.ho_snap_memid = g->memid_next;
                 for (uint32_t c = 0; c < g->nchunks && r == 0;) {
                         uint32_t n = 0, nfds = 0;
-                        for (; c < g->nchunks && n < HO_MAX_FDS; c++) {
+                        for (; c < g->nchunks && n < GS_HO_MAX_FDS; c++) {
                                 struct gs_chunk *k = &g->chunks[c];
                                 if (k->fd < 0 || k->state == GS_CHUNK_PENDING || !k->memid)
                                         continue;
                                 bool with_fd = snapshot || k->memid > g->restart.ho_snap_memid;
-                                m->ent[n++] = (struct ho_ent){ c,
-                                        (k->writer != 0 || k->owner != NULL ? HO_WRITTEN : 0) | (with_fd ? HO_FD : 0),
-                                        k->memid };
+                                uint32_t fl = (k->writer != 0 || k->owner != NULL ? GS_HO_WRITTEN : 0) |
+                                              (with_fd ? GS_HO_FD : 0);
+                                m->ent[n++] = (struct gs_ho_ent){ c, fl, k->memid };
                                 if (with_fd)
                                         fds[nfds++] = k->fd;
                         }
                         if (n) {
-                                m->type = HO_CHUNKS;
+                                m->type = GS_HO_CHUNKS;
                                 m->n = n;
-                                r = ho_send(fd, m, fds, nfds);
+                                r = gs_ho_send(fd, m, fds, nfds);
                         }
                 }
                 gs_gpu_unlock(g);
         }
         if (r == 0) {
-                memset(m, 0, offsetof(struct ho_msg, ent));
-                m->type = HO_SENT;
-                r = ho_send(fd, m, NULL, 0);
+                memset(m, 0, offsetof(struct gs_ho_msg, ent));
+                m->type = GS_HO_SENT;
+                r = gs_ho_send(fd, m, NULL, 0);
         }
         free(m);
         return r;
@@ -216,10 +131,10 @@ static int send_chunks(struct gs_agent *ag, int fd, bool snapshot)
  * processes' requests are served by the workers until TAKE). */
 static void serve(struct gs_agent *ag, int fd)
 {
-        struct ho_msg m;
+        struct gs_ho_msg m;
         int r;
 
-        r = ho_recv(fd, &m, HO_PREPARE, NULL, NULL);
+        r = ho_recv(fd, &m, GS_HO_PREPARE, NULL, NULL);
         if (r < 0) {
                 log_warn("upgrade: no PREPARE from the new agent: %s", strerror(-r));
                 return;
@@ -230,9 +145,9 @@ static void serve(struct gs_agent *ag, int fd)
          * a thousand fds takes the new agent tens of ms (H100), which
          * they would otherwise wait for at TAKE. */
         r = send_chunks(ag, fd, true);
-        memset(&m, 0, offsetof(struct ho_msg, ent));
-        m.type = HO_ROOM;
-        if (r < 0 || ho_send(fd, &m, NULL, 0) < 0 || ho_recv(fd, &m, HO_TAKE, NULL, NULL) < 0) {
+        memset(&m, 0, offsetof(struct gs_ho_msg, ent));
+        m.type = GS_HO_ROOM;
+        if (r < 0 || gs_ho_send(fd, &m, NULL, 0) < 0 || ho_recv(fd, &m, GS_HO_TAKE, NULL, NULL) < 0) {
                 log_warn("upgrade: the new agent went away before taking over; serving on");
                 return;
         }
@@ -247,7 +162,7 @@ static void serve(struct gs_agent *ag, int fd)
         log_info("upgrade: processes paused in %lld ms, chunks sent in %lld ms", (long long)(t_paused - t_take),
                  (long long)(gs_mono_ms() - t_paused));
         if (r == 0)
-                r = ho_recv(fd, &m, HO_READY, NULL, NULL);
+                r = ho_recv(fd, &m, GS_HO_READY, NULL, NULL);
         if (r < 0) {
                 char err[256];
                 log_warn("upgrade: the new agent failed to take over (%s); serving on", strerror(-r));
@@ -348,99 +263,31 @@ void gs_handover_close(struct gs_agent *ag)
 
 /* ---- the new agent ---- */
 
-static void snap_free(struct gs_handover *h)
-{
-        for (size_t i = 0; i < h->nsnap; i++) {
-                for (size_t k = 0; k < h->snap[i].n; k++)
-                        gs_closep(&h->snap[i].fd[k]);
-                free(h->snap[i].fd);
-                free(h->snap[i].memid);
-        }
-        free(h->snap);
-        h->snap = NULL;
-        h->nsnap = 0;
-}
-
 /* PREPARE's answer: every chunk's fd, per GPU, kept by memid. */
 static int recv_snapshot(struct gs_handover *h)
 {
-        struct ho_msg *m = calloc(1, sizeof(*m));
-        struct ho_snap *cur = NULL;
-        int fds[HO_MAX_FDS], r;
+        struct gs_ho_msg *m = calloc(1, sizeof(*m));
+        int fds[GS_HO_MAX_FDS], r;
         uint32_t nfds;
 
         if (!m)
                 return -ENOMEM;
         for (;;) {
                 r = ho_recv(h->fd, m, 0, fds, &nfds);
-                if (r < 0 || m->type == HO_SENT)
+                if (r < 0 || m->type == GS_HO_SENT)
                         break;
-                if (m->type == HO_GPU) {
-                        struct ho_snap *t = realloc(h->snap, (h->nsnap + 1) * sizeof(*t));
-                        if (!t) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        h->snap = t;
-                        cur = &h->snap[h->nsnap++];
-                        memset(cur, 0, sizeof(*cur));
-                        memcpy(cur->uuid, m->uuid, 16);
-                        continue;
-                }
-                if (m->type != HO_CHUNKS || !cur || nfds != m->n) {
-                        for (uint32_t i = 0; i < nfds; i++)
-                                close(fds[i]);
-                        r = -EPROTO;
+                r = gs_ho_snap_add(&h->snap, m, fds, nfds);
+                if (r < 0)
                         break;
-                }
-                if (cur->n + nfds > cur->cap) {
-                        size_t cap = cur->cap ? 2 * cur->cap : 1024;
-                        while (cap < cur->n + nfds)
-                                cap *= 2;
-                        uint64_t *mi = realloc(cur->memid, cap * sizeof(*mi));
-                        if (mi)
-                                cur->memid = mi;
-                        int *f = mi ? realloc(cur->fd, cap * sizeof(*f)) : NULL;
-                        if (f)
-                                cur->fd = f;
-                        if (!mi || !f) {
-                                for (uint32_t i = 0; i < nfds; i++)
-                                        close(fds[i]);
-                                r = -ENOMEM;
-                                break;
-                        }
-                        cur->cap = cap;
-                }
-                for (uint32_t i = 0; i < nfds; i++) {
-                        cur->memid[cur->n] = m->ent[i].memid;
-                        cur->fd[cur->n++] = fds[i];
-                }
         }
         free(m);
         return r;
 }
 
-/* The fd the snapshot holds for memid on the GPU uuid (taken out), or -1. */
-static int snap_take(struct gs_handover *h, const uint8_t uuid[16], uint64_t memid)
-{
-        for (size_t i = 0; i < h->nsnap; i++) {
-                struct ho_snap *s = &h->snap[i];
-                if (memcmp(s->uuid, uuid, 16))
-                        continue;
-                for (size_t k = 0; k < s->n; k++)
-                        if (s->memid[k] == memid && s->fd[k] >= 0) {
-                                int fd = s->fd[k];
-                                s->fd[k] = -1;
-                                return fd;
-                        }
-        }
-        return -1;
-}
-
 int gs_handover_begin(struct gs_agent *ag, struct gs_handover **ret, char *err, size_t errlen)
 {
         struct sockaddr_un sa;
-        struct ho_msg m;
+        struct gs_ho_msg m;
         int fd, r;
 
         *ret = NULL;
@@ -463,14 +310,14 @@ int gs_handover_begin(struct gs_agent *ag, struct gs_handover **ret, char *err, 
                 return -ENOMEM;
         }
         h->fd = fd;
-        memset(&m, 0, offsetof(struct ho_msg, ent));
-        m.type = HO_PREPARE;
+        memset(&m, 0, offsetof(struct gs_ho_msg, ent));
+        m.type = GS_HO_PREPARE;
         m.arg = ag->node.cfg.context_bytes ? ag->node.cfg.context_bytes : GS_GiB;
-        r = ho_send(fd, &m, NULL, 0);
+        r = gs_ho_send(fd, &m, NULL, 0);
         if (r == 0)
                 r = recv_snapshot(h);
         if (r == 0)
-                r = ho_recv(fd, &m, HO_ROOM, NULL, NULL);
+                r = ho_recv(fd, &m, GS_HO_ROOM, NULL, NULL);
         if (r < 0) {
                 gs_handover_abort(h);
                 snprintf(err, errlen, "the running agent did not answer on %s: %s", sa.sun_path, strerror(-r));
@@ -497,78 +344,31 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
                      size_t errlen)
 {
         struct gs_gpu_inherit *inh = calloc(ag->node.ngpus ? ag->node.ngpus : 1, sizeof(*inh));
-        struct gs_gpu_inherit *cur = NULL;
-        struct ho_msg *m = calloc(1, sizeof(*m));
-        int fds[HO_MAX_FDS], r;
+        struct gs_ho_msg *m = calloc(1, sizeof(*m));
+        struct gs_ho_take t = { .inh = inh, .gpus = ag->node.gpus, .ngpus = ag->node.ngpus,
+                                .chunk_bytes = ag->node.cfg.chunk_bytes, .snap = &h->snap };
+        int fds[GS_HO_MAX_FDS], r;
         uint32_t nfds;
-        uint8_t uuid_cur[16] = { 0 };
 
         if (!inh || !m) {
                 r = -ENOMEM;
                 goto fail;
         }
-        memset(m, 0, offsetof(struct ho_msg, ent));
-        m->type = HO_TAKE;
+        memset(m, 0, offsetof(struct gs_ho_msg, ent));
+        m->type = GS_HO_TAKE;
         h->take_ms = gs_mono_ms();
-        r = ho_send(h->fd, m, NULL, 0);
+        r = gs_ho_send(h->fd, m, NULL, 0);
         while (r == 0) {
                 r = ho_recv(h->fd, m, 0, fds, &nfds);
-                if (r < 0)
+                if (r < 0 || m->type == GS_HO_SENT)
                         break;
-                if (m->type == HO_SENT)
-                        break;
-                if (m->type == HO_GPU) {
-                        cur = NULL;
-                        memcpy(uuid_cur, m->uuid, 16);
-                        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++)
-                                if (!memcmp(ag->node.gpus[gi].uuid_raw, m->uuid, 16) && ag->node.gpus[gi].ctx_ready)
-                                        cur = &inh[gi];
-                        if (!cur || cur->nchunks || m->nchunks == 0 || m->nchunks > GS_LEDGER_MAX_CHUNKS ||
-                            m->arg != ag->node.cfg.chunk_bytes) {
-                                if (cur && m->arg != ag->node.cfg.chunk_bytes)
-                                        log_warn("upgrade: the old agent's chunks are %llu bytes, ours %llu: "
-                                                 "that GPU starts as after a restart",
-                                                 (unsigned long long)m->arg, (unsigned long long)ag->node.cfg.chunk_bytes);
-                                cur = NULL;
-                                continue;
-                        }
-                        cur->nchunks = m->nchunks;
-                        memcpy(uuid_cur, m->uuid, 16);
-                        cur->fd = malloc(m->nchunks * sizeof(int));
-                        cur->written = calloc(m->nchunks, 1);
-                        cur->memid = calloc(m->nchunks, sizeof(uint64_t));
-                        if (!cur->fd || !cur->written || !cur->memid) {
-                                r = -ENOMEM;
-                                break;
-                        }
-                        for (uint32_t c = 0; c < m->nchunks; c++)
-                                cur->fd[c] = -1;
-                        continue;
-                }
-                if (m->type != HO_CHUNKS) {
-                        r = -EPROTO;
-                        break;
-                }
-                for (uint32_t i = 0, k = 0; i < m->n; i++) {
-                        uint32_t c = m->ent[i].chunk;
-                        int f = (m->ent[i].flags & HO_FD) ? fds[k++] : snap_take(h, uuid_cur, m->ent[i].memid);
-                        if (!cur || c >= cur->nchunks || cur->fd[c] >= 0 || f < 0) {
-                                if (cur && f < 0)
-                                        log_warn("upgrade: chunk %u (memory %llu) came without its fd", c,
-                                                 (unsigned long long)m->ent[i].memid);
-                                gs_closep(&f);
-                                continue;
-                        }
-                        cur->fd[c] = f;
-                        cur->written[c] = (m->ent[i].flags & HO_WRITTEN) != 0;
-                        cur->memid[c] = m->ent[i].memid;
-                }
+                r = gs_ho_take_msg(&t, m, fds, nfds);
         }
         free(m);
         m = NULL;
         if (r < 0)
                 goto fail;
-        snap_free(h); /* memory gone since PREPARE: its fds are not needed */
+        gs_ho_snap_free(&h->snap); /* memory gone since PREPARE: its fds are not needed */
         log_info("upgrade: the old agent's chunks received %lld ms after TAKE", (long long)(gs_mono_ms() - h->take_ms));
         *ret_inh = inh;
         return 0;
@@ -583,7 +383,7 @@ void gs_handover_abort(struct gs_handover *h)
 {
         if (!h)
                 return;
-        snap_free(h);
+        gs_ho_snap_free(&h->snap);
         close(h->fd);
         free(h);
 }
@@ -606,18 +406,18 @@ bool gs_handover_older_agent(const struct gs_agent *ag)
 
 void gs_handover_finish(struct gs_handover *h)
 {
-        struct ho_msg m;
+        struct gs_ho_msg m;
 
         if (!h)
                 return;
-        memset(&m, 0, offsetof(struct ho_msg, ent));
-        m.type = HO_READY;
-        if (ho_send(h->fd, &m, NULL, 0) < 0)
+        memset(&m, 0, offsetof(struct gs_ho_msg, ent));
+        m.type = GS_HO_READY;
+        if (gs_ho_send(h->fd, &m, NULL, 0) < 0)
                 log_warn("upgrade: cannot tell the old agent we serve");
         else
                 log_info("upgrade: serving %lld ms after taking over; the old agent lets its processes go",
                          (long long)(gs_mono_ms() - h->take_ms));
-        snap_free(h);
+        gs_ho_snap_free(&h->snap);
         close(h->fd);
         free(h);
 }
