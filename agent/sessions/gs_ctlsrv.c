@@ -17,6 +17,7 @@
 #include "gs_pending.h"
 #include "gs_restore.h"
 #include "gs_proc.h"
+#include "gs_short.h"
 #include "gs_stream.h"
 
 struct gs_ctlsrv {
@@ -317,7 +318,7 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__
                 /* Chunks lent to allocations that borrow past their quota
                  * (docs/burst.md, named in err): what their processes
                  * hold without a live block comes back for the retry. */
-                (void)gs_proc_ask_borrowers(s->ag);
+                (void)gs_short_ask_borrowers(s->ag);
         if (r < 0) {
                 rep->error = r;
                 return;
