@@ -327,7 +327,7 @@ static void wire(struct gs_agent *ag)
         gs_short_wire(ag);
         ag->on_event = gs_usage_event;
         gs_loop_timer_add(ag->node.loop, &ag->hello_timer, gs_proc_tick, ag);
-        gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_allocs_tick, &ag->node);
+        gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_restore_tick, &ag->node);
         gs_loop_timer_add(ag->node.loop, &ag->usage_timer, usage_tick, ag);
 }
 
@@ -507,11 +507,11 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
-        r = gs_allocs_restore(&ag.node);
+        r = gs_restore_start(&ag.node);
         if (r < 0)
                 log_error("checkpoint in %s: %s", ag.node.cfg.state_dir, strerror(-r));
         /* The previous agent's processes, before any connection is served. */
-        gs_proc_restore(&ag);
+        gs_proc_adopt(&ag);
         if (ho)
                 log_info("upgrade: allocations and processes restored");
         if (gs_handover_listen(&ag, err, sizeof(err)) < 0)

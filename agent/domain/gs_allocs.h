@@ -222,12 +222,6 @@ uint32_t gs_allocs_outside_slots(const struct gs_node *ag, const struct gs_part 
 /* The GPU of this UUID (any case), or NULL. */
 struct gs_gpu *gs_allocs_gpu(struct gs_node *ag, const char *uuid);
 
-/* An upgrade (gs_handover.h): stops (on false) or resumes accepting on
- * every allocation's socket (gs_sockdir.c). */
-void gs_allocs_listen(struct gs_node *ag, bool on);
-/* An upgrade that failed after the new agent bound its sockets at our
- * paths: every allocation listens again on a fresh socket at its path. */
-void gs_allocs_rebind(struct gs_node *ag);
 
 /* part->burst_chunks from any thread. */
 static inline uint32_t gs_part_burst(const struct gs_part *part)

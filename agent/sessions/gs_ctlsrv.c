@@ -133,7 +133,7 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct arena *ar, struct gs_gpu *g)
                 m->units_restoring = arena_alloc(ar, g->units_total * sizeof(*m->units_restoring));
                 if (!m->units_restoring)
                         return NULL;
-                m->n_units_restoring = gs_allocs_units_pending(g->node, g, m->units_restoring, g->units_total);
+                m->n_units_restoring = gs_pending_units(g->node, g, m->units_restoring, g->units_total);
         }
         return m;
 }
@@ -355,11 +355,11 @@ static void do_release(struct gs_ctlsrv *s, struct arena *ar, const GsCtlRequest
                 a = gs_allocs_find(&s->ag->node, c->id);
         else if (c->n_device_ids)
                 a = gs_allocs_find_ids(&s->ag->node, (const char *const *)c->device_ids, c->n_device_ids);
-        if ((r = gs_allocs_known(&s->ag->node, err, errlen)) < 0)
+        if ((r = gs_restore_known(&s->ag->node, err, errlen)) < 0)
                 goto done;
         if (!a || a->releasing) {
                 /* Perhaps a checkpoint line waiting to be restored. */
-                r = gs_allocs_release_pending(&s->ag->node, c->id, (const char *const *)c->device_ids,
+                r = gs_restore_release_pending(&s->ag->node, c->id, (const char *const *)c->device_ids,
                                               c->n_device_ids, NULL, err, errlen);
                 if (r == -ENOENT)
                         snprintf(err, errlen, "no allocation %s%.64s",

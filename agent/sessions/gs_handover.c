@@ -17,6 +17,7 @@
 #include "gs_ctlsrv.h"
 #include "gs_log.h"
 #include "gs_proc.h"
+#include "gs_sockdir.h"
 
 #define HO_MAGIC 0x4f485347u /* "GSHO" */
 #define HO_VERSION 1u
@@ -272,7 +273,7 @@ static void serve(struct gs_agent *ag, int fd)
         /* From here the processes wait: nothing they hold may move. */
         int64_t t_take = gs_mono_ms();
         gs_proc_pause_all(ag);
-        gs_allocs_listen(&ag->node, false);
+        gs_sockdir_listen(&ag->node, false);
         for (uint32_t i = 0; i < ag->node.ngpus; i++)
                 gs_gpu_ledger_pause(&ag->node.gpus[i], true);
         int64_t t_paused = gs_mono_ms();
@@ -289,7 +290,7 @@ static void serve(struct gs_agent *ag, int fd)
                 /* It may have bound its sockets at our paths already: ours
                  * again, fresh (connections in flight to its are lost and
                  * retried by their clients). */
-                gs_allocs_rebind(&ag->node);
+                gs_sockdir_rebind(&ag->node);
                 gs_ctlsrv_free(ag->ctl);
                 ag->ctl = NULL;
                 if (gs_ctlsrv_new(ag, ag->node.cfg.agent_socket, &ag->ctl, err, sizeof(err)) < 0)

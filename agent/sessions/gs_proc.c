@@ -4,7 +4,7 @@
  * does to every process at once (pause, resume, disconnect, ask to give
  * back, kill).  Its connection: gs_proc_conn.c; registration:
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
- * previous agent's processes: gs_proc_restore.c. */
+ * previous agent's processes: gs_proc_adopt.c. */
 #include "gs_proc_int.h"
 
 #include <stdio.h>

@@ -140,7 +140,7 @@ void gs_proc_kill_all(struct gs_agent *ag);
  * agent's) until they reclaim them or exit; processes of allocations
  * that are gone leave their chunks pending.  Then the new ledger replaces
  * the old one. */
-void gs_proc_restore(struct gs_agent *ag);
+void gs_proc_adopt(struct gs_agent *ag);
 /* After bumping p's give_back or spill word: wakes its hook's thread if it
  * took the notification eventfd (GS_OP_NOTIFY); a no-op otherwise.  Any
  * thread: the fd lives as long as the process record. */

@@ -1,4 +1,4 @@
-/* gs_proc_restore.c — at start, the previous agent's processes (gs_ledger.h):
+/* gs_proc_adopt.c — at start, the previous agent's processes adopted (gs_ledger.h):
  * each live one its ledger names gets a closed record (a ghost) holding
  * its chunks at their slots, charged until it reclaims them or exits; the
  * chunks adopted take the memory the processes map; chunks of live
@@ -122,7 +122,7 @@ static void restore_outside(struct gs_agent *ag, struct gs_gpu *g)
         free(slots);
 }
 
-void gs_proc_restore(struct gs_agent *ag)
+void gs_proc_adopt(struct gs_agent *ag)
 {
         for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
                 struct gs_gpu *g = &ag->node.gpus[gi];
