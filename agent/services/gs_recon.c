@@ -208,7 +208,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                 if (a->kind != GS_OWNER_DEVICES || gs_pending_kept_names(&ag->node, a->id))
                         continue;
                 /* Held if any of its IDs is: a partial match is odd, but it
-                 * means a pod still uses the memory, so never reclaim it. */
+                 * means a pod still uses the memory, so never release it. */
                 for (size_t i = 0; i < a->ndevice_ids && !h; i++)
                         h = holder_of(s, a->device_ids[i]);
                 if (h) {

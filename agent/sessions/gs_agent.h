@@ -12,8 +12,9 @@
  * under the GPU's mutex (the allocator is not thread-safe).  A worker tells
  * the main thread about a protocol violation by shutting its socket down
  * (the loop sees the hang-up), about a lending change with gs_agent_poke,
- * and asks for a usage scan with gs_agent_want_scan (both async sources of
- * the loop). */
+ * asks for a usage scan with gs_agent_want_scan and for the short-of-memory
+ * kick with gs_short_request (async sources of the loop); it waits for the
+ * main loop on done_cv (gs_agent_await), never in naps. */
 #ifndef GS_AGENT_H
 #define GS_AGENT_H
 

@@ -101,7 +101,7 @@ static bool want_back(struct gs_proc *p, uint32_t gi, uint64_t bytes)
                         g->moves.spill_want = need;
                 if (g->moves.spill_want > total)
                         g->moves.spill_want = total;
-                g->moves.st.reclaim_asks++;
+                g->moves.st.take_back_asks++;
                 asked = true;
                 gs_gpu_spill_kick(g); /* host memory ahead (gs_gpu_spill_prepare_pick) */
         }
