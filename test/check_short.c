@@ -2,10 +2,12 @@
  * real pool and a real loop, without a driver or sockets: who give-back
  * asks; the kick runs once after a batch however often it was asked for;
  * a worker's short request waits for the kick (blocked, not napping) and
- * reads what it asked; a request that was not short asks nothing; a loop
- * that does not answer leaves the request waiting a bounded time. */
+ * reads what it asked, and the end of a kick begun before it asked does
+ * not count; a request that was not short asks nothing; a loop that does
+ * not answer leaves the request waiting a bounded time. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +268,40 @@ START_TEST(test_request_loop_away)
 }
 END_TEST
 
+/* A kick under way (begun, not done) passed B's part before the request
+ * marked it; it ends while the request waits.  Its end must not count:
+ * the request was not answered by it, so the hook is told more may come,
+ * not "nobody asked" (others_asked 0 from an older kick). */
+static void *kick_ends(void *arg)
+{
+        struct fixture *f = arg;
+        int64_t until = gs_mono_ms() + 10000;
+
+        while (!__atomic_load_n(&f->a.parts[0].give_back_wanted, __ATOMIC_ACQUIRE) && gs_mono_ms() < until)
+                sched_yield();
+        gs_agent_count(&f->ag, &f->ag.shortmem.kicks);
+        return NULL;
+}
+
+START_TEST(test_request_kick_under_way)
+{
+        struct fixture *f = setup();
+        struct short_req s;
+        pthread_t t;
+
+        f->a.parts[0].others_asked = 0; /* what an older kick found */
+        __atomic_store_n(&f->ag.shortmem.started, 1, __ATOMIC_SEQ_CST);
+        short_alloc(&s, f);
+        ck_assert_int_eq(pthread_create(&t, NULL, kick_ends, f), 0);
+        ck_assert_int_eq(gs_short_request(&f->pb, &s.req, &s.rep, 0, gs_palloc_returned(f->a.parts[0].pa)), 0);
+        pthread_join(t, NULL);
+        ck_assert_uint_eq(kicks(f), 1);
+        ck_assert_uint_eq(s.rep.others_asked, 1);
+        ck_assert(f->a.parts[0].give_back_wanted); /* for the next kick */
+        teardown(f);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("short");
@@ -277,6 +313,7 @@ int main(void)
         tcase_add_test(t, test_request_waits_for_kick);
         tcase_add_test(t, test_request_not_short);
         tcase_add_test(t, test_request_loop_away);
+        tcase_add_test(t, test_request_kick_under_way);
         suite_add_tcase(s, t);
         return gs_check_run(s);
 }

@@ -48,7 +48,8 @@ bool gs_agent_await(struct gs_agent *ag, const unsigned *count, unsigned before,
 
         gs_gpu_assert_none_locked(); /* the main loop may want it: docs/design.md "Locks" */
         pthread_mutex_lock(&ag->done_mu);
-        while (!(got = __atomic_load_n(count, __ATOMIC_ACQUIRE) - before >= n)) {
+        /* Signed: before may be one past the count (gs_short: a kick begun). */
+        while (!(got = (int)(__atomic_load_n(count, __ATOMIC_ACQUIRE) - before) >= (int)n)) {
                 int64_t left = until - gs_mono_ms();
                 struct timespec ts;
 

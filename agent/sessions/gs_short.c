@@ -109,14 +109,19 @@ static bool want_back(struct gs_proc *p, uint32_t gi, uint64_t bytes)
         return asked;
 }
 
-/* A worker holding no GPU lock: asks for the kick and waits (at most ms)
- * until one has run: whether it did. */
+/* A worker holding no GPU lock, after marking its part: asks for the kick
+ * and waits (at most ms) until one begun after the mark has run: whether
+ * it did.  Kicks run often (every batch with a change): one under way may
+ * have passed the part before the mark, and its end must not count.  Read
+ * after the mark, started is s: kick s may be under way, kick s+1 begins
+ * later and takes the part's GPU lock after the mark (seq_cst on both
+ * sides), so done reaching s+1 means the part was seen. */
 static bool await_kick(struct gs_agent *ag, int ms)
 {
-        unsigned before = __atomic_load_n(&ag->shortmem.kicks, __ATOMIC_ACQUIRE);
+        unsigned started = __atomic_load_n(&ag->shortmem.started, __ATOMIC_SEQ_CST);
 
         gs_loop_async_send(ag->node.loop, &ag->shortmem.async);
-        return gs_agent_await(ag, &ag->shortmem.kicks, before, 1, ms);
+        return gs_agent_await(ag, &ag->shortmem.kicks, started, 1, ms);
 }
 
 /* The allocation's other processes are asked for their wholly free chunks
@@ -260,6 +265,7 @@ static void kick(void *data)
 {
         struct gs_agent *ag = data;
 
+        __atomic_add_fetch(&ag->shortmem.started, 1, __ATOMIC_SEQ_CST);
         give_back(ag);
         take_back(ag);
         gs_agent_count(ag, &ag->shortmem.kicks);

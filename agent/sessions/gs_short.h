@@ -48,6 +48,7 @@ struct gs_ring_msg;
 struct gs_short {
         struct gs_loop_async async;      /* a worker asks for the kick */
         struct gs_loop_post post;        /* the kick, once after the batch */
+        unsigned started;                /* atomic: kicks begun */
         unsigned kicks;                  /* atomic: kicks done (gs_agent_count) */
 };
 
