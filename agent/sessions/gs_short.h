@@ -16,12 +16,13 @@
  * lend again.
  *
  * The entry point of the request path is gs_short_request (a worker).  The
- * main loop acts in one place, the kick (give-back asks of the marked parts,
- * borrowers' movers woken, the last resort), which runs once after a batch
- * in which anything asked for it: a worker's short request (an async source
- * of the loop), a change Watch clients see (lending changed, a move done, a
- * process gone: gs_agent_changed) or a usage scan (gs_short_kick).  A worker
- * that asked waits for the kick on the agent's done_cv, never in naps.
+ * main loop acts in one place, the kick (give-back asks of the marked
+ * parts, the last resort when due, borrowers' movers woken), which runs
+ * once after a batch in which anything asked for it: a worker's short
+ * request (an async source of the loop), a change Watch clients see
+ * (lending changed, a move done, a process gone: gs_agent_changed) or a
+ * usage scan (gs_short_kick).  A worker that asked waits for a kick begun
+ * after it asked, on the agent's done_cv, never in naps.
  *
  * The domain's books stay in the domain: a part's give_back_wanted and
  * others_asked (gs_allocs.h), the GPU's wants and spills (gs_gpu_spill.h).
