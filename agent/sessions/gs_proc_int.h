@@ -53,10 +53,10 @@ struct gs_allocation *gs_proc_alloc_by_num(struct gs_agent *ag, uint64_t num, ui
 /* The closed record of e's process on a (made if it lives), or NULL. */
 struct gs_proc *gs_proc_ghost(struct gs_agent *ag, struct gs_allocation *a, const struct gs_ledger_ent *e);
 /* Before g's ledger entries are adopted: the debts of the previous agent. */
-void gs_proc_restore_debts(struct gs_agent *ag, struct gs_gpu *g);
+void gs_proc_adopt_debts(struct gs_agent *ag, struct gs_gpu *g);
 /* After: the slots that were in host memory adopt spares, those in a
  * move are marked (maybe_host); the debts' hints end. */
-void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g);
+void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g);
 /* The previous agent's record entry i as a device entry to adopt (a move
  * back in flight: the slot is charged as device memory unless the process
  * says otherwise), in *ret; false if it is none. */
