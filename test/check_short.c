@@ -277,8 +277,13 @@ static void *kick_ends(void *arg)
         struct fixture *f = arg;
         int64_t until = gs_mono_ms() + 10000;
 
-        while (!__atomic_load_n(&f->a.parts[0].give_back_wanted, __ATOMIC_ACQUIRE) && gs_mono_ms() < until)
-                sched_yield();
+        for (bool marked = false; !marked && gs_mono_ms() < until;) {
+                gs_gpu_lock(&f->g);
+                marked = f->a.parts[0].give_back_wanted;
+                gs_gpu_unlock(&f->g);
+                if (!marked)
+                        sched_yield();
+        }
         gs_agent_count(&f->ag, &f->ag.shortmem.kicks);
         return NULL;
 }
