@@ -1,7 +1,6 @@
 /* gs_agent_main.c — gshare-agent: owns the node's GPU memory and serves the
  * allocations' processes and the control socket (see gs_agent.h and
  * docs/agent.md). */
-#include "gs_serve_move.h"
 #include "gs_agent.h"
 
 #include <fcntl.h>
@@ -30,6 +29,7 @@
 #include "gs_proc.h"
 #include "gs_recon.h"
 #include "gs_serve.h"
+#include "gs_short.h"
 #include "gs_usage.h"
 #include "gs_event.h"
 #include "gs_watch.h"
@@ -244,30 +244,22 @@ static void ready_file(const struct gs_config *c, bool ready)
         close(fd);
 }
 
-/* After each batch in which something Watch clients see changed. */
+/* After each batch in which something Watch clients see changed (lending
+ * changed, a move done, a process gone): the short-of-memory kick too. */
 static void broadcast(struct gs_agent *ag)
 {
         gs_ctlsrv_broadcast(ag->ctl);
-        gs_move_kick(ag);
+        gs_short_kick(ag);
 }
 
-/* Each usage scan also looks for spilled chunks that may come back. */
+/* Each usage scan also kicks (spilled chunks may come back; an owner's
+ * wait may have passed reclaimKillAfter). */
 static int64_t usage_tick(void *data, int64_t now)
 {
         int64_t next = gs_usage_tick(data, now);
 
-        gs_move_kick(data);
+        gs_short_kick(data);
         return next;
-}
-
-/* Memory is wanted (gs_agent_want_give_back): processes are asked for
- * chunks without a live block, then movers woken for what is owed; the
- * workers waiting for it are told. */
-static void give_back(struct gs_agent *ag)
-{
-        gs_proc_give_back_sweep(ag);
-        gs_move_kick(ag);
-        gs_agent_count(ag, &ag->give_back_sweeps);
 }
 
 /* Who runs when: the callbacks and timers of the layers (agent/layers.txt:
@@ -276,10 +268,10 @@ static void wire(struct gs_agent *ag)
 {
         gs_agent_wire(ag, broadcast);
         ag->node.on_alloc_conn = gs_proc_on_listen;
-        ag->on_give_back = give_back;
+        gs_short_wire(ag);
         ag->on_event = gs_usage_event;
         gs_loop_timer_add(ag->node.loop, &ag->hello_timer, gs_proc_tick, ag);
-        gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_allocs_tick, &ag->node);
+        gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_restore_tick, &ag->node);
         gs_loop_timer_add(ag->node.loop, &ag->usage_timer, usage_tick, ag);
 }
 
@@ -459,11 +451,11 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
-        r = gs_allocs_restore(&ag.node);
+        r = gs_restore_start(&ag.node);
         if (r < 0)
                 log_error("checkpoint in %s: %s", ag.node.cfg.state_dir, strerror(-r));
         /* The previous agent's processes, before any connection is served. */
-        gs_proc_restore(&ag);
+        gs_proc_adopt(&ag);
         if (ho)
                 log_info("upgrade: allocations and processes restored");
         if (gs_handover_listen(&ag, err, sizeof(err)) < 0)

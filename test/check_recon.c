@@ -311,7 +311,7 @@ START_TEST(test_ckpt_unreadable)
 
         /* The open fails (ELOOP: a symlink to itself). */
         ck_assert_int_eq(symlink(GS_CKPT_NAME, path), 0);
-        ck_assert_int_eq(gs_allocs_restore(&ag.node), -ELOOP);
+        ck_assert_int_eq(gs_restore_start(&ag.node), -ELOOP);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 5000, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 60000, now + 60, 2000), 0);
         ck_assert(has_alloc(&ag, a) && has_alloc(&ag, b));
@@ -385,7 +385,7 @@ START_TEST(test_ckpt_emfile)
         while (nfds < 256 && (fd = fcntl(fds[0], F_DUPFD_CLOEXEC, 0)) >= 0)
                 fds[nfds++] = fd;
         ck_assert_int_eq(errno, EMFILE);
-        ck_assert_int_eq(gs_allocs_restore(&ag.node), -EMFILE);
+        ck_assert_int_eq(gs_restore_start(&ag.node), -EMFILE);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 5000, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 60000, now + 60, 2000), 0);
         while (nfds)
@@ -428,7 +428,7 @@ START_TEST(test_ckpt_malformed_kept)
         n = (size_t)snprintf(file, sizeof(file), "%s", HEADER);
         memcpy(file + n, tail, tl);
         write_file(path, file, n + tl);
-        ck_assert_int_eq(gs_allocs_restore(&ag.node), 0);
+        ck_assert_int_eq(gs_restore_start(&ag.node), 0);
         ck_assert_ptr_nonnull(ag.node.pending);
         a = alloc(&ag, "aaaaaaaaaaaaaaaa", ids_a, 1, now - 100);
         b = alloc(&ag, "bbbbbbbbbbbbbbbb", ids_b, 1, now - 100);
@@ -440,7 +440,7 @@ START_TEST(test_ckpt_malformed_kept)
         ck_assert(!has_alloc(&ag, a));
         ck_assert(has_alloc(&ag, b));
         ck_assert(!has_alloc(&ag, c));
-        ck_assert(gs_allocs_kept_names(&ag.node, b->id));
+        ck_assert(gs_pending_kept_names(&ag.node, b->id));
 
         /* The releases saved it: the lines are as they were, in order. */
         n = read_all(path, file, sizeof(file));
@@ -482,7 +482,7 @@ START_TEST(test_ckpt_bounds)
         for (unsigned i = 0; i <= GS_CKPT_KEPT_MAX; i++)
                 n += (size_t)snprintf(file + n, cap - n, "bad line %u\n", i);
         write_file(path, file, n);
-        ck_assert_int_eq(gs_allocs_restore(&ag.node), -EFBIG);
+        ck_assert_int_eq(gs_restore_start(&ag.node), -EFBIG);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 5000, now, 2000), 0);
         ck_assert_uint_eq(gs_recon_apply(&ag, none, 60000, now + 60, 2000), 0);
         assert_refused(&ag, path, -EFBIG, b);

@@ -1,5 +1,6 @@
 /* gs_buddy.h — the buddy level of the agent's allocator (internal to
- * gs_pool*.c; see docs/allocator.md).
+ * alloc/: gs_pool*.c through gs_pool_int.h, and gs_slab.h; see
+ * docs/allocator.md).
  *
  * One gs_buddy per process serves blocks of 256 B up to chunk_bytes out of
  * the chunks that process holds.  Each chunk is its own buddy tree: blocks

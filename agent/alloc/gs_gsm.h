@@ -1,5 +1,9 @@
-/* gs_gsm.h — the chunk level of the agent's allocator (internal to
- * gs_pool*.c; see docs/allocator.md).
+/* gs_gsm.h — the chunk level of the agent's allocator (see
+ * docs/allocator.md).  The pool (gs_pool*.c) drives it; outside the
+ * allocator only the GPU's scrubber (gs_gpu_scrub.c, gs_gpu_scrubber.c:
+ * gs_gsm_clean, gs_gsm_scrub_next) and its spill books (gs_gpu_spill.c: a
+ * chunk record's state) include it; marking a chunk clean is the only
+ * change they make through it.
  *
  * A pool of nchunks fixed-size chunks (GSMs) and the lists they move
  * between, all intrusive doubly linked lists threaded through one array of

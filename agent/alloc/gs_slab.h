@@ -1,5 +1,5 @@
 /* gs_slab.h — the slab level of the agent's allocator (internal to
- * gs_pool*.c; see docs/allocator.md).
+ * alloc/: gs_pool*.c through gs_pool_int.h; see docs/allocator.md).
  *
  * When a process keeps asking for the same small size (<= GS_SLAB_MAX,
  * rounded up to 256 B: one class per 256 B step), one buddy block is cut

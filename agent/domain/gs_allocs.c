@@ -174,7 +174,7 @@ static int plan_devices(struct gs_node *ag, const struct gs_alloc_req *req, stru
                         struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
 {
         struct gs_allocation *old;
-        struct gs_allocs_pending *q;
+        struct gs_pending *q;
         size_t n = req->nids;
         char **v;
 
@@ -258,7 +258,7 @@ static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct
 {
         const struct gs_claim *c = &req->claim;
         struct gs_allocation *old;
-        struct gs_allocs_pending *q;
+        struct gs_pending *q;
         uint32_t nfree = 0;
         struct gs_gpu *g;
         int r = 0;
@@ -304,7 +304,7 @@ static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct
                 memcpy(pl->id, req->restore->id, sizeof(pl->id));
                 for (uint32_t i = 0; i < c->units && r == 0; i++) {
                         uint32_t u = req->restore->units[i];
-                        struct gs_allocs_pending *o = u < g->units_total ? gs_pending_holding(ag, g, u) : NULL;
+                        struct gs_pending *o = u < g->units_total ? gs_pending_holding(ag, g, u) : NULL;
                         if (u >= g->units_total || g->unit_owner[u] || (o && &o->rec != req->restore)) {
                                 snprintf(err, errlen, "unit %u of GPU %s is %s", u, g->uuid,
                                          u >= g->units_total ? "not one of its units" : "part of another allocation");

@@ -68,11 +68,11 @@ struct gs_part {
         struct gs_outside out;
         uint64_t bypass_charge;
         bool gone;               /* being deleted: owes nothing any more */
-        /* Under the GPU's lock: a request of a process failed for want of
-         * memory; the main loop asks the others for their wholly free
-         * chunks (gs_proc_ask_give_back) and clears it. */
+        /* Under the GPU's lock: a request of a process was short of
+         * memory; the main loop's kick asks the others for their wholly
+         * free chunks and clears it (sessions/gs_short.h). */
         bool give_back_wanted;
-        uint32_t others_asked;   /* processes the last sweep asked */
+        uint32_t others_asked;   /* processes the last kick asked */
         int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
         /* Borrowing Events (gs_usage.c): whether GPUMemoryBorrowed was
          * told and not yet GPUMemoryReturned, and when the last was. */
@@ -222,12 +222,6 @@ uint32_t gs_allocs_outside_slots(const struct gs_node *ag, const struct gs_part 
 /* The GPU of this UUID (any case), or NULL. */
 struct gs_gpu *gs_allocs_gpu(struct gs_node *ag, const char *uuid);
 
-/* An upgrade (gs_handover.h): stops (on false) or resumes accepting on
- * every allocation's socket (gs_sockdir.c). */
-void gs_allocs_listen(struct gs_node *ag, bool on);
-/* An upgrade that failed after the new agent bound its sockets at our
- * paths: every allocation listens again on a fresh socket at its path. */
-void gs_allocs_rebind(struct gs_node *ag);
 
 /* part->burst_chunks from any thread. */
 static inline uint32_t gs_part_burst(const struct gs_part *part)

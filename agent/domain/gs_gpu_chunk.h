@@ -53,7 +53,7 @@ struct gs_allocation;
  * (gs_gpu_inherit_settle); OURS becomes KEPT when a set takes it or gives
  * it back without memory (gs_chunkset); OURS or KEPT become PENDING when
  * recycling finds no room (gs_gpu_chunk_recycle) or a restart holds
- * chunks back (gs_proc_restore), PENDING becomes OURS once re-created and
+ * chunks back (gs_proc_adopt), PENDING becomes OURS once re-created and
  * back in the pool (gs_gpu_retry_pending).  The records trade memory
  * (gs_gpu_chunk_swap, _fill): the state goes with it.
  *

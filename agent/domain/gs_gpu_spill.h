@@ -48,7 +48,7 @@ struct gs_gpu_move_stats {
         uint64_t refused;      /* spills that found no host memory (spillMax) */
         uint64_t moves;        /* batches, both ways */
         uint64_t move_ns;      /* their time in all, as the agent saw it */
-        uint64_t reclaim_asks; /* owners' requests that made the agent ask for moves */
+        uint64_t take_back_asks; /* owners' requests that made the agent ask for moves */
 };
 
 /* The part: the pool's records [nchunks, nchunks + nspare) are spares

@@ -24,7 +24,7 @@
 struct gs_node;
 struct gs_gpu;
 struct gs_allocation;
-struct gs_allocs_pending;
+struct gs_pending;
 
 /* What the agent's work took, for /metrics (gs_hist.h, gs_metrics.h);
  * recorded by whichever thread does the work. */
@@ -67,12 +67,12 @@ struct gs_node {
         struct gs_allocation *allocs;
         uint32_t nallocs;
         /* Checkpoint lines not restored yet (gs_pending.h). */
-        struct gs_allocs_pending *pending;
+        struct gs_pending *pending;
         /* 0, or the negative errno of the last failed read of the
          * checkpoint: the allocations are unknown (gs_restore.h). */
         int ckpt_err;
         struct gs_loop *loop;                /* gs_loop.h: the main thread's reactor */
-        struct gs_loop_timer restore_timer;  /* gs_allocs_tick */
+        struct gs_loop_timer restore_timer;  /* gs_restore_tick */
         /* An upgrade's handover as this agent sees it (gs_node_handover;
          * gs_handover.h): read through gs_node_paths_ours,
          * gs_node_handed_over.  Main thread. */

@@ -8,7 +8,7 @@
 
 #include "gs_gpu.h"
 
-void gs_pending_free(struct gs_allocs_pending *q)
+void gs_pending_free(struct gs_pending *q)
 {
         if (!q)
                 return;
@@ -19,22 +19,22 @@ void gs_pending_free(struct gs_allocs_pending *q)
 void gs_pending_free_all(struct gs_node *ag)
 {
         while (ag->pending) {
-                struct gs_allocs_pending *q = ag->pending;
+                struct gs_pending *q = ag->pending;
                 ag->pending = q->next;
                 gs_pending_free(q);
         }
 }
 
-void gs_pending_unlink(struct gs_node *ag, struct gs_allocs_pending *q)
+void gs_pending_unlink(struct gs_node *ag, struct gs_pending *q)
 {
-        for (struct gs_allocs_pending **pp = &ag->pending; *pp; pp = &(*pp)->next)
+        for (struct gs_pending **pp = &ag->pending; *pp; pp = &(*pp)->next)
                 if (*pp == q) {
                         *pp = q->next;
                         return;
                 }
 }
 
-void gs_pending_push(struct gs_node *ag, struct gs_allocs_pending *q)
+void gs_pending_push(struct gs_node *ag, struct gs_pending *q)
 {
         q->next = ag->pending;
         ag->pending = q;
@@ -60,17 +60,17 @@ static bool rec_holds(const struct gs_ckpt_rec *r, const char *uuid, uint32_t un
         return false;
 }
 
-struct gs_allocs_pending *gs_pending_holding(struct gs_node *ag, const struct gs_gpu *g, uint32_t unit)
+struct gs_pending *gs_pending_holding(struct gs_node *ag, const struct gs_gpu *g, uint32_t unit)
 {
-        for (struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+        for (struct gs_pending *q = ag->pending; q; q = q->next)
                 if (!q->rec.kept && rec_holds(&q->rec, g->uuid, unit))
                         return q;
         return NULL;
 }
 
-struct gs_allocs_pending *gs_pending_of_ids(struct gs_node *ag, char *const *sorted, size_t n)
+struct gs_pending *gs_pending_of_ids(struct gs_node *ag, char *const *sorted, size_t n)
 {
-        for (struct gs_allocs_pending *q = ag->pending; q; q = q->next) {
+        for (struct gs_pending *q = ag->pending; q; q = q->next) {
                 const struct gs_ckpt_rec *r = &q->rec;
                 size_t i;
                 if (r->kept || r->kind != GS_OWNER_DEVICES || r->nids != n)
@@ -83,28 +83,28 @@ struct gs_allocs_pending *gs_pending_of_ids(struct gs_node *ag, char *const *sor
         return NULL;
 }
 
-struct gs_allocs_pending *gs_pending_of_id(struct gs_node *ag, const char *id)
+struct gs_pending *gs_pending_of_id(struct gs_node *ag, const char *id)
 {
-        struct gs_allocs_pending *q;
+        struct gs_pending *q;
 
         for (q = ag->pending; q && (q->rec.kept || strcmp(q->rec.id, id) != 0); q = q->next)
                 ;
         return q;
 }
 
-struct gs_allocs_pending *gs_pending_of_claim(struct gs_node *ag, const char *uid)
+struct gs_pending *gs_pending_of_claim(struct gs_node *ag, const char *uid)
 {
-        for (struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+        for (struct gs_pending *q = ag->pending; q; q = q->next)
                 if (!q->rec.kept && q->rec.kind == GS_OWNER_CLAIM && strcmp(q->rec.claim.uid, uid) == 0)
                         return q;
         return NULL;
 }
 
-bool gs_allocs_kept_names(const struct gs_node *ag, const char *id)
+bool gs_pending_kept_names(const struct gs_node *ag, const char *id)
 {
         size_t idlen = strlen(id);
 
-        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+        for (const struct gs_pending *q = ag->pending; q; q = q->next)
                 if (q->rec.kept && idlen && memmem(q->rec.kept, q->rec.kept_len, id, idlen))
                         return true;
         return false;
@@ -112,7 +112,7 @@ bool gs_allocs_kept_names(const struct gs_node *ag, const char *id)
 
 int gs_pending_keep(struct gs_node *ag, struct gs_ckpt_rec *rec, const char *why)
 {
-        struct gs_allocs_pending *q = calloc(1, sizeof(*q)), **pp;
+        struct gs_pending *q = calloc(1, sizeof(*q)), **pp;
 
         if (!q)
                 return -ENOMEM;
@@ -128,11 +128,11 @@ int gs_pending_keep(struct gs_node *ag, struct gs_ckpt_rec *rec, const char *why
         return 0;
 }
 
-size_t gs_allocs_units_pending(struct gs_node *ag, const struct gs_gpu *g, uint32_t *ret_units, size_t max)
+size_t gs_pending_units(struct gs_node *ag, const struct gs_gpu *g, uint32_t *ret_units, size_t max)
 {
         size_t k = 0;
 
-        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next) {
+        for (const struct gs_pending *q = ag->pending; q; q = q->next) {
                 const struct gs_ckpt_rec *r = &q->rec;
                 if (r->kept)
                         continue;
@@ -157,6 +157,6 @@ size_t gs_allocs_units_pending(struct gs_node *ag, const struct gs_gpu *g, uint3
 
 void gs_pending_put_all(FILE *f, const struct gs_node *ag)
 {
-        for (const struct gs_allocs_pending *q = ag->pending; q; q = q->next)
+        for (const struct gs_pending *q = ag->pending; q; q = q->next)
                 gs_ckpt_put(f, &q->rec);
 }

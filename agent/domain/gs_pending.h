@@ -25,8 +25,8 @@
 struct gs_node;
 struct gs_gpu;
 
-struct gs_allocs_pending {
-        struct gs_allocs_pending *next;
+struct gs_pending {
+        struct gs_pending *next;
         struct gs_ckpt_rec rec;  /* owned; rec.kept: a line that does not parse */
         char why[256];           /* the last reason it could not be restored */
 };
@@ -36,26 +36,26 @@ struct gs_allocs_pending {
  * ag->restore_timer for a line that parses.  0 or -ENOMEM. */
 int gs_pending_keep(struct gs_node *ag, struct gs_ckpt_rec *rec, const char *why) GS_WUR;
 /* Takes q out of the table (q stays valid). */
-void gs_pending_unlink(struct gs_node *ag, struct gs_allocs_pending *q);
+void gs_pending_unlink(struct gs_node *ag, struct gs_pending *q);
 /* Puts q, taken out, back at the head of the table. */
-void gs_pending_push(struct gs_node *ag, struct gs_allocs_pending *q);
+void gs_pending_push(struct gs_node *ag, struct gs_pending *q);
 /* Frees q, taken out (NULL: nothing). */
-void gs_pending_free(struct gs_allocs_pending *q);
+void gs_pending_free(struct gs_pending *q);
 
 /* The line holding unit of g, or NULL. */
-struct gs_allocs_pending *gs_pending_holding(struct gs_node *ag, const struct gs_gpu *g, uint32_t unit);
+struct gs_pending *gs_pending_holding(struct gs_node *ag, const struct gs_gpu *g, uint32_t unit);
 /* The device plugin's line of exactly sorted[0..n), or NULL. */
-struct gs_allocs_pending *gs_pending_of_ids(struct gs_node *ag, char *const *sorted, size_t n);
+struct gs_pending *gs_pending_of_ids(struct gs_node *ag, char *const *sorted, size_t n);
 /* The line of claim uid, or NULL. */
-struct gs_allocs_pending *gs_pending_of_claim(struct gs_node *ag, const char *uid);
+struct gs_pending *gs_pending_of_claim(struct gs_node *ag, const char *uid);
 /* The line (one that parses) of allocation id, or NULL. */
-struct gs_allocs_pending *gs_pending_of_id(struct gs_node *ag, const char *id);
+struct gs_pending *gs_pending_of_id(struct gs_node *ag, const char *id);
 /* Units of g held by lines not restored yet, into ret_units[max]; returns
  * how many. */
-size_t gs_allocs_units_pending(struct gs_node *ag, const struct gs_gpu *g, uint32_t *ret_units,
+size_t gs_pending_units(struct gs_node *ag, const struct gs_gpu *g, uint32_t *ret_units,
                                size_t max);
 /* Whether a kept (unparsable) line holds id. */
-bool gs_allocs_kept_names(const struct gs_node *ag, const char *id);
+bool gs_pending_kept_names(const struct gs_node *ag, const char *id);
 
 /* Writes every line not restored yet (gs_ckpt_put). */
 void gs_pending_put_all(FILE *f, const struct gs_node *ag);

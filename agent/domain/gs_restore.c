@@ -28,7 +28,7 @@ static size_t rec_units(const struct gs_ckpt_rec *r)
 
 /* Creates q's allocation now (q leaves the table), or puts q back with the
  * reason.  As gs_allocs_create. */
-static int restore_line(struct gs_node *ag, struct gs_allocs_pending *q, struct gs_allocation **ret,
+static int restore_line(struct gs_node *ag, struct gs_pending *q, struct gs_allocation **ret,
                         bool *ret_created, char *err, size_t errlen)
 {
         struct gs_alloc_req req;
@@ -63,7 +63,7 @@ static void claims_file_gone(struct gs_node *ag, const struct gs_ckpt *c)
                  c->claims_migrated, c->claims_dropped);
 }
 
-/* gs_allocs_restore, with the read's error in rerr. */
+/* gs_restore_start, with the read's error in rerr. */
 static int restore(struct gs_node *ag, char *rerr, size_t rerrlen)
 {
         char err[PATH_MAX + 512];
@@ -121,14 +121,14 @@ static int restore(struct gs_node *ag, char *rerr, size_t rerrlen)
         return r;
 }
 
-int gs_allocs_restore(struct gs_node *ag)
+int gs_restore_start(struct gs_node *ag)
 {
         char err[PATH_MAX + 512];
 
         return restore(ag, err, sizeof(err));
 }
 
-int gs_allocs_known(struct gs_node *ag, char *err, size_t errlen)
+int gs_restore_known(struct gs_node *ag, char *err, size_t errlen)
 {
         char why[PATH_MAX + 256];
         int r;
@@ -142,15 +142,15 @@ int gs_allocs_known(struct gs_node *ag, char *err, size_t errlen)
         return r;
 }
 
-int64_t gs_allocs_tick(void *data, int64_t now)
+int64_t gs_restore_tick(void *data, int64_t now)
 {
         struct gs_node *ag = data;
-        struct gs_allocs_pending *q, *next;
+        struct gs_pending *q, *next;
         bool any = false, changed = false;
         char err[512];
 
         if (ag->ckpt_err) {
-                if (gs_allocs_known(ag, err, sizeof(err)) < 0)
+                if (gs_restore_known(ag, err, sizeof(err)) < 0)
                         return now + GS_ALLOCS_RETRY_MS;
                 changed = true;
         }
@@ -168,10 +168,10 @@ int64_t gs_allocs_tick(void *data, int64_t now)
         return any ? now + GS_ALLOCS_RETRY_MS : GS_LOOP_NEVER;
 }
 
-int gs_allocs_release_pending(struct gs_node *ag, const char *id, const char *const *ids, size_t n,
+int gs_restore_release_pending(struct gs_node *ag, const char *id, const char *const *ids, size_t n,
                               const char *claim_uid, char *err, size_t errlen)
 {
-        struct gs_allocs_pending *q = NULL;
+        struct gs_pending *q = NULL;
         char **v;
         int r;
 
@@ -200,11 +200,11 @@ int gs_allocs_release_pending(struct gs_node *ag, const char *id, const char *co
 int gs_restore_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
                       bool *ret_created, char *err, size_t errlen)
 {
-        struct gs_allocs_pending *q;
+        struct gs_pending *q;
         char **v;
         int r;
 
-        if (!req->restore && (r = gs_allocs_known(ag, err, errlen)) < 0)
+        if (!req->restore && (r = gs_restore_known(ag, err, errlen)) < 0)
                 return r;
         r = gs_allocs_create(ag, req, ret, ret_created, err, errlen);
         if (r != 1)
@@ -227,11 +227,11 @@ int gs_restore_release_claim(struct gs_node *ag, const char *uid, char *err, siz
 
         /* Unknown allocations: "no such claim" would be a guess, and the
          * kubelet retries an unprepare that fails. */
-        r = gs_allocs_known(ag, err, errlen);
+        r = gs_restore_known(ag, err, errlen);
         if (r < 0)
                 return r;
         if (gs_allocs_find_claim(ag, uid))
                 return gs_allocs_release_claim(ag, uid, err, errlen);
-        r = gs_allocs_release_pending(ag, NULL, NULL, 0, uid, err, errlen);
+        r = gs_restore_release_pending(ag, NULL, NULL, 0, uid, err, errlen);
         return r == -ENOENT ? 0 : r;
 }

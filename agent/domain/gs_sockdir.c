@@ -130,7 +130,7 @@ void gs_sockdir_close(struct gs_node *ag, struct gs_allocation *a)
                 (void)unlink(a->socket_path);
 }
 
-void gs_allocs_rebind(struct gs_node *ag)
+void gs_sockdir_rebind(struct gs_node *ag)
 {
         char err[256];
 
@@ -146,7 +146,7 @@ void gs_allocs_rebind(struct gs_node *ag)
         }
 }
 
-void gs_allocs_listen(struct gs_node *ag, bool on)
+void gs_sockdir_listen(struct gs_node *ag, bool on)
 {
         for (struct gs_allocation *a = ag->allocs; a; a = a->next) {
                 if (a->listen_fd < 0)

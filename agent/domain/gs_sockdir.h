@@ -26,4 +26,11 @@ int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir
 /* Closes a's socket (unlinked unless the paths are another agent's). */
 void gs_sockdir_close(struct gs_node *ag, struct gs_allocation *a);
 
+/* An upgrade (gs_handover.h): stops (on false) or resumes accepting on
+ * every allocation's socket. */
+void gs_sockdir_listen(struct gs_node *ag, bool on);
+/* An upgrade that failed after the new agent bound its sockets at our
+ * paths: every allocation listens again on a fresh socket at its path. */
+void gs_sockdir_rebind(struct gs_node *ag);
+
 #endif

@@ -333,7 +333,7 @@ static int snap_gpus(struct gs_agent *ag, struct snap *sn)
                         uint32_t *units = calloc(g->units_total + 1, sizeof(*units));
                         if (!units)
                                 return -ENOMEM;
-                        s->units_restoring = (uint32_t)gs_allocs_units_pending(&ag->node, g, units, g->units_total);
+                        s->units_restoring = (uint32_t)gs_pending_units(&ag->node, g, units, g->units_total);
                         free(units);
                 }
         }

@@ -191,7 +191,7 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
          * are missing information: any allocation may be a claim's, so
          * none is released; who holds what is still recorded.  The read
          * is logged once per streak and tried again at each pass. */
-        known = gs_allocs_known(&ag->node, err, sizeof(err)) == 0;
+        known = gs_restore_known(&ag->node, err, sizeof(err)) == 0;
         if (!known)
                 log_debug("reconciler: releasing nothing: %s", err);
         for (a = ag->node.allocs; a; a = next) {
@@ -205,10 +205,10 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                  * device IDs for it, and it goes by NodeUnprepareResources
                  * only.  One a kept (unparsable) checkpoint line names may
                  * be a claim's, garbled. */
-                if (a->kind != GS_OWNER_DEVICES || gs_allocs_kept_names(&ag->node, a->id))
+                if (a->kind != GS_OWNER_DEVICES || gs_pending_kept_names(&ag->node, a->id))
                         continue;
                 /* Held if any of its IDs is: a partial match is odd, but it
-                 * means a pod still uses the memory, so never reclaim it. */
+                 * means a pod still uses the memory, so never release it. */
                 for (size_t i = 0; i < a->ndevice_ids && !h; i++)
                         h = holder_of(s, a->device_ids[i]);
                 if (h) {

@@ -18,6 +18,7 @@
 #include "gs_log.h"
 #include "gs_nvml.h"
 #include "gs_proc.h"
+#include "gs_short.h"
 
 
 void gs_usage_open(struct gs_agent *ag)
@@ -328,7 +329,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                  * processes hold with no live block come back (their hooks
                  * give them back at their next call) and the set takes
                  * them before any process may (gs_outside_cover). */
-                (void)gs_proc_ask_give_back(a, i);
+                (void)gs_short_ask_give_back(a, i);
                 /* Killing is the last resort: over by more than the bound,
                  * for longer than the grace. */
                 if (ag->node.cfg.over_quota == GS_OVER_QUOTA_KILL && over > ag->node.cfg.over_quota_bound_bytes &&

@@ -1,7 +1,7 @@
 /* gs_watch.h — the API server's watch of the pods on this node.
  *
  * PodResources (gs_recon.h) is polled every reconcileInterval; this watch
- * makes reclaim follow a pod's end at once.  A thread of its own lists the
+ * makes release follow a pod's end at once.  A thread of its own lists the
  * node's pods (GET /api/v1/pods?fieldSelector=spec.nodeName=<node>&limit=1,
  * only for the list's resourceVersion), then watches from there, reading
  * the newline-delimited JSON events as they stream (libcurl).  When a pod is

@@ -33,20 +33,6 @@ static void on_scan_wanted(void *data)
         gs_loop_timer_arm(&ag->usage_timer, 0);
 }
 
-static void on_give_back_wanted(void *data)
-{
-        struct gs_agent *ag = data;
-
-        if (ag->on_give_back)
-                ag->on_give_back(ag);
-}
-
-void gs_agent_want_give_back(struct gs_agent *ag)
-{
-        gs_loop_async_send(ag->node.loop, &ag->give_back_async);
-}
-
-/* The main loop counts a sweep or scan done (gs_agent_count). */
 void gs_agent_count(struct gs_agent *ag, unsigned *count)
 {
         pthread_mutex_lock(&ag->done_mu);
@@ -55,15 +41,15 @@ void gs_agent_count(struct gs_agent *ag, unsigned *count)
         pthread_mutex_unlock(&ag->done_mu);
 }
 
-/* Waits until the main loop's counter *count is n past before, at most
- * until (gs_mono_ms), blocked on done_cv: whether it got there. */
-static bool await_count(struct gs_agent *ag, const unsigned *count, unsigned before, unsigned n, int64_t until)
+bool gs_agent_await(struct gs_agent *ag, const unsigned *count, unsigned before, unsigned n, int ms)
 {
+        int64_t until = gs_mono_ms() + ms;
         bool got;
 
         gs_gpu_assert_none_locked(); /* the main loop may want it: docs/design.md "Locks" */
         pthread_mutex_lock(&ag->done_mu);
-        while (!(got = __atomic_load_n(count, __ATOMIC_ACQUIRE) - before >= n)) {
+        /* Signed: before may be one past the count (gs_short: a kick begun). */
+        while (!(got = (int)(__atomic_load_n(count, __ATOMIC_ACQUIRE) - before) >= (int)n)) {
                 int64_t left = until - gs_mono_ms();
                 struct timespec ts;
 
@@ -80,14 +66,6 @@ static bool await_count(struct gs_agent *ag, const unsigned *count, unsigned bef
         }
         pthread_mutex_unlock(&ag->done_mu);
         return got;
-}
-
-bool gs_agent_wait_give_back(struct gs_agent *ag, int ms)
-{
-        unsigned before = __atomic_load_n(&ag->give_back_sweeps, __ATOMIC_ACQUIRE);
-
-        gs_agent_want_give_back(ag);
-        return await_count(ag, &ag->give_back_sweeps, before, 1, gs_mono_ms() + ms);
 }
 
 static void node_changed(struct gs_node *n)
@@ -115,7 +93,6 @@ void gs_agent_wire(struct gs_agent *ag, void (*on_changed)(struct gs_agent *ag))
         ag->node.on_poke = node_poke;
         gs_loop_async_add(ag->node.loop, &ag->changed_async, on_poke, ag);
         gs_loop_async_add(ag->node.loop, &ag->scan_async, on_scan_wanted, ag);
-        gs_loop_async_add(ag->node.loop, &ag->give_back_async, on_give_back_wanted, ag);
 }
 
 void gs_agent_want_scan(struct gs_agent *ag)
@@ -126,11 +103,10 @@ void gs_agent_want_scan(struct gs_agent *ag)
 void gs_agent_wait_scan(struct gs_agent *ag, int ms)
 {
         unsigned before = __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE);
-        int64_t until = gs_mono_ms() + ms;
 
         gs_agent_want_scan(ag);
         /* Two scans: the one under way may have read NVML before the need. */
-        (void)await_count(ag, &ag->usage_scans, before, 2, until);
+        (void)gs_agent_await(ag, &ag->usage_scans, before, 2, ms);
 }
 
 void gs_agent_poke(struct gs_agent *ag)

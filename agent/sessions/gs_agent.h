@@ -12,8 +12,9 @@
  * under the GPU's mutex (the allocator is not thread-safe).  A worker tells
  * the main thread about a protocol violation by shutting its socket down
  * (the loop sees the hang-up), about a lending change with gs_agent_poke,
- * and asks for a usage scan with gs_agent_want_scan (both async sources of
- * the loop). */
+ * asks for a usage scan with gs_agent_want_scan and for the short-of-memory
+ * kick with gs_short_request (async sources of the loop); it waits for the
+ * main loop on done_cv (gs_agent_await), never in naps. */
 #ifndef GS_AGENT_H
 #define GS_AGENT_H
 
@@ -26,6 +27,7 @@
 
 #include "gs_loop.h"
 #include "gs_node.h"
+#include "gs_short.h"
 #include "gs_util.h"
 
 struct gs_agent;
@@ -45,11 +47,9 @@ struct gs_agent {
         void (*on_changed)(struct gs_agent *ag);
         struct gs_loop_async changed_async;  /* gs_agent_poke */
         struct gs_loop_async scan_async;     /* gs_agent_want_scan */
-        /* gs_agent_want_give_back: main wires what runs (gs_proc). */
-        struct gs_loop_async give_back_async;
-        void (*on_give_back)(struct gs_agent *ag);
-        unsigned give_back_sweeps;       /* atomic: sweeps done (gs_agent_wait_give_back) */
-        /* Workers wait for a sweep or scan on done_cv (gs_agent_count). */
+        /* A request short of memory (gs_short.h): the kick, its count. */
+        struct gs_short shortmem;
+        /* Workers wait for a kick or scan on done_cv (gs_agent_count). */
         pthread_mutex_t done_mu;
         pthread_cond_t done_cv;
         bool wired;                      /* gs_agent_wire ran: done_mu/cv made */
@@ -94,10 +94,14 @@ static inline struct gs_agent *gs_agent_of(struct gs_node *n)
 void gs_agent_wire(struct gs_agent *ag, void (*on_changed)(struct gs_agent *ag));
 /* Undoes gs_agent_wire's own state, after every thread is joined. */
 void gs_agent_unwire(struct gs_agent *ag);
-/* Main thread: counts a give-back sweep or usage scan done (count is
- * &ag->give_back_sweeps or &ag->usage_scans) and wakes the workers that
- * wait for it. */
+/* Main thread: counts a short-of-memory kick or usage scan done (count is
+ * &ag->shortmem.kicks or &ag->usage_scans) and wakes the workers that wait
+ * for it (gs_agent_await). */
 void gs_agent_count(struct gs_agent *ag, unsigned *count);
+/* A thread holding no GPU lock: waits until the main loop's counter *count
+ * (read as before when it asked) is n past before, at most ms, blocked on
+ * done_cv: whether it got there. */
+bool gs_agent_await(struct gs_agent *ag, const unsigned *count, unsigned before, unsigned n, int ms);
 /* Something that Watch clients see changed: bumps the generation; the
  * GPU list goes to them once, after the current batch.  Main thread only. */
 void gs_agent_changed(struct gs_agent *ag);
@@ -107,12 +111,6 @@ void gs_agent_poke(struct gs_agent *ag);
 /* Any thread: the main thread should scan memory outside the pool now
  * (gs_usage.h): a process registered or left, or the driver had no room. */
 void gs_agent_want_scan(struct gs_agent *ag);
-/* Any thread: an allocation part was marked give_back_wanted (gs_allocs.h);
- * the main loop asks its processes for their wholly free chunks. */
-void gs_agent_want_give_back(struct gs_agent *ag);
-/* The same, then waits (at most ms) until the main loop has done it:
- * whether it did. */
-bool gs_agent_wait_give_back(struct gs_agent *ag, int ms);
 /* A worker thread holding no GPU lock: asks for a scan and waits until one
  * has run, at most ms (the scan charges growth to its pods, which gives the
  * headroom back unless memory is really held past a quota). */

@@ -19,6 +19,7 @@
 #include "gs_restore.h"
 #include "gs_proc.h"
 #include "gs_sock.h"
+#include "gs_short.h"
 #include "gs_stream.h"
 
 struct gs_ctlsrv {
@@ -88,7 +89,7 @@ static Gshare__Ctl__V1__Gpu *gpu_msg(struct gs_arena *ar, struct gs_gpu *g)
                 m->units_restoring = gs_arena_alloc(ar, g->units_total * sizeof(*m->units_restoring));
                 if (!m->units_restoring)
                         return NULL;
-                m->n_units_restoring = gs_allocs_units_pending(g->node, g, m->units_restoring, g->units_total);
+                m->n_units_restoring = gs_pending_units(g->node, g, m->units_restoring, g->units_total);
         }
         return m;
 }
@@ -273,7 +274,7 @@ static void do_create(struct gs_ctlsrv *s, struct gs_arena *ar, const Gshare__Ct
                 /* Chunks lent to allocations that borrow past their quota
                  * (docs/burst.md, named in err): what their processes
                  * hold without a live block comes back for the retry. */
-                (void)gs_proc_ask_borrowers(s->ag);
+                (void)gs_short_ask_borrowers(s->ag);
         if (r < 0) {
                 rep->error = r;
                 return;
@@ -310,11 +311,11 @@ static void do_release(struct gs_ctlsrv *s, struct gs_arena *ar, const GsCtlRequ
                 a = gs_allocs_find(&s->ag->node, c->id);
         else if (c->n_device_ids)
                 a = gs_allocs_find_ids(&s->ag->node, (const char *const *)c->device_ids, c->n_device_ids);
-        if ((r = gs_allocs_known(&s->ag->node, err, errlen)) < 0)
+        if ((r = gs_restore_known(&s->ag->node, err, errlen)) < 0)
                 goto done;
         if (!a || a->releasing) {
                 /* Perhaps a checkpoint line waiting to be restored. */
-                r = gs_allocs_release_pending(&s->ag->node, c->id, (const char *const *)c->device_ids,
+                r = gs_restore_release_pending(&s->ag->node, c->id, (const char *const *)c->device_ids,
                                               c->n_device_ids, NULL, err, errlen);
                 if (r == -ENOENT)
                         snprintf(err, errlen, "no allocation %s%.64s",

@@ -19,6 +19,7 @@
 #include "gs_log.h"
 #include "gs_proc.h"
 #include "gs_sock.h"
+#include "gs_sockdir.h"
 
 struct gs_handover {
         int fd;
@@ -154,7 +155,7 @@ static void serve(struct gs_agent *ag, int fd)
         /* From here the processes wait: nothing they hold may move. */
         int64_t t_take = gs_mono_ms();
         gs_proc_pause_all(ag);
-        gs_allocs_listen(&ag->node, false);
+        gs_sockdir_listen(&ag->node, false);
         for (uint32_t i = 0; i < ag->node.ngpus; i++)
                 gs_gpu_ledger_pause(&ag->node.gpus[i], true);
         int64_t t_paused = gs_mono_ms();
@@ -171,7 +172,7 @@ static void serve(struct gs_agent *ag, int fd)
                 /* It may have bound its sockets at our paths already: ours
                  * again, fresh (connections in flight to its are lost and
                  * retried by their clients). */
-                gs_allocs_rebind(&ag->node);
+                gs_sockdir_rebind(&ag->node);
                 gs_ctlsrv_free(ag->ctl);
                 ag->ctl = NULL;
                 if (gs_ctlsrv_new(ag, ag->node.cfg.agent_socket, &ag->ctl, err, sizeof(err)) < 0)

@@ -4,7 +4,7 @@
  * does to every process at once (pause, resume, disconnect, ask to give
  * back, kill).  Its connection: gs_proc_conn.c; registration:
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
- * previous agent's processes: gs_proc_restore.c. */
+ * previous agent's processes: gs_proc_adopt.c. */
 #include "gs_proc_int.h"
 
 #include <stdio.h>
@@ -179,57 +179,6 @@ void gs_proc_kill_all(struct gs_agent *ag)
         for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                 while (a->procs)
                         gs_proc_destroy(ag, a->procs, NULL);
-}
-
-uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i)
-{
-        uint32_t n = 0;
-
-        for (struct gs_proc *p = a->procs; p; p = p->next) {
-                struct gs_pproc_stats st;
-                if (p->state != GS_PROC_ACTIVE || i >= p->ngpus || !p->gpus[i].pp || !p->shm)
-                        continue;
-                gs_pproc_stats(p->gpus[i].pp, &st);
-                if (st.chunks_empty == 0)
-                        continue;
-                __atomic_add_fetch(&p->shm->give_back, 1, __ATOMIC_RELEASE);
-                gs_proc_notify(p);
-                n++;
-        }
-        return n;
-}
-
-uint32_t gs_proc_ask_borrowers(struct gs_agent *ag)
-{
-        uint32_t lent = 0;
-
-        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
-                for (uint32_t i = 0; i < a->nparts; i++) {
-                        struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
-                        struct gs_palloc_stats st;
-                        gs_gpu_lock(g);
-                        gs_palloc_stats(a->parts[i].pa, &st);
-                        if (st.chunks_borrowed) {
-                                lent += st.chunks_borrowed;
-                                (void)gs_proc_ask_give_back(a, i);
-                        }
-                        gs_gpu_unlock(g);
-                }
-        return lent;
-}
-
-void gs_proc_give_back_sweep(struct gs_agent *ag)
-{
-        for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
-                for (uint32_t i = 0; i < a->nparts; i++) {
-                        struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
-                        gs_gpu_lock(g);
-                        if (a->parts[i].give_back_wanted) {
-                                a->parts[i].give_back_wanted = false;
-                                a->parts[i].others_asked = gs_proc_ask_give_back(a, i);
-                        }
-                        gs_gpu_unlock(g);
-                }
 }
 
 void gs_proc_pause_all(struct gs_agent *ag)

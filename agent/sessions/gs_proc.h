@@ -140,18 +140,7 @@ void gs_proc_kill_all(struct gs_agent *ag);
  * agent's) until they reclaim them or exit; processes of allocations
  * that are gone leave their chunks pending.  Then the new ledger replaces
  * the old one. */
-void gs_proc_restore(struct gs_agent *ag);
-/* An upgrade (gs_handover.h).  pause: the workers let go of every process
- * (their requests wait in the rings); resume: they serve them again;
- * disconnect: every connection ends, each process keeping what it holds
- * (its hook connects to the new agent). */
-void gs_proc_pause_all(struct gs_agent *ag);
-/* Memory is wanted in allocation a on its part i: each of its served
- * processes holding a chunk with no live block there has its segment's
- * give_back bumped and its hook's thread notified (gs_proc_notify); the
- * hook gives them back at once (gs_wire.h, GS_FEAT_GIVEBACK).  How many were asked.  Main thread, under
- * the part's GPU's lock. */
-uint32_t gs_proc_ask_give_back(struct gs_allocation *a, uint32_t i);
+void gs_proc_adopt(struct gs_agent *ag);
 /* After bumping p's give_back or spill word: wakes its hook's thread if it
  * took the notification eventfd (GS_OP_NOTIFY); a no-op otherwise.  Any
  * thread: the fd lives as long as the process record. */
@@ -164,14 +153,11 @@ static inline void gs_proc_notify(struct gs_proc *p)
         }
 }
 
-/* Main thread: every process holding borrowed chunks (docs/burst.md) is
- * asked for those it holds without a live block; they go back to the
- * system list.  For a create that found too few free chunks.  Returns the
- * chunks lent on all GPUs (0: nothing to ask for). */
-uint32_t gs_proc_ask_borrowers(struct gs_agent *ag);
-/* The same for every part marked give_back_wanted (main wires it, with
- * the movers' kick, to ag->on_give_back). */
-void gs_proc_give_back_sweep(struct gs_agent *ag);
+/* An upgrade (gs_handover.h).  pause: the workers let go of every process
+ * (their requests wait in the rings); resume: they serve them again;
+ * disconnect: every connection ends, each process keeping what it holds
+ * (its hook connects to the new agent). */
+void gs_proc_pause_all(struct gs_agent *ag);
 void gs_proc_resume_all(struct gs_agent *ag);
 void gs_proc_disconnect_all(struct gs_agent *ag);
 /* Validates a HELLO of n bytes received on the socket.  0 or -EPROTO with

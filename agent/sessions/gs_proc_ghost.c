@@ -1,5 +1,5 @@
 /* gs_proc_ghost.c — a previous agent's process, found from its ledger or
- * spill record (gs_proc_restore.c, gs_proc_spillrest.c): its allocation
+ * spill record (gs_proc_adopt.c, gs_proc_spillrest.c): its allocation
  * by number, and its closed record (a ghost) if it still lives. */
 #include "gs_proc_int.h"
 

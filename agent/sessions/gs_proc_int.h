@@ -4,7 +4,7 @@
  *   gs_proc_conn.c     accept, the socket's events by state, deadlines
  *   gs_proc_hello.c    HELLO checked, the segment, WELCOME
  *   gs_proc_reclaim.c  a reconnecting process reclaims what it holds
- *   gs_proc_restore.c  the previous agent's processes, from its ledger
+ *   gs_proc_adopt.c  the previous agent's processes, from its ledger
  *   gs_proc.c          the record: its GPU parts, connection end and exit,
  *                      what is done to every process at once
  *
@@ -48,15 +48,15 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
 
 /* ---- gs_proc_spillrest.c: spilled data across restarts ---- */
 /* The live allocation of number num with a part on GPU gpu (*ret_part),
- * or NULL (gs_proc_restore.c). */
+ * or NULL (gs_proc_adopt.c). */
 struct gs_allocation *gs_proc_alloc_by_num(struct gs_agent *ag, uint64_t num, uint32_t gpu, uint32_t *ret_part);
 /* The closed record of e's process on a (made if it lives), or NULL. */
 struct gs_proc *gs_proc_ghost(struct gs_agent *ag, struct gs_allocation *a, const struct gs_ledger_ent *e);
 /* Before g's ledger entries are adopted: the debts of the previous agent. */
-void gs_proc_restore_debts(struct gs_agent *ag, struct gs_gpu *g);
+void gs_proc_adopt_debts(struct gs_agent *ag, struct gs_gpu *g);
 /* After: the slots that were in host memory adopt spares, those in a
  * move are marked (maybe_host); the debts' hints end. */
-void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g);
+void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g);
 /* The previous agent's record entry i as a device entry to adopt (a move
  * back in flight: the slot is charged as device memory unless the process
  * says otherwise), in *ret; false if it is none. */

@@ -26,7 +26,7 @@ static struct gs_palloc *pa_of(void *ctx, uint64_t num)
         return a ? a->parts[pi].pa : NULL;
 }
 
-void gs_proc_restore_debts(struct gs_agent *ag, struct gs_gpu *g)
+void gs_proc_adopt_debts(struct gs_agent *ag, struct gs_gpu *g)
 {
         struct pa_ctx c = { ag, g->index };
 
@@ -57,7 +57,7 @@ static struct gs_proc_gpu *ghost_gpu(struct gs_agent *ag, struct gs_gpu *g, cons
         return q && pi < q->ngpus && q->gpus[pi].pp ? &q->gpus[pi] : NULL;
 }
 
-void gs_proc_restore_spilled(struct gs_agent *ag, struct gs_gpu *g)
+void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g)
 {
         uint32_t host = 0, marked = 0, lost = 0, held = 0;
 

@@ -15,6 +15,7 @@
 #include "gs_logrep.h"
 #include "gs_ring.h"
 #include "gs_serve_move.h"
+#include "gs_short.h"
 #include "gs_sockmsg.h"
 
 /* Under the GPU's lock: while the allocation's memory outside the pool is
@@ -298,46 +299,6 @@ static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struc
         return 0;
 }
 
-/* A request failed for want of memory: the allocation's other processes
- * are asked for their wholly free chunks (the main loop does it: it owns
- * the process list); this one's hook gives back its own (GS_OP_GIVE_BACK)
- * and tries once more, and waits and tries again while others_asked says
- * more may come.  returned is gs_palloc_returned before the request: a
- * process that gave chunks back between the failure and the sweep has
- * none left to be asked for, but what it gave is there to take (under
- * load, the answer to an earlier sweep often lands just then). */
-static int short_of_memory(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep, int r,
-                           uint32_t returned)
-{
-        struct gs_part *part = &p->alloc->parts[req->gpu];
-        struct gs_gpu *g = p->gpus[req->gpu].g;
-        bool ask;
-
-        if (r < 0 || rep->status != -ENOMEM)
-                return r;
-        /* Its own chunks are lent: taken back from the borrowers
-         * (docs/burst.md "Giving it back"), which takes longer. */
-        bool moving = gs_move_want(p, req->gpu, req->op == GS_OP_CTX ? g->ctx_expect_bytes : req->arg[0]);
-        /* One sweep at a time per part (it walks the part's processes
-         * only): a process failing in a loop waits for each. */
-        gs_gpu_lock(g);
-        ask = !part->give_back_wanted;
-        part->give_back_wanted = true;
-        gs_gpu_unlock(g);
-        /* Not swept yet (the main loop busy, or another request's sweep
-         * pending): the others may be asked in a moment; the hook's
-         * patience is bounded anyway. */
-        bool swept = ask && gs_agent_wait_give_back(p->agent, GS_GIVE_BACK_WAIT_MS);
-        gs_gpu_lock(g);
-        rep->others_asked = swept ? part->others_asked : 1;
-        if (!rep->others_asked && gs_palloc_returned(part->pa) != returned)
-                rep->others_asked = 1; /* memory came back meanwhile: try again */
-        if (moving)
-                rep->others_asked |= GS_OTHERS_MOVING;
-        gs_gpu_unlock(g);
-        return r;
-}
-
 int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
 {
         struct gs_proc_gpu *pg;
@@ -359,11 +320,11 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 return 0;
         }
         pg = &p->gpus[req->gpu];
-        /* For short_of_memory: read before the request is served. */
+        /* For gs_short_request: read before the request is served. */
         uint32_t returned = gs_palloc_returned(p->alloc->parts[req->gpu].pa);
         switch (req->op) {
         case GS_OP_ALLOC:
-                return short_of_memory(p, req, rep, serve_alloc(p, pg, req, rep), returned);
+                return gs_short_request(p, req, rep, serve_alloc(p, pg, req, rep), returned);
         case GS_OP_FREE:
                 /* An exported block loses its export before it is freed. */
                 if (gs_ipc_count(p))
@@ -418,13 +379,13 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 rep->status = r;
                 return 0;
         case GS_OP_VMM_CREATE:
-                return short_of_memory(p, req, rep, serve_vmm_create(p, pg, req, rep), returned);
+                return gs_short_request(p, req, rep, serve_vmm_create(p, pg, req, rep), returned);
         case GS_OP_IPC_EXPORT:
                 return serve_ipc_export(p, pg, req, rep);
         case GS_OP_IPC_OPEN:
                 return serve_ipc_open(p, pg, req, rep);
         case GS_OP_CTX:
-                return short_of_memory(p, req, rep, serve_ctx(p, pg, req, rep), returned);
+                return gs_short_request(p, req, rep, serve_ctx(p, pg, req, rep), returned);
         case GS_OP_GIVE_BACK: {
                 uint32_t first = 0, n;
                 gs_gpu_lock(pg->g);

@@ -21,8 +21,6 @@
 #define GS_SERVE_SPIN_NS 50000u
 /* Most slots one GS_OP_GIVE_BACK reply names. */
 #define GS_GIVE_BACK_RUN 256u
-/* How long a request short of memory waits for the main loop to ask them. */
-#define GS_GIVE_BACK_WAIT_MS 20
 
 /* The worker pool's turn (gs_workers_turn_fn) for a struct gs_proc. */
 enum gs_turn gs_serve_turn(void *proc, uint32_t budget, const uint32_t *others_waiting);

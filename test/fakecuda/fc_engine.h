@@ -7,9 +7,10 @@
  * runs one context at a time: the context whose turn it is gets a time
  * slice of $GSHARE_FAKECUDA_TIMESLICE_US (default 2000 µs: on the H100 a
  * 0.53 ms inference step beside a saturating trainer took 2.8 ms at p99,
- * about one slice of ~2 ms waited; DESIGN.md's facts table), during which
- * it runs its queued kernels in launch order, one after another.  When the
- * slice ends and another context has work, the running kernel is preempted
+ * about one slice of ~2 ms waited; docs/design.md "Measured on an H100"),
+ * during which it runs its queued kernels in launch order, one after
+ * another.  When the slice ends and another context has work, the running
+ * kernel is preempted
  * (it keeps what it has done and resumes in its context's next turn) and
  * the context goes to the back of the line; a lone context keeps the
  * engine.  A context whose queue empties gives the engine up at once.

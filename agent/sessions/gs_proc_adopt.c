@@ -1,4 +1,4 @@
-/* gs_proc_restore.c — at start, the previous agent's processes (gs_ledger.h):
+/* gs_proc_adopt.c — at start, the previous agent's processes adopted (gs_ledger.h):
  * each live one its ledger names gets a closed record (a ghost) holding
  * its chunks at their slots, charged until it reclaims them or exits; the
  * chunks adopted take the memory the processes map; chunks of live
@@ -18,7 +18,7 @@
 
 /* One chunk the previous agent's ledger says a live process holds. */
 /* The chunk adopted for the entry, or UINT32_MAX. */
-static uint32_t restore_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t *lost,
+static uint32_t adopt_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t *lost,
                             struct gs_allocation **ret_owner)
 {
         struct gs_allocation *a;
@@ -92,7 +92,7 @@ static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_
 
 /* The chunks each allocation's outside set held (GS_LEDGER_OUTSIDE), its
  * again once the processes' chunks are adopted (gs_outside_restore). */
-static void restore_outside(struct gs_agent *ag, struct gs_gpu *g)
+static void adopt_outside(struct gs_agent *ag, struct gs_gpu *g)
 {
         uint32_t *slots = calloc((size_t)g->restart.nheld_before + 1, sizeof(*slots));
 
@@ -122,7 +122,7 @@ static void restore_outside(struct gs_agent *ag, struct gs_gpu *g)
         free(slots);
 }
 
-void gs_proc_restore(struct gs_agent *ag)
+void gs_proc_adopt(struct gs_agent *ag)
 {
         for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
                 struct gs_gpu *g = &ag->node.gpus[gi];
@@ -150,7 +150,7 @@ void gs_proc_restore(struct gs_agent *ag)
                 }
                 for (uint32_t i = 0; i < g->restart.nheld_before && i < g->nchunks; i++)
                         was[i] = gs_chunk_inherited(&g->chunks[i]) ? g->chunks[i].memid : 0;
-                gs_proc_restore_debts(ag, g);
+                gs_proc_adopt_debts(ag, g);
                 /* Mapped chunks first: the chunks without memory stand for
                  * what processes map; VMM backing chunks counted the old
                  * agent's fillers too, which died with it. */
@@ -158,7 +158,7 @@ void gs_proc_restore(struct gs_agent *ag)
                         for (uint32_t i = 0; i < g->restart.nheld_before; i++)
                                 if (g->restart.held_before[i].kind == kind) {
                                         struct gs_allocation *a = NULL;
-                                        uint32_t c = restore_one(ag, g, &g->restart.held_before[i], &lost, &a);
+                                        uint32_t c = adopt_one(ag, g, &g->restart.held_before[i], &lost, &a);
                                         if (c != UINT32_MAX) {
                                                 chunk[n] = c;
                                                 owner[n] = a;
@@ -172,7 +172,7 @@ void gs_proc_restore(struct gs_agent *ag)
                         struct gs_allocation *a = NULL;
                         if (!gs_proc_spill_entry_as_device(g, i, &e))
                                 continue;
-                        uint32_t c = restore_one(ag, g, &e, &lost, &a);
+                        uint32_t c = adopt_one(ag, g, &e, &lost, &a);
                         if (c != UINT32_MAX) {
                                 chunk[n] = c;
                                 owner[n] = a;
@@ -182,8 +182,8 @@ void gs_proc_restore(struct gs_agent *ag)
                 gs_gpu_lock(g);
                 place_adopted(g, chunk, target, owner, n);
                 gs_gpu_unlock(g);
-                gs_proc_restore_spilled(ag, g);
-                restore_outside(ag, g);
+                gs_proc_adopt_spilled(ag, g);
+                adopt_outside(ag, g);
                 free(owner);
                 free(was);
                 free(target);
