@@ -138,6 +138,9 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
         jstr(al->claim_name);
         printf(",\"claim_namespace\":");
         jstr(al->claim_namespace);
+        printf(",\"compute_class\":");
+        jstr(al->compute_class);
+        printf(",\"compute_cap\":%u", al->compute_cap);
         printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
         for (size_t j = 0; j < al->n_device_ids; j++) {
                 if (j)
@@ -184,9 +187,9 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 printf("]\n");
                 return;
         }
-        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-6s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
-               "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "SPILL", "OWED", "PROCS",
-               "SOCKET DIR", "POD/CONTAINER OR CLAIM");
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-6s %-6s %-5s %-16s %-40s %s\n", "ID", "GPU",
+               "UNITS", "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "SPILL", "OWED", "PROCS",
+               "COMPUTE", "SOCKET DIR", "POD/CONTAINER OR CLAIM");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
                 for (size_t j = 0; j < al->n_parts; j++) {
@@ -202,13 +205,18 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                                 snprintf(who, sizeof(who), "claim %s/%s", al->claim_namespace, al->claim_name);
                         else
                                 snprintf(who, sizeof(who), "-");
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-40s %s\n",
+                        char cls[40];
+                        if (al->compute_cap)
+                                snprintf(cls, sizeof(cls), "%s,cap=%u%%", al->compute_class, al->compute_cap);
+                        else
+                                snprintf(cls, sizeof(cls), "%s", al->compute_class[0] ? al->compute_class : "-");
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-16s %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                p->burst_bytes > p->quota_bytes ? sz(p->burst_bytes, e, sizeof(e)) : "-",
                                sz(p->bytes_requested, b, sizeof(b)),
                                sz(p->bytes_in_chunks, c, sizeof(c)),
                                sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, p->chunks_spilled,
-                               p->chunks_owed, np,
+                               p->chunks_owed, np, cls,
                                al->socket_dir, who);
                 }
         }

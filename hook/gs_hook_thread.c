@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "gs_hook_qos.h"
 #include "gs_hook_space.h"
 #include "gs_hook_spill.h"
 #include "gs_hook_thread.h"
@@ -93,6 +94,8 @@ static void gs_thread_serve(const struct gs_cu *cu)
                 gs_closep(&gs_conn.notify);
         }
         gs_thread_take_notify();
+        if (gs_conn.state == GS_CONN_UP)
+                gs_qos_serve();
         if (!cu || gs_conn.state != GS_CONN_UP)
                 return;
         gs_space_give_back_if_asked(cu);
@@ -154,6 +157,9 @@ static void gs_thread_on_conn(enum gs_conn_event ev)
                 gs_spill_start();
                 gs_thread_start();
         }
+        /* Compute QoS: the thread asks for the policy (gs_hook_qos.h). */
+        if (ev == GS_CONN_EV_UP && (gs_conn.features & GS_FEAT_QOS))
+                gs_thread_start();
 }
 
 /* Wiring, at load: the connection and the address space are below this

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
+#include "gs_qos.h"
 #include "gs_devid.h"
 #include "gs_ctl.h"
 #include "gs_gpu.h"
@@ -258,6 +259,8 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct arena *ar, struct gs_alloca
                 m->pod_name = arena_str(ar, a->pod_name);
                 m->container_name = arena_str(ar, a->container_name);
         }
+        m->compute_class = arena_str(ar, gs_qos_class_name(a->qos.cls));
+        m->compute_cap = a->qos.cap;
         if (!alloc_msg_claim(ar, a, m))
                 return NULL;
         return m;
