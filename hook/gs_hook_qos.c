@@ -76,8 +76,9 @@ static int lc_busy(const struct gs_qos_board *b, uint64_t now)
                 if (i == mine || !__atomic_load_n(&s->up, __ATOMIC_ACQUIRE))
                         continue;
                 at = __atomic_load_n(&s->stamp_ns, __ATOMIC_RELAXED);
-                /* Stale, or stamped in the future: ignored. */
-                if (at <= now && now - at < (uint64_t)GS_QOS_STALE_MS * 1000000u)
+                /* Stale, or stamped in the future (past a millisecond: it
+                 * may have been stamped since we read the clock): ignored. */
+                if (at <= now + 1000000u && (at > now || now - at < (uint64_t)GS_QOS_STALE_MS * 1000000u))
                         return 1;
         }
         return 0;
@@ -157,7 +158,7 @@ static void cap_wait(const struct qos_cu *c, uint32_t cap)
                 now = gs_mono_ns();
         }
         if (g_refill_ns == 0)
-                g_tokens_ns = full, g_refill_ns = now;
+                g_tokens_ns = 0, g_refill_ns = now;
         g_tokens_ns += (now - g_refill_ns) * cap / 100;
         g_refill_ns = now;
         if (g_tokens_ns > full)
