@@ -454,6 +454,12 @@ struct gs_shm {
         uint32_t qos;
         _Alignas(64) uint32_t hook_wake;
         uint32_t hook_sleeping;
+        /* GS_FEAT_QOS: the hook's count of launches its compute QoS held
+         * and the ns they waited (docs/compute.md), for the agent's
+         * metrics only (a hostile hook can write anything here).  In the
+         * padding of the hook_wake line: the layout is unchanged. */
+        uint64_t qos_held;
+        uint64_t qos_held_ns;
         struct gs_ring req;    /* hook -> agent */
         struct gs_ring rep;    /* agent -> hook */
 };

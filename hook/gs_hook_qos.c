@@ -387,6 +387,16 @@ void gs_qos_serve(void)
                       w ? (int)rep.arg[2] : -1);
 }
 
+void gs_qos_publish(void)
+{
+        if (!gs_conn.shm || !__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
+                return;
+        __atomic_store_n(&gs_conn.shm->qos_held, (uint64_t)__atomic_load_n(&g_held, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&gs_conn.shm->qos_held_ns, (uint64_t)__atomic_load_n(&g_held_ns, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+}
+
 void gs_qos_stats(unsigned *cls, unsigned *cap, unsigned long long *held, unsigned long long *held_ns)
 {
         *cls = __atomic_load_n(&g_cls, __ATOMIC_RELAXED);

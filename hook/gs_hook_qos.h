@@ -53,6 +53,12 @@ static inline void gs_qos_after(int cookie, CUstream s, CUresult r)
  * the connection is new or gs_shm.qos changed, and maps the board. */
 void gs_qos_serve(void);
 
+/* The hook's thread, gs_conn.mu held: the counts of held launches into
+ * the segment, for the agent's metrics (while QoS is active, the thread
+ * looks every GS_QOS_PUBLISH_MS). */
+#define GS_QOS_PUBLISH_MS 1000
+void gs_qos_publish(void);
+
 /* For tests and logs: the class (enum gs_qos_class), the cap, and
  * launches held so far and the ns they waited. */
 void gs_qos_stats(unsigned *cls, unsigned *cap, unsigned long long *held, unsigned long long *held_ns);

@@ -94,8 +94,10 @@ static void gs_thread_serve(const struct gs_cu *cu)
                 gs_closep(&gs_conn.notify);
         }
         gs_thread_take_notify();
-        if (gs_conn.state == GS_CONN_UP)
+        if (gs_conn.state == GS_CONN_UP) {
                 gs_qos_serve();
+                gs_qos_publish();
+        }
         if (!cu || gs_conn.state != GS_CONN_UP)
                 return;
         gs_space_give_back_if_asked(cu);
@@ -131,6 +133,8 @@ static void *gs_thread_main(void *arg)
                                 pf[n++] = (struct pollfd){ .fd = gs_conn.notify, .events = POLLIN };
                         else
                                 timeout = GS_THREAD_OLD_AGENT_MS;
+                        if (__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
+                                timeout = GS_QOS_PUBLISH_MS;
                 } else if (gs_conn.state == GS_CONN_LOST) {
                         int cap = (uint64_t)gs_mono_ns() - gs_conn.lost_ns < gs_conn.wait_ns ? GS_THREAD_RETRY_WAIT_MS
                                                                                               : GS_THREAD_RETRY_MAX_MS;

@@ -499,6 +499,12 @@ static void render_allocations(struct buf *b, struct gs_agent *ag, const struct 
                 alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
                 put(b, " %u\n", sn->as[i].a->qos.cap);
         }
+        /* As its hook says (docs/compute.md): shown, never used. */
+        PROC_FAMILY("compute_held_launches", "Launches of the process its compute QoS held (as its hook reports, "
+                    "on its first GPU; docs/compute.md).",
+                    i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED) : 0);
+        PROC_FAMILY("compute_held_milliseconds", "Milliseconds its held launches waited (as its hook reports).",
+                    i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED) / 1000000u : 0);
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "
