@@ -30,9 +30,10 @@ static void usage(FILE *f)
                    "  gpus               GPUs, pools, units\n"
                    "  allocations        allocations and their usage per GPU\n"
                    "  processes          registered processes\n"
-                   "  create [--burst SIZE] ID...\n"
+                   "  create [--burst SIZE] [--compute-class C] [--compute-cap N] ID...\n"
                    "                     create (or find) the allocation of these device IDs; --burst:\n"
-                   "                     per GPU the most it may use, quota included (docs/burst.md)\n"
+                   "                     per GPU the most it may use, quota included (docs/burst.md);\n"
+                   "                     --compute-*: its compute class and cap (docs/compute.md)\n"
                    "  release ID         release an allocation by id\n"
                    "  watch              print the GPU list on every change (Ctrl-C ends)\n"
                    "  ready FILE         exit 0 if the agent's ready file (config readyFile) exists\n"
@@ -353,13 +354,23 @@ int main(int argc, char **argv)
                 req.list_allocations = &la;
         } else if (strcmp(cmd, "create") == 0 && optind < argc) {
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
-                if (strcmp(argv[optind], "--burst") == 0) {
-                        if (optind + 2 >= argc || gs_parse_size(argv[optind + 1], &cr.burst_bytes) < 0 ||
-                            cr.burst_bytes == 0) {
-                                fprintf(stderr, "gsharectl: create: --burst needs a size (e.g. 40Gi) and device IDs\n");
+                while (optind + 1 < argc && strncmp(argv[optind], "--", 2) == 0) {
+                        const char *opt = argv[optind], *v = argv[optind + 1];
+                        if (strcmp(opt, "--burst") == 0 && gs_parse_size(v, &cr.burst_bytes) == 0 && cr.burst_bytes) {
+                        } else if (strcmp(opt, "--compute-class") == 0) {
+                                cr.compute_class = (char *)v;
+                        } else if (strcmp(opt, "--compute-cap") == 0 && atoi(v) >= 1 && atoi(v) <= 100) {
+                                cr.compute_cap = (uint32_t)atoi(v);
+                        } else {
+                                fprintf(stderr, "gsharectl: create: --burst SIZE (e.g. 40Gi), --compute-class "
+                                        "CLASS, --compute-cap 1..100, then device IDs\n");
                                 return 2;
                         }
                         optind += 2;
+                }
+                if (optind >= argc) {
+                        fprintf(stderr, "gsharectl: create: no device IDs\n");
+                        return 2;
                 }
                 /* The device plugin's owner (CreateAllocation, owner devices). */
                 owner.device_ids = argv + optind;

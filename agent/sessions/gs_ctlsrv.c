@@ -312,6 +312,14 @@ static void do_create(struct gs_ctlsrv *s, struct arena *ar, const Gshare__Ctl__
         }
         if (c)
                 req.burst_bytes = c->burst_bytes;
+        if (r == 0 && c && ((c->compute_class[0] && gs_qos_class_parse(c->compute_class, &req.qos.cls) < 0) ||
+                            c->compute_cap > 100)) {
+                snprintf(err, errlen, "compute class '%.40s' or cap %u: a class is latency-critical, standard or "
+                         "best-effort, a cap 1 to 100", c->compute_class, c->compute_cap);
+                r = -EINVAL;
+        }
+        if (c)
+                req.qos.cap = (uint8_t)(c->compute_cap <= 100 ? c->compute_cap : 0);
         if (r == 0 && c && c->take_over && req.kind == GS_OWNER_DEVICES)
                 r = gs_allocs_take_over(&s->ag->node, req.ids, req.nids, err, errlen);
         if (r == 0)

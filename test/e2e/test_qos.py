@@ -20,6 +20,7 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     least 2x better than native; the trainer keeps running;
   - sneaky's server gets no better than native;
   - capped, alone: its GPU time over its span in the model within 25-35 %;
+  - an administrator's gsharectl create --compute-class/--compute-cap;
   - the checkpoint keeps the policies; the agent killed (-9) mid-run: the
     hooked processes go on (fail open) and end normally; a new agent, with
     the API server down, restores the policies from the checkpoint.
@@ -172,6 +173,12 @@ def main():
             return a["compute_class"], a["compute_cap"]
         check(e.wait_for(lambda: all(policy(n) == CLASS[n] for n in PODS)) is not None,
               "each pod's policy on its allocation: %s" % {n: policy(n) for n in PODS})
+        adm = ag.create_args(["--compute-class", "best-effort", "--compute-cap", "50", "%s-u13" % uuid])
+        a = ag.allocs()[adm["allocation"]["id"]]
+        check((a["compute_class"], a["compute_cap"]) == ("best-effort", 50),
+              "gsharectl create --compute-class --compute-cap: set by an administrator (%s)" % a["compute_class"])
+        r = ag.ctl("create", "--compute-class", "urgent", "%s-u12" % uuid, ok=False)
+        check(r.returncode != 0 and "compute class 'urgent'" in r.stderr, "a bad class is refused: %s" % r.stderr)
         log = ag.logtext()
         check("pod team/sneaky: annotation gshare.io/compute-class: latency-critical is above what the pod's "
               "priority 0 gives" in log, "sneaky's annotation cannot raise its class, and the log says so")
