@@ -15,7 +15,10 @@
  *   e2e_qos capped KERNEL_US N
  *       N spin kernels of KERNEL_US one after another, then a
  *       synchronize; prints "capped FIRST LAST" (model ns: the start of
- *       the first, the end of the last) */
+ *       the first, the end of the last)
+ *   e2e_qos stat PID
+ *       the model's accounting of process PID on device 0 (no CUDA call,
+ *       no hook needed): "kernels K gpu_ns G" */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -163,9 +166,30 @@ static void capped(uint32_t kern_us, int n)
         fflush(stdout);
 }
 
+/* fc_engine.h's struct fakecuda_engine_stat. */
+struct engine_stat {
+        int32_t pid;
+        uint32_t live;
+        uint64_t ctx, gpu_ns, contended_ns, wait_ns, kernels, queued, dropped, turns, preempted, latency_max_ns;
+};
+
+static int stat_of(int pid)
+{
+        int (*fn)(int, int32_t, struct engine_stat *) =
+                (int (*)(int, int32_t, struct engine_stat *))dlsym(RTLD_DEFAULT, "fakecuda_engine_pid_stat");
+        struct engine_stat st = { 0 };
+
+        if (!fn || fn(0, pid, &st) < 0)
+                return 1;
+        printf("kernels %llu gpu_ns %llu\n", (unsigned long long)st.kernels, (unsigned long long)st.gpu_ns);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         setvbuf(stdout, NULL, _IOLBF, 0);
+        if (argc == 3 && strcmp(argv[1], "stat") == 0)
+                return stat_of(atoi(argv[2]));
         if (argc == 5 && strcmp(argv[1], "serve") == 0) {
                 setup();
                 serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]));
