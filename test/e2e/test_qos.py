@@ -136,10 +136,13 @@ def engine(ag):
 
 def beside_trainer(ag, tmp, al, stat, who, n=60):
     """who's server beside trainer's trainer: (p50, p90) in µs of model time."""
+    # The server registers first: a latency-critical one is on the board
+    # before the trainer queues anything (a queue made before cannot be
+    # taken back: docs/compute.md).
+    sv = Proc(ag, tmp, al[who], ["serve", str(n), "5000", "500"], who)
     tr = Proc(ag, tmp, al["trainer"], ["train", "200"], "trainer-" + who)
     tr.go()
     check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
-    sv = Proc(ag, tmp, al[who], ["serve", str(n), "5000", "500"], who)
     sv.go()
     lat = sv.line()
     sv.end()
@@ -194,6 +197,7 @@ def main():
         qos = beside_trainer(ag, tmp, al, stat, "server")
         check(qos[0] * 2 <= native[0], "latency-critical beside best-effort: p50 %d µs, at least 2x better than "
               "native %d µs" % (qos[0], native[0]))
+        check(qos[1] * 3 <= native[1] * 2, "... and its p90 %d µs at least 1.5x better than native %d µs" % (qos[1], native[1]))
         sneaky = beside_trainer(ag, tmp, al, stat, "sneaky")
         check(sneaky[0] >= 2 * qos[0], "sneaky (annotation only) gets no priority: p50 %d µs" % sneaky[0])
 
