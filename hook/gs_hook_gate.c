@@ -191,6 +191,12 @@ GS_GATED_OTHER(GS_GATE_WRAP)
 #define GS_S_cuLaunchCooperativeKernel hStream
 #define GS_S_cuLaunchGridAsync hStream
 #define GS_S_cuGraphLaunch hStream
+/* Its kernel (NULL: a graph). */
+#define GS_F_cuLaunchKernel f
+#define GS_F_cuLaunchKernelEx f
+#define GS_F_cuLaunchCooperativeKernel f
+#define GS_F_cuLaunchGridAsync f
+#define GS_F_cuGraphLaunch ((CUfunction)NULL)
 
 /* A launch: compute QoS admits it (gs_hook_qos.h) before the gate, so a
  * launch waiting for its turn never holds a mover's close. */
@@ -206,7 +212,7 @@ GS_GATED_OTHER(GS_GATE_WRAP)
                                                                                                               \
                 if (!real)                                                                                    \
                         return CUDA_ERROR_NOT_SUPPORTED;                                                      \
-                qc = gs_qos_before(GS_S_##b);                                                                 \
+                qc = gs_qos_before(GS_S_##b, GS_F_##b);                                                               \
                 if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED)) {                                           \
                         r = real GS_P_##b(GS_GATE_ARGS);                                                      \
                 } else {                                                                                      \

@@ -37,6 +37,7 @@ struct qos_cu {
         CUresult (*stream_sync_ptsz)(CUstream);
         CUresult (*ctx_sync)(void);
         CUresult (*event_sync)(CUevent);
+        CUresult (*func_get_name)(const char **, CUfunction);
 };
 static struct qos_cu q;
 static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
@@ -54,6 +55,7 @@ static void qos_cu_resolve(void)
         q.stream_sync_ptsz = (CUresult(*)(CUstream))gs_cu_real("cuStreamSynchronize_ptsz");
         q.ctx_sync = (CUresult(*)(void))gs_cu_real("cuCtxSynchronize");
         q.event_sync = (CUresult(*)(CUevent))gs_cu_real("cuEventSynchronize");
+        q.func_get_name = (CUresult(*)(const char **, CUfunction))gs_cu_real("cuFuncGetName");
 }
 
 static const struct qos_cu *qos_cu(void)
@@ -198,10 +200,33 @@ static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b)
         }
 }
 
+/* Whether f is one of NCCL's kernels, cached per function (direct-mapped:
+ * a function evicted is looked up again). */
+#define GS_QOS_FN_CACHE 256
+static struct {
+        CUfunction f;
+        int nccl;
+} g_fn[GS_QOS_FN_CACHE]; /* g_mu */
+
+/* pre: g_mu. */
+static int is_nccl(const struct qos_cu *c, CUfunction f)
+{
+        size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+        const char *name = NULL;
+
+        if (!f || !c->func_get_name)
+                return 0;
+        if (g_fn[h].f == f)
+                return g_fn[h].nccl;
+        g_fn[h].f = f;
+        g_fn[h].nccl = c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
+        return g_fn[h].nccl;
+}
+
 /* Cookies: what after has to do. */
 enum { QC_NONE = 0, QC_LC = 1, QC_RING = 2, QC_CAP = 4 };
 
-int gs_qos_before_slow(CUstream s)
+int gs_qos_before_slow(CUstream s, CUfunction f)
 {
         const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
         uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED);
@@ -223,6 +248,10 @@ int gs_qos_before_slow(CUstream s)
         if (c->is_capturing && c->is_capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
                 return QC_NONE;
         pthread_mutex_lock(&g_mu);
+        if (is_nccl(c, f)) {
+                pthread_mutex_unlock(&g_mu);
+                return QC_NONE;
+        }
         /* Our event calls must not break another thread's global capture. */
         if (c->exchange_mode)
                 (void)c->exchange_mode(&mode);

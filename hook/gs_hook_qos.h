@@ -15,7 +15,8 @@
  * Nothing waits without bound: a flag older than GS_QOS_STALE_MS (its
  * process died, or never synchronizes) or stamped in the future is
  * ignored, and one launch waits at most GS_QOS_MAX_WAIT_MS in all.
- * Launches on a stream being captured are never held (they do not run).
+ * Launches on a stream being captured are never held (they do not run),
+ * nor NCCL's kernels.
  * Without a board (no agent with GS_FEAT_QOS, or none yet) or while no LC
  * process is on the board, a launch costs two loads more.
  *
@@ -35,13 +36,16 @@
 /* Set once the process has a board or a cap (relaxed loads). */
 extern int gs_qos_active;
 
-/* Around one launch on stream s (the gate's launch wrappers): before may
- * wait; its result goes to after, with the launch's. */
-int gs_qos_before_slow(CUstream s);
+/* Around one launch of kernel f (NULL: a graph) on stream s (the gate's
+ * launch wrappers): before may wait; its result goes to after, with the
+ * launch's.  NCCL's kernels (their names, from cuFuncGetName where the
+ * driver has it) are never held nor counted: a rank held mid-collective
+ * would hold its peers. */
+int gs_qos_before_slow(CUstream s, CUfunction f);
 void gs_qos_after_slow(int cookie, CUstream s, CUresult r);
-static inline int gs_qos_before(CUstream s)
+static inline int gs_qos_before(CUstream s, CUfunction f)
 {
-        return __atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED) ? gs_qos_before_slow(s) : 0;
+        return __atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED) ? gs_qos_before_slow(s, f) : 0;
 }
 static inline void gs_qos_after(int cookie, CUstream s, CUresult r)
 {
