@@ -212,7 +212,7 @@ GS_GATED_OTHER(GS_GATE_WRAP)
                                                                                                               \
                 if (!real)                                                                                    \
                         return CUDA_ERROR_NOT_SUPPORTED;                                                      \
-                qc = gs_qos_before(GS_S_##b, GS_F_##b);                                                               \
+                qc = gs_qos_before(GS_S_##b, GS_F_##b);                                                       \
                 if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED)) {                                           \
                         r = real GS_P_##b(GS_GATE_ARGS);                                                      \
                 } else {                                                                                      \
