@@ -38,7 +38,7 @@ struct gs_claim_info {
          * percent (0: none).  latency-critical only from the DeviceClass's
          * configuration (source FromClass: the administrator's), never
          * from the claim's own. */
-        char compute_class[24];
+        char compute_class[32];
         uint32_t compute_cap;
         size_t nresults;   /* results of driver only */
         struct gs_claim_result results[GS_CLAIM_MAX_RESULTS];
