@@ -58,9 +58,17 @@ static void qos_cu_resolve(void)
         q.func_get_name = (CUresult(*)(const char **, CUfunction))gs_cu_real("cuFuncGetName");
 }
 
+static void qos_child(void);
+
+static void qos_cu_resolve_once(void)
+{
+        qos_cu_resolve();
+        (void)pthread_atfork(NULL, NULL, qos_child);
+}
+
 static const struct qos_cu *qos_cu(void)
 {
-        pthread_once(&g_cu_once, qos_cu_resolve);
+        pthread_once(&g_cu_once, qos_cu_resolve_once);
         return &q;
 }
 
@@ -116,6 +124,13 @@ static void nap_us(long us)
         struct timespec ts = { 0, us * 1000 };
 
         nanosleep(&ts, NULL);
+}
+
+/* Only the forking thread lives on in the child: a launch another thread
+ * was admitting held g_mu. */
+static void qos_child(void)
+{
+        pthread_mutex_init(&g_mu, NULL);
 }
 
 /* pre: g_mu.  The events, made in the current context at first use. */
@@ -414,6 +429,15 @@ void gs_qos_serve(void)
         __atomic_store_n(&gs_qos_active, 1, __ATOMIC_RELAXED);
         gs_hook_debug("compute: class %u, cap %u, slot %d", (unsigned)rep.arg[0], (unsigned)rep.arg[1],
                       w ? (int)rep.arg[2] : -1);
+}
+
+int gs_qos_may_hold(void)
+{
+        const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+
+        return __atomic_load_n(&g_cap, __ATOMIC_RELAXED) ||
+               (b && __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY &&
+                __atomic_load_n(&b->nlc, __ATOMIC_RELAXED) > 0);
 }
 
 void gs_qos_publish(void)

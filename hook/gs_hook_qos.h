@@ -58,10 +58,13 @@ static inline void gs_qos_after(int cookie, CUstream s, CUresult r)
 void gs_qos_serve(void);
 
 /* The hook's thread, gs_conn.mu held: the counts of held launches into
- * the segment, for the agent's metrics (while QoS is active, the thread
- * looks every GS_QOS_PUBLISH_MS). */
+ * the segment, for the agent's metrics (while launches may be held, the
+ * thread looks every GS_QOS_PUBLISH_MS). */
 #define GS_QOS_PUBLISH_MS 1000
 void gs_qos_publish(void);
+/* Whether this process's launches may be held now (a cap, or a
+ * latency-critical process beside it). */
+int gs_qos_may_hold(void);
 
 /* For tests and logs: the class (enum gs_qos_class), the cap, and
  * launches held so far and the ns they waited. */

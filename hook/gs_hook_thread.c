@@ -133,7 +133,7 @@ static void *gs_thread_main(void *arg)
                                 pf[n++] = (struct pollfd){ .fd = gs_conn.notify, .events = POLLIN };
                         else
                                 timeout = GS_THREAD_OLD_AGENT_MS;
-                        if (__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
+                        if (gs_qos_may_hold())
                                 timeout = GS_QOS_PUBLISH_MS;
                 } else if (gs_conn.state == GS_CONN_LOST) {
                         int cap = (uint64_t)gs_mono_ns() - gs_conn.lost_ns < gs_conn.wait_ns ? GS_THREAD_RETRY_WAIT_MS
