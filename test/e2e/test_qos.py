@@ -14,8 +14,10 @@ server answers GET of each pod with its priority and annotations:
 Workloads (test/e2e/e2e_qos.c, hooked): a server replaying 0.5 ms spin
 kernels 5 ms apart, its latency measured with events (model time); a
 trainer saturating the engine with 0.2 ms spin kernels.  Checks:
+  - without the hook at all (both processes on the fake driver alone);
   - native: plain's server beside the trainer waits for what is left of
-    the trainer's time slice (p50 >= 1 ms), as without gshare;
+    the trainer's time slice (p50 >= 1 ms), within 20 % of the same two
+    programs without the hook at all;
   - the latency-critical server beside the best-effort trainer: p50 at
     least 2x better than native; the trainer keeps running;
   - sneaky's server gets no better than native;
@@ -93,7 +95,7 @@ class Proc:
     """One hooked e2e_qos process: started, its policy taken, released with go()."""
 
     def __init__(self, ag, tmp, alloc, args, name):
-        env = e.hook_env(ag, alloc)
+        env = e.hook_env(ag, alloc) if alloc else dict(ag.env)
         env["GSHARE_HOOK_DEBUG"] = "1"
         self.errpath = os.path.join(tmp, "%s.err" % name)
         self.err = open(self.errpath, "w")
@@ -101,8 +103,8 @@ class Proc:
                                   stderr=self.err, text=True)
         line = self.p.stdout.readline()
         check(line.strip() == "ready", "%s: ready (%r)" % (name, line))
-        check(e.wait_for(lambda: "compute: class" in open(self.errpath).read()) is not None,
-              "%s: its hook has the compute policy" % name)
+        check(not alloc or e.wait_for(lambda: "compute: class" in open(self.errpath).read()) is not None,
+              "%s: %s" % (name, "its hook has the compute policy" if alloc else "not hooked"))
 
     def go(self):
         self.p.stdin.write("go\n")
@@ -139,8 +141,8 @@ def beside_trainer(ag, tmp, al, stat, who, n=60):
     # The server registers first: a latency-critical one is on the board
     # before the trainer queues anything (a queue made before cannot be
     # taken back: docs/compute.md).
-    sv = Proc(ag, tmp, al[who], ["serve", str(n), "5000", "500"], who)
-    tr = Proc(ag, tmp, al["trainer"], ["train", "200"], "trainer-" + who)
+    sv = Proc(ag, tmp, al.get(who), ["serve", str(n), "5000", "500"], who)
+    tr = Proc(ag, tmp, al.get("trainer") if who in al else None, ["train", "200"], "trainer-" + who)
     tr.go()
     check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
     sv.go()
@@ -191,7 +193,10 @@ def main():
         print("server alone: p50 %s µs" % lat_alone[1])
         check(int(lat_alone[1]) <= 700, "the server alone: 0.5 ms kernels take about 0.5 ms (%s µs)" % lat_alone[1])
 
+        bare = beside_trainer(ag, tmp, al, stat, "nohook")
         native = beside_trainer(ag, tmp, al, stat, "plain")
+        check(abs(native[0] - bare[0]) * 5 <= bare[0], "no policy: as without the hook (p50 %d µs, without the "
+              "hook %d µs)" % (native[0], bare[0]))
         check(native[0] >= 1000, "no policy (plain, standard): as native time-slicing, part of a 2 ms slice "
               "waited (p50 %d µs)" % native[0])
         qos = beside_trainer(ag, tmp, al, stat, "server")
