@@ -154,8 +154,10 @@ static int ring_ready(const struct qos_cu *c)
 /* pre: g_mu.  Waits until e is complete or deadline (ns) passes. */
 static void wait_event(const struct qos_cu *c, CUevent e, int64_t deadline)
 {
-        while (c->event_query(e) == CUDA_ERROR_NOT_READY && gs_mono_ns() < deadline)
-                nap_us(GS_QOS_POLL_US);
+        /* From a few µs up: a short kernel's end is seen at once. */
+        for (long us = 5; c->event_query(e) == CUDA_ERROR_NOT_READY && gs_mono_ns() < deadline;
+             us = us * 2 < GS_QOS_POLL_US ? us * 2 : GS_QOS_POLL_US)
+                nap_us(us);
 }
 
 /* pre: g_mu.  The cap: the last launch's GPU time charged, then a wait

@@ -18,7 +18,7 @@
  *       the first, the end of the last)
  *   e2e_qos stat PID
  *       the model's accounting of process PID on device 0 (no CUDA call,
- *       no hook needed): "kernels K gpu_ns G" */
+ *       no hook needed): "kernels K gpu_ns G now T" (T: the model's clock) */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -177,11 +177,13 @@ static int stat_of(int pid)
 {
         int (*fn)(int, int32_t, struct engine_stat *) =
                 (int (*)(int, int32_t, struct engine_stat *))dlsym(RTLD_DEFAULT, "fakecuda_engine_pid_stat");
+        uint64_t (*now)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_engine_now");
         struct engine_stat st = { 0 };
 
-        if (!fn || fn(0, pid, &st) < 0)
+        if (!fn || !now || fn(0, pid, &st) < 0)
                 return 1;
-        printf("kernels %llu gpu_ns %llu\n", (unsigned long long)st.kernels, (unsigned long long)st.gpu_ns);
+        printf("kernels %llu gpu_ns %llu now %llu\n", (unsigned long long)st.kernels, (unsigned long long)st.gpu_ns,
+               (unsigned long long)now());
         return 0;
 }
 

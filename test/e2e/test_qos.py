@@ -122,8 +122,8 @@ class Proc:
 
 
 class Stat:
-    def __init__(self, kernels, gpu_ns):
-        self.kernels, self.gpu_ns = kernels, gpu_ns
+    def __init__(self, kernels, gpu_ns, now):
+        self.kernels, self.gpu_ns, self.now = kernels, gpu_ns, now
 
 
 def engine(ag):
@@ -132,12 +132,13 @@ def engine(ag):
     def stat(pid):
         r = e.run([QOS, "stat", str(pid)], ag.env)
         f = r.stdout.split()
-        return Stat(int(f[1]), int(f[3])) if r.returncode == 0 and len(f) == 4 else Stat(0, 0)
+        return Stat(int(f[1]), int(f[3]), int(f[5])) if r.returncode == 0 and len(f) == 6 else Stat(0, 0, 0)
     return stat
 
 
 def beside_trainer(ag, tmp, al, stat, who, n=60):
-    """who's server beside trainer's trainer: (p50, p90) in µs of model time."""
+    """who's server beside trainer's trainer: (p50, p90) in µs of model time,
+    and the trainer's share of the engine while the server ran."""
     # The server registers first: a latency-critical one is on the board
     # before the trainer queues anything (a queue made before cannot be
     # taken back: docs/compute.md).
@@ -145,15 +146,19 @@ def beside_trainer(ag, tmp, al, stat, who, n=60):
     tr = Proc(ag, tmp, al.get("trainer") if who in al else None, ["train", "200"], "trainer-" + who)
     tr.go()
     check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
+    s0 = stat(tr.p.pid)
     sv.go()
     lat = sv.line()
+    s1 = stat(tr.p.pid)
     sv.end()
+    share = (s1.gpu_ns - s0.gpu_ns) / max(1, s1.now - s0.now)
     k0 = stat(tr.p.pid).kernels
     check(e.wait_for(lambda: stat(tr.p.pid).kernels > k0 + 4) is not None, "the trainer still runs after " + who)
     out = tr.end()
     check(lat[:1] == ["lat"] and out[:1] == ["trained"], "%s: %s; trainer: %s" % (who, lat, out))
-    print("%s beside the trainer: p50 %s µs, p90 %s µs, max %s µs" % (who, lat[1], lat[2], lat[3]))
-    return int(lat[1]), int(lat[2])
+    print("%s beside the trainer: p50 %s µs, p90 %s µs, max %s µs; the trainer had %.0f %% of the engine"
+          % (who, lat[1], lat[2], lat[3], share * 100))
+    return int(lat[1]), int(lat[2]), share
 
 
 def main():
@@ -203,6 +208,8 @@ def main():
         check(qos[0] * 2 <= native[0], "latency-critical beside best-effort: p50 %d µs, at least 2x better than "
               "native %d µs" % (qos[0], native[0]))
         check(qos[1] * 3 <= native[1] * 2, "... and its p90 %d µs at least 1.5x better than native %d µs" % (qos[1], native[1]))
+        check(qos[2] >= 0.5, "the best-effort trainer keeps working beside it: %.0f %% of the engine (native %.0f %%)"
+              % (qos[2] * 100, native[2] * 100))
         sneaky = beside_trainer(ag, tmp, al, stat, "sneaky")
         check(sneaky[0] >= 2 * qos[0], "sneaky (annotation only) gets no priority: p50 %d µs" % sneaky[0])
 
