@@ -30,9 +30,10 @@ static void usage(FILE *f)
                    "  gpus               GPUs, pools, units\n"
                    "  allocations        allocations and their usage per GPU\n"
                    "  processes          registered processes\n"
-                   "  create [--burst SIZE] ID...\n"
+                   "  create [--burst SIZE] [--compute-class C] [--compute-cap N] ID...\n"
                    "                     create (or find) the allocation of these device IDs; --burst:\n"
-                   "                     per GPU the most it may use, quota included (docs/burst.md)\n"
+                   "                     per GPU the most it may use, quota included (docs/burst.md);\n"
+                   "                     --compute-*: its compute class and cap (docs/compute.md)\n"
                    "  release ID         release an allocation by id\n"
                    "  watch              print the GPU list on every change (Ctrl-C ends)\n"
                    "  ready FILE         exit 0 if the agent's ready file (config readyFile) exists\n"
@@ -138,6 +139,9 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
         jstr(al->claim_name);
         printf(",\"claim_namespace\":");
         jstr(al->claim_namespace);
+        printf(",\"compute_class\":");
+        jstr(al->compute_class);
+        printf(",\"compute_cap\":%u", al->compute_cap);
         printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
         for (size_t j = 0; j < al->n_device_ids; j++) {
                 if (j)
@@ -184,9 +188,9 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 printf("]\n");
                 return;
         }
-        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-6s %-6s %-5s %-40s %s\n", "ID", "GPU", "UNITS",
-               "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "SPILL", "OWED", "PROCS",
-               "SOCKET DIR", "POD/CONTAINER OR CLAIM");
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-6s %-6s %-5s %-16s %-40s %s\n", "ID", "GPU",
+               "UNITS", "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "SPILL", "OWED", "PROCS",
+               "COMPUTE", "SOCKET DIR", "POD/CONTAINER OR CLAIM");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
                 for (size_t j = 0; j < al->n_parts; j++) {
@@ -202,13 +206,18 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                                 snprintf(who, sizeof(who), "claim %s/%s", al->claim_namespace, al->claim_name);
                         else
                                 snprintf(who, sizeof(who), "-");
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-40s %s\n",
+                        char cls[40];
+                        if (al->compute_cap)
+                                snprintf(cls, sizeof(cls), "%s,cap=%u%%", al->compute_class, al->compute_cap);
+                        else
+                                snprintf(cls, sizeof(cls), "%s", al->compute_class[0] ? al->compute_class : "-");
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-16s %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                p->burst_bytes > p->quota_bytes ? sz(p->burst_bytes, e, sizeof(e)) : "-",
                                sz(p->bytes_requested, b, sizeof(b)),
                                sz(p->bytes_in_chunks, c, sizeof(c)),
                                sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, p->chunks_spilled,
-                               p->chunks_owed, np,
+                               p->chunks_owed, np, cls,
                                al->socket_dir, who);
                 }
         }
@@ -345,13 +354,23 @@ int main(int argc, char **argv)
                 req.list_allocations = &la;
         } else if (strcmp(cmd, "create") == 0 && optind < argc) {
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
-                if (strcmp(argv[optind], "--burst") == 0) {
-                        if (optind + 2 >= argc || gs_parse_size(argv[optind + 1], &cr.burst_bytes) < 0 ||
-                            cr.burst_bytes == 0) {
-                                fprintf(stderr, "gsharectl: create: --burst needs a size (e.g. 40Gi) and device IDs\n");
+                while (optind + 1 < argc && strncmp(argv[optind], "--", 2) == 0) {
+                        const char *opt = argv[optind], *v = argv[optind + 1];
+                        if (strcmp(opt, "--burst") == 0 && gs_parse_size(v, &cr.burst_bytes) == 0 && cr.burst_bytes) {
+                        } else if (strcmp(opt, "--compute-class") == 0) {
+                                cr.compute_class = (char *)v;
+                        } else if (strcmp(opt, "--compute-cap") == 0 && atoi(v) >= 1 && atoi(v) <= 100) {
+                                cr.compute_cap = (uint32_t)atoi(v);
+                        } else {
+                                fprintf(stderr, "gsharectl: create: --burst SIZE (e.g. 40Gi), --compute-class "
+                                        "CLASS, --compute-cap 1..100, then device IDs\n");
                                 return 2;
                         }
                         optind += 2;
+                }
+                if (optind >= argc) {
+                        fprintf(stderr, "gsharectl: create: no device IDs\n");
+                        return 2;
                 }
                 /* The device plugin's owner (CreateAllocation, owner devices). */
                 owner.device_ids = argv + optind;

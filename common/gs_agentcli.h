@@ -45,8 +45,10 @@ struct gs_agentcli_claim {
         const char *uid, *namespace_, *name;
         const char *gpu_uuid;
         uint32_t units;
-        uint64_t burst; /* bytes (docs/burst.md); 0: none */
-        int wait_ms;    /* an agent away (restarting) is waited for this long */
+        uint64_t burst;            /* bytes (docs/burst.md); 0: none */
+        const char *compute_class; /* docs/compute.md; NULL or "": none */
+        uint32_t compute_cap;      /* percent; 0: none */
+        int wait_ms;               /* an agent away (restarting) is waited for this long */
 };
 
 void gs_agentcli_init(struct gs_agentcli *c, const char *socket, int timeout_ms);

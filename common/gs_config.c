@@ -62,6 +62,7 @@ void gs_config_defaults(struct gs_config *c)
         c->max_conns_per_alloc = 1024;
         c->max_conns_per_proc = 4;
         c->reclaim_grace_ms = 60 * 1000;
+        c->compute_latency_priority = 1000000;
         c->pod_watch = GS_POD_WATCH_AUTO;
         snprintf(c->api_token_file, sizeof(c->api_token_file),
                  "/var/run/secrets/kubernetes.io/serviceaccount/token");

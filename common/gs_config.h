@@ -39,6 +39,7 @@
  *   podResourcesSocket: /var/lib/kubelet/pod-resources/kubelet.sock
  *   reconcileInterval: 10s   # PodResources poll (agent reconciler); 0: off
  *   reclaimGrace: 60s        # an allocation no pod holds this long is released
+ *   computeLatencyPriority: 1000000 # a pod of this priority or more is latency-critical
  *   podWatch: auto           # API-server watch of the node's pods: auto | on | off
  *   apiServer: ""            # empty: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
  *   apiTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token  # "": none
@@ -124,6 +125,9 @@ struct gs_config {
         char pod_resources_socket[PATH_MAX];
         uint32_t reconcile_interval_ms; /* 0: reconciler off */
         uint32_t reclaim_grace_ms;
+        /* A pod whose spec.priority is at least this is latency-critical
+         * (docs/compute.md). */
+        uint32_t compute_latency_priority;
         /* The API-server watch of the node's pods (agent/services/gs_watch.h). */
         enum gs_pod_watch pod_watch;
         char api_server[GS_CONFIG_API_SERVER_MAX]; /* "": from the environment */

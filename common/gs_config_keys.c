@@ -194,6 +194,8 @@ const struct gs_config_key gs_config_keys[] = {
         { "podResourcesSocket", "--pod-resources-socket", GS_CT_SOCKET, FIELD(pod_resources_socket) },
         { "reconcileInterval", "--reconcile-interval", GS_CT_DURATION, FIELD(reconcile_interval_ms) },
         { "reclaimGrace", "--reclaim-grace", GS_CT_DURATION, FIELD(reclaim_grace_ms) },
+        { "computeLatencyPriority", NULL, GS_CT_COUNT, FIELD(compute_latency_priority), .min = 1,
+          .max = 2000001000 },
         { "workerThreads", NULL, GS_CT_COUNT, FIELD(worker_threads), .min = 1, .max = GS_CONFIG_MAX_WORKERS },
         { "maxConnections", NULL, GS_CT_COUNT, FIELD(max_conns), .min = 1, .max = GS_CONFIG_MAX_CONNS },
         { "maxConnectionsPerAllocation", NULL, GS_CT_COUNT, FIELD(max_conns_per_alloc), .min = 1,

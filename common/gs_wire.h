@@ -61,6 +61,15 @@
  *    (and on the socket, to see the agent go away).  The agent writes it
  *    (8 bytes, 1) each time it bumps gs_shm.give_back or gs_shm.spill for
  *    that process; the words stay the record of what was asked.
+ * 10. Compute QoS (GS_FEAT_QOS, docs/compute.md).  The hook's thread asks
+ *    GS_OP_QOS for GPU 0 of its allocation once per connection and each
+ *    time gs_shm.qos changed: the reply says the allocation's class and
+ *    cap, and before it one GS_SOCK_QOS message carries the fd of that
+ *    node GPU's board (struct gs_qos_board): writable for a
+ *    latency-critical process (ret2 = its slot), read-only for the others
+ *    (ret2 = GS_QOS_NO_SLOT).  Only latency-critical processes can write
+ *    the board, so a process can never make others wait for it unless its
+ *    pod is latency-critical.
  * Versions.  The segment and message layouts are GS_WIRE_VERSION; features
  * added since are negotiated: an agent sets the bits it supports in the
  * WELCOME header's `reserved` field (GS_FEAT_*; an older agent leaves 0,
@@ -99,6 +108,7 @@ enum gs_sock_type {
         GS_SOCK_RECLAIM_DONE = 8, /* agent -> hook: struct gs_sock_error, err 0 */
         GS_SOCK_MOVE = 9,         /* agent -> hook, with one fd: struct gs_sock_grant */
         GS_SOCK_NOTIFY = 10,      /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_NOTIFY) */
+        GS_SOCK_QOS = 11,         /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_QOS) */
 };
 
 /* gs_sock_hello.flags */
@@ -110,6 +120,7 @@ enum gs_sock_type {
 #define GS_FEAT_IPC_KEEP 8u    /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
 #define GS_FEAT_NOTIFY 16u     /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
 #define GS_FEAT_HOST_SLOTS 32u /* GS_RECLAIM_HOST */
+#define GS_FEAT_QOS 64u        /* GS_OP_QOS, gs_shm.qos and the compute board (item 10) */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -310,7 +321,50 @@ enum gs_op {
          * carries the agent's notification eventfd for this process.  gpu
          * 0.  No result. */
         GS_OP_NOTIFY = 16,
+        /* GS_FEAT_QOS (item 10): gpu 0.  ret0 = the class (enum
+         * gs_qos_class), ret1 = the cap (percent of GPU time, 1..100; 0:
+         * none), ret2 = the process's slot in the board (GS_QOS_NO_SLOT:
+         * not latency-critical, the fd is read-only), ret3 = the board's
+         * size.  Before the reply, one GS_SOCK_QOS message (struct
+         * gs_sock_grant: seq, gpu, slot = ret2, chunk_bytes = ret3) with
+         * the board's fd. */
+        GS_OP_QOS = 17,
 };
+
+/* Compute classes (docs/compute.md), in the order of their rank: a
+ * latency-critical process's launches go first, standard and best-effort
+ * ones wait while it has work in flight. */
+enum gs_qos_class {
+        GS_QOS_STANDARD = 0,     /* the default: as without QoS */
+        GS_QOS_LATENCY = 1,      /* latency-critical */
+        GS_QOS_BEST_EFFORT = 2,
+};
+#define GS_QOS_NO_SLOT 0xffffffffu
+#define GS_QOS_SLOTS 32u
+#define GS_QOS_MAGIC 0x534f5147u /* "GQOS" */
+/* One latency-critical process's flag: up while its work is in flight,
+ * stamp_ns (CLOCK_MONOTONIC) its last launch.  Readers ignore a flag
+ * older than GS_QOS_STALE_MS: a process that died or never synchronizes
+ * holds nobody longer than that. */
+struct gs_qos_slot {
+        uint32_t up;
+        uint32_t pid;          /* informational */
+        uint64_t stamp_ns;
+        uint64_t reserved[6];
+};
+_Static_assert(sizeof(struct gs_qos_slot) == 64, "gs_qos_slot layout");
+/* The board of one node GPU, a sealed memfd the agent made: nlc is the
+ * latency-critical processes registered on the GPU (written by the agent;
+ * while it is 0, no launch waits anywhere). */
+struct gs_qos_board {
+        uint32_t magic;        /* GS_QOS_MAGIC */
+        uint32_t nslots;       /* GS_QOS_SLOTS */
+        uint32_t nlc;
+        uint32_t reserved[13];
+        struct gs_qos_slot slot[GS_QOS_SLOTS];
+};
+_Static_assert(sizeof(struct gs_qos_board) == 64 + 64 * GS_QOS_SLOTS, "gs_qos_board layout");
+#define GS_QOS_STALE_MS 50u
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
  * owed are being moved off their borrowers for it: the request is worth
@@ -394,8 +448,18 @@ struct gs_shm {
          * futex), when it wants this process's mover to move chunks (wire
          * item 8).  Same line, same compatibility as give_back. */
         uint32_t spill;
+        /* GS_FEAT_QOS: the agent bumps it when the allocation's compute
+         * policy changed; the hook's thread asks GS_OP_QOS again (item 10).
+         * Same line, same compatibility as give_back. */
+        uint32_t qos;
         _Alignas(64) uint32_t hook_wake;
         uint32_t hook_sleeping;
+        /* GS_FEAT_QOS: the hook's count of launches its compute QoS held
+         * and the ns they waited (docs/compute.md), for the agent's
+         * metrics only (a hostile hook can write anything here).  In the
+         * padding of the hook_wake line: the layout is unchanged. */
+        uint64_t qos_held;
+        uint64_t qos_held_ns;
         struct gs_ring req;    /* hook -> agent */
         struct gs_ring rep;    /* agent -> hook */
 };

@@ -118,6 +118,53 @@ static bool config_applies(yaml_document_t *d, yaml_node_t *n, const struct gs_c
         return false;
 }
 
+/* computeClass and computeCap of one configuration n (gs_claim_info). */
+static int config_compute(yaml_document_t *d, yaml_node_t *n, yaml_node_t *params, const char *driver,
+                          struct gs_claim_info *ret, char *err, size_t errlen)
+{
+        char cls[32], cap[16], src[32];
+        char *end;
+        long v = 0;
+
+        if (scalar(get(d, params, "computeClass"), cls, sizeof(cls)) < 0 ||
+            scalar(get(d, params, "computeCap"), cap, sizeof(cap)) < 0 ||
+            scalar(get(d, n, "source"), src, sizeof(src)) < 0) {
+                snprintf(err, errlen, "the configuration of %s: computeClass or computeCap is not a string", driver);
+                return -EINVAL;
+        }
+        if (cls[0] && strcmp(cls, "latency-critical") && strcmp(cls, "standard") && strcmp(cls, "best-effort")) {
+                snprintf(err, errlen,
+                         "the configuration of %s: computeClass '%.31s' is not latency-critical, standard "
+                         "or best-effort",
+                         driver, cls);
+                return -EINVAL;
+        }
+        if (strcmp(cls, "latency-critical") == 0 && strcmp(src, "FromClass") != 0) {
+                snprintf(err, errlen,
+                         "the configuration of %s: computeClass latency-critical comes only from the "
+                         "DeviceClass (its administrator's), not from the claim",
+                         driver);
+                return -EINVAL;
+        }
+        if (cap[0]) {
+                errno = 0;
+                v = strtol(cap, &end, 10);
+                if (errno || *end || v < 1 || v > 100) {
+                        snprintf(err, errlen, "the configuration of %s: computeCap '%.15s' is not a percent (1 to 100)",
+                                 driver, cap);
+                        return -EINVAL;
+                }
+        }
+        /* The claim's own can lower what the class gave, never raise it:
+         * the lowest class and the smallest cap win. */
+        if (cls[0] && (!ret->compute_class[0] || strcmp(cls, "best-effort") == 0 ||
+                       strcmp(ret->compute_class, "latency-critical") == 0))
+                snprintf(ret->compute_class, sizeof(ret->compute_class), "%s", cls);
+        if (v && (!ret->compute_cap || (uint32_t)v < ret->compute_cap))
+                ret->compute_cap = (uint32_t)v;
+        return 0;
+}
+
 /* status.allocation.devices.config[]: the burst of our driver's opaque
  * parameters that apply to our results. */
 static int config_burst(yaml_document_t *d, yaml_node_t *alloc, const char *driver, struct gs_claim_info *ret,
@@ -143,12 +190,17 @@ static int config_burst(yaml_document_t *d, yaml_node_t *alloc, const char *driv
                 for (yaml_node_pair_t *p = params->data.mapping.pairs.start; p < params->data.mapping.pairs.top; p++) {
                         char key[64];
                         if (scalar(yaml_document_get_node(d, p->key), key, sizeof(key)) < 0 ||
-                            (strcmp(key, "burst") && strcmp(key, "apiVersion") && strcmp(key, "kind"))) {
-                                snprintf(err, errlen, "the configuration of %s has parameter '%.63s'; known: burst",
+                            (strcmp(key, "burst") && strcmp(key, "apiVersion") && strcmp(key, "kind") &&
+                             strcmp(key, "computeClass") && strcmp(key, "computeCap"))) {
+                                snprintf(err, errlen,
+                                         "the configuration of %s has parameter '%.63s'; known: burst, "
+                                         "computeClass, computeCap",
                                          driver, key);
                                 return -EINVAL;
                         }
                 }
+                if (config_compute(d, n, params, driver, ret, err, errlen) < 0)
+                        return -EINVAL;
                 if (scalar(get(d, params, "burst"), q, sizeof(q)) < 0 || (q[0] && gs_claim_quantity(q, &b) < 0) ||
                     (q[0] && b == 0)) {
                         snprintf(err, errlen, "the configuration of %s: burst '%.40s' is not a quantity of bytes",

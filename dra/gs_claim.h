@@ -33,6 +33,13 @@ struct gs_claim_info {
          * (status.allocation.devices.config[].opaque.parameters.burst, a
          * quantity of bytes); 0: none. */
         uint64_t burst;
+        /* Compute QoS (docs/compute.md), from the same parameters
+         * (computeClass, computeCap): "" or a class name, and a cap in
+         * percent (0: none).  latency-critical only from the DeviceClass's
+         * configuration (source FromClass: the administrator's), never
+         * from the claim's own. */
+        char compute_class[32];
+        uint32_t compute_cap;
         size_t nresults; /* results of driver only */
         struct gs_claim_result results[GS_CLAIM_MAX_RESULTS];
 };

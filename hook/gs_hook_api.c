@@ -26,7 +26,8 @@
         X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemCreate)                 \
         X(cuMemRelease) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2)         \
         X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle) X(cuDevicePrimaryCtxRetain)          \
-        X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy) X(cuCtxDestroy_v2)
+        X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy) X(cuCtxDestroy_v2)  \
+        X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuCtxSynchronize) X(cuEventSynchronize)
 
 /* And the launch gate's wrappers (gs_hook_gate.h), some of them of
  * functions cuda.h deprecates. */

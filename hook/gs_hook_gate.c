@@ -16,6 +16,7 @@
 
 #include "gs_hook.h"
 #include "gs_hook_gate.h"
+#include "gs_hook_qos.h"
 
 static int g_armed;
 static int g_closed;  /* closes held (atomic; changed under g_mu) */
@@ -182,6 +183,46 @@ static void *gs_gate_real(int i)
                 gs_gate_leave(counted);                                                                       \
                 return r;                                                                                     \
         }
-GS_GATED(GS_GATE_WRAP)
+GS_GATED_OTHER(GS_GATE_WRAP)
+
+/* The stream of a launch, by the base function's parameters. */
+#define GS_S_cuLaunchKernel hStream
+#define GS_S_cuLaunchKernelEx (config ? config->hStream : NULL)
+#define GS_S_cuLaunchCooperativeKernel hStream
+#define GS_S_cuLaunchGridAsync hStream
+#define GS_S_cuGraphLaunch hStream
+/* Its kernel (NULL: a graph). */
+#define GS_F_cuLaunchKernel f
+#define GS_F_cuLaunchKernelEx f
+#define GS_F_cuLaunchCooperativeKernel f
+#define GS_F_cuLaunchGridAsync f
+#define GS_F_cuGraphLaunch ((CUfunction)NULL)
+
+/* A launch: compute QoS admits it (gs_hook_qos.h) before the gate, so a
+ * launch waiting for its turn never holds a mover's close. */
+#define GS_GATE_WRAP_LAUNCH(n, b)                                                                             \
+        _Static_assert(__builtin_types_compatible_p(__typeof__(&n), __typeof__(&b)),                          \
+                       #n " has cuda.h's prototype of " #b);                                                 \
+        GS_HOOK_API CUresult CUDAAPI n GS_P_##b(GS_GATE_PARAMS)                                               \
+        {                                                                                                     \
+                CUresult(*real) GS_P_##b(GS_GATE_PARAMS) = (CUresult(*) GS_P_##b(GS_GATE_PARAMS))gs_gate_real( \
+                        GS_GI_##n);                                                                           \
+                CUresult r;                                                                                   \
+                int counted, qc;                                                                              \
+                                                                                                              \
+                if (!real)                                                                                    \
+                        return CUDA_ERROR_NOT_SUPPORTED;                                                      \
+                qc = gs_qos_before(GS_S_##b, GS_F_##b);                                                       \
+                if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED)) {                                           \
+                        r = real GS_P_##b(GS_GATE_ARGS);                                                      \
+                } else {                                                                                      \
+                        counted = gs_gate_enter();                                                            \
+                        r = real GS_P_##b(GS_GATE_ARGS);                                                      \
+                        gs_gate_leave(counted);                                                               \
+                }                                                                                             \
+                gs_qos_after(qc, GS_S_##b, r);                                                                \
+                return r;                                                                                     \
+        }
+GS_GATED_LAUNCH(GS_GATE_WRAP_LAUNCH)
 
 #pragma GCC diagnostic pop

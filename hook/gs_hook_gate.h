@@ -65,13 +65,17 @@ void gs_gate_leave(int counted);
  * (name is base or base's _ptsz/_ptds per-thread-stream form).
  * GS_P_base(M) expands to M((parameters), (arguments)), from cuda.h 13.0
  * (gs_hook_gate.c checks every wrapper's type against cuda.h's). */
-#define GS_GATED(X) X(cuLaunchKernel, cuLaunchKernel) X(cuLaunchKernel_ptsz, cuLaunchKernel) \
+#define GS_GATED(X) GS_GATED_LAUNCH(X) GS_GATED_OTHER(X)
+/* The launches of work on one stream: compute QoS admits them
+ * (gs_hook_qos.h). */
+#define GS_GATED_LAUNCH(X) X(cuLaunchKernel, cuLaunchKernel) X(cuLaunchKernel_ptsz, cuLaunchKernel) \
         X(cuLaunchKernelEx, cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx) \
         X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel) \
         X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel) \
+        X(cuLaunchGridAsync, cuLaunchGridAsync) X(cuGraphLaunch, cuGraphLaunch) X(cuGraphLaunch_ptsz, cuGraphLaunch)
+#define GS_GATED_OTHER(X) \
         X(cuLaunchCooperativeKernelMultiDevice, cuLaunchCooperativeKernelMultiDevice) X(cuLaunch, cuLaunch) \
-        X(cuLaunchGrid, cuLaunchGrid) X(cuLaunchGridAsync, cuLaunchGridAsync) X(cuGraphLaunch, cuGraphLaunch) \
-        X(cuGraphLaunch_ptsz, cuGraphLaunch) X(cuMemcpy, cuMemcpy) X(cuMemcpy_ptds, cuMemcpy) \
+        X(cuLaunchGrid, cuLaunchGrid) X(cuMemcpy, cuMemcpy) X(cuMemcpy_ptds, cuMemcpy) \
         X(cuMemcpyAsync, cuMemcpyAsync) X(cuMemcpyAsync_ptsz, cuMemcpyAsync) X(cuMemcpyPeer, cuMemcpyPeer) \
         X(cuMemcpyPeer_ptds, cuMemcpyPeer) X(cuMemcpyPeerAsync, cuMemcpyPeerAsync) \
         X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync) X(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2) \

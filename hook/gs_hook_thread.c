@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "gs_hook_qos.h"
 #include "gs_hook_space.h"
 #include "gs_hook_spill.h"
 #include "gs_hook_thread.h"
@@ -93,6 +94,10 @@ static void gs_thread_serve(const struct gs_cu *cu)
                 gs_closep(&gs_conn.notify);
         }
         gs_thread_take_notify();
+        if (gs_conn.state == GS_CONN_UP) {
+                gs_qos_serve();
+                gs_qos_publish();
+        }
         if (!cu || gs_conn.state != GS_CONN_UP)
                 return;
         gs_space_give_back_if_asked(cu);
@@ -128,6 +133,8 @@ static void *gs_thread_main(void *arg)
                                 pf[n++] = (struct pollfd){ .fd = gs_conn.notify, .events = POLLIN };
                         else
                                 timeout = GS_THREAD_OLD_AGENT_MS;
+                        if (gs_qos_may_hold())
+                                timeout = GS_QOS_PUBLISH_MS;
                 } else if (gs_conn.state == GS_CONN_LOST) {
                         int cap = (uint64_t)gs_mono_ns() - gs_conn.lost_ns < gs_conn.wait_ns ? GS_THREAD_RETRY_WAIT_MS
                                                                                               : GS_THREAD_RETRY_MAX_MS;
@@ -154,6 +161,9 @@ static void gs_thread_on_conn(enum gs_conn_event ev)
                 gs_spill_start();
                 gs_thread_start();
         }
+        /* Compute QoS: the thread asks for the policy (gs_hook_qos.h). */
+        if (ev == GS_CONN_EV_UP && (gs_conn.features & GS_FEAT_QOS))
+                gs_thread_start();
 }
 
 /* Wiring, at load: the connection and the address space are below this

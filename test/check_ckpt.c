@@ -194,6 +194,68 @@ START_TEST(test_parse_rejects)
 }
 END_TEST
 
+/* Compute policies (gs_qos.h): the checkpoint's qos= token, and a pod's
+ * policy from its priority and annotations. */
+START_TEST(test_qos)
+{
+        static const char *const bad[] = {
+                "0123456789abcdef 1 1 a dir=ab qos=",
+                "0123456789abcdef 1 1 a dir=ab qos=standard",     /* the default is never written */
+                "0123456789abcdef 1 1 a dir=ab qos=urgent",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=0",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=101",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=3x",
+                "0123456789abcdef 1 1 a dir=ab qos=latency-critical x",
+                "0123456789abcdef 1 1 a dir=ab qos=latency-critical burst=1",
+                "0123456789abcdef 1 1 a dir=ab qos=latency-critical qos=latency-critical",
+        };
+        static const char *const good[] = {
+                "0123456789abcdef 1 1 a dir=ab qos=latency-critical",
+                "0123456789abcdef 1 1 a dir=ab burst=4096 qos=standard,cap=30",
+                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab qos=best-effort,cap=100",
+        };
+        struct { bool has; int64_t prio; const char *cls, *cap; int r; unsigned want, cap_want; } pods[] = {
+                { false, 0, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
+                { true, 1000000, NULL, NULL, 0, GS_QOS_LATENCY, 0 },
+                { true, 999999, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
+                { true, -1, NULL, NULL, 0, GS_QOS_BEST_EFFORT, 0 },
+                { true, 2000000, "best-effort", "30", 0, GS_QOS_BEST_EFFORT, 30 },
+                { true, 2000000, "standard", NULL, 0, GS_QOS_STANDARD, 0 },
+                /* never raised */
+                { true, 0, "latency-critical", NULL, -EINVAL, GS_QOS_STANDARD, 0 },
+                { true, -5, "standard", NULL, -EINVAL, GS_QOS_BEST_EFFORT, 0 },
+                { false, 0, "urgent", "200", -EINVAL, GS_QOS_STANDARD, 0 },
+                { false, 0, NULL, "-3", -EINVAL, GS_QOS_STANDARD, 0 },
+        };
+        char line[300], out[512], err[512];
+        struct gs_ckpt_rec r;
+        struct gs_qos_policy p;
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                snprintf(line, sizeof(line), "%s", bad[i]);
+                ck_assert_msg(gs_ckpt_parse_line(line, strlen(line), &r) == -EINVAL, "accepted '%s'", bad[i]);
+        }
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+                FILE *f = fmemopen(out, sizeof(out), "w");
+                snprintf(line, sizeof(line), "%s", good[i]);
+                ck_assert_msg(gs_ckpt_parse_line(line, strlen(line), &r) == 0, "refused '%s'", good[i]);
+                gs_ckpt_put(f, &r);
+                fclose(f);
+                ck_assert_msg(strncmp(out, good[i], strlen(good[i])) == 0 && out[strlen(good[i])] == '\n',
+                              "'%s' written back as '%s'", good[i], out);
+                gs_ckpt_rec_free(&r);
+        }
+        for (size_t i = 0; i < sizeof(pods) / sizeof(pods[0]); i++) {
+                struct gs_qos_pod pod = { pods[i].has, pods[i].prio, pods[i].cls, pods[i].cap };
+                err[0] = '\0';
+                ck_assert_int_eq(gs_qos_from_pod(&pod, 1000000, &p, err, sizeof(err)), pods[i].r);
+                ck_assert_msg(p.cls == pods[i].want && p.cap == pods[i].cap_want, "pod %zu: %u,%u (%s)", i, p.cls,
+                              p.cap, err);
+                ck_assert(pods[i].r == 0 || strstr(err, "applies") || strstr(err, "no cap"));
+        }
+}
+END_TEST
+
 /* An agent of today's main: a v2 checkpoint (and a v1 line), a claims
  * file.  Every allocation and every claim is kept, as v3 lines. */
 START_TEST(test_migrate_v2_claims)
@@ -335,6 +397,7 @@ int main(void)
         tcase_add_test(t, test_v3_round_trip);
         tcase_add_test(t, test_v1_v2_lines);
         tcase_add_test(t, test_parse_rejects);
+        tcase_add_test(t, test_qos);
         tcase_add_test(t, test_migrate_v2_claims);
         tcase_add_test(t, test_unreadable_and_bounds);
         suite_add_tcase(s, t);

@@ -386,6 +386,7 @@ int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct 
         memcpy(a->id, pl.id, sizeof(a->id));
         a->kind = req->kind;
         a->burst_bytes = req->burst_bytes;
+        a->qos = req->qos;
         if (req->kind == GS_OWNER_CLAIM) {
                 a->claim = req->claim;
                 snprintf(a->claim.gpu_uuid, sizeof(a->claim.gpu_uuid), "%s", pl.gp[0]->uuid);
@@ -615,7 +616,7 @@ static int checkpoint_fill(FILE *f, void *ctx)
                 if (a->releasing)
                         continue;
                 if (a->kind == GS_OWNER_DEVICES) {
-                        gs_ckpt_put_devices(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, a->device_ids, a->ndevice_ids);
+                        gs_ckpt_put_devices(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->qos, a->device_ids, a->ndevice_ids);
                         continue;
                 }
                 if (a->nunits > cap) {
@@ -629,7 +630,7 @@ static int checkpoint_fill(FILE *f, void *ctx)
                 }
                 for (size_t i = 0; i < a->nunits; i++)
                         units[i] = a->units[i].unit;
-                gs_ckpt_put_claim(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->claim, units, a->nunits);
+                gs_ckpt_put_claim(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->qos, &a->claim, units, a->nunits);
         }
         free(units);
         /* Lines not restored (yet) leave only by release. */

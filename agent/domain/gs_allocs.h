@@ -99,6 +99,10 @@ struct gs_allocation {
         struct gs_claim claim;   /* GS_OWNER_CLAIM */
         uint64_t burst_bytes;    /* as asked for (0: the node's balloonCap) */
         uint64_t burst_refused;  /* a pod annotation's burst refused (said once) */
+        /* Its compute policy (gs_qos.h): the reconciler sets it from the
+         * pod (gs_proc_qos_set), the checkpoint keeps it.  Main thread
+         * writes; workers read it whole (two bytes, atomically). */
+        struct gs_qos_policy qos;
         struct gs_unit *units;   /* what it holds (claims: ascending) */
         size_t nunits;
         uint64_t created_unix;
@@ -145,6 +149,7 @@ struct gs_alloc_req {
         /* Per GPU, the most its processes may use, quota included (what is
          * past the quota is borrowed); 0: quota + the node's balloonCap. */
         uint64_t burst_bytes;
+        struct gs_qos_policy qos; /* its compute policy (gs_qos.h) */
         /* The checkpoint line being restored (its id, creation time,
          * socket directory, a claim's units; the checkpoint is not
          * rewritten), or NULL: a new allocation, checkpointed. */

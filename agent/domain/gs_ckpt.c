@@ -97,6 +97,20 @@ static int parse_burst(const char *tok, uint64_t *ret)
         return 0;
 }
 
+/* The tokens after dir=: burst=, then qos=, each optional; tok the
+ * first (NULL: none). */
+static int parse_tail(char *tok, char **save, struct gs_ckpt_rec *r)
+{
+        if (tok && strncmp(tok, "burst=", 6) == 0) {
+                if (parse_burst(tok, &r->burst_bytes) < 0)
+                        return -EINVAL;
+                tok = strtok_r(NULL, " \t", save);
+        }
+        if (tok && gs_qos_token_parse(tok, &r->qos) < 0)
+                return -EINVAL;
+        return tok && strtok_r(NULL, " \t", save) ? -EINVAL : 0;
+}
+
 /* "<u>,<u>,..." strictly ascending, each a unit of a GPU, into r->units. */
 static int parse_units(const char *s, struct gs_ckpt_rec *r)
 {
@@ -139,8 +153,7 @@ static int parse_claim(char **save, struct gs_ckpt_rec *r)
                 if (!(f[i] = strtok_r(NULL, " \t", save)))
                         return -EINVAL;
         extra = strtok_r(NULL, " \t", save);
-        if ((extra && (parse_burst(extra, &r->burst_bytes) < 0 || strtok_r(NULL, " \t", save))) ||
-            !gs_k8s_uid_ok(f[0]) || !gs_k8s_label_ok(f[1]) ||
+        if (parse_tail(extra, save, r) < 0 || !gs_k8s_uid_ok(f[0]) || !gs_k8s_label_ok(f[1]) ||
             !gs_k8s_subdomain_ok(f[2]) || gs_uuid_parse(f[3], raw) < 0 ||
             parse_dir(f[5], r->dir) < 0)
                 return -EINVAL;
@@ -161,25 +174,26 @@ static int parse_devices(char *tok, char **save, struct gs_ckpt_rec *r)
         unsigned long long count;
         const char **ids;
         size_t n = 0;
-        bool dir = false, burst = false;
+        bool dir = false;
 
         if (parse_u64(tok, &count) < 0 || count == 0 || count > GS_ALLOCS_MAX_IDS)
                 return -EINVAL;
         ids = calloc(count, sizeof(*ids));
         if (!ids)
                 return -ENOMEM;
-        while ((tok = strtok_r(NULL, " \t", save))) {
-                if (burst || (dir && parse_burst(tok, &r->burst_bytes) < 0) ||
-                    (!dir && n == count && parse_dir(tok, r->dir) < 0)) {
+        while (!dir && (tok = strtok_r(NULL, " \t", save))) {
+                if (n < count) {
+                        ids[n++] = tok;
+                } else if (parse_dir(tok, r->dir) < 0) {
                         free(ids);
                         return -EINVAL;
-                }
-                if (dir)
-                        burst = true;
-                else if (n == count)
+                } else {
                         dir = true;
-                else
-                        ids[n++] = tok;
+                }
+        }
+        if (dir && parse_tail(strtok_r(NULL, " \t", save), save, r) < 0) {
+                free(ids);
+                return -EINVAL;
         }
         if (n != count) {
                 free(ids);
@@ -249,32 +263,34 @@ int gs_ckpt_parse_claims_line(char *line, struct gs_claim *c, char ret_alloc_id[
         return 0;
 }
 
-static void put_tail(FILE *f, const char *dir, uint64_t burst)
+static void put_tail(FILE *f, const char *dir, uint64_t burst, const struct gs_qos_policy *qos)
 {
+        fprintf(f, " dir=%s", dir);
         if (burst)
-                fprintf(f, " dir=%s burst=%" PRIu64 "\n", dir, burst);
-        else
-                fprintf(f, " dir=%s\n", dir);
+                fprintf(f, " burst=%" PRIu64, burst);
+        if (qos)
+                gs_qos_put(f, qos);
+        fputc('\n', f);
 }
 
 void gs_ckpt_put_devices(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst,
-                         char *const *ids, size_t n)
+                         const struct gs_qos_policy *qos, char *const *ids, size_t n)
 {
         fprintf(f, "%s %" PRIu64 " %zu", id, created, n);
         for (size_t i = 0; i < n; i++) {
                 fputc(' ', f);
                 fputs(ids[i], f);
         }
-        put_tail(f, dir, burst);
+        put_tail(f, dir, burst, qos);
 }
 
 void gs_ckpt_put_claim(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst,
-                       const struct gs_claim *c, const uint32_t *units, size_t nunits)
+                       const struct gs_qos_policy *qos, const struct gs_claim *c, const uint32_t *units, size_t nunits)
 {
         fprintf(f, "%s %" PRIu64 " claim %s %s %s %s ", id, created, c->uid, c->ns, c->name, c->gpu_uuid);
         for (size_t i = 0; i < nunits; i++)
                 fprintf(f, i ? ",%u" : "%u", units[i]);
-        put_tail(f, dir, burst);
+        put_tail(f, dir, burst, qos);
 }
 
 void gs_ckpt_put(FILE *f, const struct gs_ckpt_rec *r)
@@ -283,9 +299,9 @@ void gs_ckpt_put(FILE *f, const struct gs_ckpt_rec *r)
                 fwrite(r->kept, 1, r->kept_len, f);
                 fputc('\n', f);
         } else if (r->kind == GS_OWNER_CLAIM) {
-                gs_ckpt_put_claim(f, r->id, r->created_unix, r->dir, r->burst_bytes, &r->claim, r->units, r->claim.units);
+                gs_ckpt_put_claim(f, r->id, r->created_unix, r->dir, r->burst_bytes, &r->qos, &r->claim, r->units, r->claim.units);
         } else {
-                gs_ckpt_put_devices(f, r->id, r->created_unix, r->dir, r->burst_bytes, r->ids, r->nids);
+                gs_ckpt_put_devices(f, r->id, r->created_unix, r->dir, r->burst_bytes, &r->qos, r->ids, r->nids);
         }
 }
 

@@ -8,7 +8,9 @@
  *     <id> <created> <n> <device id>... dir=<dir>            (device plugin)
  *     <id> <created> claim <uid> <namespace> <name> <gpu uuid> <u>,<u>,... dir=<dir>
  * Either may end in " burst=<bytes>" (the allocation's burst limit,
- * docs/burst.md; absent when unset, so such lines are as before).
+ * docs/burst.md; absent when unset, so such lines are as before) and
+ * " qos=<class>[,cap=<n>]" (its compute policy, gs_qos.h; absent for the
+ * default), in that order.
  * A device plugin's line is a v2 line unchanged; a claim's names the DRA
  * ResourceClaim and the units of the GPU it holds (unit indices, ascending).
  * v1 lines (no dir=: the directory is the id) and v2 lines are read as the
@@ -39,6 +41,7 @@
 #include <stdio.h>
 
 #include "gs_devid.h"
+#include "gs_qos.h"
 #include "gs_util.h"
 
 #define GS_CKPT_NAME "allocations"
@@ -79,6 +82,7 @@ struct gs_ckpt_rec {
         size_t nids;
         struct gs_claim claim;   /* CLAIM */
         uint64_t burst_bytes;    /* burst=, 0 if absent (gs_alloc_req.burst_bytes) */
+        struct gs_qos_policy qos; /* qos=, the default if absent (gs_qos.h) */
         uint32_t *units;         /* CLAIM: claim.units unit indices, ascending */
         char *kept;              /* malloc'ed, without its newline; may hold NULs */
         size_t kept_len;
@@ -106,10 +110,10 @@ int gs_ckpt_parse_claims_line(char *line, struct gs_claim *c, char ret_alloc_id[
 /* Writes r's line, newline included. */
 void gs_ckpt_put(FILE *f, const struct gs_ckpt_rec *r);
 /* Writes an allocation's line (what gs_ckpt_put writes for its record). */
-void gs_ckpt_put_devices(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst, char *const *ids,
-                         size_t n);
-void gs_ckpt_put_claim(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst, const struct gs_claim *c,
-                       const uint32_t *units, size_t nunits);
+void gs_ckpt_put_devices(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst,
+                         const struct gs_qos_policy *qos, char *const *ids, size_t n);
+void gs_ckpt_put_claim(FILE *f, const char *id, uint64_t created, const char *dir, uint64_t burst,
+                       const struct gs_qos_policy *qos, const struct gs_claim *c, const uint32_t *units, size_t nunits);
 
 /* Reads <state_dir>/allocations and, if there is one, v2's claims file,
  * folding the claims into their lines.  0 (no files: no records), or a

@@ -12,7 +12,7 @@
 
 static void req_of(struct gs_alloc_req *req, const struct gs_ckpt_rec *r)
 {
-        *req = (struct gs_alloc_req){ .kind = r->kind, .burst_bytes = r->burst_bytes, .restore = r };
+        *req = (struct gs_alloc_req){ .kind = r->kind, .burst_bytes = r->burst_bytes, .qos = r->qos, .restore = r };
         if (r->kind == GS_OWNER_DEVICES) {
                 req->ids = (const char *const *)r->ids;
                 req->nids = r->nids;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
+#include "gs_qos.h"
 #include "gs_gpu.h"
 #include "gs_pending.h"
 #include "gs_log.h"
@@ -481,6 +482,29 @@ static void render_allocations(struct buf *b, struct gs_agent *ag, const struct 
                 alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
                 put(b, " %d\n", gs_allocs_draining(sn->as[i].a) ? 1 : 0);
         }
+        family(b, "gshare_allocation_compute_class", "gauge",
+               "1, with the allocation's compute class as label class (docs/compute.md).");
+        for (size_t i = 0; i < sn->nas; i++) {
+                put(b, "gshare_allocation_compute_class");
+                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
+                /* One label more inside the braces alloc_labels closed. */
+                if (!b->failed && b->len && b->p[b->len - 1] == '}')
+                        b->len--;
+                put(b, ",class=\"%s\"} 1\n", gs_qos_class_name(sn->as[i].a->qos.cls));
+        }
+        family(b, "gshare_allocation_compute_cap_percent", "gauge",
+               "The allocation's cap on GPU time, in percent (0: none; docs/compute.md).");
+        for (size_t i = 0; i < sn->nas; i++) {
+                put(b, "gshare_allocation_compute_cap_percent");
+                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
+                put(b, " %u\n", sn->as[i].a->qos.cap);
+        }
+        /* As its hook says (docs/compute.md): shown, never used. */
+        PROC_FAMILY("compute_held_launches", "Launches of the process its compute QoS held (as its hook reports, "
+                    "on its first GPU; docs/compute.md).",
+                    i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED) : 0);
+        PROC_FAMILY("compute_held_milliseconds", "Milliseconds its held launches waited (as its hook reports).",
+                    i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED) / 1000000u : 0);
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "

@@ -15,11 +15,13 @@ struct entry {
         char ns[64];
         char name[254];
         uint64_t burst;
+        struct gs_qos_policy qos;
         int64_t at_ms;           /* 0: empty */
 };
 
 struct gs_podburst {
         struct gs_kapi api;
+        int64_t lc_priority;     /* computeLatencyPriority */
         struct entry cache[GS_PODBURST_CACHE];
         uint32_t next;           /* the slot replaced next when none is free */
 };
@@ -40,6 +42,7 @@ int gs_podburst_new(const struct gs_config *c, struct gs_podburst **ret, char *e
                 free(pb);
                 return r < 0 ? r : 0;
         }
+        pb->lc_priority = c->compute_latency_priority;
         *ret = pb;
         return 0;
 }
@@ -72,9 +75,47 @@ int gs_podburst_parse(const char *json, size_t len, uint64_t *ret, char *err, si
         return 0;
 }
 
+int gs_podburst_parse_qos(const char *json, size_t len, int64_t lc_priority, struct gs_qos_policy *ret, char *err,
+                          size_t errlen)
+{
+        char prio[32], cls[64], cap[16];
+        struct gs_json_want w[] = {
+                { "spec.priority", prio, sizeof(prio), false },
+                { "metadata.annotations." GS_QOS_ANN_CLASS, cls, sizeof(cls), false },
+                { "metadata.annotations." GS_QOS_ANN_CAP, cap, sizeof(cap), false },
+        };
+        struct gs_qos_pod pod = { 0 };
+        char *end;
+
+        if (gs_json_extract(json, len, w, 3) < 0) {
+                *ret = (struct gs_qos_policy){ 0 };
+                snprintf(err, errlen, "the API server's answer is not a Pod");
+                return -EINVAL;
+        }
+        if (w[0].found) {
+                errno = 0;
+                pod.priority = strtoll(prio, &end, 10);
+                pod.has_priority = errno == 0 && end != prio && !*end;
+        }
+        pod.cls = w[1].found ? cls : NULL;
+        pod.cap = w[2].found ? cap : NULL;
+        return gs_qos_from_pod(&pod, lc_priority, ret, err, errlen);
+}
+
 int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, uint64_t *ret, char *err,
                     size_t errlen)
 {
+        struct gs_podinfo info;
+        int r = gs_podburst_pod(pb, ns, name, &info, err, errlen);
+
+        *ret = info.burst;
+        return r;
+}
+
+int gs_podburst_pod(struct gs_podburst *pb, const char *ns, const char *name, struct gs_podinfo *info, char *err,
+                    size_t errlen)
+{
+        uint64_t *ret = &info->burst;
         int64_t now = gs_mono_ms();
         struct entry *e = NULL;
         char path[512], *body = NULL;
@@ -82,7 +123,7 @@ int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, ui
         long code = 0;
         int r;
 
-        *ret = 0;
+        memset(info, 0, sizeof(*info));
         if (!gs_k8s_label_ok(ns) || !gs_k8s_subdomain_ok(name)) {
                 snprintf(err, errlen, "pod %.64s/%.64s: not a namespace and name", ns, name);
                 return -EINVAL;
@@ -92,6 +133,7 @@ int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, ui
                 if (c->at_ms && now - c->at_ms < GS_PODBURST_TTL_MS && strcmp(c->ns, ns) == 0 &&
                     strcmp(c->name, name) == 0) {
                         *ret = c->burst;
+                        info->qos = c->qos;
                         return 0;
                 }
                 if (!e && (!c->at_ms || now - c->at_ms >= GS_PODBURST_TTL_MS))
@@ -108,6 +150,9 @@ int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, ui
                 return code == 404 ? -ENOENT : -EIO;
         }
         r = gs_podburst_parse(body, len, ret, err, errlen);
+        if (gs_podburst_parse_qos(body, len, pb->lc_priority, &info->qos, info->qos_err, sizeof(info->qos_err)) < 0 &&
+            !info->qos_err[0])
+                snprintf(info->qos_err, sizeof(info->qos_err), "the compute policy is unreadable");
         free(body);
         if (r < 0 && r != -EINVAL)
                 return r;
@@ -120,6 +165,7 @@ int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, ui
         snprintf(e->ns, sizeof(e->ns), "%s", ns);
         snprintf(e->name, sizeof(e->name), "%s", name);
         e->burst = *ret;
+        e->qos = info->qos;
         e->at_ms = now;
         return r;
 }

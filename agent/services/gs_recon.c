@@ -19,6 +19,7 @@
 #include "gs_allocs.h"
 #include "gs_pending.h"
 #include "gs_podburst.h"
+#include "gs_proc_qos.h"
 #include "gs_restore.h"
 #include "gs_grpc.h"
 #include "gs_log.h"
@@ -29,6 +30,8 @@ struct holder {
         char pod[254];
         char container[64];
         uint64_t burst;          /* the pod's annotation (gs_podburst.h); 0: none */
+        struct gs_qos_policy qos; /* the pod's compute policy (gs_qos.h) */
+        bool has_qos;            /* the API server answered for the pod */
 };
 
 struct held {
@@ -59,6 +62,7 @@ struct gs_recon {
         bool stop, kick;         /* under mu */
         struct gs_recon_snapshot *pending; /* under mu */
         struct gs_podburst *pb;  /* the thread's; NULL: no API server */
+        bool burst_on;           /* burstMax > 0: pods' bursts are applied */
         bool pb_failing;         /* the thread's: the last lookup failed (said once) */
         int64_t pb_retry_ms;     /* the thread's: after a failed request, none before then */
         bool failing;            /* main thread: in a streak of failed Lists */
@@ -224,6 +228,8 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                         a->unheld_since_ms = 0;
                         if (h->burst)
                                 gs_allocs_burst_from_pod(&ag->node, a, h->burst);
+                        if (h->has_qos)
+                                gs_proc_qos_set(ag, a, &h->qos);
                         continue;
                 }
                 if (a->unheld_since_ms == 0) {
@@ -279,7 +285,16 @@ static void pod_bursts(struct gs_recon *rc, struct gs_recon_snapshot *s)
                 return;
         for (size_t i = 0; i < s->nholders; i++) {
                 struct holder *h = &s->holders[i];
-                int r = gs_podburst_get(rc->pb, h->ns, h->pod, &h->burst, err, sizeof(err));
+                struct gs_podinfo info;
+                int r = gs_podburst_pod(rc->pb, h->ns, h->pod, &info, err, sizeof(err));
+
+                h->burst = rc->burst_on ? info.burst : 0;
+                h->qos = info.qos;
+                h->has_qos = r == 0 || r == -EINVAL;
+                if (info.qos_err[0])
+                        log_warn("reconciler: pod %s/%s: %s", h->ns, h->pod, info.qos_err);
+                if (!rc->burst_on && r == -EINVAL)
+                        r = 0;
                 if (r == -EINVAL || (r < 0 && !rc->pb_failing))
                         log_warn("reconciler: the burst annotation of pod %s/%s: %s%s", h->ns, h->pod, err,
                                  r == -EINVAL ? "" : "; pods' annotations not read for 30 s");
@@ -427,12 +442,13 @@ int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
         snprintf(rc->resource, sizeof(rc->resource), "%s", c->resource_name);
         rc->interval_ms = c->reconcile_interval_ms;
         rc->grace_ms = c->reclaim_grace_ms;
-        /* Pods' burst annotations are read only where a burst may be
-         * granted: nothing is asked of the API server otherwise. */
-        if (c->burst_max_bytes) {
+        /* Pods' bursts apply only where a burst may be granted; their
+         * compute policies (docs/compute.md) wherever an API server is. */
+        rc->burst_on = c->burst_max_bytes > 0;
+        {
                 char err[256];
                 if (gs_podburst_new(c, &rc->pb, err, sizeof(err)) < 0)
-                        log_warn("reconciler: pods' burst annotations not read: %s", err);
+                        log_warn("reconciler: pods' annotations not read: %s", err);
         }
         pthread_mutex_init(&rc->mu, NULL);
         pthread_condattr_init(&ca);

@@ -11,6 +11,7 @@
 
 #include "gs_allocs.h"
 #include "gs_arena.h"
+#include "gs_qos.h"
 #include "gs_devid.h"
 #include "gs_ctl.h"
 #include "gs_gpu.h"
@@ -215,6 +216,8 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct gs_arena *ar, struct gs_all
                 m->pod_name = gs_arena_str(ar, a->pod_name);
                 m->container_name = gs_arena_str(ar, a->container_name);
         }
+        m->compute_class = gs_arena_str(ar, gs_qos_class_name(a->qos.cls));
+        m->compute_cap = a->qos.cap;
         if (!alloc_msg_claim(ar, a, m))
                 return NULL;
         return m;
@@ -266,6 +269,14 @@ static void do_create(struct gs_ctlsrv *s, struct gs_arena *ar, const Gshare__Ct
         }
         if (c)
                 req.burst_bytes = c->burst_bytes;
+        if (r == 0 && c && ((c->compute_class[0] && gs_qos_class_parse(c->compute_class, &req.qos.cls) < 0) ||
+                            c->compute_cap > 100)) {
+                snprintf(err, errlen, "compute class '%.40s' or cap %u: a class is latency-critical, standard or "
+                         "best-effort, a cap 1 to 100", c->compute_class, c->compute_cap);
+                r = -EINVAL;
+        }
+        if (c)
+                req.qos.cap = (uint8_t)(c->compute_cap <= 100 ? c->compute_cap : 0);
         if (r == 0 && c && c->take_over && req.kind == GS_OWNER_DEVICES)
                 r = gs_allocs_take_over(&s->ag->node, req.ids, req.nids, err, errlen);
         if (r == 0)

@@ -123,6 +123,10 @@ struct gs_proc {
         uint32_t nexports;           /* atomic: live IPC exports (gs_ipc.h) */
         bool over_killed;            /* main: killed by the over-quota policy (gs_usage.h) */
         bool move_feature;           /* GS_FEAT_SPILL announced to it */
+        /* Compute QoS (gs_proc_qos.h), its worker's: its slot + 1 on
+         * GPU qos_gpu's board (0: none). */
+        uint32_t qos_slot1, qos_gpu;
+        bool qos_full_said;
 };
 
 /* The allocation's listening socket is readable: accept every waiting

@@ -124,7 +124,8 @@ int gs_proc_on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t e
                 return r;
         memset(&w, 0, sizeof(w));
         gs_sockmsg_hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
-        w.h.reserved = GS_FEAT_RECLAIM | GS_FEAT_GIVEBACK | GS_FEAT_IPC_KEEP | GS_FEAT_NOTIFY | GS_FEAT_HOST_SLOTS;
+        w.h.reserved = GS_FEAT_RECLAIM | GS_FEAT_GIVEBACK | GS_FEAT_IPC_KEEP | GS_FEAT_NOTIFY | GS_FEAT_HOST_SLOTS |
+                       GS_FEAT_QOS;
         p->move_feature = gs_move_feature(ag, a);
         if (p->move_feature)
                 w.h.reserved |= GS_FEAT_SPILL;

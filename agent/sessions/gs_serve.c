@@ -13,6 +13,7 @@
 #include "gs_ipc.h"
 #include "gs_log.h"
 #include "gs_logrep.h"
+#include "gs_proc_qos.h"
 #include "gs_ring.h"
 #include "gs_serve_move.h"
 #include "gs_short.h"
@@ -408,6 +409,8 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 if (p->notify_fd < 0)
                         break;
                 return gs_sockmsg_send_grant(p->sock, GS_SOCK_NOTIFY, req, 0, 0, p->notify_fd, &p->stop);
+        case GS_OP_QOS:
+                return gs_serve_qos(p, pg, req, rep);
         case GS_OP_CTX_DONE:
                 gs_gpu_lock(pg->g);
                 pg->g->ctx_promised -= pg->ctx_promised;

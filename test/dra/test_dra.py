@@ -509,6 +509,22 @@ def body(ns, api, ag, plugin, tmp):
         got = prepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error
         check(want in got and len(ag.allocs()) == n_allocs, "bad burst configuration %s: %r" % (params, got))
 
+    # ---- compute QoS from the claim's configuration (docs/compute.md)
+    api.set_claim("team", "claim-e", UID_E, memory="64Mi", params={"computeClass": "best-effort", "computeCap": "40"})
+    rep = prepare(ns, plugin, ("team", "claim-e", UID_E))
+    E = claim_allocs(ag).get(UID_E, {})
+    check(rep.claims[UID_E].error == "" and (E.get("compute_class"), E.get("compute_cap")) == ("best-effort", 40),
+          "claim with computeClass best-effort, computeCap 40: on its allocation (%r, %r)"
+          % (rep.claims[UID_E].error, E.get("compute_class")))
+    check(unprepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error == "" and
+          wait_for(lambda: ag.gpus()[0]["units_allocated"] == 2) is not None, "claim-e unprepared")
+    for params, want in (({"computeClass": "latency-critical"}, "latency-critical comes only from the DeviceClass"),
+                         ({"computeClass": "urgent"}, "computeClass 'urgent' is not"),
+                         ({"computeCap": "0"}, "computeCap '0' is not a percent")):
+        api.set_claim("team", "claim-e", UID_E, memory="64Mi", params=params)
+        got = prepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error
+        check(want in got and len(ag.allocs()) == n_allocs, "claim's compute %s refused: %r" % (params, got))
+
     # ---- the CDI spec cannot be written: the allocation made for it goes again
     cdi = os.path.join(tmp, "cdi")
     os.rename(cdi, cdi + ".away")

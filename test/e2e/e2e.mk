@@ -23,6 +23,11 @@ $(E2E_DIR)/e2e_spill: $(E2E_DIR)/e2e_spill.o $(FAKECUDA_SO)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda -ldl
 TEST_DEPS += $(E2E_DIR)/e2e_spill
 
+# The workloads of compute QoS's test (test_qos.py).
+$(E2E_DIR)/e2e_qos: $(E2E_DIR)/e2e_qos.o $(FAKECUDA_SO)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(B)/test/fakecuda -lcuda -ldl -lpthread
+TEST_DEPS += $(E2E_DIR)/e2e_qos
+
 # Hostile tenants and faults (issue 10): create/restore failures, the
 # checkpoint, socket access, scrubbing, the worker pool.
 $(E2E_DIR)/race_chmod.so: test/e2e/race_chmod.c

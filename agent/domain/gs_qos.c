@@ -1,0 +1,258 @@
+/* gs_qos.c — see gs_qos.h. */
+#include "gs_qos.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static const char *const gs_qos_names[] = {
+        [GS_QOS_STANDARD] = "standard",
+        [GS_QOS_LATENCY] = "latency-critical",
+        [GS_QOS_BEST_EFFORT] = "best-effort",
+};
+
+const char *gs_qos_class_name(unsigned cls)
+{
+        return cls < GS_ARRAY_SIZE(gs_qos_names) ? gs_qos_names[cls] : "?";
+}
+
+int gs_qos_class_parse(const char *s, uint8_t *ret)
+{
+        for (unsigned i = 0; i < GS_ARRAY_SIZE(gs_qos_names); i++)
+                if (strcmp(s, gs_qos_names[i]) == 0) {
+                        *ret = (uint8_t)i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+unsigned gs_qos_rank(unsigned cls)
+{
+        return cls == GS_QOS_LATENCY ? 2 : cls == GS_QOS_BEST_EFFORT ? 0 : 1;
+}
+
+/* "1".."100" into *ret. */
+static int parse_cap(const char *s, uint8_t *ret)
+{
+        char *end;
+        long v;
+
+        if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 3)
+                return -EINVAL;
+        v = strtol(s, &end, 10);
+        if (*end || v < 1 || v > 100)
+                return -EINVAL;
+        *ret = (uint8_t)v;
+        return 0;
+}
+
+int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs_qos_policy *ret, char *err,
+                    size_t errlen)
+{
+        uint8_t cls = GS_QOS_STANDARD, want;
+        int r = 0;
+
+        if (pod->has_priority && pod->priority >= lc_priority)
+                cls = GS_QOS_LATENCY;
+        else if (pod->has_priority && pod->priority < 0)
+                cls = GS_QOS_BEST_EFFORT;
+        *ret = (struct gs_qos_policy){ .cls = cls };
+        if (pod->cls) {
+                if (gs_qos_class_parse(pod->cls, &want) < 0) {
+                        snprintf(err, errlen, "annotation %s: '%.40s' is not latency-critical, standard or "
+                                 "best-effort; %s applies", GS_QOS_ANN_CLASS, pod->cls, gs_qos_class_name(cls));
+                        r = -EINVAL;
+                } else if (gs_qos_rank(want) > gs_qos_rank(cls)) {
+                        snprintf(err, errlen, "annotation %s: %s is above what the pod's priority %" PRId64
+                                 " gives (an annotation can only lower the class; a PriorityClass of value %" PRId64
+                                 " or more makes a pod latency-critical); %s applies",
+                                 GS_QOS_ANN_CLASS, pod->cls, pod->has_priority ? pod->priority : 0, lc_priority,
+                                 gs_qos_class_name(cls));
+                        r = -EINVAL;
+                } else {
+                        ret->cls = want;
+                }
+        }
+        if (pod->cap && parse_cap(pod->cap, &ret->cap) < 0) {
+                size_t n = r < 0 ? strlen(err) : 0;
+                snprintf(err + n, errlen - n, "%sannotation %s: '%.40s' is not a percent of GPU time (1 to 100); "
+                         "no cap applies", n ? "; " : "", GS_QOS_ANN_CAP, pod->cap);
+                ret->cap = 0;
+                r = -EINVAL;
+        }
+        return r;
+}
+
+void gs_qos_format(const struct gs_qos_policy *p, char *buf, size_t cap)
+{
+        if (p->cap)
+                snprintf(buf, cap, "%s,cap=%u", gs_qos_class_name(p->cls), p->cap);
+        else
+                snprintf(buf, cap, "%s", gs_qos_class_name(p->cls));
+}
+
+void gs_qos_put(FILE *f, const struct gs_qos_policy *p)
+{
+        char b[48];
+
+        if (gs_qos_is_default(p))
+                return;
+        gs_qos_format(p, b, sizeof(b));
+        fprintf(f, " qos=%s", b);
+}
+
+int gs_qos_token_parse(const char *tok, struct gs_qos_policy *ret)
+{
+        char b[48], *comma;
+
+        if (!tok || strncmp(tok, "qos=", 4) != 0 || strlen(tok + 4) >= sizeof(b))
+                return -EINVAL;
+        snprintf(b, sizeof(b), "%s", tok + 4);
+        *ret = (struct gs_qos_policy){ 0 };
+        comma = strchr(b, ',');
+        if (comma) {
+                *comma++ = '\0';
+                if (strncmp(comma, "cap=", 4) != 0 || parse_cap(comma + 4, &ret->cap) < 0)
+                        return -EINVAL;
+        }
+        if (gs_qos_class_parse(b, &ret->cls) < 0 || gs_qos_is_default(ret))
+                return -EINVAL;
+        return 0;
+}
+
+/* ---- the boards ---- */
+
+struct board {
+        int fd;                          /* -1 until made */
+        int ro_fd;                       /* the same file, opened read-only */
+        struct gs_qos_board *map;
+        uint32_t used;                   /* slots taken: bit i */
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct board g_boards[GS_QOS_MAX_GPUS];
+static bool g_init;
+
+/* pre: g_mu. */
+static int board_make(struct board *b)
+{
+        char path[64];
+        int fd, ro = -1;
+        void *m;
+
+        fd = memfd_create("gshare-qos", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0)
+                return -errno;
+        if (ftruncate(fd, sizeof(struct gs_qos_board)) < 0 ||
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+                goto fail;
+        /* A read-only open of the same file: a mapping of it cannot be
+         * made writable (mprotect refuses), whatever its holder does. */
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        ro = open(path, O_RDONLY | O_CLOEXEC);
+        if (ro < 0)
+                goto fail;
+        m = mmap(NULL, sizeof(struct gs_qos_board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+                goto fail;
+        b->map = m;
+        b->map->magic = GS_QOS_MAGIC;
+        b->map->nslots = GS_QOS_SLOTS;
+        b->fd = fd;
+        b->ro_fd = ro;
+        return 0;
+fail:;
+        int e = -errno;
+        close(fd);
+        if (ro >= 0)
+                close(ro);
+        return e;
+}
+
+/* pre: g_mu.  A free slot of b taken for pid, or GS_QOS_NO_SLOT. */
+static uint32_t slot_take(struct board *b, uint32_t pid)
+{
+        for (uint32_t s = 0; s < GS_QOS_SLOTS; s++)
+                if (!(b->used & (1u << s))) {
+                        b->used |= 1u << s;
+                        __atomic_store_n(&b->map->slot[s].up, 0, __ATOMIC_RELEASE);
+                        __atomic_store_n(&b->map->slot[s].pid, pid, __ATOMIC_RELAXED);
+                        __atomic_store_n(&b->map->nlc, (uint32_t)__builtin_popcount(b->used), __ATOMIC_RELEASE);
+                        return s;
+                }
+        return GS_QOS_NO_SLOT;
+}
+
+int gs_qos_board_open(uint32_t gpu, bool lc, uint32_t pid, int *ret_fd, uint32_t *slot)
+{
+        struct board *b;
+        bool had = *slot < GS_QOS_SLOTS;
+        int r = 0, fd;
+
+        *ret_fd = -1;
+        if (gpu >= GS_QOS_MAX_GPUS) {
+                *slot = GS_QOS_NO_SLOT;
+                return -ENODEV;
+        }
+        pthread_mutex_lock(&g_mu);
+        if (!g_init) {
+                for (uint32_t i = 0; i < GS_QOS_MAX_GPUS; i++)
+                        g_boards[i].fd = g_boards[i].ro_fd = -1;
+                g_init = true;
+        }
+        b = &g_boards[gpu];
+        if (b->fd < 0)
+                r = board_make(b);
+        if (r == 0 && !(lc && had && (b->used & (1u << *slot))))
+                *slot = r == 0 && lc ? slot_take(b, pid) : GS_QOS_NO_SLOT;
+        had = had && *slot < GS_QOS_SLOTS;
+        if (r == 0) {
+                fd = fcntl(*slot != GS_QOS_NO_SLOT ? b->fd : b->ro_fd, F_DUPFD_CLOEXEC, 3);
+                if (fd < 0)
+                        r = -errno;
+                else
+                        *ret_fd = fd;
+        }
+        pthread_mutex_unlock(&g_mu);
+        if (r < 0 && *slot != GS_QOS_NO_SLOT) {
+                if (!had)
+                        gs_qos_board_release(gpu, *slot);
+                *slot = GS_QOS_NO_SLOT;
+        }
+        return r;
+}
+
+void gs_qos_board_release(uint32_t gpu, uint32_t slot)
+{
+        struct board *b;
+
+        if (gpu >= GS_QOS_MAX_GPUS || slot >= GS_QOS_SLOTS)
+                return;
+        pthread_mutex_lock(&g_mu);
+        b = &g_boards[gpu];
+        if (g_init && b->map && (b->used & (1u << slot))) {
+                b->used &= ~(1u << slot);
+                __atomic_store_n(&b->map->slot[slot].up, 0, __ATOMIC_RELEASE);
+                __atomic_store_n(&b->map->slot[slot].pid, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&b->map->nlc, (uint32_t)__builtin_popcount(b->used), __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&g_mu);
+}
+
+uint32_t gs_qos_board_nlc(uint32_t gpu)
+{
+        uint32_t n = 0;
+
+        if (gpu >= GS_QOS_MAX_GPUS)
+                return 0;
+        pthread_mutex_lock(&g_mu);
+        if (g_init)
+                n = (uint32_t)__builtin_popcount(g_boards[gpu].used);
+        pthread_mutex_unlock(&g_mu);
+        return n;
+}

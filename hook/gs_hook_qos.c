@@ -1,0 +1,461 @@
+/* gs_hook_qos.c — see gs_hook_qos.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gs_hook.h"
+#include "gs_hook_conn.h"
+#include "gs_hook_qos.h"
+
+int gs_qos_active;
+
+/* Written by the hook's thread under gs_conn.mu, read by any thread. */
+static struct gs_qos_board *g_board;  /* atomic; a board once mapped stays mapped */
+static uint32_t g_slot = GS_QOS_NO_SLOT; /* atomic: ours when latency-critical */
+static uint32_t g_cls, g_cap;         /* atomic */
+static uint64_t g_gen = UINT64_MAX;   /* gs_conn.reconnects when last asked */
+static uint32_t g_seen;               /* gs_shm.qos when last asked */
+static ino_t g_board_ino;
+static dev_t g_board_dev;
+
+static unsigned long long g_held, g_held_ns; /* atomic */
+
+/* The driver's functions we call, resolved once. */
+struct qos_cu {
+        CUresult (*event_create)(CUevent *, unsigned int);
+        CUresult (*event_record)(CUevent, CUstream);
+        CUresult (*event_query)(CUevent);
+        CUresult (*event_elapsed)(float *, CUevent, CUevent);
+        CUresult (*ctx_get_current)(CUcontext *);
+        CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *);
+        CUresult (*exchange_mode)(CUstreamCaptureMode *);
+        CUresult (*stream_sync)(CUstream);
+        CUresult (*stream_sync_ptsz)(CUstream);
+        CUresult (*ctx_sync)(void);
+        CUresult (*event_sync)(CUevent);
+        CUresult (*func_get_name)(const char **, CUfunction);
+};
+static struct qos_cu q;
+static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
+
+static void qos_cu_resolve(void)
+{
+        q.event_create = (CUresult(*)(CUevent *, unsigned int))gs_cu_real("cuEventCreate");
+        q.event_record = (CUresult(*)(CUevent, CUstream))gs_cu_real("cuEventRecord");
+        q.event_query = (CUresult(*)(CUevent))gs_cu_real("cuEventQuery");
+        q.event_elapsed = (CUresult(*)(float *, CUevent, CUevent))gs_cu_real("cuEventElapsedTime");
+        q.ctx_get_current = (CUresult(*)(CUcontext *))gs_cu_real("cuCtxGetCurrent");
+        q.is_capturing = (CUresult(*)(CUstream, CUstreamCaptureStatus *))gs_cu_real("cuStreamIsCapturing");
+        q.exchange_mode = (CUresult(*)(CUstreamCaptureMode *))gs_cu_real("cuThreadExchangeStreamCaptureMode");
+        q.stream_sync = (CUresult(*)(CUstream))gs_cu_real("cuStreamSynchronize");
+        q.stream_sync_ptsz = (CUresult(*)(CUstream))gs_cu_real("cuStreamSynchronize_ptsz");
+        q.ctx_sync = (CUresult(*)(void))gs_cu_real("cuCtxSynchronize");
+        q.event_sync = (CUresult(*)(CUevent))gs_cu_real("cuEventSynchronize");
+        q.func_get_name = (CUresult(*)(const char **, CUfunction))gs_cu_real("cuFuncGetName");
+}
+
+static void qos_child(void);
+
+static void qos_cu_resolve_once(void)
+{
+        qos_cu_resolve();
+        (void)pthread_atfork(NULL, NULL, qos_child);
+}
+
+static const struct qos_cu *qos_cu(void)
+{
+        pthread_once(&g_cu_once, qos_cu_resolve_once);
+        return &q;
+}
+
+/* ---- the board ---- */
+
+/* Whether a latency-critical process other than us has work in flight. */
+static int lc_busy(const struct gs_qos_board *b, uint64_t now)
+{
+        uint32_t mine = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+
+        for (uint32_t i = 0; i < GS_QOS_SLOTS; i++) {
+                const struct gs_qos_slot *s = &b->slot[i];
+                uint64_t at;
+
+                if (i == mine || !__atomic_load_n(&s->up, __ATOMIC_ACQUIRE))
+                        continue;
+                at = __atomic_load_n(&s->stamp_ns, __ATOMIC_RELAXED);
+                /* Stale, or stamped in the future (past a millisecond: it
+                 * may have been stamped since we read the clock): ignored. */
+                if (at <= now + 1000000u && (at > now || now - at < (uint64_t)GS_QOS_STALE_MS * 1000000u))
+                        return 1;
+        }
+        return 0;
+}
+
+static void flag(uint32_t up)
+{
+        struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+        uint32_t s = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+
+        if (!b || s >= GS_QOS_SLOTS)
+                return;
+        if (up)
+                __atomic_store_n(&b->slot[s].stamp_ns, (uint64_t)gs_mono_ns(), __ATOMIC_RELAXED);
+        if (__atomic_load_n(&b->slot[s].up, __ATOMIC_RELAXED) != up)
+                __atomic_store_n(&b->slot[s].up, up, __ATOMIC_RELEASE);
+}
+
+/* ---- a throttled process's launches in flight ---- */
+
+/* One context's events: ring[i] recorded after a launch; start before
+ * one (caps).  Launches in another context are not held (fail open). */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext g_ctx;
+static CUevent g_ring[GS_QOS_INFLIGHT], g_start, g_end;
+static unsigned g_next;
+static int g_ring_ok = -1;             /* -1: not made yet */
+static int g_end_pending;              /* g_start/g_end around the last capped launch */
+static int64_t g_tokens_ns, g_refill_ns;
+
+static void nap_us(long us)
+{
+        struct timespec ts = { 0, us * 1000 };
+
+        nanosleep(&ts, NULL);
+}
+
+/* Only the forking thread lives on in the child: a launch another thread
+ * was admitting held g_mu. */
+static void qos_child(void)
+{
+        pthread_mutex_init(&g_mu, NULL);
+}
+
+/* pre: g_mu.  The events, made in the current context at first use. */
+static int ring_ready(const struct qos_cu *c)
+{
+        CUcontext cur = NULL;
+
+        if (!c->ctx_get_current || c->ctx_get_current(&cur) != CUDA_SUCCESS || !cur)
+                return 0;
+        if (g_ring_ok < 0) {
+                g_ring_ok = c->event_create && c->event_record && c->event_query && c->event_elapsed;
+                for (unsigned i = 0; i < GS_QOS_INFLIGHT && g_ring_ok; i++)
+                        g_ring_ok = c->event_create(&g_ring[i], 0) == CUDA_SUCCESS;
+                g_ring_ok = g_ring_ok && c->event_create(&g_start, 0) == CUDA_SUCCESS &&
+                            c->event_create(&g_end, 0) == CUDA_SUCCESS;
+                g_ctx = cur;
+        }
+        return g_ring_ok && cur == g_ctx;
+}
+
+/* pre: g_mu.  Waits until e is complete or deadline (ns) passes. */
+static void wait_event(const struct qos_cu *c, CUevent e, int64_t deadline)
+{
+        /* From a few µs up: a short kernel's end is seen at once. */
+        for (long us = 5; c->event_query(e) == CUDA_ERROR_NOT_READY && gs_mono_ns() < deadline;
+             us = us * 2 < GS_QOS_POLL_US ? us * 2 : GS_QOS_POLL_US)
+                nap_us(us);
+}
+
+/* pre: g_mu.  The cap: the last launch's GPU time charged, then a wait
+ * until the bucket is not in debt. */
+static void cap_wait(const struct qos_cu *c, uint32_t cap)
+{
+        int64_t now = gs_mono_ns(), full = (int64_t)GS_QOS_CAP_WINDOW_MS * 1000000 * cap / 100;
+        float ms = 0;
+
+        if (g_end_pending) {
+                /* Its measure needs it complete; a launch that never ends is
+                 * not waited for past a second (fail open). */
+                wait_event(c, g_end, now + 1000000000);
+                if (c->event_elapsed(&ms, g_start, g_end) == CUDA_SUCCESS && ms > 0)
+                        g_tokens_ns -= (int64_t)(ms * 1e6);
+                g_end_pending = 0;
+                now = gs_mono_ns();
+        }
+        if (g_refill_ns == 0)
+                g_tokens_ns = 0, g_refill_ns = now;
+        g_tokens_ns += (now - g_refill_ns) * cap / 100;
+        g_refill_ns = now;
+        if (g_tokens_ns > full)
+                g_tokens_ns = full;
+        if (g_tokens_ns < 0) {
+                int64_t need = -g_tokens_ns * 100 / cap;
+                struct timespec ts = { need / 1000000000, need % 1000000000 };
+                nanosleep(&ts, NULL);
+                __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
+                __atomic_add_fetch(&g_held_ns, (unsigned long long)need, __ATOMIC_RELAXED);
+                now = gs_mono_ns();
+                g_tokens_ns += (now - g_refill_ns) * cap / 100;
+                g_refill_ns = now;
+        }
+}
+
+/* pre: g_mu.  Beside a latency-critical process: at most GS_QOS_INFLIGHT
+ * launches in flight, none new while its flag is up (bounded). */
+static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b)
+{
+        int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
+        int held = 0;
+
+        /* The oldest of the ring is the launch GS_QOS_INFLIGHT back. */
+        wait_event(c, g_ring[g_next % GS_QOS_INFLIGHT], deadline);
+        while (lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
+                held = 1;
+                /* Its own last launch finishes first: the LC's work then
+                 * finds nothing of ours queued. */
+                wait_event(c, g_ring[(g_next + GS_QOS_INFLIGHT - 1) % GS_QOS_INFLIGHT], deadline);
+                if (lc_busy(b, (uint64_t)gs_mono_ns()))
+                        nap_us(GS_QOS_POLL_US);
+        }
+        if (held) {
+                __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
+                __atomic_add_fetch(&g_held_ns, (unsigned long long)(gs_mono_ns() - t0), __ATOMIC_RELAXED);
+        }
+}
+
+/* Whether f is one of NCCL's kernels, cached per function (direct-mapped:
+ * a function evicted is looked up again). */
+#define GS_QOS_FN_CACHE 256
+static struct {
+        CUfunction f;
+        int nccl;
+} g_fn[GS_QOS_FN_CACHE]; /* g_mu */
+
+/* pre: g_mu. */
+static int is_nccl(const struct qos_cu *c, CUfunction f)
+{
+        size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+        const char *name = NULL;
+
+        if (!f || !c->func_get_name)
+                return 0;
+        if (g_fn[h].f == f)
+                return g_fn[h].nccl;
+        g_fn[h].f = f;
+        g_fn[h].nccl = c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
+        return g_fn[h].nccl;
+}
+
+/* Cookies: what after has to do. */
+enum { QC_NONE = 0, QC_LC = 1, QC_RING = 2, QC_CAP = 4 };
+
+int gs_qos_before_slow(CUstream s, CUfunction f)
+{
+        const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+        uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED);
+        const struct qos_cu *c;
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        int ck = 0, ring = 0;
+
+        if (__atomic_load_n(&g_slot, __ATOMIC_RELAXED) < GS_QOS_SLOTS) {
+                flag(1);
+                return QC_LC;
+        }
+        ring = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
+               __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY;
+        if (!ring && !cap)
+                return QC_NONE;
+        c = qos_cu();
+        /* Work captured into a graph does not run now: never held. */
+        if (c->is_capturing && c->is_capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+                return QC_NONE;
+        pthread_mutex_lock(&g_mu);
+        if (is_nccl(c, f)) {
+                pthread_mutex_unlock(&g_mu);
+                return QC_NONE;
+        }
+        /* Our event calls must not break another thread's global capture. */
+        if (c->exchange_mode)
+                (void)c->exchange_mode(&mode);
+        if (!ring_ready(c)) {
+                if (c->exchange_mode)
+                        (void)c->exchange_mode(&mode);
+                pthread_mutex_unlock(&g_mu);
+                return QC_NONE;
+        }
+        if (cap) {
+                cap_wait(c, cap);
+                if (c->event_record(g_start, s) == CUDA_SUCCESS)
+                        ck |= QC_CAP;
+        }
+        if (ring) {
+                lc_wait(c, b);
+                ck |= QC_RING;
+        }
+        if (c->exchange_mode)
+                (void)c->exchange_mode(&mode);
+        /* g_mu stays held until after: the events are recorded in launch
+         * order. */
+        if (!ck)
+                pthread_mutex_unlock(&g_mu);
+        return ck;
+}
+
+void gs_qos_after_slow(int ck, CUstream s, CUresult r)
+{
+        const struct qos_cu *c;
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+
+        if (ck == QC_LC)
+                return;
+        c = qos_cu();
+        if (c->exchange_mode)
+                (void)c->exchange_mode(&mode);
+        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_INFLIGHT], s) == CUDA_SUCCESS)
+                g_next++;
+        if (r == CUDA_SUCCESS && (ck & QC_CAP))
+                g_end_pending = c->event_record(g_end, s) == CUDA_SUCCESS;
+        if (c->exchange_mode)
+                (void)c->exchange_mode(&mode);
+        pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- synchronize: a latency-critical process's work is done ---- */
+
+GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize(CUstream s)
+{
+        const struct qos_cu *c = qos_cu();
+        CUresult r = c->stream_sync ? c->stream_sync(s) : CUDA_ERROR_NOT_SUPPORTED;
+
+        if (r == CUDA_SUCCESS)
+                flag(0);
+        return r;
+}
+
+GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s)
+{
+        const struct qos_cu *c = qos_cu();
+        CUresult r = c->stream_sync_ptsz ? c->stream_sync_ptsz(s) : CUDA_ERROR_NOT_SUPPORTED;
+
+        if (r == CUDA_SUCCESS)
+                flag(0);
+        return r;
+}
+
+GS_HOOK_API CUresult CUDAAPI cuCtxSynchronize(void)
+{
+        const struct qos_cu *c = qos_cu();
+        CUresult r = c->ctx_sync ? c->ctx_sync() : CUDA_ERROR_NOT_SUPPORTED;
+
+        if (r == CUDA_SUCCESS)
+                flag(0);
+        return r;
+}
+
+GS_HOOK_API CUresult CUDAAPI cuEventSynchronize(CUevent e)
+{
+        const struct qos_cu *c = qos_cu();
+        CUresult r = c->event_sync ? c->event_sync(e) : CUDA_ERROR_NOT_SUPPORTED;
+
+        if (r == CUDA_SUCCESS)
+                flag(0);
+        return r;
+}
+
+/* ---- the policy, from the agent ---- */
+
+/* pre: gs_conn.mu.  Maps the board fd (size bytes), writable if w; the
+ * board we have if it is the same file. */
+static struct gs_qos_board *board_map(int fd, uint64_t size, int w)
+{
+        struct gs_qos_board *cur = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE), *b;
+        struct stat st;
+
+        if (size != sizeof(struct gs_qos_board) || fstat(fd, &st) < 0 || (uint64_t)st.st_size < size)
+                return NULL;
+        if (cur && st.st_ino == g_board_ino && st.st_dev == g_board_dev &&
+            (!w || __atomic_load_n(&g_slot, __ATOMIC_RELAXED) < GS_QOS_SLOTS))
+                return cur;
+        b = mmap(NULL, sizeof(*b), PROT_READ | (w ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+        if (b == MAP_FAILED)
+                return NULL;
+        if (b->magic != GS_QOS_MAGIC || b->nslots != GS_QOS_SLOTS) {
+                munmap(b, sizeof(*b));
+                return NULL;
+        }
+        /* The board we had stays mapped: another thread may be reading
+         * it.  A new one comes only with a new agent or class. */
+        g_board_ino = st.st_ino;
+        g_board_dev = st.st_dev;
+        return b;
+}
+
+void gs_qos_serve(void)
+{
+        struct gs_ring_msg rep;
+        struct gs_sock_grant m;
+        struct gs_qos_board *b;
+        uint32_t seen;
+        ssize_t n;
+        int fd = -1, w;
+
+        if (!(gs_conn.features & GS_FEAT_QOS) || !gs_conn.shm || gs_conn.ngpus == 0)
+                return;
+        seen = __atomic_load_n(&gs_conn.shm->qos, __ATOMIC_ACQUIRE);
+        if (g_gen == gs_conn.reconnects && seen == g_seen)
+                return;
+        g_gen = gs_conn.reconnects;
+        g_seen = seen;
+        if (gs_conn_call(GS_OP_QOS, 0, 0, 0, &rep) < 0)
+                return; /* the connection is gone */
+        if (rep.status != 0) {
+                gs_hook_debug("the agent refused GS_OP_QOS: %d", rep.status);
+                return;
+        }
+        n = gs_conn_recv_fd(&m, sizeof(m), &fd);
+        if (n < 0 || !gs_msg_hdr_ok(&m.h, GS_SOCK_QOS, sizeof(m), n) || fd < 0 || m.seq != rep.seq) {
+                if (fd >= 0)
+                        close(fd);
+                gs_conn_lost("malformed compute policy");
+                return;
+        }
+        w = rep.arg[2] < GS_QOS_SLOTS;
+        b = board_map(fd, rep.arg[3], w);
+        close(fd);
+        if (!b || rep.arg[0] > GS_QOS_BEST_EFFORT || rep.arg[1] > 100) {
+                gs_hook_debug("the agent's compute policy is unusable: running without QoS");
+                return;
+        }
+        /* A slot we leave is lowered first. */
+        if (!w)
+                flag(0);
+        __atomic_store_n(&g_slot, w ? (uint32_t)rep.arg[2] : GS_QOS_NO_SLOT, __ATOMIC_RELAXED);
+        __atomic_store_n(&g_board, b, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_cls, (uint32_t)rep.arg[0], __ATOMIC_RELAXED);
+        __atomic_store_n(&g_cap, (uint32_t)rep.arg[1], __ATOMIC_RELAXED);
+        __atomic_store_n(&gs_qos_active, 1, __ATOMIC_RELAXED);
+        gs_hook_debug("compute: class %u, cap %u, slot %d", (unsigned)rep.arg[0], (unsigned)rep.arg[1],
+                      w ? (int)rep.arg[2] : -1);
+}
+
+int gs_qos_may_hold(void)
+{
+        const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+
+        return __atomic_load_n(&g_cap, __ATOMIC_RELAXED) ||
+               (b && __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY &&
+                __atomic_load_n(&b->nlc, __ATOMIC_RELAXED) > 0);
+}
+
+void gs_qos_publish(void)
+{
+        if (!gs_conn.shm || !__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
+                return;
+        __atomic_store_n(&gs_conn.shm->qos_held, (uint64_t)__atomic_load_n(&g_held, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&gs_conn.shm->qos_held_ns, (uint64_t)__atomic_load_n(&g_held_ns, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+}
+
+void gs_qos_stats(unsigned *cls, unsigned *cap, unsigned long long *held, unsigned long long *held_ns)
+{
+        *cls = __atomic_load_n(&g_cls, __ATOMIC_RELAXED);
+        *cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED);
+        *held = __atomic_load_n(&g_held, __ATOMIC_RELAXED);
+        *held_ns = __atomic_load_n(&g_held_ns, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,73 @@
+/* gs_hook_qos.h — compute QoS in the hook (docs/compute.md; gs_wire.h
+ * item 10): admission at the launch gate, by the class the agent says.
+ *
+ * The agent hands each process its GPU's board (struct gs_qos_board): a
+ * latency-critical (LC) process maps it writable and raises its slot's
+ * flag at each kernel or graph launch, lowering it when a synchronize
+ * call returns (cuStreamSynchronize, cuCtxSynchronize,
+ * cuEventSynchronize).  The others map it read-only.  While the board
+ * names an LC process, a standard or best-effort process keeps at most
+ * GS_QOS_INFLIGHT of its launches in flight (an event recorded after
+ * each), and while a fresh LC flag is up it lets its last launch finish
+ * and waits for the flag to come down before launching: the LC's work
+ * then finds at most one of its kernels ahead.
+ *
+ * Nothing waits without bound: a flag older than GS_QOS_STALE_MS (its
+ * process died, or never synchronizes) or stamped in the future is
+ * ignored, and one launch waits at most GS_QOS_MAX_WAIT_MS in all.
+ * Launches on a stream being captured are never held (they do not run),
+ * nor NCCL's kernels.
+ * Without a board (no agent with GS_FEAT_QOS, or none yet) or while no LC
+ * process is on the board, a launch costs two loads more.
+ *
+ * A cap (percent of GPU time) keeps the process's measured GPU time under
+ * cap % by delaying launches: a token bucket over the time between an
+ * event before and after each launch (its launches run one at a time). */
+#ifndef GS_HOOK_QOS_H
+#define GS_HOOK_QOS_H
+
+#include "gs_cudadecl.h"
+
+#define GS_QOS_INFLIGHT 1          /* launches in flight beside an LC process */
+#define GS_QOS_MAX_WAIT_MS 20      /* the most one launch waits for LC work */
+#define GS_QOS_POLL_US 100         /* how often a waiting launch looks again */
+#define GS_QOS_CAP_WINDOW_MS 100   /* a capped process's bucket: this much of its share */
+
+/* Set once the process has a board or a cap (relaxed loads). */
+extern int gs_qos_active;
+
+/* Around one launch of kernel f (NULL: a graph) on stream s (the gate's
+ * launch wrappers): before may wait; its result goes to after, with the
+ * launch's.  NCCL's kernels (their names, from cuFuncGetName where the
+ * driver has it) are never held nor counted: a rank held mid-collective
+ * would hold its peers. */
+int gs_qos_before_slow(CUstream s, CUfunction f);
+void gs_qos_after_slow(int cookie, CUstream s, CUresult r);
+static inline int gs_qos_before(CUstream s, CUfunction f)
+{
+        return __atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED) ? gs_qos_before_slow(s, f) : 0;
+}
+static inline void gs_qos_after(int cookie, CUstream s, CUresult r)
+{
+        if (cookie)
+                gs_qos_after_slow(cookie, s, r);
+}
+
+/* The hook's thread, gs_conn.mu held, connection UP: asks GS_OP_QOS when
+ * the connection is new or gs_shm.qos changed, and maps the board. */
+void gs_qos_serve(void);
+
+/* The hook's thread, gs_conn.mu held: the counts of held launches into
+ * the segment, for the agent's metrics (while launches may be held, the
+ * thread looks every GS_QOS_PUBLISH_MS). */
+#define GS_QOS_PUBLISH_MS 1000
+void gs_qos_publish(void);
+/* Whether this process's launches may be held now (a cap, or a
+ * latency-critical process beside it). */
+int gs_qos_may_hold(void);
+
+/* For tests and logs: the class (enum gs_qos_class), the cap, and
+ * launches held so far and the ns they waited. */
+void gs_qos_stats(unsigned *cls, unsigned *cap, unsigned long long *held, unsigned long long *held_ns);
+
+#endif

@@ -1,0 +1,209 @@
+/* e2e_qos.c — the workloads of compute QoS's test (test_qos.py,
+ * docs/compute.md) on the fake driver's model of GPU time: an ordinary
+ * driver-API program run under the hook.  Each mode first allocates 1 MiB
+ * (the hook registers with the agent; its thread then asks for the
+ * compute policy, which GSHARE_HOOK_DEBUG=1 shows on stderr: "compute:
+ * class ..."), prints "ready", and waits for a line on stdin.
+ *
+ *   e2e_qos serve N GAP_US KERNEL_US
+ *       N requests, GAP_US apart: an event, a spin kernel of KERNEL_US, an
+ *       event, cuEventSynchronize; prints "lat P50 P90 MAX" (model µs,
+ *       cuEventElapsedTime) and exits
+ *   e2e_qos train KERNEL_US
+ *       launches spin kernels of KERNEL_US until stdin closes; prints
+ *       "trained K" (kernels launched)
+ *   e2e_qos capped KERNEL_US N
+ *       N spin kernels of KERNEL_US one after another, then a
+ *       synchronize; prints "capped FIRST LAST" (model ns: the start of
+ *       the first, the end of the last)
+ *   e2e_qos stat PID
+ *       the model's accounting of process PID on device 0 (no CUDA call,
+ *       no hook needed): "kernels K gpu_ns G now T" (T: the model's clock) */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static CUfunction (*spin_fn)(void);
+
+static void die(const char *what, CUresult r)
+{
+        printf("error %s %d\n", what, (int)r);
+        fflush(stdout);
+        exit(1);
+}
+
+static CUresult spin(CUstream s, uint32_t us)
+{
+        void *params[] = { &us };
+
+        return cuLaunchKernel(spin_fn(), 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+}
+
+static void setup(void)
+{
+        CUcontext c;
+        CUdeviceptr p;
+        CUresult r;
+
+        spin_fn = (CUfunction(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_spin_kernel");
+        if (!spin_fn)
+                die("no fakecuda_spin_kernel", CUDA_ERROR_NOT_FOUND);
+        if ((r = cuInit(0)) != CUDA_SUCCESS)
+                die("cuInit", r);
+        if ((r = cuDevicePrimaryCtxRetain(&c, 0)) != CUDA_SUCCESS)
+                die("retain", r);
+        if ((r = cuCtxSetCurrent(c)) != CUDA_SUCCESS)
+                die("set current", r);
+        if ((r = cuMemAlloc(&p, 1 << 20)) != CUDA_SUCCESS)
+                die("alloc", r);
+}
+
+static void nap_us(long us)
+{
+        struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+
+        nanosleep(&ts, NULL);
+}
+
+static void ready(void)
+{
+        char line[64];
+
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof(line), stdin))
+                exit(0);
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+        float x = *(const float *)a, y = *(const float *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+static void serve(int n, long gap_us, uint32_t kern_us)
+{
+        float *lat = calloc((size_t)n, sizeof(*lat));
+        CUevent a, b;
+        CUresult r;
+
+        if (!lat || cuEventCreate(&a, 0) != CUDA_SUCCESS || cuEventCreate(&b, 0) != CUDA_SUCCESS)
+                die("events", CUDA_ERROR_OUT_OF_MEMORY);
+        ready();
+        for (int i = 0; i < n; i++) {
+                cuEventRecord(a, NULL);
+                if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
+                        die("launch", r);
+                cuEventRecord(b, NULL);
+                if ((r = cuEventSynchronize(b)) != CUDA_SUCCESS)
+                        die("sync", r);
+                cuEventElapsedTime(&lat[i], a, b);
+                nap_us(gap_us);
+        }
+        qsort(lat, (size_t)n, sizeof(*lat), cmp_f);
+        printf("lat %.0f %.0f %.0f\n", lat[n / 2] * 1000, lat[n * 9 / 10] * 1000, lat[n - 1] * 1000);
+        fflush(stdout);
+}
+
+static volatile int g_stop;
+
+static void *stdin_watch(void *arg)
+{
+        char line[64];
+
+        (void)arg;
+        while (fgets(line, sizeof(line), stdin))
+                ;
+        g_stop = 1;
+        return NULL;
+}
+
+static void train(uint32_t kern_us)
+{
+        unsigned long long k = 0;
+        pthread_t t;
+        CUresult r;
+
+        ready();
+        pthread_create(&t, NULL, stdin_watch, NULL);
+        while (!g_stop) {
+                if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
+                        die("launch", r);
+                k++;
+        }
+        printf("trained %llu\n", k);
+        fflush(stdout);
+}
+
+static void capped(uint32_t kern_us, int n)
+{
+        uint64_t (*now)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_engine_now");
+        CUevent a, b;
+        float ms = 0;
+        uint64_t t0;
+        CUresult r;
+
+        if (!now || cuEventCreate(&a, 0) != CUDA_SUCCESS || cuEventCreate(&b, 0) != CUDA_SUCCESS)
+                die("events", CUDA_ERROR_OUT_OF_MEMORY);
+        ready();
+        t0 = now();
+        cuEventRecord(a, NULL);
+        for (int i = 0; i < n; i++)
+                if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
+                        die("launch", r);
+        cuEventRecord(b, NULL);
+        if ((r = cuCtxSynchronize()) != CUDA_SUCCESS)
+                die("sync", r);
+        cuEventElapsedTime(&ms, a, b);
+        printf("capped %llu %llu\n", (unsigned long long)t0, (unsigned long long)(t0 + (uint64_t)(ms * 1e6)));
+        fflush(stdout);
+}
+
+/* fc_engine.h's struct fakecuda_engine_stat. */
+struct engine_stat {
+        int32_t pid;
+        uint32_t live;
+        uint64_t ctx, gpu_ns, contended_ns, wait_ns, kernels, queued, dropped, turns, preempted, latency_max_ns;
+};
+
+static int stat_of(int pid)
+{
+        int (*fn)(int, int32_t, struct engine_stat *) =
+                (int (*)(int, int32_t, struct engine_stat *))dlsym(RTLD_DEFAULT, "fakecuda_engine_pid_stat");
+        uint64_t (*now)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_engine_now");
+        struct engine_stat st = { 0 };
+
+        if (!fn || !now || fn(0, pid, &st) < 0)
+                return 1;
+        printf("kernels %llu gpu_ns %llu now %llu\n", (unsigned long long)st.kernels, (unsigned long long)st.gpu_ns,
+               (unsigned long long)now());
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        if (argc == 3 && strcmp(argv[1], "stat") == 0)
+                return stat_of(atoi(argv[2]));
+        if (argc == 5 && strcmp(argv[1], "serve") == 0) {
+                setup();
+                serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]));
+        } else if (argc == 3 && strcmp(argv[1], "train") == 0) {
+                setup();
+                train((uint32_t)atoi(argv[2]));
+        } else if (argc == 4 && strcmp(argv[1], "capped") == 0) {
+                setup();
+                capped((uint32_t)atoi(argv[2]), atoi(argv[3]));
+        } else {
+                fprintf(stderr, "usage: e2e_qos serve N GAP_US KERNEL_US | train KERNEL_US | capped KERNEL_US N\n");
+                return 2;
+        }
+        return 0;
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Compute QoS on a real GPU (issue 30, docs/compute.md), with the issue's
+# workloads (test/gpu/qos_workload.py): HP, a bf16 TransformerEncoder
+# forward replayed from a CUDA graph every 10 ms, latency-critical; BE, a
+# training loop or a loop of 8192^3 bf16 GEMMs, best-effort.  Each runs
+# hooked in an allocation of its own, whose policy an administrator sets
+# (gsharectl create --compute-class / --compute-cap).  Measured:
+#   HP alone; BE alone (steps/s, GEMMs/s);
+#   "native": HP in a standard allocation beside BE (no latency-critical
+#   process on the GPU: the driver's time-slicing, as without gshare);
+#   "qos": HP latency-critical beside BE best-effort: HP p99 / alone, and
+#   BE's throughput during HP's run / alone;
+#   the same beside the GEMM loop;
+#   a 30 % cap: the trainer alone, capped, against alone.
+# Last line:
+#   RESULT qos_hp_p99_ratio=R qos_be_throughput_ratio=T qos_hp_p99_ratio_native=N
+#          qos_gemm_hp_p99_ratio=G qos_gemm_hp_p99_ratio_native=GN qos_gemm_be_throughput_ratio=GT
+#          qos_cap_error_pts=C
+# (issue 30's targets: R <= 1.5 with T >= 0.8; G <= 4.5; C within 5.)
+# Env: B, GSHARE_LIBDIR (as run.sh), PYTHON_GPU.  The GPU must be idle.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+B=${B:-$root/build}
+case $B in /*) ;; *) B=$root/$B ;; esac
+PY=${PYTHON_GPU:-python3}
+[[ -n ${GSHARE_LIBDIR:-} ]] && export LD_LIBRARY_PATH=$GSHARE_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+work=$(mktemp -d /tmp/gshare-qos.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; tar czf "${OUT:-/tmp}/qos-logs.tgz" -C "$work" --exclude "*.sock" --exclude alloc . 2>/dev/null' EXIT
+sock=$work/agent.sock
+ctl() { "$B/gsharectl" --socket "$sock" "$@"; }
+js() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+W=$here/qos_workload.py
+
+free=$("$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])')
+# A pool of 40 GiB: 4 allocations of 8 units of 1 GiB.
+reserve=$(( (free - (40 << 30)) >> 20 ))
+"$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" --devices 0 \
+  --reserve "${reserve}Mi" --unit-size 1Gi >>"$work/agent.log" 2>&1 &
+for _ in $(seq 1200); do ctl gpus >/dev/null 2>&1 && break; sleep 0.05; done
+uuid=$(ctl --json gpus | js "d['gpus'][0]['uuid']")
+ids() { for u in $(seq "$1" $(($1 + 7))); do printf '%s-u%d ' "$uuid" "$u"; done; }
+# shellcheck disable=SC2046
+mk() { local first=$1; shift; ctl --json create "$@" $(ids "$first") | js 'd["allocation"]["socket_dir"]'; }
+HPd=$(mk 0 --compute-class latency-critical)
+BEd=$(mk 8 --compute-class best-effort)
+STd=$(mk 16)
+CAPd=$(mk 24 --compute-class best-effort --compute-cap 30)
+ctl allocations
+hooked() { local d=$1; shift; env LD_PRELOAD="$B/libgshare.so" GSHARE_SOCKET="$d/agent.sock" PYTHONUNBUFFERED=1 "$@"; }
+
+# BE's rate (per second) between t0 and t1 from its progress lines.
+rate() { "$PY" - "$1" "$2" "$3" <<'EOF'
+import json, sys
+t0, t1 = float(sys.argv[2]), float(sys.argv[3])
+pts = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+a = [p for p in pts if p["t"] >= t0]
+b = [p for p in pts if p["t"] <= t1]
+if not a or not b or b[-1]["t"] <= a[0]["t"]:
+    print(0)
+else:
+    print((b[-1]["done"] - a[0]["done"]) / (b[-1]["t"] - a[0]["t"]))
+EOF
+}
+# BE alone at full rate: over its whole run.
+be_alone() { hooked "$1" "$PY" "$W" be "$2" --seconds 15 >"$work/$3.out" 2>"$work/$3.err"
+  rate "$work/$3.out" 0 1e18; }
+# HP (in allocation $1) beside BE $2 (in allocation $3): prints "p50 p99 be_rate".
+pair() {
+  local tag=$4
+  hooked "$3" "$PY" "$W" be "$2" --seconds 40 >"$work/$tag.be" 2>"$work/$tag.be.err" &
+  local bp=$!
+  for _ in $(seq 1200); do grep -q warm "$work/$tag.be" && break; sleep 0.1; done
+  hooked "$1" "$PY" "$W" hp >"$work/$tag.hp" 2>"$work/$tag.hp.err"
+  kill "$bp" 2>/dev/null; wait "$bp" 2>/dev/null
+  local h t0 t1
+  h=$(tail -n 1 "$work/$tag.hp")
+  t0=$(echo "$h" | js 'd["t0"]'); t1=$(echo "$h" | js 'd["t1"]')
+  echo "$(echo "$h" | js 'd["p50_ms"]') $(echo "$h" | js 'd["p99_ms"]') $(rate "$work/$tag.be" "$t0" "$t1")"
+}
+ratio() { "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('%.3f' % (a / b if b else 0))" "$1" "$2"; }
+
+hooked "$HPd" "$PY" "$W" hp >"$work/alone.hp" 2>"$work/alone.hp.err"
+hp_alone=$(tail -n 1 "$work/alone.hp" | js 'd["p99_ms"]')
+echo "HP alone: $(tail -n 1 "$work/alone.hp")"
+train_alone=$(be_alone "$BEd" train train-alone); echo "training alone: $train_alone steps/s"
+gemm_alone=$(be_alone "$BEd" gemm gemm-alone); echo "GEMMs alone: $gemm_alone /s"
+
+read -r n50 n99 nbe < <(pair "$STd" train "$BEd" native-train)
+echo "native, beside training: HP p50 $n50 ms p99 $n99 ms, training $nbe steps/s"
+read -r q50 q99 qbe < <(pair "$HPd" train "$BEd" qos-train)
+echo "qos, beside training: HP p50 $q50 ms p99 $q99 ms, training $qbe steps/s"
+read -r gn50 gn99 gnbe < <(pair "$STd" gemm "$BEd" native-gemm)
+echo "native, beside GEMMs: HP p50 $gn50 ms p99 $gn99 ms, $gnbe GEMMs/s"
+read -r gq50 gq99 gqbe < <(pair "$HPd" gemm "$BEd" qos-gemm)
+echo "qos, beside GEMMs: HP p50 $gq50 ms p99 $gq99 ms, $gqbe GEMMs/s"
+capped=$(be_alone "$CAPd" train train-capped); echo "training capped at 30 %: $capped steps/s"
+cap_err=$("$PY" -c "import sys; print('%.1f' % abs(100 * float(sys.argv[1]) / float(sys.argv[2]) - 30))" "$capped" "$train_alone")
+
+echo "RESULT qos_hp_p99_ratio=$(ratio "$q99" "$hp_alone") qos_be_throughput_ratio=$(ratio "$qbe" "$train_alone")" \
+     "qos_hp_p99_ratio_native=$(ratio "$n99" "$hp_alone") qos_gemm_hp_p99_ratio=$(ratio "$gq99" "$hp_alone")" \
+     "qos_gemm_hp_p99_ratio_native=$(ratio "$gn99" "$hp_alone") qos_gemm_be_throughput_ratio=$(ratio "$gqbe" "$gemm_alone")" \
+     "qos_cap_error_pts=$cap_err"
