@@ -344,8 +344,10 @@ enum gs_qos_class {
 #define GS_QOS_MAGIC 0x534f5147u /* "GQOS" */
 /* One latency-critical process's flag: up while its work is in flight,
  * stamp_ns (CLOCK_MONOTONIC) its last launch.  Readers ignore a flag
- * older than GS_QOS_STALE_MS: a process that died or never synchronizes
- * holds nobody longer than that. */
+ * older than GS_QOS_STALE_MS: a process that died, never synchronizes, or
+ * synchronizes by a path the hook does not see (on an H200, PyTorch's
+ * torch.cuda.synchronize() never lowered it) holds nobody longer than
+ * that after its last launch. */
 struct gs_qos_slot {
         uint32_t up;
         uint32_t pid;          /* informational */
@@ -364,7 +366,7 @@ struct gs_qos_board {
         struct gs_qos_slot slot[GS_QOS_SLOTS];
 };
 _Static_assert(sizeof(struct gs_qos_board) == 64 + 64 * GS_QOS_SLOTS, "gs_qos_board layout");
-#define GS_QOS_STALE_MS 50u
+#define GS_QOS_STALE_MS 4u
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
  * owed are being moved off their borrowers for it: the request is worth

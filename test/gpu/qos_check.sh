@@ -48,6 +48,12 @@ STd=$(mk 16)
 CAPd=$(mk 24 --compute-class best-effort --compute-cap 30)
 ctl allocations
 hooked() { local d=$1; shift; env LD_PRELOAD="$B/libgshare.so" GSHARE_SOCKET="$d/agent.sock" PYTHONUNBUFFERED=1 "$@"; }
+# Until no process of the allocation at socket dir $1 is left: a killed
+# BE's memory is back only once the agent saw it exit (the next BE of the
+# same allocation met an OOM otherwise).
+gone() { for _ in $(seq 600); do
+  [[ $(ctl --json allocations | js "sum(len(a.get('processes', [])) for a in d if a.get('socket_dir') == '$1')") == 0 ]] && return
+  sleep 0.1; done; echo "allocation $1 still has processes" >&2; }
 
 # BE's rate (per second) between t0 and t1 from its progress lines.
 rate() { "$PY" - "$1" "$2" "$3" <<'EOF'
@@ -64,7 +70,7 @@ EOF
 }
 # BE alone at full rate: over its whole run.
 be_alone() { hooked "$1" "$PY" "$W" be "$2" --seconds 15 >"$work/$3.out" 2>"$work/$3.err"
-  rate "$work/$3.out" 0 1e18; }
+  gone "$1"; rate "$work/$3.out" 0 1e18; }
 # HP (in allocation $1) beside BE $2 (in allocation $3): prints "p50 p99 be_rate".
 pair() {
   local tag=$4
@@ -73,6 +79,7 @@ pair() {
   for _ in $(seq 1200); do grep -q warm "$work/$tag.be" && break; sleep 0.1; done
   hooked "$1" "$PY" "$W" hp >"$work/$tag.hp" 2>"$work/$tag.hp.err"
   kill "$bp" 2>/dev/null; wait "$bp" 2>/dev/null
+  gone "$3"
   local h t0 t1
   h=$(tail -n 1 "$work/$tag.hp")
   t0=$(echo "$h" | js 'd["t0"]'); t1=$(echo "$h" | js 'd["t1"]')
