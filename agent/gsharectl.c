@@ -356,14 +356,28 @@ int main(int argc, char **argv)
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
                 while (optind + 1 < argc && strncmp(argv[optind], "--", 2) == 0) {
                         const char *opt = argv[optind], *v = argv[optind + 1];
-                        if (strcmp(opt, "--burst") == 0 && gs_parse_size(v, &cr.burst_bytes) == 0 && cr.burst_bytes) {
+                        char *end = NULL;
+                        unsigned long cap;
+                        if (strcmp(opt, "--burst") == 0) {
+                                if (gs_parse_size(v, &cr.burst_bytes) < 0 || !cr.burst_bytes) {
+                                        fprintf(stderr, "gsharectl: create: --burst needs a size (e.g. 40Gi), "
+                                                "not '%s'\n", v);
+                                        return 2;
+                                }
                         } else if (strcmp(opt, "--compute-class") == 0) {
                                 cr.compute_class = (char *)v;
-                        } else if (strcmp(opt, "--compute-cap") == 0 && atoi(v) >= 1 && atoi(v) <= 100) {
-                                cr.compute_cap = (uint32_t)atoi(v);
+                        } else if (strcmp(opt, "--compute-cap") == 0) {
+                                errno = 0;
+                                cap = strtoul(v, &end, 10);
+                                if (errno || end == v || *end || cap < 1 || cap > 100) {
+                                        fprintf(stderr, "gsharectl: create: --compute-cap needs a percent, 1 to "
+                                                "100, not '%s'\n", v);
+                                        return 2;
+                                }
+                                cr.compute_cap = (uint32_t)cap;
                         } else {
-                                fprintf(stderr, "gsharectl: create: --burst SIZE (e.g. 40Gi), --compute-class "
-                                        "CLASS, --compute-cap 1..100, then device IDs\n");
+                                fprintf(stderr, "gsharectl: create: unknown option %s: --burst SIZE (e.g. 40Gi), "
+                                        "--compute-class CLASS, --compute-cap 1..100, then device IDs\n", opt);
                                 return 2;
                         }
                         optind += 2;

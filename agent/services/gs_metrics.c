@@ -279,7 +279,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
                                 for (uint32_t i = 0; p->state != GS_PROC_HELLO && i < p->ngpus; i++) { \
                                         const struct gs_proc_gpu *pg = &p->gpus[i];             \
                                         struct gs_pproc_stats st;                               \
-                                        uint64_t v;                                             \
+                                        double v; /* exact for integers below 2^53 */           \
                                         char pid[16];                                           \
                                         gs_gpu_lock(pg->g);                       \
                                         gs_pproc_stats(pg->pp, &st);                            \
@@ -290,7 +290,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
                                         put_label(b, "allocation", a->id, true);               \
                                         put_label(b, "gpu", pg->g->uuid, false);               \
                                         put_label(b, "pid", pid, false);                       \
-                                        put(b, "} %llu\n", (unsigned long long)v);             \
+                                        put(b, "} %.17g\n", v);                               \
                                 }                                                               \
         } while (0)
 
@@ -503,8 +503,8 @@ static void render_allocations(struct buf *b, struct gs_agent *ag, const struct 
         PROC_FAMILY("compute_held_launches", "Launches of the process its compute QoS held (as its hook reports, "
                     "on its first GPU; docs/compute.md).",
                     i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED) : 0);
-        PROC_FAMILY("compute_held_milliseconds", "Milliseconds its held launches waited (as its hook reports).",
-                    i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED) / 1000000u : 0);
+        PROC_FAMILY("compute_held_seconds", "Seconds its held launches waited (as its hook reports).",
+                    i == 0 && p->shm ? (double)__atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED) / 1e9 : 0);
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "
