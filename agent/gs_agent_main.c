@@ -36,27 +36,26 @@
 
 static void usage(FILE *f)
 {
-        fprintf(f,
-                "usage: gshare-agent [options]\n"
-                "  --config PATH        YAML configuration (default: none, built-in defaults)\n"
-                "  --socket PATH        control socket (config agentSocket)\n"
-                "  --socket-root DIR    allocations' socket directories (config socketRoot)\n"
-                "  --state-dir DIR      checkpoint directory (config stateDir)\n"
-                "  --cuda-library PATH  CUDA driver library (config cudaLibrary)\n"
-                "  --chunk-size SIZE    GSM chunk size, e.g. 256Mi (config chunkSize)\n"
-                "  --unit-size SIZE     one unit of the resource, e.g. 1Gi (config unitSize)\n"
-                "  --reserve SIZE       per GPU, left to the driver (config reserve)\n"
-                "  --balloon-cap SIZE   per allocation, borrowable (config balloonCap)\n"
-                "  --burst-max SIZE     the most an allocation's burst may borrow past its quota (config burstMax)\n"
-                "  --spill-max SIZE     per GPU, host memory for borrowed data moved off the GPU (config spillMax)\n"
-                "  --reclaim-kill-after DURATION  kill a borrower an owner waited this long for (config\n"
-                "                       reclaimKillAfter; 0: never)\n"
-                "  --devices LIST       comma-separated GPU UUIDs or indices (config devices)\n"
-                "  --pod-resources-socket PATH  kubelet PodResources (config podResourcesSocket)\n"
-                "  --reconcile-interval DUR     e.g. 10s; 0: no reconciler (config reconcileInterval)\n"
-                "  --reclaim-grace DUR  unheld this long: released (config reclaimGrace)\n"
-                "  -v                   more logging (-v: debug)\n"
-                "  -h, --help           this text\n");
+        fprintf(f, "usage: gshare-agent [options]\n"
+                   "  --config PATH        YAML configuration (default: none, built-in defaults)\n"
+                   "  --socket PATH        control socket (config agentSocket)\n"
+                   "  --socket-root DIR    allocations' socket directories (config socketRoot)\n"
+                   "  --state-dir DIR      checkpoint directory (config stateDir)\n"
+                   "  --cuda-library PATH  CUDA driver library (config cudaLibrary)\n"
+                   "  --chunk-size SIZE    GSM chunk size, e.g. 256Mi (config chunkSize)\n"
+                   "  --unit-size SIZE     one unit of the resource, e.g. 1Gi (config unitSize)\n"
+                   "  --reserve SIZE       per GPU, left to the driver (config reserve)\n"
+                   "  --balloon-cap SIZE   per allocation, borrowable (config balloonCap)\n"
+                   "  --burst-max SIZE     the most an allocation's burst may borrow past its quota (config burstMax)\n"
+                   "  --spill-max SIZE     per GPU, host memory for borrowed data moved off the GPU (config spillMax)\n"
+                   "  --reclaim-kill-after DURATION  kill a borrower an owner waited this long for (config\n"
+                   "                       reclaimKillAfter; 0: never)\n"
+                   "  --devices LIST       comma-separated GPU UUIDs or indices (config devices)\n"
+                   "  --pod-resources-socket PATH  kubelet PodResources (config podResourcesSocket)\n"
+                   "  --reconcile-interval DUR     e.g. 10s; 0: no reconciler (config reconcileInterval)\n"
+                   "  --reclaim-grace DUR  unheld this long: released (config reclaimGrace)\n"
+                   "  -v                   more logging (-v: debug)\n"
+                   "  -h, --help           this text\n");
 }
 
 /* The flags are the keys' own (common/gs_config_keys.c, through
@@ -69,20 +68,15 @@ static int parse_args(int argc, char **argv, struct gs_config *c)
         int verbose = 0;
 
         switch (gs_flags_parse(&spec, argc, argv, c, &verbose, err, sizeof(err))) {
-        case GS_FLAGS_OK:
-                break;
-        case GS_FLAGS_HELP:
-                usage(stdout);
-                exit(0);
+        case GS_FLAGS_OK: break;
+        case GS_FLAGS_HELP: usage(stdout); exit(0);
         case GS_FLAGS_BAD_FLAG:
                 if (!err[0]) {
                         usage(stderr);
                         return -EINVAL;
                 }
                 /* fall through */
-        case GS_FLAGS_BAD_CONFIG:
-                fprintf(stderr, "gshare-agent: %s\n", err);
-                return -EINVAL;
+        case GS_FLAGS_BAD_CONFIG: fprintf(stderr, "gshare-agent: %s\n", err); return -EINVAL;
         }
         if (verbose)
                 c->log_level = GS_LOG_DEBUG;
@@ -111,8 +105,7 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
 
         r = gs_cuda_check(cu, cu->init(0), "cuInit", err, sizeof(err));
         if (r == 0)
-                r = gs_cuda_check(cu, cu->device_get_count(&count), "cuDeviceGetCount", err,
-                                  sizeof(err));
+                r = gs_cuda_check(cu, cu->device_get_count(&count), "cuDeviceGetCount", err, sizeof(err));
         if (r < 0) {
                 log_error("%s", err);
                 return r;
@@ -127,8 +120,7 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
                 CUuuid uuid;
                 char us[GS_UUID_STR_LEN + 1];
 
-                if (cu->device_get(&dev, i) != CUDA_SUCCESS ||
-                    cu->device_get_uuid(&uuid, dev) != CUDA_SUCCESS)
+                if (cu->device_get(&dev, i) != CUDA_SUCCESS || cu->device_get_uuid(&uuid, dev) != CUDA_SUCCESS)
                         continue;
                 gs_uuid_format((const uint8_t *)uuid.bytes, us);
                 if (!device_selected(&ag->node.cfg, i, us)) {
@@ -175,16 +167,15 @@ static int open_gpus(struct gs_agent *ag, struct gs_handover *ho)
                 if (g->healthy)
                         log_info("GPU %u %s (%s, %s, NUMA %d): %s, pool %s in %u chunks of %s, reserve %s, "
                                  "%u units, contexts charged %llu MiB",
-                                 g->index, g->uuid, g->name, g->pci_bus_id, g->numa_node, sz[0],
-                                 sz[1], g->nchunks, sz[2], sz[3], g->units_total,
-                                 (unsigned long long)(g->ctx_expect_bytes >> 20));
+                                 g->index, g->uuid, g->name, g->pci_bus_id, g->numa_node, sz[0], sz[1], g->nchunks,
+                                 sz[2], sz[3], g->units_total, (unsigned long long)(g->ctx_expect_bytes >> 20));
                 else
-                        log_error("GPU %u %s (%s): unhealthy, no pool: %s", g->index, g->uuid,
-                                  g->name, g->health_reason);
+                        log_error("GPU %u %s (%s): unhealthy, no pool: %s", g->index, g->uuid, g->name,
+                                  g->health_reason);
         }
         gs_handover_inherit_free(inh, ag->node.ngpus);
-        log_info("CUDA driver %d.%d (%s): %d GPUs, %u in use", ver / 1000, (ver % 1000) / 10,
-                 ag->node.cfg.cuda_library, count, ag->node.ngpus);
+        log_info("CUDA driver %d.%d (%s): %d GPUs, %u in use", ver / 1000, (ver % 1000) / 10, ag->node.cfg.cuda_library,
+                 count, ag->node.ngpus);
         return 0;
 }
 
@@ -303,9 +294,9 @@ static void warn_fd_limit(const struct gs_config *cfg)
          * notification eventfd. */
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
             (uint64_t)cfg->max_conns * 5 + 1024 > rl.rlim_cur)
-                log_warn("maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
-                         cfg->max_conns, (unsigned long long)cfg->max_conns * 5 + 1024,
-                         (unsigned long long)rl.rlim_cur);
+                log_warn(
+                        "maxConnections %u needs about %llu fds, RLIMIT_NOFILE is %llu: connections may fail with EMFILE",
+                        cfg->max_conns, (unsigned long long)cfg->max_conns * 5 + 1024, (unsigned long long)rl.rlim_cur);
 }
 
 /* After a handover (ho) or a restart the memory of the agent before is
@@ -474,9 +465,10 @@ int main(int argc, char **argv)
                 log_error("%s", err);
                 goto out;
         }
-        log_info("serving %s; allocations under %s, state in %s; %u worker threads, at most %u connections (%u per allocation, %u per process)",
-                 ag.node.cfg.agent_socket, ag.node.cfg.socket_root, ag.node.cfg.state_dir, ag.node.cfg.worker_threads,
-                 ag.node.cfg.max_conns, ag.node.cfg.max_conns_per_alloc, ag.node.cfg.max_conns_per_proc);
+        log_info(
+                "serving %s; allocations under %s, state in %s; %u worker threads, at most %u connections (%u per allocation, %u per process)",
+                ag.node.cfg.agent_socket, ag.node.cfg.socket_root, ag.node.cfg.state_dir, ag.node.cfg.worker_threads,
+                ag.node.cfg.max_conns, ag.node.cfg.max_conns_per_alloc, ag.node.cfg.max_conns_per_proc);
         rc = gs_loop_run(ag.node.loop) < 0;
 out:
         gs_watch_stop(watch); /* before the reconciler it kicks */

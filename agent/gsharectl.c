@@ -17,7 +17,7 @@
 #include "gs_config.h"
 #include "gs_ctl.h"
 
-#define CALL_TIMEOUT_MS 10000   /* --timeout-ms: 1 ms .. 1 h */
+#define CALL_TIMEOUT_MS 10000 /* --timeout-ms: 1 ms .. 1 h */
 #define CALL_TIMEOUT_MAX_MS 3600000
 
 static int json;
@@ -25,19 +25,20 @@ static int call_timeout_ms = CALL_TIMEOUT_MS;
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: gsharectl [--socket PATH] [--json] [--timeout-ms MS] COMMAND\n"
-                   "commands:\n"
-                   "  gpus               GPUs, pools, units\n"
-                   "  allocations        allocations and their usage per GPU\n"
-                   "  processes          registered processes\n"
-                   "  create [--burst SIZE] [--compute-class C] [--compute-cap N] ID...\n"
-                   "                     create (or find) the allocation of these device IDs; --burst:\n"
-                   "                     per GPU the most it may use, quota included (docs/burst.md);\n"
-                   "                     --compute-*: its compute class and cap (docs/compute.md)\n"
-                   "  release ID         release an allocation by id\n"
-                   "  watch              print the GPU list on every change (Ctrl-C ends)\n"
-                   "  ready FILE         exit 0 if the agent's ready file (config readyFile) exists\n"
-                   "The socket defaults to $GSHARE_AGENT_SOCKET, else %s.\n",
+        fprintf(f,
+                "usage: gsharectl [--socket PATH] [--json] [--timeout-ms MS] COMMAND\n"
+                "commands:\n"
+                "  gpus               GPUs, pools, units\n"
+                "  allocations        allocations and their usage per GPU\n"
+                "  processes          registered processes\n"
+                "  create [--burst SIZE] [--compute-class C] [--compute-cap N] ID...\n"
+                "                     create (or find) the allocation of these device IDs; --burst:\n"
+                "                     per GPU the most it may use, quota included (docs/burst.md);\n"
+                "                     --compute-*: its compute class and cap (docs/compute.md)\n"
+                "  release ID         release an allocation by id\n"
+                "  watch              print the GPU list on every change (Ctrl-C ends)\n"
+                "  ready FILE         exit 0 if the agent's ready file (config readyFile) exists\n"
+                "The socket defaults to $GSHARE_AGENT_SOCKET, else %s.\n",
                 GS_CTL_DEFAULT_SOCKET);
 }
 
@@ -84,9 +85,9 @@ static void print_gpus(const Gshare__Ctl__V1__ListGpusReply *l)
                                ",\"chunk_bytes\":%" PRIu64 ",\"chunks_total\":%u,\"chunks_free\":%u"
                                ",\"unit_bytes\":%" PRIu64 ",\"units_total\":%u,\"units_allocated\":%u"
                                ",\"units_lent\":%u,\"healthy\":%s,\"health_reason\":",
-                               g->numa_node, g->total_bytes, g->reserve_bytes, g->chunk_bytes,
-                               g->chunks_total, g->chunks_free, g->unit_bytes, g->units_total,
-                               g->units_allocated, g->units_lent, g->healthy ? "true" : "false");
+                               g->numa_node, g->total_bytes, g->reserve_bytes, g->chunk_bytes, g->chunks_total,
+                               g->chunks_free, g->unit_bytes, g->units_total, g->units_allocated, g->units_lent,
+                               g->healthy ? "true" : "false");
                         jstr(g->health_reason);
                         printf(",\"chunks_spilled\":%u,\"chunks_owed\":%u,\"chunks_moving\":%u"
                                ",\"chunks_moved_out\":%" PRIu64 ",\"chunks_moved_back\":%" PRIu64,
@@ -104,19 +105,18 @@ static void print_gpus(const Gshare__Ctl__V1__ListGpusReply *l)
                 fflush(stdout);
                 return;
         }
-        printf("%-3s %-40s %-24s %-5s %-11s %-11s %-10s %-13s %-6s %-7s %s\n", "IDX", "UUID", "NAME",
-               "NUMA", "TOTAL", "POOL", "CHUNK", "CHUNKS FREE", "UNITS", "ALLOC'D", "HEALTH");
+        printf("%-3s %-40s %-24s %-5s %-11s %-11s %-10s %-13s %-6s %-7s %s\n", "IDX", "UUID", "NAME", "NUMA", "TOTAL",
+               "POOL", "CHUNK", "CHUNKS FREE", "UNITS", "ALLOC'D", "HEALTH");
         for (size_t i = 0; i < l->n_gpus; i++) {
                 const Gshare__Ctl__V1__Gpu *g = l->gpus[i];
                 char fr[24], un[16], al[24];
                 snprintf(fr, sizeof(fr), "%u/%u", g->chunks_free, g->chunks_total);
                 snprintf(un, sizeof(un), "%u", g->units_total);
                 snprintf(al, sizeof(al), "%u+%u lent", g->units_allocated, g->units_lent);
-                printf("%-3u %-40s %-24.24s %-5d %-11s %-11s %-10s %-13s %-6s %-7s %s%s%s\n", g->index,
-                       g->uuid, g->name, g->numa_node, sz(g->total_bytes, a, sizeof(a)),
-                       sz((uint64_t)g->chunks_total * g->chunk_bytes, b, sizeof(b)),
-                       sz(g->chunk_bytes, c, sizeof(c)), fr, un, al,
-                       g->healthy ? "ok" : "UNHEALTHY", g->healthy ? "" : ": ", g->health_reason);
+                printf("%-3u %-40s %-24.24s %-5d %-11s %-11s %-10s %-13s %-6s %-7s %s%s%s\n", g->index, g->uuid,
+                       g->name, g->numa_node, sz(g->total_bytes, a, sizeof(a)),
+                       sz((uint64_t)g->chunks_total * g->chunk_bytes, b, sizeof(b)), sz(g->chunk_bytes, c, sizeof(c)),
+                       fr, un, al, g->healthy ? "ok" : "UNHEALTHY", g->healthy ? "" : ": ", g->health_reason);
         }
         fflush(stdout);
 }
@@ -157,9 +157,9 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
                        ",\"bytes_in_chunks\":%" PRIu64 ",\"chunks_quota\":%u,\"chunks_free\":%u"
                        ",\"chunks_borrowed\":%u,\"outside_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
                        ",\"burst_bytes\":%" PRIu64 ",\"chunks_spilled\":%u,\"chunks_owed\":%u}",
-                       p->units, p->quota_bytes, p->bytes_requested, p->bytes_in_chunks,
-                       p->chunks_quota, p->chunks_free, p->chunks_borrowed, p->outside_bytes,
-                       p->used_bytes, p->burst_bytes, p->chunks_spilled, p->chunks_owed);
+                       p->units, p->quota_bytes, p->bytes_requested, p->bytes_in_chunks, p->chunks_quota,
+                       p->chunks_free, p->chunks_borrowed, p->outside_bytes, p->used_bytes, p->burst_bytes,
+                       p->chunks_spilled, p->chunks_owed);
         }
         printf("],\"processes\":[");
         for (size_t j = 0; j < al->n_processes; j++) {
@@ -168,8 +168,7 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
                 jstr(p->comm);
                 printf(",\"gpu_index\":%u,\"bytes_requested\":%" PRIu64 ",\"bytes_in_blocks\":%" PRIu64
                        ",\"chunks_held\":%u,\"outside_bytes\":%" PRIu64 "}",
-                       p->gpu_index, p->bytes_requested, p->bytes_in_blocks, p->chunks_held,
-                       p->outside_bytes);
+                       p->gpu_index, p->bytes_requested, p->bytes_in_blocks, p->chunks_held, p->outside_bytes);
         }
         printf("]}");
 }
@@ -214,11 +213,9 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                         printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-16s %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                p->burst_bytes > p->quota_bytes ? sz(p->burst_bytes, e, sizeof(e)) : "-",
-                               sz(p->bytes_requested, b, sizeof(b)),
-                               sz(p->bytes_in_chunks, c, sizeof(c)),
+                               sz(p->bytes_requested, b, sizeof(b)), sz(p->bytes_in_chunks, c, sizeof(c)),
                                sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, p->chunks_spilled,
-                               p->chunks_owed, np, cls,
-                               al->socket_dir, who);
+                               p->chunks_owed, np, cls, al->socket_dir, who);
                 }
         }
 }
@@ -231,16 +228,15 @@ static void print_procs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 print_allocs(v, n);
                 return;
         }
-        printf("%-16s %-8s %-16s %-4s %-8s %-12s %-12s %-12s %s\n", "ALLOCATION", "PID", "COMM", "GPU",
-               "PROC ID", "REQUESTED", "IN BLOCKS", "OUTSIDE", "CHUNKS");
+        printf("%-16s %-8s %-16s %-4s %-8s %-12s %-12s %-12s %s\n", "ALLOCATION", "PID", "COMM", "GPU", "PROC ID",
+               "REQUESTED", "IN BLOCKS", "OUTSIDE", "CHUNKS");
         for (size_t i = 0; i < n; i++)
                 for (size_t k = 0; k < v[i]->n_processes; k++) {
                         const Gshare__Ctl__V1__Process *p = v[i]->processes[k];
-                        printf("%-16s %-8d %-16s %-4u %-8" PRIu64 " %-12s %-12s %-12s %u\n", v[i]->id,
-                               p->pid, p->comm, p->gpu_index, p->id,
-                               sz(p->bytes_requested, a, sizeof(a)),
-                               sz(p->bytes_in_blocks, b, sizeof(b)),
-                               sz(p->outside_bytes, c, sizeof(c)), p->chunks_held);
+                        printf("%-16s %-8d %-16s %-4u %-8" PRIu64 " %-12s %-12s %-12s %u\n", v[i]->id, p->pid, p->comm,
+                               p->gpu_index, p->id, sz(p->bytes_requested, a, sizeof(a)),
+                               sz(p->bytes_in_blocks, b, sizeof(b)), sz(p->outside_bytes, c, sizeof(c)),
+                               p->chunks_held);
                 }
 }
 
@@ -248,8 +244,8 @@ static int unreachable(const char *path, int r)
 {
         fprintf(stderr, "gsharectl: cannot reach the agent at %s: %s%s\n", path, strerror(-r),
                 r == -ENOENT || r == -ECONNREFUSED ? " (is gshare-agent running? --socket PATH)"
-                : r == -EACCES                      ? " (run as root)"
-                                                    : "");
+                : r == -EACCES                     ? " (run as root)"
+                                                   : "");
         return 3;
 }
 
@@ -290,13 +286,11 @@ static int watch(const char *path)
 
 int main(int argc, char **argv)
 {
-        static const struct option opts[] = {
-                { "socket", required_argument, NULL, 's' },
-                { "json", no_argument, NULL, 'j' },
-                { "timeout-ms", required_argument, NULL, 't' },
-                { "help", no_argument, NULL, 'h' },
-                { 0 }
-        };
+        static const struct option opts[] = { { "socket", required_argument, NULL, 's' },
+                                              { "json", no_argument, NULL, 'j' },
+                                              { "timeout-ms", required_argument, NULL, 't' },
+                                              { "help", no_argument, NULL, 'h' },
+                                              { 0 } };
         GsCtlRequest req = GSHARE__CTL__V1__REQUEST__INIT;
         Gshare__Ctl__V1__CreateAllocationRequest cr = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__INIT;
         Gshare__Ctl__V1__DeviceOwner owner = GSHARE__CTL__V1__DEVICE_OWNER__INIT;
@@ -360,8 +354,10 @@ int main(int argc, char **argv)
                         unsigned long cap;
                         if (strcmp(opt, "--burst") == 0) {
                                 if (gs_parse_size(v, &cr.burst_bytes) < 0 || !cr.burst_bytes) {
-                                        fprintf(stderr, "gsharectl: create: --burst needs a size (e.g. 40Gi), "
-                                                "not '%s'\n", v);
+                                        fprintf(stderr,
+                                                "gsharectl: create: --burst needs a size (e.g. 40Gi), "
+                                                "not '%s'\n",
+                                                v);
                                         return 2;
                                 }
                         } else if (strcmp(opt, "--compute-class") == 0) {
@@ -370,14 +366,18 @@ int main(int argc, char **argv)
                                 errno = 0;
                                 cap = strtoul(v, &end, 10);
                                 if (errno || end == v || *end || cap < 1 || cap > 100) {
-                                        fprintf(stderr, "gsharectl: create: --compute-cap needs a percent, 1 to "
-                                                "100, not '%s'\n", v);
+                                        fprintf(stderr,
+                                                "gsharectl: create: --compute-cap needs a percent, 1 to "
+                                                "100, not '%s'\n",
+                                                v);
                                         return 2;
                                 }
                                 cr.compute_cap = (uint32_t)cap;
                         } else {
-                                fprintf(stderr, "gsharectl: create: unknown option %s: --burst SIZE (e.g. 40Gi), "
-                                        "--compute-class CLASS, --compute-cap 1..100, then device IDs\n", opt);
+                                fprintf(stderr,
+                                        "gsharectl: create: unknown option %s: --burst SIZE (e.g. 40Gi), "
+                                        "--compute-class CLASS, --compute-cap 1..100, then device IDs\n",
+                                        opt);
                                 return 2;
                         }
                         optind += 2;
@@ -414,22 +414,17 @@ int main(int argc, char **argv)
                 return 1;
         }
         switch (rep->body_case) {
-        case GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS:
-                print_gpus(rep->list_gpus);
-                break;
+        case GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS: print_gpus(rep->list_gpus); break;
         case GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS:
                 if (strcmp(cmd, "processes") == 0)
-                        print_procs(rep->list_allocations->allocations,
-                                    rep->list_allocations->n_allocations);
+                        print_procs(rep->list_allocations->allocations, rep->list_allocations->n_allocations);
                 else
-                        print_allocs(rep->list_allocations->allocations,
-                                     rep->list_allocations->n_allocations);
+                        print_allocs(rep->list_allocations->allocations, rep->list_allocations->n_allocations);
                 break;
         case GSHARE__CTL__V1__REPLY__BODY_CREATE_ALLOCATION: {
                 const Gshare__Ctl__V1__Allocation *al = rep->create_allocation->allocation;
                 if (json) {
-                        printf("{\"created\":%s,\"allocation\":",
-                               rep->create_allocation->created ? "true" : "false");
+                        printf("{\"created\":%s,\"allocation\":", rep->create_allocation->created ? "true" : "false");
                         if (al)
                                 print_alloc_json(al);
                         else
@@ -445,9 +440,7 @@ int main(int argc, char **argv)
                 if (!json)
                         printf("released %s\n", rr.id);
                 break;
-        default:
-                fprintf(stderr, "gsharectl: the agent's reply has no body\n");
-                rc = 1;
+        default: fprintf(stderr, "gsharectl: the agent's reply has no body\n"); rc = 1;
         }
         gs_ctl_reply_free(rep);
         return rc;

@@ -56,8 +56,8 @@ static double per_block(uint64_t lo, uint64_t hi, unsigned n, unsigned keep)
                 die("setup", r);
         for (unsigned i = 0; i < n; i++)
                 /* sizes spread over lo..hi by a multiplicative step */
-                if ((r = gs_pproc_malloc(p, lo + (i * UINT64_C(2654435761)) % (hi - lo + 1), &off[i], g,
-                                         NCHUNKS, &ng)) < 0)
+                if ((r = gs_pproc_malloc(p, lo + (i * UINT64_C(2654435761)) % (hi - lo + 1), &off[i], g, NCHUNKS,
+                                         &ng)) < 0)
                         die("malloc", r);
         for (unsigned i = 0; i < n; i++)
                 if (i % keep && (r = gs_pproc_free(p, off[i], &rel)) < 0)

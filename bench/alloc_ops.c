@@ -98,7 +98,6 @@ int main(void)
         printf("buddy     64 KiB-64 MiB, 256 live:  %.2f M pairs/s\n", buddy / 1e6);
         double coal = run(512 * GS_MiB, 4 * GS_GiB, 8, 300000);
         printf("coalesced 512 MiB-4 GiB, 8 live:    %.2f M pairs/s\n", coal / 1e6);
-        printf("RESULT slab_pairs_per_s=%.0f buddy_pairs_per_s=%.0f coalesced_pairs_per_s=%.0f\n", slab, buddy,
-               coal);
+        printf("RESULT slab_pairs_per_s=%.0f buddy_pairs_per_s=%.0f coalesced_pairs_per_s=%.0f\n", slab, buddy, coal);
         return 0;
 }

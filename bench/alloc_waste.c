@@ -144,8 +144,15 @@ static void finish(struct trace *t)
 #define MAXTENSOR 8192
 
 struct pt {
-        struct { uint64_t off, cap, used; unsigned ntensors; int small, live; } seg[MAXSEG];
-        struct { unsigned seg; uint64_t size; } ten[MAXTENSOR];
+        struct {
+                uint64_t off, cap, used;
+                unsigned ntensors;
+                int small, live;
+        } seg[MAXSEG];
+        struct {
+                unsigned seg;
+                uint64_t size;
+        } ten[MAXTENSOR];
         unsigned nseg, nten;
 };
 static struct pt ptm;
@@ -354,8 +361,8 @@ int main(void)
                oommin);
         printf("tf:      peak %.2f GiB requested, waste %.3f %%, occupancy %.2f %%\n", pt / GS_GiB, wt, ot);
         printf("direct:  peak %.2f GiB requested, waste %.3f %%, occupancy %.2f %%\n", pd / GS_GiB, wd, od);
-        printf("2049 B:  waste %.2f %% (2304 B slots: %.2f %%; buddy alone: 50 %%), %.1f %% of blocks in slabs\n",
-               w2, 100.0 * (2304 - 2049) / 2304, slab2);
+        printf("2049 B:  waste %.2f %% (2304 B slots: %.2f %%; buddy alone: 50 %%), %.1f %% of blocks in slabs\n", w2,
+               100.0 * (2304 - 2049) / 2304, slab2);
         printf("RESULT waste_pytorch_pct=%.3f waste_tf_pct=%.3f waste_direct_pct=%.3f waste_2049_pct=%.2f "
                "occupancy_pytorch_pct=%.2f occupancy_pytorch_oom_pct=%.2f occupancy_tf_pct=%.2f "
                "occupancy_direct_pct=%.2f\n",

@@ -39,8 +39,7 @@ int main(int argc, char **argv)
                 return fail("cuInit", r);
         if ((r = cuDeviceGet(&dev, 0)) != CUDA_SUCCESS)
                 return fail("cuDeviceGet", r);
-        if ((r = cuDevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS ||
-            (r = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS)
+        if ((r = cuDevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS || (r = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS)
                 return fail("context", r);
         if (argc == 2 && strcmp(argv[1], "meminfo") == 0) {
                 size_t fr = 0, total = 0;
@@ -54,8 +53,7 @@ int main(int argc, char **argv)
                 uint64_t *ns;
                 CUdeviceptr p;
 
-                if (sscanf(argv[a], "%llu:%llu", &size, &iters) != 2 || !size || !iters ||
-                    iters > 1000000)
+                if (sscanf(argv[a], "%llu:%llu", &size, &iters) != 2 || !size || !iters || iters > 1000000)
                         return 2;
                 ns = calloc(iters, sizeof(*ns));
                 if (!ns)

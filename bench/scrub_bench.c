@@ -103,15 +103,13 @@ static int one_chunk(struct gs_node *ag, uint64_t chunk, int rounds)
         scrub_ms = (now_ms() - t0) / rounds;
         acc.location.id = (int)g.dev;
         if (cu->mem_address_reserve(&va, chunk, 0, 0, 0) != CUDA_SUCCESS ||
-            cu->mem_map(va, chunk, 0, h, 0) != CUDA_SUCCESS ||
-            cu->mem_set_access(va, chunk, &acc, 1) != CUDA_SUCCESS) {
+            cu->mem_map(va, chunk, 0, h, 0) != CUDA_SUCCESS || cu->mem_set_access(va, chunk, &acc, 1) != CUDA_SUCCESS) {
                 fprintf(stderr, "scrub_bench: cannot map the chunk\n");
                 return 1;
         }
         t0 = now_ms();
         for (int i = 0; i < rounds; i++)
-                if (cu->memset_d32(va, 0, chunk / 4) != CUDA_SUCCESS ||
-                    cu->ctx_synchronize() != CUDA_SUCCESS) {
+                if (cu->memset_d32(va, 0, chunk / 4) != CUDA_SUCCESS || cu->ctx_synchronize() != CUDA_SUCCESS) {
                         fprintf(stderr, "scrub_bench: cuMemsetD32 failed\n");
                         return 1;
                 }
@@ -120,10 +118,9 @@ static int one_chunk(struct gs_node *ag, uint64_t chunk, int rounds)
         (void)cu->mem_address_free(va, chunk);
         gs_gpu_mem_drop(&g, h, &fd);
         (void)cu->primary_ctx_release(g.dev);
-        printf("scrub_bench: %s, %d rounds of a %llu MiB chunk\n", g.name, rounds,
-               (unsigned long long)(chunk >> 20));
-        printf("RESULT scrub_ms_per_chunk=%.3f memset_ms_per_chunk=%.3f scrub_GBps=%.0f chunk_mib=%llu\n",
-               scrub_ms, memset_ms, (double)chunk / 1e6 / scrub_ms, (unsigned long long)(chunk >> 20));
+        printf("scrub_bench: %s, %d rounds of a %llu MiB chunk\n", g.name, rounds, (unsigned long long)(chunk >> 20));
+        printf("RESULT scrub_ms_per_chunk=%.3f memset_ms_per_chunk=%.3f scrub_GBps=%.0f chunk_mib=%llu\n", scrub_ms,
+               memset_ms, (double)chunk / 1e6 / scrub_ms, (unsigned long long)(chunk >> 20));
         return 0;
 }
 
@@ -241,7 +238,7 @@ static void alloc_one(struct nproc *p)
                                 p->waited++;
                         else
 #endif
-                        if (c->writer == 0 || c->recycle || c->fd < 0)
+                                if (c->writer == 0 || c->recycle || c->fd < 0)
                                 p->clean++;
                         else if (c->writer == p->id)
                                 p->same++;
@@ -462,8 +459,7 @@ int main(int argc, char **argv)
         }
         uint64_t chunk = strtoull(pos[1], NULL, 0) << 20;
         int rounds = atoi(pos[2]);
-        if (rounds < 1 || chunk == 0 || nprocs < 1 || nprocs > 64 || n.live < 1 || n.live > MAX_LIVE ||
-            n.ops < 1)
+        if (rounds < 1 || chunk == 0 || nprocs < 1 || nprocs > 64 || n.live < 1 || n.live > MAX_LIVE || n.ops < 1)
                 return 2;
         gs_log_init("scrub_bench", GS_LOG_WARN);
         /* The fake driver: a state file of our own, unless one is given. */

@@ -64,10 +64,8 @@ void gs_config_defaults(struct gs_config *c)
         c->reclaim_grace_ms = 60 * 1000;
         c->compute_latency_priority = 1000000;
         c->pod_watch = GS_POD_WATCH_AUTO;
-        snprintf(c->api_token_file, sizeof(c->api_token_file),
-                 "/var/run/secrets/kubernetes.io/serviceaccount/token");
-        snprintf(c->api_ca_file, sizeof(c->api_ca_file),
-                 "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+        snprintf(c->api_token_file, sizeof(c->api_token_file), "/var/run/secrets/kubernetes.io/serviceaccount/token");
+        snprintf(c->api_ca_file, sizeof(c->api_ca_file), "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
 }
 
 /* ---- parsing one file ---- */
@@ -79,8 +77,7 @@ struct ctx {
         size_t errlen;
 };
 
-static int GS_PRINTF(4, 5) fail_at(struct ctx *x, const yaml_node_t *n, const char *key,
-                                    const char *fmt, ...)
+static int GS_PRINTF(4, 5) fail_at(struct ctx *x, const yaml_node_t *n, const char *key, const char *fmt, ...)
 {
         char msg[512];
         va_list ap;
@@ -89,11 +86,9 @@ static int GS_PRINTF(4, 5) fail_at(struct ctx *x, const yaml_node_t *n, const ch
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
         if (key)
-                snprintf(x->err, x->errlen, "%s:%zu: %s: %s", x->path,
-                         (size_t)n->start_mark.line + 1, key, msg);
+                snprintf(x->err, x->errlen, "%s:%zu: %s: %s", x->path, (size_t)n->start_mark.line + 1, key, msg);
         else
-                snprintf(x->err, x->errlen, "%s:%zu: %s", x->path,
-                         (size_t)n->start_mark.line + 1, msg);
+                snprintf(x->err, x->errlen, "%s:%zu: %s", x->path, (size_t)n->start_mark.line + 1, msg);
         return -EINVAL;
 }
 
@@ -166,8 +161,7 @@ static int parse_doc(struct ctx *x, struct gs_config *c)
                 return 0;
         if (root->type != YAML_MAPPING_NODE)
                 return fail_at(x, root, NULL, "expected a mapping of key: value at the top level");
-        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-             p++) {
+        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
                 yaml_node_t *k = yaml_document_get_node(x->doc, p->key);
                 yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
                 const char *key = scalar(k);
@@ -240,8 +234,7 @@ int gs_config_load(struct gs_config *c, const char *path, char *err, size_t errl
         r = read_file(path, &buf, &len);
         if (r < 0) {
                 if (r == -EFBIG)
-                        snprintf(err, errlen, "%s: larger than %u bytes, not a gshare config",
-                                 path, CONFIG_MAX_BYTES);
+                        snprintf(err, errlen, "%s: larger than %u bytes, not a gshare config", path, CONFIG_MAX_BYTES);
                 else if (r == -EINVAL)
                         snprintf(err, errlen, "%s: not a regular file", path);
                 else
@@ -255,10 +248,9 @@ int gs_config_load(struct gs_config *c, const char *path, char *err, size_t errl
         }
         yaml_parser_set_input_string(&parser, buf, len);
         if (!yaml_parser_load(&parser, &doc)) {
-                snprintf(err, errlen, "%s:%zu: %s%s%s", path,
-                         (size_t)parser.problem_mark.line + 1,
-                         parser.problem ? parser.problem : "YAML syntax error",
-                         parser.context ? " " : "", parser.context ? parser.context : "");
+                snprintf(err, errlen, "%s:%zu: %s%s%s", path, (size_t)parser.problem_mark.line + 1,
+                         parser.problem ? parser.problem : "YAML syntax error", parser.context ? " " : "",
+                         parser.context ? parser.context : "");
                 yaml_parser_delete(&parser);
                 free(buf);
                 return -EINVAL;

@@ -108,8 +108,8 @@ struct gs_config {
         char cuda_library[PATH_MAX];
         /* Outside memory (agent/services/gs_usage.h). */
         char nvml_library[PATH_MAX];
-        uint64_t context_bytes;         /* 0: auto */
-        uint32_t usage_interval_ms;     /* 0: no scan */
+        uint64_t context_bytes;     /* 0: auto */
+        uint32_t usage_interval_ms; /* 0: no scan */
         /* How long a hooked process's calls wait for a new agent after
          * losing its agent (GSHARE_AGENT_WAIT, docs/agent.md "Restarts"). */
         uint32_t agent_wait_ms;
@@ -159,8 +159,7 @@ int gs_config_load(struct gs_config *c, const char *path, char *err, size_t errl
  * Returns 0, or a negative errno with a message in err like
  * "--chunk-size: must be a power of two, got 3Mi"; on failure c is left
  * exactly as it was. */
-int gs_config_set(struct gs_config *c, const char *name, const char *value, char *err,
-                  size_t errlen) GS_WUR;
+int gs_config_set(struct gs_config *c, const char *name, const char *value, char *err, size_t errlen) GS_WUR;
 
 /* As gs_config_set, for the key k (gs_config_keys.h), with what (a flag,
  * "--agent-socket") before the problem in err. */

@@ -19,7 +19,8 @@
 #include "gs_log.h"
 
 _Static_assert(sizeof(enum gs_inject) == sizeof(int) && sizeof(enum gs_over_quota) == sizeof(int) &&
-               sizeof(enum gs_pod_watch) == sizeof(int), "enum keys are stored as int");
+                       sizeof(enum gs_pod_watch) == sizeof(int),
+               "enum keys are stored as int");
 
 static int GS_PRINTF(3, 4) problem(char *msg, size_t n, const char *fmt, ...)
 {
@@ -52,8 +53,8 @@ int gs_config_valid_resource_name(const char *s)
                         return 0;
         }
         for (const char *p = slash + 1; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                      (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+                      *p == '-' || *p == '_'))
                         return 0;
         return 1;
 }
@@ -112,7 +113,8 @@ static int check_metrics(const char *s, uint64_t v, char *msg, size_t n)
         if (!ok)
                 return problem(msg, n,
                                "host must be an IPv4 address or a bracketed IPv6 address "
-                               "(e.g. 0.0.0.0:9400, [::]:9400), got '%s'", s);
+                               "(e.g. 0.0.0.0:9400, [::]:9400), got '%s'",
+                               s);
         return 0;
 }
 
@@ -123,8 +125,7 @@ static int check_api_server(const char *s, uint64_t v, char *msg, size_t n)
                 return problem(msg, n, "expected an http:// or https:// URL, got '%s'", s);
         for (const char *p = s; *p; p++)
                 if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f || *p == '?' || *p == '#')
-                        return problem(msg, n,
-                                       "expected a plain URL (no spaces, query or fragment), got '%s'", s);
+                        return problem(msg, n, "expected a plain URL (no spaces, query or fragment), got '%s'", s);
         return 0;
 }
 
@@ -138,16 +139,15 @@ static int check_node_name(const char *s, uint64_t v, char *msg, size_t n)
 
 /* ---- the table ---- */
 
-static const struct gs_config_choice inject_words[] = {
-        { "preload", GS_INJECT_PRELOAD }, { "env", GS_INJECT_ENV }, { NULL, 0 }
-};
-static const struct gs_config_choice over_quota_words[] = {
-        { "kill", GS_OVER_QUOTA_KILL }, { "report", GS_OVER_QUOTA_REPORT }, { NULL, 0 }
-};
-static const struct gs_config_choice pod_watch_words[] = {
-        { "auto", GS_POD_WATCH_AUTO }, { "on", GS_POD_WATCH_ON },   { "true", GS_POD_WATCH_ON },
-        { "off", GS_POD_WATCH_OFF },   { "false", GS_POD_WATCH_OFF }, { NULL, 0 }
-};
+static const struct gs_config_choice inject_words[] = { { "preload", GS_INJECT_PRELOAD },
+                                                        { "env", GS_INJECT_ENV },
+                                                        { NULL, 0 } };
+static const struct gs_config_choice over_quota_words[] = { { "kill", GS_OVER_QUOTA_KILL },
+                                                            { "report", GS_OVER_QUOTA_REPORT },
+                                                            { NULL, 0 } };
+static const struct gs_config_choice pod_watch_words[] = { { "auto", GS_POD_WATCH_AUTO }, { "on", GS_POD_WATCH_ON },
+                                                           { "true", GS_POD_WATCH_ON },   { "off", GS_POD_WATCH_OFF },
+                                                           { "false", GS_POD_WATCH_OFF }, { NULL, 0 } };
 
 #define FIELD(f) .offset = offsetof(struct gs_config, f), .size = sizeof(((struct gs_config *)0)->f)
 #define HOUR_MS (3600u * 1000)
@@ -176,8 +176,7 @@ const struct gs_config_key gs_config_keys[] = {
         { "kubeletDir", NULL, GS_CT_PATH, FIELD(kubelet_dir) },
         { "hookPath", NULL, GS_CT_PATH, FIELD(hook_path) },
         { "preloadPath", NULL, GS_CT_PATH, FIELD(preload_path) },
-        { "inject", NULL, GS_CT_ENUM, FIELD(inject), .choices = inject_words,
-          .expected = "preload or env" },
+        { "inject", NULL, GS_CT_ENUM, FIELD(inject), .choices = inject_words, .expected = "preload or env" },
         { "deviceNodes", NULL, GS_CT_BOOL, FIELD(device_nodes) },
         { "cudaLibrary", "--cuda-library", GS_CT_STRING, FIELD(cuda_library) },
         { "nvmlLibrary", NULL, GS_CT_STRING, FIELD(nvml_library) },
@@ -185,8 +184,7 @@ const struct gs_config_key gs_config_keys[] = {
           .max = 64 * GS_GiB },
         { "usageInterval", NULL, GS_CT_DURATION, FIELD(usage_interval_ms) },
         { "agentWait", NULL, GS_CT_DURATION, FIELD(agent_wait_ms), .max = HOUR_MS },
-        { "overQuota", NULL, GS_CT_ENUM, FIELD(over_quota), .choices = over_quota_words,
-          .expected = "kill or report" },
+        { "overQuota", NULL, GS_CT_ENUM, FIELD(over_quota), .choices = over_quota_words, .expected = "kill or report" },
         { "overQuotaBound", NULL, GS_CT_SIZE, FIELD(over_quota_bound_bytes), .opts = GS_CK_ZERO_OK },
         { "overQuotaGrace", NULL, GS_CT_DURATION, FIELD(over_quota_grace_ms), .max = HOUR_MS },
         { "metricsAddress", NULL, GS_CT_STRING, FIELD(metrics_address), .opts = GS_CK_EMPTY_OK,
@@ -194,22 +192,18 @@ const struct gs_config_key gs_config_keys[] = {
         { "podResourcesSocket", "--pod-resources-socket", GS_CT_SOCKET, FIELD(pod_resources_socket) },
         { "reconcileInterval", "--reconcile-interval", GS_CT_DURATION, FIELD(reconcile_interval_ms) },
         { "reclaimGrace", "--reclaim-grace", GS_CT_DURATION, FIELD(reclaim_grace_ms) },
-        { "computeLatencyPriority", NULL, GS_CT_COUNT, FIELD(compute_latency_priority), .min = 1,
-          .max = 2000001000 },
+        { "computeLatencyPriority", NULL, GS_CT_COUNT, FIELD(compute_latency_priority), .min = 1, .max = 2000001000 },
         { "workerThreads", NULL, GS_CT_COUNT, FIELD(worker_threads), .min = 1, .max = GS_CONFIG_MAX_WORKERS },
         { "maxConnections", NULL, GS_CT_COUNT, FIELD(max_conns), .min = 1, .max = GS_CONFIG_MAX_CONNS },
         { "maxConnectionsPerAllocation", NULL, GS_CT_COUNT, FIELD(max_conns_per_alloc), .min = 1,
           .max = GS_CONFIG_MAX_CONNS },
         { "maxConnectionsPerProcess", NULL, GS_CT_COUNT, FIELD(max_conns_per_proc), .min = 1,
           .max = GS_CONFIG_MAX_CONNS },
-        { "podWatch", NULL, GS_CT_ENUM, FIELD(pod_watch), .choices = pod_watch_words,
-          .expected = "auto, on or off" },
-        { "apiServer", NULL, GS_CT_STRING, FIELD(api_server), .opts = GS_CK_EMPTY_OK,
-          .check = check_api_server },
+        { "podWatch", NULL, GS_CT_ENUM, FIELD(pod_watch), .choices = pod_watch_words, .expected = "auto, on or off" },
+        { "apiServer", NULL, GS_CT_STRING, FIELD(api_server), .opts = GS_CK_EMPTY_OK, .check = check_api_server },
         { "apiTokenFile", NULL, GS_CT_PATH, FIELD(api_token_file), .opts = GS_CK_EMPTY_OK },
         { "apiCaFile", NULL, GS_CT_PATH, FIELD(api_ca_file), .opts = GS_CK_EMPTY_OK },
-        { "nodeName", NULL, GS_CT_STRING, FIELD(node_name), .opts = GS_CK_EMPTY_OK,
-          .check = check_node_name },
+        { "nodeName", NULL, GS_CT_STRING, FIELD(node_name), .opts = GS_CK_EMPTY_OK, .check = check_node_name },
         { "logLevel", NULL, GS_CT_ENUM, FIELD(log_level), .parse = gs_log_parse_level,
           .expected = "error, warn, info or debug" },
 };
@@ -280,14 +274,13 @@ static int set_size(const struct gs_config_key *k, uint64_t *dst, const char *s,
         if (r == -ERANGE)
                 return problem(msg, n, "size '%s' is too large", s);
         if (r < 0)
-                return problem(msg, n, "not a size: '%s' (a byte count, or a number with Ki, Mi, Gi or Ti)",
-                               s);
+                return problem(msg, n, "not a size: '%s' (a byte count, or a number with Ki, Mi, Gi or Ti)", s);
         if (!(k->opts & GS_CK_ZERO_OK) && b == 0)
                 return problem(msg, n, "must not be 0");
         if (k->max && b > k->max) {
                 gs_format_size(k->max, max, sizeof(max));
-                return problem(msg, n, "must be %sat most %s, got '%s'",
-                               k->opts & GS_CK_AUTO ? "auto or " : "", max, s);
+                return problem(msg, n, "must be %sat most %s, got '%s'", k->opts & GS_CK_AUTO ? "auto or " : "", max,
+                               s);
         }
         if (k->check && (r = k->check(s, b, msg, n)) < 0)
                 return r;
@@ -431,31 +424,22 @@ int gs_config_key_set_in(const struct gs_config_key *k, void *base, const char *
         if (k->check && k->type != GS_CT_SIZE && (r = k->check(s, 0, msg, n)) < 0)
                 return r;
         switch (k->type) {
-        case GS_CT_STRING:
-                return set_string(k, dst, s, msg, n);
+        case GS_CT_STRING: return set_string(k, dst, s, msg, n);
         case GS_CT_SOCKET: {
                 struct sockaddr_un sa;
                 if (strlen(s) >= sizeof(sa.sun_path))
-                        return problem(msg, n, "socket path too long (%zu characters, at most %zu)",
-                                       strlen(s), sizeof(sa.sun_path) - 1);
+                        return problem(msg, n, "socket path too long (%zu characters, at most %zu)", strlen(s),
+                                       sizeof(sa.sun_path) - 1);
                 return set_path(k, dst, s, msg, n);
         }
-        case GS_CT_PATH:
-                return set_path(k, dst, s, msg, n);
-        case GS_CT_SIZE:
-                return set_size(k, dst, s, msg, n);
-        case GS_CT_DURATION:
-                return set_duration(k, dst, s, msg, n);
-        case GS_CT_COUNT:
-                return set_count(k, dst, s, msg, n);
-        case GS_CT_BLOCKS:
-                return set_blocks(k, dst, s, msg, n);
-        case GS_CT_BOOL:
-                return set_bool(dst, s, msg, n);
-        case GS_CT_ENUM:
-                return set_enum(k, dst, s, msg, n);
-        case GS_CT_DEVICES:
-                break; /* a struct gs_config's only: gs_config_key_set */
+        case GS_CT_PATH: return set_path(k, dst, s, msg, n);
+        case GS_CT_SIZE: return set_size(k, dst, s, msg, n);
+        case GS_CT_DURATION: return set_duration(k, dst, s, msg, n);
+        case GS_CT_COUNT: return set_count(k, dst, s, msg, n);
+        case GS_CT_BLOCKS: return set_blocks(k, dst, s, msg, n);
+        case GS_CT_BOOL: return set_bool(dst, s, msg, n);
+        case GS_CT_ENUM: return set_enum(k, dst, s, msg, n);
+        case GS_CT_DEVICES: break; /* a struct gs_config's only: gs_config_key_set */
         }
         return problem(msg, n, "key of unknown type %d", (int)k->type);
 }

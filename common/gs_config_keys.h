@@ -66,14 +66,12 @@ const struct gs_config_key *gs_config_key_find(const char *name);
 /* Sets k in c from the text s.  0, or -EINVAL with the problem in msg (for
  * "<where>: <key>: <msg>"); c is then unchanged.  A devices key takes "all"
  * here; a list goes item by item through gs_config_device_add. */
-int gs_config_key_set(const struct gs_config_key *k, struct gs_config *c, const char *s, char *msg,
-                      size_t n) GS_WUR;
+int gs_config_key_set(const struct gs_config_key *k, struct gs_config *c, const char *s, char *msg, size_t n) GS_WUR;
 
 /* As gs_config_key_set, for a key of a table of a program's own (its
  * command-line settings that are not in the YAML, common/gs_flags.h): k's
  * field is at base + k->offset.  Every type but GS_CT_DEVICES. */
-int gs_config_key_set_in(const struct gs_config_key *k, void *base, const char *s, char *msg,
-                         size_t n) GS_WUR;
+int gs_config_key_set_in(const struct gs_config_key *k, void *base, const char *s, char *msg, size_t n) GS_WUR;
 
 /* Appends one GPU (UUID or index) to c's devices: 0, or -EINVAL with the
  * problem in msg (not a GPU, listed twice, too many). */

@@ -94,8 +94,7 @@ void gs_format_size(uint64_t bytes, char *buf, size_t n)
         for (size_t i = 0; i < GS_ARRAY_SIZE(size_suffixes); i++) {
                 uint64_t unit = UINT64_C(1) << size_suffixes[i].shift;
                 if (bytes % unit == 0) {
-                        snprintf(buf, n, "%llu%s", (unsigned long long)(bytes / unit),
-                                 size_suffixes[i].suffix);
+                        snprintf(buf, n, "%llu%s", (unsigned long long)(bytes / unit), size_suffixes[i].suffix);
                         return;
                 }
         }

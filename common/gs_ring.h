@@ -117,8 +117,8 @@ static inline void gs_doorbell_ring_fd(uint32_t *word, uint32_t *sleeping, int e
 
 /* Consumer side: sleep on the doorbell unless the ring has work.  Returns as
  * gs_futex_wait does; 0 also when work was already there. */
-static inline int gs_doorbell_sleep(struct gs_ring *r, uint32_t priv_tail, uint32_t *word,
-                                    uint32_t *sleeping, uint64_t timeout_ns)
+static inline int gs_doorbell_sleep(struct gs_ring *r, uint32_t priv_tail, uint32_t *word, uint32_t *sleeping,
+                                    uint64_t timeout_ns)
 {
         uint32_t seen = __atomic_load_n(word, __ATOMIC_SEQ_CST);
         int rc = 0;

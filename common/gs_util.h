@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GS_WUR      __attribute__((warn_unused_result))
+#define GS_WUR __attribute__((warn_unused_result))
 #define GS_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#define GS_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define GS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define GS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -24,8 +24,14 @@
  * documented guarantee for its allocation routines). */
 #define GS_MIN_ALIGN 256u
 
-static inline uint64_t gs_align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
-static inline int gs_is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
+static inline uint64_t gs_align_up(uint64_t x, uint64_t a)
+{
+        return (x + a - 1) & ~(a - 1);
+}
+static inline int gs_is_pow2(uint64_t x)
+{
+        return x && !(x & (x - 1));
+}
 
 /* Closes *fd if open and marks it closed; safe to call twice. */
 static inline void gs_closep(int *fd)
@@ -65,7 +71,10 @@ static inline void gs_cpu_relax(void)
 #endif
 }
 
-static inline int gs_neg_errno(void) { return errno > 0 ? -errno : -EIO; }
+static inline int gs_neg_errno(void)
+{
+        return errno > 0 ? -errno : -EIO;
+}
 
 /* Reads fd to its end into buf.  0 with *ret_len bytes, -EFBIG if it holds
  * cap bytes or more (a full buffer cannot tell the end), or a negative

@@ -89,21 +89,21 @@
 
 #include <stdint.h>
 
-#define GS_WIRE_MAGIC   0x52485347u /* "GSHR" little-endian */
+#define GS_WIRE_MAGIC 0x52485347u /* "GSHR" little-endian */
 #define GS_WIRE_VERSION 2u
-#define GS_SOCKET_NAME  "agent.sock"
+#define GS_SOCKET_NAME "agent.sock"
 #define GS_MAX_GPUS_PER_ALLOC 8
-#define GS_RING_SLOTS   64u     /* power of two */
+#define GS_RING_SLOTS 64u /* power of two */
 /* Most chunks one reply may grant (one GRANT message, one fd each). */
 #define GS_MAX_GRANTS_PER_REPLY 4096u
 
 enum gs_sock_type {
-        GS_SOCK_HELLO   = 1, /* hook -> agent */
-        GS_SOCK_WELCOME = 2, /* agent -> hook, with the segment's memfd */
-        GS_SOCK_GRANT   = 3, /* agent -> hook, with one chunk fd */
-        GS_SOCK_ERROR   = 4, /* agent -> hook, then close */
-        GS_SOCK_VMM_GRANT = 5, /* agent -> hook, with one VMM allocation's fd */
-        GS_SOCK_IPC_GRANT = 6, /* agent -> hook, with one chunk fd of an opened IPC handle */
+        GS_SOCK_HELLO = 1,        /* hook -> agent */
+        GS_SOCK_WELCOME = 2,      /* agent -> hook, with the segment's memfd */
+        GS_SOCK_GRANT = 3,        /* agent -> hook, with one chunk fd */
+        GS_SOCK_ERROR = 4,        /* agent -> hook, then close */
+        GS_SOCK_VMM_GRANT = 5,    /* agent -> hook, with one VMM allocation's fd */
+        GS_SOCK_IPC_GRANT = 6,    /* agent -> hook, with one chunk fd of an opened IPC handle */
         GS_SOCK_RECLAIM = 7,      /* hook -> agent, after a reclaiming HELLO's WELCOME */
         GS_SOCK_RECLAIM_DONE = 8, /* agent -> hook: struct gs_sock_error, err 0 */
         GS_SOCK_MOVE = 9,         /* agent -> hook, with one fd: struct gs_sock_grant */
@@ -112,7 +112,7 @@ enum gs_sock_type {
 };
 
 /* gs_sock_hello.flags */
-#define GS_HELLO_RECLAIM 1u    /* the process held memory from an earlier agent */
+#define GS_HELLO_RECLAIM 1u /* the process held memory from an earlier agent */
 /* WELCOME's h.reserved: what this agent supports. */
 #define GS_FEAT_RECLAIM 1u
 #define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
@@ -133,36 +133,35 @@ _Static_assert(sizeof(struct gs_sock_hdr) == 16, "gs_sock_hdr layout");
 
 struct gs_sock_hello {
         struct gs_sock_hdr h;
-        uint32_t pid;      /* informational only; the agent uses SO_PEERCRED */
-        uint32_t flags;    /* GS_HELLO_*; 0 for a first registration */
-        char comm[16];     /* informational, for gsharectl; need not be NUL-terminated */
+        uint32_t pid;   /* informational only; the agent uses SO_PEERCRED */
+        uint32_t flags; /* GS_HELLO_*; 0 for a first registration */
+        char comm[16];  /* informational, for gsharectl; need not be NUL-terminated */
 };
 _Static_assert(sizeof(struct gs_sock_hello) == 40, "gs_sock_hello layout");
 
 struct gs_wire_gpu {
-        uint8_t uuid[16];      /* as cuDeviceGetUuid reports it */
-        uint64_t quota_bytes;  /* the allocation's limit on this GPU */
-        uint64_t chunk_bytes;  /* GSM size; slots are this far apart */
-        uint32_t max_slots;    /* the hook reserves max_slots * chunk_bytes of VA */
+        uint8_t uuid[16];     /* as cuDeviceGetUuid reports it */
+        uint64_t quota_bytes; /* the allocation's limit on this GPU */
+        uint64_t chunk_bytes; /* GSM size; slots are this far apart */
+        uint32_t max_slots;   /* the hook reserves max_slots * chunk_bytes of VA */
         uint32_t reserved;
 };
 _Static_assert(sizeof(struct gs_wire_gpu) == 40, "gs_wire_gpu layout");
 
 struct gs_sock_welcome {
         struct gs_sock_hdr h;
-        uint32_t ngpus;        /* <= GS_MAX_GPUS_PER_ALLOC */
-        uint32_t shm_bytes;    /* size of the memfd segment */
-        uint64_t proc_id;      /* the agent's id for this process (for logs) */
+        uint32_t ngpus;     /* <= GS_MAX_GPUS_PER_ALLOC */
+        uint32_t shm_bytes; /* size of the memfd segment */
+        uint64_t proc_id;   /* the agent's id for this process (for logs) */
         struct gs_wire_gpu gpus[GS_MAX_GPUS_PER_ALLOC];
 };
-_Static_assert(sizeof(struct gs_sock_welcome) == 16 + 16 + 40 * GS_MAX_GPUS_PER_ALLOC,
-               "gs_sock_welcome layout");
+_Static_assert(sizeof(struct gs_sock_welcome) == 16 + 16 + 40 * GS_MAX_GPUS_PER_ALLOC, "gs_sock_welcome layout");
 
 struct gs_sock_grant {
         struct gs_sock_hdr h;
-        uint64_t seq;          /* seq of the ring request this grant belongs to */
-        uint32_t gpu;          /* index into welcome.gpus */
-        uint32_t slot;         /* map at va_base + slot * chunk_bytes */
+        uint64_t seq;  /* seq of the ring request this grant belongs to */
+        uint32_t gpu;  /* index into welcome.gpus */
+        uint32_t slot; /* map at va_base + slot * chunk_bytes */
         uint64_t chunk_bytes;
 };
 _Static_assert(sizeof(struct gs_sock_grant) == 40, "gs_sock_grant layout");
@@ -194,7 +193,7 @@ enum gs_reclaim_kind {
 struct gs_sock_reclaim {
         struct gs_sock_hdr h;
         uint32_t gpu;
-        uint32_t kind;         /* enum gs_reclaim_kind */
+        uint32_t kind; /* enum gs_reclaim_kind */
         uint32_t count;
         uint32_t flags;
         uint64_t item[GS_RECLAIM_MAX_ITEMS];
@@ -211,11 +210,11 @@ _Static_assert(sizeof(struct gs_sock_reclaim) == 32 + 8 * GS_RECLAIM_MAX_ITEMS, 
  * the hook imports and hands to the application as its cuMemCreate handle. */
 struct gs_sock_vmm_grant {
         struct gs_sock_hdr h;
-        uint64_t seq;          /* seq of the ring request this grant belongs to */
-        uint64_t id;           /* the agent's id of the VMM allocation */
-        uint64_t size;         /* bytes, as requested */
-        uint32_t gpu;          /* index into welcome.gpus */
-        uint32_t reserved;     /* 0 */
+        uint64_t seq;      /* seq of the ring request this grant belongs to */
+        uint64_t id;       /* the agent's id of the VMM allocation */
+        uint64_t size;     /* bytes, as requested */
+        uint32_t gpu;      /* index into welcome.gpus */
+        uint32_t reserved; /* 0 */
 };
 _Static_assert(sizeof(struct gs_sock_vmm_grant) == 48, "gs_sock_vmm_grant layout");
 
@@ -225,8 +224,8 @@ _Static_assert(sizeof(struct gs_sock_vmm_grant) == 48, "gs_sock_vmm_grant layout
 
 struct gs_sock_error {
         struct gs_sock_hdr h;
-        int32_t err;           /* negative errno */
-        char msg[236];         /* NUL-terminated */
+        int32_t err;   /* negative errno */
+        char msg[236]; /* NUL-terminated */
 };
 _Static_assert(sizeof(struct gs_sock_error) == 256, "gs_sock_error layout");
 
@@ -335,8 +334,8 @@ enum gs_op {
  * latency-critical process's launches go first, standard and best-effort
  * ones wait while it has work in flight. */
 enum gs_qos_class {
-        GS_QOS_STANDARD = 0,     /* the default: as without QoS */
-        GS_QOS_LATENCY = 1,      /* latency-critical */
+        GS_QOS_STANDARD = 0, /* the default: as without QoS */
+        GS_QOS_LATENCY = 1,  /* latency-critical */
         GS_QOS_BEST_EFFORT = 2,
 };
 #define GS_QOS_NO_SLOT 0xffffffffu
@@ -350,7 +349,7 @@ enum gs_qos_class {
  * that after its last launch. */
 struct gs_qos_slot {
         uint32_t up;
-        uint32_t pid;          /* informational */
+        uint32_t pid; /* informational */
         uint64_t stamp_ns;
         uint64_t reserved[6];
 };
@@ -359,8 +358,8 @@ _Static_assert(sizeof(struct gs_qos_slot) == 64, "gs_qos_slot layout");
  * latency-critical processes registered on the GPU (written by the agent;
  * while it is 0, no launch waits anywhere). */
 struct gs_qos_board {
-        uint32_t magic;        /* GS_QOS_MAGIC */
-        uint32_t nslots;       /* GS_QOS_SLOTS */
+        uint32_t magic;  /* GS_QOS_MAGIC */
+        uint32_t nslots; /* GS_QOS_SLOTS */
         uint32_t nlc;
         uint32_t reserved[13];
         struct gs_qos_slot slot[GS_QOS_SLOTS];
@@ -390,19 +389,19 @@ enum gs_move_dir {
  * no more). */
 #define GS_IPC_MAX_EXPORTS_PER_PROC 1024u
 struct gs_ipc_handle {
-        char magic[8];         /* GS_IPC_MAGIC, no NUL */
+        char magic[8]; /* GS_IPC_MAGIC, no NUL */
         uint64_t token[2];
-        uint64_t size;         /* the block's size, informational */
-        uint8_t reserved[32];  /* 0 */
+        uint64_t size;        /* the block's size, informational */
+        uint8_t reserved[32]; /* 0 */
 };
 _Static_assert(sizeof(struct gs_ipc_handle) == 64, "gs_ipc_handle is a CUipcMemHandle");
 
 struct gs_ring_msg {
-        uint64_t seq;     /* chosen by the hook, echoed in the reply */
-        uint32_t op;      /* enum gs_op */
-        uint32_t gpu;     /* index into welcome.gpus */
-        uint64_t arg[4];  /* request arguments; in a reply, the results (ret) */
-        int32_t status;   /* reply only */
+        uint64_t seq;    /* chosen by the hook, echoed in the reply */
+        uint32_t op;     /* enum gs_op */
+        uint32_t gpu;    /* index into welcome.gpus */
+        uint64_t arg[4]; /* request arguments; in a reply, the results (ret) */
+        int32_t status;  /* reply only */
         /* A reply with status -ENOMEM (GS_FEAT_GIVEBACK): how many other
          * processes of the allocation hold chunks with no live block and
          * were just asked to give them back: the request may succeed if
@@ -424,10 +423,10 @@ struct gs_ring {
 };
 
 struct gs_shm {
-        uint32_t magic;        /* GS_WIRE_MAGIC */
-        uint32_t version;      /* GS_WIRE_VERSION */
-        uint32_t size;         /* sizeof(struct gs_shm) */
-        uint32_t ring_slots;   /* GS_RING_SLOTS */
+        uint32_t magic;      /* GS_WIRE_MAGIC */
+        uint32_t version;    /* GS_WIRE_VERSION */
+        uint32_t size;       /* sizeof(struct gs_shm) */
+        uint32_t ring_slots; /* GS_RING_SLOTS */
         /* Doorbells.  The producer of a ring bumps the consumer's word after
          * publishing and wakes the consumer only if it announced it sleeps
          * (the *_sleeping flag); the consumer sets its flag, re-checks the
@@ -462,8 +461,8 @@ struct gs_shm {
          * padding of the hook_wake line: the layout is unchanged. */
         uint64_t qos_held;
         uint64_t qos_held_ns;
-        struct gs_ring req;    /* hook -> agent */
-        struct gs_ring rep;    /* agent -> hook */
+        struct gs_ring req; /* hook -> agent */
+        struct gs_ring rep; /* agent -> hook */
 };
 _Static_assert(sizeof(struct gs_ring) == 128 + 64 * GS_RING_SLOTS, "gs_ring layout");
 _Static_assert(sizeof(struct gs_shm) % 64 == 0, "gs_shm layout");

@@ -60,7 +60,7 @@ struct gs_cu {
         CUresult (*ipc_close_mem_handle)(CUdeviceptr);
         CUresult (*mem_address_free)(CUdeviceptr, size_t);
         CUresult (*mem_export_to_shareable_handle)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
-                                                 unsigned long long);
+                                                   unsigned long long);
         CUresult (*device_primary_ctx_retain)(CUcontext *, CUdevice);
         CUresult (*device_can_access_peer)(int *, CUdevice, CUdevice);
         CUresult (*ctx_create)(CUcontext *, unsigned int, CUdevice);
@@ -92,8 +92,17 @@ void *gs_real_dlsym_fn(void);
 
 /* One line on stderr, "gshare: ...", at most once per process per key (a
  * fork child may print again).  Debug lines only with $GSHARE_HOOK_DEBUG=1. */
-enum gs_once { GS_ONCE_AGENT, GS_ONCE_UNSUPPORTED, GS_ONCE_DEVICE, GS_ONCE_CAPTURE, GS_ONCE_CTX, GS_ONCE_RECLAIM,
-               GS_ONCE_MOVER, GS_ONCE_WAIT, GS_ONCE__N };
+enum gs_once {
+        GS_ONCE_AGENT,
+        GS_ONCE_UNSUPPORTED,
+        GS_ONCE_DEVICE,
+        GS_ONCE_CAPTURE,
+        GS_ONCE_CTX,
+        GS_ONCE_RECLAIM,
+        GS_ONCE_MOVER,
+        GS_ONCE_WAIT,
+        GS_ONCE__N
+};
 void gs_hook_say_once(enum gs_once key, const char *fmt, ...) GS_PRINTF(2, 3);
 void gs_hook_debug(const char *fmt, ...) GS_PRINTF(1, 2);
 void gs_hook_once_reset(void);
@@ -148,7 +157,6 @@ int gs_hook_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd) GS_WUR;
  * ours. */
 void gs_hook_vmm_released(CUmemGenericAllocationHandle h);
 
-
 /* gs_hook_ipc.c: CUDA IPC on gshare memory, brokered by the agent
  * (agent/domain/gs_ipc.h).  get: dptr is in one of our ranges; fills *h with a
  * gs_ipc_handle. */
@@ -195,7 +203,7 @@ struct gs_ctx_set {
         int n;
         CUdevice prim[GS_MAX_DEVICES]; /* primary contexts retained */
         int nprim;
-        CUcontext copy;                /* one on device dev */
+        CUcontext copy; /* one on device dev */
 };
 /* pre: gs_ctx_lock held.  Fills s for the devices of devs, and s->copy
  * with one on dev (-1: none wanted).  0; -EBUSY (a context the hook could

@@ -18,6 +18,7 @@
 
 /* ---- lookups --------------------------------------------------------- */
 
+// clang-format off
 #define GS_HOOKED(X)                                                                                  \
         X(cuInit) X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuMemGetInfo) X(cuMemGetInfo_v2)      \
         X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2) X(cuMemAlloc) X(cuMemAlloc_v2) X(cuMemAllocPitch) \
@@ -28,6 +29,7 @@
         X(cuIpcCloseMemHandle) X(cuMemExportToShareableHandle) X(cuDevicePrimaryCtxRetain)          \
         X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy) X(cuCtxDestroy_v2)  \
         X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuCtxSynchronize) X(cuEventSynchronize)
+// clang-format on
 
 /* And the launch gate's wrappers (gs_hook_gate.h), some of them of
  * functions cuda.h deprecates. */
@@ -72,8 +74,8 @@ static void *gs_swap(void *p)
  * other handles go to gs_dlsym, which may substitute our functions.
  * Elsewhere a C wrapper does the same with a call in tail position, which
  * the compiler usually turns into a jump. */
-__attribute__((no_sanitize("address", "undefined", "thread"), used))
-static void *gs_dlsym(void *handle, const char *name)
+__attribute__((no_sanitize("address", "undefined", "thread"), used)) static void *gs_dlsym(void *handle,
+                                                                                           const char *name)
 {
         void *p = gs_real_dlsym(handle, name);
 
@@ -88,8 +90,7 @@ static void *gs_dlsym(void *handle, const char *name)
 }
 
 /* The real dlsym's address (resolved on first use). */
-__attribute__((no_sanitize("address", "undefined", "thread"), used))
-static void *gs_dlsym_target(void)
+__attribute__((no_sanitize("address", "undefined", "thread"), used)) static void *gs_dlsym_target(void)
 {
         return gs_real_dlsym_fn();
 }
@@ -99,11 +100,11 @@ __asm__(".text\n"
         ".globl dlsym\n"
         ".type dlsym, @function\n"
         "dlsym:\n"
-        "        cmpq $-1, %rdi\n"          /* RTLD_NEXT is (void *)-1 */
+        "        cmpq $-1, %rdi\n" /* RTLD_NEXT is (void *)-1 */
         "        jne gs_dlsym\n"
         "        pushq %rdi\n"
         "        pushq %rsi\n"
-        "        subq $8, %rsp\n"           /* keep the stack 16-byte aligned */
+        "        subq $8, %rsp\n" /* keep the stack 16-byte aligned */
         "        call gs_dlsym_target\n"
         "        addq $8, %rsp\n"
         "        popq %rsi\n"
@@ -294,7 +295,10 @@ GS_HOOK_API CUresult cuCtxDestroy(CUcontext ctx)
 
 /* ---- allocation ------------------------------------------------------ */
 
-GS_HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return gs_cu_result(gs_hook_mem_alloc(dptr, bytesize)); }
+GS_HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+        return gs_cu_result(gs_hook_mem_alloc(dptr, bytesize));
+}
 
 GS_HOOK_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                         unsigned int ElementSizeBytes)
@@ -405,7 +409,7 @@ static CUresult gs_free_async(CUdeviceptr dptr, CUstream hStream, int ptsz)
         is_capturing = ptsz && cu->stream_is_capturing_ptsz ? cu->stream_is_capturing_ptsz : cu->stream_is_capturing;
         if (is_capturing && is_capturing(hStream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) {
                 gs_hook_say_once(GS_ONCE_CAPTURE, "memory freed inside a CUDA graph capture stays allocated "
-                                 "(owned by the graph) until the process exits");
+                                                  "(owned by the graph) until the process exits");
                 return CUDA_SUCCESS;
         }
         if (ptsz && cu->stream_synchronize_ptsz)
@@ -419,8 +423,14 @@ static CUresult gs_free_async(CUdeviceptr dptr, CUstream hStream, int ptsz)
         return gs_cu_result(gs_hook_mem_free(dptr));
 }
 
-GS_HOOK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return gs_free_async(dptr, hStream, 0); }
-GS_HOOK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return gs_free_async(dptr, hStream, 1); }
+GS_HOOK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+        return gs_free_async(dptr, hStream, 0);
+}
+GS_HOOK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+        return gs_free_async(dptr, hStream, 1);
+}
 
 GS_HOOK_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
@@ -440,9 +450,10 @@ GS_HOOK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
         if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
                 if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || flags != 0 || size % GS_VMM_ALIGN) {
                         gs_hook_say_once(GS_ONCE_UNSUPPORTED, "cuMemCreate of device memory other than pinned, "
-                                         "in multiples of 2 MiB, is not supported under gshare");
-                        return prop->type == CU_MEM_ALLOCATION_TYPE_PINNED && size % GS_VMM_ALIGN ?
-                                       CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+                                                              "in multiples of 2 MiB, is not supported under gshare");
+                        return prop->type == CU_MEM_ALLOCATION_TYPE_PINNED && size % GS_VMM_ALIGN
+                                       ? CUDA_ERROR_INVALID_VALUE
+                                       : CUDA_ERROR_NOT_SUPPORTED;
                 }
                 /* The agent's allocations can be shared as POSIX fds only
                  * (PyTorch tries FABRIC first and falls back on this). */
@@ -454,8 +465,7 @@ GS_HOOK_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
                 return gs_cu_result(gs_hook_vmm_create(handle, size, prop->location.id));
         }
         /* Host memory takes none of the GPU's: the real driver serves it. */
-        if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
-            prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+        if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST || prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
             prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
                 cu = gs_cu_get();
                 if (!cu || !cu->mem_create)
@@ -554,7 +564,10 @@ GS_HOOK_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 
 /* ---- memory info ----------------------------------------------------- */
 
-GS_HOOK_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { return gs_cu_result(gs_hook_mem_info(free_bytes, total)); }
+GS_HOOK_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+        return gs_cu_result(gs_hook_mem_info(free_bytes, total));
+}
 
 GS_HOOK_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
 {
@@ -571,7 +584,10 @@ GS_HOOK_API CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total)
         return r;
 }
 
-GS_HOOK_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { return gs_cu_result(gs_hook_mem_total(dev, bytes)); }
+GS_HOOK_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+        return gs_cu_result(gs_hook_mem_total(dev, bytes));
+}
 
 GS_HOOK_API CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 {

@@ -12,10 +12,10 @@
 #include <stdint.h>
 
 struct gs_blocks {
-        uint64_t *key;  /* offset + 1; 0: empty */
+        uint64_t *key; /* offset + 1; 0: empty */
         uint64_t *size;
-        size_t cap, n;  /* cap: a power of two, at most 3/4 full */
-        int broken;     /* an insertion failed (out of memory): incomplete */
+        size_t cap, n; /* cap: a power of two, at most 3/4 full */
+        int broken;    /* an insertion failed (out of memory): incomplete */
 };
 
 /* Records a block; on failure the table is marked broken (the reclaim

@@ -21,9 +21,9 @@
 #include "gs_ring.h"
 
 #define GS_DEFAULT_SOCKET "/var/run/gshare/agent.sock"
-#define GS_SPIN_NS 30000ull                 /* spin this long before sleeping */
-#define GS_SLEEP_SLICE_NS 50000000ull       /* re-check the socket this often */
-#define GS_REPLY_TIMEOUT_NS 60000000000ull  /* give up on a silent agent */
+#define GS_SPIN_NS 30000ull                /* spin this long before sleeping */
+#define GS_SLEEP_SLICE_NS 50000000ull      /* re-check the socket this often */
+#define GS_REPLY_TIMEOUT_NS 60000000000ull /* give up on a silent agent */
 #define GS_WELCOME_TIMEOUT_MS 10000
 #define GS_MAX_VA (UINT64_C(1) << 47)
 
@@ -100,8 +100,10 @@ static void gs_conn_drop(void)
 /* pre: gs_conn.mu held. */
 void gs_conn_lost(const char *why)
 {
-        gs_hook_say_once(GS_ONCE_AGENT, "lost the connection to the gshare agent at %s (%s); "
-                         "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
+        gs_hook_say_once(GS_ONCE_AGENT,
+                         "lost the connection to the gshare agent at %s (%s); "
+                         "GPU memory allocation is disabled for this process",
+                         gs_conn.sock_path, why);
         gs_conn_drop();
 }
 
@@ -113,17 +115,24 @@ void gs_conn_broken(const char *why)
                 gs_conn_lost(why);
                 return;
         }
-        gs_hook_say_once(GS_ONCE_AGENT, "lost the connection to the gshare agent at %s (%s); waiting up to "
-                         "%llu ms for an agent to take this process's memory back", gs_conn.sock_path, why,
-                         (unsigned long long)(gs_conn.wait_ns / 1000000));
+        gs_hook_say_once(GS_ONCE_AGENT,
+                         "lost the connection to the gshare agent at %s (%s); waiting up to "
+                         "%llu ms for an agent to take this process's memory back",
+                         gs_conn.sock_path, why, (unsigned long long)(gs_conn.wait_ns / 1000000));
         gs_conn.state = GS_CONN_LOST;
         gs_conn.lost_ns = (uint64_t)gs_mono_ns();
 }
 
 /* ---- fork ---------------------------------------------------------- */
 
-static void gs_atfork_prepare(void) { pthread_mutex_lock(&gs_conn.mu); }
-static void gs_atfork_parent(void) { pthread_mutex_unlock(&gs_conn.mu); }
+static void gs_atfork_prepare(void)
+{
+        pthread_mutex_lock(&gs_conn.mu);
+}
+static void gs_atfork_parent(void)
+{
+        pthread_mutex_unlock(&gs_conn.mu);
+}
 
 /* The child is a new process for the agent: drop the parent's connection
  * (without telling the agent anything: the socket is the parent's too) and
@@ -151,7 +160,10 @@ static void gs_atfork_child(void)
         gs_hook_once_reset();
 }
 
-static void gs_atfork_register(void) { (void)pthread_atfork(gs_atfork_prepare, gs_atfork_parent, gs_atfork_child); }
+static void gs_atfork_register(void)
+{
+        (void)pthread_atfork(gs_atfork_prepare, gs_atfork_parent, gs_atfork_child);
+}
 
 /* ---- registration -------------------------------------------------- */
 
@@ -230,8 +242,7 @@ static int gs_conn_welcome(const struct gs_sock_welcome *w, int fd, int reclaim,
 }
 
 /* pre: gs_conn.mu held. */
-int gs_conn_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags,
-                         int fd)
+int gs_conn_reclaim_send(struct gs_sock_reclaim *m, uint32_t gpu, uint32_t kind, uint32_t count, uint32_t flags, int fd)
 {
         size_t len = offsetof(struct gs_sock_reclaim, item) + 8 * (size_t)count;
         union {
@@ -372,8 +383,10 @@ static int gs_reclaim(const char **why)
 static void gs_conn_refused(const char *why)
 {
         if (strcmp(why, "refused") != 0)
-                gs_hook_say_once(GS_ONCE_AGENT, "cannot reach the gshare agent at %s (%s); "
-                                 "GPU memory allocation is disabled for this process", gs_conn.sock_path, why);
+                gs_hook_say_once(GS_ONCE_AGENT,
+                                 "cannot reach the gshare agent at %s (%s); "
+                                 "GPU memory allocation is disabled for this process",
+                                 gs_conn.sock_path, why);
         gs_conn_down();
 }
 
@@ -441,8 +454,8 @@ static int gs_conn_open(int reclaim, const char **why)
                 memset(hello.comm, 0, sizeof(hello.comm));
         /* An agent refusing this connection (its caps) sends ERROR and
          * closes, maybe before our HELLO: read the ERROR all the same. */
-        if (send(gs_conn.sock, &hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello) &&
-            errno != EPIPE && errno != ECONNRESET) {
+        if (send(gs_conn.sock, &hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello) && errno != EPIPE &&
+            errno != ECONNRESET) {
                 r = gs_neg_errno();
                 *why = strerror(-r);
                 goto fail;
@@ -470,8 +483,10 @@ static int gs_conn_open(int reclaim, const char **why)
         }
         if (gs_msg_hdr_ok(&m.h, GS_SOCK_ERROR, sizeof(m.e), n)) {
                 m.e.msg[sizeof(m.e.msg) - 1] = '\0';
-                gs_hook_say_once(GS_ONCE_AGENT, "the gshare agent at %s refused this process: %s; "
-                                 "GPU memory allocation is disabled for this process", gs_conn.sock_path, m.e.msg);
+                gs_hook_say_once(GS_ONCE_AGENT,
+                                 "the gshare agent at %s refused this process: %s; "
+                                 "GPU memory allocation is disabled for this process",
+                                 gs_conn.sock_path, m.e.msg);
                 *why = "refused";
                 r = -EPERM;
                 goto fail;
@@ -538,9 +553,10 @@ static int gs_conn_connect(void)
                 gs_conn_refused(why);
                 return -ECONNREFUSED;
         }
-        gs_hook_say_once(GS_ONCE_WAIT, "cannot reach the gshare agent at %s (%s); waiting up to %llu ms for it "
-                         "(then memory calls fail, and each tries again)", gs_conn.sock_path, why,
-                         (unsigned long long)(gs_conn.wait_ns / 1000000));
+        gs_hook_say_once(GS_ONCE_WAIT,
+                         "cannot reach the gshare agent at %s (%s); waiting up to %llu ms for it "
+                         "(then memory calls fail, and each tries again)",
+                         gs_conn.sock_path, why, (unsigned long long)(gs_conn.wait_ns / 1000000));
         gs_conn.state = GS_CONN_LOST;
         gs_conn.lost_ns = (uint64_t)gs_mono_ns();
         return gs_conn_reconnect() ? 0 : -ECONNREFUSED;
@@ -563,7 +579,8 @@ static int gs_conn_try(void)
         if (r != -EPERM)
                 return -1;
         if (gs_conn.ngpus > 0)
-                gs_hook_say_once(GS_ONCE_RECLAIM, "the gshare agent at %s did not take this process's memory "
+                gs_hook_say_once(GS_ONCE_RECLAIM,
+                                 "the gshare agent at %s did not take this process's memory "
                                  "back (%s); GPU memory allocation is disabled for this process",
                                  gs_conn.sock_path, why);
         else
@@ -731,8 +748,8 @@ again:
                                 return r;
                         }
                 }
-                r = gs_doorbell_sleep(&gs_conn.shm->rep, gs_conn.rep_tail, &gs_conn.shm->hook_wake, &gs_conn.shm->hook_sleeping,
-                                      GS_SLEEP_SLICE_NS);
+                r = gs_doorbell_sleep(&gs_conn.shm->rep, gs_conn.rep_tail, &gs_conn.shm->hook_wake,
+                                      &gs_conn.shm->hook_sleeping, GS_SLEEP_SLICE_NS);
                 if (r == -ETIMEDOUT || r == 0) {
                         struct pollfd pfd = { .fd = gs_conn.sock, .events = POLLRDHUP };
                         if (!gs_ring_ready(&gs_conn.shm->rep, gs_conn.rep_tail) && poll(&pfd, 1, 0) > 0 &&
@@ -745,7 +762,8 @@ again:
                         /* Still no reply after a whole slice: ring again, so
                          * that a wake-up lost anywhere costs one slice, not
                          * the request. */
-                        if (r == -ETIMEDOUT && gs_conn.wake >= 0 && !gs_ring_ready(&gs_conn.shm->rep, gs_conn.rep_tail)) {
+                        if (r == -ETIMEDOUT && gs_conn.wake >= 0 &&
+                            !gs_ring_ready(&gs_conn.shm->rep, gs_conn.rep_tail)) {
                                 uint64_t one = 1;
                                 if (write(gs_conn.wake, &one, sizeof(one)) < 0) {
                                         /* EAGAIN: a wake-up is pending anyway */

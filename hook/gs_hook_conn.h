@@ -30,10 +30,10 @@ struct gs_hook_gpu {
         uint8_t uuid[16];
         uint64_t quota, chunk;
         uint32_t max_slots;
-        CUdeviceptr va_base;   /* 0 until reserved */
-        uint8_t *mapped;       /* max_slots: 0, GS_MAPPED_DEVICE or GS_MAPPED_HOST */
-        int ctx_charged;       /* GS_OP_CTX done for this process */
-        int ctx_done;          /* and GS_OP_CTX_DONE sent */
+        CUdeviceptr va_base;     /* 0 until reserved */
+        uint8_t *mapped;         /* max_slots: 0, GS_MAPPED_DEVICE or GS_MAPPED_HOST */
+        int ctx_charged;         /* GS_OP_CTX done for this process */
+        int ctx_done;            /* and GS_OP_CTX_DONE sent */
         struct gs_blocks blocks; /* live blocks, for a reclaim */
 };
 
@@ -53,8 +53,8 @@ struct gs_conn {
         pthread_mutex_t mu;
         int state;
         int sock;
-        int wake;              /* the agent's doorbell (eventfd of WELCOME) */
-        int notify;            /* the agent's notification eventfd (GS_OP_NOTIFY), or -1 */
+        int wake;   /* the agent's doorbell (eventfd of WELCOME) */
+        int notify; /* the agent's notification eventfd (GS_OP_NOTIFY), or -1 */
         struct gs_shm *shm;
         uint32_t req_head, rep_tail;
         uint64_t seq;
@@ -63,11 +63,11 @@ struct gs_conn {
         /* CUdevice -> index into gpus; -1: not in the allocation; -2: unknown. */
         int devmap[GS_MAX_DEVICES];
         const char *sock_path;
-        uint32_t features;     /* GS_FEAT_* the agent announced */
+        uint32_t features;       /* GS_FEAT_* the agent announced */
         uint32_t give_back_seen; /* gs_shm.give_back when last looked at */
-        uint64_t lost_ns;      /* LOST since (gs_mono_ns) */
-        uint64_t wait_ns;      /* how long calls wait for a new agent */
-        uint64_t reconnects;   /* successful reclaims, for tests and logs */
+        uint64_t lost_ns;        /* LOST since (gs_mono_ns) */
+        uint64_t wait_ns;        /* how long calls wait for a new agent */
+        uint64_t reconnects;     /* successful reclaims, for tests and logs */
 };
 
 /* The process's connection (a fork child starts a new one). */

@@ -38,7 +38,10 @@ static void gs_ctx_child(void)
         g_unrecorded = 0;
 }
 
-static void gs_ctx_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_ctx_child); }
+static void gs_ctx_fork_register(void)
+{
+        (void)pthread_atfork(NULL, NULL, gs_ctx_child);
+}
 
 void gs_ctx_created(CUcontext ctx, CUdevice dev)
 {
@@ -91,7 +94,10 @@ void gs_ctx_lock(void)
         pthread_mutex_lock(&g_ctx_mu);
 }
 
-void gs_ctx_unlock(void) { pthread_mutex_unlock(&g_ctx_mu); }
+void gs_ctx_unlock(void)
+{
+        pthread_mutex_unlock(&g_ctx_mu);
+}
 
 int gs_ctx_list(CUcontext *ctxs, CUdevice *devs, int max)
 {
@@ -137,8 +143,10 @@ int gs_ctx_collect(const struct gs_cu *cu, uint64_t devs, CUdevice dev, struct g
         }
         n = gs_ctx_list(app, adev, GS_CTX_MAX);
         if (n < 0) {
-                gs_hook_say_once(GS_ONCE_MOVER, "more than %d CUDA contexts: the memory this process borrowed "
-                                 "or cached cannot be given back while they live", GS_CTX_MAX);
+                gs_hook_say_once(GS_ONCE_MOVER,
+                                 "more than %d CUDA contexts: the memory this process borrowed "
+                                 "or cached cannot be given back while they live",
+                                 GS_CTX_MAX);
                 return -EBUSY;
         }
         for (int i = 0; i < n; i++)

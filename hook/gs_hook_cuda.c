@@ -19,8 +19,7 @@ static gs_dlsym_fn g_real_dlsym;
 /* No sanitizer instrumentation: ASan's and TSan's runtimes resolve their
  * interceptors with dlsym before they are initialised (no shadow memory, no
  * thread state), and our dlsym is the one they get. */
-__attribute__((no_sanitize("address", "undefined", "thread")))
-void *gs_real_dlsym_fn(void)
+__attribute__((no_sanitize("address", "undefined", "thread"))) void *gs_real_dlsym_fn(void)
 {
         gs_dlsym_fn f = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
 
@@ -37,36 +36,59 @@ void *gs_real_dlsym_fn(void)
         return (void *)f;
 }
 
-__attribute__((no_sanitize("address", "undefined", "thread")))
-void *gs_real_dlsym(void *handle, const char *name)
+__attribute__((no_sanitize("address", "undefined", "thread"))) void *gs_real_dlsym(void *handle, const char *name)
 {
         gs_dlsym_fn f = (gs_dlsym_fn)gs_real_dlsym_fn();
 
         return f ? f(handle, name) : NULL;
 }
 
-#define GS_CU_ENTRY(m, n) { #n, offsetof(struct gs_cu, m) }
+#define GS_CU_ENTRY(m, n)                     \
+        {                                     \
+#n, offsetof(struct gs_cu, m) \
+        }
 static const struct {
         const char *name;
         size_t off;
 } gs_cu_entries[] = {
-        GS_CU_ENTRY(init, cuInit), GS_CU_ENTRY(get_proc_address, cuGetProcAddress), GS_CU_ENTRY(get_proc_address_v2, cuGetProcAddress_v2),
-        GS_CU_ENTRY(ctx_get_device, cuCtxGetDevice), GS_CU_ENTRY(device_get_uuid_v2, cuDeviceGetUuid_v2), GS_CU_ENTRY(device_get_count, cuDeviceGetCount),
-        GS_CU_ENTRY(mem_address_reserve, cuMemAddressReserve), GS_CU_ENTRY(mem_import_from_shareable_handle, cuMemImportFromShareableHandle), GS_CU_ENTRY(mem_map, cuMemMap),
-        GS_CU_ENTRY(mem_set_access, cuMemSetAccess), GS_CU_ENTRY(mem_release, cuMemRelease), GS_CU_ENTRY(mem_create, cuMemCreate), GS_CU_ENTRY(mem_unmap, cuMemUnmap),
-        GS_CU_ENTRY(mem_get_address_range_v2, cuMemGetAddressRange_v2), GS_CU_ENTRY(stream_synchronize, cuStreamSynchronize),
+        GS_CU_ENTRY(init, cuInit),
+        GS_CU_ENTRY(get_proc_address, cuGetProcAddress),
+        GS_CU_ENTRY(get_proc_address_v2, cuGetProcAddress_v2),
+        GS_CU_ENTRY(ctx_get_device, cuCtxGetDevice),
+        GS_CU_ENTRY(device_get_uuid_v2, cuDeviceGetUuid_v2),
+        GS_CU_ENTRY(device_get_count, cuDeviceGetCount),
+        GS_CU_ENTRY(mem_address_reserve, cuMemAddressReserve),
+        GS_CU_ENTRY(mem_import_from_shareable_handle, cuMemImportFromShareableHandle),
+        GS_CU_ENTRY(mem_map, cuMemMap),
+        GS_CU_ENTRY(mem_set_access, cuMemSetAccess),
+        GS_CU_ENTRY(mem_release, cuMemRelease),
+        GS_CU_ENTRY(mem_create, cuMemCreate),
+        GS_CU_ENTRY(mem_unmap, cuMemUnmap),
+        GS_CU_ENTRY(mem_get_address_range_v2, cuMemGetAddressRange_v2),
+        GS_CU_ENTRY(stream_synchronize, cuStreamSynchronize),
         GS_CU_ENTRY(ctx_synchronize, cuCtxSynchronize),
-        GS_CU_ENTRY(stream_synchronize_ptsz, cuStreamSynchronize_ptsz), GS_CU_ENTRY(ipc_get_mem_handle, cuIpcGetMemHandle),
-        GS_CU_ENTRY(ipc_open_mem_handle_v2, cuIpcOpenMemHandle_v2), GS_CU_ENTRY(ipc_close_mem_handle, cuIpcCloseMemHandle), GS_CU_ENTRY(mem_address_free, cuMemAddressFree),
-        GS_CU_ENTRY(mem_export_to_shareable_handle, cuMemExportToShareableHandle), GS_CU_ENTRY(stream_is_capturing, cuStreamIsCapturing),
-        GS_CU_ENTRY(stream_is_capturing_ptsz, cuStreamIsCapturing_ptsz), GS_CU_ENTRY(device_primary_ctx_retain, cuDevicePrimaryCtxRetain),
-        GS_CU_ENTRY(ctx_create, cuCtxCreate), GS_CU_ENTRY(ctx_create_v2, cuCtxCreate_v2), GS_CU_ENTRY(ctx_create_v3, cuCtxCreate_v3),
-        GS_CU_ENTRY(ctx_create_v4, cuCtxCreate_v4), GS_CU_ENTRY(device_can_access_peer, cuDeviceCanAccessPeer),
-        GS_CU_ENTRY(ctx_destroy, cuCtxDestroy), GS_CU_ENTRY(ctx_destroy_v2, cuCtxDestroy_v2),
-        GS_CU_ENTRY(ctx_push_current_v2, cuCtxPushCurrent_v2), GS_CU_ENTRY(ctx_pop_current_v2, cuCtxPopCurrent_v2),
+        GS_CU_ENTRY(stream_synchronize_ptsz, cuStreamSynchronize_ptsz),
+        GS_CU_ENTRY(ipc_get_mem_handle, cuIpcGetMemHandle),
+        GS_CU_ENTRY(ipc_open_mem_handle_v2, cuIpcOpenMemHandle_v2),
+        GS_CU_ENTRY(ipc_close_mem_handle, cuIpcCloseMemHandle),
+        GS_CU_ENTRY(mem_address_free, cuMemAddressFree),
+        GS_CU_ENTRY(mem_export_to_shareable_handle, cuMemExportToShareableHandle),
+        GS_CU_ENTRY(stream_is_capturing, cuStreamIsCapturing),
+        GS_CU_ENTRY(stream_is_capturing_ptsz, cuStreamIsCapturing_ptsz),
+        GS_CU_ENTRY(device_primary_ctx_retain, cuDevicePrimaryCtxRetain),
+        GS_CU_ENTRY(ctx_create, cuCtxCreate),
+        GS_CU_ENTRY(ctx_create_v2, cuCtxCreate_v2),
+        GS_CU_ENTRY(ctx_create_v3, cuCtxCreate_v3),
+        GS_CU_ENTRY(ctx_create_v4, cuCtxCreate_v4),
+        GS_CU_ENTRY(device_can_access_peer, cuDeviceCanAccessPeer),
+        GS_CU_ENTRY(ctx_destroy, cuCtxDestroy),
+        GS_CU_ENTRY(ctx_destroy_v2, cuCtxDestroy_v2),
+        GS_CU_ENTRY(ctx_push_current_v2, cuCtxPushCurrent_v2),
+        GS_CU_ENTRY(ctx_pop_current_v2, cuCtxPopCurrent_v2),
         GS_CU_ENTRY(device_primary_ctx_get_state, cuDevicePrimaryCtxGetState),
         GS_CU_ENTRY(device_primary_ctx_release_v2, cuDevicePrimaryCtxRelease_v2),
-        GS_CU_ENTRY(memcpy_dtod_async_v2, cuMemcpyDtoDAsync_v2), GS_CU_ENTRY(stream_create, cuStreamCreate),
+        GS_CU_ENTRY(memcpy_dtod_async_v2, cuMemcpyDtoDAsync_v2),
+        GS_CU_ENTRY(stream_create, cuStreamCreate),
         GS_CU_ENTRY(stream_destroy_v2, cuStreamDestroy_v2),
         GS_CU_ENTRY(mem_retain_allocation_handle, cuMemRetainAllocationHandle),
 };

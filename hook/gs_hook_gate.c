@@ -47,7 +47,10 @@ static void gs_gate_child(void)
         pthread_cond_init(&g_cv, NULL);
 }
 
-static void gs_gate_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_gate_child); }
+static void gs_gate_fork_register(void)
+{
+        (void)pthread_atfork(NULL, NULL, gs_gate_child);
+}
 
 void gs_gate_arm(void)
 {
@@ -55,7 +58,10 @@ void gs_gate_arm(void)
         __atomic_store_n(&g_armed, 1, __ATOMIC_SEQ_CST);
 }
 
-int gs_gate_armed(void) { return __atomic_load_n(&g_armed, __ATOMIC_SEQ_CST); }
+int gs_gate_armed(void)
+{
+        return __atomic_load_n(&g_armed, __ATOMIC_SEQ_CST);
+}
 
 /* One counted wrapper less; wakes a closer if one waits. */
 static void gs_gate_uncount(void)
@@ -164,24 +170,24 @@ static void *gs_gate_real(int i)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
-#define GS_GATE_WRAP(n, b)                                                                                    \
-        _Static_assert(__builtin_types_compatible_p(__typeof__(&n), __typeof__(&b)),                          \
-                       #n " has cuda.h's prototype of " #b);                                                 \
-        GS_HOOK_API CUresult CUDAAPI n GS_P_##b(GS_GATE_PARAMS)                                               \
-        {                                                                                                     \
-                CUresult(*real) GS_P_##b(GS_GATE_PARAMS) = (CUresult(*) GS_P_##b(GS_GATE_PARAMS))gs_gate_real( \
-                        GS_GI_##n);                                                                           \
-                CUresult r;                                                                                   \
-                int counted;                                                                                  \
-                                                                                                              \
-                if (!real)                                                                                    \
-                        return CUDA_ERROR_NOT_SUPPORTED;                                                      \
-                if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED))                                             \
-                        return real GS_P_##b(GS_GATE_ARGS);                                                   \
-                counted = gs_gate_enter();                                                                    \
-                r = real GS_P_##b(GS_GATE_ARGS);                                                              \
-                gs_gate_leave(counted);                                                                       \
-                return r;                                                                                     \
+#define GS_GATE_WRAP(n, b)                                                             \
+        _Static_assert(__builtin_types_compatible_p(__typeof__(&n), __typeof__(&b)),   \
+                       #n " has cuda.h's prototype of " #b);                           \
+        GS_HOOK_API CUresult CUDAAPI n GS_P_##b(GS_GATE_PARAMS)                        \
+        {                                                                              \
+                CUresult(*real) GS_P_##b(GS_GATE_PARAMS) =                             \
+                        (CUresult(*) GS_P_##b(GS_GATE_PARAMS))gs_gate_real(GS_GI_##n); \
+                CUresult r;                                                            \
+                int counted;                                                           \
+                                                                                       \
+                if (!real)                                                             \
+                        return CUDA_ERROR_NOT_SUPPORTED;                               \
+                if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED))                      \
+                        return real GS_P_##b(GS_GATE_ARGS);                            \
+                counted = gs_gate_enter();                                             \
+                r = real GS_P_##b(GS_GATE_ARGS);                                       \
+                gs_gate_leave(counted);                                                \
+                return r;                                                              \
         }
 GS_GATED_OTHER(GS_GATE_WRAP)
 
@@ -200,28 +206,28 @@ GS_GATED_OTHER(GS_GATE_WRAP)
 
 /* A launch: compute QoS admits it (gs_hook_qos.h) before the gate, so a
  * launch waiting for its turn never holds a mover's close. */
-#define GS_GATE_WRAP_LAUNCH(n, b)                                                                             \
-        _Static_assert(__builtin_types_compatible_p(__typeof__(&n), __typeof__(&b)),                          \
-                       #n " has cuda.h's prototype of " #b);                                                 \
-        GS_HOOK_API CUresult CUDAAPI n GS_P_##b(GS_GATE_PARAMS)                                               \
-        {                                                                                                     \
-                CUresult(*real) GS_P_##b(GS_GATE_PARAMS) = (CUresult(*) GS_P_##b(GS_GATE_PARAMS))gs_gate_real( \
-                        GS_GI_##n);                                                                           \
-                CUresult r;                                                                                   \
-                int counted, qc;                                                                              \
-                                                                                                              \
-                if (!real)                                                                                    \
-                        return CUDA_ERROR_NOT_SUPPORTED;                                                      \
-                qc = gs_qos_before(GS_S_##b, GS_F_##b);                                                       \
-                if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED)) {                                           \
-                        r = real GS_P_##b(GS_GATE_ARGS);                                                      \
-                } else {                                                                                      \
-                        counted = gs_gate_enter();                                                            \
-                        r = real GS_P_##b(GS_GATE_ARGS);                                                      \
-                        gs_gate_leave(counted);                                                               \
-                }                                                                                             \
-                gs_qos_after(qc, GS_S_##b, r);                                                                \
-                return r;                                                                                     \
+#define GS_GATE_WRAP_LAUNCH(n, b)                                                      \
+        _Static_assert(__builtin_types_compatible_p(__typeof__(&n), __typeof__(&b)),   \
+                       #n " has cuda.h's prototype of " #b);                           \
+        GS_HOOK_API CUresult CUDAAPI n GS_P_##b(GS_GATE_PARAMS)                        \
+        {                                                                              \
+                CUresult(*real) GS_P_##b(GS_GATE_PARAMS) =                             \
+                        (CUresult(*) GS_P_##b(GS_GATE_PARAMS))gs_gate_real(GS_GI_##n); \
+                CUresult r;                                                            \
+                int counted, qc;                                                       \
+                                                                                       \
+                if (!real)                                                             \
+                        return CUDA_ERROR_NOT_SUPPORTED;                               \
+                qc = gs_qos_before(GS_S_##b, GS_F_##b);                                \
+                if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED)) {                    \
+                        r = real GS_P_##b(GS_GATE_ARGS);                               \
+                } else {                                                               \
+                        counted = gs_gate_enter();                                     \
+                        r = real GS_P_##b(GS_GATE_ARGS);                               \
+                        gs_gate_leave(counted);                                        \
+                }                                                                      \
+                gs_qos_after(qc, GS_S_##b, r);                                         \
+                return r;                                                              \
         }
 GS_GATED_LAUNCH(GS_GATE_WRAP_LAUNCH)
 

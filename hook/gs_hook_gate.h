@@ -68,11 +68,14 @@ void gs_gate_leave(int counted);
 #define GS_GATED(X) GS_GATED_LAUNCH(X) GS_GATED_OTHER(X)
 /* The launches of work on one stream: compute QoS admits them
  * (gs_hook_qos.h). */
+// clang-format off
 #define GS_GATED_LAUNCH(X) X(cuLaunchKernel, cuLaunchKernel) X(cuLaunchKernel_ptsz, cuLaunchKernel) \
         X(cuLaunchKernelEx, cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx) \
         X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel) \
         X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel) \
         X(cuLaunchGridAsync, cuLaunchGridAsync) X(cuGraphLaunch, cuGraphLaunch) X(cuGraphLaunch_ptsz, cuGraphLaunch)
+// clang-format on
+// clang-format off
 #define GS_GATED_OTHER(X) \
         X(cuLaunchCooperativeKernelMultiDevice, cuLaunchCooperativeKernelMultiDevice) X(cuLaunch, cuLaunch) \
         X(cuLaunchGrid, cuLaunchGrid) X(cuMemcpy, cuMemcpy) X(cuMemcpy_ptds, cuMemcpy) \
@@ -117,127 +120,114 @@ void gs_gate_leave(int counted);
         X(cuStreamWaitValue64_v2, cuStreamWaitValue64_v2) \
         X(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2) X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2) \
         X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)
+// clang-format on
 
-#define GS_P_cuLaunchKernel(M) M((CUfunction f, unsigned int gridDimX, unsigned int gridDimY, \
-        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, \
-        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra), \
-        (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
-         kernelParams, extra))
-#define GS_P_cuLaunchKernelEx(M) M((const CUlaunchConfig *config, CUfunction f, void **kernelParams, \
-        void **extra), \
-        (config, f, kernelParams, extra))
-#define GS_P_cuLaunchCooperativeKernel(M) M((CUfunction f, unsigned int gridDimX, unsigned int gridDimY, \
-        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, \
-        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams), \
-        (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
-         kernelParams))
-#define GS_P_cuLaunchCooperativeKernelMultiDevice(M) M((CUDA_LAUNCH_PARAMS *launchParamsList, \
-        unsigned int numDevices, unsigned int flags), \
-        (launchParamsList, numDevices, flags))
-#define GS_P_cuLaunch(M) M((CUfunction f), \
-        (f))
-#define GS_P_cuLaunchGrid(M) M((CUfunction f, int grid_width, int grid_height), \
-        (f, grid_width, grid_height))
-#define GS_P_cuLaunchGridAsync(M) M((CUfunction f, int grid_width, int grid_height, CUstream hStream), \
-        (f, grid_width, grid_height, hStream))
-#define GS_P_cuGraphLaunch(M) M((CUgraphExec hGraphExec, CUstream hStream), \
-        (hGraphExec, hStream))
-#define GS_P_cuMemcpy(M) M((CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), \
-        (dst, src, ByteCount))
-#define GS_P_cuMemcpyAsync(M) M((CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), \
-        (dst, src, ByteCount, hStream))
-#define GS_P_cuMemcpyPeer(M) M((CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, \
-        CUcontext srcContext, size_t ByteCount), \
-        (dstDevice, dstContext, srcDevice, srcContext, ByteCount))
-#define GS_P_cuMemcpyPeerAsync(M) M((CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, \
-        CUcontext srcContext, size_t ByteCount, CUstream hStream), \
-        (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
-#define GS_P_cuMemcpyHtoD_v2(M) M((CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount), \
-        (dstDevice, srcHost, ByteCount))
-#define GS_P_cuMemcpyDtoH_v2(M) M((void *dstHost, CUdeviceptr srcDevice, size_t ByteCount), \
-        (dstHost, srcDevice, ByteCount))
-#define GS_P_cuMemcpyDtoD_v2(M) M((CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount), \
-        (dstDevice, srcDevice, ByteCount))
-#define GS_P_cuMemcpyDtoA_v2(M) M((CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, \
-        size_t ByteCount), \
-        (dstArray, dstOffset, srcDevice, ByteCount))
-#define GS_P_cuMemcpyAtoD_v2(M) M((CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, \
-        size_t ByteCount), \
-        (dstDevice, srcArray, srcOffset, ByteCount))
-#define GS_P_cuMemcpyHtoDAsync_v2(M) M((CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, \
-        CUstream hStream), \
-        (dstDevice, srcHost, ByteCount, hStream))
-#define GS_P_cuMemcpyDtoHAsync_v2(M) M((void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, \
-        CUstream hStream), \
-        (dstHost, srcDevice, ByteCount, hStream))
-#define GS_P_cuMemcpyDtoDAsync_v2(M) M((CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, \
-        CUstream hStream), \
-        (dstDevice, srcDevice, ByteCount, hStream))
-#define GS_P_cuMemcpy2D_v2(M) M((const CUDA_MEMCPY2D *pCopy), \
-        (pCopy))
-#define GS_P_cuMemcpy2DUnaligned_v2(M) M((const CUDA_MEMCPY2D *pCopy), \
-        (pCopy))
-#define GS_P_cuMemcpy2DAsync_v2(M) M((const CUDA_MEMCPY2D *pCopy, CUstream hStream), \
-        (pCopy, hStream))
-#define GS_P_cuMemcpy3D_v2(M) M((const CUDA_MEMCPY3D *pCopy), \
-        (pCopy))
-#define GS_P_cuMemcpy3DAsync_v2(M) M((const CUDA_MEMCPY3D *pCopy, CUstream hStream), \
-        (pCopy, hStream))
-#define GS_P_cuMemcpy3DPeer(M) M((const CUDA_MEMCPY3D_PEER *pCopy), \
-        (pCopy))
-#define GS_P_cuMemcpy3DPeerAsync(M) M((const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), \
-        (pCopy, hStream))
-#define GS_P_cuMemcpyBatchAsync_v2(M) M((CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, \
-        CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream), \
-        (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
-#define GS_P_cuMemcpy3DBatchAsync_v2(M) M((size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, \
-        unsigned long long flags, CUstream hStream), \
-        (numOps, opList, flags, hStream))
-#define GS_P_cuMemsetD8_v2(M) M((CUdeviceptr dstDevice, unsigned char uc, size_t N), \
-        (dstDevice, uc, N))
-#define GS_P_cuMemsetD16_v2(M) M((CUdeviceptr dstDevice, unsigned short us, size_t N), \
-        (dstDevice, us, N))
-#define GS_P_cuMemsetD32_v2(M) M((CUdeviceptr dstDevice, unsigned int ui, size_t N), \
-        (dstDevice, ui, N))
-#define GS_P_cuMemsetD2D8_v2(M) M((CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, \
-        size_t Height), \
-        (dstDevice, dstPitch, uc, Width, Height))
-#define GS_P_cuMemsetD2D16_v2(M) M((CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, \
-        size_t Height), \
-        (dstDevice, dstPitch, us, Width, Height))
-#define GS_P_cuMemsetD2D32_v2(M) M((CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, \
-        size_t Height), \
-        (dstDevice, dstPitch, ui, Width, Height))
-#define GS_P_cuMemsetD8Async(M) M((CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream), \
-        (dstDevice, uc, N, hStream))
-#define GS_P_cuMemsetD16Async(M) M((CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream), \
-        (dstDevice, us, N, hStream))
-#define GS_P_cuMemsetD32Async(M) M((CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream), \
-        (dstDevice, ui, N, hStream))
-#define GS_P_cuMemsetD2D8Async(M) M((CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, \
-        size_t Height, CUstream hStream), \
-        (dstDevice, dstPitch, uc, Width, Height, hStream))
-#define GS_P_cuMemsetD2D16Async(M) M((CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, \
-        size_t Height, CUstream hStream), \
-        (dstDevice, dstPitch, us, Width, Height, hStream))
-#define GS_P_cuMemsetD2D32Async(M) M((CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, \
-        size_t Height, CUstream hStream), \
-        (dstDevice, dstPitch, ui, Width, Height, hStream))
-#define GS_P_cuStreamWriteValue32_v2(M) M((CUstream stream, CUdeviceptr addr, cuuint32_t value, \
-        unsigned int flags), \
-        (stream, addr, value, flags))
-#define GS_P_cuStreamWriteValue64_v2(M) M((CUstream stream, CUdeviceptr addr, cuuint64_t value, \
-        unsigned int flags), \
-        (stream, addr, value, flags))
-#define GS_P_cuStreamWaitValue32_v2(M) M((CUstream stream, CUdeviceptr addr, cuuint32_t value, \
-        unsigned int flags), \
-        (stream, addr, value, flags))
-#define GS_P_cuStreamWaitValue64_v2(M) M((CUstream stream, CUdeviceptr addr, cuuint64_t value, \
-        unsigned int flags), \
-        (stream, addr, value, flags))
-#define GS_P_cuStreamBatchMemOp_v2(M) M((CUstream stream, unsigned int count, \
-        CUstreamBatchMemOpParams *paramArray, unsigned int flags), \
-        (stream, count, paramArray, flags))
+#define GS_P_cuLaunchKernel(M)                                                                                        \
+        M((CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, \
+           unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,             \
+           void **kernelParams, void **extra),                                                                        \
+          (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams,   \
+           extra))
+#define GS_P_cuLaunchKernelEx(M)                                                           \
+        M((const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), \
+          (config, f, kernelParams, extra))
+#define GS_P_cuLaunchCooperativeKernel(M)                                                                             \
+        M((CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, \
+           unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,             \
+           void **kernelParams),                                                                                      \
+          (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams))
+#define GS_P_cuLaunchCooperativeKernelMultiDevice(M)                                            \
+        M((CUDA_LAUNCH_PARAMS * launchParamsList, unsigned int numDevices, unsigned int flags), \
+          (launchParamsList, numDevices, flags))
+#define GS_P_cuLaunch(M) M((CUfunction f), (f))
+#define GS_P_cuLaunchGrid(M) M((CUfunction f, int grid_width, int grid_height), (f, grid_width, grid_height))
+#define GS_P_cuLaunchGridAsync(M) \
+        M((CUfunction f, int grid_width, int grid_height, CUstream hStream), (f, grid_width, grid_height, hStream))
+#define GS_P_cuGraphLaunch(M) M((CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
+#define GS_P_cuMemcpy(M) M((CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
+#define GS_P_cuMemcpyAsync(M) \
+        M((CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), (dst, src, ByteCount, hStream))
+#define GS_P_cuMemcpyPeer(M)                                                                         \
+        M((CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, \
+           size_t ByteCount),                                                                        \
+          (dstDevice, dstContext, srcDevice, srcContext, ByteCount))
+#define GS_P_cuMemcpyPeerAsync(M)                                                                                      \
+        M((CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, \
+           CUstream hStream),                                                                                          \
+          (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+#define GS_P_cuMemcpyHtoD_v2(M) \
+        M((CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount), (dstDevice, srcHost, ByteCount))
+#define GS_P_cuMemcpyDtoH_v2(M) \
+        M((void *dstHost, CUdeviceptr srcDevice, size_t ByteCount), (dstHost, srcDevice, ByteCount))
+#define GS_P_cuMemcpyDtoD_v2(M) \
+        M((CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount), (dstDevice, srcDevice, ByteCount))
+#define GS_P_cuMemcpyDtoA_v2(M)                                                          \
+        M((CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount), \
+          (dstArray, dstOffset, srcDevice, ByteCount))
+#define GS_P_cuMemcpyAtoD_v2(M)                                                          \
+        M((CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount), \
+          (dstDevice, srcArray, srcOffset, ByteCount))
+#define GS_P_cuMemcpyHtoDAsync_v2(M)                                                        \
+        M((CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream), \
+          (dstDevice, srcHost, ByteCount, hStream))
+#define GS_P_cuMemcpyDtoHAsync_v2(M)                                                  \
+        M((void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), \
+          (dstHost, srcDevice, ByteCount, hStream))
+#define GS_P_cuMemcpyDtoDAsync_v2(M)                                                          \
+        M((CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), \
+          (dstDevice, srcDevice, ByteCount, hStream))
+#define GS_P_cuMemcpy2D_v2(M) M((const CUDA_MEMCPY2D *pCopy), (pCopy))
+#define GS_P_cuMemcpy2DUnaligned_v2(M) M((const CUDA_MEMCPY2D *pCopy), (pCopy))
+#define GS_P_cuMemcpy2DAsync_v2(M) M((const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream))
+#define GS_P_cuMemcpy3D_v2(M) M((const CUDA_MEMCPY3D *pCopy), (pCopy))
+#define GS_P_cuMemcpy3DAsync_v2(M) M((const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream))
+#define GS_P_cuMemcpy3DPeer(M) M((const CUDA_MEMCPY3D_PEER *pCopy), (pCopy))
+#define GS_P_cuMemcpy3DPeerAsync(M) M((const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream), (pCopy, hStream))
+#define GS_P_cuMemcpyBatchAsync_v2(M)                                                                        \
+        M((CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count, CUmemcpyAttributes * attrs, \
+           size_t * attrsIdxs, size_t numAttrs, CUstream hStream),                                           \
+          (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+#define GS_P_cuMemcpy3DBatchAsync_v2(M)                                                                 \
+        M((size_t numOps, CUDA_MEMCPY3D_BATCH_OP * opList, unsigned long long flags, CUstream hStream), \
+          (numOps, opList, flags, hStream))
+#define GS_P_cuMemsetD8_v2(M) M((CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
+#define GS_P_cuMemsetD16_v2(M) M((CUdeviceptr dstDevice, unsigned short us, size_t N), (dstDevice, us, N))
+#define GS_P_cuMemsetD32_v2(M) M((CUdeviceptr dstDevice, unsigned int ui, size_t N), (dstDevice, ui, N))
+#define GS_P_cuMemsetD2D8_v2(M)                                                                    \
+        M((CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height), \
+          (dstDevice, dstPitch, uc, Width, Height))
+#define GS_P_cuMemsetD2D16_v2(M)                                                                    \
+        M((CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height), \
+          (dstDevice, dstPitch, us, Width, Height))
+#define GS_P_cuMemsetD2D32_v2(M)                                                                  \
+        M((CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height), \
+          (dstDevice, dstPitch, ui, Width, Height))
+#define GS_P_cuMemsetD8Async(M) \
+        M((CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream), (dstDevice, uc, N, hStream))
+#define GS_P_cuMemsetD16Async(M) \
+        M((CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream), (dstDevice, us, N, hStream))
+#define GS_P_cuMemsetD32Async(M) \
+        M((CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream), (dstDevice, ui, N, hStream))
+#define GS_P_cuMemsetD2D8Async(M)                                                                                    \
+        M((CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream), \
+          (dstDevice, dstPitch, uc, Width, Height, hStream))
+#define GS_P_cuMemsetD2D16Async(M)                                                                                    \
+        M((CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream), \
+          (dstDevice, dstPitch, us, Width, Height, hStream))
+#define GS_P_cuMemsetD2D32Async(M)                                                                                  \
+        M((CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream), \
+          (dstDevice, dstPitch, ui, Width, Height, hStream))
+#define GS_P_cuStreamWriteValue32_v2(M) \
+        M((CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags))
+#define GS_P_cuStreamWriteValue64_v2(M) \
+        M((CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags))
+#define GS_P_cuStreamWaitValue32_v2(M) \
+        M((CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags), (stream, addr, value, flags))
+#define GS_P_cuStreamWaitValue64_v2(M) \
+        M((CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags), (stream, addr, value, flags))
+#define GS_P_cuStreamBatchMemOp_v2(M)                                                                      \
+        M((CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags), \
+          (stream, count, paramArray, flags))
 
 #define GS_GATE_PARAMS(p, a) p
 #define GS_GATE_ARGS(p, a) a

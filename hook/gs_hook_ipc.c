@@ -13,10 +13,10 @@
 /* Blocks of other processes opened with cuIpcOpenMemHandle. */
 struct gs_ipc_ent {
         uint64_t token[2];
-        CUdeviceptr va;        /* our reservation: nchunks * chunk */
+        CUdeviceptr va; /* our reservation: nchunks * chunk */
         uint32_t nchunks, refs;
         uint64_t chunk;
-        CUdeviceptr ptr;       /* the block, as handed to the application */
+        CUdeviceptr ptr; /* the block, as handed to the application */
         uint64_t size;
 };
 static struct gs_ipc_ent *g_ipc;
@@ -57,9 +57,15 @@ static void gs_ipc_fork_child(void)
         }
 }
 
-static void gs_ipc_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_ipc_fork_child); }
+static void gs_ipc_fork_register(void)
+{
+        (void)pthread_atfork(NULL, NULL, gs_ipc_fork_child);
+}
 
-static uint32_t first_slot(const struct gs_ipc_exp *x) { return (uint32_t)(x->off / gs_conn.gpus[x->gpu].chunk); }
+static uint32_t first_slot(const struct gs_ipc_exp *x)
+{
+        return (uint32_t)(x->off / gs_conn.gpus[x->gpu].chunk);
+}
 static uint32_t last_slot(const struct gs_ipc_exp *x)
 {
         return (uint32_t)((x->off + x->size - 1) / gs_conn.gpus[x->gpu].chunk);
@@ -235,8 +241,8 @@ int gs_hook_ipc_get(CUipcMemHandle *h, CUdeviceptr dptr)
         off = dptr - gs_conn.gpus[gi].va_base;
         /* Asked once per block to keep its memory: the same token after. */
         x = exp_at((uint32_t)gi, off);
-        keep = !x && (gs_conn.features & GS_FEAT_IPC_KEEP) && g_nexp < GS_IPC_MAX_EXPORTS_PER_PROC
-                       ? GS_IPC_EXPORT_KEEP : 0;
+        keep = !x && (gs_conn.features & GS_FEAT_IPC_KEEP) && g_nexp < GS_IPC_MAX_EXPORTS_PER_PROC ? GS_IPC_EXPORT_KEEP
+                                                                                                   : 0;
         if (gs_conn_call(GS_OP_IPC_EXPORT, (uint32_t)gi, off, keep, &rep) < 0) {
                 res = -EOPNOTSUPP;
                 goto out;
@@ -448,4 +454,3 @@ int gs_hook_ipc_range(CUdeviceptr ptr, CUdeviceptr *ret_base, size_t *ret_size)
         pthread_mutex_unlock(&gs_conn.mu);
         return res;
 }
-

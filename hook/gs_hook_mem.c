@@ -251,8 +251,8 @@ int gs_hook_mem_ctx(CUdevice dev)
                 goto out;
         /* Chunks asked of the pod's other processes, or taken back from
          * borrowers (docs/burst.md): worth waiting for, as an allocation. */
-        for (uint32_t waited = 0; rep.status == -ENOMEM && rep.others_asked &&
-                                  gs_space_wait_for_others(&waited, rep.others_asked);)
+        for (uint32_t waited = 0;
+             rep.status == -ENOMEM && rep.others_asked && gs_space_wait_for_others(&waited, rep.others_asked);)
                 if (gs_conn_call(GS_OP_CTX, (uint32_t)gi, 0, 0, &rep) < 0)
                         goto out;
         if (rep.status == 0) {
@@ -260,11 +260,12 @@ int gs_hook_mem_ctx(CUdevice dev)
                 res = 0;
                 goto out;
         }
-        gs_hook_say_once(GS_ONCE_CTX, "no room for a CUDA context on device %d: gshare allocation %016llx "
+        gs_hook_say_once(GS_ONCE_CTX,
+                         "no room for a CUDA context on device %d: gshare allocation %016llx "
                          "uses %llu of %llu MiB (%llu MiB of it outside the pool: contexts, modules); "
-                         "CUDA_ERROR_OUT_OF_MEMORY", dev, (unsigned long long)rep.arg[3],
-                         (unsigned long long)(rep.arg[1] >> 20), (unsigned long long)(rep.arg[0] >> 20),
-                         (unsigned long long)(rep.arg[2] >> 20));
+                         "CUDA_ERROR_OUT_OF_MEMORY",
+                         dev, (unsigned long long)rep.arg[3], (unsigned long long)(rep.arg[1] >> 20),
+                         (unsigned long long)(rep.arg[0] >> 20), (unsigned long long)(rep.arg[2] >> 20));
         res = rep.status == -ENOMEM ? -ENOMEM : gs_conn_status(rep.status);
 out:
         pthread_mutex_unlock(&gs_conn.mu);
@@ -343,4 +344,3 @@ out:
         pthread_mutex_unlock(&gs_conn.mu);
         return r;
 }
-

@@ -54,6 +54,6 @@ ssize_t gs_msg_recv_fds(int sock, void *buf, size_t len, int *ret_fds, int max, 
 
 int gs_msg_hdr_ok(const struct gs_sock_hdr *h, uint16_t type, size_t len, ssize_t got)
 {
-        return got == (ssize_t)len && h->magic == GS_WIRE_MAGIC && h->version == GS_WIRE_VERSION &&
-               h->type == type && h->len == len;
+        return got == (ssize_t)len && h->magic == GS_WIRE_MAGIC && h->version == GS_WIRE_VERSION && h->type == type &&
+               h->len == len;
 }

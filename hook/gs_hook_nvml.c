@@ -131,7 +131,8 @@ GS_HOOK_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
                 return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         r = gs_nvml_figures(device, &t, &f, &u);
         if (r == NVML_SUCCESS)
-                *memory = (nvmlMemory_v2_t){ .version = nvmlMemory_v2, .total = t, .reserved = 0, .free = f, .used = u };
+                *memory =
+                        (nvmlMemory_v2_t){ .version = nvmlMemory_v2, .total = t, .reserved = 0, .free = f, .used = u };
         return r;
 }
 

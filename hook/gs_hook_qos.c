@@ -14,11 +14,11 @@
 int gs_qos_active;
 
 /* Written by the hook's thread under gs_conn.mu, read by any thread. */
-static struct gs_qos_board *g_board;  /* atomic; a board once mapped stays mapped */
+static struct gs_qos_board *g_board;     /* atomic; a board once mapped stays mapped */
 static uint32_t g_slot = GS_QOS_NO_SLOT; /* atomic: ours when latency-critical */
-static uint32_t g_cls, g_cap;         /* atomic */
-static uint64_t g_gen = UINT64_MAX;   /* gs_conn.reconnects when last asked */
-static uint32_t g_seen;               /* gs_shm.qos when last asked */
+static uint32_t g_cls, g_cap;            /* atomic */
+static uint64_t g_gen = UINT64_MAX;      /* gs_conn.reconnects when last asked */
+static uint32_t g_seen;                  /* gs_shm.qos when last asked */
 static ino_t g_board_ino;
 static dev_t g_board_dev;
 
@@ -115,8 +115,8 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx;
 static CUevent g_ring[GS_QOS_INFLIGHT], g_start, g_end;
 static unsigned g_next;
-static int g_ring_ok = -1;             /* -1: not made yet */
-static int g_end_pending;              /* g_start/g_end around the last capped launch */
+static int g_ring_ok = -1; /* -1: not made yet */
+static int g_end_pending;  /* g_start/g_end around the last capped launch */
 static int64_t g_tokens_ns, g_refill_ns;
 
 static void nap_us(long us)

@@ -28,10 +28,10 @@
 
 #include "gs_cudadecl.h"
 
-#define GS_QOS_INFLIGHT 1          /* launches in flight beside an LC process */
-#define GS_QOS_MAX_WAIT_MS 20      /* the most one launch waits for LC work */
-#define GS_QOS_POLL_US 100         /* how often a waiting launch looks again */
-#define GS_QOS_CAP_WINDOW_MS 100   /* a capped process's bucket: this much of its share */
+#define GS_QOS_INFLIGHT 1        /* launches in flight beside an LC process */
+#define GS_QOS_MAX_WAIT_MS 20    /* the most one launch waits for LC work */
+#define GS_QOS_POLL_US 100       /* how often a waiting launch looks again */
+#define GS_QOS_CAP_WINDOW_MS 100 /* a capped process's bucket: this much of its share */
 
 /* Set once the process has a board or a cap (relaxed loads). */
 extern int gs_qos_active;

@@ -131,8 +131,7 @@ int gs_space_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevic
 
 /* Imports fd and maps it at `at`; access is set too unless the caller sets
  * it for a larger range afterwards (access = 0).  Closes fd. */
-static int gs_map_fd_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev, int fd,
-                            int access)
+static int gs_map_fd_access(const struct gs_cu *cu, CUdeviceptr at, size_t size, CUdevice dev, int fd, int access)
 {
         CUmemGenericAllocationHandle h;
         int r = -EIO;
@@ -187,8 +186,8 @@ static int gs_grant_access(const struct gs_cu *cu, struct gs_hook_gpu *g, CUdevi
                 uint32_t j = i + 1;
                 while (j < n && slots[j] == slots[j - 1] + 1)
                         j++;
-                if (gs_space_access(cu, g->va_base + (CUdeviceptr)slots[i] * g->chunk,
-                                  (size_t)(j - i) * g->chunk, dev) < 0) {
+                if (gs_space_access(cu, g->va_base + (CUdeviceptr)slots[i] * g->chunk, (size_t)(j - i) * g->chunk,
+                                    dev) < 0) {
                         for (uint32_t k = 0; k < n; k++) {
                                 (void)cu->mem_unmap(g->va_base + (CUdeviceptr)slots[k] * g->chunk, g->chunk);
                                 g->mapped[slots[k]] = 0;
@@ -202,8 +201,7 @@ static int gs_grant_access(const struct gs_cu *cu, struct gs_hook_gpu *g, CUdevi
 
 /* pre: gs_conn.mu held.  Reads and maps the k grants that precede an ALLOC reply.
  * Every fd received is closed, whatever happens. */
-int gs_space_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uint64_t seq, uint64_t k,
-                          const char **why)
+int gs_space_take_grants(const struct gs_cu *cu, uint32_t gi, CUdevice dev, uint64_t seq, uint64_t k, const char **why)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
         uint32_t slots[64], nslots = 0;
@@ -267,11 +265,12 @@ int gs_space_gpu_err(int gi, CUdevice dev)
 {
         if (gi == -EBADR)
                 return -EBADR;
-        gs_hook_say_once(GS_ONCE_DEVICE, "CUDA device %d is not part of this container's gshare allocation; "
-                         "memory allocation on it is refused", dev);
+        gs_hook_say_once(GS_ONCE_DEVICE,
+                         "CUDA device %d is not part of this container's gshare allocation; "
+                         "memory allocation on it is refused",
+                         dev);
         return -ENOMEM;
 }
-
 
 int gs_space_release(const struct gs_cu *cu, int gi, uint64_t first, uint64_t count)
 {

@@ -35,7 +35,10 @@ static void gs_spill_child(void)
         memset(g_scratch_size, 0, sizeof(g_scratch_size));
 }
 
-static void gs_spill_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_spill_child); }
+static void gs_spill_fork_register(void)
+{
+        (void)pthread_atfork(NULL, NULL, gs_spill_child);
+}
 
 /* ---- a batch's move ------------------------------------------------- */
 
@@ -43,11 +46,10 @@ static void gs_spill_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_s
 static int gs_spill_usable(const struct gs_cu *cu)
 {
         return cu->mem_import_from_shareable_handle && cu->mem_map && cu->mem_unmap && cu->mem_set_access &&
-               cu->mem_release && cu->mem_address_reserve && cu->mem_address_free &&
-               cu->mem_retain_allocation_handle && cu->memcpy_dtod_async_v2 && cu->stream_create &&
-               cu->stream_destroy_v2 && cu->stream_synchronize && cu->ctx_synchronize && cu->ctx_push_current_v2 &&
-               cu->ctx_pop_current_v2 && cu->device_get_count && cu->device_primary_ctx_get_state &&
-               cu->device_primary_ctx_retain && cu->device_primary_ctx_release_v2;
+               cu->mem_release && cu->mem_address_reserve && cu->mem_address_free && cu->mem_retain_allocation_handle &&
+               cu->memcpy_dtod_async_v2 && cu->stream_create && cu->stream_destroy_v2 && cu->stream_synchronize &&
+               cu->ctx_synchronize && cu->ctx_push_current_v2 && cu->ctx_pop_current_v2 && cu->device_get_count &&
+               cu->device_primary_ctx_get_state && cu->device_primary_ctx_retain && cu->device_primary_ctx_release_v2;
 }
 
 /* pre: gs_conn.mu held.  The device of GPU gi, or -1. */
@@ -92,9 +94,9 @@ struct gs_spill_batch {
         CUdeviceptr scratch;
         const uint32_t *slots;
         CUmemGenericAllocationHandle hn[GS_MOVE_MAX], ho[GS_MOVE_MAX];
-        uint32_t nmap;  /* new memories imported and mapped at the scratch */
-        uint32_t nold;  /* old memories retained */
-        uint32_t n;     /* slots that may move: [0, n) */
+        uint32_t nmap; /* new memories imported and mapped at the scratch */
+        uint32_t nold; /* old memories retained */
+        uint32_t n;    /* slots that may move: [0, n) */
 };
 
 static CUdeviceptr gs_spill_at(const struct gs_spill_batch *b, uint32_t i)
@@ -251,8 +253,8 @@ static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *fds, uint32_t
                 /* A moved slot's mapping keeps its new memory. */
                 (void)cu->mem_release(b->hn[i]);
         }
-        gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", k,
-                      moved, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, (double)(gs_mono_ns() - t2) / 1e6);
+        gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", k, moved,
+                      (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, (double)(gs_mono_ns() - t2) / 1e6);
         return moved;
 }
 

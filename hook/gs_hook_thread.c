@@ -18,9 +18,9 @@
 #define GS_THREAD_RETRY_WAIT_MS 160  /* doubling to this within $GSHARE_AGENT_WAIT */
 #define GS_THREAD_RETRY_MAX_MS 10000 /* and to this after it */
 
-static int g_started;                       /* gs_conn.mu */
-static int g_kick = -1;                     /* eventfd; gs_conn.mu to make, written by gs_thread_kick */
-static uint64_t g_notify_gen = UINT64_MAX;  /* gs_conn.reconnects when GS_OP_NOTIFY was asked (gs_conn.mu) */
+static int g_started;                      /* gs_conn.mu */
+static int g_kick = -1;                    /* eventfd; gs_conn.mu to make, written by gs_thread_kick */
+static uint64_t g_notify_gen = UINT64_MAX; /* gs_conn.reconnects when GS_OP_NOTIFY was asked (gs_conn.mu) */
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
 /* Only the forking thread lives on in the child: it starts its own thread
@@ -32,7 +32,10 @@ static void gs_thread_child(void)
         g_notify_gen = UINT64_MAX;
 }
 
-static void gs_thread_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_thread_child); }
+static void gs_thread_fork_register(void)
+{
+        (void)pthread_atfork(NULL, NULL, gs_thread_child);
+}
 
 void gs_thread_kick(void)
 {
@@ -137,7 +140,7 @@ static void *gs_thread_main(void *arg)
                                 timeout = GS_QOS_PUBLISH_MS;
                 } else if (gs_conn.state == GS_CONN_LOST) {
                         int cap = (uint64_t)gs_mono_ns() - gs_conn.lost_ns < gs_conn.wait_ns ? GS_THREAD_RETRY_WAIT_MS
-                                                                                              : GS_THREAD_RETRY_MAX_MS;
+                                                                                             : GS_THREAD_RETRY_MAX_MS;
                         timeout = retry_ms < cap ? retry_ms : cap;
                         retry_ms = timeout * 2;
                 }
@@ -200,7 +203,8 @@ void gs_thread_start(void)
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc != 0)
-                gs_hook_say_once(GS_ONCE_MOVER, "cannot start the hook's thread (%s): this process gives memory "
+                gs_hook_say_once(GS_ONCE_MOVER,
+                                 "cannot start the hook's thread (%s): this process gives memory "
                                  "back only at its CUDA memory calls, and borrowed chunks stay on the GPU",
                                  strerror(rc));
 }

@@ -16,7 +16,7 @@ struct gs_vmm_ent {
         uint64_t id;
         uint64_t size;
         uint32_t gpu;
-        int fd;        /* the agent's fd, kept: an imported handle cannot be
+        int fd; /* the agent's fd, kept: an imported handle cannot be
                           exported again, so cuMemExportToShareableHandle
                           hands out duplicates of this */
 };
@@ -36,7 +36,10 @@ static void gs_vmm_fork_child(void)
 
 static size_t gs_hook_vmm_list(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next);
 
-static void gs_vmm_fork_register(void) { (void)pthread_atfork(NULL, NULL, gs_vmm_fork_child); }
+static void gs_vmm_fork_register(void)
+{
+        (void)pthread_atfork(NULL, NULL, gs_vmm_fork_child);
+}
 
 /* pre: gs_conn.mu held.  Reads the VMM_GRANT that precedes a VMM_CREATE reply and
  * imports its fd into *ret_h; on success the fd is *ret_fd, else closed. */
@@ -51,13 +54,13 @@ static int gs_take_vmm_grant(const struct gs_cu *cu, uint32_t gi, const struct g
                 *why = "a promised VMM grant did not arrive";
                 return -EPROTO;
         }
-        if (!gs_msg_hdr_ok(&gr.h, GS_SOCK_VMM_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq ||
-            gr.gpu != gi || gr.id != rep->arg[0] || gr.size != size || gr.reserved) {
+        if (!gs_msg_hdr_ok(&gr.h, GS_SOCK_VMM_GRANT, sizeof(gr), n) || fd < 0 || gr.seq != rep->seq || gr.gpu != gi ||
+            gr.id != rep->arg[0] || gr.size != size || gr.reserved) {
                 *why = "malformed VMM grant";
                 r = -EPROTO;
         } else if (!cu->mem_import_from_shareable_handle ||
                    cu->mem_import_from_shareable_handle(ret_h, (void *)(intptr_t)fd,
-                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS) {
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS) {
                 *why = "cannot import a VMM allocation";
                 r = -EIO;
         }
@@ -155,7 +158,8 @@ void gs_hook_vmm_released(CUmemGenericAllocationHandle h)
         e = g_vmm[i];
         g_vmm[i] = g_vmm[--g_nvmm];
         close(e.fd);
-        if (gs_conn.state == GS_CONN_UP && gs_conn_call(GS_OP_VMM_RELEASE, e.gpu, e.id, 0, &rep) == 0 && rep.status != 0)
+        if (gs_conn.state == GS_CONN_UP && gs_conn_call(GS_OP_VMM_RELEASE, e.gpu, e.id, 0, &rep) == 0 &&
+            rep.status != 0)
                 gs_hook_debug("the agent refused VMM_RELEASE of %llu: %d", (unsigned long long)e.id, rep.status);
 out:
         pthread_mutex_unlock(&gs_conn.mu);
@@ -177,7 +181,6 @@ int gs_hook_vmm_export(CUmemGenericAllocationHandle h, int *ret_fd)
         pthread_mutex_unlock(&gs_conn.mu);
         return r;
 }
-
 
 /* gs_conn_vmm_list_fn: for a reclaim (pre: gs_conn.mu held). */
 static size_t gs_hook_vmm_list(uint32_t gpu, size_t from, uint64_t *pairs, size_t max_pairs, size_t *ret_next)

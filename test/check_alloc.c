@@ -17,7 +17,10 @@ static void setup(void)
         ck_assert_ptr_nonnull(pool);
 }
 
-static void teardown(void) { gs_pool_free(pool); }
+static void teardown(void)
+{
+        gs_pool_free(pool);
+}
 
 static void valid(void)
 {
@@ -91,12 +94,12 @@ START_TEST(test_bad_input_leaves_state)
         ck_assert_int_eq(gs_pproc_malloc(p, 16 * CHUNK + 1, &off, grants, 16, &ngrants), -EINVAL);
         ck_assert_int_eq(gs_pproc_malloc(p, 5 * CHUNK, &off, grants, 16, &ngrants), -ENOMEM);
         ck_assert_int_eq(gs_pproc_malloc(p, 3 * CHUNK, &off, grants, 2, &ngrants), -E2BIG);
-        ck_assert_int_eq(gs_pproc_free(p, x + 256, &rel), -ENOENT);  /* interior */
-        ck_assert_int_eq(gs_pproc_free(p, x + 1, &rel), -ENOENT);    /* unaligned */
+        ck_assert_int_eq(gs_pproc_free(p, x + 256, &rel), -ENOENT);   /* interior */
+        ck_assert_int_eq(gs_pproc_free(p, x + 1, &rel), -ENOENT);     /* unaligned */
         ck_assert_int_eq(gs_pproc_free(p, 7 * CHUNK, &rel), -ENOENT); /* never */
         ck_assert_int_eq(gs_pproc_free(p, UINT64_MAX - 255, &rel), -ENOENT);
-        ck_assert_int_eq(gs_pproc_release(p, 0, 1), -EBUSY);   /* not empty */
-        ck_assert_int_eq(gs_pproc_release(p, 1, 1), -ENOENT);  /* unheld */
+        ck_assert_int_eq(gs_pproc_release(p, 0, 1), -EBUSY);  /* not empty */
+        ck_assert_int_eq(gs_pproc_release(p, 1, 1), -ENOENT); /* unheld */
         ck_assert_int_eq(gs_pproc_release(p, 0, 0), -EINVAL);
         ck_assert_int_eq(gs_pproc_release(p, 63, 2), -ENOENT);
         ck_assert_int_eq(gs_pproc_release(p, UINT32_MAX, 2), -ENOENT);
@@ -187,7 +190,7 @@ START_TEST(test_slab_path)
         struct gs_release rel;
         struct gs_pproc_stats st0, st1;
         gs_pproc_stats(p, &st0);
-        ck_assert_int_eq(gs_pproc_free(p, off[5] + 256, &rel), -ENOENT);  /* inside a slot */
+        ck_assert_int_eq(gs_pproc_free(p, off[5] + 256, &rel), -ENOENT);    /* inside a slot */
         ck_assert_int_eq(gs_pproc_free(p, off[199] + 2304, &rel), -ENOENT); /* a free slot */
         ck_assert_int_eq(gs_pproc_range(p, off[199] + 2304, &base, &size), -ENOENT);
         gs_pproc_stats(p, &st1);
@@ -226,8 +229,8 @@ START_TEST(test_block_caps)
         ck_assert_int_eq(gs_palloc_new(pool, 4, 0, &a), 0);
         ck_assert_int_eq(gs_pproc_new(a, 16, &p), 0);
         ck_assert_int_eq(gs_pproc_new(a, 16, &q), 0);
-        off[0] = must_malloc(p, 256);      /* buddy */
-        off[1] = must_malloc(p, 256);      /* slab */
+        off[0] = must_malloc(p, 256);       /* buddy */
+        off[1] = must_malloc(p, 256);       /* slab */
         off[2] = must_malloc(p, 2 * CHUNK); /* coalesced: one block too */
         gs_pproc_stats(p, &st0);
         ck_assert_uint_eq(st0.nblocks, 3);
@@ -369,8 +372,8 @@ START_TEST(test_no_slots)
         ck_assert_int_eq(gs_pproc_new(a, 3, &p), 0);
         must_malloc(p, CHUNK / 2 + 1); /* slot 0 */
         ck_assert_int_eq(gs_pproc_malloc(p, 3 * CHUNK, &off, grants, 16, &ngrants), -ENOSPC);
-        must_malloc(p, CHUNK / 2 + 1); /* slot 1 */
-        must_malloc(p, CHUNK / 2 + 1); /* slot 2 */
+        must_malloc(p, CHUNK / 2 + 1);                                            /* slot 1 */
+        must_malloc(p, CHUNK / 2 + 1);                                            /* slot 2 */
         ck_assert_int_eq(gs_pproc_malloc(p, 256, &off, grants, 16, &ngrants), 0); /* tails */
         ck_assert_int_eq(gs_pproc_malloc(p, CHUNK / 2, &off, grants, 16, &ngrants), -ENOSPC);
         ck_assert_int_eq(gs_pproc_malloc(p, CHUNK / 2, &off, grants, 0, &ngrants), -ENOSPC);
@@ -464,7 +467,6 @@ START_TEST(test_release_hint)
         ck_assert_int_eq(gs_palloc_del(a), 0);
 }
 END_TEST
-
 
 /* hold_fn records, for the ledger test below. */
 static int holds[16], hold_slot[16];
@@ -615,7 +617,6 @@ START_TEST(test_legacy_inexact)
         }
 }
 END_TEST
-
 
 /* Random legacy blocks of every size, sealed into the buddy; then random
  * requests and frees of both kinds, every invariant checked after each

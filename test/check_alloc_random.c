@@ -63,14 +63,13 @@ static long step;
 /* what happened, printed at the end so a run that exercises nothing shows */
 static long n_malloc, n_nomem, n_capped, n_coalesced, n_slab_sized, n_free, n_release, n_exit;
 
-#define CHECK(cond, ...)                                                              \
-        do {                                                                          \
-                if (!(cond)) {                                                        \
-                        char m_[512];                                                 \
-                        snprintf(m_, sizeof(m_), __VA_ARGS__);                        \
-                        ck_abort_msg("seed %" PRIu64 " step %ld: %s (%s)", seed, step, \
-                                     m_, #cond);                                      \
-                }                                                                     \
+#define CHECK(cond, ...)                                                                           \
+        do {                                                                                       \
+                if (!(cond)) {                                                                     \
+                        char m_[512];                                                              \
+                        snprintf(m_, sizeof(m_), __VA_ARGS__);                                     \
+                        ck_abort_msg("seed %" PRIu64 " step %ld: %s (%s)", seed, step, m_, #cond); \
+                }                                                                                  \
         } while (0)
 
 static uint64_t rnd(void)
@@ -81,7 +80,10 @@ static uint64_t rnd(void)
         return rng * UINT64_C(2685821657736338717);
 }
 
-static uint64_t rnd_range(uint64_t lo, uint64_t hi) { return lo + rnd() % (hi - lo + 1); }
+static uint64_t rnd_range(uint64_t lo, uint64_t hi)
+{
+        return lo + rnd() % (hi - lo + 1);
+}
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -207,8 +209,8 @@ static void do_malloc(int a, struct mproc *m)
                 if (r == -E2BIG)
                         CHECK(k > maxg, "E2BIG for %" PRIu64 " chunks, max %u", k, maxg);
                 if (r == -ENOSPC)
-                        CHECK(__builtin_popcountll(m->held) + k > NSLOTS || size > CHUNK,
-                              "ENOSPC with %d slots held", __builtin_popcountll(m->held));
+                        CHECK(__builtin_popcountll(m->held) + k > NSLOTS || size > CHUNK, "ENOSPC with %d slots held",
+                              __builtin_popcountll(m->held));
                 return;
         }
         n_malloc++;
@@ -227,7 +229,8 @@ static void do_malloc(int a, struct mproc *m)
                 CHECK((ng == k && off == (uint64_t)g[0].slot * CHUNK) || (ng == 0 && off % CHUNK == 0),
                       "coalesced: %u grants at %#" PRIx64, ng, off);
         for (uint64_t s = off / CHUNK; s <= (off + bs - 1) / CHUNK; s++)
-                CHECK(s < NSLOTS && (m->held & (UINT64_C(1) << s)), "block %#" PRIx64 " in unheld slot %" PRIu64, off, s);
+                CHECK(s < NSLOTS && (m->held & (UINT64_C(1) << s)), "block %#" PRIx64 " in unheld slot %" PRIu64, off,
+                      s);
         for (int i = 0; i < m->nlive; i++)
                 CHECK(off + bs <= m->live[i].off || m->live[i].off + m->live[i].size <= off,
                       "block %#" PRIx64 "+%#" PRIx64 " overlaps %#" PRIx64 "+%#" PRIx64, off, bs, m->live[i].off,
@@ -375,8 +378,7 @@ START_TEST(test_random_model)
         gs_pool_free(pool);
         printf("check_alloc_random: %ld operations, seed %" PRIu64 ": %ld mallocs (%ld slab-sized, %ld coalesced), "
                "%ld refused (%ld at a block cap), %ld frees, %ld releases, %ld exits, %d chunks recycled\n",
-               nops, seed, n_malloc, n_slab_sized, n_coalesced, n_nomem, n_capped, n_free, n_release, n_exit,
-               returned);
+               nops, seed, n_malloc, n_slab_sized, n_coalesced, n_nomem, n_capped, n_free, n_release, n_exit, returned);
         CHECK(n_malloc > nops / 4 && n_coalesced > 0 && n_release > 0 && n_exit > 0 && n_capped > 0,
               "too little exercised");
 }

@@ -11,8 +11,14 @@
 
 static struct gs_buddy b;
 
-static void setup(void) { ck_assert_int_eq(gs_buddy_init(&b, CHUNK_SHIFT), 0); }
-static void teardown(void) { gs_buddy_fini(&b); }
+static void setup(void)
+{
+        ck_assert_int_eq(gs_buddy_init(&b, CHUNK_SHIFT), 0);
+}
+static void teardown(void)
+{
+        gs_buddy_fini(&b);
+}
 
 static void valid(void)
 {

@@ -65,7 +65,8 @@ START_TEST(test_v3_round_trip)
                 "fedcba9876543210 1700000001 claim " CLAIM1 " ml train-gpu " U " 2,3,10 dir=fedcba9876543210-0badf00d\n"
                 /* with a burst limit (docs/burst.md) */
                 "1111111111111111 1700000002 1 " U "-u5 dir=1111111111111111-00000001 burst=4294967296\n"
-                "2222222222222222 1700000003 claim " CLAIM2 " ml b " U " 7 dir=2222222222222222-00000002 burst=1073741824\n";
+                "2222222222222222 1700000003 claim " CLAIM2 " ml b " U
+                " 7 dir=2222222222222222-00000002 burst=1073741824\n";
         char dir[] = "/tmp/gsckptXXXXXX", path[300], out[1024], err[512] = "";
         struct gs_ckpt c;
         const struct gs_ckpt_rec *d, *k;
@@ -134,40 +135,40 @@ START_TEST(test_parse_rejects)
 {
         static const char *bad[] = {
                 "",
-                "0123456789abcdeF 1 1 a",      /* upper case id */
-                "0123456789abcde 1 1 a",       /* short id */
-                "0123456789abcdef -1 1 a",     /* negative time */
-                "0123456789abcdef x 1 a",      /* junk time */
-                "0123456789abcdef 1 2 a",      /* fewer IDs than said */
-                "0123456789abcdef 1 1 a b",    /* more IDs than said */
-                "0123456789abcdef 1 0",        /* none */
-                "0123456789abcdef 1 4097 a",   /* over GS_ALLOCS_MAX_IDS */
+                "0123456789abcdeF 1 1 a",    /* upper case id */
+                "0123456789abcde 1 1 a",     /* short id */
+                "0123456789abcdef -1 1 a",   /* negative time */
+                "0123456789abcdef x 1 a",    /* junk time */
+                "0123456789abcdef 1 2 a",    /* fewer IDs than said */
+                "0123456789abcdef 1 1 a b",  /* more IDs than said */
+                "0123456789abcdef 1 0",      /* none */
+                "0123456789abcdef 1 4097 a", /* over GS_ALLOCS_MAX_IDS */
                 "0123456789abcdef 1 99999999999999999999999 a",
-                "0123456789abcdef 1 1 a dir=../etc",      /* not one hex component */
+                "0123456789abcdef 1 1 a dir=../etc", /* not one hex component */
                 "0123456789abcdef 1 1 a dir=",
                 "0123456789abcdef 1 1 a dir=ab dir=cd",
                 "0123456789abcdef 1 1 a dir=ab b",
                 "0123456789abcdef 1 2 a dir=ab b",
                 "0123456789abcdef 1 1 a dir=0123456789abcdef-0123456789abcdef",
                 /* claims */
-                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 0,1",          /* no dir= */
-                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1,0 dir=ab",   /* not ascending */
-                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1,1 dir=ab",   /* twice */
+                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 0,1",           /* no dir= */
+                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1,0 dir=ab",    /* not ascending */
+                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1,1 dir=ab",    /* twice */
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 100000 dir=ab", /* not a unit */
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1, dir=ab",
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " ,1 dir=ab",
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " -1 dir=ab",
-                "0123456789abcdef 1 claim " CLAIM1 " ml c GPU-x 1 dir=ab",     /* not a UUID */
-                "0123456789abcdef 1 claim " CLAIM1 " ML c " U " 1 dir=ab",     /* not a namespace */
-                "0123456789abcdef 1 claim x/y ml c " U " 1 dir=ab",             /* not a UID */
+                "0123456789abcdef 1 claim " CLAIM1 " ml c GPU-x 1 dir=ab", /* not a UUID */
+                "0123456789abcdef 1 claim " CLAIM1 " ML c " U " 1 dir=ab", /* not a namespace */
+                "0123456789abcdef 1 claim x/y ml c " U " 1 dir=ab",        /* not a UID */
                 /* names Kubernetes refuses (common/gs_k8sname.h; main took them) */
-                "0123456789abcdef 1 claim " CLAIM1 " -ml c " U " 1 dir=ab",    /* namespace starts with '-' */
-                "0123456789abcdef 1 claim " CLAIM1 " ml.x c " U " 1 dir=ab",   /* a namespace has no dot */
-                "0123456789abcdef 1 claim " CLAIM1 " ml c.. " U " 1 dir=ab",   /* name ends with a dot */
-                "0123456789abcdef 1 claim " CLAIM1 " ml a..b " U " 1 dir=ab",  /* empty label */
+                "0123456789abcdef 1 claim " CLAIM1 " -ml c " U " 1 dir=ab",   /* namespace starts with '-' */
+                "0123456789abcdef 1 claim " CLAIM1 " ml.x c " U " 1 dir=ab",  /* a namespace has no dot */
+                "0123456789abcdef 1 claim " CLAIM1 " ml c.. " U " 1 dir=ab",  /* name ends with a dot */
+                "0123456789abcdef 1 claim " CLAIM1 " ml a..b " U " 1 dir=ab", /* empty label */
                 "0123456789abcdef 1 claim " CLAIM1 " ml .. " U " 1 dir=ab",
-                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab x",   /* one more */
-                "0123456789abcdef 1 claim " CLAIM1 " ml " U " 1 dir=ab",       /* one less */
+                "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab x", /* one more */
+                "0123456789abcdef 1 claim " CLAIM1 " ml " U " 1 dir=ab",     /* one less */
                 /* burst= */
                 "0123456789abcdef 1 1 a dir=ab burst=0",
                 "0123456789abcdef 1 1 a dir=ab burst=",
@@ -200,7 +201,7 @@ START_TEST(test_qos)
 {
         static const char *const bad[] = {
                 "0123456789abcdef 1 1 a dir=ab qos=",
-                "0123456789abcdef 1 1 a dir=ab qos=standard",     /* the default is never written */
+                "0123456789abcdef 1 1 a dir=ab qos=standard", /* the default is never written */
                 "0123456789abcdef 1 1 a dir=ab qos=urgent",
                 "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=0",
                 "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=101",
@@ -214,7 +215,13 @@ START_TEST(test_qos)
                 "0123456789abcdef 1 1 a dir=ab burst=4096 qos=standard,cap=30",
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab qos=best-effort,cap=100",
         };
-        struct { bool has; int64_t prio; const char *cls, *cap; int r; unsigned want, cap_want; } pods[] = {
+        struct {
+                bool has;
+                int64_t prio;
+                const char *cls, *cap;
+                int r;
+                unsigned want, cap_want;
+        } pods[] = {
                 { false, 0, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
                 { true, 1000000, NULL, NULL, 0, GS_QOS_LATENCY, 0 },
                 { true, 999999, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
@@ -281,9 +288,8 @@ START_TEST(test_migrate_v2_claims)
         snprintf(path, sizeof(path), "%s/%s", dir, GS_CKPT_NAME);
         write_file(path, ckpt, strlen(ckpt));
         nclaims = (size_t)snprintf(claims, sizeof(claims),
-                                   "# gshare-agent claims v1\n"
-                                   CLAIM1 " bbbbbbbbbbbbbbbb " U " 3 ml train\n"
-                                   CLAIM2 " eeeeeeeeeeeeeeee " U " 1 ml gone\n"   /* no allocation: dropped */
+                                   "# gshare-agent claims v1\n" CLAIM1 " bbbbbbbbbbbbbbbb " U " 3 ml train\n" CLAIM2
+                                   " eeeeeeeeeeeeeeee " U " 1 ml gone\n"              /* no allocation: dropped */
                                    CLAIM3 " dddddddddddddddd " U " 2 ml two-gpus\n"); /* not its GPU's: kept */
         memcpy(claims + nclaims, claims_bad, sizeof(claims_bad) - 1);
         nclaims += sizeof(claims_bad) - 1;

@@ -48,8 +48,7 @@ static void expect_error(const char *text, int line, const char *want)
         r = load(text, &c, err, sizeof(err));
         ck_assert_msg(r < 0, "accepted: %s", text);
         snprintf(prefix, sizeof(prefix), "%s:%d: ", path, line);
-        ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0, "err '%s' lacks prefix '%s'", err,
-                      prefix);
+        ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0, "err '%s' lacks prefix '%s'", err, prefix);
         ck_assert_msg(strstr(err, want), "err '%s' lacks '%s'", err, want);
         ck_assert_msg(memcmp(&c, &before, sizeof(c)) == 0, "config changed on failure");
 }
@@ -272,7 +271,8 @@ START_TEST(test_errors)
         expect_error("maxBlocksPerProcess: 1073741825\n", 1, "maxBlocksPerProcess: must be 1 to 1073741824");
         expect_error("maxBlocksPerAllocation: 99999999999999999999999\n", 1,
                      "maxBlocksPerAllocation: must be 1 to 1073741824, got 99999999999999999999999");
-        expect_error("maxBlocksPerAllocation: 1Mi\n", 1, "maxBlocksPerAllocation: expected a number of blocks, got '1Mi'");
+        expect_error("maxBlocksPerAllocation: 1Mi\n", 1,
+                     "maxBlocksPerAllocation: expected a number of blocks, got '1Mi'");
         expect_error("maxBlocksPerAllocation: -5\n", 1, "maxBlocksPerAllocation: expected a number of blocks");
         expect_error("maxBlocksPerProcess: \"\"\n", 1, "maxBlocksPerProcess: expected a number of blocks, got ''");
         expect_error("resourceName: gpumem\n", 1, "resourceName: expected domain/name");
@@ -285,8 +285,9 @@ START_TEST(test_errors)
         expect_error("preloadPath: x\n", 1, "preloadPath: must be an absolute path");
         expect_error("socketRoot: r\n", 1, "socketRoot: must be an absolute path");
         expect_error("stateDir: s\n", 1, "stateDir: must be an absolute path");
-        expect_error("agentSocket: /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
-                     1, "agentSocket: socket path too long");
+        expect_error(
+                "agentSocket: /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+                1, "agentSocket: socket path too long");
         expect_error("cudaLibrary: \"\"\n", 1, "cudaLibrary: must not be empty");
         expect_error("metricsAddress: nowhere\n", 1, "metricsAddress: expected host:port");
         expect_error("metricsAddress: \":99999\"\n", 1, "metricsAddress: bad port");
@@ -297,7 +298,7 @@ START_TEST(test_errors)
         expect_error("devices: {a: 1}\n", 1, "devices: expected 'all' or a list, got a mapping");
         expect_error("unitSize: 1Gi\nunitSize: 2Gi\n", 2, "unitSize: given twice");
         expect_error("- a\n- b\n", 1, "expected a mapping");
-        expect_error("unitSize: [1Gi\n", 2, "");  /* YAML syntax error, with its line */
+        expect_error("unitSize: [1Gi\n", 2, ""); /* YAML syntax error, with its line */
         expect_error("a: b: c\n", 1, "");
         expect_error("workerThreads: 0\n", 1, "workerThreads: expected a whole number from 1 to 256, got '0'");
         expect_error("workerThreads: 257\n", 1, "workerThreads: expected a whole number from 1 to 256");
@@ -508,8 +509,8 @@ START_TEST(test_flags)
         ck_assert_str_eq(c.agent_socket, "/tmp/x.sock");
         ck_assert_int_eq(gs_config_set(&c, "workerThreads", "16", err, sizeof(err)), 0);
         ck_assert_uint_eq(c.worker_threads, 16);
-        ck_assert_int_eq(gs_config_set(&c, "--devices", "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab,3", err,
-                                       sizeof(err)), 0);
+        ck_assert_int_eq(gs_config_set(&c, "--devices", "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab,3", err, sizeof(err)),
+                         0);
         ck_assert_uint_eq(c.ndevices, 2);
         ck_assert_str_eq(c.devices[0], "GPU-8f3c2c1a-5b7d-4e1f-9a0b-0123456789ab");
         ck_assert_str_eq(c.devices[1], "3");

@@ -20,8 +20,7 @@ START_TEST(test_cuda_errno)
         ck_assert_int_eq(gs_cuda_errno(CUDA_ERROR_NOT_SUPPORTED), -EOPNOTSUPP);
         ck_assert_int_eq(gs_cuda_errno(CUDA_ERROR_UNKNOWN), -EIO);
         /* Without a loaded table the message still names the call and code. */
-        ck_assert_int_eq(gs_cuda_check(NULL, CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", err, sizeof(err)),
-                         -ENOMEM);
+        ck_assert_int_eq(gs_cuda_check(NULL, CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", err, sizeof(err)), -ENOMEM);
         ck_assert_ptr_nonnull(strstr(err, "cuMemCreate"));
         ck_assert_ptr_nonnull(strstr(err, "2"));
         err[0] = '\0';

@@ -50,8 +50,10 @@ START_TEST(test_quantity)
         static const struct {
                 const char *s;
                 uint64_t v;
-        } good[] = { { "8Gi", 8ull << 30 }, { "2048Mi", 2048ull << 20 }, { "8G", 8000000000ull },
-                     { "1e9", 1000000000ull }, { "123", 123 }, { "0", 0 }, { "64Ki", 65536 }, { "1Ti", 1ull << 40 },
+        } good[] = { { "8Gi", 8ull << 30 },   { "2048Mi", 2048ull << 20 },
+                     { "8G", 8000000000ull }, { "1e9", 1000000000ull },
+                     { "123", 123 },          { "0", 0 },
+                     { "64Ki", 65536 },       { "1Ti", 1ull << 40 },
                      { "5k", 5000 } };
         static const char *const bad[] = { "", "-1", "1.5Gi", "1m", "Gi", "1Xi", "1 Gi", "0x10", "1e", "1e-3", " 1" };
         uint64_t v;
@@ -68,8 +70,9 @@ START_TEST(test_quantity)
 }
 END_TEST
 
-#define CLAIM_HEAD "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"name\":\"c\\u003c\"," \
-                   "\"namespace\":\"ns\",\"uid\":\"aaaa-1\"},"
+#define CLAIM_HEAD                                                                                               \
+        "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"name\":\"c\\u003c\"," \
+        "\"namespace\":\"ns\",\"uid\":\"aaaa-1\"},"
 
 START_TEST(test_claim)
 {
@@ -79,7 +82,8 @@ START_TEST(test_claim)
                 "{\"request\":\"gpu\",\"driver\":\"gpumem.gshare.io\",\"pool\":\"node-a\",\"device\":\"gpu-1\","
                 "\"shareID\":\"s-1\",\"consumedCapacity\":{\"memory\":\"3Gi\"}}]}}}}";
         static const char pending[] = CLAIM_HEAD "\"status\":{}}";
-        static const char badqty[] = CLAIM_HEAD "\"status\":{\"allocation\":{\"devices\":{\"results\":["
+        static const char badqty[] = CLAIM_HEAD
+                "\"status\":{\"allocation\":{\"devices\":{\"results\":["
                 "{\"driver\":\"gpumem.gshare.io\",\"device\":\"gpu-0\",\"consumedCapacity\":{\"memory\":\"1.5Gi\"}}]}}}}";
         struct gs_claim_info ci;
         char err[256], *big;
@@ -115,8 +119,9 @@ START_TEST(test_claim)
         off += (size_t)snprintf(big + off, (1 << 16) - off, "]}}}}");
         ck_assert_int_eq(gs_claim_parse(big, off, "d", &ci, err, sizeof(err)), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err, "more than"));
-        off = (size_t)snprintf(big, 1 << 16, "%s\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"driver\":\"d\",\"device\":\"",
-                               CLAIM_HEAD);
+        off = (size_t)snprintf(
+                big, 1 << 16, "%s\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"driver\":\"d\",\"device\":\"",
+                CLAIM_HEAD);
         memset(big + off, 'x', 300);
         off += 300;
         off += (size_t)snprintf(big + off, (1 << 16) - off, "\"}]}}}}");
@@ -130,13 +135,16 @@ static int parse_with_config(const char *cfg, struct gs_claim_info *ci, char *er
 {
         char json[2048];
 
-        snprintf(json, sizeof(json), "%s\"status\":{\"allocation\":{\"devices\":{\"results\":["
+        snprintf(json, sizeof(json),
+                 "%s\"status\":{\"allocation\":{\"devices\":{\"results\":["
                  "{\"request\":\"gpu\",\"driver\":\"gpumem.gshare.io\",\"pool\":\"n\",\"device\":\"gpu-0\","
-                 "\"consumedCapacity\":{\"memory\":\"4Gi\"}}],\"config\":[%s]}}}}", CLAIM_HEAD, cfg);
+                 "\"consumedCapacity\":{\"memory\":\"4Gi\"}}],\"config\":[%s]}}}}",
+                 CLAIM_HEAD, cfg);
         return gs_claim_parse(json, strlen(json), "gpumem.gshare.io", ci, err, errlen);
 }
 
-#define OPAQUE(reqs, params) "{\"source\":\"FromClaim\",\"requests\":[" reqs "],\"opaque\":{\"driver\":" \
+#define OPAQUE(reqs, params)                                                        \
+        "{\"source\":\"FromClaim\",\"requests\":[" reqs "],\"opaque\":{\"driver\":" \
         "\"gpumem.gshare.io\",\"parameters\":" params "}}"
 
 /* The burst limit from the claim's opaque configuration (docs/burst.md). */
@@ -151,11 +159,15 @@ START_TEST(test_claim_burst)
         ck_assert_uint_eq(ci.burst, 40ull << 30);
         /* For our request by name, with apiVersion and kind; another
          * driver's and another request's ignored. */
-        ck_assert_int_eq(parse_with_config(OPAQUE("\"gpu\"", "{\"apiVersion\":\"gshare.io/v1\",\"kind\":\"Config\","
-                                                  "\"burst\":\"8Gi\"}") ","
-                                           OPAQUE("\"other\"", "{\"burst\":\"1Gi\"}") ","
-                                           "{\"opaque\":{\"driver\":\"gpu.nvidia.com\",\"parameters\":{\"x\":1}}}",
-                                           &ci, err, sizeof(err)), 0);
+        ck_assert_int_eq(
+                parse_with_config(
+                        OPAQUE("\"gpu\"",
+                               "{\"apiVersion\":\"gshare.io/v1\",\"kind\":\"Config\","
+                               "\"burst\":\"8Gi\"}") "," OPAQUE("\"other\"",
+                                                                "{\"burst\":\"1Gi\"}") ","
+                                                                                       "{\"opaque\":{\"driver\":\"gpu.nvidia.com\",\"parameters\":{\"x\":1}}}",
+                        &ci, err, sizeof(err)),
+                0);
         ck_assert_uint_eq(ci.burst, 8ull << 30);
         /* Refused, naming the problem. */
         ck_assert_int_eq(parse_with_config(OPAQUE("", "{\"burst\":\"lots\"}"), &ci, err, sizeof(err)), -EINVAL);
@@ -165,8 +177,10 @@ START_TEST(test_claim_burst)
         ck_assert_ptr_nonnull(strstr(err, "parameter 'brust'; known: burst"));
         ck_assert_int_eq(parse_with_config(OPAQUE("", "\"8Gi\""), &ci, err, sizeof(err)), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err, "no parameters object"));
-        ck_assert_int_eq(parse_with_config(OPAQUE("", "{\"burst\":\"8Gi\"}") "," OPAQUE("\"gpu\"", "{\"burst\":\"9Gi\"}"),
-                                           &ci, err, sizeof(err)), -EINVAL);
+        ck_assert_int_eq(
+                parse_with_config(OPAQUE("", "{\"burst\":\"8Gi\"}") "," OPAQUE("\"gpu\"", "{\"burst\":\"9Gi\"}"), &ci,
+                                  err, sizeof(err)),
+                -EINVAL);
         ck_assert_ptr_nonnull(strstr(err, "two bursts"));
 }
 END_TEST
@@ -174,10 +188,20 @@ END_TEST
 START_TEST(test_slice_json)
 {
         struct gs_slice_gpu g[2] = {
-                { .index = 0, .uuid = "GPU-00000000-1111-2222-3333-444444444444", .name = "H100 \"80GB\"",
-                  .numa_node = -1, .total_bytes = 85899345920ull, .capacity_bytes = 78ull << 30, .unit_bytes = 1ull << 30 },
-                { .index = 1, .uuid = "GPU-00000000-1111-2222-3333-555555555555", .name = "H100",
-                  .numa_node = 1, .total_bytes = 85899345920ull, .capacity_bytes = 39ull << 31, .unit_bytes = 2ull << 30 },
+                { .index = 0,
+                  .uuid = "GPU-00000000-1111-2222-3333-444444444444",
+                  .name = "H100 \"80GB\"",
+                  .numa_node = -1,
+                  .total_bytes = 85899345920ull,
+                  .capacity_bytes = 78ull << 30,
+                  .unit_bytes = 1ull << 30 },
+                { .index = 1,
+                  .uuid = "GPU-00000000-1111-2222-3333-555555555555",
+                  .name = "H100",
+                  .numa_node = 1,
+                  .total_bytes = 85899345920ull,
+                  .capacity_bytes = 39ull << 31,
+                  .unit_bytes = 2ull << 30 },
         };
         char *buf = NULL, name[300];
         size_t len = 0;
@@ -230,7 +254,8 @@ START_TEST(test_driver_version)
         char v[64];
 
         version_of("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
-                   "GCC version:  gcc version 12.2.0\n", v, sizeof(v));
+                   "GCC version:  gcc version 12.2.0\n",
+                   v, sizeof(v));
         ck_assert_str_eq(v, "535.104.5");
         version_of("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159  Release Build\n", v, sizeof(v));
         ck_assert_str_eq(v, "580.159.0");

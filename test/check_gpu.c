@@ -153,12 +153,11 @@ START_TEST(test_phase_moves)
                 enum gs_gpu_phase to;
                 bool makes, scrubs;
         } path[] = {
-                { GS_GPU_PAUSED, true, false },     /* TAKE */
-                { GS_GPU_SERVING, true, true },     /* the new agent failed */
-                { GS_GPU_INHERITED, true, false },  /* (a new agent's pool) */
-                { GS_GPU_SERVING, true, true },     /* restored */
-                { GS_GPU_PAUSED, true, false },
-                { GS_GPU_HANDED_OVER, false, false }, /* READY, stop */
+                { GS_GPU_PAUSED, true, false },                                          /* TAKE */
+                { GS_GPU_SERVING, true, true },                                          /* the new agent failed */
+                { GS_GPU_INHERITED, true, false },                                       /* (a new agent's pool) */
+                { GS_GPU_SERVING, true, true },                                          /* restored */
+                { GS_GPU_PAUSED, true, false },    { GS_GPU_HANDED_OVER, false, false }, /* READY, stop */
         };
 
         ck_assert_int_eq(gs_gpu_phase_get(g), GS_GPU_SERVING);

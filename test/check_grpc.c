@@ -39,14 +39,14 @@ static int64_t wait_for(atomic_int *flag, int want, const char *what)
 
         while (atomic_load(flag) != want && gs_mono_ms() - t0 < HANG_MS)
                 usleep(2 * 1000);
-        ck_assert_msg(atomic_load(flag) == want, "%s: %d, expected %d after %d ms", what,
-                      atomic_load(flag), want, HANG_MS);
+        ck_assert_msg(atomic_load(flag) == want, "%s: %d, expected %d after %d ms", what, atomic_load(flag), want,
+                      HANG_MS);
         return gs_mono_ms() - t0;
 }
 
 /* Echo: RegisterRequest -> RegisterRequest with version + "!" */
-static grpc_status_code echo(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req,
-                             ProtobufCMessage **ret, char *msg, size_t msglen)
+static grpc_status_code echo(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+                             char *msg, size_t msglen)
 {
         const V1beta1__RegisterRequest *in = (const V1beta1__RegisterRequest *)req;
         V1beta1__RegisterRequest *out = malloc(sizeof(*out));
@@ -71,7 +71,7 @@ static void echo_free(void *ctx, ProtobufCMessage *m)
 }
 
 static grpc_status_code fail_call(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req,
-                             ProtobufCMessage **ret, char *msg, size_t msglen)
+                                  ProtobufCMessage **ret, char *msg, size_t msglen)
 {
         (void)ctx;
         (void)call;
@@ -83,8 +83,8 @@ static grpc_status_code fail_call(void *ctx, struct gs_grpc_call *call, const Pr
 
 /* Waits until the test releases it (HANG_MS at most), then echoes: a call
  * still being handled for as long as the test wants. */
-static grpc_status_code block(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req,
-                              ProtobufCMessage **ret, char *msg, size_t msglen)
+static grpc_status_code block(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+                              char *msg, size_t msglen)
 {
         int64_t t0 = gs_mono_ms();
 
@@ -98,8 +98,8 @@ static grpc_status_code block(void *ctx, struct gs_grpc_call *call, const Protob
 /* Returns OK only once PARALLEL of its calls are inside at the same time:
  * the calls succeed only if the server runs them in parallel. */
 #define PARALLEL 4
-static grpc_status_code meet(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req,
-                             ProtobufCMessage **ret, char *msg, size_t msglen)
+static grpc_status_code meet(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req, ProtobufCMessage **ret,
+                             char *msg, size_t msglen)
 {
         int64_t t0 = gs_mono_ms();
 
@@ -114,8 +114,8 @@ static grpc_status_code meet(void *ctx, struct gs_grpc_call *call, const Protobu
 }
 
 /* Sends one Device list, then waits for the client to go away. */
-static grpc_status_code stream(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req,
-                               char *msg, size_t msglen)
+static grpc_status_code stream(void *ctx, struct gs_grpc_call *call, const ProtobufCMessage *req, char *msg,
+                               size_t msglen)
 {
         V1beta1__ListAndWatchResponse resp = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
         V1beta1__Device dev = V1BETA1__DEVICE__INIT, *devs[1] = { &dev };
@@ -168,16 +168,16 @@ static void stop(void)
         unlink(sock);
 }
 
-static int call_echo(const char *method, const char *version, int timeout_ms, char **ret_version,
-                     grpc_status_code *st, char *msg, size_t msglen)
+static int call_echo(const char *method, const char *version, int timeout_ms, char **ret_version, grpc_status_code *st,
+                     char *msg, size_t msglen)
 {
         V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
         ProtobufCMessage *rep = NULL;
         int r;
 
         req.version = (char *)version;
-        r = gs_grpc_unary_call(sock, method, &req.base, &v1beta1__register_request__descriptor,
-                               timeout_ms, &rep, st, msg, msglen);
+        r = gs_grpc_unary_call(sock, method, &req.base, &v1beta1__register_request__descriptor, timeout_ms, &rep, st,
+                               msg, msglen);
         if (r == 0) {
                 *ret_version = strdup(((V1beta1__RegisterRequest *)rep)->version);
                 protobuf_c_message_free_unpacked(rep, NULL);
@@ -245,9 +245,8 @@ START_TEST(test_bad_request)
 
         start();
         n.id = 5;
-        ck_assert_int_eq(gs_grpc_unary_call(sock, "/test.Svc/Echo", &n.base,
-                                            &v1beta1__register_request__descriptor, 2000, &rep, &st,
-                                            msg, sizeof(msg)),
+        ck_assert_int_eq(gs_grpc_unary_call(sock, "/test.Svc/Echo", &n.base, &v1beta1__register_request__descriptor,
+                                            2000, &rep, &st, msg, sizeof(msg)),
                          -EPROTO);
         ck_assert_int_eq(st, GRPC_STATUS_INVALID_ARGUMENT);
         ck_assert_ptr_nonnull(strstr(msg, "not a valid"));
@@ -280,8 +279,7 @@ START_TEST(test_deadline)
          * inside (it went in, and the test has not let it go) */
         wait_for(&blocked_in, 1, "Block handlers entered");
         ck_assert_int_eq(atomic_load(&blocked_done), 0);
-        printf("info: test_deadline: a 100 ms deadline returned after %lld ms\n",
-               (long long)(gs_mono_ms() - t0));
+        printf("info: test_deadline: a 100 ms deadline returned after %lld ms\n", (long long)(gs_mono_ms() - t0));
         atomic_store(&released, 1);
         wait_for(&blocked_done, 1, "Block handlers returned");
         /* the server survives the abandoned call */
@@ -318,8 +316,7 @@ START_TEST(test_parallel_calls)
                 pthread_join(t[i], &r);
                 ck_assert_int_eq((intptr_t)r, 0);
         }
-        printf("info: test_parallel_calls: %d calls met in %lld ms\n", PARALLEL,
-               (long long)(gs_mono_ms() - t0));
+        printf("info: test_parallel_calls: %d calls met in %lld ms\n", PARALLEL, (long long)(gs_mono_ms() - t0));
         stop();
 }
 END_TEST
@@ -340,15 +337,17 @@ START_TEST(test_stream_cancel)
 
         start();
         ck_assert_int_eq(gs_grpc_stream_open(sock, "/test.Svc/Stream", &e.base, &st), 0);
-        ck_assert_int_eq(gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000,
-                                             &m, &code, msg, sizeof(msg)), 0);
+        ck_assert_int_eq(gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000, &m, &code, msg,
+                                             sizeof(msg)),
+                         0);
         r = (V1beta1__ListAndWatchResponse *)m;
         ck_assert_uint_eq(r->n_devices, 1);
         ck_assert_str_eq(r->devices[0]->id, "dev0");
         protobuf_c_message_free_unpacked(m, NULL);
         /* nothing more comes until something changes */
-        ck_assert_int_eq(gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 100,
-                                             &m, &code, msg, sizeof(msg)), -ETIMEDOUT);
+        ck_assert_int_eq(gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 100, &m, &code, msg,
+                                             sizeof(msg)),
+                         -ETIMEDOUT);
         ck_assert_int_eq(atomic_load(&stream_closed_seen), 0);
         gs_grpc_stream_close(st); /* cancels */
         wait_closed_seen();
@@ -382,8 +381,8 @@ START_TEST(test_stream_client_vanishes)
                         _exit(1);
                 if (gs_grpc_stream_open(sock, "/test.Svc/Stream", &e.base, &st) < 0)
                         _exit(2);
-                if (gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000, &m,
-                                        &code, NULL, 0) < 0)
+                if (gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000, &m, &code, NULL, 0) <
+                    0)
                         _exit(3);
                 _exit(0);
         }
@@ -415,20 +414,20 @@ START_TEST(test_shutdown_with_open_stream)
 
         start();
         ck_assert_int_eq(gs_grpc_stream_open(sock, "/test.Svc/Stream", &e.base, &st), 0);
-        ck_assert_int_eq(gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000,
-                                             &m, &code, msg, sizeof(msg)), 0);
+        ck_assert_int_eq(gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000, &m, &code, msg,
+                                             sizeof(msg)),
+                         0);
         protobuf_c_message_free_unpacked(m, NULL);
         t0 = gs_mono_ms();
         /* Must not wait for the client, which never closes: stop returns
          * once the stream handler has seen the call end (the shutdown
          * cancels it), not when the handler gives up after 10 s. */
         stop();
-        printf("info: test_shutdown_with_open_stream: stop took %lld ms\n",
-               (long long)(gs_mono_ms() - t0));
+        printf("info: test_shutdown_with_open_stream: stop took %lld ms\n", (long long)(gs_mono_ms() - t0));
         ck_assert_int_eq(atomic_load(&stream_closed_seen), 1);
         do
-                r = gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000, &m,
-                                        &code, msg, sizeof(msg));
+                r = gs_grpc_stream_read(st, &v1beta1__list_and_watch_response__descriptor, 2000, &m, &code, msg,
+                                        sizeof(msg));
         while (r == 0 && (protobuf_c_message_free_unpacked(m, NULL), 1));
         ck_assert_int_eq(r, -ENODATA);
         ck_assert_int_ne(code, GRPC_STATUS_OK);
@@ -451,9 +450,11 @@ START_TEST(test_refuses_non_socket)
         fclose(f);
         ck_assert_int_eq(gs_grpc_server_start(path, methods, 1, NULL, &s), -EEXIST);
         unlink(path);
-        ck_assert_int_eq(gs_grpc_server_start("/tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-                                              methods, 1, NULL, &s),
-                         -ENAMETOOLONG);
+        ck_assert_int_eq(
+                gs_grpc_server_start(
+                        "/tmp/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                        methods, 1, NULL, &s),
+                -ENAMETOOLONG);
 }
 END_TEST
 

@@ -12,8 +12,14 @@ static struct gs_gsm g;
 static struct gs_gsm_alloc a1, a2, a3;
 static struct gs_gsm_proc p1, p2;
 
-static void setup(void) { ck_assert_int_eq(gs_gsm_init(&g, 8, CHUNK), 0); }
-static void teardown(void) { gs_gsm_fini(&g); }
+static void setup(void)
+{
+        ck_assert_int_eq(gs_gsm_init(&g, 8, CHUNK), 0);
+}
+static void teardown(void)
+{
+        gs_gsm_fini(&g);
+}
 
 static void valid(void)
 {
@@ -372,9 +378,9 @@ START_TEST(test_balloon_and_repay)
         ck_assert_int_eq(gs_gsm_proc_init(&a1, &p1, 16), 0);
         ck_assert_int_eq(gs_gsm_proc_init(&a1, &p2, 16), 0);
         ck_assert_uint_eq(gs_gsm_alloc_obtainable(&a1), 3);
-        take_at_next(&p1, NULL);                      /* own */
-        uint32_t b1 = take_at_next(&p1, NULL);        /* borrowed */
-        take_at_next(&p2, &slot);                     /* borrowed */
+        take_at_next(&p1, NULL);               /* own */
+        uint32_t b1 = take_at_next(&p1, NULL); /* borrowed */
+        take_at_next(&p2, &slot);              /* borrowed */
         ck_assert_uint_eq(a1.borrowed.count, 2);
         ck_assert_uint_eq(g.borrowed, 2);
         ck_assert_uint_eq(g.chunks[b1].borrowed, 1);
@@ -395,7 +401,7 @@ START_TEST(test_balloon_and_repay)
         ck_assert_uint_eq(g.sys.count, 8 - 4 - 1);
         gs_gsm_proc_fini(&p1);
         ck_assert_int_eq(gs_gsm_alloc_fini(&a1), 0);
-        ck_assert_int_eq(nreturned, 3); /* the granted own chunk too */
+        ck_assert_int_eq(nreturned, 3);              /* the granted own chunk too */
         ck_assert_int_eq(gs_gsm_alloc_fini(&a2), 0); /* never granted: no call */
         ck_assert_int_eq(nreturned, 3);
         valid();

@@ -27,7 +27,7 @@
 
 static int sv[2] = { -1, -1 }; /* [0] the peer (raw frames), [1] the codec's */
 static int fds_at_start;
-static struct gs_ho_msg m;     /* what the codec received */
+static struct gs_ho_msg m; /* what the codec received */
 
 static void setup(void)
 {
@@ -180,8 +180,7 @@ START_TEST(test_truncated)
         /* A CHUNKS whose entries are cut: shorter than its count says, or
          * longer (a count too small for the bytes). */
         ck_assert_int_eq(hostile(frame(GS_HO_CHUNKS, 3, 3, 0), HDR + 2 * sizeof(struct gs_ho_ent), 3, 0), -EPROTO);
-        ck_assert_int_eq(hostile(frame(GS_HO_CHUNKS, 3, 3, 0), HDR + 3 * sizeof(struct gs_ho_ent) - 1, 3, 0),
-                         -EPROTO);
+        ck_assert_int_eq(hostile(frame(GS_HO_CHUNKS, 3, 3, 0), HDR + 3 * sizeof(struct gs_ho_ent) - 1, 3, 0), -EPROTO);
         struct gs_ho_msg *f = frame(GS_HO_CHUNKS, 3, 2, 0);
         f->n = 2;
         ck_assert_int_eq(hostile(f, HDR + 3 * sizeof(struct gs_ho_ent), 2, 0), -EPROTO);
@@ -438,7 +437,7 @@ START_TEST(test_take_foreign_gpus)
                 { 1, 0, CHUNK_BYTES },                        /* no chunks */
                 { 1, GS_LEDGER_MAX_CHUNKS + 1, CHUNK_BYTES }, /* more than a pool may have */
                 { 1, UINT32_MAX, CHUNK_BYTES },
-                { 1, 8, CHUNK_BYTES / 2 },                    /* other chunks */
+                { 1, 8, CHUNK_BYTES / 2 }, /* other chunks */
         };
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
                 ck_assert_int_eq(take_msg(&t, gpu_frame(bad[i].id, bad[i].nchunks, bad[i].chunk_bytes), 0), 0);

@@ -29,9 +29,9 @@ START_TEST(test_paths)
 
         ck_assert_int_eq(extract(ev, w, 4), 0);
         ck_assert(w[0].found && strcmp(type, "DELETED") == 0);
-        ck_assert(w[1].found && strcmp(name, "p\"1\n") == 0);   /* escapes decoded */
+        ck_assert(w[1].found && strcmp(name, "p\"1\n") == 0); /* escapes decoded */
         ck_assert(w[2].found && strcmp(rv, "42") == 0);
-        ck_assert(w[3].found && strcmp(code, "410") == 0);      /* a number, as text */
+        ck_assert(w[3].found && strcmp(code, "410") == 0); /* a number, as text */
 }
 END_TEST
 
@@ -72,10 +72,29 @@ END_TEST
 START_TEST(test_malformed)
 {
         static const char *const bad[] = {
-                "", "   ", "[]", "\"s\"", "1", "{", "}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}",
-                "{\"a\":1 \"b\":2}", "{a:1}", "{\"a\":tru}", "{\"a\":nul}", "{\"a\":1x}",
-                "{\"a\":\"\\q\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"unterminated}", "{\"a\":1}{}",
-                "{\"a\":1} x", "{\"a\":[1,]}", "{\"a\":[1 2]}", "{\"a\":\"ctl\x01\"}",
+                "",
+                "   ",
+                "[]",
+                "\"s\"",
+                "1",
+                "{",
+                "}",
+                "{\"a\"}",
+                "{\"a\":}",
+                "{\"a\":1,}",
+                "{\"a\":1 \"b\":2}",
+                "{a:1}",
+                "{\"a\":tru}",
+                "{\"a\":nul}",
+                "{\"a\":1x}",
+                "{\"a\":\"\\q\"}",
+                "{\"a\":\"\\u12\"}",
+                "{\"a\":\"unterminated}",
+                "{\"a\":1}{}",
+                "{\"a\":1} x",
+                "{\"a\":[1,]}",
+                "{\"a\":[1 2]}",
+                "{\"a\":\"ctl\x01\"}",
         };
         char v[8];
         struct gs_json_want w[] = { { "a", v, sizeof(v), false } };
@@ -124,7 +143,8 @@ START_TEST(test_write_str)
         char doc[128];
 
         ck_assert_ptr_nonnull(f);
-        gs_json_write_str(f, "a\"b\\c\n\x01" "d");
+        gs_json_write_str(f, "a\"b\\c\n\x01"
+                             "d");
         fclose(f);
         ck_assert_str_eq(buf, "\"a\\\"b\\\\c\\u000a\\u0001d\"");
         /* What it writes reads back (control characters as the reader reads \u escapes). */

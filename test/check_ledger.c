@@ -16,7 +16,10 @@
 static char dir[] = "/tmp/check_ledger.XXXXXX";
 static const uint8_t uuid[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
 
-static void setup(void) { ck_assert_ptr_nonnull(mkdtemp(dir)); }
+static void setup(void)
+{
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+}
 static void teardown(void)
 {
         char cmd[128];

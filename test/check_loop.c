@@ -75,7 +75,7 @@ struct reader {
         size_t len;
         int calls;
         uint32_t events;
-        size_t stop_at;          /* stop the loop once this much was read */
+        size_t stop_at; /* stop the loop once this much was read */
 };
 
 static void on_read(void *data, uint32_t events)
@@ -160,7 +160,7 @@ struct victim {
         char canary[sizeof(CANARY)]; /* where malloc puts its own data once freed */
         struct gs_loop_io io;
         int fd;
-        struct victim **peer;    /* the other victim, NULL once gone */
+        struct victim **peer; /* the other victim, NULL once gone */
         struct victim **self;
 };
 
@@ -263,8 +263,8 @@ END_TEST
 struct ticker {
         struct gs_loop_timer t;
         int calls, limit;
-        int64_t due;             /* what it last returned */
-        int64_t late;            /* a call before its deadline: its now */
+        int64_t due;  /* what it last returned */
+        int64_t late; /* a call before its deadline: its now */
 };
 
 /* Runs limit times, each time asking for the next run 20 ms on. */
@@ -291,8 +291,7 @@ START_TEST(test_timer_rearmed_by_its_return)
         gs_loop_timer_arm(&k.t, k.due);
         run_loop();
         ck_assert_int_eq(k.calls, 4);
-        ck_assert_msg(k.late < 0, "a timer ran at %lld, before its deadline %lld", (long long)k.late,
-                      (long long)k.due);
+        ck_assert_msg(k.late < 0, "a timer ran at %lld, before its deadline %lld", (long long)k.late, (long long)k.due);
         ck_assert_int_eq(k.t.due, GS_LOOP_NEVER); /* NEVER returned: disarmed */
         gs_loop_timer_del(loop, &k.t);
 }
@@ -441,7 +440,7 @@ END_TEST
 #define SENDS 200000u
 
 static struct gs_loop_async as_count, as_done;
-static uint32_t sent_value;      /* atomic: the sender's last value */
+static uint32_t sent_value; /* atomic: the sender's last value */
 static uint32_t seen_value, async_runs, done_runs;
 
 static void on_async_count(void *data)

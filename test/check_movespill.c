@@ -143,8 +143,8 @@ static void check_books_at(int line, uint32_t reserved)
                         *(c < NCHUNKS ? &held_dev : &held_spare) += 1;
         ck_assert_msg(ps.chunks_free + a.chunks_free + b.chunks_free + held_dev + reserved == NCHUNKS,
                       "line %d: %u on the system list + %u + %u on the allocations' + %u held + %u in moves back "
-                      "!= %u chunks", line, ps.chunks_free, a.chunks_free, b.chunks_free, held_dev, reserved,
-                      NCHUNKS);
+                      "!= %u chunks",
+                      line, ps.chunks_free, a.chunks_free, b.chunks_free, held_dev, reserved, NCHUNKS);
         ck_assert_uint_eq(a.chunks_held + b.chunks_held, held_dev + held_spare);
         ck_assert_uint_eq(gs_gpu_spilled(g), held_spare);
         ck_assert_uint_eq(b.chunks_spilled, held_spare);
@@ -212,10 +212,22 @@ static void spill_out(struct gs_move_ent *e, uint32_t want_n, int n, uint32_t mo
         check_books(0);
 }
 
-static void setup_owed2(void) { open_gpu(2, 0); }
-static void setup_owed3(void) { open_gpu(3, 0); }
-static void setup_quiet(void) { open_gpu(2, 3600 * 1000); }
-static void teardown(void) { close_gpu(); }
+static void setup_owed2(void)
+{
+        open_gpu(2, 0);
+}
+static void setup_owed3(void)
+{
+        open_gpu(3, 0);
+}
+static void setup_quiet(void)
+{
+        open_gpu(2, 3600 * 1000);
+}
+static void teardown(void)
+{
+        close_gpu();
+}
 
 /* Nothing wanted: no move either way (nothing is owed that is wanted, and
  * nothing is spilled to bring back). */
@@ -547,9 +559,11 @@ int main(void)
                 void (*setup)(void);
                 const TTest *t[12];
         } cases[] = {
-                { "owed2", setup_owed2, { test_nothing_wanted, test_out_all, test_out_some, test_out_none,
-                                          test_out_gone, test_out_more_than_planned, test_back_all, test_back_none,
-                                          test_prepare_ahead, test_back_from_system } },
+                { "owed2",
+                  setup_owed2,
+                  { test_nothing_wanted, test_out_all, test_out_some, test_out_none, test_out_gone,
+                    test_out_more_than_planned, test_back_all, test_back_none, test_prepare_ahead,
+                    test_back_from_system } },
                 { "owed3", setup_owed3, { test_spill_max } },
                 { "quiet", setup_quiet, { test_back_waits } },
         };

@@ -108,19 +108,19 @@ static grpc_status_code prefer(struct req *r, int size, char *got, size_t gotlen
         return code;
 }
 
-#define EXPECT(r, size, want)                                                         \
-        do {                                                                          \
-                char got_[512], msg_[256];                                            \
+#define EXPECT(r, size, want)                                                                  \
+        do {                                                                                   \
+                char got_[512], msg_[256];                                                     \
                 grpc_status_code c_ = prefer(r, size, got_, sizeof(got_), msg_, sizeof(msg_)); \
-                ck_assert_msg(c_ == GRPC_STATUS_OK, "status %d: %s", (int)c_, msg_);  \
-                ck_assert_str_eq(got_, want);                                         \
+                ck_assert_msg(c_ == GRPC_STATUS_OK, "status %d: %s", (int)c_, msg_);           \
+                ck_assert_str_eq(got_, want);                                                  \
         } while (0)
 
-#define REFUSED(r, size, text)                                                        \
-        do {                                                                          \
-                char got_[512], msg_[256];                                            \
-                grpc_status_code c_ = prefer(r, size, got_, sizeof(got_), msg_, sizeof(msg_)); \
-                ck_assert_int_eq(c_, GRPC_STATUS_INVALID_ARGUMENT);                   \
+#define REFUSED(r, size, text)                                                                    \
+        do {                                                                                      \
+                char got_[512], msg_[256];                                                        \
+                grpc_status_code c_ = prefer(r, size, got_, sizeof(got_), msg_, sizeof(msg_));    \
+                ck_assert_int_eq(c_, GRPC_STATUS_INVALID_ARGUMENT);                               \
                 ck_assert_msg(strstr(msg_, text) != NULL, "message '%s' lacks '%s'", msg_, text); \
         } while (0)
 
@@ -135,9 +135,9 @@ START_TEST(test_packing)
         offer(&r, 0, 1), offer(&r, 0, 2), offer(&r, 0, 4), offer(&r, 0, 5), offer(&r, 0, 7), offer(&r, 0, 6);
         offer(&r, 1, 6), offer(&r, 1, 3), offer(&r, 1, 0);
         offer_range(&r, 2, 0, 8);
-        EXPECT(&r, 3, "1:0 1:3 1:6");          /* GPU 1: 3 available, an exact fit */
-        EXPECT(&r, 2, "1:0 1:3");              /* still the tightest that fits */
-        EXPECT(&r, 4, "0:1 0:2 0:4 0:5");      /* GPU 1 too small: GPU 0 (6) before GPU 2 (8) */
+        EXPECT(&r, 3, "1:0 1:3 1:6");                     /* GPU 1: 3 available, an exact fit */
+        EXPECT(&r, 2, "1:0 1:3");                         /* still the tightest that fits */
+        EXPECT(&r, 4, "0:1 0:2 0:4 0:5");                 /* GPU 1 too small: GPU 0 (6) before GPU 2 (8) */
         EXPECT(&r, 8, "2:0 2:1 2:2 2:3 2:4 2:5 2:6 2:7"); /* a whole GPU */
 }
 END_TEST
@@ -150,9 +150,9 @@ START_TEST(test_spreading)
         struct req r = { 0 };
 
         mirror(3, units);
-        offer_range(&r, 0, 0, 3);              /* 3 */
-        offer_range(&r, 1, 2, 7);              /* 5 */
-        offer_range(&r, 2, 6, 8);              /* 2 */
+        offer_range(&r, 0, 0, 3); /* 3 */
+        offer_range(&r, 1, 2, 7); /* 5 */
+        offer_range(&r, 2, 6, 8); /* 2 */
         EXPECT(&r, 6, "1:2 1:3 1:4 1:5 1:6 0:0");
         EXPECT(&r, 8, "1:2 1:3 1:4 1:5 1:6 0:0 0:1 0:2");
         /* over all three GPUs; of two with as many, the first */
@@ -171,10 +171,10 @@ START_TEST(test_must_include)
         struct req r = { 0 };
 
         mirror(2, units);
-        offer_range(&r, 0, 0, 3);              /* GPU 0: 3 available, a better fit */
+        offer_range(&r, 0, 0, 3); /* GPU 0: 3 available, a better fit */
         must(&r, 1, 5);
         offer(&r, 1, 2), offer(&r, 1, 6), offer(&r, 1, 7);
-        EXPECT(&r, 3, "1:5 1:2 1:6");          /* pinned to GPU 1, not the best fit GPU 0 */
+        EXPECT(&r, 3, "1:5 1:2 1:6"); /* pinned to GPU 1, not the best fit GPU 0 */
         EXPECT(&r, 1, "1:5");
         /* GPU 1 cannot hold 5: must first, then its GPU, then the other */
         EXPECT(&r, 5, "1:5 1:2 1:6 1:7 0:0");
@@ -264,7 +264,7 @@ START_TEST(test_bounds)
         r.avail[r.navail++] = other; /* a GPU that is gone */
         REFUSED(&r, 1, "is not a gshare.io/gpumem device of this node");
         r.navail = 1;
-        must(&r, 1, 9);                        /* must-include out of range too */
+        must(&r, 1, 9); /* must-include out of range too */
         REFUSED(&r, 1, "is not a gshare.io/gpumem device of this node");
         /* no GPU at all (the agent not reachable yet) */
         mirror(0, units);

@@ -77,8 +77,8 @@ static struct gs_recon_snapshot *snap(char **ids, size_t n)
 
 /* An allocation of the given device IDs, with no GPU part and no socket:
  * what gs_recon_apply and a release need of it. */
-static struct gs_allocation *alloc(struct gs_agent *ag, const char *id, const char *const *ids,
-                                   size_t n, uint64_t created)
+static struct gs_allocation *alloc(struct gs_agent *ag, const char *id, const char *const *ids, size_t n,
+                                   uint64_t created)
 {
         struct gs_allocation *a = calloc(1, sizeof(*a));
         char **v = calloc(n, sizeof(*v) + 64);
@@ -130,8 +130,10 @@ START_TEST(test_podburst_parse)
         static const char ok[] = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\",\"annotations\":"
                                  "{\"a.io/x\":\"1\",\"gshare.io/gpumem-burst\":\"40Gi\"}}}";
         static const char none[] = "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}}";
-        static const char bad[] = "{\"kind\":\"Pod\",\"metadata\":{\"annotations\":{\"gshare.io/gpumem-burst\":\"1.5Gi\"}}}";
-        static const char zero[] = "{\"kind\":\"Pod\",\"metadata\":{\"annotations\":{\"gshare.io/gpumem-burst\":\"0\"}}}";
+        static const char bad[] =
+                "{\"kind\":\"Pod\",\"metadata\":{\"annotations\":{\"gshare.io/gpumem-burst\":\"1.5Gi\"}}}";
+        static const char zero[] =
+                "{\"kind\":\"Pod\",\"metadata\":{\"annotations\":{\"gshare.io/gpumem-burst\":\"0\"}}}";
         static const char status[] = "{\"kind\":\"Status\",\"code\":404}";
         char err[256];
         uint64_t b = 1;

@@ -39,8 +39,7 @@ static void check_msg(const struct gs_ring_msg *m, uint64_t seq)
 {
         struct gs_ring_msg want = msg(seq);
 
-        ck_assert_msg(memcmp(m, &want, sizeof(want)) == 0, "message %llu corrupted",
-                      (unsigned long long)seq);
+        ck_assert_msg(memcmp(m, &want, sizeof(want)) == 0, "message %llu corrupted", (unsigned long long)seq);
 }
 
 START_TEST(test_fifo_full_empty)
@@ -187,7 +186,7 @@ END_TEST
 
 struct stress {
         struct gs_ring *r;
-        struct gs_shm *s;      /* doorbells */
+        struct gs_shm *s; /* doorbells */
         uint64_t n;
         int failed;
 };
@@ -249,8 +248,7 @@ START_TEST(test_two_threads)
                          * wake-up race is exercised too (bounded wait). */
                         if ((got & 0xffff) == 0) {
                                 sleeps++;
-                                (void)gs_doorbell_sleep(st.r, tail, &st.s->agent_wake,
-                                                        &st.s->agent_sleeping, 50000000);
+                                (void)gs_doorbell_sleep(st.r, tail, &st.s->agent_wake, &st.s->agent_sleeping, 50000000);
                         }
                         continue;
                 }

@@ -257,8 +257,7 @@ static void read_n(int fd, void *buf, size_t n)
 
         while (got < n) {
                 ssize_t r = recv(fd, (char *)buf + got, n - got, 0);
-                ck_assert_msg(r > 0, "read %zu of %zu bytes, then %s", got, n,
-                              r == 0 ? "EOF" : strerror(errno));
+                ck_assert_msg(r > 0, "read %zu of %zu bytes, then %s", got, n, r == 0 ? "EOF" : strerror(errno));
                 got += (size_t)r;
         }
 }
@@ -295,14 +294,16 @@ static void expect_pattern(int fd, size_t n, size_t piece)
                 read_n(fd, buf, k);
                 for (size_t i = 0; i < k; i++)
                         if (buf[i] != pattern(off + i))
-                                ck_abort_msg("byte %zu of the reply is %u, not %u", off + i, buf[i],
-                                             pattern(off + i));
+                                ck_abort_msg("byte %zu of the reply is %u, not %u", off + i, buf[i], pattern(off + i));
                 off += k;
         }
 }
 
 static const struct gs_stream_limits plain = {
-        .max_conns = 16, .in_max = 4096, .out_max = 1 << 20, .linger_ms = 0,
+        .max_conns = 16,
+        .in_max = 4096,
+        .out_max = 1 << 20,
+        .linger_ms = 0,
 };
 
 /* ---- tests ---- */
@@ -317,12 +318,12 @@ START_TEST(test_requests)
         expect(fd, "pong\n");
         say(fd, "ping\nping\nwhat\n"); /* pipelined, one read */
         expect(fd, "pong\npong\n?\n");
-        say(fd, "pi");                 /* one request in two reads */
+        say(fd, "pi"); /* one request in two reads */
         usleep(1000);
         say(fd, "ng\n");
         expect(fd, "pong\n");
         ck_assert_uint_eq(srv_count(), 1);
-        say(fd, "quit\n");             /* on_data < 0: closed at once */
+        say(fd, "quit\n"); /* on_data < 0: closed at once */
         expect_eof(fd);
         wait_count(0);
         close(fd);
@@ -376,12 +377,12 @@ START_TEST(test_input_bound)
         fd = client(0);
         other = client(0);
         memset(line, 'x', 255);
-        line[255] = '\n';      /* 256 bytes: exactly in_max */
+        line[255] = '\n'; /* 256 bytes: exactly in_max */
         line[256] = '\0';
         say(fd, line);
         expect(fd, "?\n");
         memset(line, 'x', 300);
-        line[300] = '\0';      /* no end in sight */
+        line[300] = '\0'; /* no end in sight */
         say(fd, line);
         expect_eof(fd);
         say(other, "ping\n");
@@ -405,7 +406,7 @@ START_TEST(test_big_reply_slow_reader)
         srv_start(&lim);
         fd = client(8192);
         say(fd, "big 4194304\n");
-        usleep(20000);         /* let the server fill the socket first */
+        usleep(20000); /* let the server fill the socket first */
         expect_pattern(fd, 4194304, 4096);
         say(fd, "ping\n");
         expect(fd, "pong\n");
@@ -452,7 +453,7 @@ START_TEST(test_output_bound_counts_queued)
         read_n(fd, buf, sizeof(buf)); /* 100000 read: at most 100000 queued */
         for (size_t i = 0; i < sizeof(buf); i++)
                 ck_assert_uint_eq(buf[i], pattern(i));
-        say(fd, "big 150000\n");      /* 250000 at most queued with it */
+        say(fd, "big 150000\n"); /* 250000 at most queued with it */
         read_n(fd, buf, sizeof(buf));
         for (size_t i = 0; i < sizeof(buf); i++)
                 ck_assert_uint_eq(buf[i], pattern(100000 + i));
@@ -487,8 +488,7 @@ END_TEST
 
 /* One request and its reply; then, with the client doing nothing more,
  * the server closes the connection, with timeouts calls of on_timeout. */
-static void closed_by_server(const struct gs_stream_limits *lim, const char *req, const char *rep,
-                             int timeouts)
+static void closed_by_server(const struct gs_stream_limits *lim, const char *req, const char *rep, int timeouts)
 {
         int fd;
 

@@ -17,10 +17,14 @@ START_TEST(test_pod_uid)
 
         ck_assert_int_eq(gs_usage_pod_uid("0::/kubepods.slice/kubepods-burstable.slice/"
                                           "kubepods-burstable-pod0b5e7c1a_2f3d_4e5f_8a9b_0c1d2e3f4a5b.slice/"
-                                          "cri-containerd-0123.scope\n", uid), 0);
+                                          "cri-containerd-0123.scope\n",
+                                          uid),
+                         0);
         ck_assert_str_eq(uid, "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b");
         ck_assert_int_eq(gs_usage_pod_uid("12:memory:/kubepods/besteffort/"
-                                          "pod0B5E7C1A-2F3D-4E5F-8A9B-0C1D2E3F4A5B/abc\n", uid), 0);
+                                          "pod0B5E7C1A-2F3D-4E5F-8A9B-0C1D2E3F4A5B/abc\n",
+                                          uid),
+                         0);
         ck_assert_str_eq(uid, "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b");
         ck_assert_int_eq(gs_usage_pod_uid("0::/user.slice/user-0.slice/session-1.scope\n", uid), -ENOENT);
         /* too short, a bad character, one digit too many */

@@ -59,8 +59,8 @@ static __typeof__(cuMemCreate) *real_create;
 static uint64_t fail_size;
 static int fail_exported = -1; /* -1: either */
 
-static CUresult CUDAAPI create_maybe_fail(CUmemGenericAllocationHandle *h, size_t size,
-                                          const CUmemAllocationProp *prop, unsigned long long flags)
+static CUresult CUDAAPI create_maybe_fail(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                                          unsigned long long flags)
 {
         int exported = prop && prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE;
 
@@ -90,7 +90,10 @@ static void setup_quota(uint32_t quota)
         set.nslots = 2 * quota;
 }
 
-static void setup(void) { setup_quota(QUOTA); }
+static void setup(void)
+{
+        setup_quota(QUOTA);
+}
 
 static void teardown(void)
 {
@@ -203,10 +206,11 @@ START_TEST(test_mixed_sizes_reach_the_quota)
                 ck_assert_uint_eq(held(), 0);
         }
         printf("check_vmm: mixed 2/20 MiB pieces, 100 fill/free-half/refill rounds: lowest fill "
-               "%llu of %llu MiB (%.1f%%)\n", (unsigned long long)(lowest / MiB),
-               (unsigned long long)(quota / MiB), 100.0 * (double)lowest / (double)quota);
-        ck_assert_msg(lowest * 100 >= quota * 95, "lowest fill %llu MiB of %llu",
-                      (unsigned long long)(lowest / MiB), (unsigned long long)(quota / MiB));
+               "%llu of %llu MiB (%.1f%%)\n",
+               (unsigned long long)(lowest / MiB), (unsigned long long)(quota / MiB),
+               100.0 * (double)lowest / (double)quota);
+        ck_assert_msg(lowest * 100 >= quota * 95, "lowest fill %llu MiB of %llu", (unsigned long long)(lowest / MiB),
+                      (unsigned long long)(quota / MiB));
 }
 END_TEST
 
@@ -530,7 +534,10 @@ START_TEST(test_exit_remake_fails_no_free_chunk)
 }
 END_TEST
 
-static void setup_whole_pool(void) { setup_quota(NCHUNKS); }
+static void setup_whole_pool(void)
+{
+        setup_quota(NCHUNKS);
+}
 
 int main(void)
 {

@@ -17,7 +17,9 @@ START_TEST(test_event)
 
         ck_assert_int_eq(parse("{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"Pod\",\"metadata\":"
                                "{\"name\":\"train-0\",\"resourceVersion\":\"1234\"},"
-                               "\"status\":{\"phase\":\"Succeeded\"}}}", &ev), 0);
+                               "\"status\":{\"phase\":\"Succeeded\"}}}",
+                               &ev),
+                         0);
         ck_assert_str_eq(ev.type, "MODIFIED");
         ck_assert_str_eq(ev.name, "train-0");
         ck_assert_str_eq(ev.rv, "1234");
@@ -25,13 +27,15 @@ START_TEST(test_event)
         ck_assert_str_eq(ev.code, "");
         /* 410 Gone comes as an ERROR event whose object is a Status. */
         ck_assert_int_eq(parse("{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,"
-                               "\"reason\":\"Expired\"}}", &ev), 0);
+                               "\"reason\":\"Expired\"}}",
+                               &ev),
+                         0);
         ck_assert_str_eq(ev.type, "ERROR");
         ck_assert_str_eq(ev.code, "410");
         ck_assert_str_eq(ev.name, "");
         /* A bookmark carries only a resourceVersion. */
-        ck_assert_int_eq(parse("{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"99\"}}}",
-                               &ev), 0);
+        ck_assert_int_eq(parse("{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"99\"}}}", &ev),
+                         0);
         ck_assert_str_eq(ev.rv, "99");
 }
 END_TEST
@@ -41,10 +45,10 @@ START_TEST(test_event_refused)
         struct gs_watch_event ev;
         char big[512];
 
-        ck_assert_int_eq(parse("{\"object\":{}}", &ev), -EINVAL);          /* no type */
-        ck_assert_int_eq(parse("{\"type\":\"\"}", &ev), -EINVAL);          /* empty type */
-        ck_assert_int_eq(parse("{\"type\":\"ADDED\"", &ev), -EINVAL);      /* cut short */
-        ck_assert_int_eq(parse("[{\"type\":\"ADDED\"}]", &ev), -EINVAL);   /* not an object */
+        ck_assert_int_eq(parse("{\"object\":{}}", &ev), -EINVAL);        /* no type */
+        ck_assert_int_eq(parse("{\"type\":\"\"}", &ev), -EINVAL);        /* empty type */
+        ck_assert_int_eq(parse("{\"type\":\"ADDED\"", &ev), -EINVAL);    /* cut short */
+        ck_assert_int_eq(parse("[{\"type\":\"ADDED\"}]", &ev), -EINVAL); /* not an object */
         /* A type longer than the field is as good as none. */
         memset(big, 'A', sizeof(big));
         memcpy(big, "{\"type\":\"", 9);

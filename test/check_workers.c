@@ -24,19 +24,19 @@
 struct item {
         struct gs_wentry e;
         struct gs_wgroup *grp;
-        int fd;                  /* the doorbell */
-        int stop;                /* set by gs_workers_remove */
-        uint32_t pending;        /* requests not served yet (atomic) */
-        uint32_t served;         /* (atomic) */
-        uint32_t turns;          /* (atomic) */
-        int in_turn;             /* (atomic) a thread serves it now */
-        int block;               /* (atomic) its turns wait until this is 0 */
+        int fd;           /* the doorbell */
+        int stop;         /* set by gs_workers_remove */
+        uint32_t pending; /* requests not served yet (atomic) */
+        uint32_t served;  /* (atomic) */
+        uint32_t turns;   /* (atomic) */
+        int in_turn;      /* (atomic) a thread serves it now */
+        int block;        /* (atomic) its turns wait until this is 0 */
 };
 
 /* Across the pool, atomics. */
-static int overlap;              /* an item served by two threads at once */
+static int overlap; /* an item served by two threads at once */
 static int running, max_running;
-static uint32_t budget_seen;     /* a turn given another budget */
+static uint32_t budget_seen; /* a turn given another budget */
 static int group_running[2], group_max[2];
 static struct gs_wgroup groups[2];
 
@@ -274,8 +274,7 @@ START_TEST(test_max_procs)
         ck_assert_int_eq(gs_workers_add(pool, &e, &e, &groups[0], fd, &stop), -ENOSPC);
         /* A slot freed is a slot for the next. */
         gs_workers_remove(pool, &items[2].e);
-        ck_assert_int_eq(gs_workers_add(pool, &items[2].e, &items[2], items[2].grp, items[2].fd,
-                                        &items[2].stop), 0);
+        ck_assert_int_eq(gs_workers_add(pool, &items[2].e, &items[2], items[2].grp, items[2].fd, &items[2].stop), 0);
         close(fd);
         finish();
 }

@@ -253,8 +253,7 @@ int gs_buddy_add_chunk(struct gs_buddy *b, uint64_t base)
         return 0;
 }
 
-size_t gs_buddy_pieces(uint64_t start, uint64_t end, void (*fn)(void *ctx, uint64_t off, unsigned order),
-                       void *ctx)
+size_t gs_buddy_pieces(uint64_t start, uint64_t end, void (*fn)(void *ctx, uint64_t off, unsigned order), void *ctx)
 {
         size_t n = 0;
 
@@ -303,7 +302,8 @@ int gs_buddy_add_chunk_used(struct gs_buddy *b, uint64_t base, const uint64_t *r
         int r;
 
         for (size_t i = 0; i < n; i++) {
-                need += gs_buddy_pieces(pos, rg[2 * i], NULL, NULL) + gs_buddy_pieces(rg[2 * i], rg[2 * i + 1], NULL, NULL);
+                need += gs_buddy_pieces(pos, rg[2 * i], NULL, NULL) +
+                        gs_buddy_pieces(rg[2 * i], rg[2 * i + 1], NULL, NULL);
                 pos = rg[2 * i + 1];
         }
         need += gs_buddy_pieces(pos, end, NULL, NULL);
@@ -392,8 +392,7 @@ int gs_buddy_remove_chunk(struct gs_buddy *b, uint64_t base)
 
 /* Cuts the free block blk (order j, already off its free list) down to an
  * exact block of rs bytes at its start.  pre: records reserved. */
-static void carve(struct gs_buddy *b, struct gs_blk *blk, unsigned j, uint64_t rs, uint64_t req,
-                  enum gs_blk_kind kind)
+static void carve(struct gs_buddy *b, struct gs_blk *blk, unsigned j, uint64_t rs, uint64_t req, enum gs_blk_kind kind)
 {
         unsigned o = ceil_log2(rs);
 
@@ -424,8 +423,7 @@ static void carve(struct gs_buddy *b, struct gs_blk *blk, unsigned j, uint64_t r
         *fill_of(b, blk->off) += rs;
 }
 
-int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind,
-                   struct gs_blk **ret)
+int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind, struct gs_blk **ret)
 {
         if (size == 0 || size > (UINT64_C(1) << b->chunk_shift))
                 return -EINVAL;
@@ -455,8 +453,7 @@ int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_
         return 0;
 }
 
-int gs_buddy_alloc_at(struct gs_buddy *b, uint64_t base, uint64_t size, enum gs_blk_kind kind,
-                      struct gs_blk **ret)
+int gs_buddy_alloc_at(struct gs_buddy *b, uint64_t base, uint64_t size, enum gs_blk_kind kind, struct gs_blk **ret)
 {
         if (size == 0 || size > (UINT64_C(1) << b->chunk_shift))
                 return -EINVAL;
@@ -538,12 +535,12 @@ static int cmp_off(const void *x, const void *y)
         return a->off < c->off ? -1 : a->off > c->off;
 }
 
-#define FAIL(...)                                                \
-        do {                                                     \
-                if (why && whylen)                               \
+#define FAIL(...)                                                     \
+        do {                                                          \
+                if (why && whylen)                                    \
                         snprintf(why, whylen, "buddy: " __VA_ARGS__); \
-                r = -EUCLEAN;                                    \
-                goto out;                                        \
+                r = -EUCLEAN;                                         \
+                goto out;                                             \
         } while (0)
 
 int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
@@ -569,25 +566,21 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 if (gs_buddy_find(b, e->key) != x)
                         FAIL("key %#llx unreachable by probing", (unsigned long long)e->key);
                 if (e->key != x->off)
-                        FAIL("key %#llx for block at %#llx", (unsigned long long)e->key,
-                             (unsigned long long)x->off);
+                        FAIL("key %#llx for block at %#llx", (unsigned long long)e->key, (unsigned long long)x->off);
                 if (x->off % GS_MIN_ALIGN || x->size == 0 || x->size % GS_MIN_ALIGN)
-                        FAIL("block %#llx+%#llx misaligned", (unsigned long long)x->off,
-                             (unsigned long long)x->size);
+                        FAIL("block %#llx+%#llx misaligned", (unsigned long long)x->off, (unsigned long long)x->size);
                 switch (x->kind) {
                 case GS_BLK_FREE:
                         nfree_rec++;
                         if (x->order < GS_BUDDY_MIN_SHIFT || x->order > b->chunk_shift ||
                             x->size != UINT64_C(1) << x->order || x->off & (x->size - 1))
-                                FAIL("free block %#llx order %u bad", (unsigned long long)x->off,
-                                     x->order);
+                                FAIL("free block %#llx order %u bad", (unsigned long long)x->off, x->order);
                         if (x->order == b->chunk_shift) {
                                 nempty++;
                         } else {
                                 const struct gs_blk *bd = gs_buddy_find(b, x->off ^ x->size);
                                 if (bd && bd->kind == GS_BLK_FREE && bd->order == x->order)
-                                        FAIL("free buddies %#llx and %#llx not merged",
-                                             (unsigned long long)x->off,
+                                        FAIL("free buddies %#llx and %#llx not merged", (unsigned long long)x->off,
                                              (unsigned long long)bd->off);
                         }
                         break;
@@ -602,9 +595,8 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 case GS_BLK_TAIL: {
                         uint64_t al = UINT64_C(1) << ceil_log2(x->size);
                         if (x->size > top || x->off & (al - 1))
-                                FAIL("block %#llx+%#llx not aligned to %#llx",
-                                     (unsigned long long)x->off, (unsigned long long)x->size,
-                                     (unsigned long long)al);
+                                FAIL("block %#llx+%#llx not aligned to %#llx", (unsigned long long)x->off,
+                                     (unsigned long long)x->size, (unsigned long long)al);
                         if (x->kind == GS_BLK_USED && (x->req == 0 || x->req > x->size))
                                 FAIL("block %#llx req %llu size %llu", (unsigned long long)x->off,
                                      (unsigned long long)x->req, (unsigned long long)x->size);
@@ -615,11 +607,10 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 }
                 case GS_BLK_WHOLE:
                         if (x->off & (top - 1) || x->size & (top - 1) || !x->size)
-                                FAIL("coalesced block %#llx+%#llx not whole chunks",
-                                     (unsigned long long)x->off, (unsigned long long)x->size);
+                                FAIL("coalesced block %#llx+%#llx not whole chunks", (unsigned long long)x->off,
+                                     (unsigned long long)x->size);
                         break;
-                default:
-                        FAIL("record %#llx of kind %u", (unsigned long long)x->off, x->kind);
+                default: FAIL("record %#llx of kind %u", (unsigned long long)x->off, x->kind);
                 }
                 v[nv++] = x;
         }
@@ -630,8 +621,7 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 int bit = !!(b->nonempty & (UINT64_C(1) << o));
 
                 if (bit != !!b->free_head[o])
-                        FAIL("order %u: mask bit %d, list %s", o, bit,
-                             b->free_head[o] ? "non-empty" : "empty");
+                        FAIL("order %u: mask bit %d, list %s", o, bit, b->free_head[o] ? "non-empty" : "empty");
                 for (const struct gs_blk *x = b->free_head[o]; x; prev = x, x = x->next) {
                         if (x->kind != GS_BLK_FREE || x->order != o || x->prev != prev)
                                 FAIL("free list %u broken at %#llx", o, (unsigned long long)x->off);
@@ -658,8 +648,8 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 }
                 if (!x || x->off / top != chunk) {
                         if (chunk != UINT64_MAX && pos != (chunk + 1) * top)
-                                FAIL("chunk %#llx not tiled (ends at %#llx)",
-                                     (unsigned long long)(chunk * top), (unsigned long long)pos);
+                                FAIL("chunk %#llx not tiled (ends at %#llx)", (unsigned long long)(chunk * top),
+                                     (unsigned long long)pos);
                         if (chunk != UINT64_MAX && (chunk >= b->fill_cap || b->fill[chunk] != cused))
                                 FAIL("chunk %#llx: %llu B used, fill says %llu", (unsigned long long)(chunk * top),
                                      (unsigned long long)cused,
@@ -684,9 +674,8 @@ int gs_buddy_validate(const struct gs_buddy *b, char *why, size_t whylen)
                 FAIL("per-chunk fill sums to %llu, %llu B used", (unsigned long long)fills,
                      (unsigned long long)b->bytes_used);
         if (nchunks != b->nchunks || nempty != b->nchunks_empty || used != b->bytes_used)
-                FAIL("counters: chunks %llu/%llu empty %llu/%llu used %llu/%llu",
-                     (unsigned long long)nchunks, (unsigned long long)b->nchunks,
-                     (unsigned long long)nempty, (unsigned long long)b->nchunks_empty,
+                FAIL("counters: chunks %llu/%llu empty %llu/%llu used %llu/%llu", (unsigned long long)nchunks,
+                     (unsigned long long)b->nchunks, (unsigned long long)nempty, (unsigned long long)b->nchunks_empty,
                      (unsigned long long)used, (unsigned long long)b->bytes_used);
 out:
         free(v);

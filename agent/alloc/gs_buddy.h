@@ -29,8 +29,8 @@
 
 #include "gs_util.h"
 
-#define GS_BUDDY_MIN_SHIFT 8u   /* 256 B, GS_MIN_ALIGN */
-#define GS_BUDDY_MAX_SHIFT 47u  /* largest chunk the buddy accepts: 128 TiB */
+#define GS_BUDDY_MIN_SHIFT 8u  /* 256 B, GS_MIN_ALIGN */
+#define GS_BUDDY_MAX_SHIFT 47u /* largest chunk the buddy accepts: 128 TiB */
 
 /* Records needed, in the worst case, by one gs_buddy_alloc or
  * gs_buddy_free: at most one per order split off or given back. */
@@ -57,7 +57,7 @@ struct gs_blk {
                 struct { /* FREE: its order's free list */
                         struct gs_blk *prev, *next;
                 };
-                struct { /* any other kind */
+                struct {              /* any other kind */
                         uint64_t req; /* bytes asked for (USED, WHOLE); else 0 */
                         void *owner;  /* SLAB: the struct gs_slab; WHOLE, TAIL:
                                          each other */
@@ -76,8 +76,8 @@ struct gs_buddy_ent {
 struct gs_buddy_arena;
 
 struct gs_buddy {
-        unsigned chunk_shift;     /* log2(chunk_bytes) */
-        uint64_t nonempty;        /* bit o: free list o is not empty */
+        unsigned chunk_shift; /* log2(chunk_bytes) */
+        uint64_t nonempty;    /* bit o: free list o is not empty */
         struct gs_blk *free_head[GS_BUDDY_MAX_SHIFT + 1];
         /* the hash: tab_cap a power of two, at most half full */
         struct gs_buddy_ent *tab;
@@ -120,8 +120,7 @@ int gs_buddy_add_chunk(struct gs_buddy *b, uint64_t base) GS_WUR;
  * the start (each the largest aligned to its position that fits): the
  * canonical decomposition, which leaves no two free buddies.  Calls fn
  * for each if not NULL; returns how many.  pre: both 256-aligned. */
-size_t gs_buddy_pieces(uint64_t start, uint64_t end, void (*fn)(void *ctx, uint64_t off, unsigned order),
-                       void *ctx);
+size_t gs_buddy_pieces(uint64_t start, uint64_t end, void (*fn)(void *ctx, uint64_t off, unsigned order), void *ctx);
 /* Adds a chunk at base (not in this buddy) whose ranges [r[2i], r[2i+1])
  * (i < n; sorted, disjoint, 256-aligned, inside the chunk) are in use:
  * they become GS_BLK_LEGACY pieces, the rest free blocks.  -ENOMEM
@@ -146,8 +145,7 @@ int gs_buddy_remove_chunk(struct gs_buddy *b, uint64_t base) GS_WUR;
  * chunks drain and go back whole, for coalesced requests.  -EINVAL if
  * size is 0 or over chunk_bytes; -ENOSPC if no free block is large enough
  * (the caller may add a chunk and retry); -ENOMEM. */
-int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind,
-                   struct gs_blk **ret) GS_WUR;
+int gs_buddy_alloc(struct gs_buddy *b, uint64_t size, uint64_t req, enum gs_blk_kind kind, struct gs_blk **ret) GS_WUR;
 /* Like gs_buddy_alloc, but the block starts at base, a wholly free chunk
  * of this buddy (used for the tail of a coalesced request).  -EBUSY if the
  * chunk is not wholly free. */

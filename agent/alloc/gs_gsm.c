@@ -9,8 +9,14 @@
 
 /* ---- index lists: prev/next (which == 0) or bprev/bnext (which == 1) ---- */
 
-static uint32_t *lprev(struct gs_gsm_chunk *c, int which) { return gs_gsm_lprev(c, which); }
-static uint32_t *lnext(struct gs_gsm_chunk *c, int which) { return gs_gsm_lnext(c, which); }
+static uint32_t *lprev(struct gs_gsm_chunk *c, int which)
+{
+        return gs_gsm_lprev(c, which);
+}
+static uint32_t *lnext(struct gs_gsm_chunk *c, int which)
+{
+        return gs_gsm_lnext(c, which);
+}
 
 static void list_push(struct gs_gsm_chunk *cs, struct gs_gsm_list *l, uint32_t id, int which)
 {
@@ -188,8 +194,8 @@ static uint32_t idle_free(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
 int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes)
 {
         memset(g, 0, sizeof(*g));
-        if (nchunks == 0 || nchunks == GS_GSM_NONE || !gs_is_pow2(chunk_bytes) ||
-            chunk_bytes < (UINT64_C(1) << 16) || chunk_bytes > (UINT64_C(1) << 47))
+        if (nchunks == 0 || nchunks == GS_GSM_NONE || !gs_is_pow2(chunk_bytes) || chunk_bytes < (UINT64_C(1) << 16) ||
+            chunk_bytes > (UINT64_C(1) << 47))
                 return -EINVAL;
         g->chunks = calloc(nchunks, sizeof(*g->chunks));
         if (!g->chunks)
@@ -722,8 +728,8 @@ uint32_t gs_gsm_scrub_next(const struct gs_gsm *g, uint32_t ahead, uint32_t *ret
         for (const struct gs_gsm_alloc *a = g->allocs; a && n < max; a = a->next) {
                 uint32_t clean = 0, seen = 0;
 
-                for (uint32_t id = a->own.head; id != GS_GSM_NONE && n < max && clean < ahead &&
-                                                seen < GS_GSM_SCRUB_LOOK;
+                for (uint32_t id = a->own.head;
+                     id != GS_GSM_NONE && n < max && clean < ahead && seen < GS_GSM_SCRUB_LOOK;
                      id = g->chunks[id].next, seen++) {
                         const struct gs_gsm_chunk *c = &g->chunks[id];
                         if (c->dirty && a->nprocs < 2 && c->last)

@@ -57,18 +57,18 @@ struct gs_gsm_alloc;
 struct gs_gsm_proc;
 
 struct gs_gsm_chunk {
-        uint32_t prev, next;   /* the list of its state (SYS, OWN, HELD) */
-        uint32_t bprev, bnext; /* HELD: its allocation's borrowed list;
+        uint32_t prev, next;        /* the list of its state (SYS, OWN, HELD) */
+        uint32_t bprev, bnext;      /* HELD: its allocation's borrowed list;
                                   OWN: its last holder's (last) */
-        uint32_t slot;         /* HELD: where the process maps it */
-        uint8_t state;         /* enum gs_gsm_state */
-        uint8_t borrowed;      /* HELD: counts against the balloon cap */
-        uint8_t granted;       /* granted to a process since it left SYS */
-        uint8_t dirty;         /* taken by a process since made or zeroed */
+        uint32_t slot;              /* HELD: where the process maps it */
+        uint8_t state;              /* enum gs_gsm_state */
+        uint8_t borrowed;           /* HELD: counts against the balloon cap */
+        uint8_t granted;            /* granted to a process since it left SYS */
+        uint8_t dirty;              /* taken by a process since made or zeroed */
         struct gs_gsm_alloc *alloc; /* OWN, HELD */
         struct gs_gsm_proc *proc;   /* HELD */
         struct gs_gsm_proc *last;   /* OWN and dirty: who gave it back, if alive */
-        void *user;            /* HELD: free for gs_pool*.c's use */
+        void *user;                 /* HELD: free for gs_pool*.c's use */
 };
 
 struct gs_gsm_list {
@@ -83,13 +83,13 @@ typedef void (*gs_gsm_hold_fn)(void *ctx, uint32_t chunk, const void *tag, uint3
 
 struct gs_gsm {
         struct gs_gsm_chunk *chunks;
-        uint32_t nchunks;      /* including retired */
+        uint32_t nchunks; /* including retired */
         uint32_t nretired;
         unsigned chunk_shift;
         struct gs_gsm_list sys;
-        uint32_t reserved;     /* sum of the allocations' quotas */
-        uint32_t borrowed;     /* sum of their borrowed chunks */
-        uint32_t owed;         /* sum of their owed chunks: lent ones the system list owes */
+        uint32_t reserved; /* sum of the allocations' quotas */
+        uint32_t borrowed; /* sum of their borrowed chunks */
+        uint32_t owed;     /* sum of their owed chunks: lent ones the system list owes */
         /* Allocations may borrow the clean free chunks of other
          * allocations, which are then owed them; and an allocation may be
          * made while its chunks are lent (owed).  Only where lent memory
@@ -99,7 +99,7 @@ struct gs_gsm {
          * own; they stand, held and borrowed, for data moved to host
          * memory (gs_gsm_exchange), else retired.  nchunks by default. */
         uint32_t nreal;
-        uint32_t spilled;      /* spares held (data in host memory) */
+        uint32_t spilled; /* spares held (data in host memory) */
         uint32_t nallocs;
         struct gs_gsm_alloc *allocs; /* doubly linked through next/prev */
         gs_gsm_return_fn return_fn;
@@ -150,21 +150,27 @@ struct gs_gsm_proc {
         struct gs_gsm_alloc *alloc;
         struct gs_gsm_proc *prev, *next;
         uint32_t nslots;
-        uint32_t *slots;   /* chunk at each slot, GS_GSM_NONE if free;
+        uint32_t *slots; /* chunk at each slot, GS_GSM_NONE if free;
                               only [0, slots_cap) stored, the rest free */
         uint32_t slots_cap;
-        uint32_t lo_free;  /* every slot below is occupied */
+        uint32_t lo_free; /* every slot below is occupied */
         struct gs_gsm_list held;
         /* Dirty chunks it gave back still on its allocation's free list,
          * newest first (bprev/bnext): taken back before any other. */
         struct gs_gsm_list mine;
-        const void *tag;   /* for hold_fn; NULL: not reported */
+        const void *tag; /* for hold_fn; NULL: not reported */
 };
 
 /* A chunk's links in one of its lists: prev/next (which == 0) or
  * bprev/bnext (which == 1). */
-static inline uint32_t *gs_gsm_lprev(struct gs_gsm_chunk *c, int which) { return which ? &c->bprev : &c->prev; }
-static inline uint32_t *gs_gsm_lnext(struct gs_gsm_chunk *c, int which) { return which ? &c->bnext : &c->next; }
+static inline uint32_t *gs_gsm_lprev(struct gs_gsm_chunk *c, int which)
+{
+        return which ? &c->bprev : &c->prev;
+}
+static inline uint32_t *gs_gsm_lnext(struct gs_gsm_chunk *c, int which)
+{
+        return which ? &c->bnext : &c->next;
+}
 
 /* pre: chunk_bytes a power of two, 2^16..2^47; nchunks >= 1. */
 int gs_gsm_init(struct gs_gsm *g, uint32_t nchunks, uint64_t chunk_bytes) GS_WUR;
@@ -174,13 +180,15 @@ int gs_gsm_retire(struct gs_gsm *g, uint32_t chunk) GS_WUR;
 /* A retired chunk back on the system list (its memory was re-created).
  * -EINVAL for a bad id, -EBUSY if not retired. */
 int gs_gsm_unretire(struct gs_gsm *g, uint32_t chunk) GS_WUR;
-static inline uint32_t gs_gsm_usable(const struct gs_gsm *g) { return g->nchunks - g->nretired; }
+static inline uint32_t gs_gsm_usable(const struct gs_gsm *g)
+{
+        return g->nchunks - g->nretired;
+}
 
 /* -EINVAL if quota is 0, -ENOSPC if fewer than quota chunks are free or
  * lent (not owed already): what is lent is owed to it (gs_gsm_alloc.owed)
  * and comes back as borrowers give chunks back. */
-int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota,
-                      uint32_t cap) GS_WUR;
+int gs_gsm_alloc_init(struct gs_gsm *g, struct gs_gsm_alloc *a, uint32_t quota, uint32_t cap) GS_WUR;
 /* Chunks back to the system list.  -EBUSY if a process remains. */
 int gs_gsm_alloc_fini(struct gs_gsm_alloc *a) GS_WUR;
 /* Chunks a process of a may still take: own free + what it may borrow. */

@@ -4,16 +4,22 @@
 
 #include <stdio.h>
 
-static uint32_t *lprev(struct gs_gsm_chunk *c, int which) { return gs_gsm_lprev(c, which); }
-static uint32_t *lnext(struct gs_gsm_chunk *c, int which) { return gs_gsm_lnext(c, which); }
+static uint32_t *lprev(struct gs_gsm_chunk *c, int which)
+{
+        return gs_gsm_lprev(c, which);
+}
+static uint32_t *lnext(struct gs_gsm_chunk *c, int which)
+{
+        return gs_gsm_lnext(c, which);
+}
 
 /* ---- validation ---- */
 
-#define FAIL(...)                                                     \
-        do {                                                          \
-                if (why && whylen)                                    \
-                        snprintf(why, whylen, "gsm: " __VA_ARGS__);   \
-                return -EUCLEAN;                                      \
+#define FAIL(...)                                                   \
+        do {                                                        \
+                if (why && whylen)                                  \
+                        snprintf(why, whylen, "gsm: " __VA_ARGS__); \
+                return -EUCLEAN;                                    \
         } while (0)
 
 /* Walks a list checking links, state and length; returns its length or
@@ -90,8 +96,8 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                 if (a->borrowed.count > a->cap + a->over)
                         FAIL("allocation borrowed %u over its cap %u", a->borrowed.count, a->cap);
                 if (a->own.count + a->held + a->owed != a->quota + a->borrowed.count)
-                        FAIL("allocation: free %u + held %u + owed %u != quota %u + borrowed %u",
-                             a->own.count, a->held, a->owed, a->quota, a->borrowed.count);
+                        FAIL("allocation: free %u + held %u + owed %u != quota %u + borrowed %u", a->own.count, a->held,
+                             a->owed, a->quota, a->borrowed.count);
                 owed += a->owed;
                 uint32_t aspilled = 0;
                 for (uint32_t id = a->borrowed.head; id != GS_GSM_NONE && id < g->nchunks; id = g->chunks[id].bnext)
@@ -113,14 +119,13 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                         for (uint32_t id = p->mine.head; id != GS_GSM_NONE; id = g->chunks[id].bnext) {
                                 const struct gs_gsm_chunk *c = &g->chunks[id];
                                 if (c->state != GS_GSM_OWN || c->alloc != a || c->last != p || !c->dirty)
-                                        FAIL("chunk %u on a process's dirty list: state %u, not its", id,
-                                             c->state);
+                                        FAIL("chunk %u on a process's dirty list: state %u, not its", id, c->state);
                         }
                         aheld += p->held.count;
                         for (uint32_t id = p->held.head; id != GS_GSM_NONE; id = g->chunks[id].next) {
                                 const struct gs_gsm_chunk *c = &g->chunks[id];
-                                if (c->state != GS_GSM_HELD || c->proc != p || c->alloc != a ||
-                                    c->slot >= p->nslots || gs_gsm_slot_chunk(p, c->slot) != id)
+                                if (c->state != GS_GSM_HELD || c->proc != p || c->alloc != a || c->slot >= p->nslots ||
+                                    gs_gsm_slot_chunk(p, c->slot) != id)
                                         FAIL("held chunk %u (slot %u) inconsistent", id, c->slot);
                         }
                         for (uint32_t s = 0; s < p->slots_cap; s++) {
@@ -140,14 +145,12 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                         FAIL("allocation: %u dirty chunks on processes' lists, %u with a last holder", inmine,
                              withlast);
                 if (nprocs != a->nprocs || aheld != a->held)
-                        FAIL("allocation: %u procs holding %u, counters %u/%u", nprocs, aheld,
-                             a->nprocs, a->held);
+                        FAIL("allocation: %u procs holding %u, counters %u/%u", nprocs, aheld, a->nprocs, a->held);
                 held += aheld;
         }
-        if (nallocs != g->nallocs || reserved != g->reserved || borrowed != g->borrowed ||
-            borrowed != nborrowed)
-                FAIL("pool counters: allocs %u/%u reserved %u/%u borrowed %u/%u/%u", nallocs,
-                     g->nallocs, reserved, g->reserved, borrowed, g->borrowed, nborrowed);
+        if (nallocs != g->nallocs || reserved != g->reserved || borrowed != g->borrowed || borrowed != nborrowed)
+                FAIL("pool counters: allocs %u/%u reserved %u/%u borrowed %u/%u/%u", nallocs, g->nallocs, reserved,
+                     g->reserved, borrowed, g->borrowed, nborrowed);
         if (own != nstate[GS_GSM_OWN] || held != nstate[GS_GSM_HELD])
                 FAIL("own %u/%u held %u/%u", own, nstate[GS_GSM_OWN], held, nstate[GS_GSM_HELD]);
         if (owed != g->owed)
@@ -158,7 +161,7 @@ int gs_gsm_validate(const struct gs_gsm *g, char *why, size_t whylen)
                 FAIL("%u chunks on the system list while %u are owed", g->sys.count, g->owed);
         /* Owed chunks are reserved and, out on loan, borrowed: once each. */
         if (g->sys.count + g->reserved - g->owed + g->borrowed != gs_gsm_usable(g))
-                FAIL("free %u + reserved %u - owed %u + borrowed %u != usable %u", g->sys.count, g->reserved,
-                     g->owed, g->borrowed, gs_gsm_usable(g));
+                FAIL("free %u + reserved %u - owed %u + borrowed %u != usable %u", g->sys.count, g->reserved, g->owed,
+                     g->borrowed, gs_gsm_usable(g));
         return 0;
 }

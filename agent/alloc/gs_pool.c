@@ -18,8 +18,8 @@ struct gs_pool *gs_pool_new(uint32_t nchunks, uint64_t chunk_bytes)
 {
         struct gs_pool *pool;
 
-        if (!gs_is_pow2(chunk_bytes) || chunk_bytes < 64 * GS_KiB ||
-            chunk_bytes > (UINT64_C(1) << MAX_CHUNK_SHIFT) || nchunks == 0)
+        if (!gs_is_pow2(chunk_bytes) || chunk_bytes < 64 * GS_KiB || chunk_bytes > (UINT64_C(1) << MAX_CHUNK_SHIFT) ||
+            nchunks == 0)
                 return NULL;
         pool = calloc(1, sizeof(*pool));
         if (!pool)
@@ -66,8 +66,8 @@ void gs_pool_free(struct gs_pool *pool)
         free(pool);
 }
 
-void gs_pool_set_hold_fn(struct gs_pool *pool, void (*fn)(void *ctx, uint32_t chunk, const void *tag,
-                                                          uint32_t slot, int held), void *ctx)
+void gs_pool_set_hold_fn(struct gs_pool *pool,
+                         void (*fn)(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held), void *ctx)
 {
         pool->gsm.hold_fn = fn;
         pool->gsm.hold_ctx = ctx;
@@ -154,8 +154,7 @@ void gs_pool_stats(const struct gs_pool *pool, struct gs_pool_stats *ret)
 
 /* ---- allocations ---- */
 
-int gs_palloc_new(struct gs_pool *pool, uint32_t quota_chunks, uint32_t balloon_cap_chunks,
-                  struct gs_palloc **ret)
+int gs_palloc_new(struct gs_pool *pool, uint32_t quota_chunks, uint32_t balloon_cap_chunks, struct gs_palloc **ret)
 {
         struct gs_palloc *a;
         int r;
@@ -278,6 +277,6 @@ void gs_pproc_stats(const struct gs_pproc *p, struct gs_pproc_stats *ret)
         ret->nblocks = p->nblocks;
         ret->bytes_requested = p->bytes_requested;
         ret->bytes_in_blocks = p->bytes_in_blocks;
-        ret->bytes_obtainable = p->buddy.nchunks * cb - p->buddy.bytes_used +
-                                (uint64_t)gs_gsm_alloc_obtainable(&p->a->g) * cb;
+        ret->bytes_obtainable =
+                p->buddy.nchunks * cb - p->buddy.bytes_used + (uint64_t)gs_gsm_alloc_obtainable(&p->a->g) * cb;
 }

@@ -68,23 +68,23 @@ struct gs_pool_stats {
 struct gs_palloc_stats {
         uint32_t quota_chunks;
         uint32_t balloon_cap_chunks;
-        uint32_t chunks_free;      /* on the allocation's own free list */
-        uint32_t chunks_held;      /* held by its processes (own + borrowed) */
-        uint32_t chunks_borrowed;  /* of those, borrowed from the system list */
+        uint32_t chunks_free;       /* on the allocation's own free list */
+        uint32_t chunks_held;       /* held by its processes (own + borrowed) */
+        uint32_t chunks_borrowed;   /* of those, borrowed from the system list */
         uint32_t chunks_borrowable; /* more it may borrow now (cap and system list) */
-        uint32_t chunks_spilled;   /* of chunks_borrowed, spares: data in host memory */
-        uint32_t chunks_owed;      /* lent out of its quota (gs_gsm_alloc.owed) */
+        uint32_t chunks_spilled;    /* of chunks_borrowed, spares: data in host memory */
+        uint32_t chunks_owed;       /* lent out of its quota (gs_gsm_alloc.owed) */
         uint32_t nprocs;
-        uint64_t nblocks;          /* live blocks of all its processes */
-        uint64_t bytes_requested;  /* sum of sizes asked for by its processes */
-        uint64_t bytes_in_blocks;  /* sum of the blocks handed out for them */
+        uint64_t nblocks;         /* live blocks of all its processes */
+        uint64_t bytes_requested; /* sum of sizes asked for by its processes */
+        uint64_t bytes_in_blocks; /* sum of the blocks handed out for them */
 };
 
 struct gs_pproc_stats {
         uint32_t nslots;
         uint32_t chunks_held;
-        uint32_t chunks_empty;     /* held but with no live block */
-        uint64_t nblocks;          /* live blocks */
+        uint32_t chunks_empty; /* held but with no live block */
+        uint64_t nblocks;      /* live blocks */
         uint64_t bytes_requested;
         uint64_t bytes_in_blocks;
         uint64_t bytes_obtainable; /* what one more request could still get
@@ -160,9 +160,8 @@ void gs_pproc_stats(const struct gs_pproc *p, struct gs_pproc_stats *ret);
  * or quota and balloon cap used up), -ENOSPC (no k
  * consecutive free slots), -E2BIG (it would need more than max_grants new
  * chunks). */
-int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
-                    struct gs_grant *ret_grants, uint32_t max_grants,
-                    uint32_t *ret_ngrants) GS_WUR;
+int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off, struct gs_grant *ret_grants,
+                    uint32_t max_grants, uint32_t *ret_ngrants) GS_WUR;
 /* Frees the block that starts at off.  -ENOENT if no live block starts
  * there (never allocated, already freed, or inside a block).  *ret_release
  * (if non-NULL) says which now-empty chunks the process should give back;
@@ -182,8 +181,7 @@ uint32_t gs_pproc_empty_run(const struct gs_pproc *p, uint32_t max, uint32_t *re
 /* The pool chunk id at slot, or UINT32_MAX if the slot holds none. */
 uint32_t gs_pproc_slot_chunk(const struct gs_pproc *p, uint32_t slot);
 /* The live block containing off: its start and requested size.  -ENOENT. */
-int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base,
-                   uint64_t *ret_size) GS_WUR;
+int gs_pproc_range(const struct gs_pproc *p, uint64_t off, uint64_t *ret_base, uint64_t *ret_size) GS_WUR;
 
 /* ---- after an agent restart: chunks a process already holds ---------
  *
@@ -232,15 +230,14 @@ int gs_pproc_legacy_seal(struct gs_pproc *p, bool complete) GS_WUR;
 uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep);
 /* The same, calling fn with each chunk that went (now on its allocation's
  * or the system list). */
-uint32_t gs_pproc_legacy_shed_fill(struct gs_pproc *p, uint32_t keep, void (*fn)(void *ctx, uint32_t chunk),
-                                   void *ctx);
+uint32_t gs_pproc_legacy_shed_fill(struct gs_pproc *p, uint32_t keep, void (*fn)(void *ctx, uint32_t chunk), void *ctx);
 /* Legacy chunks p still holds (opaque or under legacy blocks). */
 uint32_t gs_pproc_legacy_chunks(const struct gs_pproc *p);
 /* Every chunk placed at or taken from a slot of a process with a tag
  * (gs_pproc_set_tag) is reported to fn, under the caller's serialization
  * (gs_gsm_hold_fn). */
-void gs_pool_set_hold_fn(struct gs_pool *pool, void (*fn)(void *ctx, uint32_t chunk, const void *tag,
-                                                          uint32_t slot, int held), void *ctx);
+void gs_pool_set_hold_fn(struct gs_pool *pool,
+                         void (*fn)(void *ctx, uint32_t chunk, const void *tag, uint32_t slot, int held), void *ctx);
 void gs_pproc_set_tag(struct gs_pproc *p, const void *tag);
 /* p's tag, or NULL. */
 const void *gs_pproc_tag(const struct gs_pproc *p);

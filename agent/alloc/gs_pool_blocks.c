@@ -61,8 +61,8 @@ uint32_t gs_pproc_empty_run(const struct gs_pproc *p, uint32_t max, uint32_t *re
         return run;
 }
 
-static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
-                        struct gs_grant *ret_grants, uint32_t max_grants, uint32_t *ret_ngrants)
+static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off, struct gs_grant *ret_grants,
+                        uint32_t max_grants, uint32_t *ret_ngrants)
 {
         struct gs_pool *pool = p->a->pool;
         uint64_t cb = pool->chunk_bytes;
@@ -129,8 +129,8 @@ static int malloc_whole(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
         return 0;
 }
 
-int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
-                    struct gs_grant *ret_grants, uint32_t max_grants, uint32_t *ret_ngrants)
+int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off, struct gs_grant *ret_grants,
+                    uint32_t max_grants, uint32_t *ret_ngrants)
 {
         struct gs_pool *pool = p->a->pool;
         uint64_t cb = pool->chunk_bytes;
@@ -178,8 +178,7 @@ int gs_pproc_malloc(struct gs_pproc *p, uint64_t size, uint64_t *ret_off,
                         r = gs_slab_reserve(&p->slab);
                 if (r < 0)
                         return r;
-                if (gs_gsm_take(&p->g, slot, &chunk) < 0 ||
-                    gs_buddy_add_chunk(&p->buddy, (uint64_t)slot * cb) < 0)
+                if (gs_gsm_take(&p->g, slot, &chunk) < 0 || gs_buddy_add_chunk(&p->buddy, (uint64_t)slot * cb) < 0)
                         abort(); /* checked and reserved above */
                 ret_grants[0].chunk = chunk;
                 ret_grants[0].slot = slot;
@@ -229,9 +228,7 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
         }
         uint64_t req = x->req, size = x->size;
         switch (x->kind) {
-        case GS_BLK_USED:
-                r = gs_buddy_free(&p->buddy, x, &empty);
-                break;
+        case GS_BLK_USED: r = gs_buddy_free(&p->buddy, x, &empty); break;
         case GS_BLK_WHOLE: {
                 uint32_t first = (uint32_t)(off / cb), k = (uint32_t)(x->size / cb);
                 struct gs_blk *t = x->owner;
@@ -266,8 +263,7 @@ int gs_pproc_free(struct gs_pproc *p, uint64_t off, struct gs_release *ret_relea
                 rel.count = p->a->g.own.count >= newly ? 0 : (uint32_t)(extra < newly ? extra : newly);
                 break;
         }
-        default:
-                return -ENOENT;
+        default: return -ENOENT;
         }
         if (r < 0)
                 return r;

@@ -19,7 +19,7 @@
 #include "gs_gsm.h"
 #include "gs_slab.h"
 
-#define container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+#define container_of(p, T, m) ((T *)((char *)(p)-offsetof(T, m)))
 
 struct gs_pool {
         struct gs_gsm gsm;
@@ -45,9 +45,9 @@ struct legacy_blk {
 struct legacy {
         struct legacy_blk *blk; /* sorted by off once sealed */
         size_t n, cap, nlive;
-        uint8_t *claimed;       /* per slot: the process maps it */
-        uint32_t slots_cap;     /* entries of count and claimed */
-        uint32_t nchunks;       /* legacy chunks held */
+        uint8_t *claimed;   /* per slot: the process maps it */
+        uint32_t slots_cap; /* entries of count and claimed */
+        uint32_t nchunks;   /* legacy chunks held */
         bool sealed, exact;
 };
 
@@ -74,8 +74,14 @@ void gs_pool_debug_validate(struct gs_pool *pool, const char *op);
 #define DEBUG_VALIDATE(pool, op) ((void)(pool))
 #endif
 
-static inline struct gs_pproc *pproc_of(struct gs_gsm_proc *g) { return container_of(g, struct gs_pproc, g); }
-static inline struct gs_palloc *palloc_of(struct gs_gsm_alloc *g) { return container_of(g, struct gs_palloc, g); }
+static inline struct gs_pproc *pproc_of(struct gs_gsm_proc *g)
+{
+        return container_of(g, struct gs_pproc, g);
+}
+static inline struct gs_palloc *palloc_of(struct gs_gsm_alloc *g)
+{
+        return container_of(g, struct gs_palloc, g);
+}
 
 static inline void account(struct gs_pproc *p, int sign, uint64_t req, uint64_t size)
 {

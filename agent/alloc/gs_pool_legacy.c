@@ -38,8 +38,7 @@ uint32_t gs_pproc_legacy_shed(struct gs_pproc *p, uint32_t keep)
         return gs_pproc_legacy_shed_fill(p, keep, NULL, NULL);
 }
 
-uint32_t gs_pproc_legacy_shed_fill(struct gs_pproc *p, uint32_t keep, void (*fn)(void *ctx, uint32_t chunk),
-                                   void *ctx)
+uint32_t gs_pproc_legacy_shed_fill(struct gs_pproc *p, uint32_t keep, void (*fn)(void *ctx, uint32_t chunk), void *ctx)
 {
         const struct gs_gsm_chunk *cs = p->a->pool->gsm.chunks;
         uint32_t n = 0;
@@ -135,8 +134,7 @@ int gs_pproc_legacy_block(struct gs_pproc *p, uint64_t off, uint64_t size)
 
         if (l->sealed)
                 return -EALREADY;
-        if (size == 0 || off % GS_MIN_ALIGN || off / cb >= p->g.nslots ||
-            size > (uint64_t)p->g.nslots * cb - off)
+        if (size == 0 || off % GS_MIN_ALIGN || off / cb >= p->g.nslots || size > (uint64_t)p->g.nslots * cb - off)
                 return -EINVAL;
         for (uint64_t s = off / cb; s <= (off + size - 1) / cb; s++)
                 if (s >= l->slots_cap || !l->claimed[s] || !is_legacy(p, (uint32_t)s))

@@ -23,11 +23,11 @@ void gs_pool_debug_validate(struct gs_pool *pool, const char *op)
 }
 #endif
 
-#define FAIL(...)                                                         \
-        do {                                                              \
-                if (why && whylen)                                        \
-                        snprintf(why, whylen, __VA_ARGS__);               \
-                return -EUCLEAN;                                          \
+#define FAIL(...)                                           \
+        do {                                                \
+                if (why && whylen)                          \
+                        snprintf(why, whylen, __VA_ARGS__); \
+                return -EUCLEAN;                            \
         } while (0)
 
 static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, char *why, size_t whylen)
@@ -72,8 +72,8 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                         bytes += gs_align_up(p->leg.blk[i].req, GS_MIN_ALIGN);
                 }
         if (whole != p->whole_chunks || inbuddy != p->buddy.nchunks)
-                FAIL("process: %u coalesced chunks (counter %u), %u buddy chunks (buddy %llu)", whole,
-                     p->whole_chunks, inbuddy, (unsigned long long)p->buddy.nchunks);
+                FAIL("process: %u coalesced chunks (counter %u), %u buddy chunks (buddy %llu)", whole, p->whole_chunks,
+                     inbuddy, (unsigned long long)p->buddy.nchunks);
         for (size_t i = 0; i < p->buddy.tab_cap; i++) {
                 const struct gs_blk *x = p->buddy.tab[i].blk;
                 if (!x || x->kind == GS_BLK_FREE || x->kind == GS_BLK_SLAB || x->kind == GS_BLK_LEGACY)
@@ -85,8 +85,7 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
                         bytes += x->size;
                         continue;
                 }
-                if (x->kind == GS_BLK_WHOLE && x->owner &&
-                    ((const struct gs_blk *)x->owner)->owner != x)
+                if (x->kind == GS_BLK_WHOLE && x->owner && ((const struct gs_blk *)x->owner)->owner != x)
                         FAIL("coalesced block %#llx: tail does not point back", (unsigned long long)x->off);
                 if (x->off + x->size > (uint64_t)p->g.nslots * cb)
                         FAIL("block %#llx past the virtual range", (unsigned long long)x->off);
@@ -107,10 +106,9 @@ static int validate_proc(const struct gs_pool *pool, const struct gs_pproc *p, c
         req += sreq;
         bytes += sbytes;
         if (nblocks != p->nblocks || req != p->bytes_requested || bytes != p->bytes_in_blocks)
-                FAIL("process: %llu blocks %llu/%llu B, counters %llu blocks %llu/%llu B",
-                     (unsigned long long)nblocks, (unsigned long long)req, (unsigned long long)bytes,
-                     (unsigned long long)p->nblocks, (unsigned long long)p->bytes_requested,
-                     (unsigned long long)p->bytes_in_blocks);
+                FAIL("process: %llu blocks %llu/%llu B, counters %llu blocks %llu/%llu B", (unsigned long long)nblocks,
+                     (unsigned long long)req, (unsigned long long)bytes, (unsigned long long)p->nblocks,
+                     (unsigned long long)p->bytes_requested, (unsigned long long)p->bytes_in_blocks);
         return 0;
 }
 
@@ -140,8 +138,7 @@ int gs_pool_validate(const struct gs_pool *pool, char *why, size_t whylen)
                 if (nblocks != a->nblocks || req != a->bytes_requested || bytes != a->bytes_in_blocks)
                         FAIL("allocation: processes hold %llu blocks %llu/%llu B, counters %llu %llu/%llu",
                              (unsigned long long)nblocks, (unsigned long long)req, (unsigned long long)bytes,
-                             (unsigned long long)a->nblocks,
-                             (unsigned long long)a->bytes_requested,
+                             (unsigned long long)a->nblocks, (unsigned long long)a->bytes_requested,
                              (unsigned long long)a->bytes_in_blocks);
         }
         return 0;

@@ -213,15 +213,13 @@ int gs_slab_free(struct gs_slab_cache *sc, struct gs_slab *s, unsigned i, uint64
         return 0;
 }
 
-void gs_slab_usage(const struct gs_slab_cache *sc, uint64_t *ret_slots, uint64_t *ret_req,
-                   uint64_t *ret_bytes)
+void gs_slab_usage(const struct gs_slab_cache *sc, uint64_t *ret_slots, uint64_t *ret_req, uint64_t *ret_bytes)
 {
         uint64_t n = 0, req = 0, bytes = 0;
 
         for (unsigned c = 0; c < GS_SLAB_CLASSES; c++)
                 for (int l = 0; l < 2; l++)
-                        for (const struct gs_slab *s = l ? sc->cls[c].full : sc->cls[c].partial; s;
-                             s = s->next)
+                        for (const struct gs_slab *s = l ? sc->cls[c].full : sc->cls[c].partial; s; s = s->next)
                                 for (unsigned i = 0; i < s->nslots; i++) {
                                         if (s->freemask[i / 64] & (UINT64_C(1) << (i % 64)))
                                                 continue;
@@ -234,15 +232,14 @@ void gs_slab_usage(const struct gs_slab_cache *sc, uint64_t *ret_slots, uint64_t
         *ret_bytes = bytes;
 }
 
-#define FAIL(...)                                                     \
-        do {                                                          \
-                if (why && whylen)                                    \
-                        snprintf(why, whylen, "slab: " __VA_ARGS__);  \
-                return -EUCLEAN;                                      \
+#define FAIL(...)                                                    \
+        do {                                                         \
+                if (why && whylen)                                   \
+                        snprintf(why, whylen, "slab: " __VA_ARGS__); \
+                return -EUCLEAN;                                     \
         } while (0)
 
-static int check_slab(const struct gs_slab_cache *sc, const struct gs_slab *s, unsigned cls,
-                      char *why, size_t whylen)
+static int check_slab(const struct gs_slab_cache *sc, const struct gs_slab *s, unsigned cls, char *why, size_t whylen)
 {
         unsigned nbits = 0;
 
@@ -253,13 +250,13 @@ static int check_slab(const struct gs_slab_cache *sc, const struct gs_slab *s, u
                 FAIL("slab %#llx and its buddy block disagree", (unsigned long long)s->base);
         if (s->blk->size != gs_slab_block_bytes(s->slot, sc->buddy->chunk_shift) ||
             s->nslots != s->blk->size / s->slot || s->nslots > GS_SLAB_MAX_SLOTS)
-                FAIL("slab %#llx: %u slots of %u in %llu B", (unsigned long long)s->base, s->nslots,
-                     s->slot, (unsigned long long)s->blk->size);
+                FAIL("slab %#llx: %u slots of %u in %llu B", (unsigned long long)s->base, s->nslots, s->slot,
+                     (unsigned long long)s->blk->size);
         for (unsigned w = 0; w < GS_SLAB_MAX_SLOTS / 64; w++)
                 nbits += (unsigned)__builtin_popcountll(s->freemask[w]);
         if (nbits != s->nfree || s->nfree >= s->nslots)
-                FAIL("slab %#llx: %u free bits, nfree %u of %u", (unsigned long long)s->base, nbits,
-                     s->nfree, s->nslots);
+                FAIL("slab %#llx: %u free bits, nfree %u of %u", (unsigned long long)s->base, nbits, s->nfree,
+                     s->nslots);
         for (unsigned i = s->nslots; i < GS_SLAB_MAX_SLOTS; i++)
                 if (s->freemask[i / 64] & (UINT64_C(1) << (i % 64)))
                         FAIL("slab %#llx: bit %u past its slots", (unsigned long long)s->base, i);
@@ -291,9 +288,8 @@ int gs_slab_validate(const struct gs_slab_cache *sc, char *why, size_t whylen)
                                 if (r < 0)
                                         return r;
                                 if ((s->nfree == 0) != l)
-                                        FAIL("slab %#llx with %u free on the %s list",
-                                             (unsigned long long)s->base, s->nfree,
-                                             l ? "full" : "partial");
+                                        FAIL("slab %#llx with %u free on the %s list", (unsigned long long)s->base,
+                                             s->nfree, l ? "full" : "partial");
                                 used += s->nslots - s->nfree;
                         }
                 }
@@ -303,8 +299,7 @@ int gs_slab_validate(const struct gs_slab_cache *sc, char *why, size_t whylen)
         }
         if (nslabs != sc->nslabs || used != sc->slots_used)
                 FAIL("counters: slabs %llu/%llu slots %llu/%llu", (unsigned long long)nslabs,
-                     (unsigned long long)sc->nslabs, (unsigned long long)used,
-                     (unsigned long long)sc->slots_used);
+                     (unsigned long long)sc->nslabs, (unsigned long long)used, (unsigned long long)sc->slots_used);
         const struct gs_buddy *b = sc->buddy;
         for (size_t i = 0; i < b->tab_cap; i++) {
                 const struct gs_blk *x = b->tab[i].blk;
@@ -312,7 +307,6 @@ int gs_slab_validate(const struct gs_slab_cache *sc, char *why, size_t whylen)
                         nslab_blks++;
         }
         if (nslab_blks != nslabs)
-                FAIL("%llu slab blocks for %llu slabs", (unsigned long long)nslab_blks,
-                     (unsigned long long)nslabs);
+                FAIL("%llu slab blocks for %llu slabs", (unsigned long long)nslab_blks, (unsigned long long)nslabs);
         return 0;
 }

@@ -41,7 +41,7 @@ struct gs_slab {
         struct gs_slab *prev, *next; /* its class's partial or full list */
         struct gs_blk *blk;          /* the buddy block it carves */
         uint64_t base;
-        uint32_t slot;               /* slot bytes */
+        uint32_t slot; /* slot bytes */
         uint16_t nslots, nfree;
         uint16_t cls;
         uint64_t freemask[GS_SLAB_MAX_SLOTS / 64]; /* bit i: slot i free */
@@ -52,7 +52,7 @@ struct gs_slab {
 
 struct gs_slab_class {
         struct gs_slab *partial, *full;
-        uint32_t nreq;   /* requests of this size seen (saturates) */
+        uint32_t nreq; /* requests of this size seen (saturates) */
         uint32_t nslabs;
 };
 
@@ -102,13 +102,11 @@ static inline uint64_t gs_slab_slot_req(const struct gs_slab *s, unsigned i)
 /* Frees live slot i of s.  *ret_empty_base as gs_buddy_free when the slab's
  * block went back and left its chunk empty, else UINT64_MAX.  -ENOMEM
  * (nothing done). */
-int gs_slab_free(struct gs_slab_cache *sc, struct gs_slab *s, unsigned i,
-                 uint64_t *ret_empty_base) GS_WUR;
+int gs_slab_free(struct gs_slab_cache *sc, struct gs_slab *s, unsigned i, uint64_t *ret_empty_base) GS_WUR;
 
 /* Live slots, the sizes asked for them and the bytes they span, counted by
  * walking every slab (for validators). */
-void gs_slab_usage(const struct gs_slab_cache *sc, uint64_t *ret_slots, uint64_t *ret_req,
-                   uint64_t *ret_bytes);
+void gs_slab_usage(const struct gs_slab_cache *sc, uint64_t *ret_slots, uint64_t *ret_req, uint64_t *ret_bytes);
 /* Slabs against their lists, masks and buddy blocks; the counters. */
 int gs_slab_validate(const struct gs_slab_cache *sc, char *why, size_t whylen) GS_WUR;
 

@@ -11,16 +11,15 @@
  * only a stall would be (seconds). */
 const struct gs_hist_scale gs_hist_seconds = {
         .n = 22,
-        .le = { 1 * US, 2500, 5 * US, 10 * US, 25 * US, 50 * US, 100 * US, 250 * US, 500 * US,
-                1 * MS, 2500 * US, 5 * MS, 10 * MS, 25 * MS, 50 * MS, 100 * MS, 250 * MS, 500 * MS,
-                1 * S, 2500 * MS, 5 * S, 10 * S },
+        .le = { 1 * US, 2500,    5 * US,  10 * US, 25 * US,  50 * US,  100 * US, 250 * US, 500 * US,  1 * MS, 2500 * US,
+                5 * MS, 10 * MS, 25 * MS, 50 * MS, 100 * MS, 250 * MS, 500 * MS, 1 * S,    2500 * MS, 5 * S,  10 * S },
         .le_div = 1e9,
 };
 
 const struct gs_hist_scale gs_hist_bytes = {
         .n = 13,
-        .le = { 4ull << 10, 16ull << 10, 64ull << 10, 256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20,
-                64ull << 20, 256ull << 20, 1ull << 30, 4ull << 30, 16ull << 30, 64ull << 30 },
+        .le = { 4ull << 10, 16ull << 10, 64ull << 10, 256ull << 10, 1ull << 20, 4ull << 20, 16ull << 20, 64ull << 20,
+                256ull << 20, 1ull << 30, 4ull << 30, 16ull << 30, 64ull << 30 },
         .le_div = 1,
 };
 

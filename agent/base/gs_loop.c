@@ -13,13 +13,13 @@
 
 struct gs_loop {
         int epfd;
-        int wakefd;                    /* eventfd: gs_loop_async_send */
+        int wakefd; /* eventfd: gs_loop_async_send */
         struct gs_loop_io wake_io;
         bool stopping;
         struct gs_loop_timer *timers;
         struct gs_loop_post *posts, **posts_tail;
         struct gs_loop_async *asyncs;
-        void **grave;                  /* gs_loop_defer_free */
+        void **grave; /* gs_loop_defer_free */
         size_t ngrave, capgrave;
 };
 
@@ -150,8 +150,7 @@ int gs_loop_run(struct gs_loop *l)
         return 0;
 }
 
-int gs_loop_io_add(struct gs_loop *l, struct gs_loop_io *io, int fd, uint32_t events,
-                   gs_loop_io_fn fn, void *data)
+int gs_loop_io_add(struct gs_loop *l, struct gs_loop_io *io, int fd, uint32_t events, gs_loop_io_fn fn, void *data)
 {
         struct epoll_event e = { .events = events, .data.ptr = io };
 

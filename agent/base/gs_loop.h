@@ -40,15 +40,15 @@ struct gs_loop_io {
         gs_loop_io_fn fn;
         void *data;
         int fd;
-        uint32_t events;         /* as registered */
-        bool dead;               /* removed: ignore what is left of the batch */
+        uint32_t events; /* as registered */
+        bool dead;       /* removed: ignore what is left of the batch */
 };
 
 struct gs_loop_timer {
         struct gs_loop_timer *next;
         gs_loop_timer_fn fn;
         void *data;
-        int64_t due;             /* GS_LOOP_NEVER: disarmed */
+        int64_t due; /* GS_LOOP_NEVER: disarmed */
 };
 
 struct gs_loop_post {
@@ -62,7 +62,7 @@ struct gs_loop_async {
         struct gs_loop_async *next;
         gs_loop_post_fn fn;
         void *data;
-        int pending;             /* atomic */
+        int pending; /* atomic */
 };
 
 int gs_loop_new(struct gs_loop **ret) GS_WUR;
@@ -75,8 +75,8 @@ void gs_loop_free(struct gs_loop *l);
 int gs_loop_run(struct gs_loop *l) GS_WUR;
 void gs_loop_stop(struct gs_loop *l);
 
-int gs_loop_io_add(struct gs_loop *l, struct gs_loop_io *io, int fd, uint32_t events,
-                   gs_loop_io_fn fn, void *data) GS_WUR;
+int gs_loop_io_add(struct gs_loop *l, struct gs_loop_io *io, int fd, uint32_t events, gs_loop_io_fn fn,
+                   void *data) GS_WUR;
 /* Changes the events wanted (a no-op when they are the same). */
 int gs_loop_io_set(struct gs_loop *l, struct gs_loop_io *io, uint32_t events) GS_WUR;
 /* Stops watching io (the fd stays open: the owner closes it). */

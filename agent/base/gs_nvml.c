@@ -36,11 +36,11 @@ int gs_nvml_open(struct gs_nvml *n, const char *path, char *err, size_t errlen)
                 return -ENOMEM;
         }
         n->fn = f;
-#define SYM(field, name)                                                        \
-        if (!(*(void **)&f->field = dlsym(n->dl, name))) {                      \
-                snprintf(err, errlen, "%s lacks %s", path, name);               \
-                gs_nvml_close(n);                                               \
-                return -ENOSYS;                                                 \
+#define SYM(field, name)                                          \
+        if (!(*(void **)&f->field = dlsym(n->dl, name))) {        \
+                snprintf(err, errlen, "%s lacks %s", path, name); \
+                gs_nvml_close(n);                                 \
+                return -ENOSYS;                                   \
         }
         SYM(init, "nvmlInit_v2")
         SYM(shutdown, "nvmlShutdown")
@@ -79,15 +79,14 @@ void *gs_nvml_device(struct gs_nvml *n, const char *uuid)
                 nvmlDevice_t d;
                 char u[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 
-                if (n->fn->by_index(i, &d) == NVML_SUCCESS &&
-                    n->fn->uuid(d, u, sizeof(u)) == NVML_SUCCESS && strcasecmp(u, uuid) == 0)
+                if (n->fn->by_index(i, &d) == NVML_SUCCESS && n->fn->uuid(d, u, sizeof(u)) == NVML_SUCCESS &&
+                    strcasecmp(u, uuid) == 0)
                         return d;
         }
         return NULL;
 }
 
-int gs_nvml_procs(struct gs_nvml *n, void *dev, struct gs_nvml_proc *out, uint32_t max,
-                  uint32_t *count)
+int gs_nvml_procs(struct gs_nvml *n, void *dev, struct gs_nvml_proc *out, uint32_t max, uint32_t *count)
 {
         nvmlProcessInfo_t *info;
         unsigned int k = max;

@@ -41,7 +41,6 @@ void *gs_nvml_device(struct gs_nvml *n, const char *uuid);
 uint64_t gs_nvml_pid_bytes(struct gs_nvml *n, const char *uuid, pid_t pid);
 /* Fills out[0..*count) (capacity max) with the compute processes on dev.
  * Figures NVML does not give are 0.  0 or a negative errno. */
-int gs_nvml_procs(struct gs_nvml *n, void *dev, struct gs_nvml_proc *out, uint32_t max,
-                  uint32_t *count) GS_WUR;
+int gs_nvml_procs(struct gs_nvml *n, void *dev, struct gs_nvml_proc *out, uint32_t max, uint32_t *count) GS_WUR;
 
 #endif

@@ -18,10 +18,10 @@ struct gs_stream {
         struct gs_stream_srv *srv;
         struct gs_loop_io io;
         int fd;
-        bool ended;              /* no more requests; close once written */
-        bool shut;               /* our side shut down, waiting for the peer */
-        bool rd_eof;             /* the peer will send nothing more */
-        int64_t deadline;        /* CLOCK_MONOTONIC ms; GS_LOOP_NEVER: none */
+        bool ended;       /* no more requests; close once written */
+        bool shut;        /* our side shut down, waiting for the peer */
+        bool rd_eof;      /* the peer will send nothing more */
+        int64_t deadline; /* CLOCK_MONOTONIC ms; GS_LOOP_NEVER: none */
         void *data;
         uint8_t *in;
         size_t in_len, in_cap;
@@ -40,7 +40,7 @@ struct gs_stream_srv {
         void *ctx;
         struct gs_stream *conns;
         uint32_t nconns;
-        uint64_t refused;        /* over the cap, for the log */
+        uint64_t refused; /* over the cap, for the log */
 };
 
 uint32_t gs_stream_srv_count(const struct gs_stream_srv *s)
@@ -148,8 +148,7 @@ void gs_stream_end(struct gs_stream *c)
 
 static void set_events(struct gs_stream *c)
 {
-        uint32_t want = (c->rd_eof ? 0 : EPOLLIN | EPOLLRDHUP) |
-                        (c->out_off < c->out_len ? EPOLLOUT : 0);
+        uint32_t want = (c->rd_eof ? 0 : EPOLLIN | EPOLLRDHUP) | (c->out_off < c->out_len ? EPOLLOUT : 0);
 
         if (gs_loop_io_set(c->srv->loop, &c->io, want) < 0)
                 log_debug("%s: epoll_ctl: %m", c->srv->name);
@@ -160,8 +159,7 @@ static void set_events(struct gs_stream *c)
 static int write_out(struct gs_stream *c)
 {
         while (c->out_off < c->out_len) {
-                ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (w < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -172,7 +170,7 @@ static int write_out(struct gs_stream *c)
                 c->out_off += (size_t)w;
         }
         if (c->rd_eof)
-                return -ECONNRESET;     /* all written, the peer is done */
+                return -ECONNRESET; /* all written, the peer is done */
         if (c->ended && !c->shut) {
                 (void)shutdown(c->fd, SHUT_WR);
                 c->shut = true;
@@ -272,8 +270,9 @@ static void on_listen(void *data, uint32_t events)
                 }
                 if (s->nconns >= s->lim.max_conns) {
                         if (s->refused++ % 1000 == 0)
-                                log_warn_rep(gs_logrep_key(s->name), "%s: %u connections already, refusing (%llu so far)",
-                                         s->name, s->nconns, (unsigned long long)s->refused);
+                                log_warn_rep(gs_logrep_key(s->name),
+                                             "%s: %u connections already, refusing (%llu so far)", s->name, s->nconns,
+                                             (unsigned long long)s->refused);
                         if (s->ops->on_refuse)
                                 s->ops->on_refuse(s->ctx, fd);
                         close(fd);
@@ -323,9 +322,8 @@ static int64_t on_timer(void *data, int64_t now)
         return next;
 }
 
-int gs_stream_srv_new(struct gs_loop *loop, int listen_fd, const char *name,
-                      const struct gs_stream_limits *lim, const struct gs_stream_ops *ops,
-                      void *ctx, struct gs_stream_srv **ret)
+int gs_stream_srv_new(struct gs_loop *loop, int listen_fd, const char *name, const struct gs_stream_limits *lim,
+                      const struct gs_stream_ops *ops, void *ctx, struct gs_stream_srv **ret)
 {
         struct gs_stream_srv *s = calloc(1, sizeof(*s));
         int r;

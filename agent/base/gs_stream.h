@@ -49,15 +49,14 @@ struct gs_stream_limits {
         uint32_t max_conns;
         size_t in_max;
         size_t out_max;
-        int64_t deadline_ms;     /* 0: none */
-        int64_t linger_ms;       /* after gs_stream_end, for the peer's close */
+        int64_t deadline_ms; /* 0: none */
+        int64_t linger_ms;   /* after gs_stream_end, for the peer's close */
 };
 
 /* Serves listen_fd (bound, listening, non-blocking; the server owns it and
  * closes it).  name is for the log.  ops and ctx must outlive the server. */
-int gs_stream_srv_new(struct gs_loop *loop, int listen_fd, const char *name,
-                      const struct gs_stream_limits *lim, const struct gs_stream_ops *ops,
-                      void *ctx, struct gs_stream_srv **ret) GS_WUR;
+int gs_stream_srv_new(struct gs_loop *loop, int listen_fd, const char *name, const struct gs_stream_limits *lim,
+                      const struct gs_stream_ops *ops, void *ctx, struct gs_stream_srv **ret) GS_WUR;
 /* Closes every connection and the listening socket.  NULL is fine. */
 void gs_stream_srv_free(struct gs_stream_srv *s);
 uint32_t gs_stream_srv_count(const struct gs_stream_srv *s);

@@ -26,21 +26,21 @@ enum { W_IDLE = 0, W_QUEUED, W_RUNNING, W_DEAD };
 #define KICK_SLOT UINT32_MAX
 
 struct wslot {
-        struct gs_wentry *e;         /* NULL: free */
+        struct gs_wentry *e; /* NULL: free */
         uint32_t gen;
         uint32_t next_free;
 };
 
 struct gs_workers {
         gs_workers_turn_fn turn;
-        int ep;                      /* doorbells of IDLE processes, and kick */
-        int kick;                    /* eventfd: work queued, or stopping */
+        int ep;   /* doorbells of IDLE processes, and kick */
+        int kick; /* eventfd: work queued, or stopping */
         pthread_mutex_t mu;
-        pthread_cond_t cv;           /* a RUNNING process stopped running */
-        struct gs_wgroup *line_head, *line_tail;  /* groups with work */
-        uint32_t nqueued;            /* QUEUED processes (atomic reads) */
-        uint32_t nidle;              /* threads in epoll_wait */
-        uint32_t per_group;          /* threads one group may hold */
+        pthread_cond_t cv;                       /* a RUNNING process stopped running */
+        struct gs_wgroup *line_head, *line_tail; /* groups with work */
+        uint32_t nqueued;                        /* QUEUED processes (atomic reads) */
+        uint32_t nidle;                          /* threads in epoll_wait */
+        uint32_t per_group;                      /* threads one group may hold */
         struct wslot *slots;
         uint32_t nslots, free_head;
         bool stopping;
@@ -60,8 +60,7 @@ static void kick(struct gs_workers *w)
 /* pre: mu.  Re-arms e's doorbell (one event, to one thread). */
 static void arm(struct gs_workers *w, struct gs_wentry *e)
 {
-        struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT,
-                                  .data.u64 = (uint64_t)e->gen << 32 | e->slot };
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = (uint64_t)e->gen << 32 | e->slot };
 
         e->state = W_IDLE;
         if (epoll_ctl(w->ep, EPOLL_CTL_MOD, e->fd, &ev) < 0)
@@ -221,8 +220,7 @@ static void *worker(void *arg)
                 gen = (uint32_t)(ev.data.u64 >> 32);
                 if (slot == KICK_SLOT) {
                         uint64_t v;
-                        struct epoll_event re = { .events = EPOLLIN | EPOLLONESHOT,
-                                                  .data.u64 = KICK_SLOT };
+                        struct epoll_event re = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = KICK_SLOT };
                         if (!w->stopping && read(w->kick, &v, sizeof(v)) < 0) {
                                 /* another thread drained it */
                         }
@@ -230,8 +228,8 @@ static void *worker(void *arg)
                         (void)epoll_ctl(w->ep, EPOLL_CTL_MOD, w->kick, &re);
                         continue;
                 }
-                if (slot >= w->nslots || w->slots[slot].gen != gen || !(e = w->slots[slot].e) ||
-                    e->state != W_IDLE || e->removing)
+                if (slot >= w->nslots || w->slots[slot].gen != gen || !(e = w->slots[slot].e) || e->state != W_IDLE ||
+                    e->removing)
                         continue; /* removed meanwhile */
                 if (e->grp->busy >= w->per_group)
                         enqueue(w, e);
@@ -242,8 +240,8 @@ static void *worker(void *arg)
         return NULL;
 }
 
-int gs_workers_new(gs_workers_turn_fn turn, uint32_t nthreads, uint32_t max_procs,
-                   struct gs_workers **ret, char *err, size_t errlen)
+int gs_workers_new(gs_workers_turn_fn turn, uint32_t nthreads, uint32_t max_procs, struct gs_workers **ret, char *err,
+                   size_t errlen)
 {
         struct gs_workers *w = calloc(1, sizeof(*w));
         struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = KICK_SLOT };
@@ -273,8 +271,8 @@ int gs_workers_new(gs_workers_turn_fn turn, uint32_t nthreads, uint32_t max_proc
         for (; w->nthr < nthreads; w->nthr++) {
                 r = pthread_create(&w->thr[w->nthr], NULL, worker, w);
                 if (r) {
-                        snprintf(err, errlen, "cannot start worker thread %u of %u: %s", w->nthr + 1,
-                                 nthreads, strerror(r));
+                        snprintf(err, errlen, "cannot start worker thread %u of %u: %s", w->nthr + 1, nthreads,
+                                 strerror(r));
                         r = -r;
                         goto fail;
                 }
@@ -311,8 +309,7 @@ void gs_workers_free(struct gs_workers *w)
         free(w);
 }
 
-int gs_workers_add(struct gs_workers *w, struct gs_wentry *e, void *item, struct gs_wgroup *grp,
-                   int fd, int *stop)
+int gs_workers_add(struct gs_workers *w, struct gs_wentry *e, void *item, struct gs_wgroup *grp, int fd, int *stop)
 {
         struct epoll_event ev;
         uint32_t slot;
@@ -332,8 +329,7 @@ int gs_workers_add(struct gs_workers *w, struct gs_wentry *e, void *item, struct
         e->slot = slot;
         e->gen = ++w->slots[slot].gen;
         e->state = W_IDLE;
-        ev = (struct epoll_event){ .events = EPOLLIN | EPOLLONESHOT,
-                                   .data.u64 = (uint64_t)e->gen << 32 | slot };
+        ev = (struct epoll_event){ .events = EPOLLIN | EPOLLONESHOT, .data.u64 = (uint64_t)e->gen << 32 | slot };
         if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
                 r = gs_neg_errno();
                 e->item = NULL;

@@ -37,47 +37,46 @@ struct gs_wentry;
 
 /* How a turn ended. */
 enum gs_turn {
-        GS_TURN_IDLE,   /* no work left: the doorbell is armed again */
-        GS_TURN_MORE,   /* budget spent with work left: queued again */
-        GS_TURN_DEAD,   /* the item must go (its owner removes it) */
+        GS_TURN_IDLE, /* no work left: the doorbell is armed again */
+        GS_TURN_MORE, /* budget spent with work left: queued again */
+        GS_TURN_DEAD, /* the item must go (its owner removes it) */
 };
 /* Serves item for one turn, at most budget requests; others_waiting
  * (atomic reads) counts items queued for a thread meanwhile. */
-typedef enum gs_turn (*gs_workers_turn_fn)(void *item, uint32_t budget,
-                                           const uint32_t *others_waiting);
+typedef enum gs_turn (*gs_workers_turn_fn)(void *item, uint32_t budget, const uint32_t *others_waiting);
 
 /* Per allocation (embedded in struct gs_allocation): its place in the line
  * and its queue of processes with work.  Zeroed by calloc; the pool's. */
 struct gs_wgroup {
         struct gs_wgroup *next;
         struct gs_wentry *head, *tail;
-        uint32_t busy;               /* threads serving it now */
+        uint32_t busy; /* threads serving it now */
         bool queued;
 };
 
 /* Per item (embedded in struct gs_proc); the pool's. */
 struct gs_wentry {
-        struct gs_wentry *next;      /* in its group's queue */
-        void *item;                  /* NULL: not in the pool */
-        int fd;                      /* the doorbell */
-        int *stop;                   /* set when it is removed */
+        struct gs_wentry *next; /* in its group's queue */
+        void *item;             /* NULL: not in the pool */
+        int fd;                 /* the doorbell */
+        int *stop;              /* set when it is removed */
         struct gs_wgroup *grp;
-        uint32_t slot, gen;          /* what its epoll event names */
-        int state;                   /* see gs_workers.c */
+        uint32_t slot, gen; /* what its epoll event names */
+        int state;          /* see gs_workers.c */
         bool removing;
 };
 
 /* Starts nthreads threads able to serve up to max_procs items at once with
  * turn.  0 or a negative errno with the reason in err. */
-int gs_workers_new(gs_workers_turn_fn turn, uint32_t nthreads, uint32_t max_procs,
-                   struct gs_workers **ret, char *err, size_t errlen) GS_WUR;
+int gs_workers_new(gs_workers_turn_fn turn, uint32_t nthreads, uint32_t max_procs, struct gs_workers **ret, char *err,
+                   size_t errlen) GS_WUR;
 /* Stops and joins the threads; every process must have been removed.
  * NULL is fine. */
 void gs_workers_free(struct gs_workers *w);
 /* Starts serving item (through e, in group grp) when doorbell fd is
  * readable.  -ENOSPC when max_procs are served, or epoll's error. */
-int gs_workers_add(struct gs_workers *w, struct gs_wentry *e, void *item, struct gs_wgroup *grp,
-                   int fd, int *stop) GS_WUR;
+int gs_workers_add(struct gs_workers *w, struct gs_wentry *e, void *item, struct gs_wgroup *grp, int fd,
+                   int *stop) GS_WUR;
 /* Stops serving e's item: on return no thread touches it, nor will.  *stop
  * is set first (a turn in the middle of a send gives up at once).  Fine if
  * never added. */

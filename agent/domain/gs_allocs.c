@@ -140,9 +140,9 @@ static void unlink_alloc(struct gs_node *ag, struct gs_allocation *a)
 /* What gs_allocs_create builds before anything changes. */
 struct plan {
         char id[17];
-        char **ids;              /* DEVICES: sorted, handed to the allocation */
+        char **ids; /* DEVICES: sorted, handed to the allocation */
         size_t nids;
-        struct gs_unit *units;   /* handed to the allocation */
+        struct gs_unit *units; /* handed to the allocation */
         size_t nunits;
         uint32_t nparts;
         struct gs_gpu *gp[GS_MAX_GPUS_PER_ALLOC];
@@ -150,8 +150,7 @@ struct plan {
 };
 
 /* Adds unit u of g to the plan (and its part). */
-static int plan_unit(struct plan *pl, struct gs_node *ag, struct gs_gpu *g, uint32_t u, char *err,
-                     size_t errlen)
+static int plan_unit(struct plan *pl, struct gs_node *ag, struct gs_gpu *g, uint32_t u, char *err, size_t errlen)
 {
         uint32_t p;
 
@@ -170,8 +169,8 @@ static int plan_unit(struct plan *pl, struct gs_node *ag, struct gs_gpu *g, uint
 }
 
 /* A device plugin's request: its IDs sorted, parsed into units, checked. */
-static int plan_devices(struct gs_node *ag, const struct gs_alloc_req *req, struct plan *pl,
-                        struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
+static int plan_devices(struct gs_node *ag, const struct gs_alloc_req *req, struct plan *pl, struct gs_allocation **ret,
+                        bool *ret_created, char *err, size_t errlen)
 {
         struct gs_allocation *old;
         struct gs_pending *q;
@@ -193,8 +192,8 @@ static int plan_devices(struct gs_node *ag, const struct gs_alloc_req *req, stru
         old = gs_allocs_find(ag, pl->id);
         if (old && same_ids(old, v, n)) {
                 if (old->releasing) {
-                        snprintf(err, errlen, "allocation %s is being released (%u processes still running)",
-                                 pl->id, old->nprocs);
+                        snprintf(err, errlen, "allocation %s is being released (%u processes still running)", pl->id,
+                                 old->nprocs);
                         return -EBUSY;
                 }
                 *ret = old;
@@ -240,8 +239,8 @@ static int plan_devices(struct gs_node *ag, const struct gs_alloc_req *req, stru
                         continue;
                 if (!req->restore && gs_pending_of_ids(ag, v, n) == q)
                         return 2; /* asked for again: restore it now */
-                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s, not restored yet: %.200s",
-                         v[i], q->rec.id, q->why);
+                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s, not restored yet: %.200s", v[i],
+                         q->rec.id, q->why);
                 return -EBUSY;
         }
         if (old) { /* same hash, different set: never seen, but never merge them */
@@ -253,8 +252,8 @@ static int plan_devices(struct gs_node *ag, const struct gs_alloc_req *req, stru
 
 /* A claim's request: its units picked among g's free ones (lowest first),
  * or a restored claim's own. */
-static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct plan *pl,
-                      struct gs_allocation **ret, bool *ret_created, char *err, size_t errlen)
+static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct plan *pl, struct gs_allocation **ret,
+                      bool *ret_created, char *err, size_t errlen)
 {
         const struct gs_claim *c = &req->claim;
         struct gs_allocation *old;
@@ -264,15 +263,16 @@ static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct
         int r = 0;
 
         if (!gs_k8s_uid_ok(c->uid) || !gs_k8s_label_ok(c->ns) || !gs_k8s_subdomain_ok(c->name)) {
-                snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name", c->uid,
-                         c->ns, c->name);
+                snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name", c->uid, c->ns,
+                         c->name);
                 return -EINVAL;
         }
         old = gs_allocs_find_claim(ag, c->uid);
         if (old) {
                 if (strcasecmp(old->claim.gpu_uuid, c->gpu_uuid) || old->claim.units != c->units) {
-                        snprintf(err, errlen, "claim %s already has allocation %s of %u units on GPU %s, not %u on %.40s",
-                                 c->uid, old->id, old->claim.units, old->claim.gpu_uuid, c->units, c->gpu_uuid);
+                        snprintf(err, errlen,
+                                 "claim %s already has allocation %s of %u units on GPU %s, not %u on %.40s", c->uid,
+                                 old->id, old->claim.units, old->claim.gpu_uuid, c->units, c->gpu_uuid);
                         return -EEXIST;
                 }
                 *ret = old;
@@ -328,8 +328,9 @@ static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct
                                 r = plan_unit(pl, ag, g, u, err, errlen);
                 }
                 if (r == 0 && pl->nunits < c->units) {
-                        snprintf(err, errlen, "GPU %s has %u of its %u units (%llu bytes each) free, the claim needs %u",
-                                 g->uuid, nfree, g->units_total, (unsigned long long)g->unit_bytes, c->units);
+                        snprintf(err, errlen,
+                                 "GPU %s has %u of its %u units (%llu bytes each) free, the claim needs %u", g->uuid,
+                                 nfree, g->units_total, (unsigned long long)g->unit_bytes, c->units);
                         return -ENOSPC;
                 }
         }
@@ -344,8 +345,8 @@ static int plan_claim(struct gs_node *ag, const struct gs_alloc_req *req, struct
         return r;
 }
 
-int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
-                     bool *ret_created, char *err, size_t errlen)
+int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret, bool *ret_created,
+                     char *err, size_t errlen)
 {
         struct gs_allocation *a = NULL;
         struct plan pl = { .nparts = 0 };
@@ -391,8 +392,8 @@ int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct 
                 a->claim = req->claim;
                 snprintf(a->claim.gpu_uuid, sizeof(a->claim.gpu_uuid), "%s", pl.gp[0]->uuid);
         }
-        a->created_unix = req->restore && req->restore->created_unix ? req->restore->created_unix
-                                                                     : (uint64_t)time(NULL);
+        a->created_unix =
+                req->restore && req->restore->created_unix ? req->restore->created_unix : (uint64_t)time(NULL);
         for (uint32_t p = 0; p < pl.nparts; p++) {
                 struct gs_gpu *g = pl.gp[p];
                 struct gs_part *part = &a->parts[p];
@@ -419,13 +420,16 @@ int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct 
                         gs_pool_stats(g->pool, &ps);
                         gs_gpu_unlock(g);
                         if (r == -ENOSPC && ps.chunks_borrowed)
-                                snprintf(err, errlen, "GPU %s has fewer than the %llu free chunks this allocation needs: "
+                                snprintf(err, errlen,
+                                         "GPU %s has fewer than the %llu free chunks this allocation needs: "
                                          "%u are lent to allocations borrowing past their quota (docs/burst.md); "
                                          "those not in use are being given back, try again",
                                          g->uuid, (unsigned long long)quota, ps.chunks_borrowed);
                         else if (r == -ENOSPC)
-                                snprintf(err, errlen, "GPU %s has fewer than the %llu free chunks this allocation needs (memory still held by released allocations?)",
-                                         g->uuid, (unsigned long long)quota);
+                                snprintf(
+                                        err, errlen,
+                                        "GPU %s has fewer than the %llu free chunks this allocation needs (memory still held by released allocations?)",
+                                        g->uuid, (unsigned long long)quota);
                         else
                                 snprintf(err, errlen, "GPU %s: cannot reserve %llu chunks: %s", g->uuid,
                                          (unsigned long long)quota, strerror(-r));
@@ -484,15 +488,13 @@ int gs_allocs_release(struct gs_node *ag, struct gs_allocation *a, char *err, si
         r = gs_allocs_checkpoint(ag);
         if (r < 0) {
                 a->releasing = was;
-                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir,
-                         strerror(-r));
+                snprintf(err, errlen, "cannot write the checkpoint in %s: %s", ag->cfg.state_dir, strerror(-r));
                 return r;
         }
         if (a->nprocs == 0)
                 delete_now(ag, a);
         else
-                log_info("allocation %s released; deleted when its %u processes exit", a->id,
-                         a->nprocs);
+                log_info("allocation %s released; deleted when its %u processes exit", a->id, a->nprocs);
         return 0;
 }
 
@@ -546,8 +548,7 @@ static struct gs_allocation *owner_of(struct gs_node *ag, const char *id, bool *
         return g->unit_owner[unit];
 }
 
-int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, char *err,
-                        size_t errlen)
+int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, char *err, size_t errlen)
 {
         bool foreign = false;
 
@@ -560,12 +561,15 @@ int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, ch
                         return 0;
                 if (o && o->nprocs > 0) {
                         if (o->pod_name[0])
-                                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s of pod %s/%s (container %s), which still has %u processes running; its units are free once they exit",
-                                         ids[i], o->id, o->pod_namespace, o->pod_name,
-                                         o->container_name, o->nprocs);
+                                snprintf(
+                                        err, errlen,
+                                        "device ID '%.63s' is part of allocation %s of pod %s/%s (container %s), which still has %u processes running; its units are free once they exit",
+                                        ids[i], o->id, o->pod_namespace, o->pod_name, o->container_name, o->nprocs);
                         else
-                                snprintf(err, errlen, "device ID '%.63s' is part of allocation %s (pod not yet known from PodResources), which still has %u processes running; its units are free once they exit",
-                                         ids[i], o->id, o->nprocs);
+                                snprintf(
+                                        err, errlen,
+                                        "device ID '%.63s' is part of allocation %s (pod not yet known from PodResources), which still has %u processes running; its units are free once they exit",
+                                        ids[i], o->id, o->nprocs);
                         return -EBUSY;
                 }
         }
@@ -578,11 +582,12 @@ int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, ch
                 /* Deleting it at once (no process) clears its units' owner,
                  * so its other IDs in ids find none. */
                 if (o->pod_name[0])
-                        log_info("allocation %s of pod %s/%s released: the kubelet gave its device ID %s to a new container",
-                                 o->id, o->pod_namespace, o->pod_name, ids[i]);
+                        log_info(
+                                "allocation %s of pod %s/%s released: the kubelet gave its device ID %s to a new container",
+                                o->id, o->pod_namespace, o->pod_name, ids[i]);
                 else
-                        log_info("allocation %s released: the kubelet gave its device ID %s to a new container",
-                                 o->id, ids[i]);
+                        log_info("allocation %s released: the kubelet gave its device ID %s to a new container", o->id,
+                                 ids[i]);
                 r = gs_allocs_release(ag, o, err, errlen);
                 if (r < 0)
                         return r;
@@ -616,7 +621,8 @@ static int checkpoint_fill(FILE *f, void *ctx)
                 if (a->releasing)
                         continue;
                 if (a->kind == GS_OWNER_DEVICES) {
-                        gs_ckpt_put_devices(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->qos, a->device_ids, a->ndevice_ids);
+                        gs_ckpt_put_devices(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->qos,
+                                            a->device_ids, a->ndevice_ids);
                         continue;
                 }
                 if (a->nunits > cap) {
@@ -630,7 +636,8 @@ static int checkpoint_fill(FILE *f, void *ctx)
                 }
                 for (size_t i = 0; i < a->nunits; i++)
                         units[i] = a->units[i].unit;
-                gs_ckpt_put_claim(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->qos, &a->claim, units, a->nunits);
+                gs_ckpt_put_claim(f, a->id, a->created_unix, a->dir_name, a->burst_bytes, &a->qos, &a->claim, units,
+                                  a->nunits);
         }
         free(units);
         /* Lines not restored (yet) leave only by release. */
@@ -715,7 +722,7 @@ void gs_allocs_burst_from_pod(struct gs_node *ag, struct gs_allocation *a, uint6
                          a->pod_namespace, a->pod_name, b, err);
                 return;
         }
-        log_info("allocation %s (pod %s/%s): burst %s, from the pod's annotation", a->id, a->pod_namespace,
-                 a->pod_name, b);
+        log_info("allocation %s (pod %s/%s): burst %s, from the pod's annotation", a->id, a->pod_namespace, a->pod_name,
+                 b);
         gs_node_changed(ag);
 }

@@ -54,7 +54,7 @@ struct gs_palloc;
 struct gs_proc;
 
 struct gs_part {
-        uint32_t gpu;            /* index into agent->gpus */
+        uint32_t gpu; /* index into agent->gpus */
         uint32_t units;
         uint32_t quota_chunks;
         /* The most its processes may hold: quota + what they may borrow.
@@ -67,13 +67,13 @@ struct gs_part {
          * pod that never registered (gs_usage.h). */
         struct gs_outside out;
         uint64_t bypass_charge;
-        bool gone;               /* being deleted: owes nothing any more */
+        bool gone; /* being deleted: owes nothing any more */
         /* Under the GPU's lock: a request of a process was short of
          * memory; the main loop's kick asks the others for their wholly
          * free chunks and clears it (sessions/gs_short.h). */
         bool give_back_wanted;
-        uint32_t others_asked;   /* processes the last kick asked */
-        int64_t event_ms;        /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
+        uint32_t others_asked; /* processes the last kick asked */
+        int64_t event_ms;      /* last over-quota Event (gs_event.h), CLOCK_MONOTONIC */
         /* Borrowing Events (gs_usage.c): whether GPUMemoryBorrowed was
          * told and not yet GPUMemoryReturned, and when the last was. */
         bool borrow_told;
@@ -85,7 +85,7 @@ struct gs_part {
 
 /* One unit an allocation holds. */
 struct gs_unit {
-        uint32_t gpu;            /* index into agent->gpus */
+        uint32_t gpu; /* index into agent->gpus */
         uint32_t unit;
 };
 
@@ -96,14 +96,14 @@ struct gs_allocation {
         enum gs_owner_kind kind; /* its owner */
         char **device_ids;       /* GS_OWNER_DEVICES: sorted; else NULL */
         size_t ndevice_ids;
-        struct gs_claim claim;   /* GS_OWNER_CLAIM */
-        uint64_t burst_bytes;    /* as asked for (0: the node's balloonCap) */
-        uint64_t burst_refused;  /* a pod annotation's burst refused (said once) */
+        struct gs_claim claim;  /* GS_OWNER_CLAIM */
+        uint64_t burst_bytes;   /* as asked for (0: the node's balloonCap) */
+        uint64_t burst_refused; /* a pod annotation's burst refused (said once) */
         /* Its compute policy (gs_qos.h): the reconciler sets it from the
          * pod (gs_proc_qos_set), the checkpoint keeps it.  Main thread
          * writes; workers read it whole (two bytes, atomically). */
         struct gs_qos_policy qos;
-        struct gs_unit *units;   /* what it holds (claims: ascending) */
+        struct gs_unit *units; /* what it holds (claims: ascending) */
         size_t nunits;
         uint64_t created_unix;
         uint32_t nparts;
@@ -118,8 +118,8 @@ struct gs_allocation {
         bool releasing;
         struct gs_proc *procs;
         uint32_t nprocs;
-        struct gs_ipc_table ipc;     /* CUDA IPC exports of its processes */
-        struct gs_wgroup wgroup;     /* its place in the worker pool's line */
+        struct gs_ipc_table ipc; /* CUDA IPC exports of its processes */
+        struct gs_wgroup wgroup; /* its place in the worker pool's line */
         /* The reconciler's (gs_recon.h): the container PodResources last
          * showed holding its device IDs (empty: none seen yet), and since
          * when (CLOCK_MONOTONIC ms) no container has held them (0: held, or
@@ -133,7 +133,6 @@ struct gs_allocation {
         int64_t unheld_since_ms;
 };
 
-
 #define GS_CHECKPOINT_NAME GS_CKPT_NAME
 #define GS_ALLOCS_RETRY_MS 1000
 
@@ -143,9 +142,9 @@ void gs_allocs_id(const char *const *sorted_ids, size_t n, char out[17]);
 /* What to create, parsed by gs_allocs_create alone. */
 struct gs_alloc_req {
         enum gs_owner_kind kind;
-        const char *const *ids;  /* GS_OWNER_DEVICES: the device IDs, any order */
+        const char *const *ids; /* GS_OWNER_DEVICES: the device IDs, any order */
         size_t nids;
-        struct gs_claim claim;   /* GS_OWNER_CLAIM: uid, ns, name, gpu_uuid, units */
+        struct gs_claim claim; /* GS_OWNER_CLAIM: uid, ns, name, gpu_uuid, units */
         /* Per GPU, the most its processes may use, quota included (what is
          * past the quota is borrowed); 0: quota + the node's balloonCap. */
         uint64_t burst_bytes;
@@ -172,8 +171,8 @@ struct gs_alloc_req {
  * this returns 1, nothing done, for a new request of exactly the device IDs
  * of a checkpoint line not restored yet (gs_pending.h): gs_restore_create
  * restores that line. */
-int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
-                     bool *ret_created, char *err, size_t errlen) GS_WUR;
+int gs_allocs_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret, bool *ret_created,
+                     char *err, size_t errlen) GS_WUR;
 
 /* The claim a is the allocation of, or NULL (a device plugin's, or a
  * claim's released and draining). */
@@ -192,8 +191,7 @@ int gs_allocs_release_claim(struct gs_node *ag, const char *uid, char *err, size
  * is returned; if one has, nothing changes and -EBUSY comes back with err
  * naming it and its pod.  An exact match (create returns it), an empty set or
  * an ID that is not this node's: 0, nothing done (create reports those). */
-int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, char *err,
-                        size_t errlen) GS_WUR;
+int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, char *err, size_t errlen) GS_WUR;
 
 /* Whether a's pod is gone (released, or PodResources showed a pod holding it
  * and no longer does) while processes still use it: its units are then
@@ -201,8 +199,7 @@ int gs_allocs_take_over(struct gs_node *ag, const char *const *ids, size_t n, ch
 bool gs_allocs_draining(const struct gs_allocation *a);
 
 /* Releases a (see above).  Returns 0 or a negative errno with err. */
-int gs_allocs_release(struct gs_node *ag, struct gs_allocation *a, char *err,
-                      size_t errlen) GS_WUR;
+int gs_allocs_release(struct gs_node *ag, struct gs_allocation *a, char *err, size_t errlen) GS_WUR;
 
 /* Deletes a releasing allocation once it has no process left; no-op else. */
 void gs_allocs_reap(struct gs_node *ag, struct gs_allocation *a);
@@ -227,7 +224,6 @@ uint32_t gs_allocs_outside_slots(const struct gs_node *ag, const struct gs_part 
 /* The GPU of this UUID (any case), or NULL. */
 struct gs_gpu *gs_allocs_gpu(struct gs_node *ag, const char *uuid);
 
-
 /* part->burst_chunks from any thread. */
 static inline uint32_t gs_part_burst(const struct gs_part *part)
 {
@@ -239,8 +235,7 @@ static inline uint32_t gs_part_burst(const struct gs_part *part)
  * already registered may borrow up to their address range (sized by the
  * node's burstMax, gs_proc.h).  Checkpointed.  0, or a negative errno with
  * err (nothing changed). */
-int gs_allocs_set_burst(struct gs_node *ag, struct gs_allocation *a, uint64_t bytes, char *err,
-                        size_t errlen) GS_WUR;
+int gs_allocs_set_burst(struct gs_node *ag, struct gs_allocation *a, uint64_t bytes, char *err, size_t errlen) GS_WUR;
 /* Main thread (the reconciler): the burst a's pod asks for by its
  * annotation (gs_podburst.h); a refused one is logged once. */
 void gs_allocs_burst_from_pod(struct gs_node *ag, struct gs_allocation *a, uint64_t bytes);

@@ -19,15 +19,16 @@ int gs_burst_cap(const struct gs_config *c, const struct gs_gpu *g, uint64_t quo
         gs_format_size((uint64_t)g->nchunks * g->chunk_bytes, m, sizeof(m));
         if (burst < quota || burst > g->nchunks) {
                 snprintf(err, errlen, "burst %s is %s GPU %s's %s", b,
-                         burst < quota ? "below the quota on" : "more than the pool of", g->uuid, burst < quota ? q : m);
+                         burst < quota ? "below the quota on" : "more than the pool of", g->uuid,
+                         burst < quota ? q : m);
                 return -EINVAL;
         }
         /* What a burst may borrow is the node's to allow. */
         if ((burst - quota) * g->chunk_bytes > most && !restore) {
                 gs_format_size((burst - quota) * g->chunk_bytes, q, sizeof(q));
                 gs_format_size(most, m, sizeof(m));
-                snprintf(err, errlen, "burst %s borrows %s past the quota on GPU %s; this node allows %s (burstMax)", b, q,
-                         g->uuid, m);
+                snprintf(err, errlen, "burst %s borrows %s past the quota on GPU %s; this node allows %s (burstMax)", b,
+                         q, g->uuid, m);
                 return -EINVAL;
         }
         *ret_cap = burst - quota;

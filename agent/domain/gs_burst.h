@@ -18,7 +18,7 @@
  * -EINVAL with err naming the problem: below the quota, more than the
  * pool, or borrowing more than max(burstMax, balloonCap) (not checked when
  * restoring: it was allowed when it was made). */
-int gs_burst_cap(const struct gs_config *c, const struct gs_gpu *g, uint64_t quota_chunks, uint64_t bytes,
-                 bool restore, uint64_t *ret_cap, char *err, size_t errlen) GS_WUR;
+int gs_burst_cap(const struct gs_config *c, const struct gs_gpu *g, uint64_t quota_chunks, uint64_t bytes, bool restore,
+                 uint64_t *ret_cap, char *err, size_t errlen) GS_WUR;
 
 #endif

@@ -12,8 +12,7 @@
 /* The block at off and its slot go back to the set's pproc. */
 static void put_back(struct gs_gpu *g, struct gs_chunkset *s, uint64_t off)
 {
-        if (gs_pproc_free(s->pp, off, NULL) < 0 ||
-            gs_pproc_release(s->pp, (uint32_t)(off / g->chunk_bytes), 1) < 0)
+        if (gs_pproc_free(s->pp, off, NULL) < 0 || gs_pproc_release(s->pp, (uint32_t)(off / g->chunk_bytes), 1) < 0)
                 log_error("GPU %u: set block at %llu not given back to the allocator", g->index,
                           (unsigned long long)off);
 }
@@ -40,8 +39,8 @@ static int prepare(struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
         return 0;
 }
 
-int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
-                     uint32_t k, bool all)
+int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots, uint32_t k,
+                     bool all)
 {
         gs_gpu_assert_locked(g);
         uint32_t got = 0;
@@ -68,8 +67,7 @@ int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *
                 if (n != 1) { /* the set's pproc never keeps a chunk with room: cannot happen */
                         log_error("GPU %u: a set chunk came with %u new ones", g->index, n);
                         if (gs_pproc_free(s->pp, h->off, NULL) < 0)
-                                log_error("GPU %u: set block at %llu not freed", g->index,
-                                          (unsigned long long)h->off);
+                                log_error("GPU %u: set block at %llu not freed", g->index, (unsigned long long)h->off);
                         r = -EIO;
                         break;
                 }
@@ -143,8 +141,7 @@ int gs_chunkset_adopt(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc 
         return (int)got;
 }
 
-int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool force, char *err,
-                     size_t errlen)
+int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool force, char *err, size_t errlen)
 {
         gs_gpu_assert_locked(g);
         struct gs_chunkset_ent h = s->held[i];

@@ -24,24 +24,24 @@ struct gs_palloc;
 struct gs_pproc;
 
 struct gs_chunkset_ent {
-        uint64_t off;                  /* its block in the set's pproc */
-        uint32_t chunk;                /* pool chunk id */
+        uint64_t off;   /* its block in the set's pproc */
+        uint32_t chunk; /* pool chunk id */
 };
 
 /* Zeroed by the owner. */
 struct gs_chunkset {
-        struct gs_pproc *pp;           /* created on first take */
+        struct gs_pproc *pp; /* created on first take */
         struct gs_chunkset_ent *held;
         uint32_t nheld, capheld;
-        const void *tag;               /* the pproc's (gs_pproc_set_tag), set by the owner */
+        const void *tag; /* the pproc's (gs_pproc_set_tag), set by the owner */
 };
 
 /* k more chunks from pa, the set's range being nslots chunks, their memory
  * released.  all: all or nothing; else as many as the quota and the range
  * give.  Returns how many were taken (all: k), or a negative errno with
  * nothing taken (-ENOMEM at the quota or the end of the range). */
-int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots,
-                     uint32_t k, bool all) GS_WUR;
+int gs_chunkset_take(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc *pa, uint32_t nslots, uint32_t k,
+                     bool all) GS_WUR;
 /* After an agent restart: the chunks the set held at slots[0..n) before
  * (the previous agent's ledger) are its again, past the quota and balloon
  * cap if they must be (gs_pproc_adopt), each without memory (a record
@@ -55,8 +55,7 @@ int gs_chunkset_adopt(struct gs_gpu *g, struct gs_chunkset *s, struct gs_palloc 
  * fresh memory.  Returns 0; or, when it cannot be re-created (err says
  * why), a negative errno with the chunk kept, or with force 1: it went
  * back without memory, to be re-created when next granted or recycled. */
-int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool force, char *err,
-                     size_t errlen) GS_WUR;
+int gs_chunkset_give(struct gs_gpu *g, struct gs_chunkset *s, uint32_t i, bool force, char *err, size_t errlen) GS_WUR;
 /* The set holds nothing any more: its pproc and array go. */
 void gs_chunkset_fini(struct gs_chunkset *s);
 

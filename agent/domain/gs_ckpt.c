@@ -154,8 +154,7 @@ static int parse_claim(char **save, struct gs_ckpt_rec *r)
                         return -EINVAL;
         extra = strtok_r(NULL, " \t", save);
         if (parse_tail(extra, save, r) < 0 || !gs_k8s_uid_ok(f[0]) || !gs_k8s_label_ok(f[1]) ||
-            !gs_k8s_subdomain_ok(f[2]) || gs_uuid_parse(f[3], raw) < 0 ||
-            parse_dir(f[5], r->dir) < 0)
+            !gs_k8s_subdomain_ok(f[2]) || gs_uuid_parse(f[3], raw) < 0 || parse_dir(f[5], r->dir) < 0)
                 return -EINVAL;
         e = parse_units(f[4], r);
         if (e < 0)
@@ -245,9 +244,8 @@ int gs_ckpt_parse_claims_line(char *line, struct gs_claim *c, char ret_alloc_id[
         for (size_t i = 0; i < 6; i++)
                 if (!(f[i] = strtok_r(i ? NULL : line, " \t", &save)))
                         return -EINVAL;
-        if (strtok_r(NULL, " \t", &save) || !gs_k8s_uid_ok(f[0]) || !hex_id(f[1]) ||
-            strlen(f[2]) != GS_UUID_STR_LEN || !gs_k8s_label_ok(f[4]) ||
-            !gs_k8s_subdomain_ok(f[5]))
+        if (strtok_r(NULL, " \t", &save) || !gs_k8s_uid_ok(f[0]) || !hex_id(f[1]) || strlen(f[2]) != GS_UUID_STR_LEN ||
+            !gs_k8s_label_ok(f[4]) || !gs_k8s_subdomain_ok(f[5]))
                 return -EINVAL;
         errno = 0;
         units = strtoul(f[3], &end, 10);
@@ -299,7 +297,8 @@ void gs_ckpt_put(FILE *f, const struct gs_ckpt_rec *r)
                 fwrite(r->kept, 1, r->kept_len, f);
                 fputc('\n', f);
         } else if (r->kind == GS_OWNER_CLAIM) {
-                gs_ckpt_put_claim(f, r->id, r->created_unix, r->dir, r->burst_bytes, &r->qos, &r->claim, r->units, r->claim.units);
+                gs_ckpt_put_claim(f, r->id, r->created_unix, r->dir, r->burst_bytes, &r->qos, &r->claim, r->units,
+                                  r->claim.units);
         } else {
                 gs_ckpt_put_devices(f, r->id, r->created_unix, r->dir, r->burst_bytes, &r->qos, r->ids, r->nids);
         }
@@ -336,8 +335,8 @@ static int read_line(FILE *f, char *buf, size_t cap, size_t *ret_len)
 struct reader {
         struct gs_ckpt *c;
         size_t cap, nkept;
-        char *buf, *copy;        /* GS_CKPT_LINE_MAX + 1 bytes each */
-        bool claims_phase;       /* reading or folding the claims file */
+        char *buf, *copy;  /* GS_CKPT_LINE_MAX + 1 bytes each */
+        bool claims_phase; /* reading or folding the claims file */
         char why[160];
 };
 
@@ -428,8 +427,7 @@ static int read_file(struct reader *rd, const char *path, struct old_claim **cla
                         r = r == -EINVAL ? keep(rd, rd->buf, len) : r;
                 } else {
                         struct old_claim oc;
-                        if (strlen(rd->copy) == len &&
-                            gs_ckpt_parse_claims_line(rd->copy, &oc.c, oc.alloc_id) == 0) {
+                        if (strlen(rd->copy) == len && gs_ckpt_parse_claims_line(rd->copy, &oc.c, oc.alloc_id) == 0) {
                                 if (*nclaims == GS_CKPT_RECS_MAX) {
                                         snprintf(rd->why, sizeof(rd->why), "more than %u claims", GS_CKPT_RECS_MAX);
                                         r = -EFBIG;
@@ -455,8 +453,9 @@ static int read_file(struct reader *rd, const char *path, struct old_claim **cla
                                 (*claims)[(*nclaims)++] = oc;
                                 continue;
                         }
-                        log_warn("%s:%zu: a line that is not a claim, kept as it is (an allocation it names is never reclaimed): %.200s",
-                                 path, lineno, rd->buf);
+                        log_warn(
+                                "%s:%zu: a line that is not a claim, kept as it is (an allocation it names is never reclaimed): %.200s",
+                                path, lineno, rd->buf);
                         r = keep(rd, rd->buf, len);
                 }
                 if (r < 0)
@@ -513,7 +512,7 @@ static int to_claim(struct gs_ckpt_rec *r, const struct old_claim *oc)
 static int fold(struct reader *rd, const char *path, struct old_claim *v, size_t n)
 {
         struct gs_ckpt *c = rd->c;
-        size_t nrecs = c->n;     /* kept lines are added behind */
+        size_t nrecs = c->n; /* kept lines are added behind */
         int r = 0;
 
         for (size_t i = 0; i < n && r >= 0; i++) {
@@ -523,8 +522,8 @@ static int fold(struct reader *rd, const char *path, struct old_claim *v, size_t
                         if (!c->recs[k].kept && strcmp(c->recs[k].id, v[i].alloc_id) == 0)
                                 rec = &c->recs[k];
                 if (!rec) {
-                        log_info("%s: claim %s (%s/%s) has no allocation (%s): dropped", path, v[i].c.uid,
-                                 v[i].c.ns, v[i].c.name, v[i].alloc_id);
+                        log_info("%s: claim %s (%s/%s) has no allocation (%s): dropped", path, v[i].c.uid, v[i].c.ns,
+                                 v[i].c.name, v[i].alloc_id);
                         c->claims_dropped++;
                         continue;
                 }
@@ -536,8 +535,9 @@ static int fold(struct reader *rd, const char *path, struct old_claim *v, size_t
                 if (r == 0) {
                         c->claims_migrated++;
                 } else if (r == -EINVAL) {
-                        log_warn("%s: claim %s does not match allocation %s; its line is kept as it is (the allocation is never reclaimed)",
-                                 path, v[i].c.uid, v[i].alloc_id);
+                        log_warn(
+                                "%s: claim %s does not match allocation %s; its line is kept as it is (the allocation is never reclaimed)",
+                                path, v[i].c.uid, v[i].alloc_id);
                         r = keep(rd, v[i].raw, v[i].len);
                         /* recs may have moved */
                 }

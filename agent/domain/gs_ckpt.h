@@ -45,22 +45,22 @@
 #include "gs_util.h"
 
 #define GS_CKPT_NAME "allocations"
-#define GS_CKPT_CLAIMS_NAME "claims"   /* v2's claims file, migrated */
+#define GS_CKPT_CLAIMS_NAME "claims" /* v2's claims file, migrated */
 #define GS_CKPT_HEADER "# gshare-agent allocations v3\n"
-#define GS_ALLOCS_DIR_MAX 32      /* "<16 hex id>-<8 hex>" and a NUL */
-#define GS_ALLOCS_MAX_IDS 4096u   /* device IDs in one allocation */
-#define GS_CKPT_RECS_MAX 65536u   /* lines of one checkpoint */
-#define GS_CKPT_KEPT_MAX 64u      /* lines kept verbatim, both files together */
+#define GS_ALLOCS_DIR_MAX 32    /* "<16 hex id>-<8 hex>" and a NUL */
+#define GS_ALLOCS_MAX_IDS 4096u /* device IDs in one allocation */
+#define GS_CKPT_RECS_MAX 65536u /* lines of one checkpoint */
+#define GS_CKPT_KEPT_MAX 64u    /* lines kept verbatim, both files together */
 /* A line of GS_ALLOCS_MAX_IDS device IDs fits. */
 #define GS_CKPT_LINE_MAX (GS_ALLOCS_MAX_IDS * (GS_DEVID_MAX + 1) + 512)
-#define GS_CLAIM_UID_MAX 36       /* a UUID */
+#define GS_CLAIM_UID_MAX 36 /* a UUID */
 #define GS_CLAIM_NS_MAX 63
 #define GS_CLAIM_NAME_MAX 253
 
 /* Who an allocation is for. */
 enum gs_owner_kind {
-        GS_OWNER_DEVICES = 1,    /* the device plugin: a set of device IDs */
-        GS_OWNER_CLAIM = 2,      /* a DRA ResourceClaim: units of one GPU */
+        GS_OWNER_DEVICES = 1, /* the device plugin: a set of device IDs */
+        GS_OWNER_CLAIM = 2,   /* a DRA ResourceClaim: units of one GPU */
 };
 
 struct gs_claim {
@@ -78,13 +78,13 @@ struct gs_ckpt_rec {
         uint64_t created_unix;
         char dir[GS_ALLOCS_DIR_MAX];
         enum gs_owner_kind kind;
-        char **ids;              /* DEVICES: sorted, one malloc'ed block */
+        char **ids; /* DEVICES: sorted, one malloc'ed block */
         size_t nids;
-        struct gs_claim claim;   /* CLAIM */
-        uint64_t burst_bytes;    /* burst=, 0 if absent (gs_alloc_req.burst_bytes) */
+        struct gs_claim claim;    /* CLAIM */
+        uint64_t burst_bytes;     /* burst=, 0 if absent (gs_alloc_req.burst_bytes) */
         struct gs_qos_policy qos; /* qos=, the default if absent (gs_qos.h) */
-        uint32_t *units;         /* CLAIM: claim.units unit indices, ascending */
-        char *kept;              /* malloc'ed, without its newline; may hold NULs */
+        uint32_t *units;          /* CLAIM: claim.units unit indices, ascending */
+        char *kept;               /* malloc'ed, without its newline; may hold NULs */
         size_t kept_len;
 };
 
@@ -92,7 +92,7 @@ struct gs_ckpt_rec {
 struct gs_ckpt {
         struct gs_ckpt_rec *recs;
         size_t n;
-        bool claims_file;        /* a v2 claims file was read (and folded in) */
+        bool claims_file; /* a v2 claims file was read (and folded in) */
         size_t claims_migrated, claims_dropped;
 };
 

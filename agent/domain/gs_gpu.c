@@ -25,8 +25,7 @@ int gs_gpu_numa_node(const char *sysfs, const char *pci_bus_id)
         for (i = 0; pci_bus_id[i] && i < sizeof(id) - 1; i++)
                 id[i] = (char)tolower((unsigned char)pci_bus_id[i]);
         id[i] = '\0';
-        if (snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/numa_node", sysfs, id) >=
-            (int)sizeof(path))
+        if (snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/numa_node", sysfs, id) >= (int)sizeof(path))
                 return -1;
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
@@ -74,18 +73,15 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         r = gs_cuda_check(cu, cu->device_get(&g->dev, ordinal), "cuDeviceGet", err, errlen);
         if (r < 0)
                 return r;
-        r = gs_cuda_check(cu, cu->device_get_name(g->name, (int)sizeof(g->name), g->dev),
-                          "cuDeviceGetName", err, errlen);
+        r = gs_cuda_check(cu, cu->device_get_name(g->name, (int)sizeof(g->name), g->dev), "cuDeviceGetName", err,
+                          errlen);
         if (r == 0)
-                r = gs_cuda_check(cu, cu->device_get_uuid(&uuid, g->dev), "cuDeviceGetUuid", err,
-                                  errlen);
+                r = gs_cuda_check(cu, cu->device_get_uuid(&uuid, g->dev), "cuDeviceGetUuid", err, errlen);
         if (r == 0)
-                r = gs_cuda_check(cu, cu->device_get_pci_bus_id(g->pci_bus_id,
-                                                                (int)sizeof(g->pci_bus_id), g->dev),
+                r = gs_cuda_check(cu, cu->device_get_pci_bus_id(g->pci_bus_id, (int)sizeof(g->pci_bus_id), g->dev),
                                   "cuDeviceGetPCIBusId", err, errlen);
         if (r == 0)
-                r = gs_cuda_check(cu, cu->device_total_mem(&total_b, g->dev), "cuDeviceTotalMem",
-                                  err, errlen);
+                r = gs_cuda_check(cu, cu->device_total_mem(&total_b, g->dev), "cuDeviceTotalMem", err, errlen);
         if (r < 0)
                 return r;
         g->name[sizeof(g->name) - 1] = '\0';
@@ -96,8 +92,7 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         g->total_bytes = total_b;
         g->healthy = true;
 
-        r = gs_cuda_check(cu, cu->primary_ctx_retain(&g->ctx, g->dev), "cuDevicePrimaryCtxRetain",
-                          err, errlen);
+        r = gs_cuda_check(cu, cu->primary_ctx_retain(&g->ctx, g->dev), "cuDevicePrimaryCtxRetain", err, errlen);
         if (r < 0) {
                 g->ctx = NULL;
                 set_unhealthy(g, err);
@@ -105,12 +100,10 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         }
         r = gs_cuda_check(cu, cu->ctx_set_current(g->ctx), "cuCtxSetCurrent", why, sizeof(why));
         if (r == 0)
-                r = gs_cuda_check(cu, cu->mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
-                                  sizeof(why));
+                r = gs_cuda_check(cu, cu->mem_get_info(&free_b, &total_b), "cuMemGetInfo", why, sizeof(why));
         if (r == 0) {
                 gs_gpu_chunk_prop(g, &prop);
-                r = gs_cuda_check(cu, cu->mem_get_granularity(&gran, &prop,
-                                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                r = gs_cuda_check(cu, cu->mem_get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
                                   "cuMemGetAllocationGranularity", why, sizeof(why));
         }
         if (r < 0) {
@@ -120,8 +113,8 @@ int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, 
         /* The size a context is charged at (gs_outside.h): configured, or
          * this very context as NVML sees it, before any chunk exists
          * (without NVML: 0, contexts come out of the reserve). */
-        g->ctx_expect_bytes = cfg->context_bytes ? cfg->context_bytes
-                                                 : gs_nvml_pid_bytes(&g->node->nvml, g->uuid, getpid());
+        g->ctx_expect_bytes =
+                cfg->context_bytes ? cfg->context_bytes : gs_nvml_pid_bytes(&g->node->nvml, g->uuid, getpid());
         if (gran && g->chunk_bytes % gran) {
                 snprintf(why, sizeof(why), "chunk size %llu is not a multiple of the VMM granularity %zu",
                          (unsigned long long)g->chunk_bytes, gran);
@@ -152,8 +145,7 @@ static int open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
                         return r;
                 goto pool;
         }
-        r = gs_cuda_check(&g->node->cu, g->node->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why,
-                          sizeof(why));
+        r = gs_cuda_check(&g->node->cu, g->node->cu.mem_get_info(&free_b, &total_b), "cuMemGetInfo", why, sizeof(why));
         if (r < 0) {
                 set_unhealthy(g, why);
                 return 0;
@@ -172,8 +164,8 @@ static int open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
         if (want > UINT32_MAX / 2)
                 want = UINT32_MAX / 2;
         if (want == 0) {
-                snprintf(why, sizeof(why), "%zu bytes free, not more than the reserve %llu plus one chunk",
-                         free_b, (unsigned long long)g->reserve_bytes);
+                snprintf(why, sizeof(why), "%zu bytes free, not more than the reserve %llu plus one chunk", free_b,
+                         (unsigned long long)g->reserve_bytes);
                 set_unhealthy(g, why);
                 return 0;
         }
@@ -216,8 +208,8 @@ pool:
                 return r;
         g->pool = gs_pool_new(g->nchunks + g->moves.nspare, g->chunk_bytes);
         if (!g->pool) {
-                snprintf(err, errlen, "cannot create the pool of %u chunks of %llu bytes",
-                         g->nchunks, (unsigned long long)g->chunk_bytes);
+                snprintf(err, errlen, "cannot create the pool of %u chunks of %llu bytes", g->nchunks,
+                         (unsigned long long)g->chunk_bytes);
                 return -ENOMEM;
         }
         if (gs_pool_set_spares(g->pool, g->moves.nspare) < 0) {
@@ -304,8 +296,7 @@ uint32_t gs_gpu_units_lent(struct gs_gpu *g)
         gs_gpu_lock(g);
         gs_pool_stats(g->pool, &st);
         gs_gpu_unlock(g);
-        return (uint32_t)(((uint64_t)st.chunks_borrowed * g->chunk_bytes + g->unit_bytes - 1) /
-                          g->unit_bytes);
+        return (uint32_t)(((uint64_t)st.chunks_borrowed * g->chunk_bytes + g->unit_bytes - 1) / g->unit_bytes);
 }
 
 uint32_t gs_gpu_units_allocated(const struct gs_gpu *g)

@@ -51,12 +51,11 @@
 struct gs_allocation;
 struct gs_gsm;
 
-
 struct gs_gpu {
         struct gs_node *node;
-        uint32_t index;          /* CUDA ordinal */
+        uint32_t index; /* CUDA ordinal */
         CUdevice dev;
-        CUcontext ctx;           /* primary context, retained */
+        CUcontext ctx; /* primary context, retained */
         uint8_t uuid_raw[16];
         char uuid[GS_UUID_STR_LEN + 1];
         char name[256];
@@ -66,7 +65,7 @@ struct gs_gpu {
         uint64_t reserve_bytes;
         uint64_t chunk_bytes;
         uint64_t unit_bytes;
-        uint32_t nchunks;        /* chunks created at start */
+        uint32_t nchunks; /* chunks created at start */
         uint32_t units_total;
         uint32_t chunks_retired;
         uint32_t chunks_pending; /* retired for now: re-created when the driver has room */
@@ -81,7 +80,7 @@ struct gs_gpu {
         /* units_total entries: the allocation holding each unit, or NULL.
          * Main thread only. */
         struct gs_allocation **unit_owner;
-        uint32_t last_borrowed;  /* under lock: for lending-change events */
+        uint32_t last_borrowed; /* under lock: for lending-change events */
         /* Outside memory (gs_outside.h), under lock: what the outside sets
          * released to the driver, and what the last scan measured the
          * charged processes using outside the pool. */
@@ -90,33 +89,31 @@ struct gs_gpu {
         /* A context's expected size, charged when a process is about to
          * create one (config contextSize, else measured at start). */
         uint64_t ctx_expect_bytes;
-        void *nvml_dev;          /* NVML's device, NULL until found */
-        bool ctx_ready;          /* gs_gpu_open_ctx done: a pool may be built */
+        void *nvml_dev; /* NVML's device, NULL until found */
+        bool ctx_ready; /* gs_gpu_open_ctx done: a pool may be built */
         /* Chunk records (gs_gpu_chunk.h) beside chunks[] above, under lock. */
-        uint64_t memid_next;     /* the last memid given */
+        uint64_t memid_next;           /* the last memid given */
         uint32_t chunks_made_at_start; /* at open, with memory; the rest stood for memory held */
         /* The parts, each in its own header and files, each under the
          * lock unless its header says otherwise: */
-        struct gs_gpu_scrubber scrub;   /* gs_gpu_scrubber.h: zeroing, the scrubber thread */
-        struct gs_gpu_moves moves;      /* gs_gpu_spill.h: spares, moves to host memory and back */
+        struct gs_gpu_scrubber scrub;    /* gs_gpu_scrubber.h: zeroing, the scrubber thread */
+        struct gs_gpu_moves moves;       /* gs_gpu_spill.h: spares, moves to host memory and back */
         struct gs_gpu_spillrec spillrec; /* gs_gpu_spillrec.h: spilled data for a restarted agent */
-        struct gs_gpu_restart restart;  /* gs_gpu_restart.h: ledger, what was before, handover phase */
+        struct gs_gpu_restart restart;   /* gs_gpu_restart.h: ledger, what was before, handover phase */
 };
 
 /* Opens CUDA device `ordinal` into *g (zeroed by the caller, g->node set).
  * A GPU whose pool cannot be built is still opened, unhealthy, with the
  * reason in g->health_reason and no units.  Returns a negative errno with a
  * message in err only if the device cannot be used at all. */
-int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err,
-                size_t errlen) GS_WUR;
+int gs_gpu_open(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err, size_t errlen) GS_WUR;
 /* gs_gpu_open in two steps, for an upgrade (gs_handover.h): the context
  * first, while the previous agent still serves; the pool once it handed
  * its chunks over (inh; NULL: made from the driver's free memory as
  * gs_gpu_open does).  The fds of inh are the GPU's from then on. */
-int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err,
-                    size_t errlen) GS_WUR;
-int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
-                     char *err, size_t errlen) GS_WUR;
+int gs_gpu_open_ctx(struct gs_gpu *g, int ordinal, const struct gs_config *cfg, char *err, size_t errlen) GS_WUR;
+int gs_gpu_open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+                     size_t errlen) GS_WUR;
 /* Stops the scrubber, frees the pool, releases every chunk, releases the
  * context.  A zeroed or half-opened g is fine. */
 void gs_gpu_close(struct gs_gpu *g);
@@ -126,8 +123,8 @@ void gs_gpu_close(struct gs_gpu *g);
  * the chunks' properties; exported as a POSIX fd (close-on-exec) into
  * *ret_fd if export_fd, else *ret_fd = -1.  The caller holds g->lock and has
  * made g->ctx current.  0 or a negative errno with the reason in err. */
-int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
-                    CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen) GS_WUR;
+int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGenericAllocationHandle *ret_h, int *ret_fd,
+                    char *err, size_t errlen) GS_WUR;
 /* Closes *fd (if >= 0) and releases h. */
 void gs_gpu_mem_drop(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *fd);
 

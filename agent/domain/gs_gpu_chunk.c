@@ -62,17 +62,18 @@ int gs_gpu_room(struct gs_gpu *g, uint64_t bytes, char *err, size_t errlen)
                 return r;
         if (free_b >= bytes && free_b - bytes >= need)
                 return 0;
-        snprintf(err, errlen, "no room in the driver for %llu MiB: %llu MiB free, %llu MiB kept free "
-                 "(reserve and contexts being created)", (unsigned long long)(bytes >> 20),
-                 (unsigned long long)(free_b >> 20), (unsigned long long)(need >> 20));
+        snprintf(err, errlen,
+                 "no room in the driver for %llu MiB: %llu MiB free, %llu MiB kept free "
+                 "(reserve and contexts being created)",
+                 (unsigned long long)(bytes >> 20), (unsigned long long)(free_b >> 20),
+                 (unsigned long long)(need >> 20));
         return -ENOSPC;
 }
 
 int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret_fd, char *err, size_t errlen)
 {
         int fd = -1;
-        int r = gs_cuda_check(&g->node->cu,
-                              g->node->cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        int r = gs_cuda_check(&g->node->cu, g->node->cu.mem_export(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                               "cuMemExportToShareableHandle", err, errlen);
 
         if (r < 0)
@@ -91,8 +92,8 @@ int gs_gpu_mem_export(struct gs_gpu *g, CUmemGenericAllocationHandle h, int *ret
 /* Creates size bytes of memory, zeroed, exported if export_fd.  ret_va
  * non-NULL (a chunk): the agent's mapping that zeroed it stays, in
  * *ret_va, for later scrubs; else none is left. */
-static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGenericAllocationHandle *ret_h,
-                    int *ret_fd, CUdeviceptr *ret_va, char *err, size_t errlen)
+static int mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGenericAllocationHandle *ret_h, int *ret_fd,
+                    CUdeviceptr *ret_va, char *err, size_t errlen)
 {
         const struct gs_cuda *cu = &g->node->cu;
         CUmemAllocationProp prop;
@@ -152,8 +153,8 @@ fail:
         return r;
 }
 
-int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd,
-                    CUmemGenericAllocationHandle *ret_h, int *ret_fd, char *err, size_t errlen)
+int gs_gpu_mem_make(struct gs_gpu *g, uint64_t size, bool export_fd, CUmemGenericAllocationHandle *ret_h, int *ret_fd,
+                    char *err, size_t errlen)
 {
         gs_gpu_assert_locked(g);
         return mem_make(g, size, export_fd, ret_h, ret_fd, NULL, err, errlen);
@@ -393,11 +394,8 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         return 0;
 }
 
-
-
-int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n,
-                           struct gs_allocation *owner, uint64_t proc, int *fds, char *err,
-                           size_t errlen)
+int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n, struct gs_allocation *owner,
+                           uint64_t proc, int *fds, char *err, size_t errlen)
 {
         gs_gpu_assert_locked(g);
         /* A chunk whose memory was given back to the driver (gs_vmm,

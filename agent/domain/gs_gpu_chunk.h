@@ -70,7 +70,7 @@ enum gs_chunk_state {
 
 struct gs_chunk {
         CUmemGenericAllocationHandle handle;
-        int fd;          /* exported once; -1 without memory */
+        int fd; /* exported once; -1 without memory */
         enum gs_chunk_state state;
         /* Its fd went to a process of this allocation (NULL: to none, or
          * the allocation is gone).  Main thread writes it at grant time
@@ -124,9 +124,8 @@ void gs_gpu_forget_owner(struct gs_gpu *g, const struct gs_allocation *a);
  * handed out, err says why), owned by owner, scrubbed if another process
  * may have written them (gs_gpu_chunk_grant).  Their fds in fds[0..n); -1
  * for one that could not be scrubbed (logged; it must not be sent). */
-int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n,
-                           struct gs_allocation *owner, uint64_t proc, int *fds, char *err,
-                           size_t errlen) GS_WUR;
+int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n, struct gs_allocation *owner,
+                           uint64_t proc, int *fds, char *err, size_t errlen) GS_WUR;
 /* chunk was just placed for a process that already maps its memory (an
  * agent restart): it must have no memory of its own, so it trades its
  * memory with a chunk that has none and is held by nobody.  Under

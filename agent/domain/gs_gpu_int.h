@@ -52,8 +52,8 @@ int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *er
 int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen);
 /* Maps size bytes of h at a fresh address of the agent's, read-write on
  * g; gs_gpu_unmap_va undoes it. */
-int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va,
-                   char *err, size_t errlen);
+int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va, char *err,
+                   size_t errlen);
 void gs_gpu_unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size);
 /* An inherited chunk's handle, imported from its fd on first need. */
 int gs_chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errlen);
@@ -68,8 +68,7 @@ void gs_chunk_unmap(struct gs_gpu *g, struct gs_chunk *c);
 /* Before chunk c goes to process proc: zeroing queued (*queued set) if
  * another process may have written it; gs_gpu_grant_wait waits for what
  * was queued. */
-int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bool *queued, char *err,
-                         size_t errlen);
+int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bool *queued, char *err, size_t errlen);
 int gs_gpu_grant_wait(struct gs_gpu *g, char *err, size_t errlen);
 
 /* ---- gs_gpu_scrubber.c ---- */
@@ -95,8 +94,8 @@ uint32_t gs_gpu_read_ledger(struct gs_gpu *g, const struct gs_config *cfg);
  * reserve. */
 bool gs_gpu_room_at_start(struct gs_gpu *g);
 /* At open: the chunks a previous agent handed over (inh), as they were. */
-int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
-                          char *err, size_t errlen);
+int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+                          size_t errlen);
 
 /* ---- gs_gpu_spillrec.c ---- */
 
@@ -114,8 +113,7 @@ void gs_gpu_spillrec_commit(struct gs_gpu *g);
 void gs_gpu_spillrec_pause(struct gs_gpu *g, bool pause);
 void gs_gpu_spillrec_close(struct gs_gpu *g);
 /* gs_gpu_chunk_hold for a spare record (chunk >= g->nchunks). */
-void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledger_tag *t, uint32_t slot,
-                          bool held);
+void gs_gpu_spillrec_hold(struct gs_gpu *g, uint32_t spare, const struct gs_ledger_tag *t, uint32_t slot, bool held);
 /* A batch planned (e[0..n), tag the process's): each slot marked in a
  * move; and ended: what did not move as it was before, but a spare the
  * process keeps (kept: its fd went to a live process) GS_LEDGER_HELD. */

@@ -58,17 +58,17 @@ bool gs_gpu_none_locked(void);
 void gs_gpu_lock_fail(const struct gs_gpu *g, const char *func) __attribute__((noreturn));
 
 #ifndef NDEBUG
-#define gs_gpu_assert_locked(g)                                 \
-        do {                                                    \
-                if (!gs_gpu_locked(g))                          \
-                        gs_gpu_lock_fail((g), __func__);        \
+#define gs_gpu_assert_locked(g)                          \
+        do {                                             \
+                if (!gs_gpu_locked(g))                   \
+                        gs_gpu_lock_fail((g), __func__); \
         } while (0)
 /* Before waiting on another thread that may take a GPU's lock (the
  * main loop, gs_agent_wait_*): aborts if the caller holds one. */
-#define gs_gpu_assert_none_locked()                                     \
-        do {                                                            \
-                if (!gs_gpu_none_locked())                              \
-                        gs_gpu_lock_fail(NULL, __func__);               \
+#define gs_gpu_assert_none_locked()                       \
+        do {                                              \
+                if (!gs_gpu_none_locked())                \
+                        gs_gpu_lock_fail(NULL, __func__); \
         } while (0)
 #else
 #define gs_gpu_assert_locked(g) ((void)(g))

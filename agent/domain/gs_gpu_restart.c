@@ -85,7 +85,8 @@ int gs_gpu_ledger_start(struct gs_gpu *g, const char *state_dir)
                 r = gs_ledger_open(&g->restart.ledger, path, g->uuid_raw, g->chunk_bytes, g->nchunks);
         if (r < 0)
                 log_error("GPU %u: no ledger in %s (%s): a restarted agent will not know what processes "
-                          "hold", g->index, state_dir, strerror(-r));
+                          "hold",
+                          g->index, state_dir, strerror(-r));
         else
                 gs_gpu_spillrec_start(g, state_dir);
         return r;
@@ -108,8 +109,8 @@ void gs_gpu_inherit_settle(struct gs_gpu *g)
         }
         gs_gpu_unlock(g);
         if (n)
-                log_info("GPU %u: %u handed-over chunks a process may still reach are made anew before use",
-                         g->index, n);
+                log_info("GPU %u: %u handed-over chunks a process may still reach are made anew before use", g->index,
+                         n);
 }
 
 void gs_gpu_ledger_commit(struct gs_gpu *g)
@@ -144,7 +145,8 @@ void gs_gpu_ledger_pause(struct gs_gpu *g, bool pause)
         int r = pause ? 0 : gs_ledger_relink(&g->restart.ledger);
         if (r < 0 && r != -EBADF)
                 log_error("GPU %u: cannot put the ledger %s back: %s; a restarted agent will not know what "
-                          "processes hold", g->index, g->restart.ledger.path, strerror(-r));
+                          "processes hold",
+                          g->index, g->restart.ledger.path, strerror(-r));
         gs_pool_set_hold_fn(g->pool, pause ? NULL : gs_gpu_chunk_hold, pause ? NULL : g);
         gs_gpu_spillrec_pause(g, pause);
         /* The new agent may grant any chunk from TAKE on: no memset of
@@ -170,8 +172,8 @@ void gs_gpu_ledger_stop(struct gs_gpu *g)
 
 /* The pool of an agent handed over by a previous one: its chunks as they
  * were (inh), the previous ledger for what processes hold. */
-int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh,
-                          char *err, size_t errlen)
+int gs_gpu_open_inherited(struct gs_gpu *g, const struct gs_config *cfg, const struct gs_gpu_inherit *inh, char *err,
+                          size_t errlen)
 {
         gs_gpu_assert_locked(g); /* gs_gpu_open_pool */
         (void)gs_gpu_read_ledger(g, cfg);

@@ -21,7 +21,7 @@ struct gs_gpu_inherit {
         uint32_t nchunks;
         int *fd;
         uint8_t *written;
-        uint64_t *memid;       /* the old agent's: kept, for its next upgrade */
+        uint64_t *memid; /* the old agent's: kept, for its next upgrade */
 };
 
 /* The part.  ledger: this agent's, written under the lock by the pool's
@@ -31,7 +31,7 @@ struct gs_gpu_restart {
         struct gs_ledger ledger;
         struct gs_ledger_ent *held_before;
         uint32_t nheld_before;
-        uint64_t ho_snap_memid;  /* an upgrade: memids up to this went at PREPARE */
+        uint64_t ho_snap_memid; /* an upgrade: memids up to this went at PREPARE */
         /* Under the lock: read through gs_gpu_phase_get, gs_gpu_makes_memory,
          * gs_gpu_scrubs; moved by gs_gpu_phase_set. */
         enum gs_gpu_phase phase;

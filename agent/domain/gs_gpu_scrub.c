@@ -21,8 +21,8 @@ int gs_gpu_scrub_queue(struct gs_gpu *g, CUdeviceptr va, uint64_t size, char *er
 
         if (!g->scrub.stream)
                 return gs_cuda_check(cu, cu->memset_d32(va, 0, size / 4), "scrub: cuMemsetD32", err, errlen);
-        return gs_cuda_check(cu, cu->memset_d32_async(va, 0, size / 4, g->scrub.stream), "scrub: cuMemsetD32Async",
-                             err, errlen);
+        return gs_cuda_check(cu, cu->memset_d32_async(va, 0, size / 4, g->scrub.stream), "scrub: cuMemsetD32Async", err,
+                             errlen);
 }
 
 /* Waits, under g->lock, for everything queued on the scrub stream so far.
@@ -44,8 +44,8 @@ int gs_gpu_scrub_sync(struct gs_gpu *g, char *err, size_t errlen)
 }
 
 /* Maps size bytes of h at a fresh address of the agent's, read-write on g. */
-int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va,
-                   char *err, size_t errlen)
+int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, CUdeviceptr *ret_va, char *err,
+                   size_t errlen)
 {
         gs_gpu_assert_locked(g);
         const struct gs_cuda *cu = &g->node->cu;
@@ -54,8 +54,7 @@ int gs_gpu_map_new(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t si
         CUdeviceptr va = 0;
         int r;
 
-        r = gs_cuda_check(cu, cu->mem_address_reserve(&va, size, 0, 0, 0), "scrub: cuMemAddressReserve", err,
-                          errlen);
+        r = gs_cuda_check(cu, cu->mem_address_reserve(&va, size, 0, 0, 0), "scrub: cuMemAddressReserve", err, errlen);
         if (r < 0)
                 return r;
         r = gs_cuda_check(cu, cu->mem_map(va, size, 0, h, 0), "scrub: cuMemMap", err, errlen);
@@ -80,8 +79,7 @@ void gs_gpu_unmap_va(struct gs_gpu *g, CUdeviceptr va, uint64_t size)
         (void)g->node->cu.mem_address_free(va, size);
 }
 
-int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
-                 size_t errlen)
+int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err, size_t errlen)
 {
         gs_gpu_assert_locked(g);
         CUdeviceptr va = 0;
@@ -89,8 +87,7 @@ int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size
 
         if (size == 0 || size % 4)
                 return 0;
-        r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
-                          errlen);
+        r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err, errlen);
         if (r == 0)
                 r = gs_gpu_map_new(g, h, size, &va, err, errlen);
         if (r < 0)
@@ -109,10 +106,10 @@ int gs_chunk_handle(struct gs_gpu *g, struct gs_chunk *c, char *err, size_t errl
         gs_gpu_assert_locked(g);
         if (c->handle)
                 return 0;
-        return gs_cuda_check(&g->node->cu,
-                             g->node->cu.mem_import(&c->handle, (void *)(intptr_t)c->fd,
-                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                             "cuMemImportFromShareableHandle", err, errlen);
+        return gs_cuda_check(
+                &g->node->cu,
+                g->node->cu.mem_import(&c->handle, (void *)(intptr_t)c->fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                "cuMemImportFromShareableHandle", err, errlen);
 }
 
 /* The agent's mapping of c's memory, made on first need (an inherited
@@ -166,7 +163,8 @@ void gs_gpu_batch_done(struct gs_gpu *g, bool ok, const char *why)
                 uint32_t nf = ++g->scrub.batch_failures;
                 if (!(nf & (nf - 1))) /* said at 1, 2, 4, ... failed batches */
                         log_warn("GPU %u: %u chunks not scrubbed in the background (zeroed when granted; %u "
-                                 "failed batches): %s", g->index, g->scrub.nbatch, g->scrub.batch_failures, why);
+                                 "failed batches): %s",
+                                 g->index, g->scrub.nbatch, g->scrub.batch_failures, why);
         }
         g->scrub.nbatch = 0;
 }
@@ -182,8 +180,8 @@ void gs_gpu_batch_wait(struct gs_gpu *g)
 
         if (!g->scrub.nbatch)
                 return;
-        r = gs_cuda_check(&g->node->cu, g->node->cu.event_synchronize(g->scrub.ev), "scrub: cuEventSynchronize",
-                          why, sizeof(why));
+        r = gs_cuda_check(&g->node->cu, g->node->cu.event_synchronize(g->scrub.ev), "scrub: cuEventSynchronize", why,
+                          sizeof(why));
         gs_gpu_batch_done(g, r == 0, why);
 }
 
@@ -201,8 +199,7 @@ void gs_chunk_unmap(struct gs_gpu *g, struct gs_chunk *c)
 /* Under g->lock, before chunk c goes to process proc: its memory holds no
  * other process's data once what it queued (*queued) is waited for.
  * The batch in flight is waited for if c is in it. */
-int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bool *queued, char *err,
-                         size_t errlen)
+int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bool *queued, char *err, size_t errlen)
 {
         gs_gpu_assert_locked(g);
         int r;
@@ -223,8 +220,7 @@ int gs_gpu_grant_prepare(struct gs_gpu *g, struct gs_chunk *c, uint64_t proc, bo
                 g->scrub.st.grants_same++;
                 return 0;
         }
-        r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err,
-                          errlen);
+        r = gs_cuda_check(&g->node->cu, g->node->cu.ctx_set_current(g->ctx), "scrub: cuCtxSetCurrent", err, errlen);
         if (r == 0)
                 r = gs_chunk_map(g, c, err, errlen);
         if (r == 0)

@@ -60,8 +60,8 @@ static uint32_t batch_fill(struct gs_gpu *g)
                                 g->scrub.retry_ms = gs_mono_ms() + GS_GPU_SCRUB_RETRY_MS;
                                 if (!(g->scrub.st.failures & (g->scrub.st.failures - 1)))
                                         log_warn("GPU %u: chunk %u not scrubbed in the background (zeroed when "
-                                                 "granted; %llu failures): %s", g->index, ids[i],
-                                                 (unsigned long long)g->scrub.st.failures, why);
+                                                 "granted; %llu failures): %s",
+                                                 g->index, ids[i], (unsigned long long)g->scrub.st.failures, why);
                                 break;
                         }
                         c->scrubbing = true;
@@ -71,8 +71,7 @@ static uint32_t batch_fill(struct gs_gpu *g)
         if (!g->scrub.nbatch)
                 return 0;
         g->scrub.st.batches_bg++;
-        r = gs_cuda_check(cu, cu->event_record(g->scrub.ev, g->scrub.stream), "scrub: cuEventRecord", why,
-                          sizeof(why));
+        r = gs_cuda_check(cu, cu->event_record(g->scrub.ev, g->scrub.stream), "scrub: cuEventRecord", why, sizeof(why));
         if (r < 0) {
                 (void)cu->ctx_synchronize(); /* no memset may outlive the batch */
                 gs_gpu_batch_done(g, false, why);
@@ -160,11 +159,10 @@ int gs_gpu_scrub_setup(struct gs_gpu *g)
 
         /* The lowest priority is the numerically largest: the agent's
          * memsets yield to anything else the agent queues. */
-        r = gs_cuda_check(cu, cu->ctx_get_stream_priority_range(&least, &greatest), "cuCtxGetStreamPriorityRange",
-                          why, sizeof(why));
+        r = gs_cuda_check(cu, cu->ctx_get_stream_priority_range(&least, &greatest), "cuCtxGetStreamPriorityRange", why,
+                          sizeof(why));
         if (r == 0)
-                r = gs_cuda_check(cu, cu->stream_create_with_priority(&g->scrub.stream, CU_STREAM_NON_BLOCKING,
-                                                                      least),
+                r = gs_cuda_check(cu, cu->stream_create_with_priority(&g->scrub.stream, CU_STREAM_NON_BLOCKING, least),
                                   "cuStreamCreateWithPriority", why, sizeof(why));
         if (r == 0)
                 r = gs_cuda_check(cu, cu->event_create(&g->scrub.ev, evf), "cuEventCreate", why, sizeof(why));
@@ -195,7 +193,8 @@ void gs_gpu_scrub_start(struct gs_gpu *g)
         g->scrub.gsm = pool_gsm(g);
         if (!g->scrub.gsm) {
                 log_warn("GPU %u: the pool's free lists are not where expected: no scrubber, chunks are zeroed "
-                         "when granted", g->index);
+                         "when granted",
+                         g->index);
                 return;
         }
         pthread_condattr_init(&ca);

@@ -49,20 +49,20 @@ struct gs_gpu_scrub_stats {
 /* The part.  Made with the context; without stream (NULL) every scrub is
  * synchronous on the request path and there is no scrubber. */
 struct gs_gpu_scrubber {
-        CUstream stream;         /* lowest priority, non-blocking */
-        CUevent ev;              /* the scrubber's batch */
-        CUevent sync_ev;         /* a scrub under the lock */
-        struct gs_gsm *gsm;      /* the pool's chunk level, NULL if unknown */
+        CUstream stream;    /* lowest priority, non-blocking */
+        CUevent ev;         /* the scrubber's batch */
+        CUevent sync_ev;    /* a scrub under the lock */
+        struct gs_gsm *gsm; /* the pool's chunk level, NULL if unknown */
         /* The thread: thr and started written by the main thread only,
          * before it starts and after it ended (gs_gpu_scrub_start, _stop). */
         pthread_t thr;
         bool started;
         /* The rest under the lock. */
         bool stop;
-        bool kicked;             /* there may be work: cond signalled */
-        pthread_cond_t cond;     /* waited on with gs_gpu_cond_wait */
-        int64_t retry_ms;        /* after a failure: not before (gs_mono_ms) */
-        uint32_t nbatch;         /* chunks in the batch in flight */
+        bool kicked;         /* there may be work: cond signalled */
+        pthread_cond_t cond; /* waited on with gs_gpu_cond_wait */
+        int64_t retry_ms;    /* after a failure: not before (gs_mono_ms) */
+        uint32_t nbatch;     /* chunks in the batch in flight */
         uint32_t batch_failures;
         struct gs_gpu_scrub_ent batch[GS_GPU_SCRUB_BATCH];
         struct gs_gpu_scrub_stats st;
@@ -90,12 +90,10 @@ struct gs_gpu_scrubber {
  * own (reserve, map, access, cuMemsetD32, wait, unmap, free): no mapping
  * outlives the call (for memory that is not a chunk).  Under g->lock; it
  * makes g->ctx current.  0 or a negative errno with the reason in err. */
-int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err,
-                 size_t errlen) GS_WUR;
+int gs_gpu_scrub(struct gs_gpu *g, CUmemGenericAllocationHandle h, uint64_t size, char *err, size_t errlen) GS_WUR;
 /* Before chunk is granted to process proc (its id, not 0): zeroed if
  * another process may have written it.  Under g->lock. */
-int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err,
-                       size_t errlen) GS_WUR;
+int gs_gpu_chunk_grant(struct gs_gpu *g, uint32_t chunk, uint64_t proc, char *err, size_t errlen) GS_WUR;
 /* A copy of the scrubbing figures.  Takes g->lock. */
 void gs_gpu_scrub_stats(struct gs_gpu *g, struct gs_gpu_scrub_stats *ret);
 

@@ -139,8 +139,8 @@ bool gs_gpu_spill_prepare_end(struct gs_gpu *g, const struct gs_spill_job *j)
         return true;
 }
 
-int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
-                     uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen)
+int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e, uint32_t max,
+                     struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen)
 {
         gs_gpu_assert_locked(g);
         uint32_t slots[GS_MOVE_MAX], n = 0, want;
@@ -158,7 +158,8 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                                 /* Said at 1, 2, 4, ... refusals. */
                                 uint64_t nref = ++g->moves.st.refused;
                                 if (!(nref & (nref - 1)))
-                                        snprintf(err, errlen, "spillMax reached: no host memory left for spilled "
+                                        snprintf(err, errlen,
+                                                 "spillMax reached: no host memory left for spilled "
                                                  "chunks (%llu spills refused)",
                                                  (unsigned long long)g->moves.st.refused);
                                 break;
@@ -169,8 +170,10 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                                 break;
                         }
                         g->moves.spares[s].busy = true;
-                        e[n] = (struct gs_move_ent){ .slot = slots[i], .from = gs_pproc_slot_chunk(pp, slots[i]),
-                                                     .to = g->nchunks + (uint32_t)s, .fd = g->moves.spares[s].fd };
+                        e[n] = (struct gs_move_ent){ .slot = slots[i],
+                                                     .from = gs_pproc_slot_chunk(pp, slots[i]),
+                                                     .to = g->nchunks + (uint32_t)s,
+                                                     .fd = g->moves.spares[s].fd };
                         n++;
                 }
                 g->moves.moving_out += n;
@@ -198,8 +201,9 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                         skip[nskip++] = d;
                         continue;
                 }
-                e[n] = (struct gs_move_ent){ .slot = slots[i], .from = gs_pproc_slot_chunk(pp, slots[i]), .to = d,
-                                             .fd = g->chunks[d].fd };
+                e[n] = (struct gs_move_ent){
+                        .slot = slots[i], .from = gs_pproc_slot_chunk(pp, slots[i]), .to = d, .fd = g->chunks[d].fd
+                };
                 n++;
                 i++;
         }
@@ -225,8 +229,8 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
         return (int)n;
 }
 
-void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
-                     uint32_t moved, struct gs_allocation *owner, uint64_t proc)
+void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved,
+                     struct gs_allocation *owner, uint64_t proc)
 {
         gs_gpu_assert_locked(g);
         if (moved > n)

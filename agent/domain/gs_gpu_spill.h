@@ -24,8 +24,8 @@ struct gs_allocation;
 /* A spare record's host memory while a move to it runs (gs_gpu_spill.c). */
 struct gs_spare {
         CUmemGenericAllocationHandle h;
-        int fd;          /* -1: none */
-        bool busy;       /* in a move now */
+        int fd;    /* -1: none */
+        bool busy; /* in a move now */
         /* The id of a live process that was sent this host memory's fd
          * and did not map it (a move it said it did not do): it may keep
          * the memory, so the record stays charged (spillMax) and unused
@@ -43,11 +43,11 @@ struct gs_move_ent {
 
 /* Moves since the GPU was opened (gs_gpu_move_*). */
 struct gs_gpu_move_stats {
-        uint64_t chunks_out;   /* moved to host memory */
-        uint64_t chunks_back;  /* moved back to the GPU */
-        uint64_t refused;      /* spills that found no host memory (spillMax) */
-        uint64_t moves;        /* batches, both ways */
-        uint64_t move_ns;      /* their time in all, as the agent saw it */
+        uint64_t chunks_out;     /* moved to host memory */
+        uint64_t chunks_back;    /* moved back to the GPU */
+        uint64_t refused;        /* spills that found no host memory (spillMax) */
+        uint64_t moves;          /* batches, both ways */
+        uint64_t move_ns;        /* their time in all, as the agent saw it */
         uint64_t take_back_asks; /* owners' requests that made the agent ask for moves */
 };
 
@@ -77,16 +77,16 @@ void gs_gpu_spill_fini(struct gs_gpu *g);
  * or back to the GPU (a lendable chunk reserved and made ready for each,
  * as a grant to process proc of owner).  How many into e, or 0 (err says
  * why when spares ran out). */
-int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e,
-                     uint32_t max, struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen);
+int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e, uint32_t max,
+                     struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen);
 /* Under g->lock: the first moved of the n planned moves were done (the
  * records exchange: a spilled chunk goes to whom it is owed, made anew),
  * the others are undone (moved past n counts as n: it is the process's
  * word).  owner, proc: the process's allocation and id;
  * proc 0: the process is gone.  A spare whose fd a live process got and
  * did not map stays held by proc (struct gs_spare's holder). */
-void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n,
-                     uint32_t moved, struct gs_allocation *owner, uint64_t proc);
+void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved,
+                     struct gs_allocation *owner, uint64_t proc);
 /* Under g->lock: chunks whose data sits in host memory now. */
 uint32_t gs_gpu_spilled(struct gs_gpu *g);
 /* Under g->lock: spares whose host memory is made (ready, or in a move). */

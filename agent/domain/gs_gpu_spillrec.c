@@ -48,7 +48,8 @@ void gs_gpu_spillrec_read(struct gs_gpu *g, const struct gs_config *cfg)
         }
         if (r < 0) {
                 log_warn("GPU %u: the previous agent's spill record %s is not used: %s; spilled data is "
-                         "charged as device memory", g->index, path, why[0] ? why : strerror(-r));
+                         "charged as device memory",
+                         g->index, path, why[0] ? why : strerror(-r));
                 gs_gpu_spillrec_done(g);
         }
 }
@@ -74,7 +75,8 @@ void gs_gpu_spillrec_start(struct gs_gpu *g, const char *state_dir)
                                    g->moves.nspare + g->spillrec.ndebt);
         if (r < 0) {
                 log_error("GPU %u: no spill record in %s (%s): a restarted agent will charge spilled data as "
-                          "device memory", g->index, state_dir, strerror(-r));
+                          "device memory",
+                          g->index, state_dir, strerror(-r));
                 return;
         }
         g->spillrec.on = true;
@@ -186,8 +188,7 @@ void gs_gpu_spillrec_debts(struct gs_gpu *g)
                 gs_ledger_set(&g->spillrec.rec, i, NULL, 0, false);
 }
 
-void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc),
-                                   void *ctx)
+void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc), void *ctx)
 {
         gs_gpu_assert_locked(g);
         for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {

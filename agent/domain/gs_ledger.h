@@ -58,9 +58,9 @@ enum gs_ledger_kind {
 /* Who holds a chunk: a gs_pproc's tag (gs_pool.h). */
 struct gs_ledger_tag {
         uint32_t pid;
-        uint32_t kind;      /* enum gs_ledger_kind */
-        uint64_t start;     /* the process's start time (/proc/PID/stat, ticks) */
-        uint64_t alloc;     /* the allocation's id as a number */
+        uint32_t kind;  /* enum gs_ledger_kind */
+        uint64_t start; /* the process's start time (/proc/PID/stat, ticks) */
+        uint64_t alloc; /* the allocation's id as a number */
 };
 
 struct gs_ledger_ent {
@@ -68,7 +68,7 @@ struct gs_ledger_ent {
         uint32_t slot;
         uint64_t start;
         uint64_t alloc;
-        uint32_t kind;      /* written last, cleared first */
+        uint32_t kind; /* written last, cleared first */
         uint32_t reserved;
 };
 _Static_assert(sizeof(struct gs_ledger_ent) == 32, "gs_ledger_ent layout");

@@ -28,15 +28,15 @@ struct gs_pending;
 
 /* What the agent's work took, for /metrics (gs_hist.h, gs_metrics.h);
  * recorded by whichever thread does the work. */
-#define GS_HIST_OPS 14           /* by request op (gs_wire.h GS_OP_*); 0: any other */
+#define GS_HIST_OPS 14 /* by request op (gs_wire.h GS_OP_*); 0: any other */
 enum { GS_HIST_GRANT_ALLOC, GS_HIST_GRANT_VMM, GS_HIST_GRANTS };
 enum { GS_HIST_RECON_LIST, GS_HIST_RECON_APPLY, GS_HIST_RECONS };
 struct gs_agent_hists {
-        struct gs_hist request[GS_HIST_OPS];      /* request served, ring to reply */
+        struct gs_hist request[GS_HIST_OPS];        /* request served, ring to reply */
         struct gs_hist grant_bytes[GS_HIST_GRANTS]; /* a block or VMM allocation granted */
-        struct gs_hist ctx_charge;                /* charging a context (GS_OP_CTX) */
-        struct gs_hist scrub;                     /* a scrubber batch, queued to done */
-        struct gs_hist reconcile[GS_HIST_RECONS]; /* PodResources List; applying it */
+        struct gs_hist ctx_charge;                  /* charging a context (GS_OP_CTX) */
+        struct gs_hist scrub;                       /* a scrubber batch, queued to done */
+        struct gs_hist reconcile[GS_HIST_RECONS];   /* PodResources List; applying it */
 };
 
 /* Where an upgrade left this agent, for the whole node (each GPU has its
@@ -61,7 +61,7 @@ enum gs_node_handover {
 struct gs_node {
         struct gs_config cfg;
         struct gs_cuda cu;
-        struct gs_nvml nvml;             /* fn NULL: no NVML */
+        struct gs_nvml nvml; /* fn NULL: no NVML */
         struct gs_gpu *gpus;
         uint32_t ngpus;
         struct gs_allocation *allocs;
@@ -71,8 +71,8 @@ struct gs_node {
         /* 0, or the negative errno of the last failed read of the
          * checkpoint: the allocations are unknown (gs_restore.h). */
         int ckpt_err;
-        struct gs_loop *loop;                /* gs_loop.h: the main thread's reactor */
-        struct gs_loop_timer restore_timer;  /* gs_restore_tick */
+        struct gs_loop *loop;               /* gs_loop.h: the main thread's reactor */
+        struct gs_loop_timer restore_timer; /* gs_restore_tick */
         /* An upgrade's handover as this agent sees it (gs_node_handover;
          * gs_handover.h): read through gs_node_paths_ours,
          * gs_node_handed_over.  Main thread. */

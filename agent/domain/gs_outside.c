@@ -10,8 +10,7 @@
 
 /* k more chunks into the set, their memory released.  Returns how many
  * were taken, or a negative errno (nothing taken). */
-static int take(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
-                uint32_t k, bool strict)
+static int take(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots, uint32_t k, bool strict)
 {
         int r = gs_chunkset_take(g, &o->cs, pa, nslots, k, strict);
 
@@ -34,8 +33,7 @@ static int give_last(struct gs_gpu *g, struct gs_outside *o, bool force)
                 return -EAGAIN;
         }
         if (r > 0)
-                log_warn("GPU %u: chunk %u back without memory (re-created when granted): %s",
-                         g->index, chunk, err);
+                log_warn("GPU %u: chunk %u back without memory (re-created when granted): %s", g->index, chunk, err);
         g->outside_held -= g->chunk_bytes;
         log_debug("GPU %u: outside chunk %u given back (charged %llu, restored %llu)", g->index, chunk,
                   (unsigned long long)o->charged, (unsigned long long)o->restored);
@@ -97,8 +95,8 @@ void gs_outside_settle(struct gs_gpu *g, struct gs_outside *o)
                 ;
 }
 
-int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
-                      uint64_t *slot, uint64_t bytes, bool strict)
+int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots, uint64_t *slot,
+                      uint64_t bytes, bool strict)
 {
         gs_gpu_assert_locked(g);
         uint64_t charged = o->charged - *slot + bytes;

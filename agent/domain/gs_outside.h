@@ -45,9 +45,9 @@ struct gs_palloc;
 
 /* Zeroed by the owner (the allocation part). */
 struct gs_outside {
-        struct gs_chunkset cs;         /* the chunks taken */
-        uint64_t charged;              /* sum of the charge slots */
-        uint32_t over_quota;           /* measurements the quota could not cover */
+        struct gs_chunkset cs; /* the chunks taken */
+        uint64_t charged;      /* sum of the charge slots */
+        uint32_t over_quota;   /* measurements the quota could not cover */
         /* Charged beyond what the set holds (the quota could not cover it:
          * the memory came from the reserve), and since when (0: covered).
          * Meanwhile every chunk the allocation gets back comes here first
@@ -73,8 +73,8 @@ void gs_outside_init(struct gs_outside *o, uint64_t alloc);
  * Returns 0; -ENOMEM (strict: nothing changed); -EDQUOT (not strict: the
  * charge went up and is recorded, but the set holds fewer chunks than the
  * charges need: the quota cannot cover them). */
-int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
-                      uint64_t *slot, uint64_t bytes, bool strict) GS_WUR;
+int gs_outside_charge(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots, uint64_t *slot,
+                      uint64_t bytes, bool strict) GS_WUR;
 /* While short: takes what the allocation has free towards the charges.
  * After anything that gave chunks back to the allocation (a release, a
  * process's exit) and before a grant from it. */

@@ -27,8 +27,8 @@ struct gs_gpu;
 
 struct gs_pending {
         struct gs_pending *next;
-        struct gs_ckpt_rec rec;  /* owned; rec.kept: a line that does not parse */
-        char why[256];           /* the last reason it could not be restored */
+        struct gs_ckpt_rec rec; /* owned; rec.kept: a line that does not parse */
+        char why[256];          /* the last reason it could not be restored */
 };
 
 /* Keeps rec (moved into the table, rec left zeroed) as a line not restored,
@@ -52,8 +52,7 @@ struct gs_pending *gs_pending_of_claim(struct gs_node *ag, const char *uid);
 struct gs_pending *gs_pending_of_id(struct gs_node *ag, const char *id);
 /* Units of g held by lines not restored yet, into ret_units[max]; returns
  * how many. */
-size_t gs_pending_units(struct gs_node *ag, const struct gs_gpu *g, uint32_t *ret_units,
-                               size_t max);
+size_t gs_pending_units(struct gs_node *ag, const struct gs_gpu *g, uint32_t *ret_units, size_t max);
 /* Whether a kept (unparsable) line holds id. */
 bool gs_pending_kept_names(const struct gs_node *ag, const char *id);
 

@@ -64,11 +64,14 @@ int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs
         *ret = (struct gs_qos_policy){ .cls = cls };
         if (pod->cls) {
                 if (gs_qos_class_parse(pod->cls, &want) < 0) {
-                        snprintf(err, errlen, "annotation %s: '%.40s' is not latency-critical, standard or "
-                                 "best-effort; %s applies", GS_QOS_ANN_CLASS, pod->cls, gs_qos_class_name(cls));
+                        snprintf(err, errlen,
+                                 "annotation %s: '%.40s' is not latency-critical, standard or "
+                                 "best-effort; %s applies",
+                                 GS_QOS_ANN_CLASS, pod->cls, gs_qos_class_name(cls));
                         r = -EINVAL;
                 } else if (gs_qos_rank(want) > gs_qos_rank(cls)) {
-                        snprintf(err, errlen, "annotation %s: %s is above what the pod's priority %" PRId64
+                        snprintf(err, errlen,
+                                 "annotation %s: %s is above what the pod's priority %" PRId64
                                  " gives (an annotation can only lower the class; a PriorityClass of value %" PRId64
                                  " or more makes a pod latency-critical); %s applies",
                                  GS_QOS_ANN_CLASS, pod->cls, pod->has_priority ? pod->priority : 0, lc_priority,
@@ -80,8 +83,10 @@ int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs
         }
         if (pod->cap && parse_cap(pod->cap, &ret->cap) < 0) {
                 size_t n = r < 0 ? strlen(err) : 0;
-                snprintf(err + n, errlen - n, "%sannotation %s: '%.40s' is not a percent of GPU time (1 to 100); "
-                         "no cap applies", n ? "; " : "", GS_QOS_ANN_CAP, pod->cap);
+                snprintf(err + n, errlen - n,
+                         "%sannotation %s: '%.40s' is not a percent of GPU time (1 to 100); "
+                         "no cap applies",
+                         n ? "; " : "", GS_QOS_ANN_CAP, pod->cap);
                 ret->cap = 0;
                 r = -EINVAL;
         }
@@ -128,10 +133,10 @@ int gs_qos_token_parse(const char *tok, struct gs_qos_policy *ret)
 /* ---- the boards ---- */
 
 struct board {
-        int fd;                          /* -1 until made */
-        int ro_fd;                       /* the same file, opened read-only */
+        int fd;    /* -1 until made */
+        int ro_fd; /* the same file, opened read-only */
         struct gs_qos_board *map;
-        uint32_t used;                   /* slots taken: bit i */
+        uint32_t used; /* slots taken: bit i */
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;

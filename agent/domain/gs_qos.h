@@ -30,15 +30,15 @@
 #define GS_QOS_MAX_GPUS 64u
 
 struct gs_qos_policy {
-        uint8_t cls;             /* enum gs_qos_class */
-        uint8_t cap;             /* percent of GPU time, 1..100; 0: none */
+        uint8_t cls; /* enum gs_qos_class */
+        uint8_t cap; /* percent of GPU time, 1..100; 0: none */
 };
 
 /* What the API server says of a pod. */
 struct gs_qos_pod {
         bool has_priority;
-        int64_t priority;        /* spec.priority */
-        const char *cls;         /* the annotations, NULL when absent */
+        int64_t priority; /* spec.priority */
+        const char *cls;  /* the annotations, NULL when absent */
         const char *cap;
 };
 
@@ -56,7 +56,10 @@ unsigned gs_qos_rank(unsigned cls);
 int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs_qos_policy *ret, char *err,
                     size_t errlen) GS_WUR;
 /* Whether p is the default (standard, no cap). */
-static inline bool gs_qos_is_default(const struct gs_qos_policy *p) { return p->cls == GS_QOS_STANDARD && !p->cap; }
+static inline bool gs_qos_is_default(const struct gs_qos_policy *p)
+{
+        return p->cls == GS_QOS_STANDARD && !p->cap;
+}
 /* The checkpoint's token: " qos=<class>[,cap=<n>]", nothing for the
  * default. */
 void gs_qos_put(FILE *f, const struct gs_qos_policy *p);

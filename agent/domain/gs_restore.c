@@ -28,8 +28,8 @@ static size_t rec_units(const struct gs_ckpt_rec *r)
 
 /* Creates q's allocation now (q leaves the table), or puts q back with the
  * reason.  As gs_allocs_create. */
-static int restore_line(struct gs_node *ag, struct gs_pending *q, struct gs_allocation **ret,
-                        bool *ret_created, char *err, size_t errlen)
+static int restore_line(struct gs_node *ag, struct gs_pending *q, struct gs_allocation **ret, bool *ret_created,
+                        char *err, size_t errlen)
 {
         struct gs_alloc_req req;
         int r;
@@ -42,8 +42,7 @@ static int restore_line(struct gs_node *ag, struct gs_pending *q, struct gs_allo
                 gs_pending_push(ag, q);
                 return r;
         }
-        log_info("allocation %s restored (%zu units), socket %s", (*ret)->id, rec_units(&q->rec),
-                 (*ret)->socket_path);
+        log_info("allocation %s restored (%zu units), socket %s", (*ret)->id, rec_units(&q->rec), (*ret)->socket_path);
         gs_pending_free(q);
         return 0;
 }
@@ -76,8 +75,9 @@ static int restore(struct gs_node *ag, char *rerr, size_t rerrlen)
                 /* Once per streak (and per kind of failure): it is read
                  * again at every use and by the timer. */
                 if (r != ag->ckpt_err)
-                        log_error("%s; the allocations are unknown: nothing is created, released or reclaimed until it is read",
-                                  rerr);
+                        log_error(
+                                "%s; the allocations are unknown: nothing is created, released or reclaimed until it is read",
+                                rerr);
                 ag->ckpt_err = r;
                 gs_loop_timer_arm(&ag->restore_timer, 0);
                 return r;
@@ -169,7 +169,7 @@ int64_t gs_restore_tick(void *data, int64_t now)
 }
 
 int gs_restore_release_pending(struct gs_node *ag, const char *id, const char *const *ids, size_t n,
-                              const char *claim_uid, char *err, size_t errlen)
+                               const char *claim_uid, char *err, size_t errlen)
 {
         struct gs_pending *q = NULL;
         char **v;
@@ -197,8 +197,8 @@ int gs_restore_release_pending(struct gs_node *ag, const char *id, const char *c
         return 0;
 }
 
-int gs_restore_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
-                      bool *ret_created, char *err, size_t errlen)
+int gs_restore_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret, bool *ret_created,
+                      char *err, size_t errlen)
 {
         struct gs_pending *q;
         char **v;

@@ -44,8 +44,8 @@ int64_t gs_restore_tick(void *ag, int64_t now);
  * allocations known first (gs_restore_known); a request for exactly the
  * device IDs of a line not restored yet restores that line now.  As
  * gs_allocs_create. */
-int gs_restore_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret,
-                      bool *ret_created, char *err, size_t errlen) GS_WUR;
+int gs_restore_create(struct gs_node *ag, const struct gs_alloc_req *req, struct gs_allocation **ret, bool *ret_created,
+                      char *err, size_t errlen) GS_WUR;
 /* Releases the allocation of claim uid (gs_allocs_release_claim), or its
  * line if it waits to be restored; the allocations known first.  0 also
  * when the claim has none (idempotent). */
@@ -54,6 +54,6 @@ int gs_restore_release_claim(struct gs_node *ag, const char *uid, char *err, siz
  * or by its claim's UID.  0, -ENOENT (no such line), or a negative errno
  * with err. */
 int gs_restore_release_pending(struct gs_node *ag, const char *id, const char *const *ids, size_t n,
-                              const char *claim_uid, char *err, size_t errlen) GS_WUR;
+                               const char *claim_uid, char *err, size_t errlen) GS_WUR;
 
 #endif

@@ -34,8 +34,7 @@ static int mkdir_owned(const char *path, mode_t mode, bool exclusive, char *err,
                 snprintf(err, errlen, "%s exists and is not a directory", path);
                 r = -ENOTDIR;
         } else if (st.st_uid != geteuid()) {
-                snprintf(err, errlen, "%s is owned by uid %u, not by the agent", path,
-                         (unsigned)st.st_uid);
+                snprintf(err, errlen, "%s is owned by uid %u, not by the agent", path, (unsigned)st.st_uid);
                 r = -EPERM;
         } else if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0) {
                 r = gs_neg_errno();
@@ -62,8 +61,7 @@ static int fresh_dir_name(const char *id, char out[GS_ALLOCS_DIR_MAX])
  * dir: the directory of a restored allocation (it may exist: it is
  * mounted into containers), or NULL for a fresh one, created here, that no
  * allocation ever had. */
-int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir, char *err,
-                    size_t errlen)
+int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir, char *err, size_t errlen)
 {
         struct sockaddr_un sa;
         bool bound = false;
@@ -79,10 +77,10 @@ int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir
                         snprintf(err, errlen, "getrandom: %s", strerror(-r));
                         return r;
                 }
-                if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root,
-                             a->dir_name) >= (int)sizeof(a->socket_dir) ||
-                    snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir,
-                             GS_SOCKET_NAME) >= (int)sizeof(sa.sun_path)) {
+                if (snprintf(a->socket_dir, sizeof(a->socket_dir), "%s/%s", ag->cfg.socket_root, a->dir_name) >=
+                            (int)sizeof(a->socket_dir) ||
+                    snprintf(a->socket_path, sizeof(a->socket_path), "%s/%s", a->socket_dir, GS_SOCKET_NAME) >=
+                            (int)sizeof(sa.sun_path)) {
                         snprintf(err, errlen, "socket path under %s is too long", ag->cfg.socket_root);
                         return -ENAMETOOLONG;
                 }
@@ -158,4 +156,3 @@ void gs_sockdir_listen(struct gs_node *ag, bool on)
                         log_error("allocation %s: cannot accept on its socket again", a->id);
         }
 }
-

@@ -21,8 +21,7 @@
  * (a restored allocation's; it may exist), or, dir NULL, in a fresh one
  * made here.  Sets a->dir_name, socket_dir, socket_path, listen_fd.
  * Returns 0 or a negative errno with err. */
-int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir, char *err,
-                    size_t errlen) GS_WUR;
+int gs_sockdir_open(struct gs_node *ag, struct gs_allocation *a, const char *dir, char *err, size_t errlen) GS_WUR;
 /* Closes a's socket (unlinked unless the paths are another agent's). */
 void gs_sockdir_close(struct gs_node *ag, struct gs_allocation *a);
 

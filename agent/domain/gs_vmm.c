@@ -54,8 +54,7 @@ static void pending_clamp(const struct gs_gpu *g, struct gs_vmm_set *s)
                 s->pending = d;
 }
 
-static int filler_add(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, char *err,
-                      size_t errlen)
+static int filler_add(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, char *err, size_t errlen)
 {
         struct gs_vmm_filler *f;
         int nofd = -1, r;
@@ -152,15 +151,14 @@ static int fill_debt(struct gs_gpu *g, struct gs_vmm_set *s, char *err, size_t e
         }
         if (sure > 0 && filler_add(g, s, sure, e2, sizeof(e2)) < 0)
                 log_warn_rep(g->index, "GPU %u: %llu bytes of VMM space left uncovered: %s", g->index,
-                         (unsigned long long)sure, e2);
+                             (unsigned long long)sure, e2);
         return r;
 }
 
 /* The set's chunk i goes back to the allocation with fresh memory.
  * pre: debt - pending >= chunk_bytes.  On failure the chunk stays; with force it goes
  * back without memory (1), re-created when next granted. */
-static int chunk_give(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i, bool force, char *err,
-                      size_t errlen)
+static int chunk_give(struct gs_gpu *g, struct gs_vmm_set *s, uint32_t i, bool force, char *err, size_t errlen)
 {
         int r = gs_chunkset_give(g, &s->cs, i, force, err, errlen);
 
@@ -196,20 +194,21 @@ static void settle(struct gs_gpu *g, struct gs_vmm_set *s)
                 free_up(g, s, c, &dropped);
                 if (chunk_give(g, s, s->cs.nheld - 1, false, err, sizeof(err)) < 0) {
                         /* Every operation retries: logged once, then counted. */
-                        gs_logrep(&not_recreated, GS_LOG_WARN, key, "GPU %u: chunk %u behind VMM allocations "
-                                  "not re-created yet (retried later): %s", g->index, chunk, err);
+                        gs_logrep(&not_recreated, GS_LOG_WARN, key,
+                                  "GPU %u: chunk %u behind VMM allocations "
+                                  "not re-created yet (retried later): %s",
+                                  g->index, chunk, err);
                         break;
                 }
                 gs_logrep_clear(&not_recreated, key);
         }
         if (fill_debt(g, s, err, sizeof(err)) < 0)
                 log_debug("GPU %u: %llu bytes of VMM space not covered yet (%llu released, maybe "
-                          "still mapped): %s", g->index, (unsigned long long)set_debt(g, s),
-                          (unsigned long long)s->pending, err);
+                          "still mapped): %s",
+                          g->index, (unsigned long long)set_debt(g, s), (unsigned long long)s->pending, err);
 }
 
-int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_t *ret_id,
-                  int *ret_fd)
+int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_t *ret_id, int *ret_fd)
 {
         gs_gpu_assert_locked(g);
         const uint64_t c = g->chunk_bytes;
@@ -231,8 +230,7 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
         free_b = set_free(g, s);
         if (free_b < size) {
                 /* Their memory becomes the set's debt, covered below. */
-                r = gs_chunkset_take(g, &s->cs, s->pa, s->nslots,
-                                     (uint32_t)((size - free_b + c - 1) / c), true);
+                r = gs_chunkset_take(g, &s->cs, s->pa, s->nslots, (uint32_t)((size - free_b + c - 1) / c), true);
                 if (r < 0)
                         goto fail;
         }
@@ -256,7 +254,7 @@ int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_
 fail:
         if (err[0])
                 log_warn_rep(g->index, "GPU %u: VMM allocation of %llu bytes failed: %s", g->index,
-                         (unsigned long long)size, err);
+                             (unsigned long long)size, err);
         free(v);
         return r;
 }
@@ -282,7 +280,6 @@ int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id)
         settle(g, s);
         return 0;
 }
-
 
 void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
 {
@@ -310,7 +307,8 @@ void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s)
                  * room), never lost. */
                 if (chunk_give(g, s, s->cs.nheld - 1, true, err, sizeof(err)) > 0)
                         log_info("GPU %u: chunk %u behind VMM allocations back without memory "
-                                 "for now: %s", g->index, x, err);
+                                 "for now: %s",
+                                 g->index, x, err);
         }
         gs_chunkset_fini(&s->cs);
         free(s->fillers);
@@ -344,8 +342,8 @@ int gs_vmm_validate(const struct gs_gpu *g, const struct gs_vmm_set *s, char *wh
                          n, s->count, (unsigned long long)live, (unsigned long long)s->live_bytes,
                          (unsigned long long)fill, (unsigned long long)s->filler_bytes);
         else if (live + fill > set_total(g, s))
-                snprintf(why, whylen, "%llu live + %llu in fillers over the %u chunks held",
-                         (unsigned long long)live, (unsigned long long)fill, s->cs.nheld);
+                snprintf(why, whylen, "%llu live + %llu in fillers over the %u chunks held", (unsigned long long)live,
+                         (unsigned long long)fill, s->cs.nheld);
         else if (s->pending > set_debt(g, s))
                 snprintf(why, whylen, "%llu pending over a debt of %llu", (unsigned long long)s->pending,
                          (unsigned long long)set_debt(g, s));

@@ -63,14 +63,14 @@ struct gs_vmm_filler;
 
 /* Zeroed, then pa and nslots set, by the owner. */
 struct gs_vmm_set {
-        struct gs_palloc *pa;          /* the allocation part chunks come from */
+        struct gs_palloc *pa; /* the allocation part chunks come from */
         uint32_t nslots;
-        struct gs_chunkset cs;         /* chunks held: T = cs.nheld * chunk_bytes */
+        struct gs_chunkset cs; /* chunks held: T = cs.nheld * chunk_bytes */
         struct gs_vmm_filler *fillers;
         uint32_t nfillers;
-        uint64_t live_bytes;           /* L */
+        uint64_t live_bytes; /* L */
         uint64_t filler_bytes;
-        uint64_t pending;              /* of the debt: released, maybe still mapped */
+        uint64_t pending; /* of the debt: released, maybe still mapped */
         struct gs_vmm *list;
         uint32_t count;
         uint64_t next_id;
@@ -80,8 +80,7 @@ struct gs_vmm_set {
  * fd (still owned by the set: send a copy, do not close).  -EINVAL (size 0
  * or not a multiple of GS_VMM_ALIGN), -ENOMEM (quota, or too many), or the
  * driver's error. */
-int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_t *ret_id,
-                  int *ret_fd) GS_WUR;
+int gs_vmm_create(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t size, uint64_t *ret_id, int *ret_fd) GS_WUR;
 /* The application released allocation id.  -ENOENT if there is none. */
 int gs_vmm_release(struct gs_gpu *g, struct gs_vmm_set *s, uint64_t id) GS_WUR;
 /* The process is gone: releases everything, re-creates the chunks, deletes
@@ -91,7 +90,6 @@ void gs_vmm_clear(struct gs_gpu *g, struct gs_vmm_set *s);
 void gs_vmm_stats(const struct gs_vmm_set *s, struct gs_pproc_stats *st);
 /* The set's books against each other (T = L + fillers + debt, pending <=
  * debt, counts).  0 or -EUCLEAN with the reason in why. */
-int gs_vmm_validate(const struct gs_gpu *g, const struct gs_vmm_set *s, char *why,
-                    size_t whylen) GS_WUR;
+int gs_vmm_validate(const struct gs_gpu *g, const struct gs_vmm_set *s, char *why, size_t whylen) GS_WUR;
 
 #endif

@@ -62,8 +62,7 @@ static int jesc(char *out, size_t cap, const char *s)
 }
 
 int gs_event_json(char *buf, size_t cap, enum gs_event_type type, enum gs_event_obj obj, const char *ns,
-                  const char *name,
-                  const char *uid, const char *reason, const char *message, const char *node,
+                  const char *name, const char *uid, const char *reason, const char *message, const char *node,
                   int64_t unix_s)
 {
         char msg[2 * MSG_CAP], ts[32];
@@ -85,9 +84,9 @@ int gs_event_json(char *buf, size_t cap, enum gs_event_type type, enum gs_event_
                      "\"reportingComponent\":\"gshare-agent\",\"reportingInstance\":\"%s\","
                      "\"firstTimestamp\":\"%s\",\"lastTimestamp\":\"%s\",\"count\":1}",
                      ns, obj == GS_EVENT_CLAIM ? "resource.k8s.io/v1" : "v1",
-                     obj == GS_EVENT_CLAIM ? "ResourceClaim" : "Pod", ns, name,
-                     uid[0] ? ",\"uid\":\"" : "", uid, uid[0] ? "\"" : "", reason, msg,
-                     type == GS_EVENT_NORMAL ? "Normal" : "Warning", node, node, ts, ts);
+                     obj == GS_EVENT_CLAIM ? "ResourceClaim" : "Pod", ns, name, uid[0] ? ",\"uid\":\"" : "", uid,
+                     uid[0] ? "\"" : "", reason, msg, type == GS_EVENT_NORMAL ? "Normal" : "Warning", node, node, ts,
+                     ts);
         return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 }
 
@@ -112,8 +111,7 @@ static int post(struct gs_events *ev, const struct item *it)
         if (r < 0)
                 return r;
         snprintf(url, sizeof(url), "%s/api/v1/namespaces/%s/events", ev->base, it->ns);
-        r = gs_kapi_req_new(&q, url, ev->token_file, ev->ca_file, "application/json", err,
-                               sizeof(err));
+        r = gs_kapi_req_new(&q, url, ev->token_file, ev->ca_file, "application/json", err, sizeof(err));
         if (r < 0) {
                 log_warn("Event on %s %s/%s not posted: %s", OBJ(it), it->ns, it->name, err);
                 return r;

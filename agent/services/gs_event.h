@@ -38,8 +38,7 @@ int gs_events_post(struct gs_events *ev, enum gs_event_type type, enum gs_event_
 /* The JSON body of an Event, for tests.  Returns the length written (< cap)
  * or -ENOSPC. */
 int gs_event_json(char *buf, size_t cap, enum gs_event_type type, enum gs_event_obj obj, const char *ns,
-                  const char *name,
-                  const char *uid, const char *reason, const char *message, const char *node,
+                  const char *name, const char *uid, const char *reason, const char *message, const char *node,
                   int64_t unix_s) GS_WUR;
 
 #endif

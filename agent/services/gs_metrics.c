@@ -105,8 +105,8 @@ struct part_snap {
         const struct gs_claim *claim;
         const struct gs_gpu *g;
         uint32_t units;
-        uint64_t quota_bytes, burst_bytes, borrowed_bytes, held_bytes, requested_bytes, outside_bytes,
-                over_quota_bytes, spilled_bytes, lent_bytes;
+        uint64_t quota_bytes, burst_bytes, borrowed_bytes, held_bytes, requested_bytes, outside_bytes, over_quota_bytes,
+                spilled_bytes, lent_bytes;
         uint32_t over_quota;
 };
 
@@ -114,8 +114,7 @@ struct part_snap {
  * kube-state-metrics: the namespace, pod and container PodResources showed
  * holding it, and for a DRA claim's allocation the claim (and its
  * namespace).  A label not known yet is left out. */
-static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_claim *c,
-                         const struct gs_gpu *g)
+static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_claim *c, const struct gs_gpu *g)
 {
         put(b, "{");
         put_label(b, "allocation", a->id, true);
@@ -180,18 +179,26 @@ static void put_agent(struct buf *b, const char *name, const char *node)
 /* Request ops by number (gs_wire.h), as the op label says them; 0: any
  * other. */
 static const char *const op_names[GS_HIST_OPS] = {
-        [0] = "other", [GS_OP_ALLOC] = "alloc", [GS_OP_FREE] = "free", [GS_OP_MEMINFO] = "meminfo",
-        [GS_OP_RANGE] = "range", [GS_OP_RELEASE] = "release", [GS_OP_PING] = "ping",
-        [GS_OP_VMM_CREATE] = "vmm_create", [GS_OP_VMM_RELEASE] = "vmm_release",
-        [GS_OP_IPC_EXPORT] = "ipc_export", [GS_OP_IPC_OPEN] = "ipc_open", [GS_OP_CTX] = "ctx",
-        [GS_OP_CTX_DONE] = "ctx_done", [GS_OP_GIVE_BACK] = "give_back",
+        [0] = "other",
+        [GS_OP_ALLOC] = "alloc",
+        [GS_OP_FREE] = "free",
+        [GS_OP_MEMINFO] = "meminfo",
+        [GS_OP_RANGE] = "range",
+        [GS_OP_RELEASE] = "release",
+        [GS_OP_PING] = "ping",
+        [GS_OP_VMM_CREATE] = "vmm_create",
+        [GS_OP_VMM_RELEASE] = "vmm_release",
+        [GS_OP_IPC_EXPORT] = "ipc_export",
+        [GS_OP_IPC_OPEN] = "ipc_open",
+        [GS_OP_CTX] = "ctx",
+        [GS_OP_CTX_DONE] = "ctx_done",
+        [GS_OP_GIVE_BACK] = "give_back",
 };
 
 /* A histogram family of n histograms, told apart by label (names[i]), or
  * one without a label (label NULL, n 1); with the node label if known. */
-static void hist_family(struct buf *b, const char *node, const char *name, const char *help,
-                        const char *label, const char *const *names, const struct gs_hist *h, uint32_t n,
-                        const struct gs_hist_scale *sc)
+static void hist_family(struct buf *b, const char *node, const char *name, const char *help, const char *label,
+                        const char *const *names, const struct gs_hist *h, uint32_t n, const struct gs_hist_scale *sc)
 {
         family(b, name, "histogram", help);
         for (uint32_t i = 0; i < n; i++) {
@@ -217,20 +224,22 @@ static void hists(struct buf *b, struct gs_agent *ag, const char *node)
 
         hist_family(b, node, "gshare_request_duration_seconds",
                     "Time the agent took to serve a process's request, from taking it off the ring to "
-                    "publishing the reply, by op.", "op", op_names, h->request, GS_HIST_OPS, &gs_hist_seconds);
+                    "publishing the reply, by op.",
+                    "op", op_names, h->request, GS_HIST_OPS, &gs_hist_seconds);
         hist_family(b, node, "gshare_grant_bytes",
                     "Sizes of the memory requests granted: blocks (op alloc) and VMM allocations (op vmm_create).",
                     "op", grants, h->grant_bytes, GS_HIST_GRANTS, &gs_hist_bytes);
         hist_family(b, node, "gshare_context_charge_duration_seconds",
                     "Time to charge a process's CUDA context to its quota before it is created (GPU lock wait "
-                    "included).", NULL, NULL, &h->ctx_charge, 1, &gs_hist_seconds);
+                    "included).",
+                    NULL, NULL, &h->ctx_charge, 1, &gs_hist_seconds);
         hist_family(b, node, "gshare_scrub_duration_seconds",
-                    "Time of one batch of the background scrubber, from queueing its zeroing to its completion.",
-                    NULL, NULL, &h->scrub, 1, &gs_hist_seconds);
+                    "Time of one batch of the background scrubber, from queueing its zeroing to its completion.", NULL,
+                    NULL, &h->scrub, 1, &gs_hist_seconds);
         hist_family(b, node, "gshare_reconcile_duration_seconds",
                     "Time of a reconcile: the kubelet's PodResources List (phase list, failed ones included) and "
-                    "applying its answer to the allocations (phase apply).", "phase", phases, h->reconcile,
-                    GS_HIST_RECONS, &gs_hist_seconds);
+                    "applying its answer to the allocations (phase apply).",
+                    "phase", phases, h->reconcile, GS_HIST_RECONS, &gs_hist_seconds);
 }
 
 static uint32_t active_procs(const struct gs_allocation *a)
@@ -244,61 +253,62 @@ static uint32_t active_procs(const struct gs_allocation *a)
 
 #define GPU_FAMILY(name, help, expr) GPU_FAMILY_T("gauge", name, help, "%llu", (unsigned long long)(expr))
 /* With the type and the sample's format (and expr of its type). */
-#define GPU_FAMILY_T(type, name, help, fmt, expr)                                   \
-        do {                                                                        \
-                family(b, "gshare_gpu_" name, type, help);                         \
-                for (uint32_t i = 0; i < ag->node.ngpus; i++) {                          \
-                        const struct gs_gpu *g = &ag->node.gpus[i];                      \
-                        const struct gpu_snap *s = &sn->gs[i];                          \
-                        (void)g; (void)s;                                           \
-                        put(b, "gshare_gpu_" name "{");                            \
-                        put_label(b, "gpu", ag->node.gpus[i].uuid, true);               \
-                        if (node)                                                   \
-                                put_label(b, "node", node, false);                 \
-                        put(b, "} " fmt "\n", expr);                               \
-                }                                                                   \
+#define GPU_FAMILY_T(type, name, help, fmt, expr)                         \
+        do {                                                              \
+                family(b, "gshare_gpu_" name, type, help);                \
+                for (uint32_t i = 0; i < ag->node.ngpus; i++) {           \
+                        const struct gs_gpu *g = &ag->node.gpus[i];       \
+                        const struct gpu_snap *s = &sn->gs[i];            \
+                        (void)g;                                          \
+                        (void)s;                                          \
+                        put(b, "gshare_gpu_" name "{");                   \
+                        put_label(b, "gpu", ag->node.gpus[i].uuid, true); \
+                        if (node)                                         \
+                                put_label(b, "node", node, false);        \
+                        put(b, "} " fmt "\n", expr);                      \
+                }                                                         \
         } while (0)
 
 #define PART_FAMILY(name, help, field)                                              \
         do {                                                                        \
-                family(b, "gshare_allocation_" name, "gauge", help);               \
-                for (size_t i = 0; i < sn->nparts; i++) {                               \
-                        put(b, "gshare_allocation_" name);                         \
-                        alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g);           \
-                        put(b, " %llu\n", (unsigned long long)sn->ps[i].field);        \
+                family(b, "gshare_allocation_" name, "gauge", help);                \
+                for (size_t i = 0; i < sn->nparts; i++) {                           \
+                        put(b, "gshare_allocation_" name);                          \
+                        alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g); \
+                        put(b, " %llu\n", (unsigned long long)sn->ps[i].field);     \
                 }                                                                   \
         } while (0)
 
 /* One sample per registered process and GPU; expr may use st (its pproc
  * stats) and pg, read under the GPU's lock. */
-#define PROC_FAMILY(name, help, expr)                                                           \
-        do {                                                                                    \
-                family(b, "gshare_process_" name, "gauge", help);                              \
-                for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next)                \
-                        for (const struct gs_proc *p = a->procs; p; p = p->next)                \
+#define PROC_FAMILY(name, help, expr)                                                                  \
+        do {                                                                                           \
+                family(b, "gshare_process_" name, "gauge", help);                                      \
+                for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next)                  \
+                        for (const struct gs_proc *p = a->procs; p; p = p->next)                       \
                                 for (uint32_t i = 0; p->state != GS_PROC_HELLO && i < p->ngpus; i++) { \
-                                        const struct gs_proc_gpu *pg = &p->gpus[i];             \
-                                        struct gs_pproc_stats st;                               \
-                                        double v; /* exact for integers below 2^53 */           \
-                                        char pid[16];                                           \
-                                        gs_gpu_lock(pg->g);                       \
-                                        gs_pproc_stats(pg->pp, &st);                            \
-                                        v = (expr);                                             \
-                                        gs_gpu_unlock(pg->g);                     \
-                                        snprintf(pid, sizeof(pid), "%d", (int)p->pid);          \
-                                        put(b, "gshare_process_" name "{");                    \
-                                        put_label(b, "allocation", a->id, true);               \
-                                        put_label(b, "gpu", pg->g->uuid, false);               \
-                                        put_label(b, "pid", pid, false);                       \
-                                        put(b, "} %.17g\n", v);                               \
-                                }                                                               \
+                                        const struct gs_proc_gpu *pg = &p->gpus[i];                    \
+                                        struct gs_pproc_stats st;                                      \
+                                        double v; /* exact for integers below 2^53 */                  \
+                                        char pid[16];                                                  \
+                                        gs_gpu_lock(pg->g);                                            \
+                                        gs_pproc_stats(pg->pp, &st);                                   \
+                                        v = (expr);                                                    \
+                                        gs_gpu_unlock(pg->g);                                          \
+                                        snprintf(pid, sizeof(pid), "%d", (int)p->pid);                 \
+                                        put(b, "gshare_process_" name "{");                            \
+                                        put_label(b, "allocation", a->id, true);                       \
+                                        put_label(b, "gpu", pg->g->uuid, false);                       \
+                                        put_label(b, "pid", pid, false);                               \
+                                        put(b, "} %.17g\n", v);                                        \
+                                }                                                                      \
         } while (0)
 
 /* What one scrape shows, read under each GPU's lock once. */
 struct snap {
-        struct gpu_snap *gs;     /* by GPU index */
-        struct part_snap *ps;    /* nparts: every allocation's parts */
-        struct alloc_snap *as;   /* nas */
+        struct gpu_snap *gs;   /* by GPU index */
+        struct part_snap *ps;  /* nparts: every allocation's parts */
+        struct alloc_snap *as; /* nas */
         size_t nparts, nas;
         uint32_t nprocs;
 };
@@ -413,14 +423,16 @@ static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *s
         GPU_FAMILY("chunks_reserved", "Chunks reserved as quota by allocations.", s->st.chunks_reserved);
         GPU_FAMILY("chunks_borrowed", "Chunks lent to allocations beyond their quota (ballooning).",
                    s->st.chunks_borrowed);
-        GPU_FAMILY("chunks_retired", "Chunks taken out of the pool after a failed recycle.",
-                   g->chunks_retired);
+        GPU_FAMILY("chunks_retired", "Chunks taken out of the pool after a failed recycle.", g->chunks_retired);
         GPU_FAMILY("chunks_spilled", "Chunks whose data borrowers hold in host memory now (docs/burst.md).",
                    s->spilled);
         GPU_FAMILY("chunks_owed", "Chunks lent out of allocations' quotas, owed back to them.", s->owed);
-        GPU_FAMILY("chunks_spill_held", "Spare host memory a live process was sent in a move it did not do, "
-                   "charged to spillMax until it exits (docs/burst.md).", s->spill_held);
-        GPU_FAMILY("spill_host_bytes", "Host memory for spilled data: spilled chunks, host memory made ahead "
+        GPU_FAMILY("chunks_spill_held",
+                   "Spare host memory a live process was sent in a move it did not do, "
+                   "charged to spillMax until it exits (docs/burst.md).",
+                   s->spill_held);
+        GPU_FAMILY("spill_host_bytes",
+                   "Host memory for spilled data: spilled chunks, host memory made ahead "
                    "for owed ones and kept by processes that did not move (at most spillMax).",
                    (uint64_t)(s->spilled + s->spill_ready + s->spill_held) * g->chunk_bytes);
         GPU_FAMILY_T("counter", "chunks_moved_out_total", "Chunks moved to host memory.", "%llu",
@@ -436,8 +448,10 @@ static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *s
         GPU_FAMILY("units", "Units of the resource the GPU offers.", g->units_total);
         GPU_FAMILY("units_allocated", "Units held by allocations.", s->units_allocated);
         GPU_FAMILY("units_lent", "Units' worth of chunks lent by ballooning.", s->units_lent);
-        GPU_FAMILY("units_draining", "Units of allocations whose pod is gone while processes still use them "
-                   "(advertised unhealthy until they exit).", s->units_draining);
+        GPU_FAMILY("units_draining",
+                   "Units of allocations whose pod is gone while processes still use them "
+                   "(advertised unhealthy until they exit).",
+                   s->units_draining);
         GPU_FAMILY("units_restoring", "Units of checkpointed allocations not restored yet (advertised unhealthy).",
                    s->units_restoring);
 }
@@ -446,21 +460,28 @@ static void render_allocations(struct buf *b, struct gs_agent *ag, const struct 
 {
         PART_FAMILY("units", "Units of the GPU the allocation holds.", units);
         PART_FAMILY("quota_bytes", "The allocation's quota on the GPU, in bytes.", quota_bytes);
-        PART_FAMILY("burst_bytes", "The most the allocation's processes may use on the GPU, quota included "
-                    "(past the quota: borrowed while memory is free; docs/burst.md).", burst_bytes);
+        PART_FAMILY("burst_bytes",
+                    "The most the allocation's processes may use on the GPU, quota included "
+                    "(past the quota: borrowed while memory is free; docs/burst.md).",
+                    burst_bytes);
         PART_FAMILY("borrowed_bytes", "Bytes in chunks the allocation borrowed beyond its quota.", borrowed_bytes);
         PART_FAMILY("spilled_bytes", "Of the borrowed bytes, those moved to host memory (docs/burst.md).",
                     spilled_bytes);
-        PART_FAMILY("lent_bytes", "Bytes of the allocation's quota lent to borrowers while it did not use them, "
-                    "taken back when it asks.", lent_bytes);
+        PART_FAMILY("lent_bytes",
+                    "Bytes of the allocation's quota lent to borrowers while it did not use them, "
+                    "taken back when it asks.",
+                    lent_bytes);
         PART_FAMILY("held_bytes", "Bytes in chunks held by the allocation's processes (chunks held x chunk size).",
                     held_bytes);
-        PART_FAMILY("requested_bytes", "Bytes the allocation's processes asked for and hold.",
-                    requested_bytes);
-        PART_FAMILY("outside_bytes", "Bytes its processes hold outside the pool (contexts, modules, "
-                    "processes that bypass the hook), charged to its quota.", outside_bytes);
-        PART_FAMILY("over_quota_bytes", "Bytes outside the pool its quota does not cover yet (0: within its "
-                    "quota); meanwhile its allocations fail with out of memory.", over_quota_bytes);
+        PART_FAMILY("requested_bytes", "Bytes the allocation's processes asked for and hold.", requested_bytes);
+        PART_FAMILY("outside_bytes",
+                    "Bytes its processes hold outside the pool (contexts, modules, "
+                    "processes that bypass the hook), charged to its quota.",
+                    outside_bytes);
+        PART_FAMILY("over_quota_bytes",
+                    "Bytes outside the pool its quota does not cover yet (0: within its "
+                    "quota); meanwhile its allocations fail with out of memory.",
+                    over_quota_bytes);
         family(b, "gshare_allocation_over_quota_total", "counter",
                "Times a scan found memory outside the pool that the allocation's quota could not cover.");
         for (size_t i = 0; i < sn->nparts; i++) {
@@ -500,15 +521,18 @@ static void render_allocations(struct buf *b, struct gs_agent *ag, const struct 
                 put(b, " %u\n", sn->as[i].a->qos.cap);
         }
         /* As its hook says (docs/compute.md): shown, never used. */
-        PROC_FAMILY("compute_held_launches", "Launches of the process its compute QoS held (as its hook reports, "
+        PROC_FAMILY("compute_held_launches",
+                    "Launches of the process its compute QoS held (as its hook reports, "
                     "on its first GPU; docs/compute.md).",
                     i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED) : 0);
         PROC_FAMILY("compute_held_seconds", "Seconds its held launches waited (as its hook reports).",
                     i == 0 && p->shm ? (double)__atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED) / 1e9 : 0);
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
-        PROC_FAMILY("outside_bytes", "Bytes the process is charged for outside the pool (its context, modules): "
-                    "what NVML shows, or the expected context size if more.", pg->outside_charge);
+        PROC_FAMILY("outside_bytes",
+                    "Bytes the process is charged for outside the pool (its context, modules): "
+                    "what NVML shows, or the expected context size if more.",
+                    pg->outside_charge);
 }
 
 int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
@@ -545,8 +569,7 @@ int gs_metrics_parse_request(const char *buf, size_t len, bool *ret_head)
         *ret_head = false;
         /* The blank line that ends the headers: \r\n\r\n, or bare \n\n. */
         for (size_t i = 0; i + 1 < len && !end; i++)
-                if (buf[i] == '\n' && (buf[i + 1] == '\n' ||
-                                       (buf[i + 1] == '\r' && i + 2 < len && buf[i + 2] == '\n')))
+                if (buf[i] == '\n' && (buf[i + 1] == '\n' || (buf[i + 1] == '\r' && i + 2 < len && buf[i + 2] == '\n')))
                         end = buf + i;
         if (!eol)
                 return len >= GS_METRICS_MAX_REQUEST ? 431 : 0;
@@ -616,8 +639,8 @@ static int respond(struct gs_metrics *m, struct gs_stream *c, int status, bool h
                 body = strdup(msg);
                 blen = body ? (size_t)n : 0;
         }
-        put(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
-            status, reason(status), type, blen, status == 405 ? "Allow: GET, HEAD\r\n" : "");
+        put(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n", status,
+            reason(status), type, blen, status == 405 ? "Allow: GET, HEAD\r\n" : "");
         if (head)
                 blen = 0;
         out = b.failed ? NULL : gs_stream_reserve(c, b.len + blen);
@@ -647,8 +670,7 @@ static int on_data(void *ctx, struct gs_stream *c)
 static void say_and_close(int fd, int status)
 {
         char msg[160];
-        int n = snprintf(msg, sizeof(msg),
-                         "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", status,
+        int n = snprintf(msg, sizeof(msg), "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", status,
                          reason(status));
 
         (void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -669,7 +691,9 @@ static void on_timeout(void *ctx, struct gs_stream *c)
 }
 
 static const struct gs_stream_ops metrics_ops = {
-        .on_data = on_data, .on_refuse = on_refuse, .on_timeout = on_timeout,
+        .on_data = on_data,
+        .on_refuse = on_refuse,
+        .on_timeout = on_timeout,
 };
 
 int gs_metrics_parse_address(const char *addr, struct sockaddr_storage *ret, socklen_t *ret_len)
@@ -711,8 +735,7 @@ int gs_metrics_parse_address(const char *addr, struct sockaddr_storage *ret, soc
         return 0;
 }
 
-int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **ret, char *err,
-                   size_t errlen)
+int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **ret, char *err, size_t errlen)
 {
         struct sockaddr_storage sa;
         socklen_t salen;
@@ -741,8 +764,7 @@ int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **re
         if (!ag->start_unix)
                 ag->start_unix = (int64_t)time(NULL);
         fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0 ||
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
             bind(fd, (struct sockaddr *)&sa, salen) < 0 || listen(fd, 64) < 0) {
                 r = gs_neg_errno();
                 gs_closep(&fd);

@@ -29,15 +29,13 @@ struct gs_metrics;
 
 /* Listens on addr ("A.B.C.D:port" or "[v6]:port"); *ret = NULL and 0 if
  * addr is empty (metrics off).  A negative errno with the reason in err. */
-int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **ret, char *err,
-                   size_t errlen) GS_WUR;
+int gs_metrics_new(struct gs_agent *ag, const char *addr, struct gs_metrics **ret, char *err, size_t errlen) GS_WUR;
 /* Closes every connection and the listening socket.  NULL is fine. */
 void gs_metrics_free(struct gs_metrics *m);
 
 /* "host:port" with host an IPv4 literal or a bracketed IPv6 literal
  * (no name lookups) into *ret; -EINVAL otherwise. */
-int gs_metrics_parse_address(const char *addr, struct sockaddr_storage *ret,
-                             socklen_t *ret_len) GS_WUR;
+int gs_metrics_parse_address(const char *addr, struct sockaddr_storage *ret, socklen_t *ret_len) GS_WUR;
 /* Looks at the first len bytes received.  Returns 0 while the request is
  * incomplete (no blank line yet), else the HTTP status to answer: 200 for
  * GET or HEAD /metrics, 400 malformed, 404 other path, 405 other method, 431

@@ -16,14 +16,14 @@ struct entry {
         char name[254];
         uint64_t burst;
         struct gs_qos_policy qos;
-        int64_t at_ms;           /* 0: empty */
+        int64_t at_ms; /* 0: empty */
 };
 
 struct gs_podburst {
         struct gs_kapi api;
-        int64_t lc_priority;     /* computeLatencyPriority */
+        int64_t lc_priority; /* computeLatencyPriority */
         struct entry cache[GS_PODBURST_CACHE];
-        uint32_t next;           /* the slot replaced next when none is free */
+        uint32_t next; /* the slot replaced next when none is free */
 };
 
 int gs_podburst_new(const struct gs_config *c, struct gs_podburst **ret, char *err, size_t errlen)
@@ -102,8 +102,7 @@ int gs_podburst_parse_qos(const char *json, size_t len, int64_t lc_priority, str
         return gs_qos_from_pod(&pod, lc_priority, ret, err, errlen);
 }
 
-int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, uint64_t *ret, char *err,
-                    size_t errlen)
+int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, uint64_t *ret, char *err, size_t errlen)
 {
         struct gs_podinfo info;
         int r = gs_podburst_pod(pb, ns, name, &info, err, errlen);
@@ -140,8 +139,7 @@ int gs_podburst_pod(struct gs_podburst *pb, const char *ns, const char *name, st
                         e = c;
         }
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", ns, name);
-        r = gs_kapi_request(&pb->api, "GET", path, NULL, NULL, GS_PODBURST_MAX_REPLY, &code, &body, &len, err,
-                            errlen);
+        r = gs_kapi_request(&pb->api, "GET", path, NULL, NULL, GS_PODBURST_MAX_REPLY, &code, &body, &len, err, errlen);
         if (r < 0)
                 return r;
         if (code != 200) {

@@ -43,7 +43,7 @@ int gs_podburst_get(struct gs_podburst *pb, const char *ns, const char *name, ui
 
 /* What the API server said of one pod. */
 struct gs_podinfo {
-        uint64_t burst;                 /* 0: none */
+        uint64_t burst; /* 0: none */
         struct gs_qos_policy qos;
         /* A bad compute value, said when the answer is new (once a TTL):
          * "" otherwise. */

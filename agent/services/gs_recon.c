@@ -29,20 +29,20 @@ struct holder {
         char ns[64];
         char pod[254];
         char container[64];
-        uint64_t burst;          /* the pod's annotation (gs_podburst.h); 0: none */
+        uint64_t burst;           /* the pod's annotation (gs_podburst.h); 0: none */
         struct gs_qos_policy qos; /* the pod's compute policy (gs_qos.h) */
-        bool has_qos;            /* the API server answered for the pod */
+        bool has_qos;             /* the API server answered for the pod */
 };
 
 struct held {
-        const char *id;          /* into ids_mem */
+        const char *id; /* into ids_mem */
         uint32_t holder;
 };
 
 struct gs_recon_snapshot {
-        bool ok;                 /* false: the List failed, err says why */
+        bool ok; /* false: the List failed, err says why */
         char err[GS_GRPC_MSG_MAX + 128];
-        struct held *held;       /* sorted by id */
+        struct held *held; /* sorted by id */
         size_t nheld;
         struct holder *holders;
         size_t nholders;
@@ -54,18 +54,18 @@ struct gs_recon {
         char socket[PATH_MAX];
         char resource[256];
         uint32_t interval_ms, grace_ms;
-        struct gs_loop_async snapshot_ready;  /* the thread -> the main loop */
+        struct gs_loop_async snapshot_ready; /* the thread -> the main loop */
         pthread_t thread;
         bool thread_started;
         pthread_mutex_t mu;
-        pthread_cond_t cv;       /* CLOCK_MONOTONIC */
-        bool stop, kick;         /* under mu */
+        pthread_cond_t cv;                 /* CLOCK_MONOTONIC */
+        bool stop, kick;                   /* under mu */
         struct gs_recon_snapshot *pending; /* under mu */
-        struct gs_podburst *pb;  /* the thread's; NULL: no API server */
-        bool burst_on;           /* burstMax > 0: pods' bursts are applied */
-        bool pb_failing;         /* the thread's: the last lookup failed (said once) */
-        int64_t pb_retry_ms;     /* the thread's: after a failed request, none before then */
-        bool failing;            /* main thread: in a streak of failed Lists */
+        struct gs_podburst *pb;            /* the thread's; NULL: no API server */
+        bool burst_on;                     /* burstMax > 0: pods' bursts are applied */
+        bool pb_failing;                   /* the thread's: the last lookup failed (said once) */
+        int64_t pb_retry_ms;               /* the thread's: after a failed request, none before then */
+        bool failing;                      /* main thread: in a streak of failed Lists */
 };
 
 /* ---- snapshots ---- */
@@ -97,8 +97,8 @@ struct counts {
 /* One pass over the reply: with s->held NULL it only counts (checking the
  * bound before anything is allocated from sizes the kubelet chose), else it
  * fills s, whose arrays are sized by the counting pass. */
-static int walk(const V1__ListPodResourcesResponse *m, const char *resource,
-                struct gs_recon_snapshot *s, struct counts *n, char *err, size_t errlen)
+static int walk(const V1__ListPodResourcesResponse *m, const char *resource, struct gs_recon_snapshot *s,
+                struct counts *n, char *err, size_t errlen)
 {
         for (size_t p = 0; p < m->n_pod_resources; p++) {
                 const V1__PodResources *pr = m->pod_resources[p];
@@ -113,8 +113,7 @@ static int walk(const V1__ListPodResourcesResponse *m, const char *resource,
                                         continue;
                                 ours = true;
                                 if (!s->held && cd->n_device_ids > GS_RECON_MAX_IDS - n->ids) {
-                                        snprintf(err, errlen,
-                                                 "the reply lists more than %u device IDs of %s",
+                                        snprintf(err, errlen, "the reply lists more than %u device IDs of %s",
                                                  GS_RECON_MAX_IDS, resource);
                                         return -E2BIG;
                                 }
@@ -141,8 +140,8 @@ static int walk(const V1__ListPodResourcesResponse *m, const char *resource,
         return 0;
 }
 
-int gs_recon_snapshot_new(const ProtobufCMessage *list_reply, const char *resource,
-                          struct gs_recon_snapshot **ret, char *err, size_t errlen)
+int gs_recon_snapshot_new(const ProtobufCMessage *list_reply, const char *resource, struct gs_recon_snapshot **ret,
+                          char *err, size_t errlen)
 {
         const V1__ListPodResourcesResponse *m = (const V1__ListPodResourcesResponse *)list_reply;
         struct gs_recon_snapshot *s = calloc(1, sizeof(*s));
@@ -183,8 +182,8 @@ static const struct holder *holder_of(const struct gs_recon_snapshot *s, const c
         return h ? &s->holders[h->holder] : NULL;
 }
 
-unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, int64_t now_ms,
-                        uint64_t now_unix, uint32_t grace_ms)
+unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, int64_t now_ms, uint64_t now_unix,
+                        uint32_t grace_ms)
 {
         struct gs_allocation *a, *next;
         unsigned released = 0;
@@ -218,12 +217,11 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                 if (h) {
                         if (strcmp(a->pod_namespace, h->ns) || strcmp(a->pod_name, h->pod) ||
                             strcmp(a->container_name, h->container)) {
-                                log_info("allocation %s belongs to pod %s/%s, container %s", a->id,
-                                         h->ns, h->pod, h->container);
+                                log_info("allocation %s belongs to pod %s/%s, container %s", a->id, h->ns, h->pod,
+                                         h->container);
                                 copy_str(a->pod_namespace, sizeof(a->pod_namespace), h->ns);
                                 copy_str(a->pod_name, sizeof(a->pod_name), h->pod);
-                                copy_str(a->container_name, sizeof(a->container_name),
-                                         h->container);
+                                copy_str(a->container_name, sizeof(a->container_name), h->container);
                         }
                         a->unheld_since_ms = 0;
                         if (h->burst)
@@ -242,9 +240,10 @@ unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, 
                 if (now_ms - a->unheld_since_ms < (int64_t)grace_ms || age_ms < grace_ms)
                         continue;
                 if (a->pod_name[0])
-                        log_info("reclaiming allocation %s: pod %s/%s (container %s) has held none of its %zu device IDs for %lld ms",
-                                 a->id, a->pod_namespace, a->pod_name, a->container_name,
-                                 a->ndevice_ids, (long long)(now_ms - a->unheld_since_ms));
+                        log_info(
+                                "reclaiming allocation %s: pod %s/%s (container %s) has held none of its %zu device IDs for %lld ms",
+                                a->id, a->pod_namespace, a->pod_name, a->container_name, a->ndevice_ids,
+                                (long long)(now_ms - a->unheld_since_ms));
                 else
                         log_info("reclaiming allocation %s: no pod has held any of its %zu device IDs (for %lld ms)",
                                  a->id, a->ndevice_ids, (long long)(now_ms - a->unheld_since_ms));
@@ -317,8 +316,8 @@ static struct gs_recon_snapshot *list_once(struct gs_recon *rc)
         int r;
 
         r = gs_grpc_unary_call(rc->socket, "/v1.PodResourcesLister/List", &req.base,
-                               &v1__list_pod_resources_response__descriptor,
-                               GS_RECON_LIST_TIMEOUT_MS, &reply, NULL, msg, sizeof(msg));
+                               &v1__list_pod_resources_response__descriptor, GS_RECON_LIST_TIMEOUT_MS, &reply, NULL,
+                               msg, sizeof(msg));
         if (r == 0) {
                 r = gs_recon_snapshot_new(reply, rc->resource, &s, msg, sizeof(msg));
                 protobuf_c_message_free_unpacked(reply, NULL);
@@ -329,8 +328,7 @@ static struct gs_recon_snapshot *list_once(struct gs_recon *rc)
         }
         s = calloc(1, sizeof(*s));
         if (s)
-                snprintf(s->err, sizeof(s->err), "%s (%s)", msg[0] ? msg : "no answer",
-                         strerror(-r));
+                snprintf(s->err, sizeof(s->err), "%s (%s)", msg[0] ? msg : "no answer", strerror(-r));
         return s;
 }
 
@@ -460,8 +458,8 @@ int gs_recon_start(struct gs_agent *ag, struct gs_recon **ret)
         if (r < 0)
                 goto fail;
         rc->thread_started = true;
-        log_info("reconciler: PodResources %s every %u ms, reclaim grace %u ms", rc->socket,
-                 rc->interval_ms, rc->grace_ms);
+        log_info("reconciler: PodResources %s every %u ms, reclaim grace %u ms", rc->socket, rc->interval_ms,
+                 rc->grace_ms);
         *ret = rc;
         return 0;
 fail:

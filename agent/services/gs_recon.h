@@ -61,14 +61,14 @@ void gs_recon_stop(struct gs_recon *rc);
 /* Builds the snapshot of a List reply: the device IDs of resource each
  * container holds.  Returns 0, -E2BIG past GS_RECON_MAX_IDS, -ENOMEM; err
  * says why. */
-int gs_recon_snapshot_new(const ProtobufCMessage *list_reply, const char *resource,
-                          struct gs_recon_snapshot **ret, char *err, size_t errlen) GS_WUR;
+int gs_recon_snapshot_new(const ProtobufCMessage *list_reply, const char *resource, struct gs_recon_snapshot **ret,
+                          char *err, size_t errlen) GS_WUR;
 void gs_recon_snapshot_free(struct gs_recon_snapshot *s);
 
 /* Main thread: applies snapshot s at now_ms (CLOCK_MONOTONIC) and now_unix
  * (wall clock) as described above.  Returns how many allocations it
  * released. */
-unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, int64_t now_ms,
-                        uint64_t now_unix, uint32_t grace_ms);
+unsigned gs_recon_apply(struct gs_agent *ag, const struct gs_recon_snapshot *s, int64_t now_ms, uint64_t now_unix,
+                        uint32_t grace_ms);
 
 #endif

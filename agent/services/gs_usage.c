@@ -20,14 +20,14 @@
 #include "gs_proc.h"
 #include "gs_short.h"
 
-
 void gs_usage_open(struct gs_agent *ag)
 {
         char err[512];
 
         if (gs_nvml_open(&ag->node.nvml, ag->node.cfg.nvml_library, err, sizeof(err)) < 0)
                 log_warn("NVML unavailable (%s): memory outside the pool is charged by expected "
-                         "context size only, processes that bypass the hook are not seen", err);
+                         "context size only, processes that bypass the hook are not seen",
+                         err);
         gs_loop_timer_arm(&ag->usage_timer, 0);
 }
 
@@ -116,17 +116,18 @@ static void kill_pid(struct gs_allocation *a, pid_t pid, int pidfd, uint64_t byt
         int r = fd >= 0 ? (int)syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) : -1;
 
         log_warn("allocation %s (pod %s/%s) is over its quota: %s %d holding %llu MiB outside "
-                 "the pool %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
-                 a->pod_name[0] ? a->pod_name : "?", what, (int)pid,
-                 (unsigned long long)(bytes >> 20), r == 0 ? "killed (overQuota: kill)" : "could not be killed");
+                 "the pool %s",
+                 a->id, a->pod_namespace[0] ? a->pod_namespace : "?", a->pod_name[0] ? a->pod_name : "?", what,
+                 (int)pid, (unsigned long long)(bytes >> 20),
+                 r == 0 ? "killed (overQuota: kill)" : "could not be killed");
         if (fd >= 0 && fd != pidfd)
                 close(fd);
 }
 
 /* The log line, and an Event at most once a minute: on the pod, or for a
  * DRA claim's allocation (whose pod the agent does not know) on the claim. */
-static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g,
-                   uint64_t over, uint32_t killed)
+static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, struct gs_gpu *g, uint64_t over,
+                   uint32_t killed)
 {
         const struct gs_claim *claim;
         char msg[600], what[200];
@@ -134,17 +135,21 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
         int r;
 
         if (killed)
-                snprintf(what, sizeof(what), "over by more than overQuotaBound (%llu MiB) for overQuotaGrace: %u "
+                snprintf(what, sizeof(what),
+                         "over by more than overQuotaBound (%llu MiB) for overQuotaGrace: %u "
                          "process(es) killed (overQuota: kill)",
                          (unsigned long long)(ag->node.cfg.over_quota_bound_bytes >> 20), killed);
         else if (over > ag->node.cfg.over_quota_bound_bytes && ag->node.cfg.over_quota == GS_OVER_QUOTA_KILL)
-                snprintf(what, sizeof(what), "its processes are killed if it stays over by more than "
+                snprintf(what, sizeof(what),
+                         "its processes are killed if it stays over by more than "
                          "overQuotaBound (%llu MiB) for overQuotaGrace (%u ms)",
-                         (unsigned long long)(ag->node.cfg.over_quota_bound_bytes >> 20), ag->node.cfg.over_quota_grace_ms);
+                         (unsigned long long)(ag->node.cfg.over_quota_bound_bytes >> 20),
+                         ag->node.cfg.over_quota_grace_ms);
         else
                 snprintf(what, sizeof(what), "no process is killed (%s)",
                          ag->node.cfg.over_quota == GS_OVER_QUOTA_KILL ? "within overQuotaBound" : "overQuota: report");
-        snprintf(msg, sizeof(msg), "gshare allocation %s is over its quota on GPU %s by %llu MiB: %llu MiB of %llu "
+        snprintf(msg, sizeof(msg),
+                 "gshare allocation %s is over its quota on GPU %s by %llu MiB: %llu MiB of %llu "
                  "held outside the pool (contexts, modules, processes bypassing the hook); its allocations fail "
                  "with CUDA_ERROR_OUT_OF_MEMORY until memory it frees covers it; %s",
                  a->id, g->uuid, (unsigned long long)((over + (1 << 20) - 1) >> 20),
@@ -158,8 +163,8 @@ static void report(struct gs_agent *ag, struct gs_allocation *a, struct gs_part 
         if (!ag->events)
                 return;
         if (a->pod_name[0])
-                r = gs_events_post(ag->events, GS_EVENT_WARNING, GS_EVENT_POD, a->pod_namespace, a->pod_name, a->pod_uid,
-                                   "GPUMemoryOverQuota", msg);
+                r = gs_events_post(ag->events, GS_EVENT_WARNING, GS_EVENT_POD, a->pod_namespace, a->pod_name,
+                                   a->pod_uid, "GPUMemoryOverQuota", msg);
         else if ((claim = gs_allocs_claim(a)))
                 r = gs_events_post(ag->events, GS_EVENT_WARNING, GS_EVENT_CLAIM, claim->ns, claim->name, claim->uid,
                                    "GPUMemoryOverQuota", msg);
@@ -203,8 +208,8 @@ static uint32_t kill_over(struct gs_allocation *a, uint32_t i, const struct seen
  * GPUMemoryBorrowed when part starts borrowing (at most once a
  * GS_USAGE_EVENT_MS), GPUMemoryReturned when what it borrowed is all back
  * after that.  borrowed: its chunks borrowed now. */
-static void note_borrowing(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part,
-                           const struct gs_gpu *g, uint32_t borrowed)
+static void note_borrowing(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, const struct gs_gpu *g,
+                           uint32_t borrowed)
 {
         int64_t now = gs_mono_ms();
         char msg[400];
@@ -214,7 +219,8 @@ static void note_borrowing(struct gs_agent *ag, struct gs_allocation *a, struct 
         if (borrowed && part->borrow_event_ms && now - part->borrow_event_ms < GS_USAGE_EVENT_MS)
                 return; /* said a moment ago: not again while it comes and goes */
         if (borrowed)
-                snprintf(msg, sizeof(msg), "gshare allocation %s borrows %llu MiB of free memory on GPU %s past its "
+                snprintf(msg, sizeof(msg),
+                         "gshare allocation %s borrows %llu MiB of free memory on GPU %s past its "
                          "quota of %llu MiB (burst %llu MiB); the memory is lent while free",
                          a->id, (unsigned long long)(((uint64_t)borrowed * g->chunk_bytes) >> 20), g->uuid,
                          (unsigned long long)(((uint64_t)part->quota_chunks * g->chunk_bytes) >> 20),
@@ -250,8 +256,8 @@ void gs_usage_event(struct gs_agent *ag, const struct gs_allocation *a, int warn
  * GPUMemorySpilled when some of what part borrowed was moved to host
  * memory (at most once a GS_USAGE_EVENT_MS), GPUMemoryUnspilled when all
  * of it is back on the GPU.  spilled: its chunks in host memory now. */
-static void note_spilling(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part,
-                          const struct gs_gpu *g, uint32_t spilled)
+static void note_spilling(struct gs_agent *ag, struct gs_allocation *a, struct gs_part *part, const struct gs_gpu *g,
+                          uint32_t spilled)
 {
         int64_t now = gs_mono_ms();
         char msg[400];
@@ -261,13 +267,14 @@ static void note_spilling(struct gs_agent *ag, struct gs_allocation *a, struct g
         if (spilled && part->spill_event_ms && now - part->spill_event_ms < GS_USAGE_EVENT_MS)
                 return;
         if (spilled)
-                snprintf(msg, sizeof(msg), "gshare allocation %s: %llu MiB of the memory it borrowed on GPU %s were "
+                snprintf(msg, sizeof(msg),
+                         "gshare allocation %s: %llu MiB of the memory it borrowed on GPU %s were "
                          "moved to host memory for their owner (same addresses, slower); they come back when the GPU "
-                         "has memory to lend", a->id, (unsigned long long)(((uint64_t)spilled * g->chunk_bytes) >> 20),
-                         g->uuid);
+                         "has memory to lend",
+                         a->id, (unsigned long long)(((uint64_t)spilled * g->chunk_bytes) >> 20), g->uuid);
         else
-                snprintf(msg, sizeof(msg), "gshare allocation %s: its memory on GPU %s is all on the GPU again",
-                         a->id, g->uuid);
+                snprintf(msg, sizeof(msg), "gshare allocation %s: its memory on GPU %s is all on the GPU again", a->id,
+                         g->uuid);
         part->spill_told = spilled != 0;
         part->spill_event_ms = now;
         log_info("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
@@ -306,8 +313,8 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 /* Memory an earlier agent made that the process still maps
                  * (and holds no handle of) counts to the process in NVML
                  * (test/gpu/orphan_check.py): it is charged as held chunks. */
-                uint64_t orphan = ((uint64_t)gs_gpu_orphans_of(g, pg->pp) + gs_gpu_orphans_of(g, pg->vpp)) *
-                                  g->chunk_bytes;
+                uint64_t orphan =
+                        ((uint64_t)gs_gpu_orphans_of(g, pg->pp) + gs_gpu_orphans_of(g, pg->vpp)) * g->chunk_bytes;
                 m = m > orphan ? m - orphan : 0;
                 /* In a move the process maps other memory than its chunks
                  * say (unmapped, not settled yet): a charge only goes up. */
@@ -316,7 +323,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
                 pg->outside_measured = m;
                 measured += m;
                 (void)!gs_outside_charge(g, &part->out, part->pa, slots, &pg->outside_charge,
-                                        m > pg->ctx_expect ? m : pg->ctx_expect, false);
+                                         m > pg->ctx_expect ? m : pg->ctx_expect, false);
         }
         (void)!gs_outside_charge(g, &part->out, part->pa, slots, &part->bypass_charge, bypass, false);
         if (all_back)
@@ -378,8 +385,7 @@ void gs_usage_scan(struct gs_agent *ag)
                  * of allocations. */
                 for (uint32_t k = 0; k < n; k++) {
                         sv[k].pr = pr[k];
-                        if (pr[k].pid == getpid() || registered(ag, pr[k].pid) ||
-                            pid_pod_uid(pr[k].pid, sv[k].uid) < 0)
+                        if (pr[k].pid == getpid() || registered(ag, pr[k].pid) || pid_pod_uid(pr[k].pid, sv[k].uid) < 0)
                                 sv[k].uid[0] = '\0';
                 }
                 for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)

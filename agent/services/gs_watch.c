@@ -67,11 +67,11 @@ enum outcome { OUT_NONE = 0, OUT_RELIST, OUT_ERROR };
 struct xfer {
         struct gs_watch *w;
         CURL *easy;
-        bool watch;              /* else the list */
+        bool watch; /* else the list */
         long status;
-        char *buf;               /* current line (watch, status 200) or body */
+        char *buf; /* current line (watch, status 200) or body */
         size_t len, cap;
-        bool skipping;           /* an oversized line: dropped up to its newline */
+        bool skipping; /* an oversized line: dropped up to its newline */
         unsigned events, bad;
         enum outcome outcome;
 };
@@ -185,8 +185,8 @@ static void handle_line(struct xfer *x, const char *line, size_t len)
         if (gs_watch_parse_event(line, len, &ev) < 0) {
                 printable(shown, sizeof(shown), line, len < 80 ? len : 80);
                 if (x->bad++ < BAD_LINES_LOGGED)
-                        log_warn("pod watch: ignoring a line that is not a watch event (%zu bytes: %s%s)",
-                                 len, shown, len > 80 ? "..." : "");
+                        log_warn("pod watch: ignoring a line that is not a watch event (%zu bytes: %s%s)", len, shown,
+                                 len > 80 ? "..." : "");
                 return;
         }
         printable(name, sizeof(name), ev.name, strlen(ev.name));
@@ -269,8 +269,7 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 
                 if (!x->skipping) {
                         if (x->len + take > GS_WATCH_MAX_LINE) {
-                                log_warn("pod watch: ignoring a line longer than %u bytes",
-                                         GS_WATCH_MAX_LINE);
+                                log_warn("pod watch: ignoring a line longer than %u bytes", GS_WATCH_MAX_LINE);
                                 x->skipping = true;
                                 x->len = 0;
                         } else {
@@ -293,7 +292,6 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
         }
         return n;
 }
-
 
 /* One GET; the outcome in x.  Returns 0 when the transfer ran (whatever its
  * HTTP status), -ECANCELED on stop, or a negative errno with w->err set. */
@@ -380,8 +378,7 @@ static int do_list(struct gs_watch *w)
         char url[GS_CONFIG_API_SERVER_MAX + 2 * GS_CONFIG_NODE_NAME_MAX + 128], rv[sizeof(w->rv)];
         int r;
 
-        snprintf(url, sizeof(url), "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s&limit=1",
-                 w->base, w->node);
+        snprintf(url, sizeof(url), "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s&limit=1", w->base, w->node);
         r = get(w, url, &x);
         if (r < 0)
                 goto out;
@@ -393,11 +390,9 @@ static int do_list(struct gs_watch *w)
                 r = -EIO;
                 goto out;
         }
-        if (gs_watch_parse_list_rv(x.buf ? x.buf : "", x.len, rv, sizeof(rv)) < 0 ||
-            !valid_rv(rv)) {
+        if (gs_watch_parse_list_rv(x.buf ? x.buf : "", x.len, rv, sizeof(rv)) < 0 || !valid_rv(rv)) {
                 snprintf(w->err, sizeof(w->err),
-                         "listing pods: the reply (%zu bytes) has no usable metadata.resourceVersion",
-                         x.len);
+                         "listing pods: the reply (%zu bytes) has no usable metadata.resourceVersion", x.len);
                 r = -EPROTO;
                 goto out;
         }
@@ -503,8 +498,7 @@ static void *thread_main(void *arg)
 
 /* The API server's base URL from c or the service environment; "" when none. */
 
-int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_watch **ret,
-                   char *err, size_t errlen)
+int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_watch **ret, char *err, size_t errlen)
 {
         bool on = c->pod_watch == GS_POD_WATCH_ON;
         const char *node = c->node_name[0] ? c->node_name : secure_getenv("NODE_NAME");
@@ -527,19 +521,15 @@ int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_wat
         if (!rc)
                 snprintf(why, sizeof(why), "the reconciler is off");
         else if (!w->base[0])
-                snprintf(why, sizeof(why),
-                         "no API server (apiServer, or KUBERNETES_SERVICE_HOST and _PORT)");
+                snprintf(why, sizeof(why), "no API server (apiServer, or KUBERNETES_SERVICE_HOST and _PORT)");
         else if (!node || !*node)
                 snprintf(why, sizeof(why), "no node name (nodeName, or NODE_NAME)");
         else if (!gs_k8s_subdomain_ok(node))
                 snprintf(why, sizeof(why), "node name '%.64s' is not a DNS subdomain", node);
         else if (c->api_token_file[0] && access(c->api_token_file, R_OK) < 0)
-                snprintf(why, sizeof(why), "cannot read the token %.150s: %s", c->api_token_file,
-                         strerror(errno));
-        else if (strncmp(w->base, "https:", 6) == 0 && c->api_ca_file[0] &&
-                 access(c->api_ca_file, R_OK) < 0)
-                snprintf(why, sizeof(why), "cannot read the CA %.150s: %s", c->api_ca_file,
-                         strerror(errno));
+                snprintf(why, sizeof(why), "cannot read the token %.150s: %s", c->api_token_file, strerror(errno));
+        else if (strncmp(w->base, "https:", 6) == 0 && c->api_ca_file[0] && access(c->api_ca_file, R_OK) < 0)
+                snprintf(why, sizeof(why), "cannot read the CA %.150s: %s", c->api_ca_file, strerror(errno));
         if (why[0]) {
                 snprintf(err, errlen, "pod watch: %s", why);
                 r = -EINVAL;

@@ -43,8 +43,8 @@ struct gs_watch;
  * watch is off (podWatch off; auto outside a cluster; no reconciler), 0 with
  * *ret set when started, or a negative errno with err saying why (podWatch
  * on without an API server or a node name; bad apiServer URL). */
-int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_watch **ret,
-                   char *err, size_t errlen) GS_WUR;
+int gs_watch_start(const struct gs_config *c, struct gs_recon *rc, struct gs_watch **ret, char *err,
+                   size_t errlen) GS_WUR;
 
 /* Stops the thread at once (an HTTP transfer in flight is abandoned) and
  * frees w.  NULL is fine. */
@@ -54,11 +54,11 @@ void gs_watch_stop(struct gs_watch *w);
 
 /* What one watch event says; strings empty when absent. */
 struct gs_watch_event {
-        char type[16];           /* ADDED MODIFIED DELETED ERROR BOOKMARK */
-        char rv[128];            /* object.metadata.resourceVersion */
-        char phase[32];          /* object.status.phase */
-        char name[256];          /* object.metadata.name */
-        char code[16];           /* object.code (an ERROR's Status) */
+        char type[16];  /* ADDED MODIFIED DELETED ERROR BOOKMARK */
+        char rv[128];   /* object.metadata.resourceVersion */
+        char phase[32]; /* object.status.phase */
+        char name[256]; /* object.metadata.name */
+        char code[16];  /* object.code (an ERROR's Status) */
 };
 
 /* Parses one line (one JSON object, len bytes, no NUL needed) into ev.

@@ -6,7 +6,6 @@
 
 #include "gs_gpu_lock.h"
 
-
 static void run_changed(void *data)
 {
         struct gs_agent *ag = data;

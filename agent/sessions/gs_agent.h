@@ -40,43 +40,43 @@ struct gs_agent {
         /* What the domain shares (gs_node.h): configuration, driver,
          * GPUs, allocations, the loop; its callbacks are wired here. */
         struct gs_node node;
-        uint64_t generation;     /* ListGpusReply.generation */
+        uint64_t generation; /* ListGpusReply.generation */
         uint64_t next_proc_id;
         /* gs_agent_changed: posted, once per batch; main wires what runs. */
         struct gs_loop_post changed_post;
         void (*on_changed)(struct gs_agent *ag);
-        struct gs_loop_async changed_async;  /* gs_agent_poke */
-        struct gs_loop_async scan_async;     /* gs_agent_want_scan */
+        struct gs_loop_async changed_async; /* gs_agent_poke */
+        struct gs_loop_async scan_async;    /* gs_agent_want_scan */
         /* A request short of memory (gs_short.h): the kick, its count. */
         struct gs_short shortmem;
         /* Workers wait for a kick or scan on done_cv (gs_agent_count). */
         pthread_mutex_t done_mu;
         pthread_cond_t done_cv;
-        bool wired;                      /* gs_agent_wire ran: done_mu/cv made */
-        struct gs_loop_timer hello_timer;    /* gs_proc_tick */
-        struct gs_loop_timer usage_timer;    /* gs_usage_tick */
+        bool wired;                       /* gs_agent_wire ran: done_mu/cv made */
+        struct gs_loop_timer hello_timer; /* gs_proc_tick */
+        struct gs_loop_timer usage_timer; /* gs_usage_tick */
         struct gs_ctlsrv *ctl;
-        struct gs_metrics *metrics;      /* gs_metrics.h; NULL: metricsAddress empty */
-        struct gs_events *events;        /* gs_event.h; NULL: no API server */
-        unsigned usage_scans;            /* atomic: scans done (gs_agent_wait_scan) */
-        struct gs_workers *workers;      /* gs_workers.h: serve the processes' rings */
-        uint32_t nconns;                 /* processes' connections, all allocations */
+        struct gs_metrics *metrics; /* gs_metrics.h; NULL: metricsAddress empty */
+        struct gs_events *events;   /* gs_event.h; NULL: no API server */
+        unsigned usage_scans;       /* atomic: scans done (gs_agent_wait_scan) */
+        struct gs_workers *workers; /* gs_workers.h: serve the processes' rings */
+        uint32_t nconns;            /* processes' connections, all allocations */
         /* Upgrades (gs_handover.h): the listening handover socket, and
          * whether this agent handed everything over (its sockets' paths
          * are the new agent's then: none is removed at exit). */
         int handover_fd;
         struct gs_loop_io handover_io;
-        bool handover_retake;            /* a failed takeover: listen on our handover socket anew */
-        int64_t settle_until_ms;         /* atomic: after taking over, the old agent lets memory go */
-        int64_t start_unix;              /* when this agent started (time(2)); /metrics */
+        bool handover_retake;    /* a failed takeover: listen on our handover socket anew */
+        int64_t settle_until_ms; /* atomic: after taking over, the old agent lets memory go */
+        int64_t start_unix;      /* when this agent started (time(2)); /metrics */
         /* Main thread: an Event about allocation a for its pod or claim
          * (main wires the services' gs_usage_event; NULL: none). */
         void (*on_event)(struct gs_agent *ag, const struct gs_allocation *a, int warning, const char *reason,
                          const char *msg);
 };
 
-static inline void gs_agent_event(struct gs_agent *ag, const struct gs_allocation *a, int warning,
-                                  const char *reason, const char *msg)
+static inline void gs_agent_event(struct gs_agent *ag, const struct gs_allocation *a, int warning, const char *reason,
+                                  const char *msg)
 {
         if (ag->on_event)
                 ag->on_event(ag, a, warning, reason, msg);

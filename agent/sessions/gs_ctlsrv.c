@@ -31,12 +31,12 @@ struct gs_ctlsrv {
 
 /* ---- reply building: every piece from one arena, freed after packing ---- */
 
-#define NEW(a, type, init)                                    \
-        ({                                                    \
-                type *m_ = gs_arena_alloc(a, sizeof(type));   \
-                if (m_)                                       \
-                        *m_ = (type)init;                     \
-                m_;                                           \
+#define NEW(a, type, init)                                  \
+        ({                                                  \
+                type *m_ = gs_arena_alloc(a, sizeof(type)); \
+                if (m_)                                     \
+                        *m_ = (type)init;                   \
+                m_;                                         \
         })
 
 static Gshare__Ctl__V1__Gpu *gpu_msg(struct gs_arena *ar, struct gs_gpu *g)
@@ -139,7 +139,8 @@ static bool alloc_msg_ids(struct gs_arena *ar, struct gs_allocation *a, Gshare__
                 if (a->kind != GS_OWNER_DEVICES &&
                     gs_devid_format(id, sizeof(id), a->node->gpus[a->units[i].gpu].uuid, a->units[i].unit) < 0)
                         continue;
-                m->device_ids[m->n_device_ids++] = gs_arena_str(ar, a->kind == GS_OWNER_DEVICES ? a->device_ids[i] : id);
+                m->device_ids[m->n_device_ids++] =
+                        gs_arena_str(ar, a->kind == GS_OWNER_DEVICES ? a->device_ids[i] : id);
         }
         return true;
 }
@@ -147,8 +148,7 @@ static bool alloc_msg_ids(struct gs_arena *ar, struct gs_allocation *a, Gshare__
 static Gshare__Ctl__V1__Allocation *alloc_msg(struct gs_arena *ar, struct gs_allocation *a)
 {
         struct gs_agent *ag = gs_agent_of(a->node);
-        Gshare__Ctl__V1__Allocation *m =
-                NEW(ar, Gshare__Ctl__V1__Allocation, GSHARE__CTL__V1__ALLOCATION__INIT);
+        Gshare__Ctl__V1__Allocation *m = NEW(ar, Gshare__Ctl__V1__Allocation, GSHARE__CTL__V1__ALLOCATION__INIT);
         size_t nproc = 0;
 
         if (!m)
@@ -161,8 +161,8 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct gs_arena *ar, struct gs_all
         for (uint32_t i = 0; i < a->nparts; i++) {
                 struct gs_gpu *g = &ag->node.gpus[a->parts[i].gpu];
                 struct gs_palloc_stats st;
-                Gshare__Ctl__V1__AllocationPart *pm = NEW(ar, Gshare__Ctl__V1__AllocationPart,
-                                                          GSHARE__CTL__V1__ALLOCATION_PART__INIT);
+                Gshare__Ctl__V1__AllocationPart *pm =
+                        NEW(ar, Gshare__Ctl__V1__AllocationPart, GSHARE__CTL__V1__ALLOCATION_PART__INIT);
                 if (!pm)
                         return NULL;
                 gs_gpu_lock(g);
@@ -243,8 +243,8 @@ static void do_create(struct gs_ctlsrv *s, struct gs_arena *ar, const Gshare__Ct
                 req.kind = GS_OWNER_CLAIM;
                 if (strlen(f[0]) > GS_CLAIM_UID_MAX || strlen(f[1]) > GS_CLAIM_NS_MAX ||
                     strlen(f[2]) > GS_CLAIM_NAME_MAX || strlen(f[3]) > GS_UUID_STR_LEN) {
-                        snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name",
-                                 f[0], f[1], f[2]);
+                        snprintf(err, errlen, "claim '%.40s' (%.64s/%.64s): not a claim UID, namespace and name", f[0],
+                                 f[1], f[2]);
                         r = -EINVAL;
                 }
                 snprintf(req.claim.uid, sizeof(req.claim.uid), "%s", f[0]);
@@ -269,10 +269,12 @@ static void do_create(struct gs_ctlsrv *s, struct gs_arena *ar, const Gshare__Ct
         }
         if (c)
                 req.burst_bytes = c->burst_bytes;
-        if (r == 0 && c && ((c->compute_class[0] && gs_qos_class_parse(c->compute_class, &req.qos.cls) < 0) ||
-                            c->compute_cap > 100)) {
-                snprintf(err, errlen, "compute class '%.40s' or cap %u: a class is latency-critical, standard or "
-                         "best-effort, a cap 1 to 100", c->compute_class, c->compute_cap);
+        if (r == 0 && c &&
+            ((c->compute_class[0] && gs_qos_class_parse(c->compute_class, &req.qos.cls) < 0) || c->compute_cap > 100)) {
+                snprintf(err, errlen,
+                         "compute class '%.40s' or cap %u: a class is latency-critical, standard or "
+                         "best-effort, a cap 1 to 100",
+                         c->compute_class, c->compute_cap);
                 r = -EINVAL;
         }
         if (c)
@@ -307,8 +309,8 @@ static void do_create(struct gs_ctlsrv *s, struct gs_arena *ar, const Gshare__Ct
         rep->create_allocation = m;
 }
 
-static void do_release(struct gs_ctlsrv *s, struct gs_arena *ar, const GsCtlRequest *req,
-                       GsCtlReply *rep, char *err, size_t errlen)
+static void do_release(struct gs_ctlsrv *s, struct gs_arena *ar, const GsCtlRequest *req, GsCtlReply *rep, char *err,
+                       size_t errlen)
 {
         const Gshare__Ctl__V1__ReleaseAllocationRequest *c = req->release_allocation;
         struct gs_allocation *a = NULL;
@@ -326,11 +328,11 @@ static void do_release(struct gs_ctlsrv *s, struct gs_arena *ar, const GsCtlRequ
                 goto done;
         if (!a || a->releasing) {
                 /* Perhaps a checkpoint line waiting to be restored. */
-                r = gs_restore_release_pending(&s->ag->node, c->id, (const char *const *)c->device_ids,
-                                              c->n_device_ids, NULL, err, errlen);
+                r = gs_restore_release_pending(&s->ag->node, c->id, (const char *const *)c->device_ids, c->n_device_ids,
+                                               NULL, err, errlen);
                 if (r == -ENOENT)
-                        snprintf(err, errlen, "no allocation %s%.64s",
-                                 c->id && c->id[0] ? "" : "for these device IDs", c->id ? c->id : "");
+                        snprintf(err, errlen, "no allocation %s%.64s", c->id && c->id[0] ? "" : "for these device IDs",
+                                 c->id ? c->id : "");
         } else {
                 r = gs_allocs_release(&s->ag->node, a, err, errlen);
         }
@@ -341,20 +343,19 @@ done:
         }
         gs_agent_changed(s->ag);
         rep->body_case = GSHARE__CTL__V1__REPLY__BODY_RELEASE_ALLOCATION;
-        rep->release_allocation = NEW(ar, Gshare__Ctl__V1__ReleaseAllocationReply,
-                                      GSHARE__CTL__V1__RELEASE_ALLOCATION_REPLY__INIT);
+        rep->release_allocation =
+                NEW(ar, Gshare__Ctl__V1__ReleaseAllocationReply, GSHARE__CTL__V1__RELEASE_ALLOCATION_REPLY__INIT);
 }
 
 static void do_list_allocs(struct gs_ctlsrv *s, struct gs_arena *ar, GsCtlReply *rep)
 {
-        Gshare__Ctl__V1__ListAllocationsReply *m = NEW(ar, Gshare__Ctl__V1__ListAllocationsReply,
-                                                       GSHARE__CTL__V1__LIST_ALLOCATIONS_REPLY__INIT);
+        Gshare__Ctl__V1__ListAllocationsReply *m =
+                NEW(ar, Gshare__Ctl__V1__ListAllocationsReply, GSHARE__CTL__V1__LIST_ALLOCATIONS_REPLY__INIT);
 
         if (!m || !(m->allocations = gs_arena_alloc(ar, s->ag->node.nallocs * sizeof(*m->allocations))))
                 return;
         for (struct gs_allocation *a = s->ag->node.allocs; a; a = a->next)
-                if (m->n_allocations < s->ag->node.nallocs &&
-                    !(m->allocations[m->n_allocations++] = alloc_msg(ar, a)))
+                if (m->n_allocations < s->ag->node.nallocs && !(m->allocations[m->n_allocations++] = alloc_msg(ar, a)))
                         return;
         rep->body_case = GSHARE__CTL__V1__REPLY__BODY_LIST_ALLOCATIONS;
         rep->list_allocations = m;
@@ -413,9 +414,7 @@ static void handle(struct gs_ctlsrv *s, struct gs_stream *c, const uint8_t *buf,
         case GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION:
                 do_create(s, &ar, req->create_allocation, NULL, &rep, err, sizeof(err));
                 break;
-        case GSHARE__CTL__V1__REQUEST__OP_RELEASE_ALLOCATION:
-                do_release(s, &ar, req, &rep, err, sizeof(err));
-                break;
+        case GSHARE__CTL__V1__REQUEST__OP_RELEASE_ALLOCATION: do_release(s, &ar, req, &rep, err, sizeof(err)); break;
         case GSHARE__CTL__V1__REQUEST__OP_CREATE_CLAIM_ALLOCATION: {
                 /* The old form: the same request, owner claim. */
                 const Gshare__Ctl__V1__CreateClaimAllocationRequest *o = req->create_claim_allocation;
@@ -432,9 +431,7 @@ static void handle(struct gs_ctlsrv *s, struct gs_stream *c, const uint8_t *buf,
                 rep.list_gpus = gpus_msg(&ar, s->ag);
                 rep.body_case = GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS;
                 break;
-        case GSHARE__CTL__V1__REQUEST__OP_LIST_ALLOCATIONS:
-                do_list_allocs(s, &ar, &rep);
-                break;
+        case GSHARE__CTL__V1__REQUEST__OP_LIST_ALLOCATIONS: do_list_allocs(s, &ar, &rep); break;
         case GSHARE__CTL__V1__REQUEST__OP_WATCH:
                 rep.list_gpus = gpus_msg(&ar, s->ag);
                 rep.body_case = GSHARE__CTL__V1__REPLY__BODY_LIST_GPUS;
@@ -521,8 +518,7 @@ void gs_ctlsrv_broadcast(struct gs_ctlsrv *s)
         gs_arena_free(&ar);
 }
 
-int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret, char *err,
-                  size_t errlen)
+int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret, char *err, size_t errlen)
 {
         static const struct gs_stream_limits lim = {
                 .max_conns = GS_CTLSRV_MAX_CLIENTS,

@@ -18,8 +18,7 @@
 #define GS_CTLSRV_LINGER_MS 2000
 
 /* Listens on path (a stale socket file there is replaced). */
-int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret, char *err,
-                  size_t errlen) GS_WUR;
+int gs_ctlsrv_new(struct gs_agent *ag, const char *path, struct gs_ctlsrv **ret, char *err, size_t errlen) GS_WUR;
 /* Closes every client and the socket, unlinks it.  NULL is fine. */
 void gs_ctlsrv_free(struct gs_ctlsrv *s);
 /* Sends the GPU list to every Watch client. */

@@ -23,7 +23,7 @@
 
 struct gs_handover {
         int fd;
-        int64_t take_ms;       /* when TAKE was sent: the processes wait since */
+        int64_t take_ms; /* when TAKE was sent: the processes wait since */
         struct gs_ho_snapset snap;
 };
 
@@ -346,8 +346,11 @@ int gs_handover_take(struct gs_handover *h, struct gs_agent *ag, struct gs_gpu_i
 {
         struct gs_gpu_inherit *inh = calloc(ag->node.ngpus ? ag->node.ngpus : 1, sizeof(*inh));
         struct gs_ho_msg *m = calloc(1, sizeof(*m));
-        struct gs_ho_take t = { .inh = inh, .gpus = ag->node.gpus, .ngpus = ag->node.ngpus,
-                                .chunk_bytes = ag->node.cfg.chunk_bytes, .snap = &h->snap };
+        struct gs_ho_take t = { .inh = inh,
+                                .gpus = ag->node.gpus,
+                                .ngpus = ag->node.ngpus,
+                                .chunk_bytes = ag->node.cfg.chunk_bytes,
+                                .snap = &h->snap };
         int fds[GS_HO_MAX_FDS], r;
         uint32_t nfds;
 

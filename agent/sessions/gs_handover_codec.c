@@ -202,8 +202,7 @@ static int take_gpu(struct gs_ho_take *t, const struct gs_ho_msg *m)
                 if (!memcmp(t->gpus[gi].uuid_raw, m->uuid, 16) && t->gpus[gi].ctx_ready)
                         cur = &t->inh[gi];
         t->cur = NULL;
-        if (!cur || cur->nchunks || m->nchunks == 0 || m->nchunks > GS_LEDGER_MAX_CHUNKS ||
-            m->arg != t->chunk_bytes) {
+        if (!cur || cur->nchunks || m->nchunks == 0 || m->nchunks > GS_LEDGER_MAX_CHUNKS || m->arg != t->chunk_bytes) {
                 if (cur && m->arg != t->chunk_bytes)
                         log_warn("upgrade: the old agent's chunks are %llu bytes, ours %llu: "
                                  "that GPU starts as after a restart",
@@ -234,7 +233,8 @@ int gs_ho_take_msg(struct gs_ho_take *t, const struct gs_ho_msg *m, const int *f
         for (uint32_t i = 0, k = 0; i < m->n; i++) {
                 uint32_t c = m->ent[i].chunk;
                 int f = (m->ent[i].flags & GS_HO_FD) ? fds[k++]
-                        : t->snap ? gs_ho_snap_take(t->snap, t->uuid, m->ent[i].memid) : -1;
+                        : t->snap                    ? gs_ho_snap_take(t->snap, t->uuid, m->ent[i].memid)
+                                                     : -1;
                 if (!cur || c >= cur->nchunks || cur->fd[c] >= 0 || f < 0) {
                         if (cur && f < 0)
                                 log_warn("upgrade: chunk %u (memory %llu) came without its fd", c,

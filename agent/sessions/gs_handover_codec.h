@@ -18,12 +18,20 @@
 
 #define GS_HO_MAGIC 0x4f485347u /* "GSHO" */
 #define GS_HO_VERSION 1u
-#define GS_HO_MAX_FDS 250u      /* entries (and fds) per CHUNKS; SCM_MAX_FD is 253 */
+#define GS_HO_MAX_FDS 250u /* entries (and fds) per CHUNKS; SCM_MAX_FD is 253 */
 /* GPU messages a snapshot may hold (a node's GPUs, with room). */
 #define GS_HO_MAX_GPUS 64u
 
-enum gs_ho_type { GS_HO_PREPARE = 1, GS_HO_ROOM, GS_HO_TAKE, GS_HO_GPU, GS_HO_CHUNKS, GS_HO_SENT, GS_HO_READY,
-                  GS_HO_FAIL };
+enum gs_ho_type {
+        GS_HO_PREPARE = 1,
+        GS_HO_ROOM,
+        GS_HO_TAKE,
+        GS_HO_GPU,
+        GS_HO_CHUNKS,
+        GS_HO_SENT,
+        GS_HO_READY,
+        GS_HO_FAIL
+};
 
 #define GS_HO_WRITTEN 1u /* a process may have written it */
 #define GS_HO_FD 2u      /* its fd comes with this message (else: sent at PREPARE) */
@@ -31,16 +39,16 @@ enum gs_ho_type { GS_HO_PREPARE = 1, GS_HO_ROOM, GS_HO_TAKE, GS_HO_GPU, GS_HO_CH
 struct gs_ho_ent {
         uint32_t chunk;
         uint32_t flags;
-        uint64_t memid;        /* gs_chunk.memid: the memory, whichever chunk holds it */
+        uint64_t memid; /* gs_chunk.memid: the memory, whichever chunk holds it */
 };
 
 struct gs_ho_msg {
         uint32_t magic;
         uint16_t version, type;
-        uint32_t n;            /* CHUNKS: entries (and fds) */
-        uint32_t nchunks;      /* GPU: the pool's size */
-        uint64_t arg;          /* PREPARE: bytes wanted per GPU; GPU: chunk bytes */
-        uint8_t uuid[16];      /* GPU */
+        uint32_t n;       /* CHUNKS: entries (and fds) */
+        uint32_t nchunks; /* GPU: the pool's size */
+        uint64_t arg;     /* PREPARE: bytes wanted per GPU; GPU: chunk bytes */
+        uint8_t uuid[16]; /* GPU */
         struct gs_ho_ent ent[GS_HO_MAX_FDS];
 };
 

@@ -16,11 +16,14 @@ struct gs_ipc_export {
         uint64_t token[2];
         struct gs_proc *p;
         uint32_t gpu;
-        bool pending;          /* reclaimed, its block not checked yet */
+        bool pending; /* reclaimed, its block not checked yet */
         uint64_t off, size;
 };
 
-uint32_t gs_ipc_count(const struct gs_proc *p) { return __atomic_load_n(&p->nexports, __ATOMIC_ACQUIRE); }
+uint32_t gs_ipc_count(const struct gs_proc *p)
+{
+        return __atomic_load_n(&p->nexports, __ATOMIC_ACQUIRE);
+}
 
 static void drop_at(struct gs_ipc_table *t, uint32_t i)
 {
@@ -28,7 +31,10 @@ static void drop_at(struct gs_ipc_table *t, uint32_t i)
         t->v[i] = t->v[--t->n];
 }
 
-static uint64_t chunk_bytes(const struct gs_proc *p, uint32_t gpu) { return p->gpus[gpu].g->chunk_bytes; }
+static uint64_t chunk_bytes(const struct gs_proc *p, uint32_t gpu)
+{
+        return p->gpus[gpu].g->chunk_bytes;
+}
 
 /* pre: t->lock.  The memory p maps at slot on gpu, from its reclaim: its
  * index or -1. */
@@ -42,15 +48,14 @@ static int64_t mem_at(const struct gs_ipc_table *t, const struct gs_proc *p, uin
 
 /* pre: t->lock.  Whether an export of p on gpu (pending ones too when
  * pending) has slot under its block. */
-static bool covered(const struct gs_ipc_table *t, const struct gs_proc *p, uint32_t gpu, uint32_t slot,
-                    bool pending)
+static bool covered(const struct gs_ipc_table *t, const struct gs_proc *p, uint32_t gpu, uint32_t slot, bool pending)
 {
         uint64_t cb = chunk_bytes(p, gpu);
 
         for (uint32_t i = 0; i < t->n; i++) {
                 const struct gs_ipc_export *e = &t->v[i];
-                if (e->p == p && e->gpu == gpu && (pending || !e->pending) && e->size &&
-                    e->off / cb <= slot && slot <= (e->off + e->size - 1) / cb)
+                if (e->p == p && e->gpu == gpu && (pending || !e->pending) && e->size && e->off / cb <= slot &&
+                    slot <= (e->off + e->size - 1) / cb)
                         return true;
         }
         return false;

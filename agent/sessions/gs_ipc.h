@@ -56,7 +56,7 @@ void gs_ipc_unexport_all(struct gs_ipc_table *t, struct gs_proc *p);
 struct gs_ipc_open {
         uint64_t off_in_chunk, size;
         uint32_t nchunks;
-        int *fds;   /* nchunks, malloc'ed; gs_ipc_open_done frees */
+        int *fds; /* nchunks, malloc'ed; gs_ipc_open_done frees */
 };
 
 /* Resolves token for importer q on its GPU index gpu.  -ENOENT (no such

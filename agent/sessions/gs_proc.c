@@ -75,7 +75,8 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 uint32_t held = gs_gpu_spill_release_holder(g, p->id);
                 if (held)
                         log_info("GPU %u: process %d (%s) is gone with the host memory of %u chunks it did not move "
-                                 "(spillMax has it again)", g->index, p->pid, p->comm, held);
+                                 "(spillMax has it again)",
+                                 g->index, p->pid, p->comm, held);
                 gs_pproc_del(p->gpus[i].pp);
                 gs_pproc_del(p->gpus[i].vpp);
                 p->gpus[i].vpp = NULL;
@@ -88,8 +89,8 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 g->ctx_promised -= p->gpus[i].ctx_promised;
                 p->gpus[i].ctx_promised = 0;
                 (void)!gs_outside_charge(g, &a->parts[i].out, a->parts[i].pa,
-                                        gs_allocs_outside_slots(&ag->node, &a->parts[i]),
-                                        &p->gpus[i].outside_charge, 0, false);
+                                         gs_allocs_outside_slots(&ag->node, &a->parts[i]), &p->gpus[i].outside_charge,
+                                         0, false);
                 gs_gpu_check_lending(g);
                 changed |= before != g->last_borrowed;
                 gs_gpu_unlock(g);
@@ -108,9 +109,8 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                         break;
                 }
         if (why)
-                log_info("process %d (%s) of allocation %s %s, its memory is back (%llu requests served)",
-                         p->pid, p->comm, a->id, why,
-                         (unsigned long long)__atomic_load_n(&p->nrequests, __ATOMIC_RELAXED));
+                log_info("process %d (%s) of allocation %s %s, its memory is back (%llu requests served)", p->pid,
+                         p->comm, a->id, why, (unsigned long long)__atomic_load_n(&p->nrequests, __ATOMIC_RELAXED));
         free(p->grants);
         free(p->grant_fds);
         gs_agent_want_scan(ag);
@@ -157,8 +157,7 @@ int gs_proc_gpus_init(struct gs_agent *ag, struct gs_proc *p, char *err, size_t 
                         gs_pproc_set_tag(pg->pp, &pg->tag);
                 gs_gpu_unlock(g);
                 if (r < 0) {
-                        snprintf(err, errlen, "cannot create the process on GPU %u: %s", g->index,
-                                 strerror(-r));
+                        snprintf(err, errlen, "cannot create the process on GPU %u: %s", g->index, strerror(-r));
                         return r;
                 }
                 p->ngpus = i + 1;

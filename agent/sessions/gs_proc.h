@@ -47,15 +47,15 @@ struct gs_proc_gpu {
         struct gs_pproc *pp;
         uint64_t quota_bytes;
         uint32_t nslots;
-        struct gs_vmm_set vmm;       /* the application's cuMemCreate allocations */
+        struct gs_vmm_set vmm; /* the application's cuMemCreate allocations */
         /* Outside the pool (gs_outside.h), under g->lock: the charge slot
          * (max of the two below), the context size charged by GS_OP_CTX,
          * and what NVML last showed. */
         uint64_t outside_charge;
         uint64_t ctx_expect;
         uint64_t outside_measured;
-        uint64_t ctx_promised;       /* part of g->ctx_promised: until GS_OP_CTX_DONE */
-        int64_t room_wait_ms;        /* last wait for a scan (GS_PROC_ROOM_WAIT_MS) */
+        uint64_t ctx_promised; /* part of g->ctx_promised: until GS_OP_CTX_DONE */
+        int64_t room_wait_ms;  /* last wait for a scan (GS_PROC_ROOM_WAIT_MS) */
         /* Restarts (gs_ledger.h): who holds pp's and vmm's chunks, and
          * the chunks behind VMM allocations the process made under an
          * earlier agent (held until it exits; NULL if none). */
@@ -78,7 +78,7 @@ struct gs_proc_gpu {
         uint32_t move_dir;
         uint64_t move_start_ns;
         uint64_t move_plan_ns;
-        bool ctx_refused_said;       /* "no room for a CUDA context" logged */
+        bool ctx_refused_said; /* "no room for a CUDA context" logged */
 };
 
 /* After the application released a VMM allocation the set does not know:
@@ -93,12 +93,12 @@ enum gs_proc_state { GS_PROC_HELLO = 0, GS_PROC_ACTIVE, GS_PROC_CLOSED, GS_PROC_
 #define GS_PROC_RECLAIM_MS 10000
 
 struct gs_proc {
-        struct gs_proc *next;        /* in alloc->procs */
+        struct gs_proc *next; /* in alloc->procs */
         struct gs_agent *agent;
         struct gs_allocation *alloc;
         uint64_t id;
         pid_t pid;
-        uint64_t start;              /* its start time (gs_ledger_pid_start) */
+        uint64_t start; /* its start time (gs_ledger_pid_start) */
         uid_t uid;
         char comm[17];
         enum gs_proc_state state;
@@ -115,14 +115,14 @@ struct gs_proc {
         struct gs_grant *grants;
         int *grant_fds;
         uint32_t max_grants;
-        int wake_fd;                 /* doorbell (eventfd) the hook writes */
-        int notify_fd;               /* eventfd the agent writes when it asks (GS_OP_NOTIFY) */
-        struct gs_wentry went;       /* the worker pool's */
-        int stop;                    /* atomic: main asks the workers to let go */
-        uint64_t nrequests;          /* atomic, for logs */
-        uint32_t nexports;           /* atomic: live IPC exports (gs_ipc.h) */
-        bool over_killed;            /* main: killed by the over-quota policy (gs_usage.h) */
-        bool move_feature;           /* GS_FEAT_SPILL announced to it */
+        int wake_fd;           /* doorbell (eventfd) the hook writes */
+        int notify_fd;         /* eventfd the agent writes when it asks (GS_OP_NOTIFY) */
+        struct gs_wentry went; /* the worker pool's */
+        int stop;              /* atomic: main asks the workers to let go */
+        uint64_t nrequests;    /* atomic, for logs */
+        uint32_t nexports;     /* atomic: live IPC exports (gs_ipc.h) */
+        bool over_killed;      /* main: killed by the over-quota policy (gs_usage.h) */
+        bool move_feature;     /* GS_FEAT_SPILL announced to it */
         /* Compute QoS (gs_proc_qos.h), its worker's: its slot + 1 on
          * GPU qos_gpu's board (0: none). */
         uint32_t qos_slot1, qos_gpu;

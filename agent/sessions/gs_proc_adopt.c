@@ -19,7 +19,7 @@
 /* One chunk the previous agent's ledger says a live process holds. */
 /* The chunk adopted for the entry, or UINT32_MAX. */
 static uint32_t adopt_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs_ledger_ent *e, uint32_t *lost,
-                            struct gs_allocation **ret_owner)
+                          struct gs_allocation **ret_owner)
 {
         struct gs_allocation *a;
         struct gs_proc *q = NULL;
@@ -48,8 +48,8 @@ static uint32_t adopt_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs
         *ret_owner = a;
         gs_gpu_unlock(g);
         if (r < 0) {
-                log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot,
-                         q->pid, a->id, strerror(-r));
+                log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot, q->pid,
+                         a->id, strerror(-r));
                 return UINT32_MAX;
         }
         return chunk;
@@ -108,7 +108,8 @@ static void adopt_outside(struct gs_agent *ag, struct gs_gpu *g)
                         if (part->gpu != g->index || part->gone || a->releasing)
                                 continue;
                         for (uint32_t i = 0; i < g->restart.nheld_before; i++)
-                                if (g->restart.held_before[i].kind == GS_LEDGER_OUTSIDE && g->restart.held_before[i].alloc == num)
+                                if (g->restart.held_before[i].kind == GS_LEDGER_OUTSIDE &&
+                                    g->restart.held_before[i].alloc == num)
                                         slots[n++] = g->restart.held_before[i].slot;
                         if (!n)
                                 continue;
@@ -117,7 +118,8 @@ static void adopt_outside(struct gs_agent *ag, struct gs_gpu *g)
                                                  slots, n);
                         gs_gpu_unlock(g);
                         log_info("GPU %u: allocation %s: %u of the %u chunks its processes' contexts and modules "
-                                 "took outside the pool before the restart charged again", g->index, a->id, got, n);
+                                 "took outside the pool before the restart charged again",
+                                 g->index, a->id, got, n);
                 }
         free(slots);
 }
@@ -204,7 +206,8 @@ void gs_proc_adopt(struct gs_agent *ag)
                 gs_gpu_unlock(g);
                 if (lost)
                         log_warn("GPU %u: %u chunks held by live processes of allocations that are gone: pending "
-                                 "until they are free", g->index, lost);
+                                 "until they are free",
+                                 g->index, lost);
                 gs_gpu_ledger_commit(g);
         }
 }

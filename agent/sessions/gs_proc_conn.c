@@ -56,8 +56,7 @@ static int open_pidfd(int sock, pid_t pid)
 /* Whether a new connection of process pid on a must be refused: 0, or
  * which cap refuses it (1-4: its refusals are logged once per allocation
  * and cap, then counted), with why. */
-static int refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why,
-                        size_t whylen)
+static int refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, char *why, size_t whylen)
 {
         const struct gs_config *c = &ag->node.cfg;
         uint32_t mine = 0;
@@ -67,8 +66,7 @@ static int refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, 
                 return 1;
         }
         if (ag->nconns >= c->max_conns) {
-                snprintf(why, whylen, "the agent serves its maximum of %u connections (maxConnections)",
-                         c->max_conns);
+                snprintf(why, whylen, "the agent serves its maximum of %u connections (maxConnections)", c->max_conns);
                 return 2;
         }
         if (a->nprocs >= c->max_conns_per_alloc) {
@@ -81,8 +79,7 @@ static int refuse_conn(struct gs_agent *ag, struct gs_allocation *a, pid_t pid, 
         for (const struct gs_proc *q = a->procs; pid > 0 && q; q = q->next)
                 mine += q->pid == pid && q->state != GS_PROC_CLOSED;
         if (mine >= c->max_conns_per_proc) {
-                snprintf(why, whylen, "process %d has %u connections already (maxConnectionsPerProcess)",
-                         pid, mine);
+                snprintf(why, whylen, "process %d has %u connections already (maxConnectionsPerProcess)", pid, mine);
                 return 4;
         }
         return 0;
@@ -147,8 +144,8 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 p->notify_fd = -1;
                 p->pidfd = open_pidfd(sock, cred.pid);
                 if (p->pidfd < 0) {
-                        log_warn("process %d: no pidfd (%s): its memory returns when its socket closes",
-                                 cred.pid, strerror(-p->pidfd));
+                        log_warn("process %d: no pidfd (%s): its memory returns when its socket closes", cred.pid,
+                                 strerror(-p->pidfd));
                         p->pidfd = -1;
                 }
                 snprintf(p->comm, sizeof(p->comm), "?");
@@ -160,8 +157,8 @@ void gs_proc_on_listen(void *data, uint32_t events)
                 a->nprocs++;
                 ag->nconns++;
                 if (gs_loop_io_add(ag->node.loop, &p->sock_io, sock, EPOLLIN | EPOLLRDHUP, on_sock, p) < 0 ||
-                    (p->pidfd >= 0 && gs_loop_io_add(ag->node.loop, &p->pidfd_io, p->pidfd, EPOLLIN,
-                                                     gs_proc_on_pidfd, p) < 0)) {
+                    (p->pidfd >= 0 &&
+                     gs_loop_io_add(ag->node.loop, &p->pidfd_io, p->pidfd, EPOLLIN, gs_proc_on_pidfd, p) < 0)) {
                         gs_proc_destroy(ag, p, NULL);
                         continue;
                 }
@@ -180,8 +177,8 @@ static void on_sock(void *data, uint32_t events)
                 if (r > 0)
                         return;
                 if (r < 0) {
-                        log_warn_rep(gs_logrep_key(p->alloc->id), "process %d on allocation %s refused: %s", p->pid, p->alloc->id,
-                                     err);
+                        log_warn_rep(gs_logrep_key(p->alloc->id), "process %d on allocation %s refused: %s", p->pid,
+                                     p->alloc->id, err);
                         if (r != -ECONNRESET)
                                 gs_sockmsg_error(p->sock, r, err);
                         /* It never got memory: nothing to keep. */
@@ -208,9 +205,10 @@ static void on_sock(void *data, uint32_t events)
                 if (n < 0 && (errno == EAGAIN || errno == EINTR) && !(events & (EPOLLHUP | EPOLLRDHUP)))
                         return;
                 if (n > 0)
-                        log_warn_rep(gs_logrep_key(p->alloc->id), "process %d of allocation %s sent data on its socket after HELLO; "
+                        log_warn_rep(gs_logrep_key(p->alloc->id),
+                                     "process %d of allocation %s sent data on its socket after HELLO; "
                                      "dropped",
-                                 p->pid, p->alloc->id);
+                                     p->pid, p->alloc->id);
                 gs_proc_close_conn(ag, p);
         }
         if (p->pidfd < 0 || pidfd_exited(p->pidfd))
@@ -227,8 +225,10 @@ int64_t gs_proc_tick(void *data, int64_t now)
                 for (; p; p = nx) {
                         nx = p->next;
                         if (p->state == GS_PROC_RECLAIM && p->hello_deadline_ms <= now) {
-                                log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s did not finish its reclaim in %d ms; "
-                                         "it keeps what it holds", p->pid, a->id, GS_PROC_RECLAIM_MS);
+                                log_warn_rep(gs_logrep_key(a->id),
+                                             "process %d on allocation %s did not finish its reclaim in %d ms; "
+                                             "it keeps what it holds",
+                                             p->pid, a->id, GS_PROC_RECLAIM_MS);
                                 gs_sockmsg_error(p->sock, -ETIMEDOUT, "no reclaim in time");
                                 gs_proc_close_conn(ag, p);
                                 continue;
@@ -238,8 +238,9 @@ int64_t gs_proc_tick(void *data, int64_t now)
                         if (p->state != GS_PROC_HELLO)
                                 continue;
                         if (p->hello_deadline_ms <= now) {
-                                log_warn_rep(gs_logrep_key(a->id), "process %d on allocation %s sent no HELLO in %d ms; dropped",
-                                         p->pid, a->id, GS_PROC_HELLO_MS);
+                                log_warn_rep(gs_logrep_key(a->id),
+                                             "process %d on allocation %s sent no HELLO in %d ms; dropped", p->pid,
+                                             a->id, GS_PROC_HELLO_MS);
                                 gs_sockmsg_error(p->sock, -ETIMEDOUT, "no HELLO in time");
                                 gs_proc_destroy(ag, p, NULL);
                                 continue;

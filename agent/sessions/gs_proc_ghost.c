@@ -69,7 +69,8 @@ struct gs_proc *gs_proc_ghost(struct gs_agent *ag, struct gs_allocation *a, cons
                 return NULL;
         }
         log_info("process %d (%s) of allocation %s held memory from before the restart: charged until it "
-                 "reconnects or exits (#%llu)", q->pid, q->comm, a->id, (unsigned long long)q->id);
+                 "reconnects or exits (#%llu)",
+                 q->pid, q->comm, a->id, (unsigned long long)q->id);
         return q;
 }
 

@@ -39,8 +39,7 @@ int gs_proc_check_hello(const void *buf, size_t n, char *err, size_t errlen)
                 return -EPROTO;
         }
         if (h.h.version != GS_WIRE_VERSION) {
-                snprintf(err, errlen, "protocol version %u, this agent speaks %u", h.h.version,
-                         GS_WIRE_VERSION);
+                snprintf(err, errlen, "protocol version %u, this agent speaks %u", h.h.version, GS_WIRE_VERSION);
                 return -EPROTO;
         }
         if (h.h.type != GS_SOCK_HELLO || h.h.len != sizeof(h) || h.h.reserved) {
@@ -189,7 +188,7 @@ int gs_proc_on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t e
         }
         p->state = GS_PROC_ACTIVE;
         gs_agent_want_scan(ag);
-        log_info("process %d (%s, uid %u) registered on allocation %s as #%llu", p->pid, p->comm,
-                 (unsigned)p->uid, a->id, (unsigned long long)p->id);
+        log_info("process %d (%s, uid %u) registered on allocation %s as #%llu", p->pid, p->comm, (unsigned)p->uid,
+                 a->id, (unsigned long long)p->id);
         return 0;
 }

@@ -18,8 +18,8 @@ void gs_proc_qos_set(struct gs_agent *ag, struct gs_allocation *a, const struct 
         gs_qos_format(&a->qos, was, sizeof(was));
         gs_qos_format(pol, now, sizeof(now));
         __atomic_store(&a->qos, (struct gs_qos_policy *)pol, __ATOMIC_RELEASE);
-        log_info("allocation %s (pod %s/%s): compute %s (was %s), from the pod", a->id, a->pod_namespace,
-                 a->pod_name, now, was);
+        log_info("allocation %s (pod %s/%s): compute %s (was %s), from the pod", a->id, a->pod_namespace, a->pod_name,
+                 now, was);
         if (gs_allocs_checkpoint(&ag->node) < 0)
                 log_warn("allocation %s: its compute policy is not in the checkpoint yet", a->id);
         gs_node_changed(&ag->node);
@@ -59,7 +59,8 @@ int gs_serve_qos(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring
         if (lc && slot == GS_QOS_NO_SLOT && !p->qos_full_said) {
                 p->qos_full_said = true;
                 log_warn("process %d (%s) of allocation %s: latency-critical, but GPU %u's %u board slots are "
-                         "taken: its work is not flagged", p->pid, p->comm, p->alloc->id, gpu, GS_QOS_SLOTS);
+                         "taken: its work is not flagged",
+                         p->pid, p->comm, p->alloc->id, gpu, GS_QOS_SLOTS);
         }
         p->qos_slot1 = slot == GS_QOS_NO_SLOT ? 0 : slot + 1;
         p->qos_gpu = gpu;

@@ -125,8 +125,8 @@ int gs_proc_legacy_vmm_release(struct gs_proc_gpu *pg, uint64_t id)
                 pg->lvmm_bytes -= pg->lvmm[i].size;
                 pg->lvmm[i] = pg->lvmm[--pg->nlvmm];
                 if (pg->vpp)
-                        (void)gs_pproc_legacy_shed(pg->vpp, (uint32_t)((pg->lvmm_bytes + pg->g->chunk_bytes - 1) /
-                                                                       pg->g->chunk_bytes));
+                        (void)gs_pproc_legacy_shed(
+                                pg->vpp, (uint32_t)((pg->lvmm_bytes + pg->g->chunk_bytes - 1) / pg->g->chunk_bytes));
                 return 0;
         }
         return -ENOENT;
@@ -163,8 +163,9 @@ static int reclaim_ipc(struct gs_proc *p, const struct gs_sock_reclaim *m, int f
                 }
                 if (r < 0)
                         log_warn("process %d of allocation %s: its IPC handle of offset %llu on GPU %u is not "
-                                 "taken back: %s", p->pid, p->alloc->id, (unsigned long long)m->item[k + 2],
-                                 p->gpus[m->gpu].g->index, r == -EEXIST ? "token in use" : strerror(-r));
+                                 "taken back: %s",
+                                 p->pid, p->alloc->id, (unsigned long long)m->item[k + 2], p->gpus[m->gpu].g->index,
+                                 r == -EEXIST ? "token in use" : strerror(-r));
         }
         return 1;
 }
@@ -187,9 +188,9 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                 snprintf(err, errlen, "closed during its reclaim");
                 return -ECONNRESET;
         }
-        if ((size_t)n < head || trunc || m.h.magic != GS_WIRE_MAGIC ||
-            m.h.version != GS_WIRE_VERSION || m.h.type != GS_SOCK_RECLAIM || m.h.len != (size_t)n ||
-            m.count > GS_RECLAIM_MAX_ITEMS || (size_t)n != head + 8 * (size_t)m.count) {
+        if ((size_t)n < head || trunc || m.h.magic != GS_WIRE_MAGIC || m.h.version != GS_WIRE_VERSION ||
+            m.h.type != GS_SOCK_RECLAIM || m.h.len != (size_t)n || m.count > GS_RECLAIM_MAX_ITEMS ||
+            (size_t)n != head + 8 * (size_t)m.count) {
                 gs_closep(&fd);
                 snprintf(err, errlen, "malformed reclaim message (%zd bytes)", n);
                 return -EPROTO;
@@ -257,8 +258,8 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                                 return -EPROTO;
                         }
                         if (!pg->lvmm || (pg->nlvmm >= 16 && !(pg->nlvmm & (pg->nlvmm - 1)))) {
-                                struct gs_legacy_vmm *t = realloc(pg->lvmm, (pg->lvmm ? 2 * pg->nlvmm : 16) *
-                                                                                    sizeof(*t));
+                                struct gs_legacy_vmm *t =
+                                        realloc(pg->lvmm, (pg->lvmm ? 2 * pg->nlvmm : 16) * sizeof(*t));
                                 if (!t) {
                                         snprintf(err, errlen, "out of memory");
                                         return -ENOMEM;
@@ -290,8 +291,10 @@ int gs_proc_on_reclaim(struct gs_agent *ag, struct gs_proc *p, char *err, size_t
                                 /* Not in the ledger: only the process says so,
                                  * and its quota cannot cover it.  Serving it
                                  * would hand that slot out again. */
-                                snprintf(err, errlen, "it maps slot %u on GPU %u, which the ledger does not name and "
-                                         "its quota cannot cover", (unsigned)m.item[k], pg->g->index);
+                                snprintf(err, errlen,
+                                         "it maps slot %u on GPU %u, which the ledger does not name and "
+                                         "its quota cannot cover",
+                                         (unsigned)m.item[k], pg->g->index);
                                 gs_gpu_unlock(pg->g);
                                 return -EDQUOT;
                         }

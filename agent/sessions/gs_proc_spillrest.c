@@ -97,14 +97,16 @@ void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g)
                 struct gs_proc *q;
                 if (e->kind != GS_LEDGER_HELD || !ghost_gpu(ag, g, e, &q))
                         continue;
-                struct gs_ledger_tag t = { .pid = e->pid, .kind = GS_LEDGER_HELD, .start = e->start,
-                                           .alloc = e->alloc };
+                struct gs_ledger_tag t = {
+                        .pid = e->pid, .kind = GS_LEDGER_HELD, .start = e->start, .alloc = e->alloc
+                };
                 gs_gpu_lock(g);
                 int r = gs_gpu_spill_hold_restored(g, q->id, &t, e->slot);
                 gs_gpu_unlock(g);
                 if (r < 0)
                         log_warn("GPU %u: host memory process %d kept from a move is not charged again: no spare "
-                                 "record (spillMax)", g->index, (int)e->pid);
+                                 "record (spillMax)",
+                                 g->index, (int)e->pid);
                 else
                         held++;
         }
@@ -114,8 +116,8 @@ void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g)
         gs_gpu_unlock(g);
         if (host || marked || held)
                 log_info("GPU %u: %u chunks of processes' data in host memory from before the restart, %u in a "
-                         "move then (device memory unless their process says otherwise), %u kept unmoved", g->index,
-                         host, marked, held);
+                         "move then (device memory unless their process says otherwise), %u kept unmoved",
+                         g->index, host, marked, held);
         (void)lost;
 }
 
@@ -140,7 +142,8 @@ void gs_proc_reclaim_host(struct gs_proc *p, struct gs_proc_gpu *pg, const uint6
                 if (spare == UINT32_MAX || gs_pool_make_borrowed(g->pool, chunk) < 0 ||
                     gs_pool_exchange(g->pool, chunk, spare) < 0) {
                         log_warn("GPU %u: slot %u of process %d is in host memory, charged as device memory: no "
-                                 "spare record or borrowed chunk for it", g->index, slot, p->pid);
+                                 "spare record or borrowed chunk for it",
+                                 g->index, slot, p->pid);
                         continue;
                 }
                 done++;
@@ -149,5 +152,6 @@ void gs_proc_reclaim_host(struct gs_proc *p, struct gs_proc_gpu *pg, const uint6
         gs_gpu_unlock(g);
         if (done)
                 log_info("GPU %u: process %d says %u slots in a move when the agent stopped are in host memory: "
-                         "charged so", g->index, p->pid, done);
+                         "charged so",
+                         g->index, p->pid, done);
 }

@@ -50,41 +50,41 @@ static int serve_alloc(struct gs_proc *p, struct gs_proc_gpu *pg, const struct g
                 return 0;
         }
         for (int attempt = 0;; attempt++) {
-        gs_gpu_lock(g);
-        cover(p, req->gpu);
-        r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
-        if (r == 0) {
-                char err[256];
+                gs_gpu_lock(g);
+                cover(p, req->gpu);
+                r = gs_pproc_malloc(pg->pp, size, &off, p->grants, p->max_grants, &n);
+                if (r == 0) {
+                        char err[256];
 
-                r = gs_gpu_chunks_hand_out(g, p->grants, n, p->alloc, p->id, p->grant_fds, err,
-                                           sizeof(err));
-                if (r < 0) {
-                        if (attempt == 0)
-                                log_info("GPU %u: %s", g->index, err);
-                        gs_agent_want_scan(p->agent);
-                        /* Undo: the block, then the new chunks' slots. */
-                        if (gs_pproc_free(pg->pp, off, NULL) < 0)
-                                log_error("GPU %u: block at %llu not undone", g->index, (unsigned long long)off);
-                        for (uint32_t i = 0; i < n; i++)
-                                if (gs_pproc_release(pg->pp, p->grants[i].slot, 1) < 0)
-                                        log_error("GPU %u: slot %u not undone", g->index, p->grants[i].slot);
-                        n = 0;
-                        r = -EAGAIN;
+                        r = gs_gpu_chunks_hand_out(g, p->grants, n, p->alloc, p->id, p->grant_fds, err, sizeof(err));
+                        if (r < 0) {
+                                if (attempt == 0)
+                                        log_info("GPU %u: %s", g->index, err);
+                                gs_agent_want_scan(p->agent);
+                                /* Undo: the block, then the new chunks' slots. */
+                                if (gs_pproc_free(pg->pp, off, NULL) < 0)
+                                        log_error("GPU %u: block at %llu not undone", g->index,
+                                                  (unsigned long long)off);
+                                for (uint32_t i = 0; i < n; i++)
+                                        if (gs_pproc_release(pg->pp, p->grants[i].slot, 1) < 0)
+                                                log_error("GPU %u: slot %u not undone", g->index, p->grants[i].slot);
+                                n = 0;
+                                r = -EAGAIN;
+                        }
+                        gs_gpu_check_lending(g);
                 }
-                gs_gpu_check_lending(g);
-        }
-        gs_gpu_unlock(g);
-        /* No room in the driver for a chunk's memory: just after a start or
+                gs_gpu_unlock(g);
+                /* No room in the driver for a chunk's memory: just after a start or
          * a handover the memory of the agent before is still being let go
          * (a killed one's by the driver): wait for it.  Else out of memory. */
-        if (r == -EAGAIN && attempt < 10 &&
-            gs_mono_ms() < __atomic_load_n(&p->agent->settle_until_ms, __ATOMIC_RELAXED)) {
-                gs_agent_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
-                continue;
-        }
-        if (r == -EAGAIN)
-                r = -ENOMEM;
-        break;
+                if (r == -EAGAIN && attempt < 10 &&
+                    gs_mono_ms() < __atomic_load_n(&p->agent->settle_until_ms, __ATOMIC_RELAXED)) {
+                        gs_agent_wait_scan(p->agent, GS_PROC_ROOM_WAIT_MS);
+                        continue;
+                }
+                if (r == -EAGAIN)
+                        r = -ENOMEM;
+                break;
         }
         if (r < 0) {
                 /* Out of slots or too many chunks at once is, to the caller,
@@ -165,8 +165,7 @@ static int serve_vmm_create(struct gs_proc *p, struct gs_proc_gpu *pg, const str
 
 /* The part's outside set under the GPU's lock: what the allocation uses on
  * this GPU, and of it outside the pool. */
-static void part_usage(struct gs_gpu *g, struct gs_part *part, uint64_t *ret_used,
-                       uint64_t *ret_outside)
+static void part_usage(struct gs_gpu *g, struct gs_part *part, uint64_t *ret_used, uint64_t *ret_outside)
 {
         gs_gpu_assert_locked(g);
         struct gs_palloc_stats st;
@@ -177,8 +176,7 @@ static void part_usage(struct gs_gpu *g, struct gs_part *part, uint64_t *ret_use
 }
 
 /* GS_OP_CTX: charge a context before the process creates it. */
-static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
-                     struct gs_ring_msg *rep)
+static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
 {
         struct gs_part *part = &p->alloc->parts[req->gpu];
         struct gs_gpu *g = pg->g;
@@ -190,11 +188,9 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
         gs_gpu_lock(g);
         if (!pg->ctx_expect) {
                 charging = true;
-                want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes
-                                                                  : pg->outside_measured;
-                r = gs_outside_charge(g, &part->out, part->pa,
-                                      gs_allocs_outside_slots(&p->agent->node, part), &pg->outside_charge,
-                                      want, true);
+                want = g->ctx_expect_bytes > pg->outside_measured ? g->ctx_expect_bytes : pg->outside_measured;
+                r = gs_outside_charge(g, &part->out, part->pa, gs_allocs_outside_slots(&p->agent->node, part),
+                                      &pg->outside_charge, want, true);
                 if (r == 0) {
                         pg->ctx_expect = g->ctx_expect_bytes;
                         pg->ctx_promised = want;
@@ -214,10 +210,8 @@ static int serve_ctx(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_
                 if (!pg->ctx_refused_said)
                         log_info("process %d (%s) of allocation %s: no room for a CUDA context on GPU %u "
                                  "(%llu of %llu MiB in use, %llu outside the pool)",
-                                 p->pid, p->comm, p->alloc->id, g->index,
-                                 (unsigned long long)(rep->arg[1] >> 20),
-                                 (unsigned long long)(pg->quota_bytes >> 20),
-                                 (unsigned long long)(rep->arg[2] >> 20));
+                                 p->pid, p->comm, p->alloc->id, g->index, (unsigned long long)(rep->arg[1] >> 20),
+                                 (unsigned long long)(pg->quota_bytes >> 20), (unsigned long long)(rep->arg[2] >> 20));
                 pg->ctx_refused_said = true;
                 rep->status = -ENOMEM;
         }
@@ -239,8 +233,7 @@ static int send_export_keep(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                 return 0;
         }
         for (uint32_t i = 0; i < o.nchunks && r == 0; i++)
-                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_IPC_GRANT, req, i, pg->g->chunk_bytes, o.fds[i],
-                                          &p->stop);
+                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_IPC_GRANT, req, i, pg->g->chunk_bytes, o.fds[i], &p->stop);
         gs_ipc_open_done(&o);
         return r;
 }
@@ -288,8 +281,7 @@ static int serve_ipc_open(struct gs_proc *p, struct gs_proc_gpu *pg, const struc
                 return 0;
         }
         for (uint32_t i = 0; i < o.nchunks && r == 0; i++)
-                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_IPC_GRANT, req, i, pg->g->chunk_bytes, o.fds[i],
-                                          &p->stop);
+                r = gs_sockmsg_send_grant(p->sock, GS_SOCK_IPC_GRANT, req, i, pg->g->chunk_bytes, o.fds[i], &p->stop);
         k = o.nchunks;
         gs_ipc_open_done(&o);
         if (r < 0)
@@ -324,8 +316,7 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
         /* For gs_short_request: read before the request is served. */
         uint32_t returned = gs_palloc_returned(p->alloc->parts[req->gpu].pa);
         switch (req->op) {
-        case GS_OP_ALLOC:
-                return gs_short_request(p, req, rep, serve_alloc(p, pg, req, rep), returned);
+        case GS_OP_ALLOC: return gs_short_request(p, req, rep, serve_alloc(p, pg, req, rep), returned);
         case GS_OP_FREE:
                 /* An exported block loses its export before it is freed. */
                 if (gs_ipc_count(p))
@@ -352,8 +343,8 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                         gs_palloc_stats(p->alloc->parts[req->gpu].pa, &ps);
                 gs_gpu_unlock(pg->g);
                 rep->arg[0] = st.bytes_obtainable;
-                rep->arg[1] = pg->quota_bytes +
-                              ((uint64_t)ps.chunks_borrowed + ps.chunks_borrowable) * pg->g->chunk_bytes;
+                rep->arg[1] =
+                        pg->quota_bytes + ((uint64_t)ps.chunks_borrowed + ps.chunks_borrowable) * pg->g->chunk_bytes;
                 return 0;
         }
         case GS_OP_RANGE:
@@ -365,8 +356,7 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 rep->arg[1] = size;
                 return 0;
         case GS_OP_RELEASE:
-                if (req->arg[0] >= pg->nslots || req->arg[1] == 0 ||
-                    req->arg[1] > pg->nslots - req->arg[0]) {
+                if (req->arg[0] >= pg->nslots || req->arg[1] == 0 || req->arg[1] > pg->nslots - req->arg[0]) {
                         rep->status = -EINVAL;
                         return 0;
                 }
@@ -379,14 +369,10 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 gs_gpu_unlock(pg->g);
                 rep->status = r;
                 return 0;
-        case GS_OP_VMM_CREATE:
-                return gs_short_request(p, req, rep, serve_vmm_create(p, pg, req, rep), returned);
-        case GS_OP_IPC_EXPORT:
-                return serve_ipc_export(p, pg, req, rep);
-        case GS_OP_IPC_OPEN:
-                return serve_ipc_open(p, pg, req, rep);
-        case GS_OP_CTX:
-                return gs_short_request(p, req, rep, serve_ctx(p, pg, req, rep), returned);
+        case GS_OP_VMM_CREATE: return gs_short_request(p, req, rep, serve_vmm_create(p, pg, req, rep), returned);
+        case GS_OP_IPC_EXPORT: return serve_ipc_export(p, pg, req, rep);
+        case GS_OP_IPC_OPEN: return serve_ipc_open(p, pg, req, rep);
+        case GS_OP_CTX: return gs_short_request(p, req, rep, serve_ctx(p, pg, req, rep), returned);
         case GS_OP_GIVE_BACK: {
                 uint32_t first = 0, n;
                 gs_gpu_lock(pg->g);
@@ -409,8 +395,7 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 if (p->notify_fd < 0)
                         break;
                 return gs_sockmsg_send_grant(p->sock, GS_SOCK_NOTIFY, req, 0, 0, p->notify_fd, &p->stop);
-        case GS_OP_QOS:
-                return gs_serve_qos(p, pg, req, rep);
+        case GS_OP_QOS: return gs_serve_qos(p, pg, req, rep);
         case GS_OP_CTX_DONE:
                 gs_gpu_lock(pg->g);
                 pg->g->ctx_promised -= pg->ctx_promised;
@@ -429,8 +414,7 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 gs_gpu_unlock(pg->g);
                 rep->status = r;
                 return 0;
-        default:
-                break;
+        default: break;
         }
         rep->status = -EPROTO;
         return 0;
@@ -490,9 +474,8 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
         if (r >= 0)
                 return 0;
         if (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
-                log_warn_rep(gs_logrep_key(p->alloc->id), "process %d (%s) of allocation %s: connection dropped: %s", p->pid,
-                         p->comm, p->alloc->id,
-                         r == -EPROTO ? "corrupt ring indices" : strerror(-r));
+                log_warn_rep(gs_logrep_key(p->alloc->id), "process %d (%s) of allocation %s: connection dropped: %s",
+                             p->pid, p->comm, p->alloc->id, r == -EPROTO ? "corrupt ring indices" : strerror(-r));
                 /* The main loop sees the hang-up and takes it from there. */
                 (void)shutdown(p->sock, SHUT_RDWR);
         }

@@ -48,8 +48,9 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         /* A block another process opened through CUDA IPC is mapped there
          * too, from the device memory: a process exporting any is never
          * spilled (the opener would not see the moved data). */
-        n = gs_ipc_count(p) ? 0 : gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_HOST, pg->move, GS_MOVE_MAX, p->alloc,
-                                                    p->id, err, sizeof(err));
+        n = gs_ipc_count(p) ? 0
+                            : gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_HOST, pg->move, GS_MOVE_MAX, p->alloc, p->id, err,
+                                               sizeof(err));
         if (n == 0) {
                 dir = GS_MOVE_TO_DEVICE;
                 n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_DEVICE, pg->move, GS_MOVE_MAX, p->alloc, p->id, err,
@@ -63,8 +64,8 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         }
         gs_gpu_unlock(g);
         if (err[0])
-                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index, p->pid,
-                             p->comm, err);
+                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index,
+                             p->pid, p->comm, err);
         for (int i = 0; i < n; i++) {
                 int r = gs_sockmsg_send_grant(p->sock, GS_SOCK_MOVE, req, pg->move[i].slot, g->chunk_bytes,
                                               pg->move[i].fd, &p->stop);
@@ -95,12 +96,14 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
         uint32_t held = gs_gpu_spill_held(g);
         gs_gpu_unlock(g);
         if (pg->move_dir == GS_MOVE_TO_HOST && moved < n)
-                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s) did not move %llu "
+                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid,
+                             "GPU %u: process %d (%s) did not move %llu "
                              "chunks to the host memory it was sent: it keeps it, charged to spillMax until it exits "
-                             "(%u of %u spares held so)", g->index, p->pid, p->comm,
-                             (unsigned long long)(n - moved), held, g->moves.nspare);
+                             "(%u of %u spares held so)",
+                             g->index, p->pid, p->comm, (unsigned long long)(n - moved), held, g->moves.nspare);
         log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s: %.1f ms to prepare, %.1f ms in the process, "
-                 "%.1f ms to settle", g->index, p->pid, p->comm, (unsigned long long)moved, (unsigned long long)n,
+                 "%.1f ms to settle",
+                 g->index, p->pid, p->comm, (unsigned long long)moved, (unsigned long long)n,
                  pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU", pg->move_plan_ns / 1e6,
                  (t1 - pg->move_start_ns) / 1e6, (gs_mono_ns() - t1) / 1e6);
         gs_agent_poke(p->agent);

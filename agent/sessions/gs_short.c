@@ -202,9 +202,11 @@ static void kill_borrower(struct gs_agent *ag, uint32_t gi)
         int r = (int)syscall(SYS_pidfd_send_signal, big->pidfd, SIGKILL, NULL, 0);
         struct gs_allocation *a = big->alloc;
         char msg[400];
-        snprintf(msg, sizeof(msg), "gshare killed process %d (%s) of allocation %s: it held memory lent to it on GPU "
+        snprintf(msg, sizeof(msg),
+                 "gshare killed process %d (%s) of allocation %s: it held memory lent to it on GPU "
                  "%s that its owner has waited for longer than reclaimKillAfter (%u ms), with no host memory left to "
-                 "move it to (spillMax)%s", (int)big->pid, big->comm, a->id, g->uuid, ag->node.cfg.reclaim_kill_after_ms,
+                 "move it to (spillMax)%s",
+                 (int)big->pid, big->comm, a->id, g->uuid, ag->node.cfg.reclaim_kill_after_ms,
                  r == 0 ? "" : "; the kill failed");
         log_warn("allocation %s (pod %s/%s): %s", a->id, a->pod_namespace[0] ? a->pod_namespace : "?",
                  a->pod_name[0] ? a->pod_name : "?", msg);

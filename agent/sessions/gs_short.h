@@ -47,10 +47,10 @@ struct gs_ring_msg;
 
 /* The agent's part (struct gs_agent's shortmem). */
 struct gs_short {
-        struct gs_loop_async async;      /* a worker asks for the kick */
-        struct gs_loop_post post;        /* the kick, once after the batch */
-        unsigned started;                /* atomic: kicks begun */
-        unsigned kicks;                  /* atomic: kicks done (gs_agent_count) */
+        struct gs_loop_async async; /* a worker asks for the kick */
+        struct gs_loop_post post;   /* the kick, once after the batch */
+        unsigned started;           /* atomic: kicks begun */
+        unsigned kicks;             /* atomic: kicks done (gs_agent_count) */
 };
 
 /* Main thread, after gs_agent_wire: adds the loop's source for the

@@ -262,7 +262,10 @@ static int vmm(uint64_t limit, uint64_t piece)
         return 0;
 }
 
-static unsigned char pat(uint64_t i) { return (unsigned char)(i * 7 + (i >> 20)); }
+static unsigned char pat(uint64_t i)
+{
+        return (unsigned char)(i * 7 + (i >> 20));
+}
 
 static void to_hex(const CUipcMemHandle *h, char out[129])
 {
@@ -557,8 +560,9 @@ static int grow(uint64_t mib)
                         r = cuMemAlloc(&q, n * MiB);
                         if (r == CUDA_SUCCESS && nheld < 64)
                                 held[nheld++] = q;
-                        printf("alloc %s\n", r == CUDA_SUCCESS ? "ok" : r == CUDA_ERROR_OUT_OF_MEMORY ?
-                               "CUDA_ERROR_OUT_OF_MEMORY" : "other-error");
+                        printf("alloc %s\n", r == CUDA_SUCCESS               ? "ok"
+                                             : r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
+                                                                             : "other-error");
                         fflush(stdout);
                 } else if (sscanf(line, "busy %llu", &n) == 1) {
                         struct timespec ms = { 0, 1000000 };
@@ -715,8 +719,9 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "bypass") == 0 && argc == 3) {
                 r = cuMemAlloc(&p, strtoull(argv[2], NULL, 0) * MiB);
                 printf("bypass cuMemAlloc of %s MiB: %s\n", argv[2],
-                       r == CUDA_SUCCESS ? "succeeded" : r == CUDA_ERROR_OUT_OF_MEMORY ?
-                       "CUDA_ERROR_OUT_OF_MEMORY" : "other error");
+                       r == CUDA_SUCCESS               ? "succeeded"
+                       : r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
+                                                       : "other error");
                 return r == CUDA_ERROR_OUT_OF_MEMORY ? 0 : 1;
         }
         if (strcmp(argv[1], "meminfo") == 0) {
@@ -768,8 +773,8 @@ int main(int argc, char **argv)
                         pthread_join(t[i], NULL);
                         sum += a[i].got;
                 }
-                printf("threads: %d threads obtained %llu MiB, limit %llu MiB\n", n,
-                       (unsigned long long)(sum / MiB), (unsigned long long)(total / MiB));
+                printf("threads: %d threads obtained %llu MiB, limit %llu MiB\n", n, (unsigned long long)(sum / MiB),
+                       (unsigned long long)(total / MiB));
                 return sum <= total ? 0 : 1;
         }
         if (strcmp(argv[1], "vmm") == 0 && argc == 4)

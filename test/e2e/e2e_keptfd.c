@@ -53,7 +53,7 @@ struct kept {
         int fd[KEEP_MAX];
         uint64_t ino[KEEP_MAX], size[KEEP_MAX];
         void *map[KEEP_MAX];
-        bool mine[KEEP_MAX];           /* a VMM allocation's: the pattern is checked */
+        bool mine[KEEP_MAX]; /* a VMM allocation's: the pattern is checked */
         uint32_t n;
         uint32_t created, refused;
 };
@@ -165,8 +165,8 @@ static int report(struct kept *k, struct e2e_conn *c)
 
         for (uint32_t i = 0; i < k->n; i++)
                 total += k->size[i];
-        printf("kept %u distinct %llu bytes created %u refused %u\n", k->n, (unsigned long long)total,
-               k->created, k->refused);
+        printf("kept %u distinct %llu bytes created %u refused %u\n", k->n, (unsigned long long)total, k->created,
+               k->refused);
         fflush(stdout);
         (void)!fgets(line, sizeof(line), stdin);
         for (uint32_t i = 0; i < k->n; i++) {
@@ -212,8 +212,7 @@ static int cmd_keepfd(const char *sock, int rounds)
                         for (uint32_t j = 0; j < n; j++)
                                 keep(&k, fds[j], chunk, false);
                         if (e2e_call(&c, GS_OP_FREE, 0, off, 0, &rep, NULL, 0, NULL) == 0 && rep.arg[1])
-                                (void)e2e_call(&c, GS_OP_RELEASE, 0, rep.arg[0], rep.arg[1], NULL, NULL, 0,
-                                               NULL);
+                                (void)e2e_call(&c, GS_OP_RELEASE, 0, rep.arg[0], rep.arg[1], NULL, NULL, 0, NULL);
                 }
                 vmm_round(&k, &c, chunk);
         }

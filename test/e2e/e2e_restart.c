@@ -80,31 +80,48 @@
 #include <unistd.h>
 
 #define MiB (1024ull * 1024ull)
-#define PIECE (4 * MiB)              /* verification reads, host buffer size */
+#define PIECE (4 * MiB) /* verification reads, host buffer size */
 #define MAX_CHURN 256
 #define MAX_VMM 64
 #define MAX_HOLD 4096
 #define MAX_GROW 65536
 #define MAX_ERRS 6
-#define R_FAULT ((CUresult)-1)       /* a signal inside a device access */
+#define R_FAULT ((CUresult)-1) /* a signal inside a device access */
 
 enum call {
-        C_ALLOC, C_FREE, C_ALLOC_ASYNC, C_FREE_ASYNC, C_MEMSET, C_HTOD, C_DTOH,
-        C_CREATE, C_RESERVE, C_MAP, C_SETACCESS, C_UNMAP, C_RELEASE, C_ADDRFREE,
-        C_GETINFO, C_SYNC, C_N
+        C_ALLOC,
+        C_FREE,
+        C_ALLOC_ASYNC,
+        C_FREE_ASYNC,
+        C_MEMSET,
+        C_HTOD,
+        C_DTOH,
+        C_CREATE,
+        C_RESERVE,
+        C_MAP,
+        C_SETACCESS,
+        C_UNMAP,
+        C_RELEASE,
+        C_ADDRFREE,
+        C_GETINFO,
+        C_SYNC,
+        C_N
 };
 
 static const char *const call_name[C_N] = {
-        "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemsetD32",
-        "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemCreate", "cuMemAddressReserve", "cuMemMap",
-        "cuMemSetAccess", "cuMemUnmap", "cuMemRelease", "cuMemAddressFree", "cuMemGetInfo",
-        "cuStreamSynchronize",
+        "cuMemAlloc",          "cuMemFree",        "cuMemAllocAsync", "cuMemFreeAsync",
+        "cuMemsetD32",         "cuMemcpyHtoD",     "cuMemcpyDtoH",    "cuMemCreate",
+        "cuMemAddressReserve", "cuMemMap",         "cuMemSetAccess",  "cuMemUnmap",
+        "cuMemRelease",        "cuMemAddressFree", "cuMemGetInfo",    "cuStreamSynchronize",
 };
 
 struct callstat {
         uint64_t calls, failed;
         double max_ms;
-        struct { CUresult r; uint64_t n; } err[MAX_ERRS];
+        struct {
+                CUresult r;
+                uint64_t n;
+        } err[MAX_ERRS];
         uint64_t err_other;
 };
 
@@ -116,7 +133,7 @@ static uint64_t g_allocs_ok, g_allocs_failed, g_frees_ok, g_frees_failed;
 static uint64_t g_first_alloc_fail_ms, g_last_alloc_fail_ms; /* unix ms; 0: none */
 static double g_max_ms, g_interval_max_ms, g_max_hooked_ms, g_interval_max_hooked_ms;
 static int g_max_call = -1, g_max_hooked_call = -1;
-static uint64_t g_inflight_since;    /* ns; 0: no call in flight */
+static uint64_t g_inflight_since; /* ns; 0: no call in flight */
 static uint64_t g_bytes_held, g_hold_bytes, g_grow_bytes, g_grow_refusals;
 static size_t g_info_free, g_info_total;
 static uint64_t g_t0;
@@ -238,7 +255,13 @@ static void call_end(enum call c, uint64_t t0, CUresult r)
 }
 
 /* A timed, counted driver call; the result is the expression's value. */
-#define CU(c, expr) ({ uint64_t t0_ = call_begin(); CUresult r_ = (expr); call_end((c), t0_, r_); r_; })
+#define CU(c, expr)                          \
+        ({                                   \
+                uint64_t t0_ = call_begin(); \
+                CUresult r_ = (expr);        \
+                call_end((c), t0_, r_);      \
+                r_;                          \
+        })
 
 static void held_add(int64_t d)
 {
@@ -312,16 +335,16 @@ static uint32_t mix32(uint64_t a)
         return (uint32_t)a;
 }
 
-static uint64_t g_tag;               /* this process's: pid and seed */
-static unsigned char *g_buf;         /* PIECE bytes read back */
-static uint32_t *g_exp;              /* PIECE bytes of the expected word */
+static uint64_t g_tag;       /* this process's: pid and seed */
+static unsigned char *g_buf; /* PIECE bytes read back */
+static uint32_t *g_exp;      /* PIECE bytes of the expected word */
 static uint32_t g_exp_word;
 static int g_exp_valid;
 
 struct block {
         CUdeviceptr p;
         size_t size;
-        size_t span;     /* bytes written and checked: size, or a prefix (--grow) */
+        size_t span; /* bytes written and checked: size, or a prefix (--grow) */
         uint64_t serial;
         int async, big, bad;
 };
@@ -420,8 +443,8 @@ static void block_check(struct block *b, const char *what)
         }
         return;
 bad:
-        fprintf(stderr, "e2e_restart: %s block of %zu bytes at %#llx (serial %llu) read back wrong near +%zu\n",
-                what, b->size, (unsigned long long)b->p, (unsigned long long)b->serial, off);
+        fprintf(stderr, "e2e_restart: %s block of %zu bytes at %#llx (serial %llu) read back wrong near +%zu\n", what,
+                b->size, (unsigned long long)b->p, (unsigned long long)b->serial, off);
         b->bad = 1;
         verify_failed();
 }
@@ -457,8 +480,13 @@ struct opts {
         uint64_t seed;
 };
 static struct opts o = {
-        .hold_block_mib = 8, .big_mib = { 40 }, .nbig = 1, .big_every = 64,
-        .sleep_us = 500, .verify_ms = 500, .tick_ms = 1000,
+        .hold_block_mib = 8,
+        .big_mib = { 40 },
+        .nbig = 1,
+        .big_every = 64,
+        .sleep_us = 500,
+        .verify_ms = 500,
+        .tick_ms = 1000,
 };
 
 static int exists(const char *path)
@@ -524,7 +552,7 @@ static size_t churn_size(int *big)
                         return o.big_mib[rnd() % (uint64_t)o.nbig] * MiB;
                 }
         }
-        k = (int)(rnd() % 16);          /* 256 B << 0..15: up to 8 MiB */
+        k = (int)(rnd() % 16); /* 256 B << 0..15: up to 8 MiB */
         lo = (size_t)256 << k;
         if (lo >= 8 * MiB)
                 return 8 * MiB;
@@ -663,22 +691,21 @@ static void check_all(void)
 /* The common counters, as JSON members (no braces); under g_mu. */
 static void print_counters(FILE *f)
 {
-        fprintf(f, "\"pid\":%d,\"t_ms\":%llu,\"unix_ms\":%llu,\"calls\":%llu,\"failed_calls\":%llu,"
+        fprintf(f,
+                "\"pid\":%d,\"t_ms\":%llu,\"unix_ms\":%llu,\"calls\":%llu,\"failed_calls\":%llu,"
                 "\"verify_failures\":%llu,\"faults\":%llu,\"max_ms\":%.3f,\"max_call\":\"%s\","
                 "\"bytes_held\":%llu,\"hold_bytes\":%llu,\"grow_bytes\":%llu,\"allocs_ok\":%llu,"
                 "\"allocs_failed\":%llu,\"frees_ok\":%llu,\"frees_failed\":%llu,\"free_max_ms\":%.3f,"
                 "\"meminfo_free\":%zu,\"meminfo_total\":%zu,\"max_hooked_ms\":%.3f,\"max_hooked_call\":\"%s\","
                 "\"first_alloc_fail_unix_ms\":%llu,\"last_alloc_fail_unix_ms\":%llu",
-                (int)getpid(), (unsigned long long)((now_ns() - g_t0) / 1000000ull),
-                (unsigned long long)unix_ms(), (unsigned long long)g_calls, (unsigned long long)g_failed,
-                (unsigned long long)g_verify_failures, (unsigned long long)g_faults, g_max_ms,
-                g_max_call >= 0 ? call_name[g_max_call] : "", (unsigned long long)g_bytes_held,
-                (unsigned long long)g_hold_bytes, (unsigned long long)g_grow_bytes,
-                (unsigned long long)g_allocs_ok, (unsigned long long)g_allocs_failed,
-                (unsigned long long)g_frees_ok, (unsigned long long)g_frees_failed,
+                (int)getpid(), (unsigned long long)((now_ns() - g_t0) / 1000000ull), (unsigned long long)unix_ms(),
+                (unsigned long long)g_calls, (unsigned long long)g_failed, (unsigned long long)g_verify_failures,
+                (unsigned long long)g_faults, g_max_ms, g_max_call >= 0 ? call_name[g_max_call] : "",
+                (unsigned long long)g_bytes_held, (unsigned long long)g_hold_bytes, (unsigned long long)g_grow_bytes,
+                (unsigned long long)g_allocs_ok, (unsigned long long)g_allocs_failed, (unsigned long long)g_frees_ok,
+                (unsigned long long)g_frees_failed,
                 g_st[C_FREE].max_ms > g_st[C_FREE_ASYNC].max_ms ? g_st[C_FREE].max_ms : g_st[C_FREE_ASYNC].max_ms,
-                g_info_free, g_info_total, g_max_hooked_ms,
-                g_max_hooked_call >= 0 ? call_name[g_max_hooked_call] : "",
+                g_info_free, g_info_total, g_max_hooked_ms, g_max_hooked_call >= 0 ? call_name[g_max_hooked_call] : "",
                 (unsigned long long)g_first_alloc_fail_ms, (unsigned long long)g_last_alloc_fail_ms);
 }
 
@@ -699,8 +726,7 @@ static void print_summary(double seconds)
         pthread_mutex_lock(&g_mu);
         printf("{\"event\":\"summary\",");
         print_counters(stdout);
-        printf(",\"seconds\":%.3f,\"grow_refusals\":%llu,\"failed\":{", seconds,
-               (unsigned long long)g_grow_refusals);
+        printf(",\"seconds\":%.3f,\"grow_refusals\":%llu,\"failed\":{", seconds, (unsigned long long)g_grow_refusals);
         first = 1;
         for (int c = 0; c < C_N; c++)
                 if (g_st[c].failed) {
@@ -870,8 +896,8 @@ static int parse_mib_list(const char *s)
 static void usage(void)
 {
         fprintf(stderr, "usage: e2e_restart [--hold MIB] [--hold-block MIB] [--churn K] [--vmm N] [--big MIB,..]\n"
-                "       [--big-every N] [--sleep-us US] [--verify-ms MS] [--duration S] [--stop-file PATH]\n"
-                "       [--pause-file PATH] [--grow] [--grow-hold] [--seed N] [--tick-ms MS]\n");
+                        "       [--big-every N] [--sleep-us US] [--verify-ms MS] [--duration S] [--stop-file PATH]\n"
+                        "       [--pause-file PATH] [--grow] [--grow-hold] [--seed N] [--tick-ms MS]\n");
 }
 
 static int parse(int argc, char **argv)

@@ -77,7 +77,7 @@ static int block_ok(size_t i, int kernel)
 
 static uint64_t host_bytes(void)
 {
-        uint64_t (*f)(void) = (uint64_t (*)(void))dlsym(RTLD_DEFAULT, "fakecuda_host_bytes");
+        uint64_t (*f)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_host_bytes");
 
         return f ? f() : UINT64_MAX;
 }
@@ -94,7 +94,7 @@ static size_t alloc_upto(uint64_t mib)
 static int borrow(uint64_t mib)
 {
         void (*hold)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "fakecuda_hold_work");
-        CUfunction (*kern)(void) = (CUfunction (*)(void))dlsym(RTLD_DEFAULT, "fakecuda_fill_kernel");
+        CUfunction (*kern)(void) = (CUfunction(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_fill_kernel");
         int kernel0 = 0;
         char line[64];
 

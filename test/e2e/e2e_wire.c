@@ -37,14 +37,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                          \
-        do {                                                                      \
-                if (!(cond)) {                                                    \
-                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-                        fprintf(stderr, __VA_ARGS__);                             \
-                        fputc('\n', stderr);                                      \
-                        failures++;                                               \
-                }                                                                 \
+#define CHECK(cond, ...)                                                     \
+        do {                                                                 \
+                if (!(cond)) {                                               \
+                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+                        fprintf(stderr, __VA_ARGS__);                        \
+                        fputc('\n', stderr);                                 \
+                        failures++;                                          \
+                }                                                            \
         } while (0)
 
 static void must_open(struct e2e_conn *c, const char *sock)
@@ -76,15 +76,14 @@ static int cmd_quota(const char *sock)
 
         must_open(&c, sock);
         CHECK(e2e_call(&c, GS_OP_MEMINFO, 0, 0, 0, &rep, NULL, 0, NULL) == 0, "MEMINFO failed");
-        CHECK(rep.arg[1] == c.w.gpus[0].quota_bytes, "MEMINFO quota %llu != %llu",
-              (unsigned long long)rep.arg[1], (unsigned long long)c.w.gpus[0].quota_bytes);
+        CHECK(rep.arg[1] == c.w.gpus[0].quota_bytes, "MEMINFO quota %llu != %llu", (unsigned long long)rep.arg[1],
+              (unsigned long long)c.w.gpus[0].quota_bytes);
         CHECK(rep.arg[0] == c.w.gpus[0].quota_bytes, "fresh process may obtain %llu, quota %llu",
               (unsigned long long)rep.arg[0], (unsigned long long)c.w.gpus[0].quota_bytes);
         got = fill(&c, GS_MiB);
-        printf("obtained %llu quota %llu\n", (unsigned long long)got,
-               (unsigned long long)c.w.gpus[0].quota_bytes);
-        CHECK(got == c.w.gpus[0].quota_bytes, "obtained %llu of a quota of %llu",
-              (unsigned long long)got, (unsigned long long)c.w.gpus[0].quota_bytes);
+        printf("obtained %llu quota %llu\n", (unsigned long long)got, (unsigned long long)c.w.gpus[0].quota_bytes);
+        CHECK(got == c.w.gpus[0].quota_bytes, "obtained %llu of a quota of %llu", (unsigned long long)got,
+              (unsigned long long)c.w.gpus[0].quota_bytes);
         CHECK(e2e_call(&c, GS_OP_MEMINFO, 0, 0, 0, &rep, NULL, 0, NULL) == 0 && rep.arg[0] == 0,
               "MEMINFO after filling says %llu obtainable", (unsigned long long)rep.arg[0]);
         fflush(stdout);
@@ -132,8 +131,7 @@ static int cmd_big(const char *sock)
                 struct gs_ring_msg rr;
                 CHECK(e2e_call(&c, GS_OP_RANGE, 0, rep.arg[0] + size - 1, 0, &rr, NULL, 0, NULL) == 0 &&
                               rr.arg[0] == rep.arg[0] && rr.arg[1] == size,
-                      "RANGE gives %llu+%llu", (unsigned long long)rr.arg[0],
-                      (unsigned long long)rr.arg[1]);
+                      "RANGE gives %llu+%llu", (unsigned long long)rr.arg[0], (unsigned long long)rr.arg[1]);
                 base = rr.arg[0];
                 len = rr.arg[1];
         }
@@ -210,8 +208,7 @@ static int cmd_concurrent(const char *sock, int n)
         }
         printf("%d processes obtained %llu together, quota %llu\n", n, (unsigned long long)total,
                (unsigned long long)quota);
-        CHECK(total == quota, "together %llu, quota %llu", (unsigned long long)total,
-              (unsigned long long)quota);
+        CHECK(total == quota, "together %llu, quota %llu", (unsigned long long)total, (unsigned long long)quota);
         return failures != 0;
 }
 
@@ -227,8 +224,8 @@ static void bad_hello(const char *sock, const void *msg, size_t len, const char 
                 return;
         CHECK(send(fd, msg, len, MSG_NOSIGNAL) == (ssize_t)len, "%s: send", what);
         n = e2e_recv(fd, &e, sizeof(e), NULL, 3000);
-        CHECK(n == (ssize_t)sizeof(e) && e.h.type == GS_SOCK_ERROR && e.err < 0,
-              "%s: no ERROR message (got %zd)", what, n);
+        CHECK(n == (ssize_t)sizeof(e) && e.h.type == GS_SOCK_ERROR && e.err < 0, "%s: no ERROR message (got %zd)", what,
+              n);
         n = e2e_recv(fd, &e, sizeof(e), NULL, 3000);
         CHECK(n == 0, "%s: connection not closed (%zd)", what, n);
         close(fd);
@@ -359,7 +356,8 @@ static int cmd_hostile(const char *sock)
                 CHECK(r == -EINVAL, "IPC_OPEN of its own token gave %d", r);
                 r = e2e_call(&d, GS_OP_IPC_OPEN, 0, ex.arg[0], ex.arg[1], &op, fds, 4, &nfds);
                 CHECK(r == 0 && op.arg[1] == 1 && nfds == 1 && op.arg[0] == off % c.w.gpus[0].chunk_bytes &&
-                      op.arg[2] == GS_MiB, "IPC_OPEN by a sibling: %d, %u fds", r, nfds);
+                              op.arg[2] == GS_MiB,
+                      "IPC_OPEN by a sibling: %d, %u fds", r, nfds);
                 for (uint32_t i = 0; i < nfds; i++)
                         close(fds[i]);
         }
@@ -379,14 +377,12 @@ static int cmd_hostile(const char *sock)
         /* Impossible ring indices: the agent drops the connection. */
         __atomic_store_n(&c.shm->req.head, c.head + 1000, __ATOMIC_RELEASE);
         gs_doorbell_ring_fd(&c.shm->agent_wake, &c.shm->agent_sleeping, c.wakefd);
-        CHECK(e2e_recv(c.sock, &dummy, sizeof(dummy), NULL, 3000) == 0,
-              "connection with a corrupt ring not dropped");
+        CHECK(e2e_recv(c.sock, &dummy, sizeof(dummy), NULL, 3000) == 0, "connection with a corrupt ring not dropped");
         e2e_close(&c);
 
         /* Data on the socket after HELLO: dropped too. */
         CHECK(send(d.sock, "junk", 4, MSG_NOSIGNAL) == 4, "send junk");
-        CHECK(e2e_recv(d.sock, &dummy, sizeof(dummy), NULL, 3000) == 0,
-              "connection sending junk not dropped");
+        CHECK(e2e_recv(d.sock, &dummy, sizeof(dummy), NULL, 3000) == 0, "connection sending junk not dropped");
         e2e_close(&d);
 
         /* Silence: no HELLO within the agent's time limit. */
@@ -394,8 +390,7 @@ static int cmd_hostile(const char *sock)
                 int fd = e2e_connect(sock);
                 struct gs_sock_error e;
                 ssize_t n = e2e_recv(fd, &e, sizeof(e), NULL, 5000);
-                CHECK(n == (ssize_t)sizeof(e) && e.h.type == GS_SOCK_ERROR,
-                      "silent client not told off (%zd)", n);
+                CHECK(n == (ssize_t)sizeof(e) && e.h.type == GS_SOCK_ERROR, "silent client not told off (%zd)", n);
                 close(fd);
         }
         /* The agent still serves. */
@@ -668,8 +663,7 @@ static int cmd_wakeup(const char *sock, int nthreads, int n)
         printf("wakeup: %llu requests, %llu over 5 ms, longest %.1f ms, %llu unanswered for %d ms\n",
                (unsigned long long)done, (unsigned long long)over5, max_us / 1000.0, (unsigned long long)hangs,
                WAKEUP_HANG_MS);
-        CHECK(hangs == 0, "%llu requests rung once were never answered (a lost wake-up)",
-              (unsigned long long)hangs);
+        CHECK(hangs == 0, "%llu requests rung once were never answered (a lost wake-up)", (unsigned long long)hangs);
         return failures != 0;
 }
 

@@ -24,7 +24,7 @@
 struct e2e_conn {
         int sock;
         int shmfd;
-        int wakefd;      /* the agent's doorbell */
+        int wakefd; /* the agent's doorbell */
         struct gs_shm *shm;
         struct gs_sock_welcome w;
         uint32_t head, tail;
@@ -67,8 +67,7 @@ static inline ssize_t e2e_recv2(int sock, void *buf, size_t n, int *ret_fd, int 
                 char b[CMSG_SPACE(2 * sizeof(int))];
         } u;
         struct iovec iov = { .iov_base = buf, .iov_len = n };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                             .msg_controllen = sizeof(u.b) };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
         struct pollfd p = { .fd = sock, .events = POLLIN };
         ssize_t r;
 
@@ -117,8 +116,7 @@ static inline int e2e_open_flags(struct e2e_conn *c, const char *path, uint32_t 
         h.flags = flags;
         /* A refused connection may be closed before our HELLO: its ERROR
          * is still there to read. */
-        if (send(c->sock, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h) && errno != EPIPE &&
-            errno != ECONNRESET)
+        if (send(c->sock, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h) && errno != EPIPE && errno != ECONNRESET)
                 return -errno;
         n = e2e_recv2(c->sock, &c->w, sizeof(c->w), &fd, &c->wakefd, 5000);
         if (n != (ssize_t)sizeof(c->w) || c->w.h.type != GS_SOCK_WELCOME || fd < 0 || c->wakefd < 0) {
@@ -133,7 +131,10 @@ static inline int e2e_open_flags(struct e2e_conn *c, const char *path, uint32_t 
         return 0;
 }
 
-static inline int e2e_open(struct e2e_conn *c, const char *path) { return e2e_open_flags(c, path, 0); }
+static inline int e2e_open(struct e2e_conn *c, const char *path)
+{
+        return e2e_open_flags(c, path, 0);
+}
 
 static inline void e2e_close(struct e2e_conn *c)
 {
@@ -172,8 +173,7 @@ static inline int e2e_reply(struct e2e_conn *c, struct gs_ring_msg *rep, int tim
                         return r;
                 if (gs_mono_ms() >= end)
                         return -ETIMEDOUT;
-                (void)gs_doorbell_sleep(&c->shm->rep, c->tail, &c->shm->hook_wake,
-                                        &c->shm->hook_sleeping, 10000000);
+                (void)gs_doorbell_sleep(&c->shm->rep, c->tail, &c->shm->hook_wake, &c->shm->hook_sleeping, 10000000);
         }
 }
 

@@ -88,7 +88,8 @@ int e2e_wire_ipcforge(const char *sock)
         expect(r == 0, "a reclaiming HELLO: %d", r);
         const uint64_t items[6] = { ex.arg[0], ex.arg[1], ex.arg[3], forged[0], forged[1], ex.arg[3] };
         expect(send_reclaim(h.sock, GS_RECLAIM_IPC, items, 6, 0, -1) == 0 &&
-              send_reclaim(h.sock, GS_RECLAIM_END, NULL, 0, 1, -1) == 0, "sending the reclaim");
+                       send_reclaim(h.sock, GS_RECLAIM_END, NULL, 0, 1, -1) == 0,
+               "sending the reclaim");
         expect(reclaim_answer(&h) == GS_SOCK_RECLAIM_DONE, "the reclaim is answered RECLAIM_DONE");
         r = e2e_call(&a, GS_OP_IPC_OPEN, 0, forged[0], forged[1], NULL, NULL, 0, NULL);
         expect(r == -ENOENT, "a token reclaimed for no block opens: %d", r);

@@ -26,10 +26,9 @@ void fakecuda_hold_work(int hold);
 uint64_t fakecuda_work_pending(void);
 uint64_t fakecuda_launched(void);
 uint64_t fakecuda_host_bytes(void);
-CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-                                     void **kernelParams, void **extra);
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 
 #define MiB (1ull << 20)
 
@@ -233,7 +232,8 @@ START_TEST(test_vmm_export_import_across_processes)
         ck_assert_uint_eq(gran, 2 * MiB);
         ck_assert_int_eq(cuMemCreate(&h, 3 * MiB, &prop, 0), CUDA_ERROR_INVALID_VALUE);
         ck_assert_int_eq(cuMemCreate(&h, 4 * MiB, &prop, 0), CUDA_SUCCESS);
-        ck_assert_int_eq(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                         CUDA_SUCCESS);
         ck_assert_int_ge(fd, 0);
         p = map_handle(h, 4 * MiB);
         memset((void *)p, 0xab, 4 * MiB);
@@ -247,8 +247,8 @@ START_TEST(test_vmm_export_import_across_processes)
                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == CUDA_SUCCESS;
                 close(fd);
                 ok = ok && used_bytes() == before; /* imports do not charge */
-                ok = ok && cuMemGetAllocationPropertiesFromHandle(&got, ih) == CUDA_SUCCESS &&
-                     got.location.id == 0 && got.type == CU_MEM_ALLOCATION_TYPE_PINNED;
+                ok = ok && cuMemGetAllocationPropertiesFromHandle(&got, ih) == CUDA_SUCCESS && got.location.id == 0 &&
+                     got.type == CU_MEM_ALLOCATION_TYPE_PINNED;
                 if (ok) {
                         CUdeviceptr q = map_handle(ih, 4 * MiB);
                         ok = ((unsigned char *)q)[4 * MiB - 1] == 0xab;
@@ -477,8 +477,8 @@ static int creator(int ctl, int peer)
         int fd3 = create_exported(4 * MiB, 0x44);
         char c;
 
-        if (fd < 0 || fd2 < 0 || fd3 < 0 || cuMemAlloc_v2(&p, 2 * MiB) != CUDA_SUCCESS ||
-            send_fd(peer, fd) < 0 || send_fd(peer, fd2) < 0)
+        if (fd < 0 || fd2 < 0 || fd3 < 0 || cuMemAlloc_v2(&p, 2 * MiB) != CUDA_SUCCESS || send_fd(peer, fd) < 0 ||
+            send_fd(peer, fd2) < 0)
                 return 1;
         close(fd);
         close(fd2);
@@ -564,7 +564,8 @@ START_TEST(test_vmm_checks)
         prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         ck_assert_int_eq(cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_SUCCESS);
         /* Not created with the POSIX fd type: no export. */
-        ck_assert_int_ne(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+        ck_assert_int_ne(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                         CUDA_SUCCESS);
         ck_assert_int_eq(cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0), CUDA_SUCCESS);
         ck_assert_int_eq(cuMemMap(va, 2 * MiB, 4096, h, 0), CUDA_ERROR_INVALID_VALUE);
         ck_assert_int_eq(cuMemMap(va, 4 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
@@ -597,8 +598,9 @@ START_TEST(test_get_proc_address)
         ck_assert_int_eq(st, CU_GET_PROC_ADDRESS_SUCCESS);
         ck_assert_int_eq(cuGetProcAddress_v2("cuMemAlloc", &fn, 3000, 0, &st), CUDA_SUCCESS);
         ck_assert_ptr_eq(fn, (void *)cuMemAlloc);
-        ck_assert_int_eq(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-                                             &st), CUDA_SUCCESS);
+        ck_assert_int_eq(
+                cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
+                CUDA_SUCCESS);
         ck_assert_ptr_eq(fn, (void *)cuMemAllocAsync_ptsz);
         ck_assert_int_eq(cuGetProcAddress("cuGetProcAddress", &fn, 12000, 0), CUDA_SUCCESS);
         ck_assert_ptr_eq(fn, (void *)cuGetProcAddress_v2);
@@ -706,7 +708,8 @@ START_TEST(test_host_numa)
         ck_assert_int_eq(cuMemGetAllocationPropertiesFromHandle(&got, h), CUDA_SUCCESS);
         ck_assert_int_eq(got.location.type, CU_MEM_LOCATION_TYPE_HOST_NUMA);
         ck_assert_int_eq(got.location.id, 0);
-        ck_assert_int_eq(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+        ck_assert_int_eq(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                         CUDA_SUCCESS);
         ck_assert_int_ge(fd, 0);
         /* Mapped at a device address: copies, memsets, kernels reach it. */
         p = map_handle(h, 64 * MiB);
@@ -835,8 +838,9 @@ START_TEST(test_launch_async)
         ck_assert(all_words(buf, 1024, 12));
 
         /* The per-thread-stream form, also through cuGetProcAddress. */
-        ck_assert_int_eq(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-                                             NULL), CUDA_SUCCESS);
+        ck_assert_int_eq(
+                cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL),
+                CUDA_SUCCESS);
         ck_assert_ptr_eq(fn, (void *)cuLaunchKernel_ptsz);
         {
                 CUdeviceptr d = (CUdeviceptr)(uintptr_t)buf;
@@ -846,7 +850,8 @@ START_TEST(test_launch_async)
                 void *oddp[] = { &d, &odd, &value, &delay };
                 void *extra[] = { NULL };
                 ck_assert_int_eq(cuLaunchKernel_ptsz(fakecuda_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD,
-                                                     params, NULL), CUDA_SUCCESS);
+                                                     params, NULL),
+                                 CUDA_SUCCESS);
                 ck_assert_int_eq(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
                 ck_assert(all_words(buf, 1024, 13));
                 /* Refused: another function, extra, odd sizes, a zero grid,
@@ -859,8 +864,9 @@ START_TEST(test_launch_async)
                                  CUDA_ERROR_INVALID_VALUE);
                 ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 0, 1, 1, 1, 1, 1, 0, NULL, params, NULL),
                                  CUDA_ERROR_INVALID_VALUE);
-                ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, (CUstream)other, params,
-                                                NULL), CUDA_ERROR_INVALID_HANDLE);
+                ck_assert_int_eq(
+                        cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 1, 1, 1, 0, (CUstream)other, params, NULL),
+                        CUDA_ERROR_INVALID_HANDLE);
         }
         ck_assert_int_eq(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
         teardown_state();

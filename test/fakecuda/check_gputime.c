@@ -89,8 +89,9 @@ static uint64_t elapsed_ns(CUevent a, CUevent b)
 }
 
 /* Within 1 µs (float ms). */
-#define ck_assert_ns(a, b) ck_assert_msg((a) + 1000 >= (b) && (b) + 1000 >= (a), "%s = %llu ns, want %llu", #a, \
-                                         (unsigned long long)(a), (unsigned long long)(b))
+#define ck_assert_ns(a, b)                                                                                            \
+        ck_assert_msg((a) + 1000 >= (b) && (b) + 1000 >= (a), "%s = %llu ns, want %llu", #a, (unsigned long long)(a), \
+                      (unsigned long long)(b))
 
 /* The accounting of process pid's context on device 0. */
 static struct fakecuda_engine_stat stat_of(pid_t pid)
@@ -192,9 +193,9 @@ START_TEST(test_lone_context)
         ck_assert_int_eq(cuCtxSynchronize(), CUDA_SUCCESS);
         ck_assert_int_eq(getrusage(RUSAGE_SELF, &r1), 0);
         {
-                long us = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) *
-                                  1000000L +
-                          (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
+                long us =
+                        (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) * 1000000L +
+                        (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
                 ck_assert_msg(us < 100000, "waiting 500 ms of GPU time used %ld us of CPU", us);
         }
         ck_assert_uint_eq(stat_of(getpid()).gpu_ns, 512 * MS);

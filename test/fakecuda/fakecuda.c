@@ -106,7 +106,6 @@
 #define FC_MAX_HANDLES 8192
 #define FC_VERSION_DRIVER 13000
 
-
 /* A charge: which process slot paid for it (so a fork child freeing the
  * parent's memory uncharges the parent). */
 struct fc_charge {
@@ -129,13 +128,13 @@ struct fc_handle { /* cuMemCreate / import */
         int fd;
         size_t size;
         int dev;
-        int hrefs;        /* handle references (create/import/retain) */
-        int maps;         /* mappings; the memory lives while either is > 0 */
-        uint64_t htypes;  /* requestedHandleTypes */
-        int imported;     /* from cuMemImportFromShareableHandle */
-        int exported;     /* an fd of it was handed out: others may hold it */
-        int ex;           /* its entry in g_sh->exports[] + 1, 0 if none */
-        int host;         /* host-located (HOST_NUMA 0): never charged */
+        int hrefs;           /* handle references (create/import/retain) */
+        int maps;            /* mappings; the memory lives while either is > 0 */
+        uint64_t htypes;     /* requestedHandleTypes */
+        int imported;        /* from cuMemImportFromShareableHandle */
+        int exported;        /* an fd of it was handed out: others may hold it */
+        int ex;              /* its entry in g_sh->exports[] + 1, 0 if none */
+        int host;            /* host-located (HOST_NUMA 0): never charged */
         struct fc_charge ch; /* bytes == 0: not charged (import, host) */
 };
 
@@ -150,7 +149,7 @@ struct fc_map {
         uintptr_t addr;
         size_t size;
         int hidx;
-        uint32_t access;  /* devices cuMemSetAccess let reach it (bit per device) */
+        uint32_t access; /* devices cuMemSetAccess let reach it (bit per device) */
 };
 
 #define FC_CTX_MAGIC 0x43545846u
@@ -165,9 +164,9 @@ struct fc_ctx {
 struct fc_stream {
         uint32_t magic;
         struct fc_ctx *ctx;
-        int capture;    /* CUstreamCaptureStatus: NONE, ACTIVE, INVALIDATED */
+        int capture;            /* CUstreamCaptureStatus: NONE, ACTIVE, INVALIDATED */
         struct fc_graph *graph; /* what the capture records (g_lock) */
-        uint64_t last;  /* the number of its last launch (g_wlock) */
+        uint64_t last;          /* the number of its last launch (g_wlock) */
 };
 #define FC_STREAM_MAGIC 0x53545246u
 
@@ -176,9 +175,9 @@ struct fc_event {
         struct fc_ctx *ctx;
         unsigned flags;
         int recorded;
-        uint64_t widx;  /* the work item of its last record (complete once finished) (g_wlock) */
-        int pending;    /* work items of its records not yet run (g_wlock) */
-        uint64_t t_ns;  /* when it completed, in the model's time (g_wlock) */
+        uint64_t widx; /* the work item of its last record (complete once finished) (g_wlock) */
+        int pending;   /* work items of its records not yet run (g_wlock) */
+        uint64_t t_ns; /* when it completed, in the model's time (g_wlock) */
 };
 #define FC_EVENT_MAGIC 0x54564546u
 
@@ -326,10 +325,10 @@ static void fc_sub(uint64_t *p, uint64_t v)
 /* An entry of exports[] whose holders a scan of /proc looks for. */
 struct fc_cand {
         uint64_t ino;
-        uint64_t state;   /* the entry's state when it was read */
+        uint64_t state; /* the entry's state when it was read */
         uint64_t bytes;
         int32_t dev;
-        uint32_t ex;      /* its index in exports[] */
+        uint32_t ex; /* its index in exports[] */
         uint32_t held;
 };
 
@@ -389,8 +388,8 @@ static void fc_scan_held(struct fc_cand *c, size_t n)
                 while (fds && left && (f = readdir(fds))) {
                         struct stat st;
                         /* A memfd is a regular file with no link. */
-                        if (f->d_name[0] != '.' && fstatat(dirfd(fds), f->d_name, &st, 0) == 0 &&
-                            S_ISREG(st.st_mode) && st.st_nlink == 0)
+                        if (f->d_name[0] != '.' && fstatat(dirfd(fds), f->d_name, &st, 0) == 0 && S_ISREG(st.st_mode) &&
+                            st.st_nlink == 0)
                                 left -= fc_cand_mark(c, n, (uint64_t)st.st_ino);
                 }
                 if (fds)
@@ -440,8 +439,8 @@ static int fc_ex_claim(const struct fc_charge *c)
                                                  __ATOMIC_SEQ_CST))
                         continue;
                 hwm = __atomic_load_n(&g_sh->ex_hwm, __ATOMIC_SEQ_CST);
-                while (hwm <= j && !__atomic_compare_exchange_n(&g_sh->ex_hwm, &hwm, j + 1, 0, __ATOMIC_SEQ_CST,
-                                                                 __ATOMIC_SEQ_CST))
+                while (hwm <= j &&
+                       !__atomic_compare_exchange_n(&g_sh->ex_hwm, &hwm, j + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
                         ;
                 return (int)j;
         }
@@ -549,8 +548,8 @@ static void fc_drop_slot(int i, int32_t pid, struct fc_cand *c, size_t n)
                                 fc_sub(&p->bytes[c[k].dev], c[k].bytes); /* off its books, still used */
                 } else if (st == owned || st == writing) {
                         /* Nobody holds it, or it was never finished. */
-                        (void)__atomic_compare_exchange_n(&g_sh->exports[c[k].ex].state, &st, 0, 0,
-                                                          __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+                        (void)__atomic_compare_exchange_n(&g_sh->exports[c[k].ex].state, &st, 0, 0, __ATOMIC_SEQ_CST,
+                                                          __ATOMIC_SEQ_CST);
                 }
         }
         for (unsigned d = 0; d < FC_MAX_DEV; d++) {
@@ -581,8 +580,7 @@ static void fc_reap_dead(const int32_t *dead)
                 int32_t pid = (int32_t)(uint32_t)st;
                 struct fc_cand *c = &g_cand[n];
 
-                if (kind != FC_EX_ZOMBIE &&
-                    (kind == 0 || slot >= FC_MAX_PROCS || pid <= 0 || dead[slot] != pid))
+                if (kind != FC_EX_ZOMBIE && (kind == 0 || slot >= FC_MAX_PROCS || pid <= 0 || dead[slot] != pid))
                         continue;
                 c->ino = __atomic_load_n(&x->ino, __ATOMIC_SEQ_CST);
                 c->bytes = __atomic_load_n(&x->bytes, __ATOMIC_SEQ_CST);
@@ -799,10 +797,10 @@ static int fc_ctx_valid(const struct fc_ctx *c)
 
 /* ---- entry checks --------------------------------------------------- */
 
-#define FC_INIT_CHECK()                                                 \
-        do {                                                            \
-                if (!__atomic_load_n(&g_inited, __ATOMIC_ACQUIRE))      \
-                        return CUDA_ERROR_NOT_INITIALIZED;              \
+#define FC_INIT_CHECK()                                            \
+        do {                                                       \
+                if (!__atomic_load_n(&g_inited, __ATOMIC_ACQUIRE)) \
+                        return CUDA_ERROR_NOT_INITIALIZED;         \
         } while (0)
 
 static CUresult fc_dev_check(CUdevice dev)
@@ -814,7 +812,10 @@ static CUresult fc_dev_check(CUdevice dev)
         return CUDA_SUCCESS;
 }
 
-static struct fc_ctx *fc_current(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
+static struct fc_ctx *fc_current(void)
+{
+        return t_depth > 0 ? t_stack[t_depth - 1] : NULL;
+}
 
 /* The current context's device, or an error. */
 static CUresult fc_cur_dev(int *ret_dev)
@@ -872,7 +873,8 @@ static const struct fc_error fc_errors[] = {
         { CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found" },
         { CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
         { CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted" },
-        { CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS" },
+        { CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM",
+          "OS call failed or operation not supported on this OS" },
         { CUDA_ERROR_ALREADY_MAPPED, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped" },
         { CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
 };
@@ -941,7 +943,7 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 
 CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
-        static const unsigned char base[16] = { 'g', 's', 'h', 'r', 0xfa, 0x4e, 0x4b, 0xe0,
+        static const unsigned char base[16] = { 'g',  's',  'h',  'r',  0xfa, 0x4e, 0x4b, 0xe0,
                                                 0x80, 0x00, 0x5e, 0xed, 0x00, 0x00, 0x00, 0x00 };
         CUresult r = fc_dev_check(dev);
 
@@ -954,7 +956,10 @@ CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
         return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+        return cuDeviceGetUuid_v2(uuid, dev);
+}
 
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
@@ -1058,7 +1063,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         return r;
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+        return cuDevicePrimaryCtxRelease_v2(dev);
+}
 
 /* Active while retained; no flags are kept. */
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
@@ -1081,7 +1089,10 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
         return fc_dev_check(dev);
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+        return cuDevicePrimaryCtxReset_v2(dev);
+}
 
 static CUresult fc_ctx_create(CUcontext *pctx, CUdevice dev)
 {
@@ -1179,7 +1190,10 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
         return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+{
+        return cuCtxDestroy_v2(ctx);
+}
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 {
@@ -1252,7 +1266,10 @@ CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
         return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
+{
+        return cuCtxPushCurrent_v2(ctx);
+}
 
 CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
 {
@@ -1265,7 +1282,10 @@ CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
         return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) { return cuCtxPopCurrent_v2(pctx); }
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
+{
+        return cuCtxPopCurrent_v2(pctx);
+}
 
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -1336,7 +1356,10 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
         return r;
 }
 
-CUresult CUDAAPI cuStreamDestroy(CUstream hStream) { return cuStreamDestroy_v2(hStream); }
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+{
+        return cuStreamDestroy_v2(hStream);
+}
 
 /* Waits for the stream's launched kernels (everything else in the fake
  * runs synchronously); a default stream waits for every stream, as the
@@ -1360,7 +1383,10 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
         return r != CUDA_SUCCESS ? r : fc_work_wait_stream(hStream);
 }
 
-CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return cuStreamSynchronize(hStream); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+{
+        return cuStreamSynchronize(hStream);
+}
 
 /* Priorities: the range an H100 reports (0 the default and least, -5 the
  * greatest); a stream's is accepted and ignored (work runs at once). */
@@ -1550,8 +1576,14 @@ static CUresult fc_free(CUdeviceptr dptr)
         return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return fc_alloc(dptr, bytesize); }
-CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) { return fc_free(dptr); }
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+        return fc_alloc(dptr, bytesize);
+}
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+        return fc_free(dptr);
+}
 
 CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                     unsigned int ElementSizeBytes)
@@ -1599,7 +1631,10 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
         return cuMemAllocAsync(dptr, bytesize, hStream);
 }
 
-CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+        return cuMemFreeAsync(dptr, hStream);
+}
 
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
@@ -1684,10 +1719,10 @@ struct fc_work {
         uintptr_t dst;
         size_t bytes;
         uint32_t value, delay_us;
-        uintptr_t src;       /* a copy (cuMemcpyDtoDAsync_v2) from src; 0: the fill kernel */
-        int fail;            /* fakecuda_fail_copies: faults when it runs */
-        int kind;            /* FC_W_* */
-        uint32_t spin_us;    /* FC_W_SPIN: its duration, its context, its kernel in the engine */
+        uintptr_t src;    /* a copy (cuMemcpyDtoDAsync_v2) from src; 0: the fill kernel */
+        int fail;         /* fakecuda_fail_copies: faults when it runs */
+        int kind;         /* FC_W_* */
+        uint32_t spin_us; /* FC_W_SPIN: its duration, its context, its kernel in the engine */
         uint64_t ctx;
         struct fc_eng_ticket t;
         struct fc_event *ev; /* FC_W_EVENT: the event recorded, when (model time), its number */
@@ -1856,7 +1891,10 @@ static void fc_work_child(void)
         pthread_mutex_unlock(&g_lock);
 }
 
-static void fc_work_fork_register(void) { (void)pthread_atfork(fc_work_prepare, fc_work_parent, fc_work_child); }
+static void fc_work_fork_register(void)
+{
+        (void)pthread_atfork(fc_work_prepare, fc_work_parent, fc_work_child);
+}
 
 /* The stream's own record, NULL for a default stream. */
 static struct fc_stream *fc_stream_of(CUstream h)
@@ -1932,7 +1970,10 @@ static CUresult fc_work_wait(struct fc_stream *s, int all)
 
 /* What a synchronous copy or memset waits for: all work (the legacy
  * default stream waits for every blocking stream). */
-static CUresult fc_work_wait_all(void) { return fc_work_wait(NULL, 1); }
+static CUresult fc_work_wait_all(void)
+{
+        return fc_work_wait(NULL, 1);
+}
 
 /* A stream's work; a default stream's is every stream's, as the legacy
  * default stream's is. */
@@ -1952,12 +1993,18 @@ static CUresult fc_work_wait_stream(CUstream h)
  * the number of launches queued since the start. */
 static const char fc_fill_kernel_obj = 'k';
 CUfunction fakecuda_fill_kernel(void);
-CUfunction fakecuda_fill_kernel(void) { return (CUfunction)(uintptr_t)&fc_fill_kernel_obj; }
+CUfunction fakecuda_fill_kernel(void)
+{
+        return (CUfunction)(uintptr_t)&fc_fill_kernel_obj;
+}
 /* The kernel with a duration: one parameter, uint32_t duration_us (at
  * most 10 s), run by the engine (fc_engine.h). */
 static const char fc_spin_kernel_obj = 's';
 CUfunction fakecuda_spin_kernel(void);
-CUfunction fakecuda_spin_kernel(void) { return (CUfunction)(uintptr_t)&fc_spin_kernel_obj; }
+CUfunction fakecuda_spin_kernel(void)
+{
+        return (CUfunction)(uintptr_t)&fc_spin_kernel_obj;
+}
 
 void fakecuda_hold_work(int hold);
 void fakecuda_hold_work(int hold)
@@ -1993,7 +2040,10 @@ uint64_t fakecuda_launched(void)
 /* Bytes of host-located memory (cuMemCreate HOST_NUMA) this process holds:
  * created or imported, until its last handle and mapping are gone. */
 uint64_t fakecuda_host_bytes(void);
-uint64_t fakecuda_host_bytes(void) { return __atomic_load_n(&g_host_bytes, __ATOMIC_SEQ_CST); }
+uint64_t fakecuda_host_bytes(void)
+{
+        return __atomic_load_n(&g_host_bytes, __ATOMIC_SEQ_CST);
+}
 
 /* The longest delay_us a fake kernel may ask for. */
 #define FC_MAX_DELAY_US 10000000u
@@ -2015,7 +2065,7 @@ static CUresult fc_kernel_read(CUfunction f, unsigned gx, unsigned gy, unsigned 
                 k->us = *(uint32_t *)kernelParams[0];
                 return k->us > FC_ENG_MAX_US ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
         }
-        k->dst = (uintptr_t)*(CUdeviceptr *)kernelParams[0];
+        k->dst = (uintptr_t) * (CUdeviceptr *)kernelParams[0];
         k->bytes = *(size_t *)kernelParams[1];
         k->value = *(uint32_t *)kernelParams[2];
         k->us = *(uint32_t *)kernelParams[3];
@@ -2059,8 +2109,8 @@ static int fc_capture_add(struct fc_stream *s, const struct fc_kernel *k, CUresu
         return 1;
 }
 
-static CUresult fc_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                          unsigned bz, CUstream hStream, void **kernelParams, void **extra)
+static CUresult fc_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          CUstream hStream, void **kernelParams, void **extra)
 {
         struct fc_stream *s = fc_stream_of(hStream);
         struct fc_kernel k;
@@ -2092,14 +2142,12 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
                          extra);
 }
 
-CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-                                     void **kernelParams, void **extra);
-CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                     unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                                     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-                                     void **kernelParams, void **extra)
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
         (void)sharedMemBytes;
         return fc_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams,
@@ -2129,8 +2177,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
 
         if (r != CUDA_SUCCESS)
                 return r;
-        if (!phEvent || (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
-                                              CU_EVENT_INTERPROCESS)))
+        if (!phEvent || (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS)))
                 return CUDA_ERROR_INVALID_VALUE;
         e = calloc(1, sizeof(*e));
         if (!e)
@@ -2182,10 +2229,16 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 }
 
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
-CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) { return cuEventRecord(hEvent, hStream); }
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+        return cuEventRecord(hEvent, hStream);
+}
 
 /* pre: g_wlock held. */
-static int fc_event_done(const struct fc_event *e) { return g_wfinished >= e->widx; }
+static int fc_event_done(const struct fc_event *e)
+{
+        return g_wfinished >= e->widx;
+}
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
@@ -2285,7 +2338,10 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 }
 
 CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
-CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) { return cuStreamQuery(hStream); }
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream)
+{
+        return cuStreamQuery(hStream);
+}
 
 /* ---- graphs (fc_graph.h) --------------------------------------------- */
 
@@ -2365,8 +2421,14 @@ static CUresult fc_graph_destroy(const void *h, int exec)
         return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) { return fc_graph_destroy(hGraph, 0); }
-CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) { return fc_graph_destroy(hGraphExec, 1); }
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
+{
+        return fc_graph_destroy(hGraph, 0);
+}
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+        return fc_graph_destroy(hGraphExec, 1);
+}
 
 /* ---- copies and sets (host memory underneath) ----------------------- */
 
@@ -2458,8 +2520,7 @@ void fakecuda_fail_copies(uint64_t mask, int at_run)
 }
 
 /* Queued on the stream, in order with its kernels; copies when it runs. */
-CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
-                                      CUstream hStream)
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
         struct fc_stream *s = fc_stream_of(hStream);
         struct fc_work *w;
@@ -2471,8 +2532,8 @@ CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevi
                 return r;
         do
                 fail = __atomic_load_n(&g_fail_copies, __ATOMIC_SEQ_CST);
-        while (fail && !__atomic_compare_exchange_n(&g_fail_copies, &fail, fail >> 1, 0, __ATOMIC_SEQ_CST,
-                                                    __ATOMIC_SEQ_CST));
+        while (fail &&
+               !__atomic_compare_exchange_n(&g_fail_copies, &fail, fail >> 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
         if (fail & 1) {
                 if (!__atomic_load_n(&g_fail_copies_run, __ATOMIC_SEQ_CST))
                         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -2525,8 +2586,8 @@ static int fc_zero_mapped(CUdeviceptr ptr, size_t n)
         pthread_mutex_lock(&g_lock);
         for (struct fc_map *m = g_maps; m; m = m->next)
                 if (m->addr == ptr && m->size == n) {
-                        done = fallocate(g_handles[m->hidx].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                         0, (off_t)n) == 0;
+                        done = fallocate(g_handles[m->hidx].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                                         (off_t)n) == 0;
                         break;
                 }
         pthread_mutex_unlock(&g_lock);
@@ -2671,7 +2732,8 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
         int host;
 
         FC_INIT_CHECK();
-        if (!granularity || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        if (!granularity ||
+            (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
                 return CUDA_ERROR_INVALID_VALUE;
         r = fc_prop_check(prop, &host);
         if (r != CUDA_SUCCESS)
@@ -2992,7 +3054,10 @@ static int fc_in_resv(uintptr_t a, size_t size)
 static uint64_t g_fail_maps;
 
 void fakecuda_fail_maps(uint64_t mask);
-void fakecuda_fail_maps(uint64_t mask) { __atomic_store_n(&g_fail_maps, mask, __ATOMIC_SEQ_CST); }
+void fakecuda_fail_maps(uint64_t mask)
+{
+        __atomic_store_n(&g_fail_maps, mask, __ATOMIC_SEQ_CST);
+}
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                           unsigned long long flags)
@@ -3006,8 +3071,8 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
         FC_INIT_CHECK();
         do
                 fail = __atomic_load_n(&g_fail_maps, __ATOMIC_SEQ_CST);
-        while (fail && !__atomic_compare_exchange_n(&g_fail_maps, &fail, fail >> 1, 0, __ATOMIC_SEQ_CST,
-                                                    __ATOMIC_SEQ_CST));
+        while (fail &&
+               !__atomic_compare_exchange_n(&g_fail_maps, &fail, fail >> 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
         if (fail & 1)
                 return CUDA_ERROR_OUT_OF_MEMORY;
         if (size == 0 || size % FC_GRAN || ptr % FC_GRAN || offset != 0 || flags != 0)
@@ -3074,7 +3139,8 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
                 struct fc_map *m = *pp;
                 if (m->addr >= ptr && m->addr - ptr < size) {
                         /* Back to a reserved, inaccessible range. */
-                        (void)mmap((void *)m->addr, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+                        (void)mmap((void *)m->addr, m->size, PROT_NONE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
                         fc_handle_unref(m->hidx, 1);
                         *pp = m->next;
                         free(m);
@@ -3104,7 +3170,8 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
                         prot = PROT_READ | PROT_WRITE;
                 else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
                         prot = PROT_READ;
-                else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ)
+                else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+                         desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ)
                         return CUDA_ERROR_INVALID_VALUE;
         }
         pthread_mutex_lock(&g_lock);
@@ -3175,40 +3242,119 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
 
 /* ---- cuGetProcAddress ----------------------------------------------- */
 
-#define FC_SYM(n) { #n, (void *)(n) }
+#define FC_SYM(n)               \
+        {                       \
+#n, (void *)(n) \
+        }
 static const struct {
         const char *name;
         void *fn;
 } fc_syms[] = {
-        FC_SYM(cuInit), FC_SYM(cuDriverGetVersion), FC_SYM(cuGetErrorString), FC_SYM(cuGetErrorName),
-        FC_SYM(cuDeviceGetCount), FC_SYM(cuDeviceGet), FC_SYM(cuDeviceGetName), FC_SYM(cuDeviceGetUuid),
-        FC_SYM(cuDeviceGetUuid_v2), FC_SYM(cuDeviceTotalMem), FC_SYM(cuDeviceTotalMem_v2),
-        FC_SYM(cuDeviceGetAttribute), FC_SYM(cuDeviceGetPCIBusId), FC_SYM(cuDevicePrimaryCtxRetain),
-        FC_SYM(cuDevicePrimaryCtxRelease), FC_SYM(cuDevicePrimaryCtxRelease_v2), FC_SYM(cuDevicePrimaryCtxGetState), FC_SYM(cuDevicePrimaryCtxReset),
-        FC_SYM(cuDevicePrimaryCtxReset_v2), FC_SYM(cuCtxCreate), FC_SYM(cuCtxCreate_v2), FC_SYM(cuCtxCreate_v4),
-        FC_SYM(cuCtxDestroy), FC_SYM(cuCtxDestroy_v2), FC_SYM(cuCtxSetCurrent), FC_SYM(cuCtxGetCurrent),
-        FC_SYM(cuCtxGetDevice), FC_SYM(cuCtxSynchronize), FC_SYM(cuCtxPushCurrent), FC_SYM(cuCtxPushCurrent_v2),
-        FC_SYM(cuCtxPopCurrent), FC_SYM(cuCtxPopCurrent_v2), FC_SYM(cuStreamCreate), FC_SYM(cuStreamDestroy),
-        FC_SYM(cuStreamDestroy_v2), FC_SYM(cuStreamSynchronize), FC_SYM(cuStreamSynchronize_ptsz),
-        FC_SYM(cuStreamBeginCapture_v2), FC_SYM(cuStreamEndCapture), FC_SYM(cuStreamIsCapturing),
-        FC_SYM(cuStreamIsCapturing_ptsz), FC_SYM(cuCtxGetStreamPriorityRange), FC_SYM(cuStreamCreateWithPriority),
-        FC_SYM(cuEventCreate), FC_SYM(cuEventRecord), FC_SYM(cuEventRecord_ptsz), FC_SYM(cuEventSynchronize),
-        FC_SYM(cuEventDestroy_v2), FC_SYM(cuEventQuery), FC_SYM(cuEventElapsedTime), FC_SYM(cuEventElapsedTime_v2),
-        FC_SYM(cuStreamQuery), FC_SYM(cuStreamQuery_ptsz), FC_SYM(cuGraphInstantiateWithFlags),
-        FC_SYM(cuGraphLaunch), FC_SYM(cuGraphLaunch_ptsz), FC_SYM(cuGraphDestroy), FC_SYM(cuGraphExecDestroy),
+        FC_SYM(cuInit),
+        FC_SYM(cuDriverGetVersion),
+        FC_SYM(cuGetErrorString),
+        FC_SYM(cuGetErrorName),
+        FC_SYM(cuDeviceGetCount),
+        FC_SYM(cuDeviceGet),
+        FC_SYM(cuDeviceGetName),
+        FC_SYM(cuDeviceGetUuid),
+        FC_SYM(cuDeviceGetUuid_v2),
+        FC_SYM(cuDeviceTotalMem),
+        FC_SYM(cuDeviceTotalMem_v2),
+        FC_SYM(cuDeviceGetAttribute),
+        FC_SYM(cuDeviceGetPCIBusId),
+        FC_SYM(cuDevicePrimaryCtxRetain),
+        FC_SYM(cuDevicePrimaryCtxRelease),
+        FC_SYM(cuDevicePrimaryCtxRelease_v2),
+        FC_SYM(cuDevicePrimaryCtxGetState),
+        FC_SYM(cuDevicePrimaryCtxReset),
+        FC_SYM(cuDevicePrimaryCtxReset_v2),
+        FC_SYM(cuCtxCreate),
+        FC_SYM(cuCtxCreate_v2),
+        FC_SYM(cuCtxCreate_v4),
+        FC_SYM(cuCtxDestroy),
+        FC_SYM(cuCtxDestroy_v2),
+        FC_SYM(cuCtxSetCurrent),
+        FC_SYM(cuCtxGetCurrent),
+        FC_SYM(cuCtxGetDevice),
+        FC_SYM(cuCtxSynchronize),
+        FC_SYM(cuCtxPushCurrent),
+        FC_SYM(cuCtxPushCurrent_v2),
+        FC_SYM(cuCtxPopCurrent),
+        FC_SYM(cuCtxPopCurrent_v2),
+        FC_SYM(cuStreamCreate),
+        FC_SYM(cuStreamDestroy),
+        FC_SYM(cuStreamDestroy_v2),
+        FC_SYM(cuStreamSynchronize),
+        FC_SYM(cuStreamSynchronize_ptsz),
+        FC_SYM(cuStreamBeginCapture_v2),
+        FC_SYM(cuStreamEndCapture),
+        FC_SYM(cuStreamIsCapturing),
+        FC_SYM(cuStreamIsCapturing_ptsz),
+        FC_SYM(cuCtxGetStreamPriorityRange),
+        FC_SYM(cuStreamCreateWithPriority),
+        FC_SYM(cuEventCreate),
+        FC_SYM(cuEventRecord),
+        FC_SYM(cuEventRecord_ptsz),
+        FC_SYM(cuEventSynchronize),
+        FC_SYM(cuEventDestroy_v2),
+        FC_SYM(cuEventQuery),
+        FC_SYM(cuEventElapsedTime),
+        FC_SYM(cuEventElapsedTime_v2),
+        FC_SYM(cuStreamQuery),
+        FC_SYM(cuStreamQuery_ptsz),
+        FC_SYM(cuGraphInstantiateWithFlags),
+        FC_SYM(cuGraphLaunch),
+        FC_SYM(cuGraphLaunch_ptsz),
+        FC_SYM(cuGraphDestroy),
+        FC_SYM(cuGraphExecDestroy),
         FC_SYM(cuMemsetD32Async),
-        FC_SYM(cuLaunchHostFunc), FC_SYM(cuLaunchKernel), FC_SYM(cuLaunchKernel_ptsz), FC_SYM(cuMemGetInfo), FC_SYM(cuMemGetInfo_v2), FC_SYM(cuMemAlloc),
-        FC_SYM(cuMemAlloc_v2), FC_SYM(cuMemAllocPitch), FC_SYM(cuMemAllocPitch_v2), FC_SYM(cuMemFree),
-        FC_SYM(cuMemFree_v2), FC_SYM(cuMemGetAddressRange), FC_SYM(cuMemGetAddressRange_v2),
-        FC_SYM(cuMemAllocAsync), FC_SYM(cuMemAllocAsync_ptsz), FC_SYM(cuMemFreeAsync), FC_SYM(cuMemFreeAsync_ptsz),
-        FC_SYM(cuMemAllocManaged), FC_SYM(cuMemcpyHtoD), FC_SYM(cuMemcpyHtoD_v2), FC_SYM(cuMemcpyDtoH),
-        FC_SYM(cuMemcpyDtoH_v2), FC_SYM(cuMemcpyDtoD), FC_SYM(cuMemcpyDtoD_v2), FC_SYM(cuMemcpyDtoDAsync_v2), FC_SYM(cuMemsetD8),
-        FC_SYM(cuMemsetD8_v2), FC_SYM(cuMemsetD32), FC_SYM(cuMemsetD32_v2), FC_SYM(cuMemGetAllocationGranularity),
-        FC_SYM(cuMemCreate), FC_SYM(cuMemRelease), FC_SYM(cuMemExportToShareableHandle),
-        FC_SYM(cuMemImportFromShareableHandle), FC_SYM(cuMemAddressReserve), FC_SYM(cuMemAddressFree),
-        FC_SYM(cuMemMap), FC_SYM(cuMemUnmap), FC_SYM(cuMemSetAccess), FC_SYM(cuMemRetainAllocationHandle),
-        FC_SYM(cuMemGetAllocationPropertiesFromHandle), FC_SYM(cuIpcGetMemHandle), FC_SYM(cuIpcOpenMemHandle),
-        FC_SYM(cuIpcOpenMemHandle_v2), FC_SYM(cuIpcCloseMemHandle), FC_SYM(cuGetProcAddress),
+        FC_SYM(cuLaunchHostFunc),
+        FC_SYM(cuLaunchKernel),
+        FC_SYM(cuLaunchKernel_ptsz),
+        FC_SYM(cuMemGetInfo),
+        FC_SYM(cuMemGetInfo_v2),
+        FC_SYM(cuMemAlloc),
+        FC_SYM(cuMemAlloc_v2),
+        FC_SYM(cuMemAllocPitch),
+        FC_SYM(cuMemAllocPitch_v2),
+        FC_SYM(cuMemFree),
+        FC_SYM(cuMemFree_v2),
+        FC_SYM(cuMemGetAddressRange),
+        FC_SYM(cuMemGetAddressRange_v2),
+        FC_SYM(cuMemAllocAsync),
+        FC_SYM(cuMemAllocAsync_ptsz),
+        FC_SYM(cuMemFreeAsync),
+        FC_SYM(cuMemFreeAsync_ptsz),
+        FC_SYM(cuMemAllocManaged),
+        FC_SYM(cuMemcpyHtoD),
+        FC_SYM(cuMemcpyHtoD_v2),
+        FC_SYM(cuMemcpyDtoH),
+        FC_SYM(cuMemcpyDtoH_v2),
+        FC_SYM(cuMemcpyDtoD),
+        FC_SYM(cuMemcpyDtoD_v2),
+        FC_SYM(cuMemcpyDtoDAsync_v2),
+        FC_SYM(cuMemsetD8),
+        FC_SYM(cuMemsetD8_v2),
+        FC_SYM(cuMemsetD32),
+        FC_SYM(cuMemsetD32_v2),
+        FC_SYM(cuMemGetAllocationGranularity),
+        FC_SYM(cuMemCreate),
+        FC_SYM(cuMemRelease),
+        FC_SYM(cuMemExportToShareableHandle),
+        FC_SYM(cuMemImportFromShareableHandle),
+        FC_SYM(cuMemAddressReserve),
+        FC_SYM(cuMemAddressFree),
+        FC_SYM(cuMemMap),
+        FC_SYM(cuMemUnmap),
+        FC_SYM(cuMemSetAccess),
+        FC_SYM(cuMemRetainAllocationHandle),
+        FC_SYM(cuMemGetAllocationPropertiesFromHandle),
+        FC_SYM(cuIpcGetMemHandle),
+        FC_SYM(cuIpcOpenMemHandle),
+        FC_SYM(cuIpcOpenMemHandle_v2),
+        FC_SYM(cuIpcCloseMemHandle),
+        FC_SYM(cuGetProcAddress),
         FC_SYM(cuGetProcAddress_v2),
 };
 
@@ -3218,16 +3364,33 @@ static const struct {
         const char *base, *suffix;
         int since;
 } fc_versions[] = {
-        { "cuCtxCreate", "_v4", 12050 }, { "cuCtxCreate", "_v2", 3020 },
-        { "cuMemAlloc", "_v2", 3020 }, { "cuMemAllocPitch", "_v2", 3020 }, { "cuMemFree", "_v2", 3020 },
-        { "cuMemGetAddressRange", "_v2", 3020 }, { "cuMemGetInfo", "_v2", 3020 },
-        { "cuDeviceTotalMem", "_v2", 3020 }, { "cuMemcpyHtoD", "_v2", 3020 }, { "cuMemcpyDtoH", "_v2", 3020 },
-        { "cuMemcpyDtoD", "_v2", 3020 }, { "cuMemcpyDtoDAsync", "_v2", 3020 }, { "cuMemsetD8", "_v2", 3020 }, { "cuMemsetD32", "_v2", 3020 },
-        { "cuCtxDestroy", "_v2", 4000 }, { "cuCtxPushCurrent", "_v2", 4000 }, { "cuCtxPopCurrent", "_v2", 4000 },
-        { "cuStreamDestroy", "_v2", 4000 }, { "cuEventDestroy", "_v2", 4000 }, { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
-        { "cuDevicePrimaryCtxReset", "_v2", 11000 }, { "cuDeviceGetUuid", "_v2", 11040 },
-        { "cuIpcOpenMemHandle", "_v2", 11000 }, { "cuStreamBeginCapture", "_v2", 10010 },
-        { "cuEventElapsedTime", "_v2", 12080 }, { "cuGraphInstantiate", "WithFlags", 12000 }, { "cuGetProcAddress", "_v2", 12000 },
+        { "cuCtxCreate", "_v4", 12050 },
+        { "cuCtxCreate", "_v2", 3020 },
+        { "cuMemAlloc", "_v2", 3020 },
+        { "cuMemAllocPitch", "_v2", 3020 },
+        { "cuMemFree", "_v2", 3020 },
+        { "cuMemGetAddressRange", "_v2", 3020 },
+        { "cuMemGetInfo", "_v2", 3020 },
+        { "cuDeviceTotalMem", "_v2", 3020 },
+        { "cuMemcpyHtoD", "_v2", 3020 },
+        { "cuMemcpyDtoH", "_v2", 3020 },
+        { "cuMemcpyDtoD", "_v2", 3020 },
+        { "cuMemcpyDtoDAsync", "_v2", 3020 },
+        { "cuMemsetD8", "_v2", 3020 },
+        { "cuMemsetD32", "_v2", 3020 },
+        { "cuCtxDestroy", "_v2", 4000 },
+        { "cuCtxPushCurrent", "_v2", 4000 },
+        { "cuCtxPopCurrent", "_v2", 4000 },
+        { "cuStreamDestroy", "_v2", 4000 },
+        { "cuEventDestroy", "_v2", 4000 },
+        { "cuDevicePrimaryCtxRelease", "_v2", 11000 },
+        { "cuDevicePrimaryCtxReset", "_v2", 11000 },
+        { "cuDeviceGetUuid", "_v2", 11040 },
+        { "cuIpcOpenMemHandle", "_v2", 11000 },
+        { "cuStreamBeginCapture", "_v2", 10010 },
+        { "cuEventElapsedTime", "_v2", 12080 },
+        { "cuGraphInstantiate", "WithFlags", 12000 },
+        { "cuGetProcAddress", "_v2", 12000 },
 };
 
 static void *fc_sym(const char *name)

@@ -23,8 +23,8 @@
 #define ENG_MAGIC 0x47454346u /* "FCEG" */
 #define ENG_VERSION 1u
 #define ENG_PROCS 256
-#define ENG_CLIENTS 32  /* contexts per device */
-#define ENG_QLEN 512    /* kernels a context may have queued (a full push buffer blocks the launch) */
+#define ENG_CLIENTS 32 /* contexts per device */
+#define ENG_QLEN 512   /* kernels a context may have queued (a full push buffer blocks the launch) */
 #define ENG_MAX_SLEEP_NS 200000000ull
 
 enum { PROC_FREE, PROC_REG, PROC_LIVE };
@@ -33,9 +33,9 @@ enum { CL_FREE, CL_LIVE, CL_DEAD };
 struct eng_proc {
         pthread_mutex_t alive; /* locked by the process's keeper thread while it lives */
         int32_t pid;
-        uint32_t state;        /* PROC_* */
-        uint32_t hold;         /* it holds the clock */
-        uint32_t gen;          /* bumped at each registration */
+        uint32_t state; /* PROC_* */
+        uint32_t hold;  /* it holds the clock */
+        uint32_t gen;   /* bumped at each registration */
 };
 
 struct eng_item {
@@ -43,11 +43,11 @@ struct eng_item {
 };
 
 struct eng_client {
-        uint32_t state;    /* CL_* */
-        int32_t proc;      /* its eng_proc, of generation proc_gen */
+        uint32_t state; /* CL_* */
+        int32_t proc;   /* its eng_proc, of generation proc_gen */
         uint32_t proc_gen;
         uint32_t pad;
-        uint64_t gen;      /* bumped when the entry is taken */
+        uint64_t gen; /* bumped when the entry is taken */
         uint64_t ctx;
         uint64_t next_seq; /* the next kernel's number (from 1) */
         uint64_t done_seq; /* kernels up to it completed */
@@ -58,18 +58,18 @@ struct eng_client {
 };
 
 struct eng_dev {
-        uint64_t now_ns;   /* the schedule is computed up to here */
+        uint64_t now_ns; /* the schedule is computed up to here */
         uint64_t slice_end_ns;
-        int32_t running;   /* the client with the engine, -1 none */
+        int32_t running; /* the client with the engine, -1 none */
         uint32_t pad;
-        uint64_t order;    /* the last place in line handed out */
+        uint64_t order; /* the last place in line handed out */
         struct eng_client c[ENG_CLIENTS];
 };
 
 struct eng_shared {
         uint32_t magic, version;
-        uint32_t wake;       /* futex: bumped when waiters should look again */
-        uint32_t nheld;      /* processes holding the clock */
+        uint32_t wake;  /* futex: bumped when waiters should look again */
+        uint32_t nheld; /* processes holding the clock */
         uint64_t slice_ns;
         uint64_t held_at;    /* CLOCK_MONOTONIC when the clock stopped (nheld > 0) */
         uint64_t held_total; /* ns it was stopped before */
@@ -129,8 +129,7 @@ static struct eng_shared *eng_map(void)
         struct stat st;
         int fd;
 
-        if ((size_t)snprintf(path, sizeof(path), "%s-engine", fc_state_path(defpath, sizeof(defpath))) >=
-            sizeof(path))
+        if ((size_t)snprintf(path, sizeof(path), "%s-engine", fc_state_path(defpath, sizeof(defpath))) >= sizeof(path))
                 return NULL;
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) {
@@ -176,7 +175,10 @@ static void eng_fork_child(void)
         pthread_mutex_init(&l_lock, NULL);
 }
 
-static void eng_fork_register(void) { (void)pthread_atfork(NULL, NULL, eng_fork_child); }
+static void eng_fork_register(void)
+{
+        (void)pthread_atfork(NULL, NULL, eng_fork_child);
+}
 
 static struct eng_shared *eng_open(void)
 {
@@ -200,9 +202,15 @@ static void eng_wake(struct eng_shared *e)
 }
 
 /* pre: lock held.  The model's clock. */
-static uint64_t eng_now(const struct eng_shared *e) { return (e->nheld ? e->held_at : mono_ns()) - e->held_total; }
+static uint64_t eng_now(const struct eng_shared *e)
+{
+        return (e->nheld ? e->held_at : mono_ns()) - e->held_total;
+}
 
-static int pending(const struct eng_client *c) { return c->state == CL_LIVE && c->done_seq + 1 < c->next_seq; }
+static int pending(const struct eng_client *c)
+{
+        return c->state == CL_LIVE && c->done_seq + 1 < c->next_seq;
+}
 
 /* pre: lock held.  Proc i died: its contexts' queues are dropped, its hold
  * let go. */
@@ -256,7 +264,10 @@ static void eng_lock(struct eng_shared *e)
                         eng_drop_proc(e, i);
 }
 
-static void eng_unlock(struct eng_shared *e) { pthread_mutex_unlock(&e->lock); }
+static void eng_unlock(struct eng_shared *e)
+{
+        pthread_mutex_unlock(&e->lock);
+}
 
 /* ---- registration: a keeper thread holds the process's alive mutex ---- */
 
@@ -661,7 +672,10 @@ int fakecuda_engine_pid_stat(int dev, int32_t pid, struct fakecuda_engine_stat *
         return n < 0 ? -1 : k;
 }
 
-uint64_t fakecuda_engine_now(void) { return fc_engine_now_ns(); }
+uint64_t fakecuda_engine_now(void)
+{
+        return fc_engine_now_ns();
+}
 
 int fakecuda_engine_hold(int hold)
 {

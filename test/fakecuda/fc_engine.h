@@ -55,17 +55,17 @@
 /* One context's accounting (fakecuda_engine_stats).  Times in ns of the
  * model's clock. */
 struct fakecuda_engine_stat {
-        int32_t pid;           /* the process (its pid where it registered) */
-        uint32_t live;         /* 0: its process died (its queue was dropped) */
-        uint64_t ctx;          /* the CUcontext's value in that process */
-        uint64_t gpu_ns;       /* engine time received */
-        uint64_t contended_ns; /* of it, while another context had work queued */
-        uint64_t wait_ns;      /* time it had work queued while another ran */
-        uint64_t kernels;      /* kernels completed */
-        uint64_t queued;       /* kernels queued now (the running one included) */
-        uint64_t dropped;      /* kernels dropped when its process died */
-        uint64_t turns;        /* slices it was given */
-        uint64_t preempted;    /* slices that ended with its work unfinished */
+        int32_t pid;             /* the process (its pid where it registered) */
+        uint32_t live;           /* 0: its process died (its queue was dropped) */
+        uint64_t ctx;            /* the CUcontext's value in that process */
+        uint64_t gpu_ns;         /* engine time received */
+        uint64_t contended_ns;   /* of it, while another context had work queued */
+        uint64_t wait_ns;        /* time it had work queued while another ran */
+        uint64_t kernels;        /* kernels completed */
+        uint64_t queued;         /* kernels queued now (the running one included) */
+        uint64_t dropped;        /* kernels dropped when its process died */
+        uint64_t turns;          /* slices it was given */
+        uint64_t preempted;      /* slices that ended with its work unfinished */
         uint64_t latency_max_ns; /* longest submit-to-completion of a kernel */
 };
 

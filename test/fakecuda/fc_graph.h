@@ -9,9 +9,9 @@
 
 /* One launch of a fake kernel, its parameters read. */
 struct fc_kernel {
-        int spin;          /* fakecuda_spin_kernel (else fakecuda_fill_kernel) */
-        uint32_t us;       /* spin: its duration; fill: its delay_us */
-        uintptr_t dst;     /* fill: [dst, dst+bytes) := value */
+        int spin;      /* fakecuda_spin_kernel (else fakecuda_fill_kernel) */
+        uint32_t us;   /* spin: its duration; fill: its delay_us */
+        uintptr_t dst; /* fill: [dst, dst+bytes) := value */
         size_t bytes;
         uint32_t value;
 };

@@ -40,7 +40,7 @@ struct fc_proc {
  * ino, bytes and dev are written while WRITING and fixed until free. */
 struct fc_export {
         uint64_t state;
-        uint64_t ino;      /* the memfd's inode */
+        uint64_t ino; /* the memfd's inode */
         uint64_t bytes;
         int32_t dev;
         int32_t pad;
@@ -55,7 +55,10 @@ static inline uint64_t fc_ex_state(unsigned kind, uint32_t hi, uint32_t lo)
         return (uint64_t)kind << 56 | (uint64_t)(hi & 0xffffffu) << 32 | lo;
 }
 
-static inline unsigned fc_ex_kind(uint64_t state) { return (unsigned)(state >> 56); }
+static inline unsigned fc_ex_kind(uint64_t state)
+{
+        return (unsigned)(state >> 56);
+}
 
 struct fc_shared {
         uint32_t magic, version, ndev, pad;

@@ -127,8 +127,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
                 return NVML_ERROR_INVALID_ARGUMENT;
         if (memory->version != nvmlMemory_v2)
                 return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-        *memory = (nvmlMemory_v2_t){ .version = nvmlMemory_v2, .total = FN_TOTAL, .reserved = FN_USED / 2,
-                                     .free = FN_TOTAL - FN_USED, .used = FN_USED };
+        *memory = (nvmlMemory_v2_t){ .version = nvmlMemory_v2,
+                                     .total = FN_TOTAL,
+                                     .reserved = FN_USED / 2,
+                                     .free = FN_TOTAL - FN_USED,
+                                     .used = FN_USED };
         return NVML_SUCCESS;
 }
 

@@ -21,12 +21,13 @@ int main(int argc, char **argv)
         }
         cuMemGetInfo(&fr, &tot);
         r = cuMemAlloc(&p, want);
-        printf("bypass: cuMemGetInfo free=%zu MiB total=%zu MiB; cuMemAlloc(%llu MiB) -> %d\n",
-               fr >> 20, tot >> 20, want >> 20, (int)r);
+        printf("bypass: cuMemGetInfo free=%zu MiB total=%zu MiB; cuMemAlloc(%llu MiB) -> %d\n", fr >> 20, tot >> 20,
+               want >> 20, (int)r);
         if (r == CUDA_SUCCESS) {
                 printf("FAIL bypass got memory past the pool\n");
                 return 1;
         }
-        printf("PASS bypass refused with %s\n", r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "an error");
+        printf("PASS bypass refused with %s\n",
+               r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "an error");
         return 0;
 }

@@ -140,8 +140,7 @@ static launch_fn way(int i)
         void *fn = NULL, *cuda;
 
         switch (i) {
-        case 0:
-                return cuLaunchKernel;
+        case 0: return cuLaunchKernel;
         case 1:
                 cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
                 ck_assert_ptr_nonnull(cuda);
@@ -253,8 +252,7 @@ START_TEST(test_closed_blocks_graph_launch)
         ck_assert_int_eq(cuStreamCreate(&g.s, 0), CUDA_SUCCESS);
         ck_assert_int_eq(cuStreamBeginCapture(g.s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
         ck_assert_int_eq(cuLaunchKernel(fakecuda_spin_kernel(), 1, 1, 1, 1, 1, 1, 0, g.s, spinp, NULL), CUDA_SUCCESS);
-        ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 64, 1, 1, 0, g.s, fillp, NULL),
-                         CUDA_SUCCESS);
+        ck_assert_int_eq(cuLaunchKernel(fakecuda_fill_kernel(), 1, 1, 1, 64, 1, 1, 0, g.s, fillp, NULL), CUDA_SUCCESS);
         ck_assert_int_eq(cuStreamEndCapture(g.s, &graph), CUDA_SUCCESS);
         ck_assert_int_eq(cuGraphInstantiate(&g.x, graph, 0), CUDA_SUCCESS);
         gs_gate_arm();

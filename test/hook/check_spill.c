@@ -83,11 +83,20 @@ static void setup_n(uint32_t nslots)
         pthread_mutex_unlock(&gs_conn.mu);
 }
 
-static void setup(void) { setup_n(SLOTS); }
+static void setup(void)
+{
+        setup_n(SLOTS);
+}
 
-static void teardown(void) { unlink(g_state); }
+static void teardown(void)
+{
+        unlink(g_state);
+}
 
-static CUdeviceptr slot_at(uint32_t s) { return g->va_base + (CUdeviceptr)s * CHUNK; }
+static CUdeviceptr slot_at(uint32_t s)
+{
+        return g->va_base + (CUdeviceptr)s * CHUNK;
+}
 
 /* A new chunk of the agent's, as the fd it would send: device memory of
  * device 0 or host memory; *keep (if not NULL) keeps the creator's handle. */
@@ -122,7 +131,10 @@ static void map_slot(uint32_t s, CUmemGenericAllocationHandle *keep)
 }
 
 /* Word i of the pattern of slot s. */
-static uint32_t pattern(uint32_t s, size_t i) { return (uint32_t)(0x9e3779b9u * (i + 1) ^ (s << 24)); }
+static uint32_t pattern(uint32_t s, size_t i)
+{
+        return (uint32_t)(0x9e3779b9u * (i + 1) ^ (s << 24));
+}
 
 static void fill(uint32_t s)
 {
@@ -177,7 +189,10 @@ static int held(const char *name)
         return n;
 }
 
-static int fd_closed(int fd) { return fcntl(fd, F_GETFD) < 0 && errno == EBADF; }
+static int fd_closed(int fd)
+{
+        return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+}
 
 /* In a batch, the fake driver's own fds (one per imported memory) may
  * take the numbers of fds the mover closed: an fd is gone if closed or if
@@ -289,9 +304,8 @@ static double ms_since(const struct timespec *t0)
 START_TEST(test_full_batch_both_ways)
 {
         /* Runs: 5-7, 0, 20-31, 1-4, 8-19. */
-        static const uint32_t back_order[GS_MOVE_MAX] = { 5,  6,  7,  0,  20, 21, 22, 23, 24, 25, 26,
-                                                          27, 28, 29, 30, 31, 1,  2,  3,  4,  8,  9,
-                                                          10, 11, 12, 13, 14, 15, 16, 17, 18, 19 };
+        static const uint32_t back_order[GS_MOVE_MAX] = { 5, 6, 7, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                                                          1, 2, 3, 4, 8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19 };
         uint32_t slots[GS_MOVE_MAX];
         int fds[GS_MOVE_MAX], copy[GS_MOVE_MAX];
         ino_t ino[GS_MOVE_MAX];
@@ -329,8 +343,7 @@ START_TEST(test_full_batch_both_ways)
         clock_gettime(CLOCK_MONOTONIC, &t0);
         ck_assert_uint_eq(move(back_order, fds, GS_MOVE_MAX), GS_MOVE_MAX);
         ms = ms_since(&t0);
-        printf("info: a batch of %u chunks of %u MiB back to device memory: %.1f ms\n", GS_MOVE_MAX, CHUNK >> 20,
-               ms);
+        printf("info: a batch of %u chunks of %u MiB back to device memory: %.1f ms\n", GS_MOVE_MAX, CHUNK >> 20, ms);
         for (uint32_t i = 0; i < GS_MOVE_MAX; i++) {
                 ck_assert(fd_gone(copy[i], ino[i]));
                 ck_assert(intact(i));
@@ -621,21 +634,33 @@ static void four_with(enum fault f, uint32_t want)
 }
 
 /* The first two move. */
-START_TEST(test_mid_batch_bad_import) { four_with(BAD_IMPORT, 2); }
+START_TEST(test_mid_batch_bad_import)
+{
+        four_with(BAD_IMPORT, 2);
+}
 END_TEST
 
 /* The two copies issued before are waited for: their slots move. */
-START_TEST(test_mid_batch_copy_refused) { four_with(COPY_REFUSED, 2); }
+START_TEST(test_mid_batch_copy_refused)
+{
+        four_with(COPY_REFUSED, 2);
+}
 END_TEST
 
 /* No copy is known good (the one synchronize fails): nothing was
  * unmapped, nothing moves. */
-START_TEST(test_mid_batch_copy_fault) { four_with(COPY_FAULT, 0); }
+START_TEST(test_mid_batch_copy_fault)
+{
+        four_with(COPY_FAULT, 0);
+}
 END_TEST
 
 /* In a run of four consecutive slots: the two before stay moved, the
  * third gets its old memory back, the fourth is not touched. */
-START_TEST(test_mid_run_map_fails) { four_with(MAP_FAILS, 2); }
+START_TEST(test_mid_run_map_fails)
+{
+        four_with(MAP_FAILS, 2);
+}
 END_TEST
 
 /* The contexts are synchronized before anything moves: a move that

@@ -19,13 +19,12 @@
 
 static int g_failed;
 
-#define EXPECT(cond)                                                                        \
-        do {                                                                                \
-                if (!(cond)) {                                                              \
-                        fprintf(stdout, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, \
-                                #cond);                                                     \
-                        g_failed = 1;                                                       \
-                }                                                                           \
+#define EXPECT(cond)                                                                                   \
+        do {                                                                                           \
+                if (!(cond)) {                                                                         \
+                        fprintf(stdout, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond); \
+                        g_failed = 1;                                                                  \
+                }                                                                                      \
         } while (0)
 
 static void init_ctx(void)
@@ -84,12 +83,12 @@ static void t_lookup(void)
         EXPECT(gpa("cuMemAlloc", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == dlsym(hook, "cuMemAlloc_v2"));
         EXPECT(gpa("cuMemAlloc", &fn, 3000, 0, &st) == CUDA_SUCCESS && fn == dlsym(hook, "cuMemAlloc"));
         EXPECT(gpa("cuMemGetInfo", &fn, 13000, 0, &st) == CUDA_SUCCESS && fn == dlsym(hook, "cuMemGetInfo_v2"));
-        EXPECT(gpa("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) ==
-                       CUDA_SUCCESS && fn == dlsym(hook, "cuMemAllocAsync_ptsz"));
+        EXPECT(gpa("cuMemAllocAsync", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) == CUDA_SUCCESS &&
+               fn == dlsym(hook, "cuMemAllocAsync_ptsz"));
         EXPECT(gpa("cuGetProcAddress", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == (void *)gpa);
         EXPECT(gpa("cuMemcpyHtoD", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == dlsym(hook, "cuMemcpyHtoD_v2"));
-        EXPECT(gpa("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) ==
-                       CUDA_SUCCESS && fn == dlsym(hook, "cuLaunchKernel_ptsz"));
+        EXPECT(gpa("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st) == CUDA_SUCCESS &&
+               fn == dlsym(hook, "cuLaunchKernel_ptsz"));
         EXPECT(gpa("cuCtxSetCurrent", &fn, 12000, 0, &st) == CUDA_SUCCESS && fn == dlsym(cuda, "cuCtxSetCurrent") &&
                dladdr(fn, &info) && strstr(info.dli_fname, "libcuda"));
         EXPECT(gpa("cuNoSuchFunction", &fn, 12000, 0, &st) == CUDA_ERROR_NOT_FOUND);
@@ -322,9 +321,9 @@ int main(int argc, char **argv)
                 const char *name;
                 void (*fn)(void);
         } tests[] = {
-                { "failclosed", t_failclosed }, { "lookup", t_lookup }, { "roundtrip", t_roundtrip },
-                { "meminfo", t_meminfo }, { "release", t_release }, { "fork", t_fork },
-                { "threads", t_threads }, { "unsupported", t_unsupported }, { "spill", t_spill },
+                { "failclosed", t_failclosed }, { "lookup", t_lookup },           { "roundtrip", t_roundtrip },
+                { "meminfo", t_meminfo },       { "release", t_release },         { "fork", t_fork },
+                { "threads", t_threads },       { "unsupported", t_unsupported }, { "spill", t_spill },
         };
 
         if (argc != 2)

@@ -328,7 +328,10 @@ static void op_spill_done(struct client *c, const struct gs_ring_msg *m, struct 
         c->npend = 0;
 }
 
-static void on_signal(int sig) { g_spill_sig = sig == SIGUSR1 ? GS_MOVE_TO_HOST : GS_MOVE_TO_DEVICE; }
+static void on_signal(int sig)
+{
+        g_spill_sig = sig == SIGUSR1 ? GS_MOVE_TO_HOST : GS_MOVE_TO_DEVICE;
+}
 
 static void op_range(struct client *c, const struct gs_ring_msg *m, struct gs_ring_msg *r)
 {

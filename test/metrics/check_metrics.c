@@ -70,9 +70,20 @@ START_TEST(test_parse_address)
         ck_assert(IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr));
         ck_assert_int_eq(gs_metrics_parse_address("[::]:1", &ss, &len), 0);
         static const char *const bad[] = {
-                "", "9400", ":9400", "1.2.3.4", "1.2.3.4:", "1.2.3.4:0", "1.2.3.4:65536",
-                "1.2.3.4:94x", "1.2.3.4:-1", "localhost:9400", "::1:9400", "[::1:9400",
-                "[1.2.3.4]:9400", "1.2.3.4.5:9400",
+                "",
+                "9400",
+                ":9400",
+                "1.2.3.4",
+                "1.2.3.4:",
+                "1.2.3.4:0",
+                "1.2.3.4:65536",
+                "1.2.3.4:94x",
+                "1.2.3.4:-1",
+                "localhost:9400",
+                "::1:9400",
+                "[::1:9400",
+                "[1.2.3.4]:9400",
+                "1.2.3.4.5:9400",
                 "[0000:0000:0000:0000:0000:0000:0000:0000:0000:0000:0000:0000:0000]:1",
         };
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -130,7 +141,7 @@ START_TEST(test_hist)
         size_t len = 0;
 
         gs_hist_observe(&h, &gs_hist_seconds, 0);
-        gs_hist_observe(&h, &gs_hist_seconds, 1000);         /* 1 us: the first bound */
+        gs_hist_observe(&h, &gs_hist_seconds, 1000); /* 1 us: the first bound */
         gs_hist_observe(&h, &gs_hist_seconds, 1001);
         gs_hist_observe(&h, &gs_hist_seconds, 20000000000ull); /* 20 s: above 10 s */
         gs_hist_read(&h, &gs_hist_seconds, &sn);
