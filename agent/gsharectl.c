@@ -284,6 +284,48 @@ static int watch(const char *path)
         return r == -ECONNRESET ? 0 : 3;
 }
 
+/* create's options (--burst, --compute-class, --compute-cap) into cr, from
+ * argv[optind]; optind left at the first device ID.  -1 (said why) on a bad
+ * one. */
+static int create_options(int argc, char **argv, Gshare__Ctl__V1__CreateAllocationRequest *cr)
+{
+        while (optind + 1 < argc && strncmp(argv[optind], "--", 2) == 0) {
+                const char *opt = argv[optind], *v = argv[optind + 1];
+                char *end = NULL;
+                unsigned long cap;
+                if (strcmp(opt, "--burst") == 0) {
+                        if (gs_parse_size(v, &cr->burst_bytes) < 0 || !cr->burst_bytes) {
+                                fprintf(stderr,
+                                        "gsharectl: create: --burst needs a size (e.g. 40Gi), "
+                                        "not '%s'\n",
+                                        v);
+                                return -1;
+                        }
+                } else if (strcmp(opt, "--compute-class") == 0) {
+                        cr->compute_class = (char *)v;
+                } else if (strcmp(opt, "--compute-cap") == 0) {
+                        errno = 0;
+                        cap = strtoul(v, &end, 10);
+                        if (errno || end == v || *end || cap < 1 || cap > 100) {
+                                fprintf(stderr,
+                                        "gsharectl: create: --compute-cap needs a percent, 1 to "
+                                        "100, not '%s'\n",
+                                        v);
+                                return -1;
+                        }
+                        cr->compute_cap = (uint32_t)cap;
+                } else {
+                        fprintf(stderr,
+                                "gsharectl: create: unknown option %s: --burst SIZE (e.g. 40Gi), "
+                                "--compute-class CLASS, --compute-cap 1..100, then device IDs\n",
+                                opt);
+                        return -1;
+                }
+                optind += 2;
+        }
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         static const struct option opts[] = { { "socket", required_argument, NULL, 's' },
@@ -348,40 +390,8 @@ int main(int argc, char **argv)
                 req.list_allocations = &la;
         } else if (strcmp(cmd, "create") == 0 && optind < argc) {
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
-                while (optind + 1 < argc && strncmp(argv[optind], "--", 2) == 0) {
-                        const char *opt = argv[optind], *v = argv[optind + 1];
-                        char *end = NULL;
-                        unsigned long cap;
-                        if (strcmp(opt, "--burst") == 0) {
-                                if (gs_parse_size(v, &cr.burst_bytes) < 0 || !cr.burst_bytes) {
-                                        fprintf(stderr,
-                                                "gsharectl: create: --burst needs a size (e.g. 40Gi), "
-                                                "not '%s'\n",
-                                                v);
-                                        return 2;
-                                }
-                        } else if (strcmp(opt, "--compute-class") == 0) {
-                                cr.compute_class = (char *)v;
-                        } else if (strcmp(opt, "--compute-cap") == 0) {
-                                errno = 0;
-                                cap = strtoul(v, &end, 10);
-                                if (errno || end == v || *end || cap < 1 || cap > 100) {
-                                        fprintf(stderr,
-                                                "gsharectl: create: --compute-cap needs a percent, 1 to "
-                                                "100, not '%s'\n",
-                                                v);
-                                        return 2;
-                                }
-                                cr.compute_cap = (uint32_t)cap;
-                        } else {
-                                fprintf(stderr,
-                                        "gsharectl: create: unknown option %s: --burst SIZE (e.g. 40Gi), "
-                                        "--compute-class CLASS, --compute-cap 1..100, then device IDs\n",
-                                        opt);
-                                return 2;
-                        }
-                        optind += 2;
-                }
+                if (create_options(argc, argv, &cr) < 0)
+                        return 2;
                 if (optind >= argc) {
                         fprintf(stderr, "gsharectl: create: no device IDs\n");
                         return 2;

@@ -6,7 +6,7 @@
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
  * previous agent's processes: gs_proc_adopt.c. */
 #include "gs_proc_int.h"
-#include "gs_proc_qos.h"
+#include "gs_qos.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,7 +100,10 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
         gs_closep(&p->shmfd);
         gs_closep(&p->wake_fd);
         gs_closep(&p->notify_fd);
-        gs_proc_qos_gone(p);
+        /* Its compute QoS slot (gs_proc_qos.c took it) goes back. */
+        if (p->qos_slot1)
+                gs_qos_board_release(p->qos_gpu, p->qos_slot1 - 1);
+        p->qos_slot1 = 0;
         for (struct gs_proc **pp = &a->procs; *pp; pp = &(*pp)->next)
                 if (*pp == p) {
                         *pp = p->next;
