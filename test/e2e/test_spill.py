@@ -203,6 +203,10 @@ def moves(tmp):
               "killed: the batch undone, no spare held")
         a.say("free")
         a.quit()
+        # B's context chunk comes back once the driver has freed the dead
+        # process's memory (the next scan): both allocations idle first.
+        check(e.wait_idle(ag, B["id"]) is not None and e.wait_idle(ag, A["id"]) is not None,
+              "killed: both allocations idle")
         b2 = Prog(ag, B, "borrow", 896, 32)
         got = b2.line()
         check(got == ["ready", "832"], "killed: the books balance, a new borrower fills 832 MiB again (%s)" % got)
