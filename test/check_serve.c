@@ -473,6 +473,37 @@ START_TEST(test_ipc_hostile)
 }
 END_TEST
 
+START_TEST(test_notify_and_give_back_empty)
+{
+        struct gs_sock_grant m;
+        bool trunc;
+        int fd = -1;
+
+        /* Nothing held: GIVE_BACK names no run. */
+        struct gs_ring_msg rep = serve(GS_OP_GIVE_BACK, 0, UINT64_MAX, UINT64_MAX);
+        ck_assert_int_eq(rep.status, 0);
+        ck_assert_uint_eq(rep.arg[0], 0);
+        ck_assert_uint_eq(rep.arg[1], 0);
+        check_books(0, 0);
+        /* With an eventfd, NOTIFY sends it (a reference: the agent keeps its
+         * own), and the hook's end writes what the agent's end reads. */
+        p.notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        ck_assert_int_ge(p.notify_fd, 0);
+        rep = serve(GS_OP_NOTIFY, 0, 0, 0);
+        ck_assert_int_eq(rep.status, 0);
+        ck_assert_int_eq(gs_sockmsg_recv_fd(peer, &m, sizeof(m), &trunc, &fd), (ssize_t)sizeof(m));
+        ck_assert_uint_eq(m.h.type, GS_SOCK_NOTIFY);
+        ck_assert_int_ge(fd, 0);
+        gs_proc_notify(&p);
+        uint64_t v = 0;
+        ck_assert_int_eq(read(fd, &v, sizeof(v)), (ssize_t)sizeof(v));
+        ck_assert_uint_eq(v, 1);
+        close(fd);
+        take_grants(0, NULL);
+        check_books(0, 0);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("serve");
@@ -490,6 +521,7 @@ int main(void)
         tcase_add_test(t, test_release_hostile);
         tcase_add_test(t, test_vmm_hostile);
         tcase_add_test(t, test_ipc_hostile);
+        tcase_add_test(t, test_notify_and_give_back_empty);
         suite_add_tcase(s, t);
         return gs_check_run(s);
 }
