@@ -209,10 +209,10 @@ END_TEST
 
 START_TEST(test_gpu_out_of_range)
 {
-        static const uint32_t ops[] = { GS_OP_ALLOC,       GS_OP_FREE,      GS_OP_MEMINFO,  GS_OP_RANGE,
-                                        GS_OP_RELEASE,     GS_OP_VMM_CREATE, GS_OP_VMM_RELEASE,
-                                        GS_OP_IPC_EXPORT,  GS_OP_IPC_OPEN,  GS_OP_CTX,      GS_OP_CTX_DONE,
-                                        GS_OP_GIVE_BACK,   GS_OP_SPILL,     GS_OP_SPILL_DONE, GS_OP_NOTIFY };
+        static const uint32_t ops[] = { GS_OP_ALLOC,    GS_OP_FREE,       GS_OP_MEMINFO,     GS_OP_RANGE,
+                                        GS_OP_RELEASE,  GS_OP_VMM_CREATE, GS_OP_VMM_RELEASE, GS_OP_IPC_EXPORT,
+                                        GS_OP_IPC_OPEN, GS_OP_CTX,        GS_OP_CTX_DONE,    GS_OP_GIVE_BACK,
+                                        GS_OP_SPILL,    GS_OP_SPILL_DONE, GS_OP_NOTIFY };
         static const uint32_t gpus[] = { 1, GS_MAX_GPUS_PER_ALLOC, UINT32_MAX };
         uint64_t off = alloc_ok(MiB, 1);
 
@@ -220,8 +220,7 @@ START_TEST(test_gpu_out_of_range)
                 for (size_t j = 0; j < sizeof(gpus) / sizeof(gpus[0]); j++) {
                         struct gs_ring_msg rep = serve(ops[i], gpus[j], ops[i] == GS_OP_FREE ? off : CHUNK, 0);
 
-                        ck_assert_msg(rep.status == -EINVAL, "op %u gpu %u: status %d", ops[i], gpus[j],
-                                      rep.status);
+                        ck_assert_msg(rep.status == -EINVAL, "op %u gpu %u: status %d", ops[i], gpus[j], rep.status);
                         ck_assert_uint_eq(rep.arg[0], 0);
                         ck_assert_uint_eq(rep.arg[1], 0);
                         check_books(1, 1);
@@ -310,10 +309,10 @@ START_TEST(test_alloc_refused)
                 uint64_t size, a1;
                 int status;
         } c[] = {
-                { 0, 0, -EINVAL },                 /* nothing */
-                { MiB, 1, -EINVAL },               /* arg1 must be 0 */
+                { 0, 0, -EINVAL },   /* nothing */
+                { MiB, 1, -EINVAL }, /* arg1 must be 0 */
                 { MiB, UINT64_MAX, -EINVAL },
-                { quota + 1, 0, -ENOMEM },         /* past the quota: what a driver says */
+                { quota + 1, 0, -ENOMEM }, /* past the quota: what a driver says */
                 { UINT64_MAX, 0, -ENOMEM },
                 { UINT64_MAX - CHUNK + 2, 0, -ENOMEM }, /* rounds past 2^64 */
                 { (uint64_t)1 << 63, 0, -ENOMEM },
@@ -388,10 +387,10 @@ START_TEST(test_release_hostile)
         struct {
                 uint64_t first, count;
         } c[] = {
-                { 0, 0 },                 /* nothing */
-                { n, 1 },                 /* past the slots */
+                { 0, 0 }, /* nothing */
+                { n, 1 }, /* past the slots */
                 { UINT64_MAX, 1 },
-                { 1, UINT64_MAX },        /* first + count wraps */
+                { 1, UINT64_MAX }, /* first + count wraps */
                 { n - 1, 2 },
                 { 0, (uint64_t)n + 1 },
                 { (uint64_t)1 << 32, 1 }, /* truncates to slot 0 */
