@@ -338,7 +338,7 @@ END_TEST
 
 START_TEST(test_unknown_op)
 {
-        static const uint32_t ops[] = { 0, GS_OP_NOTIFY + 1, 100, UINT32_MAX,
+        static const uint32_t ops[] = { 0, GS_OP_QOS + 1, 100, UINT32_MAX,
                                         /* known, not announced to this process */
                                         GS_OP_SPILL, GS_OP_SPILL_DONE,
                                         /* no notification eventfd to send */
