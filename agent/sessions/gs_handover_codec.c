@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 
 #include "gs_ledger.h"
 #include "gs_log.h"
+#include "gs_sock.h"
 #include "gs_util.h"
 
 static void close_all(const int *fds, uint32_t n)
@@ -37,44 +39,23 @@ size_t gs_ho_msg_len(const struct gs_ho_msg *m)
 
 int gs_ho_send(int fd, struct gs_ho_msg *m, const int *fds, uint32_t nfds)
 {
-        union {
-                struct cmsghdr c;
-                char b[CMSG_SPACE(sizeof(int) * GS_HO_MAX_FDS)];
-        } u;
-        struct iovec iov = { m, gs_ho_msg_len(m) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+        size_t len = gs_ho_msg_len(m);
         ssize_t n;
 
         if (nfds > GS_HO_MAX_FDS || (m->type == GS_HO_CHUNKS && m->n > GS_HO_MAX_FDS))
                 return -EINVAL;
         m->magic = GS_HO_MAGIC;
         m->version = GS_HO_VERSION;
-        if (nfds) {
-                memset(&u, 0, sizeof(u));
-                mh.msg_control = u.b;
-                mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-                memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-        }
-        do
-                n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        while (n < 0 && errno == EINTR);
-        return n == (ssize_t)iov.iov_len ? 0 : n < 0 ? gs_neg_errno() : -EPROTO;
+        n = gs_sock_send_fds(fd, m, len, fds, nfds, 0);
+        return n == (ssize_t)len ? 0 : n < 0 ? (int)n : -EPROTO;
 }
 
 int gs_ho_recv(int fd, struct gs_ho_msg *m, uint16_t type, int *fds, uint32_t *nfds, int timeout_ms)
 {
-        union {
-                struct cmsghdr c;
-                char b[CMSG_SPACE(sizeof(int) * GS_HO_MAX_FDS)];
-        } u;
-        struct iovec iov = { m, sizeof(*m) };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
         struct pollfd pfd = { .fd = fd, .events = POLLIN };
-        uint32_t got = 0;
+        int all[GS_SOCK_MAX_FDS];
+        size_t got = 0;
+        bool trunc = false;
         ssize_t n;
         int r;
 
@@ -85,36 +66,32 @@ int gs_ho_recv(int fd, struct gs_ho_msg *m, uint16_t type, int *fds, uint32_t *n
         while (r < 0 && errno == EINTR);
         if (r == 0)
                 return -ETIMEDOUT;
-        do
-                n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-        while (n < 0 && errno == EINTR);
+        /* Every fd that came is counted (a message with more than its
+         * entries say is refused), then kept in fds or closed. */
+        n = gs_sock_recv_fds(fd, m, sizeof(*m), 0, all, GS_SOCK_MAX_FDS, &got, &trunc);
         if (n < 0)
-                return gs_neg_errno();
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                                int x;
-                                memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                                if (fds && got < GS_HO_MAX_FDS)
-                                        fds[got++] = x;
-                                else
-                                        close(x);
-                        }
+                return (int)n;
+        if (!fds || got > GS_HO_MAX_FDS) {
+                close_all(all, (uint32_t)got);
+                trunc = trunc || got > GS_HO_MAX_FDS; /* more than a frame may carry */
+                got = 0;
+        } else {
+                memcpy(fds, all, got * sizeof(int));
+        }
         r = 0;
         if (n == 0)
                 r = -ECONNRESET;
         else if ((size_t)n < offsetof(struct gs_ho_msg, ent) || m->magic != GS_HO_MAGIC ||
-                 m->version != GS_HO_VERSION || (type && m->type != type) ||
-                 (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+                 m->version != GS_HO_VERSION || (type && m->type != type) || trunc ||
                  (m->type == GS_HO_CHUNKS && (m->n > GS_HO_MAX_FDS || (size_t)n != gs_ho_msg_len(m))) ||
                  got != fds_in(m))
                 r = (size_t)n >= offsetof(struct gs_ho_msg, ent) && m->type == GS_HO_FAIL ? -ECANCELED : -EPROTO;
         if (r < 0) {
-                close_all(fds, got);
+                close_all(fds, (uint32_t)got);
                 got = 0;
         }
         if (nfds)
-                *nfds = got;
+                *nfds = (uint32_t)got;
         return r;
 }
 
