@@ -22,6 +22,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +113,7 @@ static void serve(int n, long gap_us, uint32_t kern_us)
         fflush(stdout);
 }
 
-static volatile int g_stop;
+static atomic_int g_stop;
 
 static void *stdin_watch(void *arg)
 {
@@ -121,7 +122,7 @@ static void *stdin_watch(void *arg)
         (void)arg;
         while (fgets(line, sizeof(line), stdin))
                 ;
-        g_stop = 1;
+        atomic_store(&g_stop, 1);
         return NULL;
 }
 
@@ -132,12 +133,14 @@ static void train(uint32_t kern_us)
         CUresult r;
 
         ready();
-        pthread_create(&t, NULL, stdin_watch, NULL);
-        while (!g_stop) {
+        if (pthread_create(&t, NULL, stdin_watch, NULL) != 0)
+                die("thread", CUDA_ERROR_OUT_OF_MEMORY);
+        while (!atomic_load(&g_stop)) {
                 if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
                         die("launch", r);
                 k++;
         }
+        pthread_join(t, NULL);
         printf("trained %llu\n", k);
         fflush(stdout);
 }

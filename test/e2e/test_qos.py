@@ -243,8 +243,12 @@ def main():
         k0 = stat(tr.p.pid).kernels
         check(e.wait_for(lambda: stat(tr.p.pid).kernels > k0 + 4) is not None, "the trainer goes on without agent")
         out = tr.end()
-        check(lat[:1] == ["lat"] and out[:1] == ["trained"] and tr.p.returncode == 0 and sv.p.returncode == 0,
-              "with the agent gone both run to the end (server %s, trainer %s)" % (lat, out))
+        ok = lat[:1] == ["lat"] and out[:1] == ["trained"] and tr.p.returncode == 0 and sv.p.returncode == 0
+        check(ok, "with the agent gone both run to the end (server %s exit %s, trainer %s exit %s)"
+              % (lat, sv.p.returncode, out, tr.p.returncode))
+        if not ok:
+            for p in (sv, tr):
+                print("stderr of %s:\n%s" % (p.errpath, open(p.errpath).read()[-20000:]))
         print("server with the agent killed mid-run: p50 %s µs" % lat[1])
 
         api.down = True

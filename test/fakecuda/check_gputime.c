@@ -107,24 +107,43 @@ static struct fakecuda_engine_stat stat_of(pid_t pid)
         return st[0];
 }
 
-/* A child process that queues n kernels of us each on its primary
- * context, says so on fd, then synchronizes (or, hold: holds the clock
- * first and waits to be killed). */
+/* The queuer's body, in a process of its own: queues n kernels of us each
+ * on its primary context, says so on fd, then synchronizes (or, hold:
+ * holds the clock first and waits to be killed). */
+static int queuer_main(int n, uint32_t us, int hold, int fd)
+{
+        CUcontext c;
+        int ok = cuInit(0) == CUDA_SUCCESS && cuDevicePrimaryCtxRetain(&c, 0) == CUDA_SUCCESS &&
+                 cuCtxSetCurrent(c) == CUDA_SUCCESS;
+
+        ok = ok && (!hold || fakecuda_engine_hold(1) == 0);
+        for (int i = 0; i < n; i++)
+                ok = ok && spin(NULL, us) == CUDA_SUCCESS;
+        (void)!write(fd, ok ? "y" : "n", 1);
+        if (hold)
+                for (;;)
+                        pause();
+        return ok && cuCtxSynchronize() == CUDA_SUCCESS ? 0 : 1;
+}
+
+/* A child process running queuer_main.  It is this program again, exec'd
+ * (argv: queue N US HOLD FD): the test process has the driver's threads,
+ * and a forked copy of a threaded process may not start threads of its
+ * own (ThreadSanitizer refuses; POSIX allows only async-signal-safe calls). */
 static pid_t queuer(int n, uint32_t us, int hold, int fd)
 {
-        pid_t pid = fork();
+        char a[4][16];
+        pid_t pid;
 
+        snprintf(a[0], sizeof(a[0]), "%d", n);
+        snprintf(a[1], sizeof(a[1]), "%u", us);
+        snprintf(a[2], sizeof(a[2]), "%d", hold);
+        snprintf(a[3], sizeof(a[3]), "%d", fd);
+        pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-                int ok = !hold || fakecuda_engine_hold(1) == 0;
-
-                for (int i = 0; i < n; i++)
-                        ok = ok && spin(NULL, us) == CUDA_SUCCESS;
-                (void)!write(fd, ok ? "y" : "n", 1);
-                if (hold)
-                        for (;;)
-                                pause();
-                _exit(ok && cuCtxSynchronize() == CUDA_SUCCESS ? 0 : 1);
+                execl("/proc/self/exe", "check_gputime", "queue", a[0], a[1], a[2], a[3], (char *)NULL);
+                _exit(127);
         }
         return pid;
 }
@@ -487,10 +506,15 @@ START_TEST(test_events_and_graphs)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
-        Suite *s = suite_create("gputime");
-        TCase *tc = tcase_create("core");
+        Suite *s;
+        TCase *tc;
+
+        if (argc == 6 && strcmp(argv[1], "queue") == 0)
+                return queuer_main(atoi(argv[2]), (uint32_t)strtoul(argv[3], NULL, 10), atoi(argv[4]), atoi(argv[5]));
+        s = suite_create("gputime");
+        tc = tcase_create("core");
 
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_lone_context);
