@@ -85,7 +85,7 @@ START_TEST(test_restore_spilled)
         ck_assert_uint_eq(a1.spilled, 1);
         ck_assert_uint_eq(g.chunks[6].borrowed, 1);
         valid();
-        gs_gsm_restored(&g);
+        gs_gsm_adopted(&g);
         /* slot 0 holds a1's own chunk: made borrowed, then spilled */
         ck_assert_uint_eq(g.chunks[c[0]].borrowed, 0);
         ck_assert_int_eq(gs_gsm_make_borrowed(&g, 6), -EINVAL); /* a spare */

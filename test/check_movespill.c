@@ -1,6 +1,6 @@
 /* check_movespill.c — a GPU's moves (gs_gpu_spill.c) on a real pool over
  * the fake driver, driven directly as the sessions drive them
- * (gs_serve_move.c): an owner owed chunks that a borrower holds, a plan
+ * (gs_serve_spill.c): an owner owed chunks that a borrower holds, a plan
  * that moves the borrower's borrowed chunks to spare records (host
  * memory), the batch settled with all, some or none moved, spillMax
  * reached, and the move back once nothing is wanted.  After every step

@@ -171,7 +171,7 @@ static struct gs_gsm_alloc *idle_owner(const struct gs_gsm *g, const struct gs_g
 /* A restarted agent's adoption (force) that finds the system list
  * empty: an allocation other than a owed chunks before the restart with
  * a free one, else the idle owner; NULL. */
-static struct gs_gsm_alloc *restore_owner(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
+static struct gs_gsm_alloc *adopt_owner(const struct gs_gsm *g, const struct gs_gsm_alloc *a)
 {
         for (struct gs_gsm_alloc *o = g->allocs; o; o = o->next)
                 if (o != a && o->lent_before && o->own.count)
@@ -426,7 +426,7 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                 if (a->own.count && g->chunks[a->own.tail].dirty)
                         kick(g); /* one clean chunk fewer: zero the next */
         } else if ((force || a->borrowed.count + a->debt < a->cap) &&
-                   ((force ? g->sys.count : lendable(g)) || (force ? restore_owner(g, a) : idle_owner(g, a)))) {
+                   ((force ? g->sys.count : lendable(g)) || (force ? adopt_owner(g, a) : idle_owner(g, a)))) {
                 if (a->borrowed.count + a->debt >= a->cap)
                         a->over++; /* held already: past the cap for now */
                 if (force ? g->sys.count != 0 : lendable(g) != 0) {
@@ -435,7 +435,7 @@ static int take(struct gs_gsm_proc *p, uint32_t slot, bool force, uint32_t *ret_
                         /* A clean chunk another allocation does not use:
                          * it is owed it from now on (gs_gsm.h); after a
                          * restart, one that was owed it before first. */
-                        struct gs_gsm_alloc *o = force ? restore_owner(g, a) : idle_owner(g, a);
+                        struct gs_gsm_alloc *o = force ? adopt_owner(g, a) : idle_owner(g, a);
                         if (o->lent_before)
                                 o->lent_before--;
                         id = list_pop(g->chunks, &o->own);
@@ -491,7 +491,7 @@ void gs_gsm_alloc_lent_before(struct gs_gsm_alloc *a, uint32_t n)
         a->lent_before = n;
 }
 
-void gs_gsm_restored(struct gs_gsm *g)
+void gs_gsm_adopted(struct gs_gsm *g)
 {
         for (struct gs_gsm_alloc *a = g->allocs; a; a = a->next)
                 a->lent_before = 0;

@@ -219,10 +219,10 @@ int gs_gsm_take_at(struct gs_gsm_proc *p, uint32_t slot, uint32_t *ret_chunk) GS
 /* After an agent restart (gs_pool.h "legacy"): a was owed n chunks
  * before.  While it is set, a gs_gsm_take_at that finds the system list
  * empty takes a free chunk of such an allocation first (owed it again),
- * else (lend_owned) of the idle one with the most; gs_gsm_restored ends
+ * else (lend_owned) of the idle one with the most; gs_gsm_adopted ends
  * it for every allocation. */
 void gs_gsm_alloc_lent_before(struct gs_gsm_alloc *a, uint32_t n);
-void gs_gsm_restored(struct gs_gsm *g);
+void gs_gsm_adopted(struct gs_gsm *g);
 /* After an agent restart: spare (retired) held at p's free slot (< nslots),
  * borrowed, past the cap if it must: the process maps host memory there
  * that the previous agent moved its data to.  -EBUSY (slot occupied),

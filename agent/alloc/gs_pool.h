@@ -274,9 +274,9 @@ uint32_t gs_palloc_owed(const struct gs_palloc *a);
 void gs_palloc_set_tag(struct gs_palloc *a, uint64_t tag);
 /* fn(ctx, tag, owed) for each allocation owed chunks now. */
 void gs_pool_debts(const struct gs_pool *pool, void (*fn)(void *ctx, uint64_t tag, uint32_t owed), void *ctx);
-/* gs_gsm_alloc_lent_before, gs_gsm_restored, gs_gsm_make_borrowed. */
+/* gs_gsm_alloc_lent_before, gs_gsm_adopted, gs_gsm_make_borrowed. */
 void gs_palloc_lent_before(struct gs_palloc *a, uint32_t n);
-void gs_pool_restored(struct gs_pool *pool);
+void gs_pool_adopted(struct gs_pool *pool);
 int gs_pool_make_borrowed(struct gs_pool *pool, uint32_t chunk) GS_WUR;
 /* A spare free for an adoption (retired, held by nobody), or UINT32_MAX;
  * gs_pproc_adopt_spare places it at p's free slot as a legacy chunk

@@ -88,9 +88,9 @@ void gs_palloc_lent_before(struct gs_palloc *a, uint32_t n)
         gs_gsm_alloc_lent_before(&a->g, n);
 }
 
-void gs_pool_restored(struct gs_pool *pool)
+void gs_pool_adopted(struct gs_pool *pool)
 {
-        gs_gsm_restored(&pool->gsm);
+        gs_gsm_adopted(&pool->gsm);
 }
 
 int gs_pool_make_borrowed(struct gs_pool *pool, uint32_t chunk)

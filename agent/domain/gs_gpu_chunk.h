@@ -49,7 +49,7 @@ struct gs_allocation;
  *
  * Transitions (all under the GPU's lock): dropped (gs_chunk_drop),
  * INHERITED and RECYCLE become OURS; made (gs_chunk_make), KEPT becomes
- * OURS; INHERITED becomes RECYCLE when the processes are restored
+ * OURS; INHERITED becomes RECYCLE when the processes are adopted
  * (gs_gpu_inherit_settle); OURS becomes KEPT when a set takes it or gives
  * it back without memory (gs_chunkset); OURS or KEPT become PENDING when
  * recycling finds no room (gs_gpu_chunk_recycle) or a restart holds

@@ -7,7 +7,7 @@
  *   SERVING      the agent serves: it writes its ledger and spill record,
  *                the scrubber works.  Every GPU starts here.
  *   INHERITED    a new agent's pool built from the chunks an old one
- *                handed over, its processes not restored yet: until READY
+ *                handed over, its processes not adopted yet: until READY
  *                the old agent may take its chunks back, so the scrubber
  *                touches none.
  *   PAUSED       an old agent after TAKE: the new agent may grant any
@@ -19,7 +19,7 @@
  * The moves, all in one place (gs_gpu_phase.c checks them):
  *
  *   SERVING   -> INHERITED    gs_gpu_open_pool with the old agent's chunks
- *   INHERITED -> SERVING      the processes restored (gs_gpu_ledger_commit)
+ *   INHERITED -> SERVING      the processes adopted (gs_gpu_ledger_commit)
  *   SERVING   -> PAUSED       TAKE (gs_gpu_ledger_pause(g, true))
  *   PAUSED    -> SERVING      the new agent failed (gs_gpu_ledger_pause(g, false))
  *   PAUSED    -> HANDED_OVER  READY, at the stop (gs_gpu_hand_over)

@@ -326,7 +326,7 @@ uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc)
         return gs_gpu_spill_pass_holder(g, proc, 0);
 }
 
-int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot)
+int gs_gpu_spill_hold_adopted(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot)
 {
         gs_gpu_assert_locked(g);
         uint32_t r = gs_gpu_spare_record_free(g);

@@ -102,7 +102,7 @@ uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to);
 /* Under g->lock, restoring after a restart: a spare held by process proc
  * (tag, slot: the spill record's entry, GS_LEDGER_HELD) as before it.
  * -ENOSPC if no spare record is free. */
-int gs_gpu_spill_hold_restored(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot);
+int gs_gpu_spill_hold_adopted(struct gs_gpu *g, uint64_t proc, const struct gs_ledger_tag *t, uint32_t slot);
 /* Under g->lock: a spare's pool record that is free and held by nobody
  * (gs_pool_spare_free less the held ones), or UINT32_MAX. */
 uint32_t gs_gpu_spare_record_free(struct gs_gpu *g);

@@ -188,7 +188,7 @@ void gs_gpu_spillrec_debts(struct gs_gpu *g)
                 gs_ledger_set(&g->spillrec.rec, i, NULL, 0, false);
 }
 
-void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc), void *ctx)
+void gs_gpu_spillrec_debts_adopt(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc), void *ctx)
 {
         gs_gpu_assert_locked(g);
         for (uint32_t i = 0; i < g->spillrec.nbefore; i++) {

@@ -34,6 +34,6 @@ void gs_gpu_spillrec_done(struct gs_gpu *g);
 /* Under g->lock, before anything is adopted: each allocation owed chunks
  * before lends its own first again (gs_palloc_lent_before); tag_of gives
  * the allocation's part on g with that number, or NULL. */
-void gs_gpu_spillrec_debts_restore(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc), void *ctx);
+void gs_gpu_spillrec_debts_adopt(struct gs_gpu *g, struct gs_palloc *(*pa_of)(void *ctx, uint64_t alloc), void *ctx);
 
 #endif

@@ -35,8 +35,8 @@ static int give_last(struct gs_gpu *g, struct gs_outside *o, bool force)
         if (r > 0)
                 log_warn("GPU %u: chunk %u back without memory (re-created when granted): %s", g->index, chunk, err);
         g->outside_held -= g->chunk_bytes;
-        log_debug("GPU %u: outside chunk %u given back (charged %llu, restored %llu)", g->index, chunk,
-                  (unsigned long long)o->charged, (unsigned long long)o->restored);
+        log_debug("GPU %u: outside chunk %u given back (charged %llu, adopted %llu)", g->index, chunk,
+                  (unsigned long long)o->charged, (unsigned long long)o->adopted);
         return 0;
 }
 
@@ -52,7 +52,7 @@ static uint32_t target(const struct gs_gpu *g, uint64_t charged)
  * that is more. */
 static uint64_t covered(const struct gs_outside *o, uint64_t charged)
 {
-        return charged > o->restored ? charged : o->restored;
+        return charged > o->adopted ? charged : o->adopted;
 }
 
 /* short_bytes and short_since_ms from the charges and the chunks held. */
@@ -132,8 +132,8 @@ void gs_outside_init(struct gs_outside *o, uint64_t alloc)
         o->cs.tag = &o->tag;
 }
 
-uint32_t gs_outside_restore(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
-                            const uint32_t *slots, uint32_t n)
+uint32_t gs_outside_adopt(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
+                          const uint32_t *slots, uint32_t n)
 {
         gs_gpu_assert_locked(g);
         int r = gs_chunkset_adopt(g, &o->cs, pa, nslots, slots, n);
@@ -141,17 +141,17 @@ uint32_t gs_outside_restore(struct gs_gpu *g, struct gs_outside *o, struct gs_pa
         if (r <= 0)
                 return 0;
         g->outside_held += (uint64_t)r * g->chunk_bytes;
-        o->restored = (uint64_t)r * g->chunk_bytes;
+        o->adopted = (uint64_t)r * g->chunk_bytes;
         update_short(g, o);
         return (uint32_t)r;
 }
 
-void gs_outside_restored_done(struct gs_gpu *g, struct gs_outside *o)
+void gs_outside_adopted_done(struct gs_gpu *g, struct gs_outside *o)
 {
         gs_gpu_assert_locked(g);
-        if (!o->restored)
+        if (!o->adopted)
                 return;
-        o->restored = 0;
+        o->adopted = 0;
         gs_outside_settle(g, o);
         update_short(g, o);
 }
@@ -165,7 +165,7 @@ void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o)
                 (void)give_last(g, o, true);
         gs_chunkset_fini(&o->cs);
         o->charged = 0;
-        o->restored = 0;
+        o->adopted = 0;
         o->short_bytes = 0;
         o->short_since_ms = 0;
 }

@@ -55,12 +55,12 @@ struct gs_outside {
         uint64_t short_bytes;
         int64_t short_since_ms;
         /* Its chunks' ledger entries (GS_LEDGER_OUTSIDE), so that a
-         * restarted agent charges them again (gs_outside_restore). */
+         * restarted agent charges them again (gs_outside_adopt). */
         struct gs_ledger_tag tag;
-        /* What the previous agent's set held (gs_outside_restore): the set
+        /* What the previous agent's set held (gs_outside_adopt): the set
          * covers at least this until the processes' own charges are known
-         * again (gs_outside_restored_done). */
-        uint64_t restored;
+         * again (gs_outside_adopted_done). */
+        uint64_t adopted;
 };
 
 /* The set records its chunks in the GPU's ledger as allocation alloc's
@@ -96,12 +96,12 @@ void gs_outside_clear(struct gs_gpu *g, struct gs_outside *o);
  * this, a borrower whose quota and burst its adopted chunks fill, on a
  * pool whose free chunks are owed, could not be charged for its contexts
  * and would show over its quota by their size.  What they held stays
- * charged (o->restored) until gs_outside_restored_done.  Returns how many
+ * charged (o->adopted) until gs_outside_adopted_done.  Returns how many
  * chunks the set took. */
-uint32_t gs_outside_restore(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
-                            const uint32_t *slots, uint32_t n);
+uint32_t gs_outside_adopt(struct gs_gpu *g, struct gs_outside *o, struct gs_palloc *pa, uint32_t nslots,
+                          const uint32_t *slots, uint32_t n);
 /* Every process of the allocation is back and measured (the usage scan):
- * the restored charge goes, the processes' own charges stand. */
-void gs_outside_restored_done(struct gs_gpu *g, struct gs_outside *o);
+ * the adopted charge goes, the processes' own charges stand. */
+void gs_outside_adopted_done(struct gs_gpu *g, struct gs_outside *o);
 
 #endif

@@ -327,7 +327,7 @@ static uint64_t scan_part(struct gs_agent *ag, struct gs_gpu *g, struct gs_alloc
         }
         (void)!gs_outside_charge(g, &part->out, part->pa, slots, &part->bypass_charge, bypass, false);
         if (all_back)
-                gs_outside_restored_done(g, &part->out);
+                gs_outside_adopted_done(g, &part->out);
         measured += bypass;
         gs_outside_settle(g, &part->out);
         over = part->out.short_bytes;

@@ -85,7 +85,7 @@ int gs_ipc_reclaim_fd(struct gs_ipc_table *t, struct gs_proc *p, uint32_t gpu, u
 /* Its reclaim is complete (its blocks in place): each pending export of p
  * whose offset starts a live block and whose chunks all came with an fd
  * resolves from now on, the others are dropped, and so is the memory no
- * export of p covers.  How many were restored. */
+ * export of p covers.  How many were reclaimed. */
 uint32_t gs_ipc_reclaim_end(struct gs_ipc_table *t, struct gs_proc *p);
 
 /* Number of live exports of p (for FREE's fast path and listings). */

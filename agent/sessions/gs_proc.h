@@ -71,7 +71,7 @@ struct gs_proc_gpu {
          * (GS_RECLAIM_HOST; gs_proc_spillrest.c). */
         uint32_t maybe_host[GS_MOVE_MAX];
         uint32_t nmaybe_host;
-        /* A batch of moves sent, not answered yet (gs_serve_move.c);
+        /* A batch of moves sent, not answered yet (gs_serve_spill.c);
          * the worker serving the process's turn, or under g->lock. */
         struct gs_move_ent move[GS_MOVE_MAX];
         uint32_t nmove;

@@ -48,7 +48,7 @@ static uint32_t adopt_one(struct gs_agent *ag, struct gs_gpu *g, const struct gs
         *ret_owner = a;
         gs_gpu_unlock(g);
         if (r < 0) {
-                log_warn("GPU %u: slot %u of process %d (allocation %s) not restored: %s", g->index, e->slot, q->pid,
+                log_warn("GPU %u: slot %u of process %d (allocation %s) not adopted: %s", g->index, e->slot, q->pid,
                          a->id, strerror(-r));
                 return UINT32_MAX;
         }
@@ -91,13 +91,13 @@ static void place_adopted(struct gs_gpu *g, const uint32_t *chunk, const uint64_
 }
 
 /* The chunks each allocation's outside set held (GS_LEDGER_OUTSIDE), its
- * again once the processes' chunks are adopted (gs_outside_restore). */
+ * again once the processes' chunks are adopted (gs_outside_adopt). */
 static void adopt_outside(struct gs_agent *ag, struct gs_gpu *g)
 {
         uint32_t *slots = calloc((size_t)g->restart.nheld_before + 1, sizeof(*slots));
 
         if (!slots) {
-                log_error("GPU %u: out of memory restoring charges outside the pool", g->index);
+                log_error("GPU %u: out of memory adopting charges outside the pool", g->index);
                 return;
         }
         for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
@@ -114,8 +114,8 @@ static void adopt_outside(struct gs_agent *ag, struct gs_gpu *g)
                         if (!n)
                                 continue;
                         gs_gpu_lock(g);
-                        got = gs_outside_restore(g, &part->out, part->pa, gs_allocs_outside_slots(&ag->node, part),
-                                                 slots, n);
+                        got = gs_outside_adopt(g, &part->out, part->pa, gs_allocs_outside_slots(&ag->node, part), slots,
+                                               n);
                         gs_gpu_unlock(g);
                         log_info("GPU %u: allocation %s: %u of the %u chunks its processes' contexts and modules "
                                  "took outside the pool before the restart charged again",
@@ -143,7 +143,7 @@ void gs_proc_adopt(struct gs_agent *ag)
                 uint32_t n = 0;
                 if (!was || !target || !chunk || !owner) {
                         free(owner);
-                        log_error("GPU %u: out of memory restoring processes", g->index);
+                        log_error("GPU %u: out of memory adopting processes", g->index);
                         free(was);
                         free(target);
                         free(chunk);

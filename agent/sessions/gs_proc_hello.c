@@ -4,7 +4,7 @@
  * given the connection (a reclaiming one first sends its reclaim,
  * gs_proc_reclaim.c). */
 #include "gs_proc_int.h"
-#include "gs_serve_move.h"
+#include "gs_serve_spill.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -125,7 +125,7 @@ int gs_proc_on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t e
         gs_sockmsg_hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
         w.h.reserved = GS_FEAT_RECLAIM | GS_FEAT_GIVEBACK | GS_FEAT_IPC_KEEP | GS_FEAT_NOTIFY | GS_FEAT_HOST_SLOTS |
                        GS_FEAT_QOS;
-        p->move_feature = gs_move_feature(ag, a);
+        p->move_feature = gs_spill_feature(ag, a);
         if (p->move_feature)
                 w.h.reserved |= GS_FEAT_SPILL;
         w.ngpus = a->nparts;

@@ -31,7 +31,7 @@ void gs_proc_adopt_debts(struct gs_agent *ag, struct gs_gpu *g)
         struct pa_ctx c = { ag, g->index };
 
         gs_gpu_lock(g);
-        gs_gpu_spillrec_debts_restore(g, pa_of, &c);
+        gs_gpu_spillrec_debts_adopt(g, pa_of, &c);
         gs_gpu_unlock(g);
 }
 
@@ -87,8 +87,8 @@ void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g)
                 /* Claimed at its reclaim as device memory (charged more,
                  * never less). */
                 lost++;
-                log_warn("GPU %u: slot %u of process %d was in host memory; not restored as such: %s", g->index,
-                         e->slot, (int)e->pid, r == -ENOSPC ? "no spare record (spillMax)" : strerror(-r));
+                log_warn("GPU %u: slot %u of process %d was in host memory; not adopted as such: %s", g->index, e->slot,
+                         (int)e->pid, r == -ENOSPC ? "no spare record (spillMax)" : strerror(-r));
         }
         /* Host memory a live process kept (GS_LEDGER_HELD): still charged,
          * once, on spares the slots above did not take. */
@@ -101,7 +101,7 @@ void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g)
                         .pid = e->pid, .kind = GS_LEDGER_HELD, .start = e->start, .alloc = e->alloc
                 };
                 gs_gpu_lock(g);
-                int r = gs_gpu_spill_hold_restored(g, q->id, &t, e->slot);
+                int r = gs_gpu_spill_hold_adopted(g, q->id, &t, e->slot);
                 gs_gpu_unlock(g);
                 if (r < 0)
                         log_warn("GPU %u: host memory process %d kept from a move is not charged again: no spare "
@@ -111,7 +111,7 @@ void gs_proc_adopt_spilled(struct gs_agent *ag, struct gs_gpu *g)
                         held++;
         }
         gs_gpu_lock(g);
-        gs_pool_restored(g->pool);
+        gs_pool_adopted(g->pool);
         gs_gpu_check_lending(g);
         gs_gpu_unlock(g);
         if (host || marked || held)

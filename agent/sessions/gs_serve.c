@@ -15,7 +15,7 @@
 #include "gs_logrep.h"
 #include "gs_proc_qos.h"
 #include "gs_ring.h"
-#include "gs_serve_move.h"
+#include "gs_serve_spill.h"
 #include "gs_short.h"
 #include "gs_sockmsg.h"
 

@@ -9,7 +9,7 @@
  *     its own (GS_OP_GIVE_BACK) and tries again;
  *  2. take-back: chunks of the allocation's quota lent to borrowers
  *     (docs/burst.md) are wanted back: the borrowers' movers spill them to
- *     host memory (GS_OP_SPILL, gs_serve_move.c);
+ *     host memory (GS_OP_SPILL, gs_serve_spill.c);
  *  3. the last resort (reclaimKillAfter): an owner that has waited that long
  *     for lent memory that cannot be spilled has the biggest borrower killed.
  * Spilled chunks come back to the GPU (a move back) when it has memory to

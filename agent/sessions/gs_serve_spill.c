@@ -1,9 +1,9 @@
-/* gs_serve_move.c — a process's mover served (gs_wire.h item 8;
+/* gs_serve_spill.c — a process's mover served (gs_wire.h item 8;
  * docs/burst.md "Giving it back"): it asks what to move (GS_OP_SPILL) and
  * says what it moved (GS_OP_SPILL_DONE).  When movers are woken (owners
  * short of memory that is lent, or chunks coming back to the GPU) is
  * gs_short.c's; the GPU's books are gs_gpu_spill.c's. */
-#include "gs_serve_move.h"
+#include "gs_serve_spill.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -20,7 +20,7 @@
 #include "gs_sockmsg.h"
 #include "gs_util.h"
 
-bool gs_move_feature(const struct gs_agent *ag, const struct gs_allocation *a)
+bool gs_spill_feature(const struct gs_agent *ag, const struct gs_allocation *a)
 {
         for (uint32_t i = 0; i < a->nparts; i++) {
                 const struct gs_part *part = &a->parts[i];

@@ -1,6 +1,6 @@
-/* gs_serve_move.h — a process's mover served (gs_serve_move.c). */
-#ifndef GS_SERVE_MOVE_H
-#define GS_SERVE_MOVE_H
+/* gs_serve_spill.h — a process's mover served (gs_serve_spill.c). */
+#ifndef GS_SERVE_SPILL_H
+#define GS_SERVE_SPILL_H
 
 #include <stdbool.h>
 
@@ -8,7 +8,7 @@
 
 /* Whether a's processes get GS_FEAT_SPILL: a GPU of it has spares
  * (spillMax) and it may borrow there. */
-bool gs_move_feature(const struct gs_agent *ag, const struct gs_allocation *a);
+bool gs_spill_feature(const struct gs_agent *ag, const struct gs_allocation *a);
 /* GS_OP_SPILL and GS_OP_SPILL_DONE (a worker, the process's turn). */
 int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, struct gs_ring_msg *rep);
 int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
