@@ -313,7 +313,12 @@ enum gs_op {
         GS_OP_SPILL = 14,
         /* arg0 = moved: the first `moved` slots of the last GS_OP_SPILL
          * reply map their new memory (data copied); the others kept what
-         * they mapped.  arg1 = the direction, as in that reply. */
+         * they mapped.  arg1 = the direction, as in that reply.  arg2,
+         * arg3: where the batch's time went in the process, in
+         * microseconds, two fields of 32 bits each (GS_MOVE_US_PACK):
+         * arg2 = sync, prepare; arg3 = copy, remap (0 from a hook that
+         * does not say; statistics only: the agent bounds them by the
+         * time it saw). */
         GS_OP_SPILL_DONE = 15,
         /* GS_FEAT_NOTIFY (item 9): before the reply (status 0), one
          * GS_SOCK_NOTIFY message (struct gs_sock_grant: seq, the rest 0)
@@ -372,6 +377,13 @@ _Static_assert(sizeof(struct gs_qos_board) == 64 + 64 * GS_QOS_SLOTS, "gs_qos_bo
  * trying again for up to GS_MOVE_PATIENCE_MS. */
 #define GS_OTHERS_MOVING 0x80000000u
 #define GS_MOVE_PATIENCE_MS 10000u
+/* GS_OP_SPILL_DONE's arg2 and arg3: two times in microseconds (each
+ * capped at 32 bits), lo in the low half. */
+#define GS_MOVE_US_PACK(lo, hi) \
+        ((uint64_t)((lo) > UINT32_MAX ? UINT32_MAX : (lo)) | (uint64_t)((hi) > UINT32_MAX ? UINT32_MAX : (hi)) << 32)
+#define GS_MOVE_US_LO(v) ((uint32_t)(v))
+#define GS_MOVE_US_HI(v) ((uint32_t)((v) >> 32))
+
 /* Most slots one GS_OP_SPILL reply may name. */
 #define GS_MOVE_MAX 32u
 enum gs_move_dir {

@@ -77,6 +77,10 @@ struct gs_cu {
         CUresult (*stream_create)(CUstream *, unsigned int);
         CUresult (*stream_destroy_v2)(CUstream);
         CUresult (*mem_retain_allocation_handle)(CUmemGenericAllocationHandle *, void *);
+        CUresult (*event_create)(CUevent *, unsigned int);
+        CUresult (*event_record)(CUevent, CUstream);
+        CUresult (*event_synchronize)(CUevent);
+        CUresult (*event_destroy_v2)(CUevent);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).

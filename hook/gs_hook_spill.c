@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -52,6 +53,13 @@ static int gs_spill_usable(const struct gs_cu *cu)
                cu->device_primary_ctx_get_state && cu->device_primary_ctx_retain && cu->device_primary_ctx_release_v2;
 }
 
+/* Whether the driver has the events a batch's groups are waited for with
+ * (without them: its whole stream). */
+static bool gs_spill_usable_events(const struct gs_cu *cu)
+{
+        return cu->event_create && cu->event_record && cu->event_synchronize && cu->event_destroy_v2;
+}
+
 /* pre: gs_conn.mu held.  The device of GPU gi, or -1. */
 static CUdevice gs_spill_dev(const struct gs_cu *cu, uint32_t gi)
 {
@@ -86,17 +94,28 @@ static CUdeviceptr gs_spill_scratch(const struct gs_cu *cu, uint32_t gi)
 }
 
 /* A batch in progress: slot i's new memory (hn[i], mapped at scratch
- * chunk i) and, once retained, its old (ho[i]). */
+ * chunk i) and, once retained, its old (ho[i]).  Its slots go in groups
+ * of GS_SPILL_GROUP: a group's copies are issued as soon as its new
+ * memory is mapped (the next group is prepared while they run) and its
+ * slots are remapped as soon as its copies are done (ev[group]), while
+ * the later groups' copies run. */
+#define GS_SPILL_GROUP 4u
+#define GS_SPILL_GROUPS ((GS_MOVE_MAX + GS_SPILL_GROUP - 1) / GS_SPILL_GROUP)
 struct gs_spill_batch {
         const struct gs_cu *cu;
         struct gs_hook_gpu *g;
         CUdevice dev;
         CUdeviceptr scratch;
         const uint32_t *slots;
+        int *fds;
+        uint32_t k;
         CUmemGenericAllocationHandle hn[GS_MOVE_MAX], ho[GS_MOVE_MAX];
-        uint32_t nmap; /* new memories imported and mapped at the scratch */
-        uint32_t nold; /* old memories retained */
-        uint32_t n;    /* slots that may move: [0, n) */
+        CUevent ev[GS_SPILL_GROUPS]; /* NULL: none (waited for with the stream) */
+        uint32_t nmap;               /* new memories imported and mapped at the scratch */
+        uint32_t nold;               /* old memories retained */
+        uint32_t n;                  /* slots that may move: [0, n) */
+        uint32_t ncopy;              /* copies issued: [0, ncopy) */
+        struct gs_spill_times *t;
 };
 
 static CUdeviceptr gs_spill_at(const struct gs_spill_batch *b, uint32_t i)
@@ -109,23 +128,24 @@ static CUdeviceptr gs_spill_tmp(const struct gs_spill_batch *b, uint32_t i)
         return b->scratch + (CUdeviceptr)i * b->g->chunk;
 }
 
-/* Imports fds[0..k) (each closed) and maps slot i's new memory at scratch
- * chunk i, stopping at the first slot that is not mapped or whose memory
- * cannot be; then access to the scratch, in one call (its mappings are
- * consecutive).  Sets nmap and n. */
-static void gs_spill_prepare(struct gs_spill_batch *b, int *fds, uint32_t k)
+/* Imports fds[nmap..e) (each closed) and maps slot i's new memory at
+ * scratch chunk i, stopping at the first slot that is not mapped or whose
+ * memory cannot be; then access to those scratch chunks, in one call
+ * (consecutive).  Advances nmap; n = the slots ready for their copy. */
+static void gs_spill_prepare(struct gs_spill_batch *b, uint32_t e)
 {
         const struct gs_cu *cu = b->cu;
+        uint32_t a = b->nmap;
 
-        for (b->nmap = 0; b->nmap < k; b->nmap++) {
+        for (; b->nmap < e; b->nmap++) {
                 uint32_t i = b->nmap, slot = b->slots[i];
                 CUresult r;
 
                 if (slot >= b->g->max_slots || !b->g->mapped[slot])
                         break;
-                r = cu->mem_import_from_shareable_handle(&b->hn[i], (void *)(intptr_t)fds[i],
+                r = cu->mem_import_from_shareable_handle(&b->hn[i], (void *)(intptr_t)b->fds[i],
                                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-                gs_closep(&fds[i]);
+                gs_closep(&b->fds[i]);
                 if (r != CUDA_SUCCESS)
                         break;
                 if (cu->mem_map(gs_spill_tmp(b, i), b->g->chunk, 0, b->hn[i], 0) != CUDA_SUCCESS) {
@@ -134,30 +154,14 @@ static void gs_spill_prepare(struct gs_spill_batch *b, int *fds, uint32_t k)
                 }
         }
         b->n = b->nmap;
-        if (b->n && gs_space_access(cu, b->scratch, (size_t)b->n * b->g->chunk, b->dev) < 0)
-                b->n = 0;
+        if (b->nmap > a && gs_space_access(cu, gs_spill_tmp(b, a), (size_t)(b->nmap - a) * b->g->chunk, b->dev) < 0)
+                b->n = a;
 }
 
-/* Every slot's data copied to its scratch chunk: all copies issued on st,
- * then one synchronize.  A copy that cannot be issued ends the batch
- * before its slot (the earlier ones are waited for); a failed synchronize
- * leaves nothing known good: n = 0.  Nothing is unmapped yet. */
-static void gs_spill_copy(struct gs_spill_batch *b, CUstream st)
-{
-        const struct gs_cu *cu = b->cu;
-        uint32_t i;
-
-        for (i = 0; i < b->n; i++)
-                if (cu->memcpy_dtod_async_v2(gs_spill_tmp(b, i), gs_spill_at(b, i), b->g->chunk, st) != CUDA_SUCCESS)
-                        break;
-        b->n = i;
-        if (i > 0 && cu->stream_synchronize(st) != CUDA_SUCCESS)
-                b->n = 0;
-}
-
-/* Slots [a, end) of a run had the old memory unmapped; [a, mapped) map the
- * new (no access yet).  Each gets the old memory back, with access: 0, or
- * -EIO if one could not (that slot is unmapped now). */
+/* Slots [a, mapped) of a run had the old memory unmapped and map the new
+ * (no access yet); [mapped, end) map nothing.  Each gets the old memory
+ * back, with access: 0, or -EIO if one could not (that slot is unmapped
+ * now). */
 static int gs_spill_back(struct gs_spill_batch *b, uint32_t a, uint32_t mapped, uint32_t end)
 {
         const struct gs_cu *cu = b->cu;
@@ -211,41 +215,104 @@ static int gs_spill_run(struct gs_spill_batch *b, uint32_t a, uint32_t e, uint32
         return gs_spill_back(b, a, i, end) < 0 ? -EIO : -EAGAIN;
 }
 
-/* pre: a context of b->dev current.  The batch: prepared, copied, then
- * each slot's old memory retained (to map it back if need be) and the
- * slots remapped run by run (consecutive slots), stopping at the first
- * slot that fails.  Returns how many moved (a prefix); *r = -EIO if a slot
- * could not get its old memory back. */
-static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *fds, uint32_t k, int *r)
+/* Every group's new memory prepared and its copies issued on st, one
+ * event recorded after each group's (none if it cannot be: then the
+ * stream is waited for whole).  A slot whose import or mapping fails, or
+ * whose copy cannot be issued, ends the batch before it (n, ncopy). */
+static void gs_spill_issue(struct gs_spill_batch *b, CUstream st)
 {
         const struct gs_cu *cu = b->cu;
-        uint64_t t0 = gs_mono_ns(), t1, t2;
+
+        for (uint32_t gr = 0; gr * GS_SPILL_GROUP < b->k && b->ncopy == b->nmap; gr++) {
+                uint32_t e = (gr + 1) * GS_SPILL_GROUP < b->k ? (gr + 1) * GS_SPILL_GROUP : b->k;
+                uint64_t t0 = gs_mono_ns();
+                CUevent ev;
+
+                gs_spill_prepare(b, e);
+                b->t->prepare_ns += gs_mono_ns() - t0;
+                t0 = gs_mono_ns();
+                while (b->ncopy < b->n && cu->memcpy_dtod_async_v2(gs_spill_tmp(b, b->ncopy), gs_spill_at(b, b->ncopy),
+                                                                   b->g->chunk, st) == CUDA_SUCCESS)
+                        b->ncopy++;
+                b->n = b->ncopy;
+                if (b->ncopy > gr * GS_SPILL_GROUP && gs_spill_usable_events(cu) &&
+                    cu->event_create(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+                        if (cu->event_record(ev, st) == CUDA_SUCCESS)
+                                b->ev[gr] = ev;
+                        else
+                                (void)cu->event_destroy_v2(ev);
+                }
+                b->t->copy_ns += gs_mono_ns() - t0;
+                if (b->n < e)
+                        break;
+        }
+}
+
+/* Whether group gr's copies are done (its event, else the whole stream):
+ * a failure leaves nothing of it or after it known good. */
+static bool gs_spill_copied(struct gs_spill_batch *b, uint32_t gr, CUstream st)
+{
+        const struct gs_cu *cu = b->cu;
+        uint64_t t0 = gs_mono_ns();
+        bool ok = b->ev[gr] ? cu->event_synchronize(b->ev[gr]) == CUDA_SUCCESS
+                            : cu->stream_synchronize(st) == CUDA_SUCCESS;
+
+        b->t->copy_ns += gs_mono_ns() - t0;
+        return ok;
+}
+
+/* pre: a context of b->dev current.  The batch: prepared and copied group
+ * by group (gs_spill_issue), then, group by group as its copies are done,
+ * each slot's old memory retained (to map it back if need be) and the
+ * slots remapped run by run (consecutive slots), stopping at the first
+ * slot that fails.  Nothing is unmapped at a slot before its copy is
+ * known done.  Returns how many moved (a prefix); *r = -EIO if a slot
+ * could not get its old memory back. */
+static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *r)
+{
+        const struct gs_cu *cu = b->cu;
         uint32_t moved = 0;
         CUstream st = NULL;
 
-        gs_spill_prepare(b, fds, k);
-        t1 = gs_mono_ns();
         /* The stream is the batch's (made and destroyed around its copies,
          * a few microseconds): one kept per GPU could outlive its context
          * (a primary context released to nothing, an application context
          * destroyed), and a context's handle may come back the same. */
-        if (b->n && cu->stream_create(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        if (cu->stream_create(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
                 st = NULL; /* the legacy default stream: nothing else runs now */
-        gs_spill_copy(b, st);
+        gs_spill_issue(b, st);
+        for (uint32_t gr = 0; moved < b->n && *r == 0; gr++) {
+                uint32_t e = (gr + 1) * GS_SPILL_GROUP < b->n ? (gr + 1) * GS_SPILL_GROUP : b->n;
+                uint64_t t0;
+
+                if (!gs_spill_copied(b, gr, st)) {
+                        b->n = moved;
+                        break;
+                }
+                t0 = gs_mono_ns();
+                while (b->nold < e && cu->mem_retain_allocation_handle(&b->ho[b->nold],
+                                                                       (void *)gs_spill_at(b, b->nold)) == CUDA_SUCCESS)
+                        b->nold++;
+                if (b->nold < e)
+                        b->n = e = b->nold;
+                while (moved < e && *r == 0) {
+                        uint32_t end = moved + 1;
+
+                        while (end < e && b->slots[end] == b->slots[end - 1] + 1)
+                                end++;
+                        *r = gs_spill_run(b, moved, end, &moved);
+                }
+                b->t->remap_ns += gs_mono_ns() - t0;
+        }
+        /* The scratch is unmapped below: no copy may still write it. */
+        if (b->ncopy)
+                (void)cu->stream_synchronize(st);
         if (st)
                 (void)cu->stream_destroy_v2(st);
-        t2 = gs_mono_ns();
-        for (b->nold = 0; b->nold < b->n; b->nold++)
-                if (cu->mem_retain_allocation_handle(&b->ho[b->nold], (void *)gs_spill_at(b, b->nold)) != CUDA_SUCCESS)
-                        break;
-        b->n = b->nold;
-        while (moved < b->n && *r == 0) {
-                uint32_t e = moved + 1;
-
-                while (e < b->n && b->slots[e] == b->slots[e - 1] + 1)
-                        e++;
-                *r = gs_spill_run(b, moved, e, &moved);
-        }
+        uint64_t t0 = gs_mono_ns();
+        for (uint32_t gr = 0; gr < GS_SPILL_GROUPS; gr++)
+                if (b->ev[gr])
+                        (void)cu->event_destroy_v2(b->ev[gr]);
         for (uint32_t i = 0; i < b->nold; i++)
                 (void)cu->mem_release(b->ho[i]);
         for (uint32_t i = 0; i < b->nmap; i++) {
@@ -253,14 +320,17 @@ static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *fds, uint32_t
                 /* A moved slot's mapping keeps its new memory. */
                 (void)cu->mem_release(b->hn[i]);
         }
-        gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", k, moved,
-                      (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, (double)(gs_mono_ns() - t2) / 1e6);
+        b->t->remap_ns += gs_mono_ns() - t0;
+        gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", b->k,
+                      moved, (double)b->t->prepare_ns / 1e6, (double)b->t->copy_ns / 1e6, (double)b->t->remap_ns / 1e6);
         return moved;
 }
 
-uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k)
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k,
+                       struct gs_spill_times *ret_t)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        struct gs_spill_times t = { 0 };
         struct gs_spill_batch b;
         struct gs_ctx_set s;
         CUcontext popped;
@@ -271,6 +341,9 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         b.cu = cu;
         b.g = g;
         b.slots = slots;
+        b.fds = fds;
+        b.k = k;
+        b.t = &t;
         if (k > GS_MOVE_MAX || !gs_spill_usable(cu) || gi >= gs_conn.ngpus || !g->va_base ||
             (b.dev = gs_spill_dev(cu, gi)) < 0 || (b.scratch = gs_spill_scratch(cu, gi)) == 0)
                 goto out;
@@ -278,11 +351,14 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         /* Every context that may run work on the allocation's devices (the
          * peers of b.dev too: they have access). */
         if (gs_ctx_collect(cu, gs_space_devices(cu), b.dev, &s) == 0) {
+                uint64_t t0 = gs_mono_ns();
+
                 gs_gate_close();
                 /* Work launched before the close may still run. */
                 gs_ctx_set_sync(cu, &s);
+                t.sync_ns = gs_mono_ns() - t0;
                 if (cu->ctx_push_current_v2(s.copy) == CUDA_SUCCESS) {
-                        moved = gs_spill_batch_move(&b, fds, k, &r);
+                        moved = gs_spill_batch_move(&b, &r);
                         (void)cu->ctx_pop_current_v2(&popped);
                 }
                 gs_gate_open();
@@ -298,6 +374,8 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
 out:
         for (uint32_t i = 0; i < k; i++)
                 gs_closep(&fds[i]);
+        if (ret_t)
+                *ret_t = t;
         return moved;
 }
 
@@ -348,6 +426,7 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
 
         for (int round = 0; round < GS_SPILL_ROUNDS; round++) {
                 uint32_t slots[GS_MOVE_MAX], k, moved;
+                struct gs_spill_times t;
                 int fds[GS_MOVE_MAX];
                 struct gs_ring_msg rep, done;
                 const char *why = NULL;
@@ -371,14 +450,16 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
                         gs_conn_lost(why);
                         return;
                 }
-                moved = gs_spill_move(cu, gi, slots, fds, k);
+                moved = gs_spill_move(cu, gi, slots, fds, k, &t);
                 for (uint32_t i = 0; i < moved; i++)
                         g->mapped[slots[i]] = rep.arg[1] == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
                 gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
                               rep.arg[1] == GS_MOVE_TO_HOST ? "host" : "device");
                 if (gs_conn.state != GS_CONN_UP)
                         return; /* the move failed closed */
-                if (gs_conn_call(GS_OP_SPILL_DONE, gi, moved, rep.arg[1], &done) < 0)
+                if (gs_conn_call4(GS_OP_SPILL_DONE, gi, moved, rep.arg[1],
+                                  GS_MOVE_US_PACK(t.sync_ns / 1000, t.prepare_ns / 1000),
+                                  GS_MOVE_US_PACK(t.copy_ns / 1000, t.remap_ns / 1000), &done) < 0)
                         return;
                 if (done.status != 0)
                         gs_hook_debug("the agent refused GS_OP_SPILL_DONE on GPU %u: %d", gi, done.status);

@@ -41,14 +41,45 @@ struct gs_move_ent {
         int fd;
 };
 
+/* Where a batch's time goes, in order (docs/burst.md "Giving it back"):
+ * the agent plans (host memory made, if it was not ready ahead); in the
+ * process, as its mover says (GS_OP_SPILL_DONE): the launch gate closed
+ * and the GPU synchronized, host memory imported and mapped at scratch
+ * addresses (what of it the copy did not hide), the copy, the slots
+ * remapped (what of it the copy did not hide); the rest of the time the
+ * agent saw in the process is the wire (fds sent, calls answered); then
+ * the agent settles (records exchanged, chunks made anew). */
+enum gs_move_phase {
+        GS_PHASE_PLAN,
+        GS_PHASE_SYNC,
+        GS_PHASE_PREPARE,
+        GS_PHASE_COPY,
+        GS_PHASE_REMAP,
+        GS_PHASE_WIRE,
+        GS_PHASE_SETTLE,
+        GS_PHASE_N
+};
+/* "plan", "sync", ...: the metric's label and the log's words. */
+extern const char *const gs_move_phase_names[GS_PHASE_N];
+
+/* A reclaim: the batches to host memory from the first after nothing was
+ * wanted back to the one after which nothing is (logged then, once). */
+struct gs_gpu_reclaim {
+        uint64_t ns[GS_PHASE_N];
+        uint64_t start_ns; /* the first batch planned (0: none yet) */
+        uint32_t batches;
+        uint32_t chunks;
+};
+
 /* Moves since the GPU was opened (gs_gpu_move_*). */
 struct gs_gpu_move_stats {
-        uint64_t chunks_out;     /* moved to host memory */
-        uint64_t chunks_back;    /* moved back to the GPU */
-        uint64_t refused;        /* spills that found no host memory (spillMax) */
-        uint64_t moves;          /* batches, both ways */
-        uint64_t move_ns;        /* their time in all, as the agent saw it */
-        uint64_t take_back_asks; /* owners' requests that made the agent ask for moves */
+        uint64_t chunks_out;           /* moved to host memory */
+        uint64_t chunks_back;          /* moved back to the GPU */
+        uint64_t refused;              /* spills that found no host memory (spillMax) */
+        uint64_t moves;                /* batches, both ways */
+        uint64_t move_ns;              /* their time in all, as the agent saw it */
+        uint64_t take_back_asks;       /* owners' requests that made the agent ask for moves */
+        uint64_t spill_ns[GS_PHASE_N]; /* batches to host memory, by phase */
 };
 
 /* The part: the pool's records [nchunks, nchunks + nspare) are spares
@@ -65,6 +96,7 @@ struct gs_gpu_moves {
         int64_t last_want_ms;       /* the last owner's request for lent memory */
         int64_t move_back_quiet_ms; /* config moveBackQuiet; set at open */
         struct gs_gpu_move_stats st;
+        struct gs_gpu_reclaim rc;
 };
 
 /* Before the pool is made: spillMax / chunk spare records (at most the
@@ -87,6 +119,11 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
  * did not map stays held by proc (struct gs_spare's holder). */
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved,
                      struct gs_allocation *owner, uint64_t proc);
+/* Under g->lock, after gs_gpu_move_end: the batch's time by phase
+ * (ns[GS_PHASE_N]; moved of n chunks).  A move to host memory adds to the
+ * totals (st.spill_ns) and to the reclaim's; once nothing is wanted back
+ * nor moving out, the reclaim is logged in one line and begins anew. */
+void gs_gpu_move_timed(struct gs_gpu *g, enum gs_move_dir dir, const uint64_t ns[GS_PHASE_N], uint32_t moved);
 /* Under g->lock: chunks whose data sits in host memory now. */
 uint32_t gs_gpu_spilled(struct gs_gpu *g);
 /* Under g->lock: spares whose host memory is made (ready, or in a move). */

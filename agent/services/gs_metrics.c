@@ -63,9 +63,11 @@ static void GS_PRINTF(2, 3) put(struct buf *b, const char *fmt, ...)
         }
 }
 
-/* A label value, escaped as the format wants: \ " and newline. */
+/* A label value (none if NULL), escaped as the format wants: \ " and newline. */
 static void put_label(struct buf *b, const char *name, const char *value, bool first)
 {
+        if (!value)
+                return;
         put(b, "%s%s=\"", first ? "" : ",", name);
         for (const char *s = value; *s; s++) {
                 if (*s == '\\')
@@ -204,8 +206,7 @@ static void hist_family(struct buf *b, const char *node, const char *name, const
         for (uint32_t i = 0; i < n; i++) {
                 struct buf lab = { 0 };
 
-                if (node)
-                        put_label(&lab, "node", node, true);
+                put_label(&lab, "node", node, true);
                 if (label)
                         put_label(&lab, label, names[i], !node);
                 if (lab.failed)
@@ -263,8 +264,7 @@ static uint32_t active_procs(const struct gs_allocation *a)
                         (void)s;                                          \
                         put(b, "gshare_gpu_" name "{");                   \
                         put_label(b, "gpu", ag->node.gpus[i].uuid, true); \
-                        if (node)                                         \
-                                put_label(b, "node", node, false);        \
+                        put_label(b, "node", node, false);                \
                         put(b, "} " fmt "\n", expr);                      \
                 }                                                         \
         } while (0)
@@ -443,6 +443,15 @@ static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *s
                      (unsigned long long)s->mv.moves);
         GPU_FAMILY_T("counter", "move_seconds_total", "Time the batches of moves took, from planning to settling.",
                      "%.6f", (double)s->mv.move_ns / 1e9);
+        family(b, "gshare_gpu_spill_phase_seconds_total", "counter", "Batches of moves to host memory: time by phase.");
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                for (int ph = 0; ph < GS_PHASE_N; ph++) {
+                        put(b, "gshare_gpu_spill_phase_seconds_total{");
+                        put_label(b, "gpu", ag->node.gpus[i].uuid, true);
+                        put_label(b, "phase", gs_move_phase_names[ph], false);
+                        put_label(b, "node", node, false);
+                        put(b, "} %.6f\n", (double)sn->gs[i].mv.spill_ns[ph] / 1e9);
+                }
         GPU_FAMILY_T("counter", "spills_refused_total", "Spills that found no host memory left (spillMax).", "%llu",
                      (unsigned long long)s->mv.refused);
         GPU_FAMILY("units", "Units of the resource the GPU offers.", g->units_total);

@@ -77,19 +77,47 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         return 0;
 }
 
+/* The batch's phases (gs_gpu_spill.h): the agent's plan, the process's
+ * own four as it says (a hostile one's words are all dropped if they sum
+ * past the time the agent saw in the process), the rest of that time the
+ * wire's. */
+static void batch_phases(const struct gs_proc_gpu *pg, const struct gs_ring_msg *req, uint64_t in_ns,
+                         uint64_t ns[GS_PHASE_N])
+{
+        uint64_t said = 0;
+
+        ns[GS_PHASE_PLAN] = pg->move_plan_ns;
+        ns[GS_PHASE_SYNC] = GS_MOVE_US_LO(req->arg[2]) * 1000ull;
+        ns[GS_PHASE_PREPARE] = GS_MOVE_US_HI(req->arg[2]) * 1000ull;
+        ns[GS_PHASE_COPY] = GS_MOVE_US_LO(req->arg[3]) * 1000ull;
+        ns[GS_PHASE_REMAP] = GS_MOVE_US_HI(req->arg[3]) * 1000ull;
+        for (int i = GS_PHASE_SYNC; i <= GS_PHASE_REMAP; i++)
+                said += ns[i];
+        if (said > in_ns) {
+                for (int i = GS_PHASE_SYNC; i <= GS_PHASE_REMAP; i++)
+                        ns[i] = 0;
+                said = 0;
+        }
+        ns[GS_PHASE_WIRE] = in_ns - said;
+        ns[GS_PHASE_SETTLE] = 0;
+}
+
 int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                         struct gs_ring_msg *rep)
 {
         struct gs_gpu *g = pg->g;
-        uint64_t moved = req->arg[0];
+        uint64_t moved = req->arg[0], ns[GS_PHASE_N];
 
         if (!pg->nmove || req->arg[1] != pg->move_dir || moved > pg->nmove) {
                 rep->status = -EPROTO;
                 return 0;
         }
         uint64_t t1 = gs_mono_ns(), n = pg->nmove;
+        batch_phases(pg, req, t1 - pg->move_start_ns, ns);
         gs_gpu_lock(g);
         gs_gpu_move_end(g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, (uint32_t)moved, p->alloc, p->id);
+        ns[GS_PHASE_SETTLE] = gs_mono_ns() - t1;
+        gs_gpu_move_timed(g, (enum gs_move_dir)pg->move_dir, ns, (uint32_t)moved);
         g->moves.st.moves++;
         g->moves.st.move_ns += t1 - pg->move_start_ns + pg->move_plan_ns;
         pg->nmove = 0;
@@ -101,11 +129,12 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
                              "chunks to the host memory it was sent: it keeps it, charged to spillMax until it exits "
                              "(%u of %u spares held so)",
                              g->index, p->pid, p->comm, (unsigned long long)(n - moved), held, g->moves.nspare);
-        log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s: %.1f ms to prepare, %.1f ms in the process, "
-                 "%.1f ms to settle",
+        log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s: %.1f ms to plan, %.1f ms in the process "
+                 "(sync %.1f, prepare %.1f, copy %.1f, remap %.1f, wire %.1f), %.1f ms to settle",
                  g->index, p->pid, p->comm, (unsigned long long)moved, (unsigned long long)n,
                  pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU", pg->move_plan_ns / 1e6,
-                 (t1 - pg->move_start_ns) / 1e6, (gs_mono_ns() - t1) / 1e6);
+                 (t1 - pg->move_start_ns) / 1e6, ns[GS_PHASE_SYNC] / 1e6, ns[GS_PHASE_PREPARE] / 1e6,
+                 ns[GS_PHASE_COPY] / 1e6, ns[GS_PHASE_REMAP] / 1e6, ns[GS_PHASE_WIRE] / 1e6, ns[GS_PHASE_SETTLE] / 1e6);
         gs_agent_poke(p->agent);
         return 0;
 }

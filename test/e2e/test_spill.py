@@ -43,10 +43,12 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
 
 Environment: B (build dir), SANITIZE (see test_e2e.py)."""
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_e2e as e  # noqa: E402
@@ -111,14 +113,40 @@ def main():
     e.report(ag, tmp)
 
 
+def metric(ag, name, label=""):
+    """The sum of a metric's samples on the agent's /metrics (with label,
+    e.g. 'phase="copy"', those that have it)."""
+    port = open(ag.metrics_conf).read().split("127.0.0.1:")[1].split()[0]
+    text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if (line.startswith(name + " ") or line.startswith(name + "{")) and label in line)
+
+
+def reclaim_phases(ag):
+    """Where the reclaim's time went: one line per reclaim in the log, by
+    phase, and the phases' counters; the mover's own (prepare, copy,
+    remap) said, as the agent's (plan, settle)."""
+    def line():
+        return re.search(r"reclaim of (\d+) chunks to host memory in (\d+) batches, ([\d.]+) ms .*"
+                         r"\(ms\): plan [\d.]+, sync [\d.]+, prepare ([\d.]+), copy ([\d.]+), "
+                         r"remap ([\d.]+), wire [\d.]+, settle [\d.]+", ag.logtext())
+    e.wait_for(line, 30, step=0.1)
+    m = line()
+    check(m is not None and int(m.group(1)) >= 1, "phases: the reclaim logged with its time by phase")
+    for ph in ("prepare", "copy", "remap", "settle"):
+        v = metric(ag, "gshare_gpu_spill_phase_seconds_total", 'phase="%s"' % ph)
+        check(v > 0, "phases: gshare_gpu_spill_phase_seconds_total{phase=\"%s\"} %s > 0" % (ph, v))
+
+
 def moves(tmp):
     """Lend, reclaim, back, a move during a held kernel, a borrower killed
     mid-move."""
     # The fake NVML: the usage scan, which says what was spilled.
     conf = os.path.join(tmp, "config.yaml")
     with open(conf, "w") as f:
-        f.write("nvmlLibrary: %s\nusageInterval: 200ms\n" % NVML)
+        f.write("nvmlLibrary: %s\nusageInterval: 200ms\nmetricsAddress: 127.0.0.1:%d\n" % (NVML, e.free_port()))
     ag = e.Agent(tmp, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi"])
+    ag.metrics_conf = conf
     # Contexts charged as on a GPU (one chunk each): the owner's charge is
     # taken back too, and its allocation keeps a set of chunks for it.
     ag.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(32 * MiB)
@@ -153,6 +181,7 @@ def moves(tmp):
               "reclaim: %d chunks spilled, %d owed, %d moving" % (g["chunks_spilled"], g["chunks_owed"],
                                                                  g["chunks_moving"]))
         check(b.p.poll() is None, "reclaim: B runs on")
+        reclaim_phases(ag)
 
         # ---- back: A frees and exits; B's data comes back to the GPU
         check(a.say("free") == ["freed"], "back: A frees")
