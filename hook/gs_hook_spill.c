@@ -14,6 +14,7 @@
 #include "gs_hook_gate.h"
 #include "gs_hook_space.h"
 #include "gs_hook_spill.h"
+#include "gs_hook_spillprep.h"
 #include "gs_ring.h"
 
 /* The spill word when last looked at, and for which connection
@@ -34,6 +35,7 @@ static void gs_spill_child(void)
         g_gen = UINT64_MAX;
         memset(g_scratch, 0, sizeof(g_scratch));
         memset(g_scratch_size, 0, sizeof(g_scratch_size));
+        gs_spill_prep_child();
 }
 
 static void gs_spill_fork_register(void)
@@ -106,15 +108,18 @@ struct gs_spill_batch {
         struct gs_hook_gpu *g;
         CUdevice dev;
         CUdeviceptr scratch;
+        uint32_t gi;
         const uint32_t *slots;
         int *fds;
+        const uint32_t *prep; /* prep[i]: slot i's prepared memory's id, or UINT32_MAX; NULL: none */
         uint32_t k;
         CUmemGenericAllocationHandle hn[GS_MOVE_MAX], ho[GS_MOVE_MAX];
-        CUevent ev[GS_SPILL_GROUPS]; /* NULL: none (waited for with the stream) */
-        uint32_t nmap;               /* new memories imported and mapped at the scratch */
-        uint32_t nold;               /* old memories retained */
-        uint32_t n;                  /* slots that may move: [0, n) */
-        uint32_t ncopy;              /* copies issued: [0, ncopy) */
+        CUdeviceptr tmp[GS_MOVE_MAX]; /* where slot i's new memory is mapped while its data is copied */
+        CUevent ev[GS_SPILL_GROUPS];  /* NULL: none (waited for with the stream) */
+        uint32_t nmap;                /* new memories imported and mapped at the scratch */
+        uint32_t nold;                /* old memories retained */
+        uint32_t n;                   /* slots that may move: [0, n) */
+        uint32_t ncopy;               /* copies issued: [0, ncopy) */
         struct gs_spill_times *t;
 };
 
@@ -125,17 +130,47 @@ static CUdeviceptr gs_spill_at(const struct gs_spill_batch *b, uint32_t i)
 
 static CUdeviceptr gs_spill_tmp(const struct gs_spill_batch *b, uint32_t i)
 {
-        return b->scratch + (CUdeviceptr)i * b->g->chunk;
+        return b->tmp[i];
 }
 
-/* Imports fds[nmap..e) (each closed) and maps slot i's new memory at
- * scratch chunk i, stopping at the first slot that is not mapped or whose
- * memory cannot be; then access to those scratch chunks, in one call
- * (consecutive).  Advances nmap; n = the slots ready for their copy. */
+static bool gs_spill_prepared(const struct gs_spill_batch *b, uint32_t i)
+{
+        return b->prep && b->prep[i] != UINT32_MAX;
+}
+
+/* Access to the scratch chunks of slots [a, e) that were not prepared
+ * ahead (theirs has it), run by run of consecutive ones: 0, or -EIO at
+ * the first slot of a run that failed (*ret_at). */
+static int gs_spill_scratch_access(struct gs_spill_batch *b, uint32_t a, uint32_t e, uint32_t *ret_at)
+{
+        for (uint32_t i = a; i < e;) {
+                uint32_t j = i;
+
+                if (gs_spill_prepared(b, i)) {
+                        i++;
+                        continue;
+                }
+                while (j < e && !gs_spill_prepared(b, j))
+                        j++;
+                if (gs_space_access(b->cu, gs_spill_tmp(b, i), (size_t)(j - i) * b->g->chunk, b->dev) < 0) {
+                        *ret_at = i;
+                        return -EIO;
+                }
+                i = j;
+        }
+        return 0;
+}
+
+/* Slots [nmap, e): a prepared one's memory is found (mapped at its own
+ * scratch, with access), the others' fds imported (each closed) and
+ * mapped at scratch chunk i; stopping at the first slot that is not
+ * mapped or whose memory cannot be; then access to those scratch chunks
+ * (gs_spill_scratch_access).  Advances nmap; n = the slots ready for
+ * their copy. */
 static void gs_spill_prepare(struct gs_spill_batch *b, uint32_t e)
 {
         const struct gs_cu *cu = b->cu;
-        uint32_t a = b->nmap;
+        uint32_t a = b->nmap, bad;
 
         for (; b->nmap < e; b->nmap++) {
                 uint32_t i = b->nmap, slot = b->slots[i];
@@ -143,6 +178,12 @@ static void gs_spill_prepare(struct gs_spill_batch *b, uint32_t e)
 
                 if (slot >= b->g->max_slots || !b->g->mapped[slot])
                         break;
+                if (gs_spill_prepared(b, i)) {
+                        if (gs_spill_prep_find(b->gi, b->prep[i], &b->hn[i], &b->tmp[i]) < 0)
+                                break;
+                        continue;
+                }
+                b->tmp[i] = b->scratch + (CUdeviceptr)i * b->g->chunk;
                 r = cu->mem_import_from_shareable_handle(&b->hn[i], (void *)(intptr_t)b->fds[i],
                                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
                 gs_closep(&b->fds[i]);
@@ -154,8 +195,8 @@ static void gs_spill_prepare(struct gs_spill_batch *b, uint32_t e)
                 }
         }
         b->n = b->nmap;
-        if (b->nmap > a && gs_space_access(cu, gs_spill_tmp(b, a), (size_t)(b->nmap - a) * b->g->chunk, b->dev) < 0)
-                b->n = a;
+        if (b->nmap > a && gs_spill_scratch_access(b, a, b->nmap, &bad) < 0)
+                b->n = bad;
 }
 
 /* Slots [a, mapped) of a run had the old memory unmapped and map the new
@@ -316,6 +357,8 @@ static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *r)
         for (uint32_t i = 0; i < b->nold; i++)
                 (void)cu->mem_release(b->ho[i]);
         for (uint32_t i = 0; i < b->nmap; i++) {
+                if (gs_spill_prepared(b, i))
+                        continue; /* gs_spill_move lets it go */
                 (void)cu->mem_unmap(gs_spill_tmp(b, i), b->g->chunk);
                 /* A moved slot's mapping keeps its new memory. */
                 (void)cu->mem_release(b->hn[i]);
@@ -326,8 +369,8 @@ static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *r)
         return moved;
 }
 
-uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k,
-                       struct gs_spill_times *ret_t)
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, const uint32_t *prep,
+                       uint32_t k, struct gs_spill_times *ret_t)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
         struct gs_spill_times t = { 0 };
@@ -340,8 +383,10 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         memset(&b, 0, sizeof(b));
         b.cu = cu;
         b.g = g;
+        b.gi = gi;
         b.slots = slots;
         b.fds = fds;
+        b.prep = prep;
         b.k = k;
         b.t = &t;
         if (k > GS_MOVE_MAX || !gs_spill_usable(cu) || gi >= gs_conn.ngpus || !g->va_base ||
@@ -372,8 +417,13 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         for (uint32_t i = 0; i < moved; i++)
                 gs_hook_ipc_moved(gi, slots[i]);
 out:
-        for (uint32_t i = 0; i < k; i++)
+        for (uint32_t i = 0; i < k; i++) {
                 gs_closep(&fds[i]);
+                /* Named: moved (its slot maps it) or not (the agent
+                 * counts it as this process's until it exits). */
+                if (prep && prep[i] != UINT32_MAX && k <= GS_MOVE_MAX && gi < gs_conn.ngpus)
+                        gs_spill_prep_forget(cu, gi, prep[i]);
+        }
         if (ret_t)
                 *ret_t = t;
         return moved;
@@ -384,26 +434,38 @@ out:
 /* pre: gs_conn.mu held.  Reads the k GS_SOCK_MOVE messages that preceded
  * the reply to request seq on GPU gi.  0, or -EPROTO with why and every
  * fd received closed. */
-static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t *slots, int *fds, uint32_t k, const char **why)
+static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t dir, uint32_t *slots, int *fds, uint32_t *prep, uint32_t k,
+                         const char **why)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
         int r = 0;
 
-        for (uint32_t i = 0; i < k; i++)
+        for (uint32_t i = 0; i < k; i++) {
                 fds[i] = -1;
+                prep[i] = UINT32_MAX;
+        }
         for (uint32_t i = 0; i < k && r == 0; i++) {
                 struct gs_sock_grant m;
                 ssize_t n = gs_conn_recv_fd(&m, sizeof(m), &fds[i]);
+                bool pre;
 
                 if (n < 0) {
                         *why = "a promised move did not arrive";
                         r = -EPROTO;
                         break;
                 }
-                if (!gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 || m.seq != seq || m.gpu != gi ||
-                    m.chunk_bytes != g->chunk || m.slot >= g->max_slots || !g->mapped[m.slot]) {
+                /* Prepared ahead (GS_SOCK_MOVE_PREP): no fd, the memory's
+                 * id in chunk_bytes, to host memory only. */
+                pre = (size_t)n >= sizeof(m.h) && m.h.type == GS_SOCK_MOVE_PREP;
+                if ((pre ? !gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE_PREP, sizeof(m), n) || fds[i] >= 0 ||
+                                     m.chunk_bytes >= GS_PREP_ID_MAX || dir != GS_MOVE_TO_HOST
+                         : !gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 ||
+                                     m.chunk_bytes != g->chunk) ||
+                    m.seq != seq || m.gpu != gi || m.slot >= g->max_slots || !g->mapped[m.slot]) {
                         *why = "malformed move";
                         r = -EPROTO;
+                } else if (pre) {
+                        prep[i] = (uint32_t)m.chunk_bytes;
                 }
                 for (uint32_t j = 0; j < i && r == 0; j++)
                         if (slots[j] == m.slot) {
@@ -418,14 +480,36 @@ static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t *slots, int *fds, u
         return r;
 }
 
-/* pre: gs_conn.mu held.  GPU gi's rounds: what the agent names is moved,
- * until it names nothing, a move fails, or GS_SPILL_ROUNDS rounds. */
+/* pre: gs_conn.mu held.  GPU gi's host memory sent ahead prepared
+ * (gs_hook_spillprep.h), in a context of its device (none: not now). */
+static void gs_spill_prep_gpu(const struct gs_cu *cu, uint32_t gi)
+{
+        struct gs_ctx_set s;
+        CUcontext popped;
+        CUdevice dev;
+
+        if (!(gs_conn.features & GS_FEAT_SPILL_PREP) || !gs_spill_usable(cu) || !gs_conn.gpus[gi].va_base ||
+            (dev = gs_spill_dev(cu, gi)) < 0)
+                return;
+        gs_ctx_lock();
+        if (gs_ctx_collect(cu, gs_space_devices(cu), dev, &s) == 0 && cu->ctx_push_current_v2(s.copy) == CUDA_SUCCESS) {
+                gs_spill_prep_serve(cu, gi, dev);
+                (void)cu->ctx_pop_current_v2(&popped);
+        }
+        gs_ctx_set_release(cu, &s);
+        gs_ctx_unlock();
+}
+
+/* pre: gs_conn.mu held.  GPU gi's rounds: host memory prepared ahead if
+ * the agent sends some, then what the agent names is moved, until it
+ * names nothing, a move fails, or GS_SPILL_ROUNDS rounds. */
 static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
 
+        gs_spill_prep_gpu(cu, gi);
         for (int round = 0; round < GS_SPILL_ROUNDS; round++) {
-                uint32_t slots[GS_MOVE_MAX], k, moved;
+                uint32_t slots[GS_MOVE_MAX], prep[GS_MOVE_MAX], k, moved;
                 struct gs_spill_times t;
                 int fds[GS_MOVE_MAX];
                 struct gs_ring_msg rep, done;
@@ -446,11 +530,11 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
                         return;
                 }
                 k = (uint32_t)rep.arg[0];
-                if (gs_spill_take(gi, rep.seq, slots, fds, k, &why) < 0) {
+                if (gs_spill_take(gi, rep.seq, (uint32_t)rep.arg[1], slots, fds, prep, k, &why) < 0) {
                         gs_conn_lost(why);
                         return;
                 }
-                moved = gs_spill_move(cu, gi, slots, fds, k, &t);
+                moved = gs_spill_move(cu, gi, slots, fds, prep, k, &t);
                 for (uint32_t i = 0; i < moved; i++)
                         g->mapped[slots[i]] = rep.arg[1] == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
                 gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
@@ -475,9 +559,12 @@ void gs_spill_serve(const struct gs_cu *cu)
         if (gs_conn.state != GS_CONN_UP || !gs_conn.shm || !(gs_conn.features & GS_FEAT_SPILL))
                 return;
         if (gs_conn.reconnects != g_gen) {
-                /* A new agent's segment: its word starts anew. */
+                /* A new agent's segment: its word starts anew; what the
+                 * last connection sent ahead is let go (the agent charges
+                 * it to this process until it exits all the same). */
                 g_gen = gs_conn.reconnects;
                 g_seen = 0;
+                gs_spill_prep_drop_all(cu);
         }
         v = __atomic_load_n(&gs_conn.shm->spill, __ATOMIC_ACQUIRE);
         if (v == g_seen)

@@ -78,11 +78,13 @@ struct gs_spill_times {
 
 /* pre: gs_conn.mu held, GPU gi's range reserved, slots[0..k) mapped,
  * distinct, k <= GS_MOVE_MAX.  Moves slot i's data into the memory of
- * fds[i] (a POSIX fd export) and maps that at the slot instead, stopping
- * at the first failure.  Every fd is closed.  Returns how many moved (a
+ * fds[i] (a POSIX fd export; or, prep not NULL and prep[i] not
+ * UINT32_MAX, the memory prepared ahead with that id, gs_hook_spillprep.h,
+ * let go after) and maps that at the slot instead, stopping at the first
+ * failure.  Every fd is closed.  Returns how many moved (a
  * prefix); *ret_t (if not NULL): where the time went.  With the gate
  * closed around the whole batch, on this thread. */
-uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k,
-                       struct gs_spill_times *ret_t);
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, const uint32_t *prep,
+                       uint32_t k, struct gs_spill_times *ret_t);
 
 #endif

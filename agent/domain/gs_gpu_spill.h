@@ -32,6 +32,14 @@ struct gs_spare {
          * until that process is gone (gs_gpu_spill_release_holder); 0:
          * none.  The agent itself keeps no handle of it then. */
         uint64_t holder;
+        /* The id of a live process whose mover has this host memory
+         * prepared (GS_OP_SPILL_PREP: imported, mapped at its scratch) for
+         * a move of its own to come; the agent keeps its handle and fd
+         * too.  Used in that process's moves only; once its process is
+         * gone it is ready again (the process's import went with it), once
+         * not needed or the process reconnected it is held by the
+         * process (holder).  0: none. */
+        uint64_t prep;
 };
 
 /* One slot's move: the record at the slot (from) gives way to to, whose
@@ -39,6 +47,7 @@ struct gs_spare {
 struct gs_move_ent {
         uint32_t slot, from, to;
         int fd;
+        bool prep; /* to's host memory is prepared in the process: no fd sent */
 };
 
 /* Where a batch's time goes, in order (docs/burst.md "Giving it back"):
@@ -128,13 +137,33 @@ void gs_gpu_move_timed(struct gs_gpu *g, enum gs_move_dir dir, const uint64_t ns
 uint32_t gs_gpu_spilled(struct gs_gpu *g);
 /* Under g->lock: spares whose host memory is made (ready, or in a move). */
 uint32_t gs_gpu_spill_ready(const struct gs_gpu *g);
+/* Under g->lock: the mover of process proc (pp its chunks on g) asks for
+ * host memory ahead of its moves (GS_OP_SPILL_PREP).  While it borrows
+ * chunks with device memory and something is owed on g: up to max spares
+ * whose host memory is made and that nobody uses (never more than its
+ * borrowed chunks, nor GS_PREP_MAX prepared and held by it in all) are
+ * prepared for it: their ids (spare indices) and fds (copies: the caller
+ * sends and closes them) in ids, fds; how many.  When
+ * it borrows nothing any more (device or host memory), what it has
+ * prepared is not needed: *ret_release, and those spares are held by
+ * it until it exits (it may keep the memory). */
+uint32_t gs_gpu_spill_prep_plan(struct gs_gpu *g, struct gs_pproc *pp, uint64_t proc, uint32_t *ids, int *fds,
+                                uint32_t max, bool *ret_release);
+/* Under g->lock: whether proc's mover has preparing to do: what
+ * gs_gpu_spill_prep_plan would give it, or release. */
+bool gs_gpu_spill_prep_due(struct gs_gpu *g, struct gs_pproc *pp, uint64_t proc);
+/* Under g->lock: spares prepared in processes (prep). */
+uint32_t gs_gpu_spill_prepared(const struct gs_gpu *g);
 /* Under g->lock: spares held by processes that kept their fd (holder). */
 uint32_t gs_gpu_spill_held(const struct gs_gpu *g);
 /* Under g->lock: process proc is gone: the spares it held are free again
- * (their host memory went with it).  How many. */
+ * (their host memory went with it), those prepared in it ready again.
+ * How many were held. */
 uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc);
 /* Under g->lock: the spares proc held are held by to (the same process's
- * new record: it reconnected, gs_proc_take_over_closed).  How many. */
+ * new record: it reconnected, gs_proc_take_over_closed), and so are
+ * those prepared in it (its mover lets them go on a new connection, but
+ * may keep them).  How many were held. */
 uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to);
 /* Under g->lock, restoring after a restart: a spare held by process proc
  * (tag, slot: the spill record's entry, GS_LEDGER_HELD) as before it.

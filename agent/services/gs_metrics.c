@@ -92,7 +92,7 @@ static void family(struct buf *b, const char *name, const char *type, const char
 struct gpu_snap {
         struct gs_pool_stats st;
         uint32_t units_allocated, units_lent, units_draining, units_restoring;
-        uint32_t spilled, owed, spill_ready, spill_held;
+        uint32_t spilled, owed, spill_ready, spill_held, spill_prep;
         struct gs_gpu_move_stats mv;
 };
 
@@ -333,6 +333,7 @@ static int snap_gpus(struct gs_agent *ag, struct snap *sn)
                         s->owed = gs_pool_owed(g->pool);
                         s->spill_ready = gs_gpu_spill_ready(g);
                         s->spill_held = gs_gpu_spill_held(g);
+                        s->spill_prep = gs_gpu_spill_prepared(g);
                         s->mv = g->moves.st;
                         gs_gpu_unlock(g);
                         s->units_lent = gs_gpu_units_lent(g);
@@ -427,13 +428,10 @@ static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *s
         GPU_FAMILY("chunks_spilled", "Chunks whose data borrowers hold in host memory now (docs/burst.md).",
                    s->spilled);
         GPU_FAMILY("chunks_owed", "Chunks lent out of allocations' quotas, owed back to them.", s->owed);
-        GPU_FAMILY("chunks_spill_held",
-                   "Spare host memory a live process was sent in a move it did not do, "
-                   "charged to spillMax until it exits (docs/burst.md).",
+        GPU_FAMILY("chunks_spill_held", "Spare host memory a live process may keep, charged until it exits.",
                    s->spill_held);
-        GPU_FAMILY("spill_host_bytes",
-                   "Host memory for spilled data: spilled chunks, host memory made ahead "
-                   "for owed ones and kept by processes that did not move (at most spillMax).",
+        GPU_FAMILY("chunks_spill_prepared", "Spare host memory prepared ahead in borrowers' movers.", s->spill_prep);
+        GPU_FAMILY("spill_host_bytes", "Host memory for spills: spilled, made ahead, held (at most spillMax).",
                    (uint64_t)(s->spilled + s->spill_ready + s->spill_held) * g->chunk_bytes);
         GPU_FAMILY_T("counter", "chunks_moved_out_total", "Chunks moved to host memory.", "%llu",
                      (unsigned long long)s->mv.chunks_out);

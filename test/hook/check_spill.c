@@ -219,7 +219,7 @@ static uint32_t move(const uint32_t *slots, int *fds, uint32_t k)
         uint32_t moved;
 
         pthread_mutex_lock(&gs_conn.mu);
-        moved = gs_spill_move(cu, 0, slots, fds, k, NULL);
+        moved = gs_spill_move(cu, 0, slots, fds, NULL, k, NULL);
         pthread_mutex_unlock(&gs_conn.mu);
         return moved;
 }
