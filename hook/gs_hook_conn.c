@@ -696,8 +696,8 @@ static int gs_conn_call_lost(uint32_t op, const char *why, struct gs_ring_msg *r
         return -ECONNRESET;
 }
 
-int gs_conn_call4(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
-                  struct gs_ring_msg *ret)
+int gs_conn_call_during(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
+                        struct gs_ring_msg *ret, void (*during)(void *), void *data)
 {
         struct gs_ring_msg m = { 0 };
         uint64_t start, now;
@@ -719,6 +719,9 @@ again:
                 return -EPROTO;
         }
         gs_doorbell_ring_fd(&gs_conn.shm->agent_wake, &gs_conn.shm->agent_sleeping, gs_conn.wake);
+        if (during)
+                during(data);
+        during = NULL; /* once, not again after a reconnection */
         for (;;) {
                 r = gs_ring_pop(&gs_conn.shm->rep, &gs_conn.rep_tail, ret);
                 if (r < 0) {

@@ -102,6 +102,19 @@ static CUdeviceptr gs_spill_scratch(const struct gs_cu *cu, uint32_t gi)
  * slots are remapped as soon as its copies are done (ev[group]), while
  * the later groups' copies run. */
 #define GS_SPILL_GROUP 4u
+
+/* What a batch leaves to let go once it is over: the new memories mapped
+ * at the scratch (unmapped, released: a moved slot's own mapping keeps
+ * its memory) and the prepared ones it named (gs_spill_prep_forget).  No
+ * copy writes them any more; nothing of the process's slots is touched,
+ * so it is done while the agent settles the batch (gs_spill_tidy). */
+struct gs_spill_left {
+        uint32_t gi, n, nprep;
+        size_t chunk;
+        CUdeviceptr at[GS_MOVE_MAX];
+        CUmemGenericAllocationHandle h[GS_MOVE_MAX];
+        uint32_t prep[GS_MOVE_MAX];
+};
 #define GS_SPILL_GROUPS ((GS_MOVE_MAX + GS_SPILL_GROUP - 1) / GS_SPILL_GROUP)
 struct gs_spill_batch {
         const struct gs_cu *cu;
@@ -121,6 +134,7 @@ struct gs_spill_batch {
         uint32_t n;                   /* slots that may move: [0, n) */
         uint32_t ncopy;               /* copies issued: [0, ncopy) */
         struct gs_spill_times *t;
+        struct gs_spill_left *left;
 };
 
 static CUdeviceptr gs_spill_at(const struct gs_spill_batch *b, uint32_t i)
@@ -356,21 +370,37 @@ static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *r)
                         (void)cu->event_destroy_v2(b->ev[gr]);
         for (uint32_t i = 0; i < b->nold; i++)
                 (void)cu->mem_release(b->ho[i]);
-        for (uint32_t i = 0; i < b->nmap; i++) {
-                if (gs_spill_prepared(b, i))
-                        continue; /* gs_spill_move lets it go */
-                (void)cu->mem_unmap(gs_spill_tmp(b, i), b->g->chunk);
-                /* A moved slot's mapping keeps its new memory. */
-                (void)cu->mem_release(b->hn[i]);
-        }
+        for (uint32_t i = 0; i < b->nmap; i++)
+                if (!gs_spill_prepared(b, i)) {
+                        b->left->at[b->left->n] = gs_spill_tmp(b, i);
+                        b->left->h[b->left->n++] = b->hn[i];
+                }
         b->t->remap_ns += gs_mono_ns() - t0;
         gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", b->k,
                       moved, (double)b->t->prepare_ns / 1e6, (double)b->t->copy_ns / 1e6, (double)b->t->remap_ns / 1e6);
         return moved;
 }
 
-uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, const uint32_t *prep,
-                       uint32_t k, struct gs_spill_times *ret_t)
+/* pre: gs_conn.mu held.  What the batch left let go (data: the struct
+ * gs_spill_left). */
+static void gs_spill_tidy(void *data)
+{
+        struct gs_spill_left *left = data;
+        const struct gs_cu *cu = gs_cu_get();
+
+        for (uint32_t i = 0; cu && i < left->n; i++) {
+                (void)cu->mem_unmap(left->at[i], left->chunk);
+                (void)cu->mem_release(left->h[i]);
+        }
+        for (uint32_t i = 0; cu && i < left->nprep; i++)
+                gs_spill_prep_forget(cu, left->gi, left->prep[i]);
+        left->n = left->nprep = 0;
+}
+
+/* gs_spill_move, what it lets go left in *left for gs_spill_tidy. */
+static uint32_t gs_spill_move_left(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds,
+                                   const uint32_t *prep, uint32_t k, struct gs_spill_times *ret_t,
+                                   struct gs_spill_left *left)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
         struct gs_spill_times t = { 0 };
@@ -389,6 +419,10 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         b.prep = prep;
         b.k = k;
         b.t = &t;
+        b.left = left;
+        memset(left, 0, sizeof(*left));
+        left->gi = gi;
+        left->chunk = g->chunk;
         if (k > GS_MOVE_MAX || !gs_spill_usable(cu) || gi >= gs_conn.ngpus || !g->va_base ||
             (b.dev = gs_spill_dev(cu, gi)) < 0 || (b.scratch = gs_spill_scratch(cu, gi)) == 0)
                 goto out;
@@ -421,11 +455,21 @@ out:
                 gs_closep(&fds[i]);
                 /* Named: moved (its slot maps it) or not (the agent
                  * counts it as this process's until it exits). */
-                if (prep && prep[i] != UINT32_MAX && k <= GS_MOVE_MAX && gi < gs_conn.ngpus)
-                        gs_spill_prep_forget(cu, gi, prep[i]);
+                if (prep && prep[i] != UINT32_MAX && k <= GS_MOVE_MAX)
+                        left->prep[left->nprep++] = prep[i];
         }
         if (ret_t)
                 *ret_t = t;
+        return moved;
+}
+
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, const uint32_t *prep,
+                       uint32_t k, struct gs_spill_times *ret_t)
+{
+        struct gs_spill_left left;
+        uint32_t moved = gs_spill_move_left(cu, gi, slots, fds, prep, k, ret_t, &left);
+
+        gs_spill_tidy(&left);
         return moved;
 }
 
@@ -510,7 +554,9 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
         gs_spill_prep_gpu(cu, gi);
         for (int round = 0; round < GS_SPILL_ROUNDS; round++) {
                 uint32_t slots[GS_MOVE_MAX], prep[GS_MOVE_MAX], k, moved;
+                struct gs_spill_left left;
                 struct gs_spill_times t;
+                int r;
                 int fds[GS_MOVE_MAX];
                 struct gs_ring_msg rep, done;
                 const char *why = NULL;
@@ -534,16 +580,21 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
                         gs_conn_lost(why);
                         return;
                 }
-                moved = gs_spill_move(cu, gi, slots, fds, prep, k, &t);
+                moved = gs_spill_move_left(cu, gi, slots, fds, prep, k, &t, &left);
                 for (uint32_t i = 0; i < moved; i++)
                         g->mapped[slots[i]] = rep.arg[1] == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
                 gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
                               rep.arg[1] == GS_MOVE_TO_HOST ? "host" : "device");
-                if (gs_conn.state != GS_CONN_UP)
+                if (gs_conn.state != GS_CONN_UP) {
+                        gs_spill_tidy(&left);
                         return; /* the move failed closed */
-                if (gs_conn_call4(GS_OP_SPILL_DONE, gi, moved, rep.arg[1],
-                                  GS_MOVE_US_PACK(t.sync_ns / 1000, t.prepare_ns / 1000),
-                                  GS_MOVE_US_PACK(t.copy_ns / 1000, t.remap_ns / 1000), &done) < 0)
+                }
+                /* The batch's leftovers let go while the agent settles it. */
+                r = gs_conn_call_during(
+                        GS_OP_SPILL_DONE, gi, moved, rep.arg[1], GS_MOVE_US_PACK(t.sync_ns / 1000, t.prepare_ns / 1000),
+                        GS_MOVE_US_PACK(t.copy_ns / 1000, t.remap_ns / 1000), &done, gs_spill_tidy, &left);
+                gs_spill_tidy(&left); /* if it was not called */
+                if (r < 0)
                         return;
                 if (done.status != 0)
                         gs_hook_debug("the agent refused GS_OP_SPILL_DONE on GPU %u: %d", gi, done.status);
@@ -556,7 +607,7 @@ void gs_spill_serve(const struct gs_cu *cu)
 {
         uint32_t v;
 
-        if (gs_conn.state != GS_CONN_UP || !gs_conn.shm || !(gs_conn.features & GS_FEAT_SPILL))
+        if (gs_conn.state != GS_CONN_UP || !gs_conn.shm)
                 return;
         if (gs_conn.reconnects != g_gen) {
                 /* A new agent's segment: its word starts anew; what the
@@ -566,6 +617,8 @@ void gs_spill_serve(const struct gs_cu *cu)
                 g_seen = 0;
                 gs_spill_prep_drop_all(cu);
         }
+        if (!(gs_conn.features & GS_FEAT_SPILL))
+                return;
         v = __atomic_load_n(&gs_conn.shm->spill, __ATOMIC_ACQUIRE);
         if (v == g_seen)
                 return;

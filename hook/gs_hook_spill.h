@@ -20,8 +20,9 @@
  * prepared while they run.  Then, group by group once its event is
  * done, per slot its old memory retained, unmapped, the new mapped at the
  * slot's address, access set once per run of consecutive slots, while
- * the later groups' copies run; then the scratch unmapped (the stream
- * synchronized first) and the gate opened.  Nothing is unmapped at a
+ * the later groups' copies run; then the stream synchronized and the gate
+ * opened; the scratch is unmapped once the batch is answered
+ * (GS_OP_SPILL_DONE sent: while the agent settles it).  Nothing is unmapped at a
  * slot before its copy is known done: a slot whose import, scratch
  * mapping or copy fails ends the batch before it (a failed wait for a
  * group: nothing of it or after it moves).  A slot that fails after its old memory was unmapped gets it
