@@ -38,6 +38,8 @@ gpu() { ctl --json gpus | js "d['gpus'][0]['$1']"; }
 # reclaim, its time by phase); phases N0 SUFFIX: the reclaims logged after
 # the first N0 (once the moves are over), summed, as RESULT keys.
 nreclaims() { grep -c 'chunks to host memory in .* batches' "$work/agent.log"; }
+# After the owner's context (its reclaim over: A settles 3 s before its 8 GiB).
+settled() { for _ in $(seq 25); do [[ $(gpu chunks_moving) == 0 ]] && break; sleep 0.1; done; nreclaims; }
 phases() {
   for _ in $(seq 100); do [[ $(gpu chunks_moving) == 0 && $(nreclaims) -gt $1 ]] && break; sleep 0.1; done
   grep 'chunks to host memory in .* batches' "$work/agent.log" | tail -n +"$(($1 + 1))" | "$PY" -c '
@@ -112,7 +114,7 @@ ap=$!
 exec 8>"$work/ina"
 # The reclaims the agent logged before A's 8 GiB (its context's first).
 for _ in $(seq 1200); do grep -q ctx_ms "$work/a.out" && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
-n0=$(nreclaims)
+n0=$(settled)
 for _ in $(seq 1200); do grep -q '"steps"' "$work/a.out" && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
 alloc_ms=$(grep alloc_ms "$work/a.out" | js 'd["alloc_ms"]')
 phases_1=$(phases "$n0" "")
@@ -144,7 +146,7 @@ bad_steps=$(grep -c '"ok": false' "$work/b.out")
 # batch in a process costs more, see docs/burst.md).
 to 7 pause; sleep 1
 # Its context's reclaim is over 3 s before its 8 GiB (GSHARE_OWN_SETTLE_S).
-(for _ in $(seq 1200); do grep -q ctx_ms "$work/a2.out" 2>/dev/null && break; sleep 0.1; done; nreclaims) >"$work/n2" &
+(for _ in $(seq 1200); do grep -q ctx_ms "$work/a2.out" 2>/dev/null && break; sleep 0.1; done; settled) >"$work/n2" &
 GSHARE_OWN_GIB=8 GSHARE_OWN_SETTLE_S=3 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" </dev/null >"$work/a2.out" 2>"$work/a2.err"
 wait $!; n2=$(cat "$work/n2")
 alloc2_ms=$(grep alloc_ms "$work/a2.out" | js 'd["alloc_ms"]')
