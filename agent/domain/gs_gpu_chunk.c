@@ -362,18 +362,14 @@ uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
         return p ? gs_pproc_count_held(p, no_memory, g) : 0;
 }
 
-/* gs_pool_return_fn; runs under g->lock, inside an allocator call. */
-int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
+/* Chunk's memory dropped and made anew now: 0, or -EAGAIN with the chunk
+ * pending (no room yet: its old memory is still held by a process). */
+static int recycle_now(struct gs_gpu *g, uint32_t chunk)
 {
-        struct gs_gpu *g = ctx;
-        gs_gpu_assert_locked(g);
-        struct gs_chunk *c;
+        struct gs_chunk *c = &g->chunks[chunk];
         char err[256];
         int r;
 
-        if (chunk >= g->nchunks)
-                return -EINVAL;
-        c = &g->chunks[chunk];
         /* Old memory first: on a full GPU there is no room for both.  If a
          * process still holds the old memory through a kept fd, the driver
          * has no room for the new (gs_gpu_room): the chunk is pending,
@@ -392,6 +388,51 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         c->owner = NULL;
         log_debug("GPU %u: chunk %u recycled", g->index, chunk);
         return 0;
+}
+
+/* gs_pool_return_fn; runs under g->lock, inside an allocator call. */
+int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
+{
+        struct gs_gpu *g = ctx;
+        gs_gpu_assert_locked(g);
+        struct gs_chunk *c;
+
+        if (chunk >= g->nchunks)
+                return -EINVAL;
+        c = &g->chunks[chunk];
+        /* A spill settling (its mover waits for the answer): made anew by
+         * the scrubber while the mover moves on (gs_gpu_recycle_some), or
+         * at its grant if that comes first; never handed out as it is. */
+        if (g->moves.settling && c->fd >= 0 && !c->scrubbing &&
+            (c->state == GS_CHUNK_OURS || c->state == GS_CHUNK_INHERITED)) {
+                c->state = GS_CHUNK_RECYCLE;
+                g->moves.recycle_due = true;
+                return 0;
+        }
+        return recycle_now(g, chunk);
+}
+
+bool gs_gpu_recycle_some(struct gs_gpu *g)
+{
+        gs_gpu_assert_locked(g);
+        uint32_t n = 0;
+
+        if (!g->moves.recycle_due || !g->pool)
+                return false;
+        for (uint32_t i = 0; i < g->nchunks && n < GS_GPU_REMAKE_PER_SCAN; i++) {
+                /* Out of the free list while it is made: no grant takes it
+                 * meanwhile; pending (no room) it stays out, as at a
+                 * recycle. */
+                if (g->chunks[i].state != GS_CHUNK_RECYCLE || !gs_pool_chunk_in_sys(g->pool, i) ||
+                    gs_pool_retire_chunk(g->pool, i) < 0)
+                        continue;
+                n++;
+                if (recycle_now(g, i) == 0 && gs_pool_unretire_chunk(g->pool, i) < 0)
+                        log_error("GPU %u: chunk %u lost from the system list", g->index, i);
+        }
+        if (!n)
+                g->moves.recycle_due = false;
+        return n != 0;
 }
 
 int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n, struct gs_allocation *owner,

@@ -106,6 +106,10 @@ struct gs_gpu_moves {
         int64_t move_back_quiet_ms; /* config moveBackQuiet; set at open */
         struct gs_gpu_move_stats st;
         struct gs_gpu_reclaim rc;
+        /* A batch to host memory is being settled: the device chunks it
+         * frees are made anew later (GS_CHUNK_RECYCLE), and recycle_due
+         * says the scrubber has such chunks to make (gs_gpu_recycle_some). */
+        bool settling, recycle_due;
 };
 
 /* Before the pool is made: spillMax / chunk spare records (at most the
