@@ -20,7 +20,7 @@
  * it looks again at least this often, and while chunks are moved for it
  * this often (each batch frees up to GS_MOVE_MAX of them: the request
  * completes soon after the batch that frees the last it needs, not at the
- * end of the reclaim). */
+ * end of the take-back). */
 #define GS_WAIT_STEP_MAX_MS 10u
 #define GS_WAIT_STEP_MOVING_MS 2u
 

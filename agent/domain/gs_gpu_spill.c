@@ -193,8 +193,8 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
                         n++;
                 }
                 g->moves.moving_out += n;
-                if (n && !g->moves.rc.start_ns)
-                        g->moves.rc.start_ns = gs_mono_ns();
+                if (n && !g->moves.tb.start_ns)
+                        g->moves.tb.start_ns = gs_mono_ns();
                 gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), dir, e, n);
                 return (int)n;
         }
@@ -303,7 +303,7 @@ const char *const gs_move_phase_names[GS_PHASE_N] = { "plan", "sync", "prepare",
 void gs_gpu_move_timed(struct gs_gpu *g, enum gs_move_dir dir, const uint64_t ns[GS_PHASE_N], uint32_t moved)
 {
         gs_gpu_assert_locked(g);
-        struct gs_gpu_reclaim *rc = &g->moves.rc;
+        struct gs_gpu_takeback *tb = &g->moves.tb;
         char parts[GS_PHASE_N * 24];
         size_t at = 0;
 
@@ -311,19 +311,20 @@ void gs_gpu_move_timed(struct gs_gpu *g, enum gs_move_dir dir, const uint64_t ns
                 return;
         for (int i = 0; i < GS_PHASE_N; i++) {
                 g->moves.st.spill_ns[i] += ns[i];
-                rc->ns[i] += ns[i];
+                tb->ns[i] += ns[i];
         }
-        rc->batches++;
-        rc->chunks += moved;
+        tb->batches++;
+        tb->chunks += moved;
         if (g->moves.spill_want || g->moves.moving_out)
                 return;
         for (int i = 0; i < GS_PHASE_N && at < sizeof(parts); i++)
                 at += (size_t)snprintf(parts + at, sizeof(parts) - at, "%s%s %.1f", i ? ", " : "",
-                                       gs_move_phase_names[i], rc->ns[i] / 1e6);
-        log_info("GPU %u: reclaim of %u chunks to host memory in %u batches, %.1f ms from the first planned to the "
-                 "last settled; by phase, summed over the batches (ms): %s",
-                 g->index, rc->chunks, rc->batches, rc->start_ns ? (gs_mono_ns() - rc->start_ns) / 1e6 : 0.0, parts);
-        memset(rc, 0, sizeof(*rc));
+                                       gs_move_phase_names[i], tb->ns[i] / 1e6);
+        log_info(
+                "GPU %u: taken back: %u chunks moved to host memory in %u batches, %.1f ms from the first planned to the "
+                "last settled; by phase, summed over the batches (ms): %s",
+                g->index, tb->chunks, tb->batches, tb->start_ns ? (gs_mono_ns() - tb->start_ns) / 1e6 : 0.0, parts);
+        memset(tb, 0, sizeof(*tb));
 }
 
 void gs_gpu_spill_kick(struct gs_gpu *g)

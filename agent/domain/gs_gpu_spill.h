@@ -71,9 +71,10 @@ enum gs_move_phase {
 /* "plan", "sync", ...: the metric's label and the log's words. */
 extern const char *const gs_move_phase_names[GS_PHASE_N];
 
-/* A reclaim: the batches to host memory from the first after nothing was
- * wanted back to the one after which nothing is (logged then, once). */
-struct gs_gpu_reclaim {
+/* A take-back's spilling: the batches to host memory from the first after
+ * nothing was wanted back to the one after which nothing is (logged then,
+ * once). */
+struct gs_gpu_takeback {
         uint64_t ns[GS_PHASE_N];
         uint64_t start_ns; /* the first batch planned (0: none yet) */
         uint32_t batches;
@@ -105,7 +106,7 @@ struct gs_gpu_moves {
         int64_t last_want_ms;       /* the last owner's request for lent memory */
         int64_t move_back_quiet_ms; /* config moveBackQuiet; set at open */
         struct gs_gpu_move_stats st;
-        struct gs_gpu_reclaim rc;
+        struct gs_gpu_takeback tb;
         /* A batch to host memory is being settled: the device chunks it
          * frees are made anew later (GS_CHUNK_RECYCLE), and recycle_due
          * says the scrubber has such chunks to make (gs_gpu_recycle_some). */
@@ -134,8 +135,9 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                      struct gs_allocation *owner, uint64_t proc);
 /* Under g->lock, after gs_gpu_move_end: the batch's time by phase
  * (ns[GS_PHASE_N]; moved of n chunks).  A move to host memory adds to the
- * totals (st.spill_ns) and to the reclaim's; once nothing is wanted back
- * nor moving out, the reclaim is logged in one line and begins anew. */
+ * totals (st.spill_ns) and to the take-back's; once nothing is wanted
+ * back nor moving out, the take-back is logged in one line and begins
+ * anew. */
 void gs_gpu_move_timed(struct gs_gpu *g, enum gs_move_dir dir, const uint64_t ns[GS_PHASE_N], uint32_t moved);
 /* Under g->lock: chunks whose data sits in host memory now. */
 uint32_t gs_gpu_spilled(struct gs_gpu *g);

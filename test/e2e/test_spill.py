@@ -14,8 +14,8 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
             B's mover copies 8 chunks to host memory and remaps them at the
             same addresses) into the host memory prepared ahead; B's
             checksums hold, B maps 256 MiB of host memory under its data,
-            gsharectl shows 8 chunks spilled and nothing owed; the reclaim
-            logged with its time by phase and counted
+            gsharectl shows 8 chunks spilled and nothing owed; the
+            take-back logged with its time by phase and counted
   back      A frees and exits: B's data comes back to the GPU (host memory
             0, nothing spilled), checksums intact
   during    B's fake kernel is queued and held when A asks again: B's
@@ -151,16 +151,16 @@ def moved_prepared(ag):
 
 
 def reclaim_phases(ag):
-    """Where the reclaim's time went: one line per reclaim in the log, by
+    """Where the take-back's time went: one line per take-back in the log, by
     phase, and the phases' counters; the mover's own (prepare, copy,
     remap) said, as the agent's (plan, settle)."""
     def line():
-        return re.search(r"reclaim of (\d+) chunks to host memory in (\d+) batches, ([\d.]+) ms .*"
+        return re.search(r"taken back: (\d+) chunks moved to host memory in (\d+) batches, ([\d.]+) ms .*"
                          r"\(ms\): plan [\d.]+, sync [\d.]+, prepare ([\d.]+), copy ([\d.]+), "
                          r"remap ([\d.]+), wire [\d.]+, settle [\d.]+", ag.logtext())
     e.wait_for(line, 30, step=0.1)
     m = line()
-    check(m is not None and int(m.group(1)) >= 1, "phases: the reclaim logged with its time by phase")
+    check(m is not None and int(m.group(1)) >= 1, "phases: the take-back logged with its time by phase")
     # prepare may be 0 ms: the host memory was prepared ahead.
     for ph in ("copy", "remap", "settle"):
         v = metric(ag, "gshare_gpu_spill_phase_seconds_total", 'phase="%s"' % ph)

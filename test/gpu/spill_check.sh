@@ -34,20 +34,20 @@ ok() { echo "ok   $*"; }
 # FAIL, not a SIGPIPE that ends this script before its RESULT line.
 to() { local fd=$1; shift; (echo "$*" >&"$fd") 2>/dev/null || bad "could not send '$*' on fd $fd: its reader is gone"; }
 gpu() { ctl --json gpus | js "d['gpus'][0]['$1']"; }
-# The agent's reclaim lines (docs/burst.md "Giving it back": one per
-# reclaim, its time by phase); phases N0 SUFFIX: the reclaims logged after
-# the first N0 (once the moves are over), summed, as RESULT keys.
-nreclaims() { grep -c 'chunks to host memory in .* batches' "$work/agent.log"; }
-# After the owner's context (its reclaim over: A settles 3 s before its 8 GiB).
-settled() { for _ in $(seq 25); do [[ $(gpu chunks_moving) == 0 ]] && break; sleep 0.1; done; nreclaims; }
+# The agent's take-back lines (docs/burst.md "Giving it back": one per
+# take-back, its time by phase); phases N0 SUFFIX: those logged after the
+# first N0 (once the moves are over), summed, as RESULT keys reclaim_*.
+ntakebacks() { grep -c 'taken back: .* batches' "$work/agent.log"; }
+# After the owner's context (its take-back over: A settles 3 s before its 8 GiB).
+settled() { for _ in $(seq 25); do [[ $(gpu chunks_moving) == 0 ]] && break; sleep 0.1; done; ntakebacks; }
 phases() {
-  for _ in $(seq 100); do [[ $(gpu chunks_moving) == 0 && $(nreclaims) -gt $1 ]] && break; sleep 0.1; done
-  grep 'chunks to host memory in .* batches' "$work/agent.log" | tail -n +"$(($1 + 1))" | "$PY" -c '
+  for _ in $(seq 100); do [[ $(gpu chunks_moving) == 0 && $(ntakebacks) -gt $1 ]] && break; sleep 0.1; done
+  grep 'taken back: .* batches' "$work/agent.log" | tail -n +"$(($1 + 1))" | "$PY" -c '
 import re, sys
 keys = ["plan", "sync", "prepare", "copy", "remap", "wire", "settle"]
 tot = dict.fromkeys(keys + ["batches", "chunks", "wall"], 0.0)
 for l in sys.stdin:
-    m = re.search(r"reclaim of (\d+) chunks to host memory in (\d+) batches, ([\d.]+) ms", l)
+    m = re.search(r"taken back: (\d+) chunks moved to host memory in (\d+) batches, ([\d.]+) ms", l)
     tot["chunks"] += int(m.group(1)); tot["batches"] += int(m.group(2)); tot["wall"] += float(m.group(3))
     for k in keys:
         tot[k] += float(re.search(r"\b%s ([\d.]+)" % k, l.split("(ms):")[1]).group(1))
@@ -112,7 +112,7 @@ mkfifo "$work/ina"
 GSHARE_OWN_GIB=8 GSHARE_OWN_SETTLE_S=3 hooked "$A" "$PY" "$here/spill_owner.py" <"$work/ina" >"$work/a.out" 2>"$work/a.err" &
 ap=$!
 exec 8>"$work/ina"
-# The reclaims the agent logged before A's 8 GiB (its context's first).
+# The take-backs the agent logged before A's 8 GiB (its context's first).
 for _ in $(seq 1200); do grep -q ctx_ms "$work/a.out" && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
 n0=$(settled)
 for _ in $(seq 1200); do grep -q '"steps"' "$work/a.out" && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
