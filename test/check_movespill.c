@@ -551,6 +551,85 @@ START_TEST(test_prepare_ahead)
 }
 END_TEST
 
+/* Host memory made ahead and prepared in B's mover (GS_OP_SPILL_PREP):
+ * as many as are made (spillMax: 2), never for a reclaim in progress;
+ * B's move takes its prepared spares first, without an fd to send; what
+ * is left is B's alone; not needed (B borrows nothing), it is held by B
+ * and the agent keeps none of it; B gone, nothing is left. */
+START_TEST(test_prepared_in_process)
+{
+        struct gs_move_ent e[GS_MOVE_MAX];
+        struct gs_pproc *ppc;
+        struct gs_spill_job j;
+        uint32_t ids[GS_MOVE_MAX];
+        int fds[GS_MOVE_MAX];
+        bool release;
+
+        gs_gpu_lock(g);
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppb, PROC_B, ids, fds, GS_MOVE_MAX, &release), 0);
+        while (gs_gpu_spill_prepare_pick(g, &j)) {
+                gs_gpu_spill_prepare_work(g, &j);
+                ck_assert(gs_gpu_spill_prepare_end(g, &j));
+        }
+        ck_assert(gs_gpu_spill_prep_due(g, ppb, PROC_B));
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppb, PROC_B, ids, fds, GS_MOVE_MAX, &release), NSPARE);
+        ck_assert(!release);
+        for (uint32_t i = 0; i < NSPARE; i++) {
+                ck_assert_int_ge(fds[i], 0);
+                ck_assert_int_ne(fds[i], g->moves.spares[ids[i]].fd); /* a copy to send */
+                close(fds[i]);
+        }
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), NSPARE);
+        ck_assert(!gs_gpu_spill_prep_due(g, ppb, PROC_B));
+        ck_assert(!gs_gpu_spill_prepare_pick(g, &j)); /* prepared counts as made */
+        ck_assert_uint_eq(gs_gpu_spare_record_free(g), UINT32_MAX);
+        gs_gpu_unlock(g);
+        spill_out(e, 1, 1, 1, PROC_B);
+        ck_assert(e[0].prep);
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), 1);
+        /* B borrows nothing any more (a record of B's that holds nothing
+         * stands for it): the prepared one is held by B, no memory kept. */
+        ck_assert_int_eq(gs_pproc_new(pb, 64, &ppc), 0);
+        ck_assert(gs_gpu_spill_prep_due(g, ppc, PROC_B));
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppc, PROC_B, ids, fds, GS_MOVE_MAX, &release), 0);
+        ck_assert(release);
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), 0);
+        ck_assert_uint_eq(gs_gpu_spill_held(g), 1);
+        ck_assert_uint_eq(gs_gpu_spill_ready(g), 0);
+        ck_assert(!gs_gpu_spill_prep_due(g, ppc, PROC_B));
+        gs_pproc_del(ppc);
+        /* B gone: nothing held. */
+        ck_assert_uint_eq(gs_gpu_spill_release_holder(g, PROC_B), 1);
+        ck_assert_uint_eq(gs_gpu_spill_held(g), 0);
+        check_books(0);
+        gs_gpu_unlock(g);
+}
+END_TEST
+
+/* Prepared in a process that exits: ready again for anyone. */
+START_TEST(test_prepared_gone)
+{
+        struct gs_spill_job j;
+        uint32_t ids[GS_MOVE_MAX];
+        int fds[GS_MOVE_MAX];
+        bool release;
+
+        gs_gpu_lock(g);
+        while (gs_gpu_spill_prepare_pick(g, &j)) {
+                gs_gpu_spill_prepare_work(g, &j);
+                ck_assert(gs_gpu_spill_prepare_end(g, &j));
+        }
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppb, PROC_B, ids, fds, 1, &release), 1);
+        close(fds[0]);
+        ck_assert_uint_eq(gs_gpu_spill_release_holder(g, PROC_B), 0);
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), 0);
+        ck_assert_uint_eq(gs_gpu_spill_ready(g), NSPARE);
+        ck_assert_int_ge(g->moves.spares[ids[0]].fd, 0);
+        check_books(0);
+        gs_gpu_unlock(g);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("movespill");
@@ -563,7 +642,8 @@ int main(void)
                   setup_owed2,
                   { test_nothing_wanted, test_out_all, test_out_some, test_out_none, test_out_gone,
                     test_out_more_than_planned, test_back_all, test_back_none, test_prepare_ahead,
-                    test_back_from_system } },
+                    test_back_from_system, test_prepared_in_process } },
+                { "owed2b", setup_owed2, { test_prepared_gone } },
                 { "owed3", setup_owed3, { test_spill_max } },
                 { "quiet", setup_quiet, { test_back_waits } },
         };
