@@ -23,9 +23,9 @@ struct gs_prep_gpu {
 };
 static struct gs_prep_gpu g_prep[GS_MAX_GPUS_PER_ALLOC];
 
-/* Rounds of GS_OP_SPILL_PREP per wake-up and GPU: GS_PREP_MAX is
- * GS_PREP_MAX / GS_MOVE_MAX full rounds, and one to hear "none". */
-#define GS_PREP_ROUNDS ((int)(GS_PREP_MAX / GS_MOVE_MAX) + 1)
+/* Rounds of GS_OP_SPILL_PREP per wake-up and GPU: GS_PREP_MAX in rounds
+ * of 8 (what this agent sends), and one to hear "none". */
+#define GS_PREP_ROUNDS ((int)(GS_PREP_MAX / 8) + 1)
 
 static void prep_unmap(const struct gs_cu *cu, struct gs_prep_gpu *pg, uint32_t j)
 {

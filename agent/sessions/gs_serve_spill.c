@@ -146,6 +146,11 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
         return 0;
 }
 
+/* Host memories sent ahead per GS_OP_SPILL_PREP: an owner that asks while
+ * a mover imports them waits for at most this many imports (the next round
+ * gets none while memory is wanted back). */
+#define GS_PREP_ROUND 8u
+
 int gs_serve_spill_prep(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                         struct gs_ring_msg *rep)
 {
@@ -156,7 +161,7 @@ int gs_serve_spill_prep(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
 
         __atomic_store_n(&p->prep_asked, true, __ATOMIC_RELAXED);
         gs_gpu_lock(g);
-        n = gs_ipc_count(p) ? 0 : gs_gpu_spill_prep_plan(g, pg->pp, p->id, ids, fds, GS_MOVE_MAX, &release);
+        n = gs_ipc_count(p) ? 0 : gs_gpu_spill_prep_plan(g, pg->pp, p->id, ids, fds, GS_PREP_ROUND, &release);
         prepared = gs_gpu_spill_prepared(g);
         gs_gpu_unlock(g);
         for (uint32_t i = 0; i < n; i++) {
