@@ -342,11 +342,10 @@ enum gs_qos_class {
 #define GS_QOS_SLOTS 32u
 #define GS_QOS_MAGIC 0x534f5147u /* "GQOS" */
 /* One latency-critical process's flag: up while its work is in flight,
- * stamp_ns (CLOCK_MONOTONIC) its last launch.  Readers ignore a flag
- * older than GS_QOS_STALE_MS: a process that died, never synchronizes, or
- * synchronizes by a path the hook does not see (on an H200, PyTorch's
- * torch.cuda.synchronize() never lowered it) holds nobody longer than
- * that after its last launch. */
+ * stamp_ns (CLOCK_MONOTONIC) its last launch, or the last time its hook
+ * saw work of it still in flight (the hook's poller stamps it again every
+ * GS_QOS_LC_POLL_US).  Readers ignore a flag older than GS_QOS_STALE_MS:
+ * a process that died or hangs holds nobody longer than that. */
 struct gs_qos_slot {
         uint32_t up;
         uint32_t pid; /* informational */

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,15 +11,15 @@
 #include "gs_hook.h"
 #include "gs_hook_conn.h"
 #include "gs_hook_qos.h"
+#include "gs_hook_qos_lc.h"
 
 int gs_qos_active;
 
 /* Written by the hook's thread under gs_conn.mu, read by any thread. */
-static struct gs_qos_board *g_board;     /* atomic; a board once mapped stays mapped */
-static uint32_t g_slot = GS_QOS_NO_SLOT; /* atomic: ours when latency-critical */
-static uint32_t g_cls, g_cap;            /* atomic */
-static uint64_t g_gen = UINT64_MAX;      /* gs_conn.reconnects when last asked */
-static uint32_t g_seen;                  /* gs_shm.qos when last asked */
+static struct gs_qos_board *g_board; /* atomic; a board once mapped stays mapped */
+static uint32_t g_cls, g_cap;        /* atomic */
+static uint64_t g_gen = UINT64_MAX;  /* gs_conn.reconnects when last asked */
+static uint32_t g_seen;              /* gs_shm.qos when last asked */
 static ino_t g_board_ino;
 static dev_t g_board_dev;
 
@@ -77,7 +78,7 @@ static const struct qos_cu *qos_cu(void)
 /* Whether a latency-critical process other than us has work in flight. */
 static int lc_busy(const struct gs_qos_board *b, uint64_t now)
 {
-        uint32_t mine = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+        uint32_t mine = gs_qos_lc_slot();
 
         for (uint32_t i = 0; i < GS_QOS_SLOTS; i++) {
                 const struct gs_qos_slot *s = &b->slot[i];
@@ -94,36 +95,36 @@ static int lc_busy(const struct gs_qos_board *b, uint64_t now)
         return 0;
 }
 
-static void flag(uint32_t up)
-{
-        struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
-        uint32_t s = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
-
-        if (!b || s >= GS_QOS_SLOTS)
-                return;
-        if (up)
-                __atomic_store_n(&b->slot[s].stamp_ns, (uint64_t)gs_mono_ns(), __ATOMIC_RELAXED);
-        if (__atomic_load_n(&b->slot[s].up, __ATOMIC_RELAXED) != up)
-                __atomic_store_n(&b->slot[s].up, up, __ATOMIC_RELEASE);
-}
-
 /* ---- a throttled process's launches in flight ---- */
 
-/* One context's events: ring[i] recorded after a launch; start before
- * one (caps).  Launches in another context are not held (fail open). */
+/* One context's events: ring[i % GS_QOS_RING] recorded after launch i;
+ * start/end around one (caps).  Launches in another context are not held
+ * (fail open). */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx;
-static CUevent g_ring[GS_QOS_INFLIGHT], g_start, g_end;
-static unsigned g_next;
+static CUevent g_ring[GS_QOS_RING], g_start, g_end;
+static uint64_t g_next;    /* launches recorded in the ring */
+static uint64_t g_kern_ns; /* a launch's GPU time, averaged (0: not measured yet) */
+static CUevent g_pre;      /* before launch g_sample */
+static uint64_t g_sample = UINT64_MAX;
 static int g_ring_ok = -1; /* -1: not made yet */
 static int g_end_pending;  /* g_start/g_end around the last capped launch */
 static int64_t g_tokens_ns, g_refill_ns;
 
+/* A nap of us microseconds.  The kernel rounds a thread's sleeps up by
+ * its timer slack (50 µs by default), more than the waits here are: the
+ * waiting thread's slack is made 1 µs for the nap and put back after
+ * (PR_GET_TIMERSLACK is the thread's own value, never an error). */
 static void nap_us(long us)
 {
         struct timespec ts = { 0, us * 1000 };
+        int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 
+        if (slack > 1000)
+                (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
         nanosleep(&ts, NULL);
+        if (slack > 1000)
+                (void)prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }
 
 /* Only the forking thread lives on in the child: a launch another thread
@@ -142,10 +143,10 @@ static int ring_ready(const struct qos_cu *c)
                 return 0;
         if (g_ring_ok < 0) {
                 g_ring_ok = c->event_create && c->event_record && c->event_query && c->event_elapsed;
-                for (unsigned i = 0; i < GS_QOS_INFLIGHT && g_ring_ok; i++)
+                for (unsigned i = 0; i < GS_QOS_RING && g_ring_ok; i++)
                         g_ring_ok = c->event_create(&g_ring[i], 0) == CUDA_SUCCESS;
                 g_ring_ok = g_ring_ok && c->event_create(&g_start, 0) == CUDA_SUCCESS &&
-                            c->event_create(&g_end, 0) == CUDA_SUCCESS;
+                            c->event_create(&g_pre, 0) == CUDA_SUCCESS && c->event_create(&g_end, 0) == CUDA_SUCCESS;
                 g_ctx = cur;
         }
         return g_ring_ok && cur == g_ctx;
@@ -194,22 +195,50 @@ static void cap_wait(const struct qos_cu *c, uint32_t cap)
         }
 }
 
-/* pre: g_mu.  Beside a latency-critical process: at most GS_QOS_INFLIGHT
+/* pre: g_mu.  How many launches may be in flight: the one running and
+ * as many queued behind it as fill GS_QOS_QUEUE_US of GPU time at the
+ * measured time per launch. */
+static uint64_t inflight_max(void)
+{
+        uint64_t k = g_kern_ns ? 1 + ((uint64_t)GS_QOS_QUEUE_US * 1000 + g_kern_ns / 2) / g_kern_ns : 1;
+
+        return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
+}
+
+/* pre: g_mu.  A launch's GPU time, sampled: every GS_QOS_SAMPLE-th
+ * launch has g_pre recorded before it, and the time between g_pre and its
+ * ring event is its own (more when the engine ran others' work in
+ * between: fewer in flight then).  The average goes to g_kern_ns. */
+static void sample(const struct qos_cu *c)
+{
+        float ms = 0;
+
+        if (g_sample == UINT64_MAX || g_sample >= g_next ||
+            c->event_query(g_ring[g_sample % GS_QOS_RING]) == CUDA_ERROR_NOT_READY)
+                return;
+        if (g_next - g_sample < GS_QOS_RING &&
+            c->event_elapsed(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0)
+                g_kern_ns = g_kern_ns ? (g_kern_ns * 3 + (uint64_t)(ms * 1e6)) / 4 : (uint64_t)(ms * 1e6);
+        g_sample = UINT64_MAX;
+}
+
+/* pre: g_mu.  Beside a latency-critical process: at most inflight_max()
  * launches in flight, none new while its flag is up (bounded). */
 static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
+        uint64_t k = inflight_max();
         int held = 0;
 
-        /* The oldest of the ring is the launch GS_QOS_INFLIGHT back. */
-        wait_event(c, g_ring[g_next % GS_QOS_INFLIGHT], deadline);
+        if (g_next >= k) {
+                uint64_t i = g_next - k;
+
+                wait_event(c, g_ring[i % GS_QOS_RING], deadline);
+        }
+        sample(c);
         while (lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
                 held = 1;
-                /* Its own last launch finishes first: the LC's work then
-                 * finds nothing of ours queued. */
-                wait_event(c, g_ring[(g_next + GS_QOS_INFLIGHT - 1) % GS_QOS_INFLIGHT], deadline);
-                if (lc_busy(b, (uint64_t)gs_mono_ns()))
-                        nap_us(GS_QOS_POLL_US);
+                nap_us(GS_QOS_POLL_US);
         }
         if (held) {
                 __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
@@ -252,8 +281,12 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         int ck = 0, ring = 0;
 
-        if (__atomic_load_n(&g_slot, __ATOMIC_RELAXED) < GS_QOS_SLOTS) {
-                flag(1);
+        if (gs_qos_lc_is()) {
+                c = qos_cu();
+                /* Work captured into a graph does not run now. */
+                if (c->is_capturing && c->is_capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+                        return QC_NONE;
+                gs_qos_lc_launching();
                 return QC_LC;
         }
         ring = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
@@ -286,6 +319,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
         if (ring) {
                 lc_wait(c, b);
                 ck |= QC_RING;
+                if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 && c->event_record(g_pre, s) == CUDA_SUCCESS)
+                        g_sample = g_next;
         }
         if (c->exchange_mode)
                 (void)c->exchange_mode(&mode);
@@ -301,12 +336,14 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
         const struct qos_cu *c;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
 
-        if (ck == QC_LC)
+        if (ck == QC_LC) {
+                gs_qos_lc_launched(s, r);
                 return;
+        }
         c = qos_cu();
         if (c->exchange_mode)
                 (void)c->exchange_mode(&mode);
-        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_INFLIGHT], s) == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS)
                 g_next++;
         if (r == CUDA_SUCCESS && (ck & QC_CAP))
                 g_end_pending = c->event_record(g_end, s) == CUDA_SUCCESS;
@@ -323,7 +360,7 @@ GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize(CUstream s)
         CUresult r = c->stream_sync ? c->stream_sync(s) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -333,7 +370,7 @@ GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s)
         CUresult r = c->stream_sync_ptsz ? c->stream_sync_ptsz(s) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -343,7 +380,7 @@ GS_HOOK_API CUresult CUDAAPI cuCtxSynchronize(void)
         CUresult r = c->ctx_sync ? c->ctx_sync() : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -353,7 +390,7 @@ GS_HOOK_API CUresult CUDAAPI cuEventSynchronize(CUevent e)
         CUresult r = c->event_sync ? c->event_sync(e) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -368,8 +405,7 @@ static struct gs_qos_board *board_map(int fd, uint64_t size, int w)
 
         if (size != sizeof(struct gs_qos_board) || fstat(fd, &st) < 0 || (uint64_t)st.st_size < size)
                 return NULL;
-        if (cur && st.st_ino == g_board_ino && st.st_dev == g_board_dev &&
-            (!w || __atomic_load_n(&g_slot, __ATOMIC_RELAXED) < GS_QOS_SLOTS))
+        if (cur && st.st_ino == g_board_ino && st.st_dev == g_board_dev && (!w || gs_qos_lc_is()))
                 return cur;
         b = mmap(NULL, sizeof(*b), PROT_READ | (w ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
         if (b == MAP_FAILED)
@@ -422,9 +458,7 @@ void gs_qos_serve(void)
                 return;
         }
         /* A slot we leave is lowered first. */
-        if (!w)
-                flag(0);
-        __atomic_store_n(&g_slot, w ? (uint32_t)rep.arg[2] : GS_QOS_NO_SLOT, __ATOMIC_RELAXED);
+        gs_qos_lc_set(b, w ? (uint32_t)rep.arg[2] : GS_QOS_NO_SLOT);
         __atomic_store_n(&g_board, b, __ATOMIC_RELEASE);
         __atomic_store_n(&g_cls, (uint32_t)rep.arg[0], __ATOMIC_RELAXED);
         __atomic_store_n(&g_cap, (uint32_t)rep.arg[1], __ATOMIC_RELAXED);

@@ -18,9 +18,14 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
   - native: plain's server beside the trainer waits for what is left of
     the trainer's time slice (p50 >= 1 ms), within 20 % of the same two
     programs without the hook at all;
-  - the latency-critical server beside the best-effort trainer: p50 at
-    least 2x better than native; the trainer keeps running;
-  - sneaky's server gets no better than native;
+  - the latency-critical server beside the best-effort trainer: p50 and
+    p90 within alone + the hook's queue bound (GS_QOS_QUEUE_US behind one
+    running kernel), p50 at least 1.5x better than native; the trainer
+    keeps running;
+  - the same server waiting by cuEventQuery (never a synchronize wrapper,
+    as PyTorch): the trainer still gets >= 50 % of the engine (its flag
+    comes down when its poller sees the work done);
+  - sneaky's server gets no better than native (within 20 %);
   - capped, alone: its GPU time over its span in the model within 25-35 %;
   - an administrator's gsharectl create --compute-class/--compute-cap;
   - the checkpoint keeps the policies; the agent killed (-9) mid-run: the
@@ -136,13 +141,16 @@ def engine(ag):
     return stat
 
 
-def beside_trainer(ag, tmp, al, stat, who, n=60):
+def beside_trainer(ag, tmp, al, stat, who, n=60, poll=False):
     """who's server beside trainer's trainer: (p50, p90) in µs of model time,
-    and the trainer's share of the engine while the server ran."""
+    and the trainer's share of the engine while the server ran.  poll: the
+    server waits for each request by cuEventQuery, never a synchronize
+    wrapper of the hook's (as PyTorch's synchronize)."""
     # The server registers first: a latency-critical one is on the board
     # before the trainer queues anything (a queue made before cannot be
     # taken back: docs/compute.md).
-    sv = Proc(ag, tmp, al.get(who), ["serve", str(n), "5000", "500"], who)
+    sv = Proc(ag, tmp, al.get(who), ["serve", str(n), "5000", "500"] + (["poll"] if poll else []),
+              who + ("-poll" if poll else ""))
     tr = Proc(ag, tmp, al.get("trainer") if who in al else None, ["train", "200"], "trainer-" + who)
     tr.go()
     check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
@@ -205,15 +213,29 @@ def main():
         check(native[0] >= 1000, "no policy (plain, standard): as native time-slicing, part of a 2 ms slice "
               "waited (p50 %d µs)" % native[0])
         qos = beside_trainer(ag, tmp, al, stat, "server")
-        check(qos[0] * 2 <= native[0], "latency-critical beside best-effort: p50 %d µs, at least 2x better than "
-              "native %d µs" % (qos[0], native[0]))
-        check(qos[1] * 3 <= native[1] * 2, "... and its p90 %d µs at least 1.5x better than native %d µs" % (qos[1], native[1]))
+        # The design's bound: the trainer keeps at most GS_QOS_QUEUE_US
+        # (200 µs) queued behind its running 0.2 ms kernel, so the server
+        # waits at most about 0.4 ms more than alone (0.1 ms for polls).
+        bound = int(lat_alone[1]) + 2 * 200 + 100
+        check(qos[0] <= bound and qos[0] * 3 <= native[0] * 2,
+              "latency-critical beside best-effort: p50 %d µs, within alone + the queue bound (%d µs) and at "
+              "least 1.5x better than native %d µs" % (qos[0], bound, native[0]))
+        check(qos[1] <= bound and qos[1] < native[1],
+              "... and its p90 %d µs within the bound and better than native %d µs" % (qos[1], native[1]))
         # How much it keeps depends on how fast its polls see its kernels
-        # end (real time): only starvation is a failure here.
-        check(qos[2] >= 0.2, "the best-effort trainer keeps working beside it: %.0f %% of the engine (native %.0f %%)"
+        # end (real time, a busy machine's): only starvation is a failure.
+        check(qos[2] >= 0.3, "the best-effort trainer keeps working beside it: %.0f %% of the engine (native %.0f %%)"
               % (qos[2] * 100, native[2] * 100))
+        # A server that never calls a synchronize wrapper: its flag comes
+        # down when its poller sees its work done, not GS_QOS_STALE_MS (4 ms
+        # of each 5.5 ms) after its last launch.
+        qpoll = beside_trainer(ag, tmp, al, stat, "server", poll=True)
+        check(qpoll[0] <= bound, "latency-critical, never synchronizing: p50 %d µs within the bound" % qpoll[0])
+        check(qpoll[2] >= 0.5, "... and the trainer beside it is held only while its work runs: %.0f %% of the "
+              "engine (native %.0f %%)" % (qpoll[2] * 100, native[2] * 100))
         sneaky = beside_trainer(ag, tmp, al, stat, "sneaky")
-        check(sneaky[0] >= 2 * qos[0], "sneaky (annotation only) gets no priority: p50 %d µs" % sneaky[0])
+        check(sneaky[0] >= 1000 and abs(sneaky[0] - native[0]) * 5 <= native[0],
+              "sneaky (annotation only) gets no priority: p50 %d µs, as native %d µs" % (sneaky[0], native[0]))
 
         cp = Proc(ag, tmp, al["capped"], ["capped", "1000", "300"], "capped")
         cp.go()
