@@ -123,6 +123,19 @@ static unsigned lc_look(int own)
         return g_npending;
 }
 
+/* pre: g_mu.  lc_look on an application's thread, in relaxed capture
+ * mode for the time of it (another thread may be capturing). */
+static void lc_look_relaxed(void)
+{
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+
+        if (q.exchange_mode)
+                (void)q.exchange_mode(&mode);
+        lc_look(0);
+        if (q.exchange_mode)
+                (void)q.exchange_mode(&mode);
+}
+
 static void *lc_main(void *arg)
 {
         struct timespec nap = { 0, GS_QOS_LC_POLL_US * 1000 };
@@ -132,6 +145,13 @@ static void *lc_main(void *arg)
         /* Its naps are GS_QOS_LC_POLL_US, not that plus the default 50 µs
          * of timer slack (this thread's own setting). */
         (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        /* Its event queries are not "unsafe" calls to another thread's
+         * capture: in the default (global) mode, an H200 invalidated the
+         * CUDA graph PyTorch was capturing meanwhile. */
+        if (q.exchange_mode) {
+                CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+                (void)q.exchange_mode(&mode);
+        }
         pthread_mutex_lock(&g_mu);
         for (;;) {
                 while (!g_npending)
@@ -247,7 +267,7 @@ void gs_qos_lc_launched(CUstream s, CUresult r)
         if (g_npending)
                 pthread_cond_signal(&g_cv);
         else
-                lc_look(0);
+                lc_look_relaxed();
         pthread_mutex_unlock(&g_mu);
 }
 
@@ -260,6 +280,6 @@ void gs_qos_lc_synced(void)
         /* A launch no event marks is taken as done by any synchronize (as
          * the first slice did for all); the events say what else is left. */
         g_untracked = 0;
-        lc_look(0);
+        lc_look_relaxed();
         pthread_mutex_unlock(&g_mu);
 }

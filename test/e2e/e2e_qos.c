@@ -183,6 +183,41 @@ static void capped(uint32_t kern_us, int n)
         fflush(stdout);
 }
 
+/* Work in flight on one stream (20 kernels of kern_us) while a graph is
+ * captured on another in the default, global mode, as PyTorch captures:
+ * nothing another thread of the process does (the hook's poller of a
+ * latency-critical process) may break the capture. */
+static void capture(uint32_t kern_us)
+{
+        CUstream busy, cap;
+        CUgraph g;
+        CUgraphExec x;
+        CUresult r;
+
+        if (cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+            cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+                die("streams", CUDA_ERROR_OUT_OF_MEMORY);
+        ready();
+        for (int i = 0; i < 20; i++)
+                if ((r = spin(busy, kern_us)) != CUDA_SUCCESS)
+                        die("launch", r);
+        if ((r = cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
+                die("begin capture", r);
+        if ((r = spin(cap, 100)) != CUDA_SUCCESS)
+                die("captured launch", r);
+        /* The other stream's work is still running: a poller looks at it
+         * meanwhile. */
+        nap_us(20 * (long)kern_us / 4);
+        if ((r = cuStreamEndCapture(cap, &g)) != CUDA_SUCCESS)
+                die("end capture", r);
+        if ((r = cuGraphInstantiateWithFlags(&x, g, 0)) != CUDA_SUCCESS ||
+            (r = cuGraphLaunch(x, cap)) != CUDA_SUCCESS || (r = cuStreamSynchronize(cap)) != CUDA_SUCCESS ||
+            (r = cuStreamSynchronize(busy)) != CUDA_SUCCESS)
+                die("graph", r);
+        printf("captured\n");
+        fflush(stdout);
+}
+
 /* fc_engine.h's struct fakecuda_engine_stat. */
 struct engine_stat {
         int32_t pid;
@@ -215,12 +250,15 @@ int main(int argc, char **argv)
         } else if (argc == 3 && strcmp(argv[1], "train") == 0) {
                 setup();
                 train((uint32_t)atoi(argv[2]));
+        } else if (argc == 3 && strcmp(argv[1], "capture") == 0) {
+                setup();
+                capture((uint32_t)atoi(argv[2]));
         } else if (argc == 4 && strcmp(argv[1], "capped") == 0) {
                 setup();
                 capped((uint32_t)atoi(argv[2]), atoi(argv[3]));
         } else {
                 fprintf(stderr,
-                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll] | train KERNEL_US | capped KERNEL_US N\n");
+                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll] | train KERNEL_US | capped KERNEL_US N | capture KERNEL_US\n");
                 return 2;
         }
         return 0;

@@ -26,6 +26,8 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     as PyTorch): the trainer still gets >= 50 % of the engine (its flag
     comes down when its poller sees the work done);
   - sneaky's server gets no better than native (within 20 %);
+  - a latency-critical process captures a CUDA graph in global mode while
+    its other work runs (the hook's poller must not break the capture);
   - capped, alone: its GPU time over its span in the model within 25-35 %;
   - an administrator's gsharectl create --compute-class/--compute-cap;
   - the checkpoint keeps the policies; the agent killed (-9) mid-run: the
@@ -236,6 +238,14 @@ def main():
         sneaky = beside_trainer(ag, tmp, al, stat, "sneaky")
         check(sneaky[0] >= 1000 and abs(sneaky[0] - native[0]) * 5 <= native[0],
               "sneaky (annotation only) gets no priority: p50 %d µs, as native %d µs" % (sneaky[0], native[0]))
+
+        # The latency-critical hook's poller queries its events while the
+        # application captures a graph in global mode: never "unsafe".
+        cap = Proc(ag, tmp, al["server"], ["capture", "5000"], "server-capture")
+        cap.go()
+        out = cap.end()
+        check(out == ["captured"] and cap.p.returncode == 0,
+              "a latency-critical process captures a graph (global mode) with its work in flight: %s" % out)
 
         cp = Proc(ag, tmp, al["capped"], ["capped", "1000", "300"], "capped")
         cp.go()
