@@ -6,7 +6,9 @@
  * hostile request changes nothing.  CTX with a context of two chunks,
  * IPC between two processes of one allocation and one of another; the
  * spill ops are check_serve_spill.c's. */
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 
 #include "gs_check_serve.h"
 
@@ -542,6 +544,58 @@ START_TEST(test_ipc_export_open)
 }
 END_TEST
 
+/* An export with KEEP whose chunks' fds the agent cannot make (out of
+ * fds here) is refused as out of memory, and leaves no export behind:
+ * the hook got no token.  An export made before stays. */
+START_TEST(test_ipc_keep_refused)
+{
+        uint64_t off = alloc_ok(MiB, 1), off2 = alloc_ok(MiB, 0);
+        struct rlimit rl, low;
+        struct gs_ring_msg rep;
+        int fds = gs_check_count_fds();
+
+        rep = serve(GS_OP_IPC_EXPORT, 0, off2, 0);
+        ck_assert_int_eq(rep.status, 0);
+        const uint64_t tok2[2] = { rep.arg[0], rep.arg[1] };
+        ck_assert_uint_eq(gs_ipc_count(&p), 1);
+        /* Every fd below the limit in use: no dup can succeed. */
+        int lowest = fcntl(0, F_DUPFD_CLOEXEC, 0);
+        ck_assert_int_ge(lowest, 0);
+        close(lowest);
+        ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+        low = rl;
+        low.rlim_cur = (rlim_t)lowest;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+        rep = serve(GS_OP_IPC_EXPORT, 0, off, GS_IPC_EXPORT_KEEP);
+        ck_assert_int_eq(rep.status, -ENOMEM);
+        ck_assert_uint_eq(rep.arg[0], 0);
+        ck_assert_uint_eq(rep.arg[1], 0);
+        ck_assert_uint_eq(gs_ipc_count(&p), 1);
+        rep = serve(GS_OP_IPC_EXPORT, 0, off2, GS_IPC_EXPORT_KEEP);
+        ck_assert_int_eq(rep.status, -ENOMEM);
+        ck_assert_uint_eq(gs_ipc_count(&p), 1);
+        ck_assert_int_eq(serve_as(&q, GS_OP_IPC_OPEN, 0, tok2[0], tok2[1]).status, -ENOMEM);
+        nothing_sent(peer_q);
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        nothing_sent(peer);
+        ck_assert_int_eq(gs_check_count_fds(), fds);
+        check_books(1, 2);
+        /* The earlier export answers, with its token; the refused one is
+         * made anew. */
+        rep = serve(GS_OP_IPC_EXPORT, 0, off2, GS_IPC_EXPORT_KEEP);
+        ck_assert_int_eq(rep.status, 0);
+        ck_assert_uint_eq(rep.arg[0], tok2[0]);
+        ck_assert_uint_eq(rep.arg[1], tok2[1]);
+        take_sent(peer, GS_SOCK_IPC_GRANT, 1, CHUNK, NULL);
+        rep = serve(GS_OP_IPC_EXPORT, 0, off, GS_IPC_EXPORT_KEEP);
+        ck_assert_int_eq(rep.status, 0);
+        take_sent(peer, GS_SOCK_IPC_GRANT, 1, CHUNK, NULL);
+        ck_assert_uint_eq(gs_ipc_count(&p), 2);
+        ck_assert_int_eq(gs_check_count_fds(), fds);
+        check_books(1, 2);
+}
+END_TEST
+
 /* At GS_IPC_MAX_EXPORTS_PER_PROC live exports the next is refused with
  * -ENOMEM and nothing is added; one freed makes room again. */
 START_TEST(test_ipc_export_bound)
@@ -637,6 +691,7 @@ int main(void)
         tcase_set_timeout(t, 60);
         tcase_add_test(t, test_ipc_export_open);
         tcase_add_test(t, test_ipc_export_bound);
+        tcase_add_test(t, test_ipc_keep_refused);
         suite_add_tcase(s, t);
         return gs_check_run(s);
 }

@@ -61,8 +61,7 @@ static void spill_books_at(int line, uint32_t held, uint32_t spilled, uint32_t n
                       st.chunks_held, ps.chunks_held, held);
         ck_assert_msg(ps.chunks_spilled == spilled && gs_gpu_spilled(g) == spilled,
                       "line %d: %u, %u spilled, %u expected", line, ps.chunks_spilled, gs_gpu_spilled(g), spilled);
-        ck_assert_msg(p.gpus[0].nmove == nmove, "line %d: %u in the batch, %u expected", line, p.gpus[0].nmove,
-                      nmove);
+        ck_assert_msg(p.gpus[0].nmove == nmove, "line %d: %u in the batch, %u expected", line, p.gpus[0].nmove, nmove);
         ck_assert_uint_eq(g->moves.moving_out + g->moves.moving_back, nmove);
         ck_assert_msg(gs_palloc_owed(o.parts[0].pa) == owed, "line %d: o owed %u, %u expected", line,
                       gs_palloc_owed(o.parts[0].pa), owed);
