@@ -272,7 +272,8 @@ enum gs_op {
          * i: the block's i-th chunk), which the hook keeps while the export
          * lives and hands a new agent in its reclaim (GS_RECLAIM_IPC): the
          * token then survives an agent restart or upgrade (docs/agent.md,
-         * "Restarts").  -EIO: this agent has no fd of that memory. */
+         * "Restarts").  -EIO: this agent has no fd of that memory (-ENOMEM:
+         * out of fds); such a refusal makes no export. */
         GS_OP_IPC_EXPORT = 9,
         /* The application's cuIpcOpenMemHandle.  arg0, arg1 = a token from
          * GS_OP_IPC_EXPORT of another process of this allocation, on this
