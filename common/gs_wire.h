@@ -324,7 +324,8 @@ enum gs_op {
          * gs_qos_class), ret1 = the cap (percent of GPU time, 1..100; 0:
          * none), ret2 = the process's slot in the board (GS_QOS_NO_SLOT:
          * not latency-critical, the fd is read-only), ret3 = the board's
-         * size.  Before the reply, one GS_SOCK_QOS message (struct
+         * size, ret4 = the weight among its class (1..100; 0 from an
+         * agent that does not send it: the default, 10).  Before the reply, one GS_SOCK_QOS message (struct
          * gs_sock_grant: seq, gpu, slot = ret2, chunk_bytes = ret3) with
          * the board's fd. */
         GS_OP_QOS = 17,
@@ -338,6 +339,10 @@ enum gs_qos_class {
         GS_QOS_LATENCY = 1,  /* latency-critical */
         GS_QOS_BEST_EFFORT = 2,
 };
+/* A pod's weight among the pods of its class (GS_OP_QOS's ret4):
+ * 1..GS_QOS_WEIGHT_MAX, GS_QOS_WEIGHT_DEFAULT unless said. */
+#define GS_QOS_WEIGHT_DEFAULT 10u
+#define GS_QOS_WEIGHT_MAX 100u
 #define GS_QOS_NO_SLOT 0xffffffffu
 #define GS_QOS_SLOTS 32u
 #define GS_QOS_MAGIC 0x534f5147u /* "GQOS" */
@@ -407,7 +412,9 @@ struct gs_ring_msg {
          * were just asked to give them back: the request may succeed if
          * tried again in a moment.  0 otherwise. */
         uint32_t others_asked;
-        uint64_t pad2;
+        /* A reply's fifth result: GS_OP_QOS's weight; 0 otherwise (and in
+         * every reply of an agent older than it). */
+        uint64_t ret4;
 };
 _Static_assert(sizeof(struct gs_ring_msg) == 64, "gs_ring_msg is one cache line");
 
