@@ -185,6 +185,79 @@ START_TEST(test_claim_burst)
 }
 END_TEST
 
+/* A claim of request "gpu" on our driver consuming compute comp ("": no
+ * entry) with the config entries cfg. */
+static int parse_compute(const char *comp, const char *cfg, struct gs_claim_info *ci, char *err, size_t errlen)
+{
+        char json[2048], cc[96] = "";
+
+        if (comp[0])
+                snprintf(cc, sizeof(cc), ",\"compute\":\"%s\"", comp);
+        snprintf(json, sizeof(json),
+                 "%s\"status\":{\"allocation\":{\"devices\":{\"results\":["
+                 "{\"request\":\"gpu\",\"driver\":\"gpumem.gshare.io\",\"pool\":\"n\",\"device\":\"gpu-0\","
+                 "\"consumedCapacity\":{\"memory\":\"4Gi\"%s}}],\"config\":[%s]}}}}",
+                 CLAIM_HEAD, cc, cfg);
+        return gs_claim_parse(json, strlen(json), "gpumem.gshare.io", ci, err, errlen);
+}
+
+#define FROM_CLASS(params) \
+        "{\"source\":\"FromClass\",\"opaque\":{\"driver\":\"gpumem.gshare.io\",\"parameters\":" params "}}"
+
+/* Compute as a consumable capacity, and computeWeight (docs/compute.md):
+ * the consumed compute is the cap unless 0 or 100, a computeCap lowers it;
+ * of several configurations the smallest weight wins. */
+START_TEST(test_claim_compute)
+{
+        static const struct {
+                const char *comp, *cfg;
+                uint32_t consumed, cap, weight;
+        } ok[] = {
+                { "", "", 0, 0, 0 },
+                { "30", "", 30, 30, 0 },
+                { "0", "", 0, 0, 0 },
+                { "100", "", 100, 0, 0 }, /* all of it: no cap */
+                { "30", OPAQUE("", "{\"computeCap\":\"20\"}"), 30, 20, 0 },
+                { "30", OPAQUE("", "{\"computeCap\":\"50\"}"), 30, 30, 0 }, /* never raised */
+                { "", OPAQUE("", "{\"computeCap\":\"50\"}"), 0, 50, 0 },
+                { "100", OPAQUE("", "{\"computeCap\":\"50\"}"), 100, 50, 0 },
+                { "", OPAQUE("", "{\"computeWeight\":\"30\"}"), 0, 0, 30 },
+                { "", FROM_CLASS("{\"computeWeight\":\"5\"}") "," OPAQUE("", "{\"computeWeight\":\"30\"}"), 0, 0, 5 },
+                { "", FROM_CLASS("{\"computeWeight\":\"50\"}") "," OPAQUE("", "{\"computeWeight\":\"30\"}"), 0, 0, 30 },
+        };
+        static const struct {
+                const char *comp, *cfg, *want;
+        } bad[] = {
+                { "101", "", "consumedCapacity.compute '101' of device gpu-0 is not a percent (0 to 100)" },
+                { "1k", "", "consumedCapacity.compute '1k'" },
+                { "0.5", "", "consumedCapacity.compute '0.5'" },
+                { "", OPAQUE("", "{\"computeWeight\":\"0\"}"), "computeWeight '0' is not a weight (1 to 100)" },
+                { "", OPAQUE("", "{\"computeWeight\":\"101\"}"), "computeWeight '101' is not a weight" },
+                { "", OPAQUE("", "{\"computeWeight\":\"heavy\"}"), "computeWeight 'heavy' is not a weight" },
+                { "", OPAQUE("", "{\"computeWeigth\":\"3\"}"),
+                  "parameter 'computeWeigth'; known: burst, computeClass, computeCap, computeWeight" },
+        };
+        struct gs_claim_info ci;
+        char err[256];
+
+        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+                err[0] = '\0';
+                ck_assert_msg(parse_compute(ok[i].comp, ok[i].cfg, &ci, err, sizeof(err)) == 0, "%zu: %s", i, err);
+                ck_assert_uint_eq(ci.nresults, 1);
+                ck_assert_msg(ci.results[0].compute == ok[i].consumed &&
+                                      gs_claim_compute_cap(&ci, &ci.results[0]) == ok[i].cap &&
+                                      ci.compute_weight == ok[i].weight,
+                              "%zu: consumed %u, cap %u, weight %u", i, ci.results[0].compute,
+                              gs_claim_compute_cap(&ci, &ci.results[0]), ci.compute_weight);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                err[0] = '\0';
+                ck_assert_int_eq(parse_compute(bad[i].comp, bad[i].cfg, &ci, err, sizeof(err)), -EINVAL);
+                ck_assert_msg(strstr(err, bad[i].want), "%zu: %s", i, err);
+        }
+}
+END_TEST
+
 START_TEST(test_slice_json)
 {
         struct gs_slice_gpu g[2] = {
@@ -222,6 +295,11 @@ START_TEST(test_slice_json)
                                           "\"validRange\":{\"min\":\"1073741824\",\"step\":\"1073741824\"}}"));
         ck_assert_ptr_nonnull(strstr(buf, "\"name\":\"gpu-1\""));
         ck_assert_ptr_nonnull(strstr(buf, "\"step\":\"2147483648\""));
+        /* Compute beside memory: 100 % of each GPU's time, none unless
+         * asked for, whole percents up to all of it. */
+        ck_assert_uint_eq(count(buf, "\"compute\":{\"value\":\"100\",\"requestPolicy\":{\"default\":\"0\","
+                                     "\"validRange\":{\"min\":\"0\",\"max\":\"100\",\"step\":\"1\"}}}"),
+                          2);
         free(buf);
         buf = NULL;
         f = open_memstream(&buf, &len);
@@ -422,6 +500,7 @@ int main(void)
         tcase_add_test(tc, test_quantity);
         tcase_add_test(tc, test_claim);
         tcase_add_test(tc, test_claim_burst);
+        tcase_add_test(tc, test_claim_compute);
         tcase_add_test(tc, test_cdi_device_nodes);
         tcase_add_test(tc, test_slice_json);
         tcase_add_test(tc, test_driver_version);
