@@ -258,6 +258,37 @@ START_TEST(test_claim_compute)
 }
 END_TEST
 
+/* A claim as Kubernetes 1.36's scheduler allocated it from the slice
+ * gs_slice_json writes (recorded on ../shared/kubelet136: compute "25.5"
+ * requested, 25500m, rounded up by the policy's step to 26; beside claims
+ * of 30 and 0, a fourth asking for 80 stayed Pending). */
+START_TEST(test_claim_k136)
+{
+        static const char claim[] =
+                "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"creationT"
+                "imestamp\":\"2026-11-28T17:39:10Z\",\"finalizers\":[\"resource.kubernetes.io/delete-pr"
+                "otection\"],\"name\":\"c25\",\"namespace\":\"default\",\"resourceVersion\":\"315\",\"uid\":\"806"
+                "f523c-32c6-475e-952a-9f91efab714b\"},\"spec\":{\"devices\":{\"requests\":[{\"exactly\":{\""
+                "allocationMode\":\"ExactCount\",\"capacity\":{\"requests\":{\"compute\":\"25500m\",\"memory\""
+                ":\"1Gi\"}},\"count\":1,\"deviceClassName\":\"gpumem.gshare.io\"},\"name\":\"gpu\"}]}},\"statu"
+                "s\":{\"allocation\":{\"allocationTimestamp\":\"2026-11-28T17:39:10Z\",\"devices\":{\"resul"
+                "ts\":[{\"consumedCapacity\":{\"compute\":\"26\",\"memory\":\"1Gi\"},\"device\":\"gpu-0\",\"drive"
+                "r\":\"gpumem.gshare.io\",\"pool\":\"k134node\",\"request\":\"gpu\",\"shareID\":\"9a825e15-66c6"
+                "-40ee-b6d4-8d3819758662\"}]},\"nodeSelector\":{\"nodeSelectorTerms\":[{\"matchFields\":"
+                "[{\"key\":\"metadata.name\",\"operator\":\"In\",\"values\":[\"k134node\"]}]}]}},\"reservedFor"
+                "\":[{\"name\":\"pod-c25\",\"resource\":\"pods\",\"uid\":\"0ea70cd6-a4b0-4611-9340-ccb9f3ab2e"
+                "54\"}]}}";
+        struct gs_claim_info ci;
+        char err[256];
+
+        ck_assert_int_eq(gs_claim_parse(claim, strlen(claim), "gpumem.gshare.io", &ci, err, sizeof(err)), 0);
+        ck_assert_uint_eq(ci.nresults, 1);
+        ck_assert_uint_eq(ci.results[0].memory, 1ull << 30);
+        ck_assert_uint_eq(ci.results[0].compute, 26);
+        ck_assert_uint_eq(gs_claim_compute_cap(&ci, &ci.results[0]), 26);
+}
+END_TEST
+
 START_TEST(test_slice_json)
 {
         struct gs_slice_gpu g[2] = {
@@ -501,6 +532,7 @@ int main(void)
         tcase_add_test(tc, test_claim);
         tcase_add_test(tc, test_claim_burst);
         tcase_add_test(tc, test_claim_compute);
+        tcase_add_test(tc, test_claim_k136);
         tcase_add_test(tc, test_cdi_device_nodes);
         tcase_add_test(tc, test_slice_json);
         tcase_add_test(tc, test_driver_version);
