@@ -63,8 +63,8 @@
  *    that process; the words stay the record of what was asked.
  * 10. Compute QoS (GS_FEAT_QOS, docs/compute.md).  The hook's thread asks
  *    GS_OP_QOS for GPU 0 of its allocation once per connection and each
- *    time gs_shm.qos changed: the reply says the allocation's class and
- *    cap, and before it one GS_SOCK_QOS message carries the fd of that
+ *    time gs_shm.qos changed: the reply says the allocation's class, cap
+ *    and weight, and before it one GS_SOCK_QOS message carries the fd of that
  *    node GPU's board (struct gs_qos_board): writable for a
  *    latency-critical process (ret2 = its slot), read-only for the others
  *    (ret2 = GS_QOS_NO_SLOT).  Only latency-critical processes can write
