@@ -63,8 +63,8 @@
  *    that process; the words stay the record of what was asked.
  * 10. Compute QoS (GS_FEAT_QOS, docs/compute.md).  The hook's thread asks
  *    GS_OP_QOS for GPU 0 of its allocation once per connection and each
- *    time gs_shm.qos changed: the reply says the allocation's class and
- *    cap, and before it one GS_SOCK_QOS message carries the fd of that
+ *    time gs_shm.qos changed: the reply says the allocation's class, cap
+ *    and weight, and before it one GS_SOCK_QOS message carries the fd of that
  *    node GPU's board (struct gs_qos_board): writable for a
  *    latency-critical process (ret2 = its slot), read-only for the others
  *    (ret2 = GS_QOS_NO_SLOT).  Only latency-critical processes can write
@@ -325,7 +325,8 @@ enum gs_op {
          * gs_qos_class), ret1 = the cap (percent of GPU time, 1..100; 0:
          * none), ret2 = the process's slot in the board (GS_QOS_NO_SLOT:
          * not latency-critical, the fd is read-only), ret3 = the board's
-         * size.  Before the reply, one GS_SOCK_QOS message (struct
+         * size, ret4 = the weight among its class (1..100; 0 from an
+         * agent that does not send it: the default, 10).  Before the reply, one GS_SOCK_QOS message (struct
          * gs_sock_grant: seq, gpu, slot = ret2, chunk_bytes = ret3) with
          * the board's fd. */
         GS_OP_QOS = 17,
@@ -339,6 +340,10 @@ enum gs_qos_class {
         GS_QOS_LATENCY = 1,  /* latency-critical */
         GS_QOS_BEST_EFFORT = 2,
 };
+/* A pod's weight among the pods of its class (GS_OP_QOS's ret4):
+ * 1..GS_QOS_WEIGHT_MAX, GS_QOS_WEIGHT_DEFAULT unless said. */
+#define GS_QOS_WEIGHT_DEFAULT 10u
+#define GS_QOS_WEIGHT_MAX 100u
 #define GS_QOS_NO_SLOT 0xffffffffu
 #define GS_QOS_SLOTS 32u
 #define GS_QOS_MAGIC 0x534f5147u /* "GQOS" */
@@ -407,7 +412,9 @@ struct gs_ring_msg {
          * were just asked to give them back: the request may succeed if
          * tried again in a moment.  0 otherwise. */
         uint32_t others_asked;
-        uint64_t pad2;
+        /* A reply's fifth result: GS_OP_QOS's weight; 0 otherwise (and in
+         * every reply of an agent older than it). */
+        uint64_t ret4;
 };
 _Static_assert(sizeof(struct gs_ring_msg) == 64, "gs_ring_msg is one cache line");
 

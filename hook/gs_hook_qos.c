@@ -25,6 +25,9 @@ static dev_t g_board_dev;
 
 static unsigned long long g_held, g_held_ns; /* atomic */
 
+/* The weight among its class (gs_qos_weight; written as g_cls). */
+static uint32_t g_weight = GS_QOS_WEIGHT_DEFAULT; /* atomic: 1..GS_QOS_WEIGHT_MAX */
+
 /* The driver's functions we call, resolved once. */
 struct qos_cu {
         CUresult (*event_create)(CUevent *, unsigned int);
@@ -428,6 +431,7 @@ void gs_qos_serve(void)
         struct gs_qos_board *b;
         uint32_t seen;
         ssize_t n;
+        uint32_t weight;
         int fd = -1, w;
 
         if (!(gs_conn.features & GS_FEAT_QOS) || !gs_conn.shm || gs_conn.ngpus == 0)
@@ -457,14 +461,21 @@ void gs_qos_serve(void)
                 gs_hook_debug("the agent's compute policy is unusable: running without QoS");
                 return;
         }
+        /* The weight: the agent is trusted, but whatever it sends stays
+         * in 1..GS_QOS_WEIGHT_MAX (0: an agent that does not send it). */
+        weight = rep.ret4 >= 1 && rep.ret4 <= GS_QOS_WEIGHT_MAX ? (uint32_t)rep.ret4 : GS_QOS_WEIGHT_DEFAULT;
+        if (rep.ret4 > GS_QOS_WEIGHT_MAX)
+                gs_hook_debug("the agent's compute weight %llu is out of range: %u applies",
+                              (unsigned long long)rep.ret4, GS_QOS_WEIGHT_DEFAULT);
         /* A slot we leave is lowered first. */
         gs_qos_lc_set(b, w ? (uint32_t)rep.arg[2] : GS_QOS_NO_SLOT);
         __atomic_store_n(&g_board, b, __ATOMIC_RELEASE);
         __atomic_store_n(&g_cls, (uint32_t)rep.arg[0], __ATOMIC_RELAXED);
         __atomic_store_n(&g_cap, (uint32_t)rep.arg[1], __ATOMIC_RELAXED);
+        __atomic_store_n(&g_weight, weight, __ATOMIC_RELAXED);
         __atomic_store_n(&gs_qos_active, 1, __ATOMIC_RELAXED);
-        gs_hook_debug("compute: class %u, cap %u, slot %d", (unsigned)rep.arg[0], (unsigned)rep.arg[1],
-                      w ? (int)rep.arg[2] : -1);
+        gs_hook_debug("compute: class %u, cap %u, weight %u, slot %d", (unsigned)rep.arg[0], (unsigned)rep.arg[1],
+                      weight, w ? (int)rep.arg[2] : -1);
 }
 
 int gs_qos_may_hold(void)
@@ -484,6 +495,11 @@ void gs_qos_publish(void)
                          __ATOMIC_RELAXED);
         __atomic_store_n(&gs_conn.shm->qos_held_ns, (uint64_t)__atomic_load_n(&g_held_ns, __ATOMIC_RELAXED),
                          __ATOMIC_RELAXED);
+}
+
+unsigned gs_qos_weight(void)
+{
+        return __atomic_load_n(&g_weight, __ATOMIC_RELAXED);
 }
 
 void gs_qos_stats(unsigned *cls, unsigned *cap, unsigned long long *held, unsigned long long *held_ns)

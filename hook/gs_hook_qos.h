@@ -68,6 +68,10 @@ void gs_qos_publish(void);
  * latency-critical process beside it). */
 int gs_qos_may_hold(void);
 
+/* Its weight among its class (docs/compute.md): 1..GS_QOS_WEIGHT_MAX,
+ * GS_QOS_WEIGHT_DEFAULT until the agent says (any thread). */
+unsigned gs_qos_weight(void);
+
 /* For tests and logs: the class (enum gs_qos_class), the cap, and
  * launches held so far and the ns they waited. */
 void gs_qos_stats(unsigned *cls, unsigned *cap, unsigned long long *held, unsigned long long *held_ns);

@@ -209,30 +209,48 @@ START_TEST(test_qos)
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical x",
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical burst=1",
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical qos=latency-critical",
+                "0123456789abcdef 1 1 a dir=ab qos=standard,weight=10", /* the default weight neither */
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=0",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=101",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=20,cap=30", /* cap first */
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=30,weight=20,weight=20",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=30,cap=30",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=30,",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,heavy=3",
         };
         static const char *const good[] = {
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical",
                 "0123456789abcdef 1 1 a dir=ab burst=4096 qos=standard,cap=30",
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab qos=best-effort,cap=100",
+                "0123456789abcdef 1 1 a dir=ab qos=standard,weight=30",
+                "0123456789abcdef 1 1 a dir=ab burst=4096 qos=best-effort,cap=30,weight=1",
+                "0123456789abcdef 1 1 a dir=ab qos=latency-critical,weight=100",
         };
         struct {
                 bool has;
                 int64_t prio;
-                const char *cls, *cap;
+                const char *cls, *cap, *weight;
                 int r;
-                unsigned want, cap_want;
+                unsigned want, cap_want, weight_want;
         } pods[] = {
-                { false, 0, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
-                { true, 1000000, NULL, NULL, 0, GS_QOS_LATENCY, 0 },
-                { true, 999999, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
-                { true, -1, NULL, NULL, 0, GS_QOS_BEST_EFFORT, 0 },
-                { true, 2000000, "best-effort", "30", 0, GS_QOS_BEST_EFFORT, 30 },
-                { true, 2000000, "standard", NULL, 0, GS_QOS_STANDARD, 0 },
+                { false, 0, NULL, NULL, NULL, 0, GS_QOS_STANDARD, 0, 10 },
+                { true, 1000000, NULL, NULL, NULL, 0, GS_QOS_LATENCY, 0, 10 },
+                { true, 999999, NULL, NULL, NULL, 0, GS_QOS_STANDARD, 0, 10 },
+                { true, -1, NULL, NULL, NULL, 0, GS_QOS_BEST_EFFORT, 0, 10 },
+                { true, 2000000, "best-effort", "30", "1", 0, GS_QOS_BEST_EFFORT, 30, 1 },
+                { true, 2000000, "standard", NULL, "100", 0, GS_QOS_STANDARD, 0, 100 },
                 /* never raised */
-                { true, 0, "latency-critical", NULL, -EINVAL, GS_QOS_STANDARD, 0 },
-                { true, -5, "standard", NULL, -EINVAL, GS_QOS_BEST_EFFORT, 0 },
-                { false, 0, "urgent", "200", -EINVAL, GS_QOS_STANDARD, 0 },
-                { false, 0, NULL, "-3", -EINVAL, GS_QOS_STANDARD, 0 },
+                { true, 0, "latency-critical", NULL, NULL, -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { true, -5, "standard", NULL, NULL, -EINVAL, GS_QOS_BEST_EFFORT, 0, 10 },
+                { false, 0, "urgent", "200", NULL, -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, NULL, "-3", NULL, -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                /* a bad weight: the default, the rest kept */
+                { true, -1, NULL, "20", "0", -EINVAL, GS_QOS_BEST_EFFORT, 20, 10 },
+                { false, 0, NULL, NULL, "101", -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, NULL, NULL, "heavy", -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, NULL, NULL, "", -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, "urgent", NULL, "2x", -EINVAL, GS_QOS_STANDARD, 0, 10 },
         };
         char line[300], out[512], err[512];
         struct gs_ckpt_rec r;
@@ -253,12 +271,28 @@ START_TEST(test_qos)
                 gs_ckpt_rec_free(&r);
         }
         for (size_t i = 0; i < sizeof(pods) / sizeof(pods[0]); i++) {
-                struct gs_qos_pod pod = { pods[i].has, pods[i].prio, pods[i].cls, pods[i].cap };
+                struct gs_qos_pod pod = { pods[i].has, pods[i].prio, pods[i].cls, pods[i].cap, pods[i].weight };
                 err[0] = '\0';
                 ck_assert_int_eq(gs_qos_from_pod(&pod, 1000000, &p, err, sizeof(err)), pods[i].r);
-                ck_assert_msg(p.cls == pods[i].want && p.cap == pods[i].cap_want, "pod %zu: %u,%u (%s)", i, p.cls,
-                              p.cap, err);
+                ck_assert_msg(p.cls == pods[i].want && p.cap == pods[i].cap_want &&
+                                      gs_qos_weight_of(&p) == pods[i].weight_want,
+                              "pod %zu: %u,%u,%u (%s)", i, p.cls, p.cap, gs_qos_weight_of(&p), err);
                 ck_assert(pods[i].r == 0 || strstr(err, "applies") || strstr(err, "no cap"));
+                /* A bad weight is named, with the default that applies. */
+                uint8_t w;
+                ck_assert_msg(!pods[i].weight || gs_qos_percent_parse(pods[i].weight, &w) == 0 ||
+                                      (strstr(err, "annotation gshare.io/compute-weight: '") &&
+                                       strstr(err, "the default 10 applies")),
+                              "pod %zu: %s", i, err);
+        }
+        {
+                /* Two policies alike but for a weight given as the
+                 * default, and one that differs by its weight. */
+                struct gs_qos_policy a = { .cls = GS_QOS_STANDARD }, b = a, c = a;
+                b.weight = 10;
+                c.weight = 30;
+                ck_assert(gs_qos_same(&a, &b) && gs_qos_is_default(&b) && !gs_qos_same(&a, &c) &&
+                          !gs_qos_is_default(&c));
         }
 }
 END_TEST

@@ -660,6 +660,43 @@ START_TEST(test_notify_and_give_back_empty)
 }
 END_TEST
 
+/* GS_OP_QOS (docs/compute.md): the board's fd before the reply, and the
+ * allocation's class, cap and weight in it (ret4: the weight, the default
+ * for an allocation that has none). */
+START_TEST(test_qos_weight)
+{
+        static const struct {
+                struct gs_qos_policy pol;
+                uint64_t weight;
+        } cases[] = {
+                { { .cls = GS_QOS_BEST_EFFORT, .cap = 30, .weight = 30 }, 30 },
+                { { .cls = GS_QOS_STANDARD }, GS_QOS_WEIGHT_DEFAULT },
+                { { .cls = GS_QOS_STANDARD, .weight = 100 }, 100 },
+        };
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                struct gs_sock_grant m;
+                bool trunc;
+                int fd = -1;
+
+                a.qos = cases[i].pol;
+                struct gs_ring_msg rep = serve(GS_OP_QOS, 0, 0, 0);
+                ck_assert_int_eq(rep.status, 0);
+                ck_assert_int_eq(gs_sockmsg_recv_fd(peer, &m, sizeof(m), &trunc, &fd), (ssize_t)sizeof(m));
+                ck_assert_uint_eq(m.h.type, GS_SOCK_QOS);
+                ck_assert_int_ge(fd, 0);
+                close(fd);
+                ck_assert_uint_eq(rep.arg[0], cases[i].pol.cls);
+                ck_assert_uint_eq(rep.arg[1], cases[i].pol.cap);
+                ck_assert_uint_eq(rep.arg[2], GS_QOS_NO_SLOT);
+                ck_assert_uint_eq(rep.arg[3], sizeof(struct gs_qos_board));
+                ck_assert_uint_eq(rep.ret4, cases[i].weight);
+        }
+        a.qos = (struct gs_qos_policy){ 0 };
+        take_grants(0, NULL);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("serve");
@@ -678,6 +715,7 @@ int main(void)
         tcase_add_test(t, test_vmm_hostile);
         tcase_add_test(t, test_ipc_hostile);
         tcase_add_test(t, test_notify_and_give_back_empty);
+        tcase_add_test(t, test_qos_weight);
         tcase_add_test(t, test_vmm_create_release);
         suite_add_tcase(s, t);
         t = tcase_create("ctx");

@@ -36,8 +36,7 @@ unsigned gs_qos_rank(unsigned cls)
         return cls == GS_QOS_LATENCY ? 2 : cls == GS_QOS_BEST_EFFORT ? 0 : 1;
 }
 
-/* "1".."100" into *ret. */
-static int parse_cap(const char *s, uint8_t *ret)
+int gs_qos_percent_parse(const char *s, uint8_t *ret)
 {
         char *end;
         long v;
@@ -81,7 +80,7 @@ int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs
                         ret->cls = want;
                 }
         }
-        if (pod->cap && parse_cap(pod->cap, &ret->cap) < 0) {
+        if (pod->cap && gs_qos_percent_parse(pod->cap, &ret->cap) < 0) {
                 size_t n = r < 0 ? strlen(err) : 0;
                 snprintf(err + n, errlen - n,
                          "%sannotation %s: '%.40s' is not a percent of GPU time (1 to 100); "
@@ -90,20 +89,31 @@ int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs
                 ret->cap = 0;
                 r = -EINVAL;
         }
+        if (pod->weight && gs_qos_percent_parse(pod->weight, &ret->weight) < 0) {
+                size_t n = r < 0 ? strlen(err) : 0;
+                snprintf(err + n, errlen - n,
+                         "%sannotation %s: '%.40s' is not a weight (1 to %u); the default %u applies", n ? "; " : "",
+                         GS_QOS_ANN_WEIGHT, pod->weight, GS_QOS_WEIGHT_MAX, GS_QOS_WEIGHT_DEFAULT);
+                ret->weight = 0;
+                r = -EINVAL;
+        }
         return r;
 }
 
 void gs_qos_format(const struct gs_qos_policy *p, char *buf, size_t cap)
 {
+        char c[16] = "", w[16] = "";
+
         if (p->cap)
-                snprintf(buf, cap, "%s,cap=%u", gs_qos_class_name(p->cls), p->cap);
-        else
-                snprintf(buf, cap, "%s", gs_qos_class_name(p->cls));
+                snprintf(c, sizeof(c), ",cap=%u", p->cap);
+        if (gs_qos_weight_of(p) != GS_QOS_WEIGHT_DEFAULT)
+                snprintf(w, sizeof(w), ",weight=%u", gs_qos_weight_of(p));
+        snprintf(buf, cap, "%s%s%s", gs_qos_class_name(p->cls), c, w);
 }
 
 void gs_qos_put(FILE *f, const struct gs_qos_policy *p)
 {
-        char b[48];
+        char b[64];
 
         if (gs_qos_is_default(p))
                 return;
@@ -113,18 +123,27 @@ void gs_qos_put(FILE *f, const struct gs_qos_policy *p)
 
 int gs_qos_token_parse(const char *tok, struct gs_qos_policy *ret)
 {
-        char b[48], *comma;
+        char b[64], *comma;
 
         if (!tok || strncmp(tok, "qos=", 4) != 0 || strlen(tok + 4) >= sizeof(b))
                 return -EINVAL;
         snprintf(b, sizeof(b), "%s", tok + 4);
         *ret = (struct gs_qos_policy){ 0 };
         comma = strchr(b, ',');
-        if (comma) {
+        if (comma)
                 *comma++ = '\0';
-                if (strncmp(comma, "cap=", 4) != 0 || parse_cap(comma + 4, &ret->cap) < 0)
+        /* ",cap=<n>" then ",weight=<w>", each optional, each once. */
+        if (comma && strncmp(comma, "cap=", 4) == 0) {
+                char *next = strchr(comma, ',');
+                if (next)
+                        *next++ = '\0';
+                if (gs_qos_percent_parse(comma + 4, &ret->cap) < 0)
                         return -EINVAL;
+                comma = next;
         }
+        if (comma && (strncmp(comma, "weight=", 7) != 0 || gs_qos_percent_parse(comma + 7, &ret->weight) < 0 ||
+                      ret->weight == GS_QOS_WEIGHT_DEFAULT))
+                return -EINVAL;
         if (gs_qos_class_parse(b, &ret->cls) < 0 || gs_qos_is_default(ret))
                 return -EINVAL;
         return 0;
