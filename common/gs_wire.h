@@ -371,6 +371,9 @@ struct gs_qos_board {
 };
 _Static_assert(sizeof(struct gs_qos_board) == 64 + 64 * GS_QOS_SLOTS, "gs_qos_board layout");
 #define GS_QOS_STALE_MS 4u
+/* A launching process's hook publishes gs_shm.qos_launches (and takes
+ * gs_shm.qos_share) this often. */
+#define GS_QOS_LAUNCH_PUBLISH_MS 50
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
  * owed are being moved off their borrowers for it: the request is worth
@@ -460,6 +463,12 @@ struct gs_shm {
          * policy changed; the hook's thread asks GS_OP_QOS again (item 10).
          * Same line, same compatibility as give_back. */
         uint32_t qos;
+        /* GS_FEAT_QOS: a duty (percent, 1..99; 0 or 100: none) the agent
+         * sets while this process competes with others of its class and
+         * more weight (docs/compute.md "Weights"), and notifies when it
+         * changes: the hook launches only in that part of each of its
+         * duty periods.  Same line, same compatibility as give_back. */
+        uint32_t qos_share;
         _Alignas(64) uint32_t hook_wake;
         uint32_t hook_sleeping;
         /* GS_FEAT_QOS: the hook's count of launches its compute QoS held
@@ -468,6 +477,11 @@ struct gs_shm {
          * padding of the hook_wake line: the layout is unchanged. */
         uint64_t qos_held;
         uint64_t qos_held_ns;
+        /* GS_FEAT_QOS: the hook's count of kernel and graph launches, at
+         * most GS_QOS_LAUNCH_PUBLISH_MS old while it launches: the agent
+         * sees from it who competes (a process that lies only changes its
+         * own share). */
+        uint64_t qos_launches;
         struct gs_ring req; /* hook -> agent */
         struct gs_ring rep; /* agent -> hook */
 };

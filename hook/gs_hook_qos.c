@@ -24,6 +24,17 @@ static ino_t g_board_ino;
 static dev_t g_board_dev;
 
 static unsigned long long g_held, g_held_ns; /* atomic */
+static unsigned long long g_launches;        /* atomic: launches through the gate */
+static unsigned long long g_launches_told;   /* gs_conn.mu: the last count published */
+static int g_pub_busy;                       /* gs_conn.mu: the last publish saw new launches */
+static int g_pub_sleeping;                   /* atomic: the thread sleeps until woken (no launches) */
+static void (*g_wake_fn)(void);              /* wakes the hook's thread (gs_qos_set_wake_fn) */
+
+void gs_qos_set_wake_fn(void (*fn)(void))
+{
+        g_wake_fn = fn;
+}
+static uint32_t g_duty; /* atomic: the agent's duty for our weight (gs_shm.qos_share) */
 
 /* The weight among its class (gs_qos_weight; written as g_cls). */
 static uint32_t g_weight = GS_QOS_WEIGHT_DEFAULT; /* atomic: 1..GS_QOS_WEIGHT_MAX */
@@ -199,19 +210,21 @@ static void cap_wait(const struct qos_cu *c, uint32_t cap)
 }
 
 /* pre: g_mu.  How many launches may be in flight: the one running and
- * as many queued behind it as fill GS_QOS_QUEUE_US of GPU time at the
- * measured time per launch. */
-static uint64_t inflight_max(void)
+ * as many queued behind it as fill queue_us of GPU time at the measured
+ * time per launch. */
+static uint64_t inflight_max(uint64_t queue_us)
 {
-        uint64_t k = g_kern_ns ? 1 + ((uint64_t)GS_QOS_QUEUE_US * 1000 + g_kern_ns / 2) / g_kern_ns : 1;
+        uint64_t k = g_kern_ns ? 1 + (queue_us * 1000 + g_kern_ns / 2) / g_kern_ns : 1;
 
         return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
 }
 
 /* pre: g_mu.  A launch's GPU time, sampled: every GS_QOS_SAMPLE-th
  * launch has g_pre recorded before it, and the time between g_pre and its
- * ring event is its own (more when the engine ran others' work in
- * between: fewer in flight then).  The average goes to g_kern_ns. */
+ * ring event is its own, or more when the engine ran another context's
+ * turn in between.  So g_kern_ns follows the least of the samples: it
+ * falls to a shorter one at once, and rises by a sixteenth a sample
+ * towards longer ones. */
 static void sample(const struct qos_cu *c)
 {
         float ms = 0;
@@ -220,17 +233,21 @@ static void sample(const struct qos_cu *c)
             c->event_query(g_ring[g_sample % GS_QOS_RING]) == CUDA_ERROR_NOT_READY)
                 return;
         if (g_next - g_sample < GS_QOS_RING &&
-            c->event_elapsed(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0)
-                g_kern_ns = g_kern_ns ? (g_kern_ns * 3 + (uint64_t)(ms * 1e6)) / 4 : (uint64_t)(ms * 1e6);
+            c->event_elapsed(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
+                uint64_t d = (uint64_t)(ms * 1e6), up = g_kern_ns + g_kern_ns / 16 + 1;
+
+                g_kern_ns = !g_kern_ns || d < up ? d : up;
+        }
         g_sample = UINT64_MAX;
 }
 
-/* pre: g_mu.  Beside a latency-critical process: at most inflight_max()
- * launches in flight, none new while its flag is up (bounded). */
-static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b)
+/* pre: g_mu.  At most inflight_max(queue_us) launches in flight; beside
+ * a latency-critical process (b), none new while its flag is up
+ * (bounded). */
+static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b, uint64_t queue_us)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
-        uint64_t k = inflight_max();
+        uint64_t k = inflight_max(queue_us);
         int held = 0;
 
         if (g_next >= k) {
@@ -239,7 +256,7 @@ static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b)
                 wait_event(c, g_ring[i % GS_QOS_RING], deadline);
         }
         sample(c);
-        while (lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
+        while (b && lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
                 held = 1;
                 nap_us(GS_QOS_POLL_US);
         }
@@ -247,6 +264,35 @@ static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b)
                 __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
                 __atomic_add_fetch(&g_held_ns, (unsigned long long)(gs_mono_ns() - t0), __ATOMIC_RELAXED);
         }
+}
+
+/* A weight's duty d (gs_shm.qos_share): the process is to have work on
+ * the GPU d % of each GS_QOS_DUTY_PERIOD_MS P (of CLOCK_MONOTONIC), so that
+ * the others it competes with run alone the rest of it.  What it queued
+ * drains after it stops launching, at the speed of one context among two
+ * (the driver's equal turns): it keeps at most Q = min(GS_QOS_DUTY_QUEUE_US,
+ * dP / 4) queued and launches only in the first dP - 2Q of the period, so
+ * that its work is on the GPU about dP of it. */
+static uint64_t duty_queue_us(uint32_t duty)
+{
+        uint64_t us = (uint64_t)GS_QOS_DUTY_PERIOD_MS * 1000 * duty / 100 / 4;
+
+        return us < GS_QOS_DUTY_QUEUE_US ? us : GS_QOS_DUTY_QUEUE_US;
+}
+
+/* pre: g_mu.  Waits for the next period if the launch window is past. */
+static void duty_wait(uint32_t duty)
+{
+        int64_t period = (int64_t)GS_QOS_DUTY_PERIOD_MS * 1000000, now = gs_mono_ns();
+        int64_t phase = now % period, wait = period - phase;
+        int64_t window = period * duty / 100 - 2 * (int64_t)duty_queue_us(duty) * 1000;
+        struct timespec ts = { 0, wait };
+
+        if (phase < window)
+                return;
+        nanosleep(&ts, NULL);
+        __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&g_held_ns, (unsigned long long)wait, __ATOMIC_RELAXED);
 }
 
 /* Whether f is one of NCCL's kernels, cached per function (direct-mapped:
@@ -278,12 +324,20 @@ enum { QC_NONE = 0, QC_LC = 1, QC_RING = 2, QC_CAP = 4 };
 int gs_qos_before_slow(CUstream s, CUfunction f)
 {
         const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
-        uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED);
+        uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED), duty = __atomic_load_n(&g_duty, __ATOMIC_RELAXED);
         const struct qos_cu *c;
         CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        int ck = 0, ring = 0;
+        int ck = 0, ring = 0, lc;
 
+        __atomic_add_fetch(&g_launches, 1, __ATOMIC_RELAXED);
+        /* The first launch after a quiet spell wakes the thread, which
+         * then publishes the count while launches go on. */
+        if (__atomic_load_n(&g_pub_sleeping, __ATOMIC_RELAXED) &&
+            __atomic_exchange_n(&g_pub_sleeping, 0, __ATOMIC_RELAXED) && g_wake_fn)
+                g_wake_fn();
+        if (duty >= 100)
+                duty = 0;
         if (gs_qos_lc_is()) {
                 c = qos_cu();
                 /* Work captured into a graph does not run now. */
@@ -292,8 +346,9 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 gs_qos_lc_launching();
                 return QC_LC;
         }
-        ring = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
-               __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY;
+        lc = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
+             __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY;
+        ring = lc || duty;
         if (!ring && !cap)
                 return QC_NONE;
         c = qos_cu();
@@ -319,8 +374,12 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 if (c->event_record(g_start, s) == CUDA_SUCCESS)
                         ck |= QC_CAP;
         }
+        if (duty)
+                duty_wait(duty);
         if (ring) {
-                lc_wait(c, b);
+                /* Beside latency-critical work: GS_QOS_QUEUE_US queued;
+                 * for a duty only, enough for the driver's turns. */
+                lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty));
                 ck |= QC_RING;
                 if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 && c->event_record(g_pre, s) == CUDA_SUCCESS)
                         g_sample = g_next;
@@ -478,6 +537,16 @@ void gs_qos_serve(void)
                       weight, w ? (int)rep.arg[2] : -1);
 }
 
+int gs_qos_publish_ms(void)
+{
+        if (!__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
+                return -1;
+        if (g_pub_busy || __atomic_load_n(&g_launches, __ATOMIC_RELAXED) != g_launches_told)
+                return GS_QOS_LAUNCH_PUBLISH_MS;
+        __atomic_store_n(&g_pub_sleeping, 1, __ATOMIC_RELAXED);
+        return gs_qos_may_hold() ? GS_QOS_PUBLISH_MS : -1;
+}
+
 int gs_qos_may_hold(void)
 {
         const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
@@ -489,8 +558,17 @@ int gs_qos_may_hold(void)
 
 void gs_qos_publish(void)
 {
+        unsigned long long n = __atomic_load_n(&g_launches, __ATOMIC_RELAXED);
+
         if (!gs_conn.shm || !__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
                 return;
+        uint32_t duty = __atomic_load_n(&gs_conn.shm->qos_share, __ATOMIC_ACQUIRE);
+        if (duty != __atomic_load_n(&g_duty, __ATOMIC_RELAXED))
+                gs_hook_debug("compute: the agent's duty for our weight: %u %%", (unsigned)duty);
+        __atomic_store_n(&g_duty, duty, __ATOMIC_RELAXED);
+        __atomic_store_n(&gs_conn.shm->qos_launches, (uint64_t)n, __ATOMIC_RELAXED);
+        g_pub_busy = n != g_launches_told;
+        g_launches_told = n;
         __atomic_store_n(&gs_conn.shm->qos_held, (uint64_t)__atomic_load_n(&g_held, __ATOMIC_RELAXED),
                          __ATOMIC_RELAXED);
         __atomic_store_n(&gs_conn.shm->qos_held_ns, (uint64_t)__atomic_load_n(&g_held_ns, __ATOMIC_RELAXED),

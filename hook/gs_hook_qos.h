@@ -28,12 +28,14 @@
 
 #include "gs_cudadecl.h"
 
-#define GS_QOS_RING 32           /* events after launches: at most 31 in flight beside an LC process */
-#define GS_QOS_QUEUE_US 200      /* GPU time queued beside an LC process */
-#define GS_QOS_SAMPLE 8          /* one launch in this many is timed */
-#define GS_QOS_MAX_WAIT_MS 20    /* the most one launch waits for LC work */
-#define GS_QOS_POLL_US 20        /* how often a waiting launch looks again */
-#define GS_QOS_CAP_WINDOW_MS 100 /* a capped process's bucket: this much of its share */
+#define GS_QOS_RING 32            /* events after launches: at most 31 in flight beside an LC process */
+#define GS_QOS_QUEUE_US 200       /* GPU time queued beside an LC process */
+#define GS_QOS_SAMPLE 8           /* one launch in this many is timed */
+#define GS_QOS_DUTY_PERIOD_MS 20  /* a weight's duty cycle (gs_shm.qos_share) */
+#define GS_QOS_DUTY_QUEUE_US 2000 /* GPU time queued while on duty (the driver's turns are ~2 ms) */
+#define GS_QOS_MAX_WAIT_MS 20     /* the most one launch waits for LC work */
+#define GS_QOS_POLL_US 20         /* how often a waiting launch looks again */
+#define GS_QOS_CAP_WINDOW_MS 100  /* a capped process's bucket: this much of its share */
 
 /* Set once the process has a board or a cap (relaxed loads). */
 extern int gs_qos_active;
@@ -64,6 +66,12 @@ void gs_qos_serve(void);
  * thread looks every GS_QOS_PUBLISH_MS). */
 #define GS_QOS_PUBLISH_MS 1000
 void gs_qos_publish(void);
+/* The hook's thread, gs_conn.mu held: how long it may sleep before
+ * publishing again (-1: until woken): GS_QOS_LAUNCH_PUBLISH_MS while the
+ * process launches; after a quiet spell the next launch calls the
+ * function set here (the thread's kick). */
+int gs_qos_publish_ms(void);
+void gs_qos_set_wake_fn(void (*fn)(void));
 /* Whether this process's launches may be held now (a cap, or a
  * latency-critical process beside it). */
 int gs_qos_may_hold(void);

@@ -299,6 +299,49 @@ END_TEST
 
 /* An agent of today's main: a v2 checkpoint (and a v1 line), a claims
  * file.  Every allocation and every claim is kept, as v3 lines. */
+/* Weights into duties (gs_qos_duties): the lightest held for their share
+ * times n of the time, the rest free; nobody held alone or at equal
+ * weights. */
+START_TEST(test_qos_duties)
+{
+        static const struct {
+                uint32_t n;
+                uint64_t w[4];
+                uint8_t want[4];
+        } cases[] = {
+                { 1, { 30 }, { 0 } },
+                { 2, { 30, 70 }, { 60, 0 } },
+                { 2, { 70, 30 }, { 0, 60 } },
+                { 2, { 50, 50 }, { 0, 0 } },
+                { 3, { 20, 30, 50 }, { 60, 90, 0 } },
+                { 3, { 10, 45, 45 }, { 30, 0, 0 } },
+                { 3, { 1, 1, 98 }, { 3, 3, 0 } },
+                { 4, { 10, 10, 10, 10 }, { 0, 0, 0, 0 } },
+                { 2, { 1, 1000 }, { 1, 0 } }, /* 0.2 % rounds up to 1 */
+                { 2, { 0, 10 }, { 18, 0 } },  /* a 0 counts as 1 */
+                { 2, { 49, 51 }, { 98, 0 } },
+        };
+        uint64_t many[GS_QOS_SHARE_MAX + 8];
+        uint8_t got[GS_QOS_SHARE_MAX + 8];
+
+        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+                uint8_t r[4] = { 77, 77, 77, 77 };
+
+                gs_qos_duties(cases[c].n, cases[c].w, r);
+                for (uint32_t i = 0; i < cases[c].n; i++)
+                        ck_assert_msg(r[i] == cases[c].want[i], "case %zu: process %u got %u, want %u", c, i, r[i],
+                                      cases[c].want[i]);
+        }
+        /* Past GS_QOS_SHARE_MAX: only the first that many are written. */
+        for (size_t i = 0; i < GS_QOS_SHARE_MAX + 8; i++)
+                many[i] = i + 1, got[i] = 77;
+        gs_qos_duties(GS_QOS_SHARE_MAX + 8, many, got);
+        ck_assert_uint_eq(got[GS_QOS_SHARE_MAX], 77);
+        ck_assert_uint_ge(got[0], 1);
+        ck_assert_uint_eq(got[GS_QOS_SHARE_MAX - 1], 0);
+}
+END_TEST
+
 START_TEST(test_migrate_v2_claims)
 {
         static const char ckpt[] =
@@ -438,6 +481,7 @@ int main(void)
         tcase_add_test(t, test_v1_v2_lines);
         tcase_add_test(t, test_parse_rejects);
         tcase_add_test(t, test_qos);
+        tcase_add_test(t, test_qos_duties);
         tcase_add_test(t, test_migrate_v2_claims);
         tcase_add_test(t, test_unreadable_and_bounds);
         suite_add_tcase(s, t);

@@ -280,3 +280,40 @@ uint32_t gs_qos_board_nlc(uint32_t gpu)
         pthread_mutex_unlock(&g_mu);
         return n;
 }
+
+void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret)
+{
+        uint32_t order[GS_QOS_SHARE_MAX];
+        uint64_t total = 0, left;
+
+        if (n > GS_QOS_SHARE_MAX)
+                n = GS_QOS_SHARE_MAX;
+        for (uint32_t i = 0; i < n; i++) {
+                ret[i] = 0;
+                total += w[i] ? w[i] : 1;
+                order[i] = i;
+        }
+        if (n < 2)
+                return;
+        /* Lightest first (insertion sort: n is small). */
+        for (uint32_t i = 1; i < n; i++)
+                for (uint32_t j = i; j > 0 && w[order[j]] < w[order[j - 1]]; j--) {
+                        uint32_t t = order[j];
+                        order[j] = order[j - 1];
+                        order[j - 1] = t;
+                }
+        /* In parts of total: what is left, split among m uncapped. */
+        left = total;
+        for (uint32_t k = 0, m = n; k < n && m > 1; k++, m--) {
+                uint64_t wi = w[order[k]] ? w[order[k]] : 1;
+                uint64_t pct;
+
+                /* Its share w/total against an equal split left/m. */
+                if (wi * m >= left)
+                        break;
+                /* Its share, in the equal turns of n: that much of the time. */
+                pct = (wi * n * 100 + total / 2) / total;
+                ret[order[k]] = (uint8_t)(pct < 1 ? 1 : pct > 99 ? 99 : pct);
+                left -= wi;
+        }
+}

@@ -91,6 +91,23 @@ int gs_qos_token_parse(const char *tok, struct gs_qos_policy *ret) GS_WUR;
  * default weight left out). */
 void gs_qos_format(const struct gs_qos_policy *p, char *buf, size_t cap);
 
+/* ---- weights: shares of a GPU's time (docs/compute.md "Weights") ---- */
+
+/* Most processes of one GPU whose shares are worked out together. */
+#define GS_QOS_SHARE_MAX 64u
+/* n processes of one class competing on one GPU, of weights w[i] >= 1:
+ * into ret[i] the duty (percent of each of the hook's duty periods it may
+ * launch in, 1..99) that keeps process i near its weighted share
+ * w[i] / sum(w), or 0 where none is needed.  The driver gives contexts
+ * with work equal turns, so the lightest are held part of the time and
+ * the rest split what they leave: water-filling from the lightest, a
+ * process is held while its share is below an equal split of what is left
+ * (work-conserving: nobody is held alone, or at equal weights), for
+ * share * n of the time (exact for two processes whose others always have
+ * work; with more, the held ones get more than 1/n while on, and so more
+ * than their share).  n <= GS_QOS_SHARE_MAX. */
+void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret);
+
 /* ---- the boards (any thread; their own lock) ---- */
 
 /* For GPU gpu (its ordinal): an fd of its board (a dup: the caller closes

@@ -69,9 +69,11 @@ PODS = {
     "capped": (None, {"gshare.io/compute-cap": "30"}),
     "plain": (None, {}),
     "typo": (0, {"gshare.io/compute-class": "urgent", "gshare.io/compute-weight": "1000"}),
+    "heavy": (0, {"gshare.io/compute-class": "best-effort", "gshare.io/compute-weight": "70"}),
 }
 CLASS = {"server": ("latency-critical", 0, 10), "trainer": ("best-effort", 0, 30), "sneaky": ("standard", 0, 10),
-         "capped": ("standard", 30, 10), "plain": ("standard", 0, 10), "typo": ("standard", 0, 10)}
+         "capped": ("standard", 30, 10), "plain": ("standard", 0, 10), "typo": ("standard", 0, 10),
+         "heavy": ("best-effort", 0, 70)}
 
 
 class ApiServer(http.server.ThreadingHTTPServer):
@@ -241,6 +243,55 @@ def held_per_pod(ag, tmp, al, port):
     check(secs and secs[0] > 0, "... and the seconds they waited (%s)" % secs)
 
 
+def weighted(ag, tmp, al, stat):
+    """trainer (weight 30) and heavy (weight 70), both best-effort, both
+    saturating the engine: their shares of what they get, per second of
+    model time, once the agent's caps hold (gs_proc_share.h)."""
+    a = Proc(ag, tmp, al["trainer"], ["train", "200"], "w30")
+    b = Proc(ag, tmp, al["heavy"], ["train", "200"], "w70")
+    a.go()
+    b.go()
+
+    def window():
+        s0a, s0b = stat(a.p.pid), stat(b.p.pid)
+        check(e.wait_for(lambda: stat(a.p.pid).now >= s0a.now + 1000000000) is not None, "a second of model time")
+        s1a, s1b = stat(a.p.pid), stat(b.p.pid)
+        da, db = s1a.gpu_ns - s0a.gpu_ns, s1b.gpu_ns - s0b.gpu_ns
+        return 100.0 * da / max(1, da + db), (da + db) / max(1, s1a.now - s0a.now)
+
+    # The caps come within a few of the agent's ticks (100 ms) of both
+    # launching: the first window at 30 +- 5 is the event waited for.
+    got = []
+
+    def settled():
+        got.append(window())
+        return abs(got[-1][0] - 30) <= 5
+
+    check(e.wait_for(settled) is not None, "weights 30:70: the lighter pod's share comes to 30 %% +- 5 (%s)"
+          % ["%.1f" % w[0] for w in got])
+    first = got[-1]
+    wins = [window() for _ in range(3)]
+    a.end()
+    b.end()
+    print("weights 30:70: the weight-30 pod's share per second of model time %s, the engine busy %s" %
+          (["%.1f" % w[0] for w in [first] + wins], ["%.0f %%" % (100 * w[1]) for w in [first] + wins]))
+    check(all(abs(w[0] - 30) <= 5 for w in wins), "... and stays within 30 +- 5 in each following second: %s"
+          % ["%.1f" % w[0] for w in wins])
+    check(all(w[1] >= 0.8 for w in wins), "... with the engine kept busy (work-conserving): %s"
+          % ["%.0f %%" % (100 * w[1]) for w in wins])
+    # Alone, the lighter one is not capped: its share of the engine.
+    c = Proc(ag, tmp, al["trainer"], ["train", "200"], "w30-alone")
+    c.go()
+    check(e.wait_for(lambda: stat(c.p.pid).kernels > 4) is not None, "the weight-30 pod runs alone")
+    s0 = stat(c.p.pid)
+    check(e.wait_for(lambda: stat(c.p.pid).now >= s0.now + 1000000000) is not None, "a second of model time")
+    s1 = stat(c.p.pid)
+    c.end()
+    alone = (s1.gpu_ns - s0.gpu_ns) / max(1, s1.now - s0.now)
+    print("the weight-30 pod alone: %.0f %% of the engine" % (100 * alone))
+    check(alone >= 0.8, "alone, its weight caps nothing: %.0f %% of the engine" % (100 * alone))
+
+
 def main():
     e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, QOS)
     api = ApiServer()
@@ -339,6 +390,7 @@ def main():
         check(out == ["captured"] and cap.p.returncode == 0,
               "a latency-critical process captures a graph (global mode) with its work in flight: %s" % out)
         held_per_pod(ag, tmp, al, port)
+        weighted(ag, tmp, al, stat)
 
         cp = Proc(ag, tmp, al["capped"], ["capped", "1000", "300"], "capped")
         cp.go()
