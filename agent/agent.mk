@@ -27,12 +27,12 @@ $(B)/gsharectl: $(B)/agent/gsharectl.o $(COMMON_A)
 # One unit test per agent module that runs without a driver or a socket
 # (everything else runs end to end in test/e2e/).
 AGENT_CHECKS := $(patsubst %,$(B)/test/check_%,allocs ckpt gpu proc short cuda usage event watch recon ledger loop stream workers \
-                  handover_codec serve)
+                  handover_codec serve serve_spill)
 $(AGENT_CHECKS): $(B)/test/check_%: $(B)/test/check_%.o $(AGENT_LIB_O) $(B)/libgsalloc.a $(COMMON_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LIBS) $(PKG_CHECK)
 $(AGENT_CHECKS:%=%.o): CPPFLAGS += $(AGENT_INC)
-# check_serve opens its GPU over the fake driver (fakecuda.mk is read later).
-$(B)/test/check_serve: | $(B)/test/fakecuda/libcuda.so.1
+# check_serve(_spill) open their GPU over the fake driver (fakecuda.mk is read later).
+$(B)/test/check_serve $(B)/test/check_serve_spill: | $(B)/test/fakecuda/libcuda.so.1
 
 BINS  += $(B)/gshare-agent $(B)/gsharectl
 

@@ -27,6 +27,7 @@
 #include "gs_metrics.h"
 #include "gs_mkdir.h"
 #include "gs_proc.h"
+#include "gs_proc_share.h"
 #include "gs_recon.h"
 #include "gs_serve.h"
 #include "gs_short.h"
@@ -264,6 +265,8 @@ static void wire(struct gs_agent *ag)
         gs_loop_timer_add(ag->node.loop, &ag->hello_timer, gs_proc_tick, ag);
         gs_loop_timer_add(ag->node.loop, &ag->node.restore_timer, gs_restore_tick, &ag->node);
         gs_loop_timer_add(ag->node.loop, &ag->usage_timer, usage_tick, ag);
+        gs_loop_timer_add(ag->node.loop, &ag->share_timer, gs_proc_share_tick, ag);
+        gs_loop_timer_arm(&ag->share_timer, gs_mono_ms() + GS_PROC_SHARE_MS);
 }
 
 /* An agent of an earlier release, which cannot hand over, serves: ready to

@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -31,10 +32,10 @@ static void usage(FILE *f)
                 "  gpus               GPUs, pools, units\n"
                 "  allocations        allocations and their usage per GPU\n"
                 "  processes          registered processes\n"
-                "  create [--burst SIZE] [--compute-class C] [--compute-cap N] ID...\n"
+                "  create [--burst SIZE] [--compute-class C] [--compute-cap N] [--compute-weight W] ID...\n"
                 "                     create (or find) the allocation of these device IDs; --burst:\n"
                 "                     per GPU the most it may use, quota included (docs/burst.md);\n"
-                "                     --compute-*: its compute class and cap (docs/compute.md)\n"
+                "                     --compute-*: its compute class, cap and weight (docs/compute.md)\n"
                 "  release ID         release an allocation by id\n"
                 "  watch              print the GPU list on every change (Ctrl-C ends)\n"
                 "  ready FILE         exit 0 if the agent's ready file (config readyFile) exists\n"
@@ -141,7 +142,7 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
         jstr(al->claim_namespace);
         printf(",\"compute_class\":");
         jstr(al->compute_class);
-        printf(",\"compute_cap\":%u", al->compute_cap);
+        printf(",\"compute_cap\":%u,\"compute_weight\":%u", al->compute_cap, al->compute_weight);
         printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
         for (size_t j = 0; j < al->n_device_ids; j++) {
                 if (j)
@@ -205,11 +206,15 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                                 snprintf(who, sizeof(who), "claim %s/%s", al->claim_namespace, al->claim_name);
                         else
                                 snprintf(who, sizeof(who), "-");
-                        char cls[40];
+                        char cls[64], capw[32] = "";
+                        /* The cap and a weight other than the default
+                         * (an older agent's 0 is none). */
                         if (al->compute_cap)
-                                snprintf(cls, sizeof(cls), "%s,cap=%u%%", al->compute_class, al->compute_cap);
-                        else
-                                snprintf(cls, sizeof(cls), "%s", al->compute_class[0] ? al->compute_class : "-");
+                                snprintf(capw, sizeof(capw), ",cap=%u%%", al->compute_cap);
+                        if (al->compute_weight && al->compute_weight != 10)
+                                snprintf(capw + strlen(capw), sizeof(capw) - strlen(capw), ",weight=%u",
+                                         al->compute_weight);
+                        snprintf(cls, sizeof(cls), "%s%s", al->compute_class[0] ? al->compute_class : "-", capw);
                         printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-16s %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                p->burst_bytes > p->quota_bytes ? sz(p->burst_bytes, e, sizeof(e)) : "-",
@@ -284,9 +289,9 @@ static int watch(const char *path)
         return r == -ECONNRESET ? 0 : 3;
 }
 
-/* create's options (--burst, --compute-class, --compute-cap) into cr, from
- * argv[optind]; optind left at the first device ID.  -1 (said why) on a bad
- * one. */
+/* create's options (--burst, --compute-class, --compute-cap,
+ * --compute-weight) into cr, from argv[optind]; optind left at the first
+ * device ID.  -1 (said why) on a bad one. */
 static int create_options(int argc, char **argv, Gshare__Ctl__V1__CreateAllocationRequest *cr)
 {
         while (optind + 1 < argc && strncmp(argv[optind], "--", 2) == 0) {
@@ -303,21 +308,24 @@ static int create_options(int argc, char **argv, Gshare__Ctl__V1__CreateAllocati
                         }
                 } else if (strcmp(opt, "--compute-class") == 0) {
                         cr->compute_class = (char *)v;
-                } else if (strcmp(opt, "--compute-cap") == 0) {
+                } else if (strcmp(opt, "--compute-cap") == 0 || strcmp(opt, "--compute-weight") == 0) {
+                        bool is_cap = strcmp(opt, "--compute-cap") == 0;
                         errno = 0;
                         cap = strtoul(v, &end, 10);
                         if (errno || end == v || *end || cap < 1 || cap > 100) {
-                                fprintf(stderr,
-                                        "gsharectl: create: --compute-cap needs a percent, 1 to "
-                                        "100, not '%s'\n",
-                                        v);
+                                fprintf(stderr, "gsharectl: create: %s needs a %s, 1 to 100, not '%s'\n", opt,
+                                        is_cap ? "percent" : "weight", v);
                                 return -1;
                         }
-                        cr->compute_cap = (uint32_t)cap;
+                        if (is_cap)
+                                cr->compute_cap = (uint32_t)cap;
+                        else
+                                cr->compute_weight = (uint32_t)cap;
                 } else {
                         fprintf(stderr,
                                 "gsharectl: create: unknown option %s: --burst SIZE (e.g. 40Gi), "
-                                "--compute-class CLASS, --compute-cap 1..100, then device IDs\n",
+                                "--compute-class CLASS, --compute-cap 1..100, --compute-weight 1..100, then "
+                                "device IDs\n",
                                 opt);
                         return -1;
                 }

@@ -181,7 +181,7 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
         Gshare__Ctl__V1__CreateAllocationRequest ca = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__INIT;
         Gshare__Ctl__V1__ClaimOwner owner = GSHARE__CTL__V1__CLAIM_OWNER__INIT;
 
-        if (cl->burst || (cl->compute_class && cl->compute_class[0]) || cl->compute_cap) {
+        if (cl->burst || (cl->compute_class && cl->compute_class[0]) || cl->compute_cap || cl->compute_weight) {
                 req.op_case = GSHARE__CTL__V1__REQUEST__OP_CREATE_ALLOCATION;
                 req.create_allocation = &ca;
                 ca.owner_case = GSHARE__CTL__V1__CREATE_ALLOCATION_REQUEST__OWNER_CLAIM;
@@ -189,6 +189,7 @@ int gs_agentcli_create_claim_allocation(struct gs_agentcli *c, const struct gs_a
                 ca.burst_bytes = cl->burst;
                 ca.compute_class = (char *)(cl->compute_class ? cl->compute_class : "");
                 ca.compute_cap = cl->compute_cap;
+                ca.compute_weight = cl->compute_weight;
                 owner.uid = (char *)cl->uid;
                 owner.namespace_ = (char *)cl->namespace_;
                 owner.name = (char *)cl->name;

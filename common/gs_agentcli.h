@@ -48,6 +48,7 @@ struct gs_agentcli_claim {
         uint64_t burst;            /* bytes (docs/burst.md); 0: none */
         const char *compute_class; /* docs/compute.md; NULL or "": none */
         uint32_t compute_cap;      /* percent; 0: none */
+        uint32_t compute_weight;   /* 1..100; 0: the default */
         int wait_ms;               /* an agent away (restarting) is waited for this long */
 };
 

@@ -68,8 +68,8 @@
  *    that process; the words stay the record of what was asked.
  * 10. Compute QoS (GS_FEAT_QOS, docs/compute.md).  The hook's thread asks
  *    GS_OP_QOS for GPU 0 of its allocation once per connection and each
- *    time gs_shm.qos changed: the reply says the allocation's class and
- *    cap, and before it one GS_SOCK_QOS message carries the fd of that
+ *    time gs_shm.qos changed: the reply says the allocation's class, cap
+ *    and weight, and before it one GS_SOCK_QOS message carries the fd of that
  *    node GPU's board (struct gs_qos_board): writable for a
  *    latency-critical process (ret2 = its slot), read-only for the others
  *    (ret2 = GS_QOS_NO_SLOT).  Only latency-critical processes can write
@@ -280,7 +280,8 @@ enum gs_op {
          * i: the block's i-th chunk), which the hook keeps while the export
          * lives and hands a new agent in its reclaim (GS_RECLAIM_IPC): the
          * token then survives an agent restart or upgrade (docs/agent.md,
-         * "Restarts").  -EIO: this agent has no fd of that memory. */
+         * "Restarts").  -EIO: this agent has no fd of that memory (-ENOMEM:
+         * out of fds); such a refusal makes no export. */
         GS_OP_IPC_EXPORT = 9,
         /* The application's cuIpcOpenMemHandle.  arg0, arg1 = a token from
          * GS_OP_IPC_EXPORT of another process of this allocation, on this
@@ -337,7 +338,8 @@ enum gs_op {
          * gs_qos_class), ret1 = the cap (percent of GPU time, 1..100; 0:
          * none), ret2 = the process's slot in the board (GS_QOS_NO_SLOT:
          * not latency-critical, the fd is read-only), ret3 = the board's
-         * size.  Before the reply, one GS_SOCK_QOS message (struct
+         * size, ret4 = the weight among its class (1..100; 0 from an
+         * agent that does not send it: the default, 10).  Before the reply, one GS_SOCK_QOS message (struct
          * gs_sock_grant: seq, gpu, slot = ret2, chunk_bytes = ret3) with
          * the board's fd. */
         GS_OP_QOS = 17,
@@ -363,15 +365,18 @@ enum gs_qos_class {
         GS_QOS_LATENCY = 1,  /* latency-critical */
         GS_QOS_BEST_EFFORT = 2,
 };
+/* A pod's weight among the pods of its class (GS_OP_QOS's ret4):
+ * 1..GS_QOS_WEIGHT_MAX, GS_QOS_WEIGHT_DEFAULT unless said. */
+#define GS_QOS_WEIGHT_DEFAULT 10u
+#define GS_QOS_WEIGHT_MAX 100u
 #define GS_QOS_NO_SLOT 0xffffffffu
 #define GS_QOS_SLOTS 32u
 #define GS_QOS_MAGIC 0x534f5147u /* "GQOS" */
 /* One latency-critical process's flag: up while its work is in flight,
- * stamp_ns (CLOCK_MONOTONIC) its last launch.  Readers ignore a flag
- * older than GS_QOS_STALE_MS: a process that died, never synchronizes, or
- * synchronizes by a path the hook does not see (on an H200, PyTorch's
- * torch.cuda.synchronize() never lowered it) holds nobody longer than
- * that after its last launch. */
+ * stamp_ns (CLOCK_MONOTONIC) its last launch, or the last time its hook
+ * saw work of it still in flight (the hook's poller stamps it again every
+ * GS_QOS_LC_POLL_US).  Readers ignore a flag older than GS_QOS_STALE_MS:
+ * a process that died or hangs holds nobody longer than that. */
 struct gs_qos_slot {
         uint32_t up;
         uint32_t pid; /* informational */
@@ -391,6 +396,9 @@ struct gs_qos_board {
 };
 _Static_assert(sizeof(struct gs_qos_board) == 64 + 64 * GS_QOS_SLOTS, "gs_qos_board layout");
 #define GS_QOS_STALE_MS 4u
+/* A launching process's hook publishes gs_shm.qos_launches (and takes
+ * gs_shm.qos_share) this often. */
+#define GS_QOS_LAUNCH_PUBLISH_MS 50
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
  * owed are being moved off their borrowers for it: the request is worth
@@ -444,7 +452,9 @@ struct gs_ring_msg {
          * were just asked to give them back: the request may succeed if
          * tried again in a moment.  0 otherwise. */
         uint32_t others_asked;
-        uint64_t pad2;
+        /* A reply's fifth result: GS_OP_QOS's weight; 0 otherwise (and in
+         * every reply of an agent older than it). */
+        uint64_t ret4;
 };
 _Static_assert(sizeof(struct gs_ring_msg) == 64, "gs_ring_msg is one cache line");
 
@@ -490,6 +500,12 @@ struct gs_shm {
          * policy changed; the hook's thread asks GS_OP_QOS again (item 10).
          * Same line, same compatibility as give_back. */
         uint32_t qos;
+        /* GS_FEAT_QOS: a duty (percent, 1..99; 0 or 100: none) the agent
+         * sets while this process competes with others of its class and
+         * more weight (docs/compute.md "Weights"), and notifies when it
+         * changes: the hook launches only in that part of each of its
+         * duty periods.  Same line, same compatibility as give_back. */
+        uint32_t qos_share;
         _Alignas(64) uint32_t hook_wake;
         uint32_t hook_sleeping;
         /* GS_FEAT_QOS: the hook's count of launches its compute QoS held
@@ -498,6 +514,11 @@ struct gs_shm {
          * padding of the hook_wake line: the layout is unchanged. */
         uint64_t qos_held;
         uint64_t qos_held_ns;
+        /* GS_FEAT_QOS: the hook's count of kernel and graph launches, at
+         * most GS_QOS_LAUNCH_PUBLISH_MS old while it launches: the agent
+         * sees from it who competes (a process that lies only changes its
+         * own share). */
+        uint64_t qos_launches;
         struct gs_ring req; /* hook -> agent */
         struct gs_ring rep; /* agent -> hook */
 };

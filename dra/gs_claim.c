@@ -79,14 +79,16 @@ int gs_claim_quantity(const char *s, uint64_t *ret)
 
 static int result(yaml_document_t *d, yaml_node_t *n, struct gs_claim_result *r, char *err, size_t errlen)
 {
-        char mem[64];
+        char mem[64], comp[64];
+        uint64_t c = 0;
 
         memset(r, 0, sizeof(*r));
         if (scalar(get(d, n, "request"), r->request, sizeof(r->request)) < 0 ||
             scalar(get(d, n, "pool"), r->pool, sizeof(r->pool)) < 0 ||
             scalar(get(d, n, "device"), r->device, sizeof(r->device)) < 0 ||
             scalar(get(d, n, "shareID"), r->share_id, sizeof(r->share_id)) < 0 ||
-            scalar(get(d, get(d, n, "consumedCapacity"), "memory"), mem, sizeof(mem)) < 0) {
+            scalar(get(d, get(d, n, "consumedCapacity"), "memory"), mem, sizeof(mem)) < 0 ||
+            scalar(get(d, get(d, n, "consumedCapacity"), "compute"), comp, sizeof(comp)) < 0) {
                 snprintf(err, errlen, "an allocation result has an over-long field");
                 return -EINVAL;
         }
@@ -95,6 +97,13 @@ static int result(yaml_document_t *d, yaml_node_t *n, struct gs_claim_result *r,
                          r->device);
                 return -EINVAL;
         }
+        /* Percent of the GPU's time (the slice's capacity.compute). */
+        if (comp[0] && (gs_claim_quantity(comp, &c) < 0 || c > 100)) {
+                snprintf(err, errlen, "consumedCapacity.compute '%.40s' of device %.64s is not a percent (0 to 100)",
+                         comp, r->device);
+                return -EINVAL;
+        }
+        r->compute = (uint32_t)c;
         return 0;
 }
 
@@ -118,18 +127,34 @@ static bool config_applies(yaml_document_t *d, yaml_node_t *n, const struct gs_c
         return false;
 }
 
-/* computeClass and computeCap of one configuration n (gs_claim_info). */
+/* "1".."100" into *ret: 0, or -EINVAL. */
+static int percent(const char *s, uint32_t *ret)
+{
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < 1 || v > 100)
+                return -EINVAL;
+        *ret = (uint32_t)v;
+        return 0;
+}
+
+/* computeClass, computeCap and computeWeight of one configuration n
+ * (gs_claim_info). */
 static int config_compute(yaml_document_t *d, yaml_node_t *n, yaml_node_t *params, const char *driver,
                           struct gs_claim_info *ret, char *err, size_t errlen)
 {
-        char cls[32], cap[16], src[32];
-        char *end;
-        long v = 0;
+        char cls[32], cap[16], weight[16], src[32];
+        uint32_t v = 0, w = 0;
 
         if (scalar(get(d, params, "computeClass"), cls, sizeof(cls)) < 0 ||
             scalar(get(d, params, "computeCap"), cap, sizeof(cap)) < 0 ||
+            scalar(get(d, params, "computeWeight"), weight, sizeof(weight)) < 0 ||
             scalar(get(d, n, "source"), src, sizeof(src)) < 0) {
-                snprintf(err, errlen, "the configuration of %s: computeClass or computeCap is not a string", driver);
+                snprintf(err, errlen, "the configuration of %s: computeClass, computeCap or computeWeight is too long",
+                         driver);
                 return -EINVAL;
         }
         if (cls[0] && strcmp(cls, "latency-critical") && strcmp(cls, "standard") && strcmp(cls, "best-effort")) {
@@ -146,22 +171,25 @@ static int config_compute(yaml_document_t *d, yaml_node_t *n, yaml_node_t *param
                          driver);
                 return -EINVAL;
         }
-        if (cap[0]) {
-                errno = 0;
-                v = strtol(cap, &end, 10);
-                if (errno || *end || v < 1 || v > 100) {
-                        snprintf(err, errlen, "the configuration of %s: computeCap '%.15s' is not a percent (1 to 100)",
-                                 driver, cap);
-                        return -EINVAL;
-                }
+        if (cap[0] && percent(cap, &v) < 0) {
+                snprintf(err, errlen, "the configuration of %s: computeCap '%.15s' is not a percent (1 to 100)", driver,
+                         cap);
+                return -EINVAL;
+        }
+        if (weight[0] && percent(weight, &w) < 0) {
+                snprintf(err, errlen, "the configuration of %s: computeWeight '%.15s' is not a weight (1 to 100)",
+                         driver, weight);
+                return -EINVAL;
         }
         /* The claim's own can lower what the class gave, never raise it:
-         * the lowest class and the smallest cap win. */
+         * the lowest class, the smallest cap and weight win. */
         if (cls[0] && (!ret->compute_class[0] || strcmp(cls, "best-effort") == 0 ||
                        strcmp(ret->compute_class, "latency-critical") == 0))
                 snprintf(ret->compute_class, sizeof(ret->compute_class), "%s", cls);
-        if (v && (!ret->compute_cap || (uint32_t)v < ret->compute_cap))
-                ret->compute_cap = (uint32_t)v;
+        if (v && (!ret->compute_cap || v < ret->compute_cap))
+                ret->compute_cap = v;
+        if (w && (!ret->compute_weight || w < ret->compute_weight))
+                ret->compute_weight = w;
         return 0;
 }
 
@@ -191,10 +219,11 @@ static int config_burst(yaml_document_t *d, yaml_node_t *alloc, const char *driv
                         char key[64];
                         if (scalar(yaml_document_get_node(d, p->key), key, sizeof(key)) < 0 ||
                             (strcmp(key, "burst") && strcmp(key, "apiVersion") && strcmp(key, "kind") &&
-                             strcmp(key, "computeClass") && strcmp(key, "computeCap"))) {
+                             strcmp(key, "computeClass") && strcmp(key, "computeCap") &&
+                             strcmp(key, "computeWeight"))) {
                                 snprintf(err, errlen,
                                          "the configuration of %s has parameter '%.63s'; known: burst, "
-                                         "computeClass, computeCap",
+                                         "computeClass, computeCap, computeWeight",
                                          driver, key);
                                 return -EINVAL;
                         }
@@ -276,4 +305,13 @@ out:
         yaml_document_delete(&d);
         yaml_parser_delete(&p);
         return r;
+}
+
+uint32_t gs_claim_compute_cap(const struct gs_claim_info *ci, const struct gs_claim_result *r)
+{
+        uint32_t consumed = r->compute < 100 ? r->compute : 0;
+
+        if (consumed && (!ci->compute_cap || consumed < ci->compute_cap))
+                return consumed;
+        return ci->compute_cap;
 }

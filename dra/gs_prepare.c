@@ -167,7 +167,8 @@ static int prepare_one(struct gs_dractx *d, const Claim *c, struct prep_out *out
                                          .units = (uint32_t)units,
                                          .burst = ci->burst,
                                          .compute_class = ci->compute_class,
-                                         .compute_cap = ci->compute_cap,
+                                         .compute_cap = gs_claim_compute_cap(ci, res),
+                                         .compute_weight = ci->compute_weight,
                                          .wait_ms = wait_ms };
         r = gs_agentcli_create_claim_allocation(&d->cli, &cl, &rep, &e);
         if (r < 0) {

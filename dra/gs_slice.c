@@ -51,9 +51,15 @@ int gs_slice_json(FILE *f, const char *driver, const char *node, uint64_t genera
                 }
                 fprintf(f,
                         "},\"capacity\":{\"memory\":{\"value\":\"%llu\",\"requestPolicy\":{\"default\":\"%llu\","
-                        "\"validRange\":{\"min\":\"%llu\",\"step\":\"%llu\"}}}}}",
+                        "\"validRange\":{\"min\":\"%llu\",\"step\":\"%llu\"}}},",
                         (unsigned long long)g[i].capacity_bytes, (unsigned long long)g[i].unit_bytes,
                         (unsigned long long)g[i].unit_bytes, (unsigned long long)g[i].unit_bytes);
+                /* Compute: percent of the GPU's time (docs/compute.md); a
+                 * claim that asks for none consumes none. */
+                fprintf(f,
+                        "\"compute\":{\"value\":\"%u\",\"requestPolicy\":{\"default\":\"0\","
+                        "\"validRange\":{\"min\":\"0\",\"max\":\"%u\",\"step\":\"1\"}}}}}",
+                        GS_SLICE_COMPUTE, GS_SLICE_COMPUTE);
         }
         fprintf(f, "]}}");
         return ferror(f) ? -EIO : 0;

@@ -10,6 +10,10 @@
  *   capacity.memory: units_total x unitSize (what the pool can give), with
  *     requestPolicy default = validRange.min = validRange.step = unitSize,
  *     so the scheduler rounds every request up to whole units.
+ *   capacity.compute: GS_SLICE_COMPUTE (percent of the GPU's time), with
+ *     requestPolicy default 0, validRange 0..100 step 1: the scheduler
+ *     keeps the claims' compute on a GPU within 100; a claim's consumed
+ *     compute becomes its cap (docs/compute.md, gs_prepare.c).
  *
  * Published by server-side apply (PATCH, application/apply-patch+yaml,
  * force), so the same call creates the slice or replaces its spec, and the
@@ -25,6 +29,9 @@
 #include "gs_devid.h"
 #include "gs_kapi.h"
 #include "gs_util.h"
+
+/* A device's compute capacity: percent of its time. */
+#define GS_SLICE_COMPUTE 100u
 
 struct gs_slice_gpu {
         uint32_t index;

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,19 +11,33 @@
 #include "gs_hook.h"
 #include "gs_hook_conn.h"
 #include "gs_hook_qos.h"
+#include "gs_hook_qos_lc.h"
 
 int gs_qos_active;
 
 /* Written by the hook's thread under gs_conn.mu, read by any thread. */
-static struct gs_qos_board *g_board;     /* atomic; a board once mapped stays mapped */
-static uint32_t g_slot = GS_QOS_NO_SLOT; /* atomic: ours when latency-critical */
-static uint32_t g_cls, g_cap;            /* atomic */
-static uint64_t g_gen = UINT64_MAX;      /* gs_conn.reconnects when last asked */
-static uint32_t g_seen;                  /* gs_shm.qos when last asked */
+static struct gs_qos_board *g_board; /* atomic; a board once mapped stays mapped */
+static uint32_t g_cls, g_cap;        /* atomic */
+static uint64_t g_gen = UINT64_MAX;  /* gs_conn.reconnects when last asked */
+static uint32_t g_seen;              /* gs_shm.qos when last asked */
 static ino_t g_board_ino;
 static dev_t g_board_dev;
 
 static unsigned long long g_held, g_held_ns; /* atomic */
+static unsigned long long g_launches;        /* atomic: launches through the gate */
+static unsigned long long g_launches_told;   /* gs_conn.mu: the last count published */
+static int g_pub_busy;                       /* gs_conn.mu: the last publish saw new launches */
+static int g_pub_sleeping;                   /* atomic: the thread sleeps until woken (no launches) */
+static void (*g_wake_fn)(void);              /* wakes the hook's thread (gs_qos_set_wake_fn) */
+
+void gs_qos_set_wake_fn(void (*fn)(void))
+{
+        g_wake_fn = fn;
+}
+static uint32_t g_duty; /* atomic: the agent's duty for our weight (gs_shm.qos_share) */
+
+/* The weight among its class (gs_qos_weight; written as g_cls). */
+static uint32_t g_weight = GS_QOS_WEIGHT_DEFAULT; /* atomic: 1..GS_QOS_WEIGHT_MAX */
 
 /* The driver's functions we call, resolved once. */
 struct qos_cu {
@@ -77,7 +92,7 @@ static const struct qos_cu *qos_cu(void)
 /* Whether a latency-critical process other than us has work in flight. */
 static int lc_busy(const struct gs_qos_board *b, uint64_t now)
 {
-        uint32_t mine = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+        uint32_t mine = gs_qos_lc_slot();
 
         for (uint32_t i = 0; i < GS_QOS_SLOTS; i++) {
                 const struct gs_qos_slot *s = &b->slot[i];
@@ -94,36 +109,36 @@ static int lc_busy(const struct gs_qos_board *b, uint64_t now)
         return 0;
 }
 
-static void flag(uint32_t up)
-{
-        struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
-        uint32_t s = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
-
-        if (!b || s >= GS_QOS_SLOTS)
-                return;
-        if (up)
-                __atomic_store_n(&b->slot[s].stamp_ns, (uint64_t)gs_mono_ns(), __ATOMIC_RELAXED);
-        if (__atomic_load_n(&b->slot[s].up, __ATOMIC_RELAXED) != up)
-                __atomic_store_n(&b->slot[s].up, up, __ATOMIC_RELEASE);
-}
-
 /* ---- a throttled process's launches in flight ---- */
 
-/* One context's events: ring[i] recorded after a launch; start before
- * one (caps).  Launches in another context are not held (fail open). */
+/* One context's events: ring[i % GS_QOS_RING] recorded after launch i;
+ * start/end around one (caps).  Launches in another context are not held
+ * (fail open). */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx;
-static CUevent g_ring[GS_QOS_INFLIGHT], g_start, g_end;
-static unsigned g_next;
+static CUevent g_ring[GS_QOS_RING], g_start, g_end;
+static uint64_t g_next;    /* launches recorded in the ring */
+static uint64_t g_kern_ns; /* a launch's GPU time, averaged (0: not measured yet) */
+static CUevent g_pre;      /* before launch g_sample */
+static uint64_t g_sample = UINT64_MAX;
 static int g_ring_ok = -1; /* -1: not made yet */
 static int g_end_pending;  /* g_start/g_end around the last capped launch */
 static int64_t g_tokens_ns, g_refill_ns;
 
+/* A nap of us microseconds.  The kernel rounds a thread's sleeps up by
+ * its timer slack (50 µs by default), more than the waits here are: the
+ * waiting thread's slack is made 1 µs for the nap and put back after
+ * (PR_GET_TIMERSLACK is the thread's own value, never an error). */
 static void nap_us(long us)
 {
         struct timespec ts = { 0, us * 1000 };
+        int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 
+        if (slack > 1000)
+                (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
         nanosleep(&ts, NULL);
+        if (slack > 1000)
+                (void)prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }
 
 /* Only the forking thread lives on in the child: a launch another thread
@@ -142,10 +157,10 @@ static int ring_ready(const struct qos_cu *c)
                 return 0;
         if (g_ring_ok < 0) {
                 g_ring_ok = c->event_create && c->event_record && c->event_query && c->event_elapsed;
-                for (unsigned i = 0; i < GS_QOS_INFLIGHT && g_ring_ok; i++)
+                for (unsigned i = 0; i < GS_QOS_RING && g_ring_ok; i++)
                         g_ring_ok = c->event_create(&g_ring[i], 0) == CUDA_SUCCESS;
                 g_ring_ok = g_ring_ok && c->event_create(&g_start, 0) == CUDA_SUCCESS &&
-                            c->event_create(&g_end, 0) == CUDA_SUCCESS;
+                            c->event_create(&g_pre, 0) == CUDA_SUCCESS && c->event_create(&g_end, 0) == CUDA_SUCCESS;
                 g_ctx = cur;
         }
         return g_ring_ok && cur == g_ctx;
@@ -194,27 +209,90 @@ static void cap_wait(const struct qos_cu *c, uint32_t cap)
         }
 }
 
-/* pre: g_mu.  Beside a latency-critical process: at most GS_QOS_INFLIGHT
- * launches in flight, none new while its flag is up (bounded). */
-static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b)
+/* pre: g_mu.  How many launches may be in flight: the one running and
+ * as many queued behind it as fill queue_us of GPU time at the measured
+ * time per launch. */
+static uint64_t inflight_max(uint64_t queue_us)
+{
+        uint64_t k = g_kern_ns ? 1 + (queue_us * 1000 + g_kern_ns / 2) / g_kern_ns : 1;
+
+        return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
+}
+
+/* pre: g_mu.  A launch's GPU time, sampled: every GS_QOS_SAMPLE-th
+ * launch has g_pre recorded before it, and the time between g_pre and its
+ * ring event is its own, or more when the engine ran another context's
+ * turn in between.  So g_kern_ns follows the least of the samples: it
+ * falls to a shorter one at once, and rises by a sixteenth a sample
+ * towards longer ones. */
+static void sample(const struct qos_cu *c)
+{
+        float ms = 0;
+
+        if (g_sample == UINT64_MAX || g_sample >= g_next ||
+            c->event_query(g_ring[g_sample % GS_QOS_RING]) == CUDA_ERROR_NOT_READY)
+                return;
+        if (g_next - g_sample < GS_QOS_RING &&
+            c->event_elapsed(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
+                uint64_t d = (uint64_t)(ms * 1e6), up = g_kern_ns + g_kern_ns / 16 + 1;
+
+                g_kern_ns = !g_kern_ns || d < up ? d : up;
+        }
+        g_sample = UINT64_MAX;
+}
+
+/* pre: g_mu.  At most inflight_max(queue_us) launches in flight; beside
+ * a latency-critical process (b), none new while its flag is up
+ * (bounded). */
+static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b, uint64_t queue_us)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
+        uint64_t k = inflight_max(queue_us);
         int held = 0;
 
-        /* The oldest of the ring is the launch GS_QOS_INFLIGHT back. */
-        wait_event(c, g_ring[g_next % GS_QOS_INFLIGHT], deadline);
-        while (lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
+        if (g_next >= k) {
+                uint64_t i = g_next - k;
+
+                wait_event(c, g_ring[i % GS_QOS_RING], deadline);
+        }
+        sample(c);
+        while (b && lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
                 held = 1;
-                /* Its own last launch finishes first: the LC's work then
-                 * finds nothing of ours queued. */
-                wait_event(c, g_ring[(g_next + GS_QOS_INFLIGHT - 1) % GS_QOS_INFLIGHT], deadline);
-                if (lc_busy(b, (uint64_t)gs_mono_ns()))
-                        nap_us(GS_QOS_POLL_US);
+                nap_us(GS_QOS_POLL_US);
         }
         if (held) {
                 __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
                 __atomic_add_fetch(&g_held_ns, (unsigned long long)(gs_mono_ns() - t0), __ATOMIC_RELAXED);
         }
+}
+
+/* A weight's duty d (gs_shm.qos_share): the process is to have work on
+ * the GPU d % of each GS_QOS_DUTY_PERIOD_MS P (of CLOCK_MONOTONIC), so that
+ * the others it competes with run alone the rest of it.  What it queued
+ * drains after it stops launching, at the speed of one context among two
+ * (the driver's equal turns): it keeps at most Q = min(GS_QOS_DUTY_QUEUE_US,
+ * dP / 4) queued and launches only in the first dP - 2Q of the period, so
+ * that its work is on the GPU about dP of it. */
+static uint64_t duty_queue_us(uint32_t duty)
+{
+        uint64_t us = (uint64_t)GS_QOS_DUTY_PERIOD_MS * 1000 * duty / 100 / 4;
+
+        return us < GS_QOS_DUTY_QUEUE_US ? us : GS_QOS_DUTY_QUEUE_US;
+}
+
+/* pre: g_mu.  Waits for the next period if the launch window is past. */
+static void duty_wait(uint32_t duty)
+{
+        int64_t period = (int64_t)GS_QOS_DUTY_PERIOD_MS * 1000000, now = gs_mono_ns();
+        int64_t phase = now % period, wait = period - phase;
+        int64_t window = period * duty / 100 - 2 * (int64_t)duty_queue_us(duty) * 1000;
+        struct timespec ts = { 0, wait };
+
+        if (phase < window)
+                return;
+        nanosleep(&ts, NULL);
+        __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&g_held_ns, (unsigned long long)wait, __ATOMIC_RELAXED);
 }
 
 /* Whether f is one of NCCL's kernels, cached per function (direct-mapped:
@@ -246,18 +324,31 @@ enum { QC_NONE = 0, QC_LC = 1, QC_RING = 2, QC_CAP = 4 };
 int gs_qos_before_slow(CUstream s, CUfunction f)
 {
         const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
-        uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED);
+        uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED), duty = __atomic_load_n(&g_duty, __ATOMIC_RELAXED);
         const struct qos_cu *c;
         CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        int ck = 0, ring = 0;
+        int ck = 0, ring = 0, lc;
 
-        if (__atomic_load_n(&g_slot, __ATOMIC_RELAXED) < GS_QOS_SLOTS) {
-                flag(1);
+        __atomic_add_fetch(&g_launches, 1, __ATOMIC_RELAXED);
+        /* The first launch after a quiet spell wakes the thread, which
+         * then publishes the count while launches go on. */
+        if (__atomic_load_n(&g_pub_sleeping, __ATOMIC_RELAXED) &&
+            __atomic_exchange_n(&g_pub_sleeping, 0, __ATOMIC_RELAXED) && g_wake_fn)
+                g_wake_fn();
+        if (duty >= 100)
+                duty = 0;
+        if (gs_qos_lc_is()) {
+                c = qos_cu();
+                /* Work captured into a graph does not run now. */
+                if (c->is_capturing && c->is_capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+                        return QC_NONE;
+                gs_qos_lc_launching();
                 return QC_LC;
         }
-        ring = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
-               __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY;
+        lc = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
+             __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY;
+        ring = lc || duty;
         if (!ring && !cap)
                 return QC_NONE;
         c = qos_cu();
@@ -283,9 +374,15 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 if (c->event_record(g_start, s) == CUDA_SUCCESS)
                         ck |= QC_CAP;
         }
+        if (duty)
+                duty_wait(duty);
         if (ring) {
-                lc_wait(c, b);
+                /* Beside latency-critical work: GS_QOS_QUEUE_US queued;
+                 * for a duty only, enough for the driver's turns. */
+                lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty));
                 ck |= QC_RING;
+                if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 && c->event_record(g_pre, s) == CUDA_SUCCESS)
+                        g_sample = g_next;
         }
         if (c->exchange_mode)
                 (void)c->exchange_mode(&mode);
@@ -301,12 +398,14 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
         const struct qos_cu *c;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
 
-        if (ck == QC_LC)
+        if (ck == QC_LC) {
+                gs_qos_lc_launched(s, r);
                 return;
+        }
         c = qos_cu();
         if (c->exchange_mode)
                 (void)c->exchange_mode(&mode);
-        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_INFLIGHT], s) == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS)
                 g_next++;
         if (r == CUDA_SUCCESS && (ck & QC_CAP))
                 g_end_pending = c->event_record(g_end, s) == CUDA_SUCCESS;
@@ -323,7 +422,7 @@ GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize(CUstream s)
         CUresult r = c->stream_sync ? c->stream_sync(s) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -333,7 +432,7 @@ GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s)
         CUresult r = c->stream_sync_ptsz ? c->stream_sync_ptsz(s) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -343,7 +442,7 @@ GS_HOOK_API CUresult CUDAAPI cuCtxSynchronize(void)
         CUresult r = c->ctx_sync ? c->ctx_sync() : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -353,7 +452,7 @@ GS_HOOK_API CUresult CUDAAPI cuEventSynchronize(CUevent e)
         CUresult r = c->event_sync ? c->event_sync(e) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
-                flag(0);
+                gs_qos_lc_synced();
         return r;
 }
 
@@ -368,8 +467,7 @@ static struct gs_qos_board *board_map(int fd, uint64_t size, int w)
 
         if (size != sizeof(struct gs_qos_board) || fstat(fd, &st) < 0 || (uint64_t)st.st_size < size)
                 return NULL;
-        if (cur && st.st_ino == g_board_ino && st.st_dev == g_board_dev &&
-            (!w || __atomic_load_n(&g_slot, __ATOMIC_RELAXED) < GS_QOS_SLOTS))
+        if (cur && st.st_ino == g_board_ino && st.st_dev == g_board_dev && (!w || gs_qos_lc_is()))
                 return cur;
         b = mmap(NULL, sizeof(*b), PROT_READ | (w ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
         if (b == MAP_FAILED)
@@ -392,6 +490,7 @@ void gs_qos_serve(void)
         struct gs_qos_board *b;
         uint32_t seen;
         ssize_t n;
+        uint32_t weight;
         int fd = -1, w;
 
         if (!(gs_conn.features & GS_FEAT_QOS) || !gs_conn.shm || gs_conn.ngpus == 0)
@@ -421,16 +520,31 @@ void gs_qos_serve(void)
                 gs_hook_debug("the agent's compute policy is unusable: running without QoS");
                 return;
         }
+        /* The weight: the agent is trusted, but whatever it sends stays
+         * in 1..GS_QOS_WEIGHT_MAX (0: an agent that does not send it). */
+        weight = rep.ret4 >= 1 && rep.ret4 <= GS_QOS_WEIGHT_MAX ? (uint32_t)rep.ret4 : GS_QOS_WEIGHT_DEFAULT;
+        if (rep.ret4 > GS_QOS_WEIGHT_MAX)
+                gs_hook_debug("the agent's compute weight %llu is out of range: %u applies",
+                              (unsigned long long)rep.ret4, GS_QOS_WEIGHT_DEFAULT);
         /* A slot we leave is lowered first. */
-        if (!w)
-                flag(0);
-        __atomic_store_n(&g_slot, w ? (uint32_t)rep.arg[2] : GS_QOS_NO_SLOT, __ATOMIC_RELAXED);
+        gs_qos_lc_set(b, w ? (uint32_t)rep.arg[2] : GS_QOS_NO_SLOT);
         __atomic_store_n(&g_board, b, __ATOMIC_RELEASE);
         __atomic_store_n(&g_cls, (uint32_t)rep.arg[0], __ATOMIC_RELAXED);
         __atomic_store_n(&g_cap, (uint32_t)rep.arg[1], __ATOMIC_RELAXED);
+        __atomic_store_n(&g_weight, weight, __ATOMIC_RELAXED);
         __atomic_store_n(&gs_qos_active, 1, __ATOMIC_RELAXED);
-        gs_hook_debug("compute: class %u, cap %u, slot %d", (unsigned)rep.arg[0], (unsigned)rep.arg[1],
-                      w ? (int)rep.arg[2] : -1);
+        gs_hook_debug("compute: class %u, cap %u, weight %u, slot %d", (unsigned)rep.arg[0], (unsigned)rep.arg[1],
+                      weight, w ? (int)rep.arg[2] : -1);
+}
+
+int gs_qos_publish_ms(void)
+{
+        if (!__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
+                return -1;
+        if (g_pub_busy || __atomic_load_n(&g_launches, __ATOMIC_RELAXED) != g_launches_told)
+                return GS_QOS_LAUNCH_PUBLISH_MS;
+        __atomic_store_n(&g_pub_sleeping, 1, __ATOMIC_RELAXED);
+        return gs_qos_may_hold() ? GS_QOS_PUBLISH_MS : -1;
 }
 
 int gs_qos_may_hold(void)
@@ -444,12 +558,26 @@ int gs_qos_may_hold(void)
 
 void gs_qos_publish(void)
 {
+        unsigned long long n = __atomic_load_n(&g_launches, __ATOMIC_RELAXED);
+
         if (!gs_conn.shm || !__atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED))
                 return;
+        uint32_t duty = __atomic_load_n(&gs_conn.shm->qos_share, __ATOMIC_ACQUIRE);
+        if (duty != __atomic_load_n(&g_duty, __ATOMIC_RELAXED))
+                gs_hook_debug("compute: the agent's duty for our weight: %u %%", (unsigned)duty);
+        __atomic_store_n(&g_duty, duty, __ATOMIC_RELAXED);
+        __atomic_store_n(&gs_conn.shm->qos_launches, (uint64_t)n, __ATOMIC_RELAXED);
+        g_pub_busy = n != g_launches_told;
+        g_launches_told = n;
         __atomic_store_n(&gs_conn.shm->qos_held, (uint64_t)__atomic_load_n(&g_held, __ATOMIC_RELAXED),
                          __ATOMIC_RELAXED);
         __atomic_store_n(&gs_conn.shm->qos_held_ns, (uint64_t)__atomic_load_n(&g_held_ns, __ATOMIC_RELAXED),
                          __ATOMIC_RELAXED);
+}
+
+unsigned gs_qos_weight(void)
+{
+        return __atomic_load_n(&g_weight, __ATOMIC_RELAXED);
 }
 
 void gs_qos_stats(unsigned *cls, unsigned *cap, unsigned long long *held, unsigned long long *held_ns)

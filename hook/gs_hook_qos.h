@@ -2,19 +2,19 @@
  * item 10): admission at the launch gate, by the class the agent says.
  *
  * The agent hands each process its GPU's board (struct gs_qos_board): a
- * latency-critical (LC) process maps it writable and raises its slot's
- * flag at each kernel or graph launch, lowering it when a synchronize
- * call returns (cuStreamSynchronize, cuCtxSynchronize,
- * cuEventSynchronize).  The others map it read-only.  While the board
- * names an LC process, a standard or best-effort process keeps at most
- * GS_QOS_INFLIGHT of its launches in flight (an event recorded after
- * each), and while a fresh LC flag is up it lets its last launch finish
- * and waits for the flag to come down before launching: the LC's work
- * then finds at most one of its kernels ahead.
+ * latency-critical (LC) process maps it writable and keeps its slot's flag
+ * up while its work is on the GPU (gs_hook_qos_lc.h: raised at each
+ * launch, lowered when the events recorded after its launches are done).
+ * The others map it read-only.  While the board names an LC process, a
+ * standard or best-effort process keeps at most GS_QOS_QUEUE_US of its
+ * work in flight (an event recorded after each launch; the count from
+ * the time its launches took, averaged, 1 to GS_QOS_RING - 1), and while
+ * a fresh LC flag is up it launches nothing new: the LC's work then finds
+ * at most that much of its work ahead.
  *
  * Nothing waits without bound: a flag older than GS_QOS_STALE_MS (its
- * process died, or never synchronizes) or stamped in the future is
- * ignored, and one launch waits at most GS_QOS_MAX_WAIT_MS in all.
+ * process died or hangs) or stamped in the future is ignored, and one
+ * launch waits at most GS_QOS_MAX_WAIT_MS in all.
  * Launches on a stream being captured are never held (they do not run),
  * nor NCCL's kernels.
  * Without a board (no agent with GS_FEAT_QOS, or none yet) or while no LC
@@ -28,10 +28,14 @@
 
 #include "gs_cudadecl.h"
 
-#define GS_QOS_INFLIGHT 1        /* launches in flight beside an LC process */
-#define GS_QOS_MAX_WAIT_MS 20    /* the most one launch waits for LC work */
-#define GS_QOS_POLL_US 100       /* how often a waiting launch looks again */
-#define GS_QOS_CAP_WINDOW_MS 100 /* a capped process's bucket: this much of its share */
+#define GS_QOS_RING 32            /* events after launches: at most 31 in flight beside an LC process */
+#define GS_QOS_QUEUE_US 200       /* GPU time queued beside an LC process */
+#define GS_QOS_SAMPLE 8           /* one launch in this many is timed */
+#define GS_QOS_DUTY_PERIOD_MS 20  /* a weight's duty cycle (gs_shm.qos_share) */
+#define GS_QOS_DUTY_QUEUE_US 2000 /* GPU time queued while on duty (the driver's turns are ~2 ms) */
+#define GS_QOS_MAX_WAIT_MS 20     /* the most one launch waits for LC work */
+#define GS_QOS_POLL_US 20         /* how often a waiting launch looks again */
+#define GS_QOS_CAP_WINDOW_MS 100  /* a capped process's bucket: this much of its share */
 
 /* Set once the process has a board or a cap (relaxed loads). */
 extern int gs_qos_active;
@@ -62,9 +66,19 @@ void gs_qos_serve(void);
  * thread looks every GS_QOS_PUBLISH_MS). */
 #define GS_QOS_PUBLISH_MS 1000
 void gs_qos_publish(void);
+/* The hook's thread, gs_conn.mu held: how long it may sleep before
+ * publishing again (-1: until woken): GS_QOS_LAUNCH_PUBLISH_MS while the
+ * process launches; after a quiet spell the next launch calls the
+ * function set here (the thread's kick). */
+int gs_qos_publish_ms(void);
+void gs_qos_set_wake_fn(void (*fn)(void));
 /* Whether this process's launches may be held now (a cap, or a
  * latency-critical process beside it). */
 int gs_qos_may_hold(void);
+
+/* Its weight among its class (docs/compute.md): 1..GS_QOS_WEIGHT_MAX,
+ * GS_QOS_WEIGHT_DEFAULT until the agent says (any thread). */
+unsigned gs_qos_weight(void);
 
 /* For tests and logs: the class (enum gs_qos_class), the cap, and
  * launches held so far and the ns they waited. */

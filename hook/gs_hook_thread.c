@@ -136,8 +136,8 @@ static void *gs_thread_main(void *arg)
                                 pf[n++] = (struct pollfd){ .fd = gs_conn.notify, .events = POLLIN };
                         else
                                 timeout = GS_THREAD_OLD_AGENT_MS;
-                        if (gs_qos_may_hold())
-                                timeout = GS_QOS_PUBLISH_MS;
+                        if (gs_qos_publish_ms() >= 0 && (timeout < 0 || gs_qos_publish_ms() < timeout))
+                                timeout = gs_qos_publish_ms();
                 } else if (gs_conn.state == GS_CONN_LOST) {
                         int cap = (uint64_t)gs_mono_ns() - gs_conn.lost_ns < gs_conn.wait_ns ? GS_THREAD_RETRY_WAIT_MS
                                                                                              : GS_THREAD_RETRY_MAX_MS;
@@ -174,6 +174,7 @@ static void gs_thread_on_conn(enum gs_conn_event ev)
 __attribute__((constructor)) static void gs_thread_wire(void)
 {
         gs_conn_set_event_fn(gs_thread_on_conn);
+        gs_qos_set_wake_fn(gs_thread_kick);
         gs_space_set_on_reserved(gs_thread_start);
 }
 

@@ -209,30 +209,48 @@ START_TEST(test_qos)
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical x",
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical burst=1",
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical qos=latency-critical",
+                "0123456789abcdef 1 1 a dir=ab qos=standard,weight=10", /* the default weight neither */
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=0",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=101",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,weight=20,cap=30", /* cap first */
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=30,weight=20,weight=20",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=30,cap=30",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,cap=30,",
+                "0123456789abcdef 1 1 a dir=ab qos=best-effort,heavy=3",
         };
         static const char *const good[] = {
                 "0123456789abcdef 1 1 a dir=ab qos=latency-critical",
                 "0123456789abcdef 1 1 a dir=ab burst=4096 qos=standard,cap=30",
                 "0123456789abcdef 1 claim " CLAIM1 " ml c " U " 1 dir=ab qos=best-effort,cap=100",
+                "0123456789abcdef 1 1 a dir=ab qos=standard,weight=30",
+                "0123456789abcdef 1 1 a dir=ab burst=4096 qos=best-effort,cap=30,weight=1",
+                "0123456789abcdef 1 1 a dir=ab qos=latency-critical,weight=100",
         };
         struct {
                 bool has;
                 int64_t prio;
-                const char *cls, *cap;
+                const char *cls, *cap, *weight;
                 int r;
-                unsigned want, cap_want;
+                unsigned want, cap_want, weight_want;
         } pods[] = {
-                { false, 0, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
-                { true, 1000000, NULL, NULL, 0, GS_QOS_LATENCY, 0 },
-                { true, 999999, NULL, NULL, 0, GS_QOS_STANDARD, 0 },
-                { true, -1, NULL, NULL, 0, GS_QOS_BEST_EFFORT, 0 },
-                { true, 2000000, "best-effort", "30", 0, GS_QOS_BEST_EFFORT, 30 },
-                { true, 2000000, "standard", NULL, 0, GS_QOS_STANDARD, 0 },
+                { false, 0, NULL, NULL, NULL, 0, GS_QOS_STANDARD, 0, 10 },
+                { true, 1000000, NULL, NULL, NULL, 0, GS_QOS_LATENCY, 0, 10 },
+                { true, 999999, NULL, NULL, NULL, 0, GS_QOS_STANDARD, 0, 10 },
+                { true, -1, NULL, NULL, NULL, 0, GS_QOS_BEST_EFFORT, 0, 10 },
+                { true, 2000000, "best-effort", "30", "1", 0, GS_QOS_BEST_EFFORT, 30, 1 },
+                { true, 2000000, "standard", NULL, "100", 0, GS_QOS_STANDARD, 0, 100 },
                 /* never raised */
-                { true, 0, "latency-critical", NULL, -EINVAL, GS_QOS_STANDARD, 0 },
-                { true, -5, "standard", NULL, -EINVAL, GS_QOS_BEST_EFFORT, 0 },
-                { false, 0, "urgent", "200", -EINVAL, GS_QOS_STANDARD, 0 },
-                { false, 0, NULL, "-3", -EINVAL, GS_QOS_STANDARD, 0 },
+                { true, 0, "latency-critical", NULL, NULL, -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { true, -5, "standard", NULL, NULL, -EINVAL, GS_QOS_BEST_EFFORT, 0, 10 },
+                { false, 0, "urgent", "200", NULL, -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, NULL, "-3", NULL, -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                /* a bad weight: the default, the rest kept */
+                { true, -1, NULL, "20", "0", -EINVAL, GS_QOS_BEST_EFFORT, 20, 10 },
+                { false, 0, NULL, NULL, "101", -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, NULL, NULL, "heavy", -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, NULL, NULL, "", -EINVAL, GS_QOS_STANDARD, 0, 10 },
+                { false, 0, "urgent", NULL, "2x", -EINVAL, GS_QOS_STANDARD, 0, 10 },
         };
         char line[300], out[512], err[512];
         struct gs_ckpt_rec r;
@@ -253,18 +271,77 @@ START_TEST(test_qos)
                 gs_ckpt_rec_free(&r);
         }
         for (size_t i = 0; i < sizeof(pods) / sizeof(pods[0]); i++) {
-                struct gs_qos_pod pod = { pods[i].has, pods[i].prio, pods[i].cls, pods[i].cap };
+                struct gs_qos_pod pod = { pods[i].has, pods[i].prio, pods[i].cls, pods[i].cap, pods[i].weight };
                 err[0] = '\0';
                 ck_assert_int_eq(gs_qos_from_pod(&pod, 1000000, &p, err, sizeof(err)), pods[i].r);
-                ck_assert_msg(p.cls == pods[i].want && p.cap == pods[i].cap_want, "pod %zu: %u,%u (%s)", i, p.cls,
-                              p.cap, err);
+                ck_assert_msg(p.cls == pods[i].want && p.cap == pods[i].cap_want &&
+                                      gs_qos_weight_of(&p) == pods[i].weight_want,
+                              "pod %zu: %u,%u,%u (%s)", i, p.cls, p.cap, gs_qos_weight_of(&p), err);
                 ck_assert(pods[i].r == 0 || strstr(err, "applies") || strstr(err, "no cap"));
+                /* A bad weight is named, with the default that applies. */
+                uint8_t w;
+                ck_assert_msg(!pods[i].weight || gs_qos_percent_parse(pods[i].weight, &w) == 0 ||
+                                      (strstr(err, "annotation gshare.io/compute-weight: '") &&
+                                       strstr(err, "the default 10 applies")),
+                              "pod %zu: %s", i, err);
+        }
+        {
+                /* Two policies alike but for a weight given as the
+                 * default, and one that differs by its weight. */
+                struct gs_qos_policy a = { .cls = GS_QOS_STANDARD }, b = a, c = a;
+                b.weight = 10;
+                c.weight = 30;
+                ck_assert(gs_qos_same(&a, &b) && gs_qos_is_default(&b) && !gs_qos_same(&a, &c) &&
+                          !gs_qos_is_default(&c));
         }
 }
 END_TEST
 
 /* An agent of today's main: a v2 checkpoint (and a v1 line), a claims
  * file.  Every allocation and every claim is kept, as v3 lines. */
+/* Weights into duties (gs_qos_duties): the lightest held for their share
+ * times n of the time, the rest free; nobody held alone or at equal
+ * weights. */
+START_TEST(test_qos_duties)
+{
+        static const struct {
+                uint32_t n;
+                uint64_t w[4];
+                uint8_t want[4];
+        } cases[] = {
+                { 1, { 30 }, { 0 } },
+                { 2, { 30, 70 }, { 60, 0 } },
+                { 2, { 70, 30 }, { 0, 60 } },
+                { 2, { 50, 50 }, { 0, 0 } },
+                { 3, { 20, 30, 50 }, { 60, 90, 0 } },
+                { 3, { 10, 45, 45 }, { 30, 0, 0 } },
+                { 3, { 1, 1, 98 }, { 3, 3, 0 } },
+                { 4, { 10, 10, 10, 10 }, { 0, 0, 0, 0 } },
+                { 2, { 1, 1000 }, { 1, 0 } }, /* 0.2 % rounds up to 1 */
+                { 2, { 0, 10 }, { 18, 0 } },  /* a 0 counts as 1 */
+                { 2, { 49, 51 }, { 98, 0 } },
+        };
+        uint64_t many[GS_QOS_SHARE_MAX + 8];
+        uint8_t got[GS_QOS_SHARE_MAX + 8];
+
+        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+                uint8_t r[4] = { 77, 77, 77, 77 };
+
+                gs_qos_duties(cases[c].n, cases[c].w, r);
+                for (uint32_t i = 0; i < cases[c].n; i++)
+                        ck_assert_msg(r[i] == cases[c].want[i], "case %zu: process %u got %u, want %u", c, i, r[i],
+                                      cases[c].want[i]);
+        }
+        /* Past GS_QOS_SHARE_MAX: only the first that many are written. */
+        for (size_t i = 0; i < GS_QOS_SHARE_MAX + 8; i++)
+                many[i] = i + 1, got[i] = 77;
+        gs_qos_duties(GS_QOS_SHARE_MAX + 8, many, got);
+        ck_assert_uint_eq(got[GS_QOS_SHARE_MAX], 77);
+        ck_assert_uint_ge(got[0], 1);
+        ck_assert_uint_eq(got[GS_QOS_SHARE_MAX - 1], 0);
+}
+END_TEST
+
 START_TEST(test_migrate_v2_claims)
 {
         static const char ckpt[] =
@@ -404,6 +481,7 @@ int main(void)
         tcase_add_test(t, test_v1_v2_lines);
         tcase_add_test(t, test_parse_rejects);
         tcase_add_test(t, test_qos);
+        tcase_add_test(t, test_qos_duties);
         tcase_add_test(t, test_migrate_v2_claims);
         tcase_add_test(t, test_unreadable_and_bounds);
         suite_add_tcase(s, t);

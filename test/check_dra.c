@@ -185,6 +185,110 @@ START_TEST(test_claim_burst)
 }
 END_TEST
 
+/* A claim of request "gpu" on our driver consuming compute comp ("": no
+ * entry) with the config entries cfg. */
+static int parse_compute(const char *comp, const char *cfg, struct gs_claim_info *ci, char *err, size_t errlen)
+{
+        char json[2048], cc[96] = "";
+
+        if (comp[0])
+                snprintf(cc, sizeof(cc), ",\"compute\":\"%s\"", comp);
+        snprintf(json, sizeof(json),
+                 "%s\"status\":{\"allocation\":{\"devices\":{\"results\":["
+                 "{\"request\":\"gpu\",\"driver\":\"gpumem.gshare.io\",\"pool\":\"n\",\"device\":\"gpu-0\","
+                 "\"consumedCapacity\":{\"memory\":\"4Gi\"%s}}],\"config\":[%s]}}}}",
+                 CLAIM_HEAD, cc, cfg);
+        return gs_claim_parse(json, strlen(json), "gpumem.gshare.io", ci, err, errlen);
+}
+
+#define FROM_CLASS(params) \
+        "{\"source\":\"FromClass\",\"opaque\":{\"driver\":\"gpumem.gshare.io\",\"parameters\":" params "}}"
+
+/* Compute as a consumable capacity, and computeWeight (docs/compute.md):
+ * the consumed compute is the cap unless 0 or 100, a computeCap lowers it;
+ * of several configurations the smallest weight wins. */
+START_TEST(test_claim_compute)
+{
+        static const struct {
+                const char *comp, *cfg;
+                uint32_t consumed, cap, weight;
+        } ok[] = {
+                { "", "", 0, 0, 0 },
+                { "30", "", 30, 30, 0 },
+                { "0", "", 0, 0, 0 },
+                { "100", "", 100, 0, 0 }, /* all of it: no cap */
+                { "30", OPAQUE("", "{\"computeCap\":\"20\"}"), 30, 20, 0 },
+                { "30", OPAQUE("", "{\"computeCap\":\"50\"}"), 30, 30, 0 }, /* never raised */
+                { "", OPAQUE("", "{\"computeCap\":\"50\"}"), 0, 50, 0 },
+                { "100", OPAQUE("", "{\"computeCap\":\"50\"}"), 100, 50, 0 },
+                { "", OPAQUE("", "{\"computeWeight\":\"30\"}"), 0, 0, 30 },
+                { "", FROM_CLASS("{\"computeWeight\":\"5\"}") "," OPAQUE("", "{\"computeWeight\":\"30\"}"), 0, 0, 5 },
+                { "", FROM_CLASS("{\"computeWeight\":\"50\"}") "," OPAQUE("", "{\"computeWeight\":\"30\"}"), 0, 0, 30 },
+        };
+        static const struct {
+                const char *comp, *cfg, *want;
+        } bad[] = {
+                { "101", "", "consumedCapacity.compute '101' of device gpu-0 is not a percent (0 to 100)" },
+                { "1k", "", "consumedCapacity.compute '1k'" },
+                { "0.5", "", "consumedCapacity.compute '0.5'" },
+                { "", OPAQUE("", "{\"computeWeight\":\"0\"}"), "computeWeight '0' is not a weight (1 to 100)" },
+                { "", OPAQUE("", "{\"computeWeight\":\"101\"}"), "computeWeight '101' is not a weight" },
+                { "", OPAQUE("", "{\"computeWeight\":\"heavy\"}"), "computeWeight 'heavy' is not a weight" },
+                { "", OPAQUE("", "{\"computeWeigth\":\"3\"}"),
+                  "parameter 'computeWeigth'; known: burst, computeClass, computeCap, computeWeight" },
+        };
+        struct gs_claim_info ci;
+        char err[256];
+
+        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+                err[0] = '\0';
+                ck_assert_msg(parse_compute(ok[i].comp, ok[i].cfg, &ci, err, sizeof(err)) == 0, "%zu: %s", i, err);
+                ck_assert_uint_eq(ci.nresults, 1);
+                ck_assert_msg(ci.results[0].compute == ok[i].consumed &&
+                                      gs_claim_compute_cap(&ci, &ci.results[0]) == ok[i].cap &&
+                                      ci.compute_weight == ok[i].weight,
+                              "%zu: consumed %u, cap %u, weight %u", i, ci.results[0].compute,
+                              gs_claim_compute_cap(&ci, &ci.results[0]), ci.compute_weight);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                err[0] = '\0';
+                ck_assert_int_eq(parse_compute(bad[i].comp, bad[i].cfg, &ci, err, sizeof(err)), -EINVAL);
+                ck_assert_msg(strstr(err, bad[i].want), "%zu: %s", i, err);
+        }
+}
+END_TEST
+
+/* A claim as Kubernetes 1.36's scheduler allocated it from the slice
+ * gs_slice_json writes (recorded on ../shared/kubelet136: compute "25.5"
+ * requested, 25500m, rounded up by the policy's step to 26; beside claims
+ * of 30 and 0, a fourth asking for 80 stayed Pending). */
+START_TEST(test_claim_k136)
+{
+        static const char claim[] =
+                "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\",\"metadata\":{\"creationT"
+                "imestamp\":\"2026-11-28T17:39:10Z\",\"finalizers\":[\"resource.kubernetes.io/delete-pr"
+                "otection\"],\"name\":\"c25\",\"namespace\":\"default\",\"resourceVersion\":\"315\",\"uid\":\"806"
+                "f523c-32c6-475e-952a-9f91efab714b\"},\"spec\":{\"devices\":{\"requests\":[{\"exactly\":{\""
+                "allocationMode\":\"ExactCount\",\"capacity\":{\"requests\":{\"compute\":\"25500m\",\"memory\""
+                ":\"1Gi\"}},\"count\":1,\"deviceClassName\":\"gpumem.gshare.io\"},\"name\":\"gpu\"}]}},\"statu"
+                "s\":{\"allocation\":{\"allocationTimestamp\":\"2026-11-28T17:39:10Z\",\"devices\":{\"resul"
+                "ts\":[{\"consumedCapacity\":{\"compute\":\"26\",\"memory\":\"1Gi\"},\"device\":\"gpu-0\",\"drive"
+                "r\":\"gpumem.gshare.io\",\"pool\":\"k134node\",\"request\":\"gpu\",\"shareID\":\"9a825e15-66c6"
+                "-40ee-b6d4-8d3819758662\"}]},\"nodeSelector\":{\"nodeSelectorTerms\":[{\"matchFields\":"
+                "[{\"key\":\"metadata.name\",\"operator\":\"In\",\"values\":[\"k134node\"]}]}]}},\"reservedFor"
+                "\":[{\"name\":\"pod-c25\",\"resource\":\"pods\",\"uid\":\"0ea70cd6-a4b0-4611-9340-ccb9f3ab2e"
+                "54\"}]}}";
+        struct gs_claim_info ci;
+        char err[256];
+
+        ck_assert_int_eq(gs_claim_parse(claim, strlen(claim), "gpumem.gshare.io", &ci, err, sizeof(err)), 0);
+        ck_assert_uint_eq(ci.nresults, 1);
+        ck_assert_uint_eq(ci.results[0].memory, 1ull << 30);
+        ck_assert_uint_eq(ci.results[0].compute, 26);
+        ck_assert_uint_eq(gs_claim_compute_cap(&ci, &ci.results[0]), 26);
+}
+END_TEST
+
 START_TEST(test_slice_json)
 {
         struct gs_slice_gpu g[2] = {
@@ -222,6 +326,11 @@ START_TEST(test_slice_json)
                                           "\"validRange\":{\"min\":\"1073741824\",\"step\":\"1073741824\"}}"));
         ck_assert_ptr_nonnull(strstr(buf, "\"name\":\"gpu-1\""));
         ck_assert_ptr_nonnull(strstr(buf, "\"step\":\"2147483648\""));
+        /* Compute beside memory: 100 % of each GPU's time, none unless
+         * asked for, whole percents up to all of it. */
+        ck_assert_uint_eq(count(buf, "\"compute\":{\"value\":\"100\",\"requestPolicy\":{\"default\":\"0\","
+                                     "\"validRange\":{\"min\":\"0\",\"max\":\"100\",\"step\":\"1\"}}}"),
+                          2);
         free(buf);
         buf = NULL;
         f = open_memstream(&buf, &len);
@@ -422,6 +531,8 @@ int main(void)
         tcase_add_test(tc, test_quantity);
         tcase_add_test(tc, test_claim);
         tcase_add_test(tc, test_claim_burst);
+        tcase_add_test(tc, test_claim_compute);
+        tcase_add_test(tc, test_claim_k136);
         tcase_add_test(tc, test_cdi_device_nodes);
         tcase_add_test(tc, test_slice_json);
         tcase_add_test(tc, test_driver_version);

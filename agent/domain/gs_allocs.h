@@ -101,8 +101,13 @@ struct gs_allocation {
         uint64_t burst_refused; /* a pod annotation's burst refused (said once) */
         /* Its compute policy (gs_qos.h): the reconciler sets it from the
          * pod (gs_proc_qos_set), the checkpoint keeps it.  Main thread
-         * writes; workers read it whole (two bytes, atomically). */
+         * writes; workers read it whole (four bytes, atomically). */
         struct gs_qos_policy qos;
+        /* The launches its gone processes' hooks said their QoS held, and
+         * the ns they waited (their last gs_shm.qos_held, _ns; saturating):
+         * the metrics' sums go on past a process's exit.  Shown, never
+         * used (a hostile hook can say anything).  Main thread. */
+        uint64_t qos_held_gone, qos_held_ns_gone;
         struct gs_unit *units; /* what it holds (claims: ascending) */
         size_t nunits;
         uint64_t created_unix;

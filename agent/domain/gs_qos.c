@@ -36,8 +36,7 @@ unsigned gs_qos_rank(unsigned cls)
         return cls == GS_QOS_LATENCY ? 2 : cls == GS_QOS_BEST_EFFORT ? 0 : 1;
 }
 
-/* "1".."100" into *ret. */
-static int parse_cap(const char *s, uint8_t *ret)
+int gs_qos_percent_parse(const char *s, uint8_t *ret)
 {
         char *end;
         long v;
@@ -81,7 +80,7 @@ int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs
                         ret->cls = want;
                 }
         }
-        if (pod->cap && parse_cap(pod->cap, &ret->cap) < 0) {
+        if (pod->cap && gs_qos_percent_parse(pod->cap, &ret->cap) < 0) {
                 size_t n = r < 0 ? strlen(err) : 0;
                 snprintf(err + n, errlen - n,
                          "%sannotation %s: '%.40s' is not a percent of GPU time (1 to 100); "
@@ -90,20 +89,31 @@ int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs
                 ret->cap = 0;
                 r = -EINVAL;
         }
+        if (pod->weight && gs_qos_percent_parse(pod->weight, &ret->weight) < 0) {
+                size_t n = r < 0 ? strlen(err) : 0;
+                snprintf(err + n, errlen - n,
+                         "%sannotation %s: '%.40s' is not a weight (1 to %u); the default %u applies", n ? "; " : "",
+                         GS_QOS_ANN_WEIGHT, pod->weight, GS_QOS_WEIGHT_MAX, GS_QOS_WEIGHT_DEFAULT);
+                ret->weight = 0;
+                r = -EINVAL;
+        }
         return r;
 }
 
 void gs_qos_format(const struct gs_qos_policy *p, char *buf, size_t cap)
 {
+        char c[16] = "", w[16] = "";
+
         if (p->cap)
-                snprintf(buf, cap, "%s,cap=%u", gs_qos_class_name(p->cls), p->cap);
-        else
-                snprintf(buf, cap, "%s", gs_qos_class_name(p->cls));
+                snprintf(c, sizeof(c), ",cap=%u", p->cap);
+        if (gs_qos_weight_of(p) != GS_QOS_WEIGHT_DEFAULT)
+                snprintf(w, sizeof(w), ",weight=%u", gs_qos_weight_of(p));
+        snprintf(buf, cap, "%s%s%s", gs_qos_class_name(p->cls), c, w);
 }
 
 void gs_qos_put(FILE *f, const struct gs_qos_policy *p)
 {
-        char b[48];
+        char b[64];
 
         if (gs_qos_is_default(p))
                 return;
@@ -113,18 +123,27 @@ void gs_qos_put(FILE *f, const struct gs_qos_policy *p)
 
 int gs_qos_token_parse(const char *tok, struct gs_qos_policy *ret)
 {
-        char b[48], *comma;
+        char b[64], *comma;
 
         if (!tok || strncmp(tok, "qos=", 4) != 0 || strlen(tok + 4) >= sizeof(b))
                 return -EINVAL;
         snprintf(b, sizeof(b), "%s", tok + 4);
         *ret = (struct gs_qos_policy){ 0 };
         comma = strchr(b, ',');
-        if (comma) {
+        if (comma)
                 *comma++ = '\0';
-                if (strncmp(comma, "cap=", 4) != 0 || parse_cap(comma + 4, &ret->cap) < 0)
+        /* ",cap=<n>" then ",weight=<w>", each optional, each once. */
+        if (comma && strncmp(comma, "cap=", 4) == 0) {
+                char *next = strchr(comma, ',');
+                if (next)
+                        *next++ = '\0';
+                if (gs_qos_percent_parse(comma + 4, &ret->cap) < 0)
                         return -EINVAL;
+                comma = next;
         }
+        if (comma && (strncmp(comma, "weight=", 7) != 0 || gs_qos_percent_parse(comma + 7, &ret->weight) < 0 ||
+                      ret->weight == GS_QOS_WEIGHT_DEFAULT))
+                return -EINVAL;
         if (gs_qos_class_parse(b, &ret->cls) < 0 || gs_qos_is_default(ret))
                 return -EINVAL;
         return 0;
@@ -260,4 +279,41 @@ uint32_t gs_qos_board_nlc(uint32_t gpu)
                 n = (uint32_t)__builtin_popcount(g_boards[gpu].used);
         pthread_mutex_unlock(&g_mu);
         return n;
+}
+
+void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret)
+{
+        uint32_t order[GS_QOS_SHARE_MAX];
+        uint64_t total = 0, left;
+
+        if (n > GS_QOS_SHARE_MAX)
+                n = GS_QOS_SHARE_MAX;
+        for (uint32_t i = 0; i < n; i++) {
+                ret[i] = 0;
+                total += w[i] ? w[i] : 1;
+                order[i] = i;
+        }
+        if (n < 2)
+                return;
+        /* Lightest first (insertion sort: n is small). */
+        for (uint32_t i = 1; i < n; i++)
+                for (uint32_t j = i; j > 0 && w[order[j]] < w[order[j - 1]]; j--) {
+                        uint32_t t = order[j];
+                        order[j] = order[j - 1];
+                        order[j - 1] = t;
+                }
+        /* In parts of total: what is left, split among m uncapped. */
+        left = total;
+        for (uint32_t k = 0, m = n; k < n && m > 1; k++, m--) {
+                uint64_t wi = w[order[k]] ? w[order[k]] : 1;
+                uint64_t pct;
+
+                /* Its share w/total against an equal split left/m. */
+                if (wi * m >= left)
+                        break;
+                /* Its share, in the equal turns of n: that much of the time. */
+                pct = (wi * n * 100 + total / 2) / total;
+                ret[order[k]] = (uint8_t)(pct < 1 ? 1 : pct > 99 ? 99 : pct);
+                left -= wi;
+        }
 }

@@ -5,10 +5,12 @@
  *
  * The policy comes from the pod through the API server (the reconciler
  * reads it: gs_podburst.h), never from the container: the class defaults
- * from the pod's priority, and an annotation may only lower it.  The
- * allocation keeps it (struct gs_allocation.qos) and the checkpoint writes
- * it (" qos=<class>[,cap=<n>]"; absent for the default, so such lines are
- * as before), so a restarted agent restores it.
+ * from the pod's priority, and an annotation may only lower it.  A weight
+ * (1..100, GS_QOS_WEIGHT_DEFAULT unless said) ranks a pod among the others
+ * of its class.  The allocation keeps it (struct gs_allocation.qos) and
+ * the checkpoint writes it (" qos=<class>[,cap=<n>][,weight=<w>]"; absent
+ * for the default, so such lines are as before), so a restarted agent
+ * restores it.
  *
  * The board of a node GPU is a sealed memfd of struct gs_qos_board: one
  * slot per latency-critical process, which only such processes map
@@ -26,13 +28,18 @@
 
 #define GS_QOS_ANN_CLASS "gshare.io/compute-class"
 #define GS_QOS_ANN_CAP "gshare.io/compute-cap"
+#define GS_QOS_ANN_WEIGHT "gshare.io/compute-weight"
 /* Node GPUs with a board (an ordinal past it gets none: no QoS there). */
 #define GS_QOS_MAX_GPUS 64u
 
+/* Four bytes: loaded and stored whole, atomically (lock-free). */
 struct gs_qos_policy {
-        uint8_t cls; /* enum gs_qos_class */
-        uint8_t cap; /* percent of GPU time, 1..100; 0: none */
+        uint8_t cls;    /* enum gs_qos_class */
+        uint8_t cap;    /* percent of GPU time, 1..100; 0: none */
+        uint8_t weight; /* among its class, 1..100; 0: GS_QOS_WEIGHT_DEFAULT */
+        uint8_t reserved;
 };
+_Static_assert(sizeof(struct gs_qos_policy) == 4, "gs_qos_policy is loaded whole");
 
 /* What the API server says of a pod. */
 struct gs_qos_pod {
@@ -40,6 +47,7 @@ struct gs_qos_pod {
         int64_t priority; /* spec.priority */
         const char *cls;  /* the annotations, NULL when absent */
         const char *cap;
+        const char *weight;
 };
 
 /* "latency-critical", "standard", "best-effort" ("?" otherwise). */
@@ -50,23 +58,55 @@ int gs_qos_class_parse(const char *s, uint8_t *ret) GS_WUR;
 unsigned gs_qos_rank(unsigned cls);
 /* The policy of a pod: the class its priority gives (>= lc_priority:
  * latency-critical, < 0: best-effort, else standard), lowered by its
- * annotation, never raised; the cap of its annotation.  Always sets *ret;
+ * annotation, never raised; the cap and the weight of its annotations.
+ * Always sets *ret;
  * 0, or -EINVAL with err naming the bad value (then the default of that
  * value applies; a class above the priority's is one). */
 int gs_qos_from_pod(const struct gs_qos_pod *pod, int64_t lc_priority, struct gs_qos_policy *ret, char *err,
                     size_t errlen) GS_WUR;
-/* Whether p is the default (standard, no cap). */
+/* p's weight: 1..GS_QOS_WEIGHT_MAX (its field's 0 is the default). */
+static inline unsigned gs_qos_weight_of(const struct gs_qos_policy *p)
+{
+        return p->weight && p->weight <= GS_QOS_WEIGHT_MAX ? p->weight : GS_QOS_WEIGHT_DEFAULT;
+}
+/* Whether p is the default (standard, no cap, the default weight). */
 static inline bool gs_qos_is_default(const struct gs_qos_policy *p)
 {
-        return p->cls == GS_QOS_STANDARD && !p->cap;
+        return p->cls == GS_QOS_STANDARD && !p->cap && gs_qos_weight_of(p) == GS_QOS_WEIGHT_DEFAULT;
 }
-/* The checkpoint's token: " qos=<class>[,cap=<n>]", nothing for the
- * default. */
+/* Whether a and b say the same (a weight of 0 and of the default alike). */
+static inline bool gs_qos_same(const struct gs_qos_policy *a, const struct gs_qos_policy *b)
+{
+        return a->cls == b->cls && a->cap == b->cap && gs_qos_weight_of(a) == gs_qos_weight_of(b);
+}
+/* "1".."100" (a cap's percent, a weight) into *ret: 0, or -EINVAL. */
+int gs_qos_percent_parse(const char *s, uint8_t *ret) GS_WUR;
+/* The checkpoint's token: " qos=<class>[,cap=<n>][,weight=<w>]", nothing
+ * for the default (the default weight is not written). */
 void gs_qos_put(FILE *f, const struct gs_qos_policy *p);
-/* Parses "qos=<class>[,cap=<n>]": 0, or -EINVAL (not such a token). */
+/* Parses "qos=<class>[,cap=<n>][,weight=<w>]": 0, or -EINVAL (not such a
+ * token). */
 int gs_qos_token_parse(const char *tok, struct gs_qos_policy *ret) GS_WUR;
-/* "latency-critical" or "best-effort,cap=30" into buf. */
+/* "latency-critical" or "best-effort,cap=30,weight=20" into buf (the
+ * default weight left out). */
 void gs_qos_format(const struct gs_qos_policy *p, char *buf, size_t cap);
+
+/* ---- weights: shares of a GPU's time (docs/compute.md "Weights") ---- */
+
+/* Most processes of one GPU whose shares are worked out together. */
+#define GS_QOS_SHARE_MAX 64u
+/* n processes of one class competing on one GPU, of weights w[i] >= 1:
+ * into ret[i] the duty (percent of each of the hook's duty periods it may
+ * launch in, 1..99) that keeps process i near its weighted share
+ * w[i] / sum(w), or 0 where none is needed.  The driver gives contexts
+ * with work equal turns, so the lightest are held part of the time and
+ * the rest split what they leave: water-filling from the lightest, a
+ * process is held while its share is below an equal split of what is left
+ * (work-conserving: nobody is held alone, or at equal weights), for
+ * share * n of the time (exact for two processes whose others always have
+ * work; with more, the held ones get more than 1/n while on, and so more
+ * than their share).  n <= GS_QOS_SHARE_MAX. */
+void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret);
 
 /* ---- the boards (any thread; their own lock) ---- */
 

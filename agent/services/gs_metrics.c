@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "gs_allocs.h"
-#include "gs_qos.h"
+#include "gs_metrics_int.h"
 #include "gs_gpu.h"
 #include "gs_pending.h"
 #include "gs_log.h"
@@ -23,69 +23,7 @@ struct gs_metrics {
         struct gs_stream_srv *srv;
 };
 
-/* ---- the exposition text ---- */
-
-struct buf {
-        char *p;
-        size_t len, cap;
-        bool failed;
-};
-
-static void GS_PRINTF(2, 3) put(struct buf *b, const char *fmt, ...)
-{
-        va_list ap;
-        int n;
-
-        if (b->failed)
-                return;
-        for (;;) {
-                va_start(ap, fmt);
-                n = vsnprintf(b->p ? b->p + b->len : NULL, b->cap - b->len, fmt, ap);
-                va_end(ap);
-                if (n < 0) {
-                        b->failed = true;
-                        return;
-                }
-                if ((size_t)n < b->cap - b->len) {
-                        b->len += (size_t)n;
-                        return;
-                }
-                size_t cap = (b->cap ? b->cap : 4096) * 2;
-                while (cap < b->len + (size_t)n + 1)
-                        cap *= 2;
-                char *p = realloc(b->p, cap);
-                if (!p) {
-                        b->failed = true;
-                        return;
-                }
-                b->p = p;
-                b->cap = cap;
-        }
-}
-
-/* A label value (none if NULL), escaped as the format wants: \ " and newline. */
-static void put_label(struct buf *b, const char *name, const char *value, bool first)
-{
-        if (!value)
-                return;
-        put(b, "%s%s=\"", first ? "" : ",", name);
-        for (const char *s = value; *s; s++) {
-                if (*s == '\\')
-                        put(b, "\\\\");
-                else if (*s == '"')
-                        put(b, "\\\"");
-                else if (*s == '\n')
-                        put(b, "\\n");
-                else
-                        put(b, "%c", *s);
-        }
-        put(b, "\"");
-}
-
-static void family(struct buf *b, const char *name, const char *type, const char *help)
-{
-        put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
+/* ---- the scrape (the text: gs_metrics_text.c) ---- */
 
 /* What is read under each GPU's lock, read once so that every family of one
  * scrape agrees. */
@@ -94,12 +32,6 @@ struct gpu_snap {
         uint32_t units_allocated, units_lent, units_draining, units_restoring;
         uint32_t spilled, owed, spill_ready, spill_held, spill_prep;
         struct gs_gpu_move_stats mv;
-};
-
-/* Per allocation: its claim (a DRA claim's allocation), once a scrape. */
-struct alloc_snap {
-        const struct gs_allocation *a;
-        const struct gs_claim *claim;
 };
 
 struct part_snap {
@@ -112,30 +44,9 @@ struct part_snap {
         uint32_t over_quota;
 };
 
-/* An allocation's labels: its id, the GPU, and what joins it with
- * kube-state-metrics: the namespace, pod and container PodResources showed
- * holding it, and for a DRA claim's allocation the claim (and its
- * namespace).  A label not known yet is left out. */
-static void alloc_labels(struct buf *b, const struct gs_allocation *a, const struct gs_claim *c, const struct gs_gpu *g)
-{
-        put(b, "{");
-        put_label(b, "allocation", a->id, true);
-        if (g)
-                put_label(b, "gpu", g->uuid, false);
-        if (a->pod_name[0] || c)
-                put_label(b, "namespace", a->pod_name[0] ? a->pod_namespace : c->ns, false);
-        if (a->pod_name[0]) {
-                put_label(b, "pod", a->pod_name, false);
-                put_label(b, "container", a->container_name, false);
-        }
-        if (c)
-                put_label(b, "claim", c->name, false);
-        put(b, "}");
-}
-
 /* Every sample of one histogram: _bucket per bound and +Inf, _sum, _count;
  * lab: its labels, formatted and escaped (`a="x",b="y"`), or "". */
-static void hist_samples(struct buf *b, const char *name, const char *lab, const struct gs_hist *h,
+static void hist_samples(struct gs_mx_buf *b, const char *name, const char *lab, const struct gs_hist *h,
                          const struct gs_hist_scale *sc)
 {
         const char *sep = lab[0] ? "," : "", *open = lab[0] ? "{" : "", *close = lab[0] ? "}" : "";
@@ -144,18 +55,18 @@ static void hist_samples(struct buf *b, const char *name, const char *lab, const
         gs_hist_read(h, sc, &sn);
         for (uint32_t i = 0; i < sc->n; i++) {
                 if (sc->le_div == 1)
-                        put(b, "%s_bucket{%s%sle=\"%llu\"} %llu\n", name, lab, sep, (unsigned long long)sc->le[i],
-                            (unsigned long long)sn.cum[i]);
+                        gs_mx_put(b, "%s_bucket{%s%sle=\"%llu\"} %llu\n", name, lab, sep, (unsigned long long)sc->le[i],
+                                  (unsigned long long)sn.cum[i]);
                 else
-                        put(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, lab, sep, (double)sc->le[i] / sc->le_div,
-                            (unsigned long long)sn.cum[i]);
+                        gs_mx_put(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, lab, sep, (double)sc->le[i] / sc->le_div,
+                                  (unsigned long long)sn.cum[i]);
         }
-        put(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lab, sep, (unsigned long long)sn.count);
+        gs_mx_put(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, lab, sep, (unsigned long long)sn.count);
         if (sc->le_div == 1)
-                put(b, "%s_sum%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.sum);
+                gs_mx_put(b, "%s_sum%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.sum);
         else
-                put(b, "%s_sum%s%s%s %.9f\n", name, open, lab, close, (double)sn.sum / sc->le_div);
-        put(b, "%s_count%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.count);
+                gs_mx_put(b, "%s_sum%s%s%s %.9f\n", name, open, lab, close, (double)sn.sum / sc->le_div);
+        gs_mx_put(b, "%s_count%s%s%s %llu\n", name, open, lab, close, (unsigned long long)sn.count);
 }
 
 /* The node's name, as the DaemonSet gives it (kube-state-metrics' node
@@ -168,13 +79,13 @@ static const char *node_name(const struct gs_agent *ag)
 }
 
 /* An agent-wide sample's name and labels: {node="..."} if known. */
-static void put_agent(struct buf *b, const char *name, const char *node)
+static void put_agent(struct gs_mx_buf *b, const char *name, const char *node)
 {
-        put(b, "%s", name);
+        gs_mx_put(b, "%s", name);
         if (node) {
-                put(b, "{");
-                put_label(b, "node", node, true);
-                put(b, "}");
+                gs_mx_put(b, "{");
+                gs_mx_label(b, "node", node, true);
+                gs_mx_put(b, "}");
         }
 }
 
@@ -199,16 +110,17 @@ static const char *const op_names[GS_HIST_OPS] = {
 
 /* A histogram family of n histograms, told apart by label (names[i]), or
  * one without a label (label NULL, n 1); with the node label if known. */
-static void hist_family(struct buf *b, const char *node, const char *name, const char *help, const char *label,
+static void hist_family(struct gs_mx_buf *b, const char *node, const char *name, const char *help, const char *label,
                         const char *const *names, const struct gs_hist *h, uint32_t n, const struct gs_hist_scale *sc)
 {
-        family(b, name, "histogram", help);
+        gs_mx_family(b, name, "histogram", help);
         for (uint32_t i = 0; i < n; i++) {
-                struct buf lab = { 0 };
+                struct gs_mx_buf lab = { 0 };
 
-                put_label(&lab, "node", node, true);
+                if (node)
+                        gs_mx_label(&lab, "node", node, true);
                 if (label)
-                        put_label(&lab, label, names[i], !node);
+                        gs_mx_label(&lab, label, names[i], !node);
                 if (lab.failed)
                         b->failed = true;
                 else
@@ -217,7 +129,7 @@ static void hist_family(struct buf *b, const char *node, const char *name, const
         }
 }
 
-static void hists(struct buf *b, struct gs_agent *ag, const char *node)
+static void hists(struct gs_mx_buf *b, struct gs_agent *ag, const char *node)
 {
         static const char *const grants[GS_HIST_GRANTS] = { "alloc", "vmm_create" };
         static const char *const phases[GS_HIST_RECONS] = { "list", "apply" };
@@ -254,36 +166,37 @@ static uint32_t active_procs(const struct gs_allocation *a)
 
 #define GPU_FAMILY(name, help, expr) GPU_FAMILY_T("gauge", name, help, "%llu", (unsigned long long)(expr))
 /* With the type and the sample's format (and expr of its type). */
-#define GPU_FAMILY_T(type, name, help, fmt, expr)                         \
-        do {                                                              \
-                family(b, "gshare_gpu_" name, type, help);                \
-                for (uint32_t i = 0; i < ag->node.ngpus; i++) {           \
-                        const struct gs_gpu *g = &ag->node.gpus[i];       \
-                        const struct gpu_snap *s = &sn->gs[i];            \
-                        (void)g;                                          \
-                        (void)s;                                          \
-                        put(b, "gshare_gpu_" name "{");                   \
-                        put_label(b, "gpu", ag->node.gpus[i].uuid, true); \
-                        put_label(b, "node", node, false);                \
-                        put(b, "} " fmt "\n", expr);                      \
-                }                                                         \
+#define GPU_FAMILY_T(type, name, help, fmt, expr)                           \
+        do {                                                                \
+                gs_mx_family(b, "gshare_gpu_" name, type, help);            \
+                for (uint32_t i = 0; i < ag->node.ngpus; i++) {             \
+                        const struct gs_gpu *g = &ag->node.gpus[i];         \
+                        const struct gpu_snap *s = &sn->gs[i];              \
+                        (void)g;                                            \
+                        (void)s;                                            \
+                        gs_mx_put(b, "gshare_gpu_" name "{");               \
+                        gs_mx_label(b, "gpu", ag->node.gpus[i].uuid, true); \
+                        if (node)                                           \
+                                gs_mx_label(b, "node", node, false);        \
+                        gs_mx_put(b, "} " fmt "\n", expr);                  \
+                }                                                           \
         } while (0)
 
-#define PART_FAMILY(name, help, field)                                              \
-        do {                                                                        \
-                family(b, "gshare_allocation_" name, "gauge", help);                \
-                for (size_t i = 0; i < sn->nparts; i++) {                           \
-                        put(b, "gshare_allocation_" name);                          \
-                        alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g); \
-                        put(b, " %llu\n", (unsigned long long)sn->ps[i].field);     \
-                }                                                                   \
+#define PART_FAMILY(name, help, field)                                                    \
+        do {                                                                              \
+                gs_mx_family(b, "gshare_allocation_" name, "gauge", help);                \
+                for (size_t i = 0; i < sn->nparts; i++) {                                 \
+                        gs_mx_put(b, "gshare_allocation_" name);                          \
+                        gs_mx_alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g); \
+                        gs_mx_put(b, " %llu\n", (unsigned long long)sn->ps[i].field);     \
+                }                                                                         \
         } while (0)
 
 /* One sample per registered process and GPU; expr may use st (its pproc
  * stats) and pg, read under the GPU's lock. */
 #define PROC_FAMILY(name, help, expr)                                                                  \
         do {                                                                                           \
-                family(b, "gshare_process_" name, "gauge", help);                                      \
+                gs_mx_family(b, "gshare_process_" name, "gauge", help);                                \
                 for (const struct gs_allocation *a = ag->node.allocs; a; a = a->next)                  \
                         for (const struct gs_proc *p = a->procs; p; p = p->next)                       \
                                 for (uint32_t i = 0; p->state != GS_PROC_HELLO && i < p->ngpus; i++) { \
@@ -296,19 +209,19 @@ static uint32_t active_procs(const struct gs_allocation *a)
                                         v = (expr);                                                    \
                                         gs_gpu_unlock(pg->g);                                          \
                                         snprintf(pid, sizeof(pid), "%d", (int)p->pid);                 \
-                                        put(b, "gshare_process_" name "{");                            \
-                                        put_label(b, "allocation", a->id, true);                       \
-                                        put_label(b, "gpu", pg->g->uuid, false);                       \
-                                        put_label(b, "pid", pid, false);                               \
-                                        put(b, "} %.17g\n", v);                                        \
+                                        gs_mx_put(b, "gshare_process_" name "{");                      \
+                                        gs_mx_label(b, "allocation", a->id, true);                     \
+                                        gs_mx_label(b, "gpu", pg->g->uuid, false);                     \
+                                        gs_mx_label(b, "pid", pid, false);                             \
+                                        gs_mx_put(b, "} %.17g\n", v);                                  \
                                 }                                                                      \
         } while (0)
 
 /* What one scrape shows, read under each GPU's lock once. */
 struct snap {
-        struct gpu_snap *gs;   /* by GPU index */
-        struct part_snap *ps;  /* nparts: every allocation's parts */
-        struct alloc_snap *as; /* nas */
+        struct gpu_snap *gs;    /* by GPU index */
+        struct part_snap *ps;   /* nparts: every allocation's parts */
+        struct gs_mx_alloc *as; /* nas */
         size_t nparts, nas;
         uint32_t nprocs;
 };
@@ -389,7 +302,7 @@ static int snap_take(struct gs_agent *ag, struct snap *sn)
         for (const struct gs_allocation *a = ag->node.allocs; a && sn->nas < nas; a = a->next) {
                 const struct gs_claim *claim = gs_allocs_claim(a);
 
-                sn->as[sn->nas++] = (struct alloc_snap){ .a = a, .claim = claim };
+                sn->as[sn->nas++] = (struct gs_mx_alloc){ .a = a, .claim = claim };
                 sn->nprocs += active_procs(a);
                 for (uint32_t i = 0; i < a->nparts && sn->nparts < maxparts; i++)
                         sn->ps[sn->nparts++] = part_snap(a, claim, i, &ag->node.gpus[a->parts[i].gpu]);
@@ -397,25 +310,25 @@ static int snap_take(struct gs_agent *ag, struct snap *sn)
         return 0;
 }
 
-static void render_agent(struct buf *b, struct gs_agent *ag, const struct snap *sn, const char *node)
+static void render_agent(struct gs_mx_buf *b, struct gs_agent *ag, const struct snap *sn, const char *node)
 {
-        family(b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
+        gs_mx_family(b, "gshare_allocations", "gauge", "Allocations the agent holds (releasing ones included).");
         put_agent(b, "gshare_allocations", node);
-        put(b, " %u\n", ag->node.nallocs);
-        family(b, "gshare_processes", "gauge", "Registered processes of all allocations.");
+        gs_mx_put(b, " %u\n", ag->node.nallocs);
+        gs_mx_family(b, "gshare_processes", "gauge", "Registered processes of all allocations.");
         put_agent(b, "gshare_processes", node);
-        put(b, " %u\n", sn->nprocs);
-        family(b, "gshare_usage_scans_total", "counter",
-               "Scans of the memory processes hold outside the pool (usageInterval, and on demand).");
+        gs_mx_put(b, " %u\n", sn->nprocs);
+        gs_mx_family(b, "gshare_usage_scans_total", "counter",
+                     "Scans of the memory processes hold outside the pool (usageInterval, and on demand).");
         put_agent(b, "gshare_usage_scans_total", node);
-        put(b, " %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
-        family(b, "gshare_agent_start_time_seconds", "gauge",
-               "When this agent started, in seconds since the epoch (a change is a restart or an upgrade).");
+        gs_mx_put(b, " %u\n", __atomic_load_n(&ag->usage_scans, __ATOMIC_ACQUIRE));
+        gs_mx_family(b, "gshare_agent_start_time_seconds", "gauge",
+                     "When this agent started, in seconds since the epoch (a change is a restart or an upgrade).");
         put_agent(b, "gshare_agent_start_time_seconds", node);
-        put(b, " %lld\n", (long long)ag->start_unix);
+        gs_mx_put(b, " %lld\n", (long long)ag->start_unix);
 }
 
-static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *sn, const char *node)
+static void render_gpus(struct gs_mx_buf *b, struct gs_agent *ag, const struct snap *sn, const char *node)
 {
         GPU_FAMILY("healthy", "1 if the GPU's pool is usable, 0 if not.", g->healthy ? 1 : 0);
         GPU_FAMILY("chunk_bytes", "Size of one GSM chunk, in bytes.", g->chunk_bytes);
@@ -441,14 +354,16 @@ static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *s
                      (unsigned long long)s->mv.moves);
         GPU_FAMILY_T("counter", "move_seconds_total", "Time the batches of moves took, from planning to settling.",
                      "%.6f", (double)s->mv.move_ns / 1e9);
-        family(b, "gshare_gpu_spill_phase_seconds_total", "counter", "Batches of moves to host memory: time by phase.");
+        gs_mx_family(b, "gshare_gpu_spill_phase_seconds_total", "counter",
+                     "Time of the batches of moves to host memory, by phase (docs/burst.md \"Giving it back\").");
         for (uint32_t i = 0; i < ag->node.ngpus; i++)
                 for (int ph = 0; ph < GS_PHASE_N; ph++) {
-                        put(b, "gshare_gpu_spill_phase_seconds_total{");
-                        put_label(b, "gpu", ag->node.gpus[i].uuid, true);
-                        put_label(b, "phase", gs_move_phase_names[ph], false);
-                        put_label(b, "node", node, false);
-                        put(b, "} %.6f\n", (double)sn->gs[i].mv.spill_ns[ph] / 1e9);
+                        gs_mx_put(b, "gshare_gpu_spill_phase_seconds_total{");
+                        gs_mx_label(b, "gpu", ag->node.gpus[i].uuid, true);
+                        gs_mx_label(b, "phase", gs_move_phase_names[ph], false);
+                        if (node)
+                                gs_mx_label(b, "node", node, false);
+                        gs_mx_put(b, "} %.6f\n", (double)sn->gs[i].mv.spill_ns[ph] / 1e9);
                 }
         GPU_FAMILY_T("counter", "spills_refused_total", "Spills that found no host memory left (spillMax).", "%llu",
                      (unsigned long long)s->mv.refused);
@@ -463,7 +378,7 @@ static void render_gpus(struct buf *b, struct gs_agent *ag, const struct snap *s
                    s->units_restoring);
 }
 
-static void render_allocations(struct buf *b, struct gs_agent *ag, const struct snap *sn)
+static void render_allocations(struct gs_mx_buf *b, struct gs_agent *ag, const struct snap *sn)
 {
         PART_FAMILY("units", "Units of the GPU the allocation holds.", units);
         PART_FAMILY("quota_bytes", "The allocation's quota on the GPU, in bytes.", quota_bytes);
@@ -489,44 +404,28 @@ static void render_allocations(struct buf *b, struct gs_agent *ag, const struct 
                     "Bytes outside the pool its quota does not cover yet (0: within its "
                     "quota); meanwhile its allocations fail with out of memory.",
                     over_quota_bytes);
-        family(b, "gshare_allocation_over_quota_total", "counter",
-               "Times a scan found memory outside the pool that the allocation's quota could not cover.");
+        gs_mx_family(b, "gshare_allocation_over_quota_total", "counter",
+                     "Times a scan found memory outside the pool that the allocation's quota could not cover.");
         for (size_t i = 0; i < sn->nparts; i++) {
-                put(b, "gshare_allocation_over_quota_total");
-                alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g);
-                put(b, " %u\n", sn->ps[i].over_quota);
+                gs_mx_put(b, "gshare_allocation_over_quota_total");
+                gs_mx_alloc_labels(b, sn->ps[i].a, sn->ps[i].claim, sn->ps[i].g);
+                gs_mx_put(b, " %u\n", sn->ps[i].over_quota);
         }
-        family(b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
+        gs_mx_family(b, "gshare_allocation_processes", "gauge", "Registered processes of the allocation.");
         for (size_t i = 0; i < sn->nas; i++) {
-                put(b, "gshare_allocation_processes");
-                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
-                put(b, " %u\n", active_procs(sn->as[i].a));
+                gs_mx_put(b, "gshare_allocation_processes");
+                gs_mx_alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
+                gs_mx_put(b, " %u\n", active_procs(sn->as[i].a));
         }
-        family(b, "gshare_allocation_draining", "gauge",
-               "1 while the allocation's pod is gone (released, or no longer in PodResources) and processes "
-               "still use it, else 0.");
+        gs_mx_family(b, "gshare_allocation_draining", "gauge",
+                     "1 while the allocation's pod is gone (released, or no longer in PodResources) and processes "
+                     "still use it, else 0.");
         for (size_t i = 0; i < sn->nas; i++) {
-                put(b, "gshare_allocation_draining");
-                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
-                put(b, " %d\n", gs_allocs_draining(sn->as[i].a) ? 1 : 0);
+                gs_mx_put(b, "gshare_allocation_draining");
+                gs_mx_alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
+                gs_mx_put(b, " %d\n", gs_allocs_draining(sn->as[i].a) ? 1 : 0);
         }
-        family(b, "gshare_allocation_compute_class", "gauge",
-               "1, with the allocation's compute class as label class (docs/compute.md).");
-        for (size_t i = 0; i < sn->nas; i++) {
-                put(b, "gshare_allocation_compute_class");
-                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
-                /* One label more inside the braces alloc_labels closed. */
-                if (!b->failed && b->len && b->p[b->len - 1] == '}')
-                        b->len--;
-                put(b, ",class=\"%s\"} 1\n", gs_qos_class_name(sn->as[i].a->qos.cls));
-        }
-        family(b, "gshare_allocation_compute_cap_percent", "gauge",
-               "The allocation's cap on GPU time, in percent (0: none; docs/compute.md).");
-        for (size_t i = 0; i < sn->nas; i++) {
-                put(b, "gshare_allocation_compute_cap_percent");
-                alloc_labels(b, sn->as[i].a, sn->as[i].claim, NULL);
-                put(b, " %u\n", sn->as[i].a->qos.cap);
-        }
+        gs_metrics_qos_allocations(b, sn->as, sn->nas);
         /* As its hook says (docs/compute.md): shown, never used. */
         PROC_FAMILY("compute_held_launches",
                     "Launches of the process its compute QoS held (as its hook reports, "
@@ -545,7 +444,7 @@ static void render_allocations(struct buf *b, struct gs_agent *ag, const struct 
 int gs_metrics_render(struct gs_agent *ag, char **ret, size_t *ret_len)
 {
         struct snap sn;
-        struct buf b = { 0 };
+        struct gs_mx_buf b = { 0 };
         const char *node = node_name(ag);
         int r = snap_take(ag, &sn);
 
@@ -628,7 +527,7 @@ static const char *reason(int status)
  * -ENOMEM. */
 static int respond(struct gs_metrics *m, struct gs_stream *c, int status, bool head)
 {
-        struct buf b = { 0 };
+        struct gs_mx_buf b = { 0 };
         char *body = NULL;
         size_t blen = 0;
         const char *type = "text/plain; charset=utf-8";
@@ -646,8 +545,8 @@ static int respond(struct gs_metrics *m, struct gs_stream *c, int status, bool h
                 body = strdup(msg);
                 blen = body ? (size_t)n : 0;
         }
-        put(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n", status,
-            reason(status), type, blen, status == 405 ? "Allow: GET, HEAD\r\n" : "");
+        gs_mx_put(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                  status, reason(status), type, blen, status == 405 ? "Allow: GET, HEAD\r\n" : "");
         if (head)
                 blen = 0;
         out = b.failed ? NULL : gs_stream_reserve(c, b.len + blen);

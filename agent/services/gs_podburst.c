@@ -78,16 +78,17 @@ int gs_podburst_parse(const char *json, size_t len, uint64_t *ret, char *err, si
 int gs_podburst_parse_qos(const char *json, size_t len, int64_t lc_priority, struct gs_qos_policy *ret, char *err,
                           size_t errlen)
 {
-        char prio[32], cls[64], cap[16];
+        char prio[32], cls[64], cap[16], weight[32];
         struct gs_json_want w[] = {
                 { "spec.priority", prio, sizeof(prio), false },
                 { "metadata.annotations." GS_QOS_ANN_CLASS, cls, sizeof(cls), false },
                 { "metadata.annotations." GS_QOS_ANN_CAP, cap, sizeof(cap), false },
+                { "metadata.annotations." GS_QOS_ANN_WEIGHT, weight, sizeof(weight), false },
         };
         struct gs_qos_pod pod = { 0 };
         char *end;
 
-        if (gs_json_extract(json, len, w, 3) < 0) {
+        if (gs_json_extract(json, len, w, GS_ARRAY_SIZE(w)) < 0) {
                 *ret = (struct gs_qos_policy){ 0 };
                 snprintf(err, errlen, "the API server's answer is not a Pod");
                 return -EINVAL;
@@ -99,6 +100,7 @@ int gs_podburst_parse_qos(const char *json, size_t len, int64_t lc_priority, str
         }
         pod.cls = w[1].found ? cls : NULL;
         pod.cap = w[2].found ? cap : NULL;
+        pod.weight = w[3].found ? weight : NULL;
         return gs_qos_from_pod(&pod, lc_priority, ret, err, errlen);
 }
 

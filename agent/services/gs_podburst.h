@@ -9,8 +9,8 @@
  * cost one GET a minute each at most.  The server's reply is untrusted:
  * at most GS_PODBURST_MAX_REPLY bytes, parsed by gs_json (bounded).
  * The same answer gives the pod's compute policy (gs_qos.h, docs/compute.md):
- * its spec.priority and annotations gshare.io/compute-class and
- * gshare.io/compute-cap.
+ * its spec.priority and annotations gshare.io/compute-class,
+ * gshare.io/compute-cap and gshare.io/compute-weight.
  * Without an API server nothing is asked, no pod has a burst and every
  * allocation keeps its policy. */
 #ifndef GS_PODBURST_H

@@ -55,6 +55,7 @@ struct gs_agent {
         bool wired;                       /* gs_agent_wire ran: done_mu/cv made */
         struct gs_loop_timer hello_timer; /* gs_proc_tick */
         struct gs_loop_timer usage_timer; /* gs_usage_tick */
+        struct gs_loop_timer share_timer; /* gs_proc_share_tick */
         struct gs_ctlsrv *ctl;
         struct gs_metrics *metrics; /* gs_metrics.h; NULL: metricsAddress empty */
         struct gs_events *events;   /* gs_event.h; NULL: no API server */

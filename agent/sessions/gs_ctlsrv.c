@@ -218,6 +218,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct gs_arena *ar, struct gs_all
         }
         m->compute_class = gs_arena_str(ar, gs_qos_class_name(a->qos.cls));
         m->compute_cap = a->qos.cap;
+        m->compute_weight = gs_qos_weight_of(&a->qos);
         if (!alloc_msg_claim(ar, a, m))
                 return NULL;
         return m;
@@ -270,15 +271,18 @@ static void do_create(struct gs_ctlsrv *s, struct gs_arena *ar, const Gshare__Ct
         if (c)
                 req.burst_bytes = c->burst_bytes;
         if (r == 0 && c &&
-            ((c->compute_class[0] && gs_qos_class_parse(c->compute_class, &req.qos.cls) < 0) || c->compute_cap > 100)) {
+            ((c->compute_class[0] && gs_qos_class_parse(c->compute_class, &req.qos.cls) < 0) || c->compute_cap > 100 ||
+             c->compute_weight > GS_QOS_WEIGHT_MAX)) {
                 snprintf(err, errlen,
-                         "compute class '%.40s' or cap %u: a class is latency-critical, standard or "
-                         "best-effort, a cap 1 to 100",
-                         c->compute_class, c->compute_cap);
+                         "compute class '%.40s', cap %u or weight %u: a class is latency-critical, standard or "
+                         "best-effort, a cap 1 to 100, a weight 1 to %u",
+                         c->compute_class, c->compute_cap, c->compute_weight, GS_QOS_WEIGHT_MAX);
                 r = -EINVAL;
         }
-        if (c)
+        if (c) {
                 req.qos.cap = (uint8_t)(c->compute_cap <= 100 ? c->compute_cap : 0);
+                req.qos.weight = (uint8_t)(c->compute_weight <= GS_QOS_WEIGHT_MAX ? c->compute_weight : 0);
+        }
         if (r == 0 && c && c->take_over && req.kind == GS_OWNER_DEVICES)
                 r = gs_allocs_take_over(&s->ag->node, req.ids, req.nids, err, errlen);
         if (r == 0)

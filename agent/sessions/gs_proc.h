@@ -130,6 +130,11 @@ struct gs_proc {
          * GPU qos_gpu's board (0: none). */
         uint32_t qos_slot1, qos_gpu;
         bool qos_full_said;
+        /* Weights (gs_proc_share.h), main's: the launch count last seen,
+         * until when it competes (ms), the cap it was told (0: none). */
+        uint64_t share_launches;
+        int64_t share_until_ms;
+        uint8_t share_told;
 };
 
 /* The allocation's listening socket is readable: accept every waiting

@@ -11,9 +11,9 @@
 
 void gs_proc_qos_set(struct gs_agent *ag, struct gs_allocation *a, const struct gs_qos_policy *pol)
 {
-        char was[48], now[48];
+        char was[64], now[64];
 
-        if (a->qos.cls == pol->cls && a->qos.cap == pol->cap)
+        if (gs_qos_same(&a->qos, pol))
                 return;
         gs_qos_format(&a->qos, was, sizeof(was));
         gs_qos_format(pol, now, sizeof(now));
@@ -68,6 +68,7 @@ int gs_serve_qos(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring
         rep->arg[1] = pol.cap;
         rep->arg[2] = slot;
         rep->arg[3] = sizeof(struct gs_qos_board);
+        rep->ret4 = gs_qos_weight_of(&pol);
         r = gs_sockmsg_send_grant(p->sock, GS_SOCK_QOS, req, slot, sizeof(struct gs_qos_board), fd, &p->stop);
         close(fd);
         return r;

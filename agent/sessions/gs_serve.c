@@ -242,6 +242,7 @@ static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const str
                             struct gs_ring_msg *rep)
 {
         uint64_t base = 0, size = 0, tok[2];
+        uint32_t had = gs_ipc_count(p);
         int r;
 
         gs_gpu_lock(pg->g);
@@ -257,6 +258,10 @@ static int serve_ipc_export(struct gs_proc *p, struct gs_proc_gpu *pg, const str
         }
         if (req->arg[1] == GS_IPC_EXPORT_KEEP) {
                 r = send_export_keep(p, pg, req, base, &rep->status);
+                /* Refused: the hook gets no token, so no export of it
+                 * stays (one made before this request does). */
+                if (r == 0 && rep->status && gs_ipc_count(p) > had)
+                        gs_ipc_unexport(&p->alloc->ipc, p, req->gpu, base);
                 if (r < 0 || rep->status)
                         return r;
         }

@@ -9,8 +9,10 @@ PATCH, kept as sent), a PodResources stand-in that shows no pod (the
 reconciler must leave claims' allocations alone), and the real gshare-agent
 on the fake driver (one 1 GiB GPU, 64 MiB units: 14 units after the
 reserve).  Checks: registration (GetInfo, the endpoint, v1.DRAPlugin); the
-ResourceSlice as published (JSON: device, attributes, capacity and its
-request policy, pool, server-side apply with the token); prepare of two
+ResourceSlice as published (JSON: device, attributes, capacity memory and
+compute and their request policies, pool, server-side apply with the
+token); a claim's compute (consumed capacity, computeCap, computeWeight)
+on its allocation (docs/compute.md); prepare of two
 claims (2 and 3 units): CDI IDs, the CDI specs, the agent's allocations
 named by the claims, a hooked process held to each claim's amount; a
 repeated prepare returns the same; the reconciler keeps them past its
@@ -156,15 +158,18 @@ class FakeApi:
             return len(self.patches)
 
     def set_claim(self, ns, name, uid, device="gpu-0", memory=None, pool=NODE, allocated=True, share="s-1",
-                  driver=DRIVER, params=None):
+                  driver=DRIVER, params=None, compute=None):
+        reqs = {"memory": memory}
+        if compute is not None:  # compute as a consumable capacity (docs/compute.md)
+            reqs["compute"] = compute
         obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                "metadata": {"name": name, "namespace": ns, "uid": uid},
                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-                   "deviceClassName": "gpumem.gshare.io", "capacity": {"requests": {"memory": memory}}}}]}}}
+                   "deviceClassName": "gpumem.gshare.io", "capacity": {"requests": reqs}}}]}}}
         if allocated:
             res = {"request": "gpu", "driver": driver, "pool": pool, "device": device, "shareID": share}
             if memory is not None:
-                res["consumedCapacity"] = {"memory": memory}
+                res["consumedCapacity"] = {k: v for k, v in reqs.items() if v is not None}
             obj["status"] = {"allocation": {"devices": {"results": [res]}, "nodeSelector": {}}}
             if params is not None:  # the claim's opaque configuration of our driver (docs/burst.md)
                 obj["status"]["allocation"]["devices"]["config"] = [
@@ -328,6 +333,10 @@ def body(ns, api, ag, plugin, tmp):
     check(int(pol.get("default", 0)) == UNIT and int(pol.get("validRange", {}).get("min", 0)) == UNIT
           and int(pol["validRange"].get("step", 0)) == UNIT,
           "requestPolicy: default, min and step = the unit (%s)" % pol)
+    comp = d.get("capacity", {}).get("compute", {})
+    check(comp == {"value": "100", "requestPolicy": {"default": "0",
+                                                     "validRange": {"min": "0", "max": "100", "step": "1"}}},
+          "capacity.compute: 100 %% of the GPU's time, none by default, whole percents (%s)" % comp)
 
     # ---- the kubelet deletes the node's slices when it starts: published again
     gen = api.slice()["spec"]["pool"]["generation"]
@@ -520,10 +529,30 @@ def body(ns, api, ag, plugin, tmp):
           wait_for(lambda: ag.gpus()[0]["units_allocated"] == 2) is not None, "claim-e unprepared")
     for params, want in (({"computeClass": "latency-critical"}, "latency-critical comes only from the DeviceClass"),
                          ({"computeClass": "urgent"}, "computeClass 'urgent' is not"),
-                         ({"computeCap": "0"}, "computeCap '0' is not a percent")):
+                         ({"computeCap": "0"}, "computeCap '0' is not a percent"),
+                         ({"computeWeight": "0"}, "computeWeight '0' is not a weight (1 to 100)")):
         api.set_claim("team", "claim-e", UID_E, memory="64Mi", params=params)
         got = prepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error
         check(want in got and len(ag.allocs()) == n_allocs, "claim's compute %s refused: %r" % (params, got))
+
+    # ---- compute as a consumable capacity: what the claim consumed is its
+    # cap; computeCap may lower it; computeWeight its weight
+    for compute, params, want in (("30", None, (30, 10)),
+                                  ("30", {"computeCap": "20", "computeWeight": "40"}, (20, 40)),
+                                  ("30", {"computeCap": "50"}, (30, 10)),
+                                  ("100", None, (0, 10))):
+        api.set_claim("team", "claim-e", UID_E, memory="64Mi", params=params, compute=compute)
+        rep = prepare(ns, plugin, ("team", "claim-e", UID_E))
+        E = claim_allocs(ag).get(UID_E, {})
+        check(rep.claims[UID_E].error == "" and (E.get("compute_cap"), E.get("compute_weight")) == want,
+              "claim consuming compute %s with %s: cap and weight %s on its allocation (%r, %r)"
+              % (compute, params, want, rep.claims[UID_E].error, (E.get("compute_cap"), E.get("compute_weight"))))
+        check(unprepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error == "" and
+              wait_for(lambda: ag.gpus()[0]["units_allocated"] == 2) is not None, "claim-e unprepared")
+    api.set_claim("team", "claim-e", UID_E, memory="64Mi", compute="101")
+    got = prepare(ns, plugin, ("team", "claim-e", UID_E)).claims[UID_E].error
+    check("consumedCapacity.compute '101' of device gpu-0 is not a percent (0 to 100)" in got and
+          len(ag.allocs()) == n_allocs, "a consumed compute past 100 refused: %r" % got)
 
     # ---- the CDI spec cannot be written: the allocation made for it goes again
     cdi = os.path.join(tmp, "cdi")

@@ -89,7 +89,21 @@ static int cmp_f(const void *a, const void *b)
         return x < y ? -1 : x > y;
 }
 
-static void serve(int n, long gap_us, uint32_t kern_us)
+/* A request's end: cuEventSynchronize (a wrapper the hook sees), or with
+ * poll, cuEventQuery until done, as an application whose synchronize goes
+ * by a path the hook does not see (PyTorch's). */
+static CUresult finish(CUevent e, int poll)
+{
+        CUresult r;
+
+        if (!poll)
+                return cuEventSynchronize(e);
+        while ((r = cuEventQuery(e)) == CUDA_ERROR_NOT_READY)
+                nap_us(20);
+        return r;
+}
+
+static void serve(int n, long gap_us, uint32_t kern_us, int poll)
 {
         float *lat = calloc((size_t)n, sizeof(*lat));
         CUevent a, b;
@@ -103,7 +117,7 @@ static void serve(int n, long gap_us, uint32_t kern_us)
                 if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
                         die("launch", r);
                 cuEventRecord(b, NULL);
-                if ((r = cuEventSynchronize(b)) != CUDA_SUCCESS)
+                if ((r = finish(b, poll)) != CUDA_SUCCESS)
                         die("sync", r);
                 cuEventElapsedTime(&lat[i], a, b);
                 nap_us(gap_us);
@@ -169,6 +183,41 @@ static void capped(uint32_t kern_us, int n)
         fflush(stdout);
 }
 
+/* Work in flight on one stream (20 kernels of kern_us) while a graph is
+ * captured on another in the default, global mode, as PyTorch captures:
+ * nothing another thread of the process does (the hook's poller of a
+ * latency-critical process) may break the capture. */
+static void capture(uint32_t kern_us)
+{
+        CUstream busy, cap;
+        CUgraph g;
+        CUgraphExec x;
+        CUresult r;
+
+        if (cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+            cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+                die("streams", CUDA_ERROR_OUT_OF_MEMORY);
+        ready();
+        for (int i = 0; i < 20; i++)
+                if ((r = spin(busy, kern_us)) != CUDA_SUCCESS)
+                        die("launch", r);
+        if ((r = cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL)) != CUDA_SUCCESS)
+                die("begin capture", r);
+        if ((r = spin(cap, 100)) != CUDA_SUCCESS)
+                die("captured launch", r);
+        /* The other stream's work is still running: a poller looks at it
+         * meanwhile. */
+        nap_us(20 * (long)kern_us / 4);
+        if ((r = cuStreamEndCapture(cap, &g)) != CUDA_SUCCESS)
+                die("end capture", r);
+        if ((r = cuGraphInstantiateWithFlags(&x, g, 0)) != CUDA_SUCCESS ||
+            (r = cuGraphLaunch(x, cap)) != CUDA_SUCCESS || (r = cuStreamSynchronize(cap)) != CUDA_SUCCESS ||
+            (r = cuStreamSynchronize(busy)) != CUDA_SUCCESS)
+                die("graph", r);
+        printf("captured\n");
+        fflush(stdout);
+}
+
 /* fc_engine.h's struct fakecuda_engine_stat. */
 struct engine_stat {
         int32_t pid;
@@ -195,17 +244,21 @@ int main(int argc, char **argv)
         setvbuf(stdout, NULL, _IOLBF, 0);
         if (argc == 3 && strcmp(argv[1], "stat") == 0)
                 return stat_of(atoi(argv[2]));
-        if (argc == 5 && strcmp(argv[1], "serve") == 0) {
+        if ((argc == 5 || (argc == 6 && strcmp(argv[5], "poll") == 0)) && strcmp(argv[1], "serve") == 0) {
                 setup();
-                serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]));
+                serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]), argc == 6);
         } else if (argc == 3 && strcmp(argv[1], "train") == 0) {
                 setup();
                 train((uint32_t)atoi(argv[2]));
+        } else if (argc == 3 && strcmp(argv[1], "capture") == 0) {
+                setup();
+                capture((uint32_t)atoi(argv[2]));
         } else if (argc == 4 && strcmp(argv[1], "capped") == 0) {
                 setup();
                 capped((uint32_t)atoi(argv[2]), atoi(argv[3]));
         } else {
-                fprintf(stderr, "usage: e2e_qos serve N GAP_US KERNEL_US | train KERNEL_US | capped KERNEL_US N\n");
+                fprintf(stderr,
+                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll] | train KERNEL_US | capped KERNEL_US N | capture KERNEL_US\n");
                 return 2;
         }
         return 0;

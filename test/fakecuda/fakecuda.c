@@ -166,10 +166,13 @@ struct fc_stream {
         uint32_t magic;
         struct fc_ctx *ctx;
         int capture;            /* CUstreamCaptureStatus: NONE, ACTIVE, INVALIDATED */
+        int capture_mode;       /* CUstreamCaptureMode of the capture (g_lock) */
+        pthread_t capture_by;   /* the thread that began it (g_lock) */
         struct fc_graph *graph; /* what the capture records (g_lock) */
         uint64_t last;          /* the number of its last launch (g_wlock) */
 };
 #define FC_STREAM_MAGIC 0x53545246u
+static void fc_capture_track(struct fc_stream *s, int in);
 
 struct fc_event {
         uint32_t magic;
@@ -1347,8 +1350,10 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
         pthread_mutex_lock(&g_lock);
         if (!fc_obj_has(s) || s->magic != FC_STREAM_MAGIC)
                 r = CUDA_ERROR_INVALID_HANDLE;
-        else
+        else {
                 fc_obj_del(s);
+                fc_capture_track(s, 0);
+        }
         pthread_mutex_unlock(&g_lock);
         if (r == CUDA_SUCCESS) {
                 fc_graph_free(s->graph);
@@ -1426,21 +1431,85 @@ static CUresult fc_capture_stream(CUstream h, struct fc_stream **ret)
         return CUDA_SUCCESS;
 }
 
+/* Capture modes, as the real driver has them: while a thread captures in
+ * GLOBAL mode (the default), a "potentially unsafe" call from any thread
+ * whose own mode (cuThreadExchangeStreamCaptureMode, GLOBAL at start) is
+ * not RELAXED is refused with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and
+ * invalidates the capture; a THREAD_LOCAL capture forbids them to its own
+ * thread only.  The unsafe calls modelled: cuEventQuery and
+ * cuEventSynchronize (on an H200, a thread of the hook querying an event
+ * while PyTorch captured a graph made the capture fail). */
+static __thread int fc_thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+#define FC_CAPTURES_MAX 64
+static struct fc_stream *g_captures[FC_CAPTURES_MAX]; /* streams capturing (g_lock) */
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+        int old;
+
+        if (!mode || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+                return CUDA_ERROR_INVALID_VALUE;
+        old = fc_thread_mode;
+        fc_thread_mode = (int)*mode;
+        *mode = (CUstreamCaptureMode)old;
+        return CUDA_SUCCESS;
+}
+
+/* A potentially unsafe call: refused, and the captures it breaks
+ * invalidated, as above. */
+static CUresult fc_unsafe_call(void)
+{
+        CUresult r = CUDA_SUCCESS;
+
+        if (fc_thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+                return r;
+        pthread_mutex_lock(&g_lock);
+        for (unsigned i = 0; i < FC_CAPTURES_MAX; i++) {
+                struct fc_stream *s = g_captures[i];
+
+                if (!s || s->capture != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+                        continue;
+                if (s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+                    (s->capture_mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                     pthread_equal(s->capture_by, pthread_self()))) {
+                        s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+                        r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+                }
+        }
+        pthread_mutex_unlock(&g_lock);
+        return r;
+}
+
+/* pre: g_lock.  s in or out of g_captures. */
+static void fc_capture_track(struct fc_stream *s, int in)
+{
+        for (unsigned i = 0; i < FC_CAPTURES_MAX; i++)
+                if (g_captures[i] == (in ? NULL : s)) {
+                        g_captures[i] = in ? s : NULL;
+                        return;
+                }
+}
+
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
         struct fc_stream *s;
         CUresult r = fc_capture_stream(hStream, &s);
 
-        (void)mode;
         if (r != CUDA_SUCCESS)
                 return r;
+        if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+                return CUDA_ERROR_INVALID_VALUE;
         pthread_mutex_lock(&g_lock);
         if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE)
                 r = CUDA_ERROR_ILLEGAL_STATE;
         else if (!(s->graph = fc_graph_new(0)))
                 r = CUDA_ERROR_OUT_OF_MEMORY;
-        else
+        else {
                 s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+                s->capture_mode = (int)mode;
+                s->capture_by = pthread_self();
+                fc_capture_track(s, 1);
+        }
         pthread_mutex_unlock(&g_lock);
         return r;
 }
@@ -1468,6 +1537,7 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
                 fc_graph_free(s->graph);
         s->graph = NULL;
         s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        fc_capture_track(s, 0);
         pthread_mutex_unlock(&g_lock);
         *phGraph = (CUgraph)g;
         return r;
@@ -2263,6 +2333,8 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
         CUresult r = fc_event_check(hEvent);
 
+        if (r == CUDA_SUCCESS)
+                r = fc_unsafe_call();
         if (r != CUDA_SUCCESS)
                 return r;
         pthread_mutex_lock(&g_wlock);
@@ -2277,6 +2349,8 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
         CUresult r = fc_event_check(hEvent);
 
+        if (r == CUDA_SUCCESS)
+                r = fc_unsafe_call();
         if (r != CUDA_SUCCESS)
                 return r;
         pthread_mutex_lock(&g_wlock);
@@ -3309,6 +3383,7 @@ static const struct {
         FC_SYM(cuStreamBeginCapture_v2),
         FC_SYM(cuStreamEndCapture),
         FC_SYM(cuStreamIsCapturing),
+        FC_SYM(cuThreadExchangeStreamCaptureMode),
         FC_SYM(cuStreamIsCapturing_ptsz),
         FC_SYM(cuCtxGetStreamPriorityRange),
         FC_SYM(cuStreamCreateWithPriority),

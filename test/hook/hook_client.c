@@ -315,15 +315,33 @@ static void t_spill(void)
         free(out);
 }
 
+/* Registered with some memory, until stdin ends (test_hook.sh reads the
+ * hook's debug lines meanwhile: its compute policy). */
+static void t_stay(void)
+{
+        char line[64];
+        CUdeviceptr p;
+
+        init_ctx();
+        EXPECT(cuMemAlloc_v2(&p, MiB) == CUDA_SUCCESS);
+        printf("ready\n");
+        fflush(stdout);
+        while (fgets(line, sizeof(line), stdin))
+                ;
+        EXPECT(g_failed || cuMemFree_v2(p) == CUDA_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
         static const struct {
                 const char *name;
                 void (*fn)(void);
         } tests[] = {
-                { "failclosed", t_failclosed }, { "lookup", t_lookup },           { "roundtrip", t_roundtrip },
-                { "meminfo", t_meminfo },       { "release", t_release },         { "fork", t_fork },
-                { "threads", t_threads },       { "unsupported", t_unsupported }, { "spill", t_spill },
+                { "failclosed", t_failclosed }, { "lookup", t_lookup },
+                { "roundtrip", t_roundtrip },   { "meminfo", t_meminfo },
+                { "release", t_release },       { "fork", t_fork },
+                { "threads", t_threads },       { "unsupported", t_unsupported },
+                { "spill", t_spill },           { "stay", t_stay },
         };
 
         if (argc != 2)

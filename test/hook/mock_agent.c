@@ -10,7 +10,11 @@
  * SIGUSR2 to move them back to the device chunks they came from, at most
  * GS_MOVE_MAX a GS_OP_SPILL reply.
  *
- *   mock_agent <socket path> <nchunks> [max_slots [spill]]      (chunk = 2 MiB) */
+ * With "qos=W" it announces GS_FEAT_QOS (issue 30) and answers GS_OP_QOS:
+ * standard, no cap, a read-only board, and W (any number, however bad) as
+ * the weight (ret4): the hook must keep its weight within 1..100.
+ *
+ *   mock_agent <socket path> <nchunks> [max_slots [spill|qos=W]]      (chunk = 2 MiB) */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -54,7 +58,8 @@ struct client {
         uint32_t npend;
 };
 
-static int g_nchunks, g_max_slots = 64, g_spill;
+static int g_nchunks, g_max_slots = 64, g_spill, g_qos, g_qos_board = -1;
+static uint64_t g_qos_weight;
 static volatile sig_atomic_t g_spill_sig; /* enum gs_move_dir a signal asked for */
 static int *g_chunk_fd, *g_chunk_free;
 static CUuuid g_uuid;
@@ -147,7 +152,7 @@ static void client_accept(int lsock)
         for (int s = 0; s < MAX_SLOTS; s++)
                 c->slot_chunk[s] = -1;
         hdr(&w.h, GS_SOCK_WELCOME, sizeof(w));
-        w.h.reserved = g_spill ? GS_FEAT_SPILL : 0;
+        w.h.reserved = (g_spill ? GS_FEAT_SPILL : 0) | (g_qos ? GS_FEAT_QOS : 0);
         w.ngpus = 1;
         w.shm_bytes = sizeof(struct gs_shm);
         w.proc_id = (uint64_t)cr.pid;
@@ -328,6 +333,40 @@ static void op_spill_done(struct client *c, const struct gs_ring_msg *m, struct 
         c->npend = 0;
 }
 
+/* GS_OP_QOS: the board (made once), then the reply with the weight asked
+ * for on the command line. */
+static void op_qos(struct client *c, const struct gs_ring_msg *m, struct gs_ring_msg *r)
+{
+        struct gs_sock_grant g = { 0 };
+
+        if (!g_qos) {
+                r->status = -EPROTO;
+                return;
+        }
+        if (g_qos_board < 0) {
+                struct gs_qos_board *b;
+                g_qos_board = memfd_create("gshare-mock-qos", MFD_CLOEXEC);
+                if (g_qos_board < 0 || ftruncate(g_qos_board, sizeof(*b)) < 0)
+                        die("qos board");
+                b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, g_qos_board, 0);
+                if (b == MAP_FAILED)
+                        die("qos board");
+                b->magic = GS_QOS_MAGIC;
+                b->nslots = GS_QOS_SLOTS;
+        }
+        hdr(&g.h, GS_SOCK_QOS, sizeof(g));
+        g.seq = m->seq;
+        g.slot = GS_QOS_NO_SLOT;
+        g.chunk_bytes = sizeof(struct gs_qos_board);
+        if (send_fd(c->sock, &g, sizeof(g), g_qos_board) < 0)
+                die("qos");
+        r->arg[0] = GS_QOS_STANDARD;
+        r->arg[1] = 0;
+        r->arg[2] = GS_QOS_NO_SLOT;
+        r->arg[3] = sizeof(struct gs_qos_board);
+        r->ret4 = g_qos_weight;
+}
+
 static void on_signal(int sig)
 {
         g_spill_sig = sig == SIGUSR1 ? GS_MOVE_TO_HOST : GS_MOVE_TO_DEVICE;
@@ -371,6 +410,7 @@ static int client_serve(struct client *c)
                 case GS_OP_VMM_RELEASE: r.status = -EOPNOTSUPP; break;
                 case GS_OP_SPILL: op_spill(c, &m, &r); break;
                 case GS_OP_SPILL_DONE: op_spill_done(c, &m, &r); break;
+                case GS_OP_QOS: op_qos(c, &m, &r); break;
                 default: r.status = -EPROTO; break;
                 }
                 if (gs_ring_push(&c->shm->rep, &c->rep_head, &r) < 0)
@@ -388,13 +428,16 @@ int main(int argc, char **argv)
         int lsock;
 
         if (argc < 3 || strlen(argv[1]) >= sizeof(sa.sun_path)) {
-                fprintf(stderr, "usage: mock_agent <socket> <nchunks> [max_slots [spill]]\n");
+                fprintf(stderr, "usage: mock_agent <socket> <nchunks> [max_slots [spill|qos=W]]\n");
                 return 2;
         }
         g_nchunks = atoi(argv[2]);
         if (argc > 3)
                 g_max_slots = atoi(argv[3]);
         g_spill = argc > 4 && !strcmp(argv[4], "spill");
+        g_qos = argc > 4 && !strncmp(argv[4], "qos=", 4);
+        if (g_qos)
+                g_qos_weight = strtoull(argv[4] + 4, NULL, 0);
         signal(SIGUSR1, on_signal);
         signal(SIGUSR2, on_signal);
         if (g_nchunks < 1 || g_max_slots < 1 || g_max_slots > MAX_SLOTS)

@@ -62,7 +62,7 @@ fi
 if GSHARE_SOCKET=$tmp/no-such-dir/none run_client lookup "$tmp/err"; then ok "lookups"; else bad "lookups"; cat "$tmp/err"; fi
 
 # 4. Against the mock agent: quota 3 chunks of 2 MiB.
-start_mock() { # nchunks [spill]
+start_mock() { # nchunks [spill|qos=W]
   [[ -n $mock_pid ]] && { kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; }
   rm -f "$tmp/agent.sock"
   "$MOCK" "$tmp/agent.sock" "$1" 256 ${2:-} &
@@ -120,5 +120,32 @@ kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; mock_pid=
 rm -f "$tmp/agent.sock"
 if GSHARE_AGENT_WAIT=0.2 run_client failclosed "$tmp/err" && [[ $(grep -c '^gshare:' "$tmp/err") == 1 ]] &&
    grep -q 'waiting up to 200 ms' "$tmp/err"; then ok "agent gone"; else bad "agent gone"; cat "$tmp/err"; fi
+
+# 8. Compute QoS's weight (GS_OP_QOS's ret4, docs/compute.md): what the
+# agent sends, within 1..100, is the hook's weight; anything else (an
+# older agent's 0, a bad 1000 or 2^64-1) leaves the default 10 and nothing
+# breaks.
+for pair in 30:30 1:1 100:100 0:10 1000:10 0xffffffffffffffff:10; do
+  send=${pair%%:*} want=${pair##*:}
+  start_mock 3 "qos=$send" || continue
+  rm -f "$tmp/in"; mkfifo "$tmp/in"
+  GSHARE_HOOK_DEBUG=1 LD_PRELOAD="$PRELOAD" timeout 150 "$CLIENT" stay <"$tmp/in" >"$tmp/out" 2>"$tmp/err" &
+  cpid=$!
+  exec 4>"$tmp/in"
+  t0=$SECONDS
+  # The hook's thread asks once the process registered (a deadline that
+  # only catches a hang: a loaded machine's ASan run once took over 20 s).
+  for _ in $(seq 2400); do grep -q 'compute: class' "$tmp/err" && break; sleep 0.05; done
+  waited=$((SECONDS - t0))
+  exec 4>&-
+  wait "$cpid"
+  rc=$?
+  if [[ $rc == 0 ]] && grep -q "compute: class 0, cap 0, weight $want, slot -1" "$tmp/err"; then
+    ok "weight $send from the agent: the hook's is $want"
+  else
+    bad "weight $send from the agent (rc $rc, waited ${waited} s)"; cat "$tmp/out" "$tmp/err"
+  fi
+done
+kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; mock_pid=
 
 exit $fail

@@ -7,7 +7,8 @@ of the agent on gpu-node-1 through the API server's pod proxy (a real scrape
 of the agent on the fake driver by test/metrics/test_monitoring.py, with a
 device-plugin allocation of pod team/trainer-0 and a DRA claim's,
 team/infer-claim).  The agent on gpu-node-3 does not answer its proxy.
-Checks the figures `nodes` and `pods` print as JSON and as a table, that
+Checks the figures `nodes` and `pods` print as JSON and as a table (with
+an agent's compute QoS families added: COMPUTE and HELD), that
 YAML is the same data, that every read went through `get --raw` (and
 --context is passed on), and that a failing API server gives an error, not
 a traceback.
@@ -111,6 +112,53 @@ def burst(log, tmp):
           "spill: SPILLED and LENT columns: who borrows and whose memory is lent", t.stdout)
 
 
+def compute(log, tmp):
+    """The same answers from an agent with compute QoS (docs/compute.md):
+    trainer-0 best-effort, capped at 30 %, weight 20, 41 launches held for
+    1.5 s; infer-0's claim latency-critical with the default weight.  Its
+    families carry no gpu label (per allocation)."""
+    import shutil
+    fx = os.path.join(tmp, "fixtures-compute")
+    shutil.copytree(os.path.join(HERE, "fixtures"), fx)
+    path = os.path.join(fx, "metrics-gpu-node-1.txt")
+    tr = '{allocation="6447336396706284",namespace="team",pod="trainer-0",container="main"'
+    inf = '{allocation="f8c69f030428f840",namespace="team",claim="infer-claim"'
+    with open(path, "a") as f:
+        f.write("# TYPE gshare_allocation_compute_class gauge\n"
+                'gshare_allocation_compute_class%s,class="best-effort"} 1\n'
+                'gshare_allocation_compute_class%s,class="latency-critical"} 1\n'
+                "# TYPE gshare_allocation_compute_cap_percent gauge\n"
+                "gshare_allocation_compute_cap_percent%s} 30\ngshare_allocation_compute_cap_percent%s} 0\n"
+                "# TYPE gshare_allocation_compute_weight gauge\n"
+                "gshare_allocation_compute_weight%s} 20\ngshare_allocation_compute_weight%s} 10\n"
+                "# TYPE gshare_allocation_compute_held_launches_total counter\n"
+                "gshare_allocation_compute_held_launches_total%s} 41\n"
+                "gshare_allocation_compute_held_launches_total%s} 0\n"
+                "# TYPE gshare_allocation_compute_held_seconds_total counter\n"
+                "gshare_allocation_compute_held_seconds_total%s} 1.5\n"
+                "gshare_allocation_compute_held_seconds_total%s} 0\n"
+                % (tr, inf, tr, inf, tr, inf, tr, inf, tr, inf))
+    r = run(log, "pods", "-A", "-o", "json", fixtures=fx)
+    rows = {x["pod"]: x for x in json.loads(r.stdout or "[]")}
+    got = {p: tuple(rows.get(p, {}).get(k) for k in ("compute_class", "compute_cap", "compute_weight",
+                                                    "compute_held_launches", "compute_held_seconds"))
+           for p in ("trainer-0", "infer-0", "queued-0")}
+    check(got == {"trainer-0": ("best-effort", 30, 20, 41, 1.5), "infer-0": ("latency-critical", 0, 10, 0, 0.0),
+                  "queued-0": (None, None, None, None, None)},
+          "compute: class, cap, weight and held launches per pod in the JSON", got)
+    t = run(log, "pods", "-A", fixtures=fx)
+    lines = [l.split() for l in t.stdout.splitlines()]
+    check(t.returncode == 0 and lines[0][-2:] == ["COMPUTE", "HELD"] and
+          ["team", "trainer-0", "main", "gpu-node-1", GPU, "2", "128Mi", "64Mi", "0", "1",
+           "best-effort,cap=30%,weight=20", "41/1.5s"] in lines and
+          any(l[:2] == ["team", "infer-0"] and l[-2:] == ["latency-critical", "-"] for l in lines) and
+          any(l[:2] == ["team", "queued-0"] and l[-2:] == ["-", "-"] for l in lines),
+          "compute: COMPUTE (class, cap, weight) and HELD columns", t.stdout)
+    t = run(log, "pods", "-A")
+    check(t.returncode == 0 and "COMPUTE" not in t.stdout.splitlines()[0],
+          "agents without compute QoS: no COMPUTE column", t.stdout)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="gshare-kubectl-")
     log = os.path.join(tmp, "calls")
@@ -177,6 +225,7 @@ def main():
 
     real(log)
     burst(log, tmp)
+    compute(log, tmp)
 
     with open(log) as f:
         calls = [json.loads(l) for l in f]

@@ -11,6 +11,10 @@ are recorded); then drops the pod from PodResources while its process runs
 
 - the scrape parses with prometheus_client's parser (the one kubectl-gshare
   uses) and passes `promtool check metrics` (Prometheus' naming lint);
+- each allocation's compute families (class, cap, weight, held launches
+  and seconds: docs/compute.md) with their defaults;
+- the dashboard's layout: panel ids unique, none outside the grid or over
+  another, panels for the compute families;
 - every metric and label that a query of the Grafana dashboard
   (charts/gshare/dashboards/gshare.json) or of the alerts
   (charts/gshare/files/gshare-rules.yaml) names is exposed, with the
@@ -89,6 +93,33 @@ def dashboard_queries():
             check(m is not None, "variable %s: label_values(metric, label)" % v["name"])
             out.append(("variable " + v["name"], "%s{%s!=\"\"}" % (m.group(1), m.group(2))))
     return out
+
+
+def dashboard_layout():
+    """The dashboard's panels: ids unique, each within the 24 columns,
+    none overlapping another; and the compute panels (docs/compute.md):
+    class, cap and weight per pod, held launches and their time per pod."""
+    with open(DASHBOARD) as f:
+        d = json.load(f)
+    ids = [p["id"] for p in d["panels"]]
+    check(len(ids) == len(set(ids)), "dashboard: panel ids unique (%s)" % ids)
+    cells, bad = {}, []
+    for p in d["panels"]:
+        g = p["gridPos"]
+        if not (g["x"] >= 0 and g["w"] > 0 and g["x"] + g["w"] <= 24 and g["h"] > 0):
+            bad.append("%s outside the grid (%s)" % (p["title"], g))
+        over = {cells[(x, y)] for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+                if (x, y) in cells}
+        if over:
+            bad.append("%s over %s" % (p["title"], sorted(over)))
+        cells.update({(x, y): p["title"] for x in range(g["x"], g["x"] + g["w"])
+                      for y in range(g["y"], g["y"] + g["h"])})
+    check(not bad, "dashboard: every panel within the 24 columns, none over another %s" % bad)
+    exprs = " ".join(t["expr"] for p in d["panels"] for t in p.get("targets", []))
+    for m in ("gshare_allocation_compute_class", "gshare_allocation_compute_cap_percent",
+              "gshare_allocation_compute_weight", "gshare_allocation_compute_held_launches_total",
+              "gshare_allocation_compute_held_seconds_total"):
+        check(m in exprs, "dashboard: a panel shows %s" % m)
 
 
 def rule_queries():
@@ -306,7 +337,18 @@ def body(ag, port, kubelet, tmp, holders):
     check(all(dict(k).get("node") == NODE for n, k in m if n.startswith("gshare_gpu_")),
           "the GPU series carry the node (NODE_NAME)")
 
+    # Compute QoS per pod (docs/compute.md): every allocation's policy,
+    # the default here, and nothing held.
+    for aid in (A["id"], C["id"]):
+        got = {n: v for (n, k), v in m.items() if n.startswith("gshare_allocation_compute_") and
+               dict(k).get("allocation") == aid and dict(k).get("class", "standard") == "standard"}
+        check(got == {"gshare_allocation_compute_class": 1, "gshare_allocation_compute_cap_percent": 0,
+                      "gshare_allocation_compute_weight": 10, "gshare_allocation_compute_held_launches_total": 0,
+                      "gshare_allocation_compute_held_seconds_total": 0},
+              "allocation %s: compute class standard, no cap, weight 10, nothing held (%s)" % (aid, got))
+
     # Every metric and label the dashboard and the alerts use.
+    dashboard_layout()
     queries = dashboard_queries() + rule_queries()
     ok = all([check_names(what, expr, samples) for what, expr in queries])
     check(ok, "every metric and label of the %d dashboard and alert queries is exposed" % len(queries))

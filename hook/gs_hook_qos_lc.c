@@ -1,0 +1,285 @@
+/* gs_hook_qos_lc.c — see gs_hook_qos_lc.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "gs_hook.h"
+#include "gs_hook_qos_lc.h"
+#include "gs_util.h"
+
+/* Written by the hook's thread under gs_conn.mu, read by any thread. */
+static struct gs_qos_board *g_board;     /* atomic; a board once mapped stays mapped */
+static uint32_t g_slot = GS_QOS_NO_SLOT; /* atomic */
+
+/* The driver's functions we call, resolved once. */
+static struct {
+        CUresult (*event_create)(CUevent *, unsigned int);
+        CUresult (*event_record)(CUevent, CUstream);
+        CUresult (*event_query)(CUevent);
+        CUresult (*event_destroy)(CUevent);
+        CUresult (*ctx_get_current)(CUcontext *);
+        CUresult (*ctx_set_current)(CUcontext);
+        CUresult (*exchange_mode)(CUstreamCaptureMode *);
+} q;
+
+/* The streams' last launches.  g_mu guards the table, g_launching and the
+ * thread's state; the flag's words are atomics. */
+struct lc_stream {
+        CUcontext ctx;
+        CUstream s;
+        CUevent ev;
+        int pending; /* ev recorded after the stream's last launch, not seen done */
+};
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static struct lc_stream g_st[GS_QOS_LC_STREAMS];
+static unsigned g_npending;
+static unsigned g_launching; /* launches between launching() and launched() */
+static int g_untracked;      /* a launch whose end no event marks: lowered only by a synchronize */
+static int g_thread;         /* 0 not started, 1 running, -1 cannot start */
+static CUcontext g_poll_ctx; /* the poller's current context */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void lc_child(void)
+{
+        /* Only the forking thread lives on: the poller is gone, and the
+         * events belong to the parent's contexts. */
+        pthread_mutex_init(&g_mu, NULL);
+        pthread_cond_init(&g_cv, NULL);
+        memset(g_st, 0, sizeof(g_st));
+        g_npending = g_launching = 0;
+        g_untracked = 0;
+        g_thread = 0;
+        g_poll_ctx = NULL;
+}
+
+static void lc_resolve(void)
+{
+        q.event_create = (CUresult(*)(CUevent *, unsigned int))gs_cu_real("cuEventCreate");
+        q.event_record = (CUresult(*)(CUevent, CUstream))gs_cu_real("cuEventRecord");
+        q.event_query = (CUresult(*)(CUevent))gs_cu_real("cuEventQuery");
+        q.event_destroy = (CUresult(*)(CUevent))gs_cu_real("cuEventDestroy_v2");
+        q.ctx_get_current = (CUresult(*)(CUcontext *))gs_cu_real("cuCtxGetCurrent");
+        q.ctx_set_current = (CUresult(*)(CUcontext))gs_cu_real("cuCtxSetCurrent");
+        q.exchange_mode = (CUresult(*)(CUstreamCaptureMode *))gs_cu_real("cuThreadExchangeStreamCaptureMode");
+        (void)pthread_atfork(NULL, NULL, lc_child);
+}
+
+static void flag(uint32_t up)
+{
+        struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+        uint32_t s = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+
+        if (!b || s >= GS_QOS_SLOTS)
+                return;
+        if (up)
+                __atomic_store_n(&b->slot[s].stamp_ns, (uint64_t)gs_mono_ns(), __ATOMIC_RELAXED);
+        if (__atomic_load_n(&b->slot[s].up, __ATOMIC_RELAXED) != up)
+                __atomic_store_n(&b->slot[s].up, up, __ATOMIC_RELEASE);
+}
+
+void gs_qos_lc_set(struct gs_qos_board *b, uint32_t slot)
+{
+        if (slot != __atomic_load_n(&g_slot, __ATOMIC_RELAXED))
+                flag(0);
+        __atomic_store_n(&g_slot, slot < GS_QOS_SLOTS ? slot : GS_QOS_NO_SLOT, __ATOMIC_RELAXED);
+        __atomic_store_n(&g_board, b, __ATOMIC_RELEASE);
+}
+
+int gs_qos_lc_is(void)
+{
+        return __atomic_load_n(&g_slot, __ATOMIC_RELAXED) < GS_QOS_SLOTS;
+}
+
+uint32_t gs_qos_lc_slot(void)
+{
+        return __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+}
+
+/* pre: g_mu.  Looks at the pending events: lowers the flag when all is
+ * done, stamps it again while work is left.  The number still pending.
+ * own: on the poller's thread, which makes each event's context current
+ * first (never done to an application's thread). */
+static unsigned lc_look(int own)
+{
+        for (unsigned i = 0; i < GS_QOS_LC_STREAMS && g_npending; i++) {
+                if (!g_st[i].pending)
+                        continue;
+                if (own && g_poll_ctx != g_st[i].ctx && q.ctx_set_current &&
+                    q.ctx_set_current(g_st[i].ctx) == CUDA_SUCCESS)
+                        g_poll_ctx = g_st[i].ctx;
+                if (q.event_query(g_st[i].ev) != CUDA_ERROR_NOT_READY) {
+                        g_st[i].pending = 0;
+                        g_npending--;
+                }
+        }
+        if (g_npending || g_launching)
+                flag(1);
+        else if (!g_untracked)
+                flag(0);
+        return g_npending;
+}
+
+/* pre: g_mu.  lc_look on an application's thread, in relaxed capture
+ * mode for the time of it (another thread may be capturing). */
+static void lc_look_relaxed(void)
+{
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+
+        if (q.exchange_mode)
+                (void)q.exchange_mode(&mode);
+        lc_look(0);
+        if (q.exchange_mode)
+                (void)q.exchange_mode(&mode);
+}
+
+static void *lc_main(void *arg)
+{
+        struct timespec nap = { 0, GS_QOS_LC_POLL_US * 1000 };
+
+        (void)arg;
+        (void)pthread_setname_np(pthread_self(), "gshare-qos");
+        /* Its naps are GS_QOS_LC_POLL_US, not that plus the default 50 µs
+         * of timer slack (this thread's own setting). */
+        (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        /* Its event queries are not "unsafe" calls to another thread's
+         * capture: in the default (global) mode, an H200 invalidated the
+         * CUDA graph PyTorch was capturing meanwhile. */
+        if (q.exchange_mode) {
+                CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+                (void)q.exchange_mode(&mode);
+        }
+        pthread_mutex_lock(&g_mu);
+        for (;;) {
+                while (!g_npending)
+                        pthread_cond_wait(&g_cv, &g_mu);
+                lc_look(1);
+                pthread_mutex_unlock(&g_mu);
+                nanosleep(&nap, NULL);
+                pthread_mutex_lock(&g_mu);
+        }
+        return NULL;
+}
+
+/* pre: g_mu.  The poller, once. */
+static void lc_start(void)
+{
+        sigset_t all, old;
+        pthread_attr_t attr;
+        pthread_t t;
+        int rc;
+
+        if (g_thread)
+                return;
+        g_thread = -1;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* signals are the application's */
+        rc = pthread_attr_init(&attr);
+        if (rc == 0) {
+                (void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                rc = pthread_create(&t, &attr, lc_main, NULL);
+                pthread_attr_destroy(&attr);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc == 0)
+                g_thread = 1;
+        else
+                gs_hook_debug("compute: cannot start the latency-critical poller (%s): the flag comes down at "
+                              "synchronize calls or goes stale",
+                              strerror(rc));
+}
+
+/* pre: g_mu.  The entry for (ctx, s): its own, a free one (its event made
+ * in ctx), or one whose work is done; NULL when all are pending. */
+static struct lc_stream *lc_entry(CUcontext ctx, CUstream s)
+{
+        struct lc_stream *idle = NULL;
+
+        for (unsigned i = 0; i < GS_QOS_LC_STREAMS; i++) {
+                struct lc_stream *e = &g_st[i];
+
+                if (e->ev && e->ctx == ctx && e->s == s)
+                        return e;
+                if (!e->ev && !idle)
+                        idle = e;
+        }
+        if (!idle)
+                for (unsigned i = 0; i < GS_QOS_LC_STREAMS && !idle; i++)
+                        if (!g_st[i].pending)
+                                idle = &g_st[i];
+        if (!idle)
+                return NULL;
+        if (idle->ev && idle->ctx != ctx) {
+                (void)q.event_destroy(idle->ev);
+                idle->ev = NULL;
+        }
+        if (!idle->ev && q.event_create(&idle->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+                idle->ev = NULL;
+                return NULL;
+        }
+        idle->ctx = ctx;
+        idle->s = s;
+        return idle;
+}
+
+void gs_qos_lc_launching(void)
+{
+        pthread_once(&g_once, lc_resolve);
+        pthread_mutex_lock(&g_mu);
+        g_launching++;
+        flag(1);
+        pthread_mutex_unlock(&g_mu);
+}
+
+void gs_qos_lc_launched(CUstream s, CUresult r)
+{
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        struct lc_stream *e = NULL;
+        CUcontext ctx = NULL;
+        int ok = 0;
+
+        pthread_mutex_lock(&g_mu);
+        if (r == CUDA_SUCCESS) {
+                /* Our event calls must not break another thread's global
+                 * capture. */
+                if (q.exchange_mode)
+                        (void)q.exchange_mode(&mode);
+                if (q.event_create && q.event_record && q.event_query && q.ctx_get_current &&
+                    q.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx)
+                        e = lc_entry(ctx, s);
+                ok = e && q.event_record(e->ev, s) == CUDA_SUCCESS;
+                if (q.exchange_mode)
+                        (void)q.exchange_mode(&mode);
+                if (ok && !e->pending) {
+                        e->pending = 1;
+                        g_npending++;
+                }
+                if (!ok)
+                        g_untracked = 1;
+                lc_start();
+                if (g_thread < 0)
+                        g_untracked = 1;
+        }
+        g_launching--;
+        if (g_npending)
+                pthread_cond_signal(&g_cv);
+        else
+                lc_look_relaxed();
+        pthread_mutex_unlock(&g_mu);
+}
+
+void gs_qos_lc_synced(void)
+{
+        if (!gs_qos_lc_is())
+                return;
+        pthread_once(&g_once, lc_resolve);
+        pthread_mutex_lock(&g_mu);
+        /* A launch no event marks is taken as done by any synchronize (as
+         * the first slice did for all); the events say what else is left. */
+        g_untracked = 0;
+        lc_look_relaxed();
+        pthread_mutex_unlock(&g_mu);
+}
