@@ -32,12 +32,9 @@ struct gs_allocation;
  *   GS_CHUNK_INHERITED  fd >= 0: made by an earlier agent and handed over
  *                       (gs_handover.h); fd is that agent's export,
  *                       handle 0 until the agent needs one.
- *   GS_CHUNK_RECYCLE    fd >= 0: inherited, or taken off a borrower by a
- *                       spill (its settling does not wait for the driver),
- *                       and a process may still reach it through a kept
- *                       fd: its memory is dropped and made anew before
- *                       anyone gets it (at its grant, or by the scrubber,
- *                       gs_gpu_recycle_some).
+ *   GS_CHUNK_RECYCLE    fd >= 0: inherited, and a process may still reach
+ *                       it through a kept fd: its memory is dropped and
+ *                       made anew before anyone gets it.
  *   GS_CHUNK_KEPT       fd -1: taken by a set of its allocation (gs_vmm,
  *                       gs_outside: its memory dropped for a process's
  *                       VMM allocations or contexts), or given back by one
@@ -53,10 +50,11 @@ struct gs_allocation;
  * Transitions (all under the GPU's lock): dropped (gs_chunk_drop),
  * INHERITED and RECYCLE become OURS; made (gs_chunk_make), KEPT becomes
  * OURS; INHERITED becomes RECYCLE when the processes are adopted
- * (gs_gpu_inherit_settle), OURS or INHERITED when a spill takes it off its
- * borrower (gs_gpu_chunk_recycle while g->moves.settling); OURS becomes KEPT when a set takes it or gives
+ * (gs_gpu_inherit_settle); OURS becomes KEPT when a set takes it or gives
  * it back without memory (gs_chunkset); OURS or KEPT become PENDING when
- * recycling finds no room (gs_gpu_chunk_recycle) or a restart holds
+ * recycling finds no room or a spill's settling takes it off its borrower
+ * (gs_gpu_chunk_recycle: made anew later, by the scrubber, charged to the
+ * borrower till then) or a restart holds
  * chunks back (gs_proc_adopt), PENDING becomes OURS once re-created and
  * back in the pool (gs_gpu_retry_pending).  The records trade memory
  * (gs_gpu_chunk_swap, _fill): the state goes with it.
@@ -116,9 +114,9 @@ bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk);
  * it has memory).  Both under g->lock with g->ctx current. */
 void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk);
 int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen) GS_WUR;
-/* Under g->lock: up to GS_GPU_REMAKE_PER_SCAN free chunks in state
- * RECYCLE made anew (the scrubber's, between its other work): whether it
- * found any. */
+/* Under g->lock: after a spill's settling, up to GS_GPU_REMAKE_PER_SCAN
+ * pending chunks made anew (the scrubber's, between its other work):
+ * whether it made any. */
 bool gs_gpu_recycle_some(struct gs_gpu *g);
 /* Re-creates pending chunks (recycled while their old memory was still
  * held) where the driver has room now, and puts them back in the pool.

@@ -108,7 +108,8 @@ struct gs_gpu_moves {
         struct gs_gpu_move_stats st;
         struct gs_gpu_takeback tb;
         /* A batch to host memory is being settled: the device chunks it
-         * frees are made anew later (GS_CHUNK_RECYCLE), and recycle_due
+         * frees are pending (charged to the borrower) and made anew later,
+         * and recycle_due
          * says the scrubber has such chunks to make (gs_gpu_recycle_some). */
         bool settling, recycle_due;
 };
