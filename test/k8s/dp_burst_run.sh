@@ -15,8 +15,8 @@ IMG=ghcr.io/gshare/gshare:0.1.0
 ts() { date +%T.%3N; }
 rm -rf $D; mkdir -p $D && cp $ROOT/$B/test/fakecuda/libcuda.so.1 $ROOT/$B/test/e2e/e2e_cuda $D/
 kubectl delete pod a1 a2 a3 --ignore-not-found --wait=true >/dev/null 2>&1
-. "$(dirname "$0")/fakedp.sh"
-fakedp_deploy $ROOT $D $IP burstMax=3Gi reconcileInterval=2s
+. "$(dirname "$0")/fakedeploy.sh"
+fake_deploy $ROOT $D $IP gshare.yaml burstMax=3Gi reconcileInterval=2s
 echo "$(ts) gshare ready, allocatable $(kubectl get node -o jsonpath='{.items[0].status.allocatable.gshare\.io/gpumem}')"
 GS() { kubectl -n kube-system get pod -l app.kubernetes.io/name=gshare -o name; }
 # Give the reconciler (every 2 s) time to see the pod before filling.

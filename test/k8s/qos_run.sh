@@ -21,8 +21,8 @@ IMG=ghcr.io/gshare/gshare:0.1.0
 ts() { date +%T.%3N; }
 rm -rf $D; mkdir -p $D && cp $ROOT/$B/test/fakecuda/libcuda.so.1 $ROOT/$B/test/e2e/e2e_cuda $D/
 kubectl delete pod q1 q2 q3 --ignore-not-found --wait=true >/dev/null 2>&1
-. "$(dirname "$0")/fakedp.sh"
-fakedp_deploy $ROOT $D $IP reconcileInterval=2s
+. "$(dirname "$0")/fakedeploy.sh"
+fake_deploy $ROOT $D $IP gshare.yaml reconcileInterval=2s
 echo "$(ts) gshare ready, allocatable $(kubectl get node -o jsonpath='{.items[0].status.allocatable.gshare\.io/gpumem}')"
 kubectl apply -f - >/dev/null <<'YAML'
 apiVersion: scheduling.k8s.io/v1
