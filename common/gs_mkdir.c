@@ -53,6 +53,9 @@ static int parents(char *p, mode_t mode, char *err, size_t errlen)
 {
         int made = 0;
 
+        /* "" has no parents (and p + 1 is past its end). */
+        if (!p[0])
+                return 0;
         for (char *q = p + 1; (q = strchr(q, '/')) != NULL; q++) {
                 int r;
 

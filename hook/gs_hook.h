@@ -77,10 +77,17 @@ struct gs_cu {
         CUresult (*stream_create)(CUstream *, unsigned int);
         CUresult (*stream_destroy_v2)(CUstream);
         CUresult (*mem_retain_allocation_handle)(CUmemGenericAllocationHandle *, void *);
+        /* Compute QoS (gs_hook_qos, gs_hook_qos_lc). */
         CUresult (*event_create)(CUevent *, unsigned int);
         CUresult (*event_record)(CUevent, CUstream);
+        CUresult (*event_query)(CUevent);
+        CUresult (*event_elapsed_time)(float *, CUevent, CUevent);
         CUresult (*event_synchronize)(CUevent);
         CUresult (*event_destroy_v2)(CUevent);
+        CUresult (*ctx_get_current)(CUcontext *);
+        CUresult (*ctx_set_current)(CUcontext);
+        CUresult (*thread_exchange_stream_capture_mode)(CUstreamCaptureMode *);
+        CUresult (*func_get_name)(const char **, CUfunction);
 };
 
 /* Loads the real driver once ($GSHARE_CUDA_LIBRARY, default libcuda.so.1).

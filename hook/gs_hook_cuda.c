@@ -93,8 +93,14 @@ static const struct {
         GS_CU_ENTRY(mem_retain_allocation_handle, cuMemRetainAllocationHandle),
         GS_CU_ENTRY(event_create, cuEventCreate),
         GS_CU_ENTRY(event_record, cuEventRecord),
+        GS_CU_ENTRY(event_query, cuEventQuery),
+        GS_CU_ENTRY(event_elapsed_time, cuEventElapsedTime),
         GS_CU_ENTRY(event_synchronize, cuEventSynchronize),
         GS_CU_ENTRY(event_destroy_v2, cuEventDestroy_v2),
+        GS_CU_ENTRY(ctx_get_current, cuCtxGetCurrent),
+        GS_CU_ENTRY(ctx_set_current, cuCtxSetCurrent),
+        GS_CU_ENTRY(thread_exchange_stream_capture_mode, cuThreadExchangeStreamCaptureMode),
+        GS_CU_ENTRY(func_get_name, cuFuncGetName),
 };
 
 static void gs_cu_load(void)

@@ -39,52 +39,23 @@ static uint32_t g_duty; /* atomic: the agent's duty for our weight (gs_shm.qos_s
 /* The weight among its class (gs_qos_weight; written as g_cls). */
 static uint32_t g_weight = GS_QOS_WEIGHT_DEFAULT; /* atomic: 1..GS_QOS_WEIGHT_MAX */
 
-/* The driver's functions we call, resolved once. */
-struct qos_cu {
-        CUresult (*event_create)(CUevent *, unsigned int);
-        CUresult (*event_record)(CUevent, CUstream);
-        CUresult (*event_query)(CUevent);
-        CUresult (*event_elapsed)(float *, CUevent, CUevent);
-        CUresult (*ctx_get_current)(CUcontext *);
-        CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *);
-        CUresult (*exchange_mode)(CUstreamCaptureMode *);
-        CUresult (*stream_sync)(CUstream);
-        CUresult (*stream_sync_ptsz)(CUstream);
-        CUresult (*ctx_sync)(void);
-        CUresult (*event_sync)(CUevent);
-        CUresult (*func_get_name)(const char **, CUfunction);
-};
-static struct qos_cu q;
-static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
-
-static void qos_cu_resolve(void)
-{
-        q.event_create = (CUresult(*)(CUevent *, unsigned int))gs_cu_real("cuEventCreate");
-        q.event_record = (CUresult(*)(CUevent, CUstream))gs_cu_real("cuEventRecord");
-        q.event_query = (CUresult(*)(CUevent))gs_cu_real("cuEventQuery");
-        q.event_elapsed = (CUresult(*)(float *, CUevent, CUevent))gs_cu_real("cuEventElapsedTime");
-        q.ctx_get_current = (CUresult(*)(CUcontext *))gs_cu_real("cuCtxGetCurrent");
-        q.is_capturing = (CUresult(*)(CUstream, CUstreamCaptureStatus *))gs_cu_real("cuStreamIsCapturing");
-        q.exchange_mode = (CUresult(*)(CUstreamCaptureMode *))gs_cu_real("cuThreadExchangeStreamCaptureMode");
-        q.stream_sync = (CUresult(*)(CUstream))gs_cu_real("cuStreamSynchronize");
-        q.stream_sync_ptsz = (CUresult(*)(CUstream))gs_cu_real("cuStreamSynchronize_ptsz");
-        q.ctx_sync = (CUresult(*)(void))gs_cu_real("cuCtxSynchronize");
-        q.event_sync = (CUresult(*)(CUevent))gs_cu_real("cuEventSynchronize");
-        q.func_get_name = (CUresult(*)(const char **, CUfunction))gs_cu_real("cuFuncGetName");
-}
-
 static void qos_child(void);
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 
-static void qos_cu_resolve_once(void)
+static void qos_fork_register(void)
 {
-        qos_cu_resolve();
         (void)pthread_atfork(NULL, NULL, qos_child);
 }
 
-static const struct qos_cu *qos_cu(void)
+/* The real driver (gs_hook.h's table; all NULL without one: every caller
+ * checks its members). */
+static const struct gs_cu *qos_cu(void)
 {
-        pthread_once(&g_cu_once, qos_cu_resolve_once);
-        return &q;
+        static const struct gs_cu none;
+        const struct gs_cu *c = gs_cu_get();
+
+        pthread_once(&g_fork_once, qos_fork_register);
+        return c ? c : &none;
 }
 
 /* ---- the board ---- */
@@ -149,14 +120,14 @@ static void qos_child(void)
 }
 
 /* pre: g_mu.  The events, made in the current context at first use. */
-static int ring_ready(const struct qos_cu *c)
+static int ring_ready(const struct gs_cu *c)
 {
         CUcontext cur = NULL;
 
         if (!c->ctx_get_current || c->ctx_get_current(&cur) != CUDA_SUCCESS || !cur)
                 return 0;
         if (g_ring_ok < 0) {
-                g_ring_ok = c->event_create && c->event_record && c->event_query && c->event_elapsed;
+                g_ring_ok = c->event_create && c->event_record && c->event_query && c->event_elapsed_time;
                 for (unsigned i = 0; i < GS_QOS_RING && g_ring_ok; i++)
                         g_ring_ok = c->event_create(&g_ring[i], 0) == CUDA_SUCCESS;
                 g_ring_ok = g_ring_ok && c->event_create(&g_start, 0) == CUDA_SUCCESS &&
@@ -167,7 +138,7 @@ static int ring_ready(const struct qos_cu *c)
 }
 
 /* pre: g_mu.  Waits until e is complete or deadline (ns) passes. */
-static void wait_event(const struct qos_cu *c, CUevent e, int64_t deadline)
+static void wait_event(const struct gs_cu *c, CUevent e, int64_t deadline)
 {
         /* From a few µs up: a short kernel's end is seen at once. */
         for (long us = 5; c->event_query(e) == CUDA_ERROR_NOT_READY && gs_mono_ns() < deadline;
@@ -177,7 +148,7 @@ static void wait_event(const struct qos_cu *c, CUevent e, int64_t deadline)
 
 /* pre: g_mu.  The cap: the last launch's GPU time charged, then a wait
  * until the bucket is not in debt. */
-static void cap_wait(const struct qos_cu *c, uint32_t cap)
+static void cap_wait(const struct gs_cu *c, uint32_t cap)
 {
         int64_t now = gs_mono_ns(), full = (int64_t)GS_QOS_CAP_WINDOW_MS * 1000000 * cap / 100;
         float ms = 0;
@@ -186,7 +157,7 @@ static void cap_wait(const struct qos_cu *c, uint32_t cap)
                 /* Its measure needs it complete; a launch that never ends is
                  * not waited for past a second (fail open). */
                 wait_event(c, g_end, now + 1000000000);
-                if (c->event_elapsed(&ms, g_start, g_end) == CUDA_SUCCESS && ms > 0)
+                if (c->event_elapsed_time(&ms, g_start, g_end) == CUDA_SUCCESS && ms > 0)
                         g_tokens_ns -= (int64_t)(ms * 1e6);
                 g_end_pending = 0;
                 now = gs_mono_ns();
@@ -225,7 +196,7 @@ static uint64_t inflight_max(uint64_t queue_us)
  * turn in between.  So g_kern_ns follows the least of the samples: it
  * falls to a shorter one at once, and rises by a sixteenth a sample
  * towards longer ones. */
-static void sample(const struct qos_cu *c)
+static void sample(const struct gs_cu *c)
 {
         float ms = 0;
 
@@ -233,7 +204,7 @@ static void sample(const struct qos_cu *c)
             c->event_query(g_ring[g_sample % GS_QOS_RING]) == CUDA_ERROR_NOT_READY)
                 return;
         if (g_next - g_sample < GS_QOS_RING &&
-            c->event_elapsed(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
+            c->event_elapsed_time(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
                 uint64_t d = (uint64_t)(ms * 1e6), up = g_kern_ns + g_kern_ns / 16 + 1;
 
                 g_kern_ns = !g_kern_ns || d < up ? d : up;
@@ -244,7 +215,7 @@ static void sample(const struct qos_cu *c)
 /* pre: g_mu.  At most inflight_max(queue_us) launches in flight; beside
  * a latency-critical process (b), none new while its flag is up
  * (bounded). */
-static void lc_wait(const struct qos_cu *c, const struct gs_qos_board *b, uint64_t queue_us)
+static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
         uint64_t k = inflight_max(queue_us);
@@ -304,7 +275,7 @@ static struct {
 } g_fn[GS_QOS_FN_CACHE]; /* g_mu */
 
 /* pre: g_mu. */
-static int is_nccl(const struct qos_cu *c, CUfunction f)
+static int is_nccl(const struct gs_cu *c, CUfunction f)
 {
         size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
         const char *name = NULL;
@@ -325,7 +296,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
 {
         const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
         uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED), duty = __atomic_load_n(&g_duty, __ATOMIC_RELAXED);
-        const struct qos_cu *c;
+        const struct gs_cu *c;
         CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         int ck = 0, ring = 0, lc;
@@ -341,7 +312,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
         if (gs_qos_lc_is()) {
                 c = qos_cu();
                 /* Work captured into a graph does not run now. */
-                if (c->is_capturing && c->is_capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+                if (c->stream_is_capturing && c->stream_is_capturing(s, &st) == CUDA_SUCCESS &&
+                    st != CU_STREAM_CAPTURE_STATUS_NONE)
                         return QC_NONE;
                 gs_qos_lc_launching();
                 return QC_LC;
@@ -353,7 +325,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 return QC_NONE;
         c = qos_cu();
         /* Work captured into a graph does not run now: never held. */
-        if (c->is_capturing && c->is_capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+        if (c->stream_is_capturing && c->stream_is_capturing(s, &st) == CUDA_SUCCESS &&
+            st != CU_STREAM_CAPTURE_STATUS_NONE)
                 return QC_NONE;
         pthread_mutex_lock(&g_mu);
         if (is_nccl(c, f)) {
@@ -361,11 +334,11 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 return QC_NONE;
         }
         /* Our event calls must not break another thread's global capture. */
-        if (c->exchange_mode)
-                (void)c->exchange_mode(&mode);
+        if (c->thread_exchange_stream_capture_mode)
+                (void)c->thread_exchange_stream_capture_mode(&mode);
         if (!ring_ready(c)) {
-                if (c->exchange_mode)
-                        (void)c->exchange_mode(&mode);
+                if (c->thread_exchange_stream_capture_mode)
+                        (void)c->thread_exchange_stream_capture_mode(&mode);
                 pthread_mutex_unlock(&g_mu);
                 return QC_NONE;
         }
@@ -384,8 +357,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 && c->event_record(g_pre, s) == CUDA_SUCCESS)
                         g_sample = g_next;
         }
-        if (c->exchange_mode)
-                (void)c->exchange_mode(&mode);
+        if (c->thread_exchange_stream_capture_mode)
+                (void)c->thread_exchange_stream_capture_mode(&mode);
         /* g_mu stays held until after: the events are recorded in launch
          * order. */
         if (!ck)
@@ -395,7 +368,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
 
 void gs_qos_after_slow(int ck, CUstream s, CUresult r)
 {
-        const struct qos_cu *c;
+        const struct gs_cu *c;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
 
         if (ck == QC_LC) {
@@ -403,14 +376,14 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
                 return;
         }
         c = qos_cu();
-        if (c->exchange_mode)
-                (void)c->exchange_mode(&mode);
+        if (c->thread_exchange_stream_capture_mode)
+                (void)c->thread_exchange_stream_capture_mode(&mode);
         if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS)
                 g_next++;
         if (r == CUDA_SUCCESS && (ck & QC_CAP))
                 g_end_pending = c->event_record(g_end, s) == CUDA_SUCCESS;
-        if (c->exchange_mode)
-                (void)c->exchange_mode(&mode);
+        if (c->thread_exchange_stream_capture_mode)
+                (void)c->thread_exchange_stream_capture_mode(&mode);
         pthread_mutex_unlock(&g_mu);
 }
 
@@ -418,8 +391,8 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
 
 GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize(CUstream s)
 {
-        const struct qos_cu *c = qos_cu();
-        CUresult r = c->stream_sync ? c->stream_sync(s) : CUDA_ERROR_NOT_SUPPORTED;
+        const struct gs_cu *c = qos_cu();
+        CUresult r = c->stream_synchronize ? c->stream_synchronize(s) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
                 gs_qos_lc_synced();
@@ -428,8 +401,8 @@ GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize(CUstream s)
 
 GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s)
 {
-        const struct qos_cu *c = qos_cu();
-        CUresult r = c->stream_sync_ptsz ? c->stream_sync_ptsz(s) : CUDA_ERROR_NOT_SUPPORTED;
+        const struct gs_cu *c = qos_cu();
+        CUresult r = c->stream_synchronize_ptsz ? c->stream_synchronize_ptsz(s) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
                 gs_qos_lc_synced();
@@ -438,8 +411,8 @@ GS_HOOK_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s)
 
 GS_HOOK_API CUresult CUDAAPI cuCtxSynchronize(void)
 {
-        const struct qos_cu *c = qos_cu();
-        CUresult r = c->ctx_sync ? c->ctx_sync() : CUDA_ERROR_NOT_SUPPORTED;
+        const struct gs_cu *c = qos_cu();
+        CUresult r = c->ctx_synchronize ? c->ctx_synchronize() : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
                 gs_qos_lc_synced();
@@ -448,8 +421,8 @@ GS_HOOK_API CUresult CUDAAPI cuCtxSynchronize(void)
 
 GS_HOOK_API CUresult CUDAAPI cuEventSynchronize(CUevent e)
 {
-        const struct qos_cu *c = qos_cu();
-        CUresult r = c->event_sync ? c->event_sync(e) : CUDA_ERROR_NOT_SUPPORTED;
+        const struct gs_cu *c = qos_cu();
+        CUresult r = c->event_synchronize ? c->event_synchronize(e) : CUDA_ERROR_NOT_SUPPORTED;
 
         if (r == CUDA_SUCCESS)
                 gs_qos_lc_synced();

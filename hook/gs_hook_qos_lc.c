@@ -14,17 +14,6 @@
 static struct gs_qos_board *g_board;     /* atomic; a board once mapped stays mapped */
 static uint32_t g_slot = GS_QOS_NO_SLOT; /* atomic */
 
-/* The driver's functions we call, resolved once. */
-static struct {
-        CUresult (*event_create)(CUevent *, unsigned int);
-        CUresult (*event_record)(CUevent, CUstream);
-        CUresult (*event_query)(CUevent);
-        CUresult (*event_destroy)(CUevent);
-        CUresult (*ctx_get_current)(CUcontext *);
-        CUresult (*ctx_set_current)(CUcontext);
-        CUresult (*exchange_mode)(CUstreamCaptureMode *);
-} q;
-
 /* The streams' last launches.  g_mu guards the table, g_launching and the
  * thread's state; the flag's words are atomics. */
 struct lc_stream {
@@ -56,16 +45,20 @@ static void lc_child(void)
         g_poll_ctx = NULL;
 }
 
-static void lc_resolve(void)
+static void lc_fork_register(void)
 {
-        q.event_create = (CUresult(*)(CUevent *, unsigned int))gs_cu_real("cuEventCreate");
-        q.event_record = (CUresult(*)(CUevent, CUstream))gs_cu_real("cuEventRecord");
-        q.event_query = (CUresult(*)(CUevent))gs_cu_real("cuEventQuery");
-        q.event_destroy = (CUresult(*)(CUevent))gs_cu_real("cuEventDestroy_v2");
-        q.ctx_get_current = (CUresult(*)(CUcontext *))gs_cu_real("cuCtxGetCurrent");
-        q.ctx_set_current = (CUresult(*)(CUcontext))gs_cu_real("cuCtxSetCurrent");
-        q.exchange_mode = (CUresult(*)(CUstreamCaptureMode *))gs_cu_real("cuThreadExchangeStreamCaptureMode");
         (void)pthread_atfork(NULL, NULL, lc_child);
+}
+
+/* The real driver (gs_hook.h's table; all NULL without one: every caller
+ * checks its members). */
+static const struct gs_cu *lc_cu(void)
+{
+        static const struct gs_cu none;
+        const struct gs_cu *c = gs_cu_get();
+
+        pthread_once(&g_once, lc_fork_register);
+        return c ? c : &none;
 }
 
 static void flag(uint32_t up)
@@ -105,13 +98,14 @@ uint32_t gs_qos_lc_slot(void)
  * first (never done to an application's thread). */
 static unsigned lc_look(int own)
 {
+        const struct gs_cu *c = lc_cu();
         for (unsigned i = 0; i < GS_QOS_LC_STREAMS && g_npending; i++) {
                 if (!g_st[i].pending)
                         continue;
-                if (own && g_poll_ctx != g_st[i].ctx && q.ctx_set_current &&
-                    q.ctx_set_current(g_st[i].ctx) == CUDA_SUCCESS)
+                if (own && g_poll_ctx != g_st[i].ctx && c->ctx_set_current &&
+                    c->ctx_set_current(g_st[i].ctx) == CUDA_SUCCESS)
                         g_poll_ctx = g_st[i].ctx;
-                if (q.event_query(g_st[i].ev) != CUDA_ERROR_NOT_READY) {
+                if (c->event_query(g_st[i].ev) != CUDA_ERROR_NOT_READY) {
                         g_st[i].pending = 0;
                         g_npending--;
                 }
@@ -127,17 +121,19 @@ static unsigned lc_look(int own)
  * mode for the time of it (another thread may be capturing). */
 static void lc_look_relaxed(void)
 {
+        const struct gs_cu *c = lc_cu();
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
 
-        if (q.exchange_mode)
-                (void)q.exchange_mode(&mode);
+        if (c->thread_exchange_stream_capture_mode)
+                (void)c->thread_exchange_stream_capture_mode(&mode);
         lc_look(0);
-        if (q.exchange_mode)
-                (void)q.exchange_mode(&mode);
+        if (c->thread_exchange_stream_capture_mode)
+                (void)c->thread_exchange_stream_capture_mode(&mode);
 }
 
 static void *lc_main(void *arg)
 {
+        const struct gs_cu *c = lc_cu();
         struct timespec nap = { 0, GS_QOS_LC_POLL_US * 1000 };
 
         (void)arg;
@@ -148,9 +144,9 @@ static void *lc_main(void *arg)
         /* Its event queries are not "unsafe" calls to another thread's
          * capture: in the default (global) mode, an H200 invalidated the
          * CUDA graph PyTorch was capturing meanwhile. */
-        if (q.exchange_mode) {
+        if (c->thread_exchange_stream_capture_mode) {
                 CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-                (void)q.exchange_mode(&mode);
+                (void)c->thread_exchange_stream_capture_mode(&mode);
         }
         pthread_mutex_lock(&g_mu);
         for (;;) {
@@ -196,6 +192,7 @@ static void lc_start(void)
  * in ctx), or one whose work is done; NULL when all are pending. */
 static struct lc_stream *lc_entry(CUcontext ctx, CUstream s)
 {
+        const struct gs_cu *c = lc_cu();
         struct lc_stream *idle = NULL;
 
         for (unsigned i = 0; i < GS_QOS_LC_STREAMS; i++) {
@@ -213,10 +210,10 @@ static struct lc_stream *lc_entry(CUcontext ctx, CUstream s)
         if (!idle)
                 return NULL;
         if (idle->ev && idle->ctx != ctx) {
-                (void)q.event_destroy(idle->ev);
+                (void)c->event_destroy_v2(idle->ev);
                 idle->ev = NULL;
         }
-        if (!idle->ev && q.event_create(&idle->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        if (!idle->ev && c->event_create(&idle->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
                 idle->ev = NULL;
                 return NULL;
         }
@@ -227,7 +224,8 @@ static struct lc_stream *lc_entry(CUcontext ctx, CUstream s)
 
 void gs_qos_lc_launching(void)
 {
-        pthread_once(&g_once, lc_resolve);
+        (void)lc_cu();
+
         pthread_mutex_lock(&g_mu);
         g_launching++;
         flag(1);
@@ -236,6 +234,7 @@ void gs_qos_lc_launching(void)
 
 void gs_qos_lc_launched(CUstream s, CUresult r)
 {
+        const struct gs_cu *c = lc_cu();
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         struct lc_stream *e = NULL;
         CUcontext ctx = NULL;
@@ -245,14 +244,14 @@ void gs_qos_lc_launched(CUstream s, CUresult r)
         if (r == CUDA_SUCCESS) {
                 /* Our event calls must not break another thread's global
                  * capture. */
-                if (q.exchange_mode)
-                        (void)q.exchange_mode(&mode);
-                if (q.event_create && q.event_record && q.event_query && q.ctx_get_current &&
-                    q.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx)
+                if (c->thread_exchange_stream_capture_mode)
+                        (void)c->thread_exchange_stream_capture_mode(&mode);
+                if (c->event_create && c->event_record && c->event_query && c->ctx_get_current &&
+                    c->ctx_get_current(&ctx) == CUDA_SUCCESS && ctx)
                         e = lc_entry(ctx, s);
-                ok = e && q.event_record(e->ev, s) == CUDA_SUCCESS;
-                if (q.exchange_mode)
-                        (void)q.exchange_mode(&mode);
+                ok = e && c->event_record(e->ev, s) == CUDA_SUCCESS;
+                if (c->thread_exchange_stream_capture_mode)
+                        (void)c->thread_exchange_stream_capture_mode(&mode);
                 if (ok && !e->pending) {
                         e->pending = 1;
                         g_npending++;
@@ -275,7 +274,7 @@ void gs_qos_lc_synced(void)
 {
         if (!gs_qos_lc_is())
                 return;
-        pthread_once(&g_once, lc_resolve);
+
         pthread_mutex_lock(&g_mu);
         /* A launch no event marks is taken as done by any synchronize (as
          * the first slice did for all); the events say what else is left. */

@@ -273,13 +273,16 @@ START_TEST(test_deadline)
 
         start();
         t0 = gs_mono_ms();
-        ck_assert_int_eq(call_echo("/test.Svc/Block", "a", 100, &v, &st, msg, sizeof(msg)), -ETIMEDOUT);
+        /* 2 s: long enough for the request to reach the handler under
+         * valgrind (with 100 ms it expired before, and the handler never
+         * went in). */
+        ck_assert_int_eq(call_echo("/test.Svc/Block", "a", 2000, &v, &st, msg, sizeof(msg)), -ETIMEDOUT);
         ck_assert_int_eq(st, GRPC_STATUS_DEADLINE_EXCEEDED);
-        /* the 100 ms deadline ended the call, not the handler: it is still
-         * inside (it went in, and the test has not let it go) */
+        /* the deadline ended the call, not the handler: it is still inside
+         * (it went in, and the test has not let it go) */
         wait_for(&blocked_in, 1, "Block handlers entered");
         ck_assert_int_eq(atomic_load(&blocked_done), 0);
-        printf("info: test_deadline: a 100 ms deadline returned after %lld ms\n", (long long)(gs_mono_ms() - t0));
+        printf("info: test_deadline: a 2000 ms deadline returned after %lld ms\n", (long long)(gs_mono_ms() - t0));
         atomic_store(&released, 1);
         wait_for(&blocked_done, 1, "Block handlers returned");
         /* the server survives the abandoned call */

@@ -88,6 +88,8 @@ if [[ ${SANITIZE:-} == tsan ]]; then
     echo "run-tests: TSan: check_alloc_random runs 1e5 operations (single-threaded; the 1e6 run is in make test)"
   fi
 fi
+# Check suites' per-test limits under valgrind, for code 10-30x slower.
+[[ ${VALGRIND:-0} == 1 ]] && export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-4}
 if [[ ${VALGRIND:-0} == 1 && -z ${GS_RANDOM_OPS:-} && " ${entries[*]} " == *check_alloc_random* ]]; then
   # Valgrind is about 30x slower on this single-threaded test.
   export GS_RANDOM_OPS=50000

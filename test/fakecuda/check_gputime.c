@@ -29,6 +29,7 @@ uint64_t fakecuda_work_pending(void);
 #define MS 1000000ull /* ns */
 
 static char g_state[128];
+static const char *g_self; /* argv[0]: this program, for its queuer children */
 
 static void setup(const char *slice_us)
 {
@@ -129,7 +130,8 @@ static int queuer_main(int n, uint32_t us, int hold, int fd)
 /* A child process running queuer_main.  It is this program again, exec'd
  * (argv: queue N US HOLD FD): the test process has the driver's threads,
  * and a forked copy of a threaded process may not start threads of its
- * own (ThreadSanitizer refuses; POSIX allows only async-signal-safe calls). */
+ * own (ThreadSanitizer refuses; POSIX allows only async-signal-safe calls).
+ * By argv[0], not /proc/self/exe: under valgrind that is valgrind's tool. */
 static pid_t queuer(int n, uint32_t us, int hold, int fd)
 {
         char a[4][16];
@@ -142,7 +144,7 @@ static pid_t queuer(int n, uint32_t us, int hold, int fd)
         pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-                execl("/proc/self/exe", "check_gputime", "queue", a[0], a[1], a[2], a[3], (char *)NULL);
+                execl(g_self, "check_gputime", "queue", a[0], a[1], a[2], a[3], (char *)NULL);
                 _exit(127);
         }
         return pid;
@@ -511,6 +513,7 @@ int main(int argc, char **argv)
         Suite *s;
         TCase *tc;
 
+        g_self = argv[0];
         if (argc == 6 && strcmp(argv[1], "queue") == 0)
                 return queuer_main(atoi(argv[2]), (uint32_t)strtoul(argv[3], NULL, 10), atoi(argv[4]), atoi(argv[5]));
         s = suite_create("gputime");

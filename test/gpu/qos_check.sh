@@ -16,8 +16,9 @@
 #   RESULT qos_hp_p99_ratio=R qos_be_throughput_ratio=T qos_hp_p99_ratio_native=N
 #          qos_gemm_hp_p99_ratio=G qos_gemm_hp_p99_ratio_native=GN qos_gemm_be_throughput_ratio=GT
 #          qos_cap_error_pts=C qos_idle_ramp_ms=M qos_be_idle_ratio=I qos_overhead_ratio=O
+#          qos_weight_error_pts=E
 # (issue 30's targets: R <= 1.5 with T >= 0.8; G <= 4.5; C within 5;
-# M <= 200; O <= 1.01.)  I: training beside an idle latency-critical
+# M <= 200; O <= 1.01; E <= 5.)  I: training beside an idle latency-critical
 # process, against alone.
 # Env: B, GSHARE_LIBDIR (as run.sh), PYTHON_GPU.  The GPU must be idle.
 set -u
@@ -35,8 +36,8 @@ js() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 W=$here/qos_workload.py
 
 free=$("$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])')
-# A pool of 40 GiB: 4 allocations of 8 units of 1 GiB.
-reserve=$(( (free - (40 << 30)) >> 20 ))
+# A pool of 56 GiB: 6 allocations of 8 units of 1 GiB.
+reserve=$(( (free - (56 << 30)) >> 20 ))
 "$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" --devices 0 \
   --reserve "${reserve}Mi" --unit-size 1Gi >>"$work/agent.log" 2>&1 &
 for _ in $(seq 1200); do ctl gpus >/dev/null 2>&1 && break; sleep 0.05; done
@@ -48,6 +49,8 @@ HPd=$(mk 0 --compute-class latency-critical)
 BEd=$(mk 8 --compute-class best-effort)
 STd=$(mk 16)
 CAPd=$(mk 24 --compute-class best-effort --compute-cap 30)
+W30d=$(mk 32 --compute-class best-effort --compute-weight 30)
+W70d=$(mk 40 --compute-class best-effort --compute-weight 70)
 ctl allocations
 hooked() { local d=$1; shift; env LD_PRELOAD="$B/libgshare.so" GSHARE_SOCKET="$d/agent.sock" PYTHONUNBUFFERED=1 "$@"; }
 # Until no process of the allocation at socket dir $1 is left: a killed
@@ -140,7 +143,36 @@ EOF
 echo "idle ramp: training at >= 95 % of alone ${ramp} ms after HP's last request (-1: never); beside the idle HP $idle of alone"
 cap_err=$("$PY" -c "import sys; print('%.1f' % abs(100 * float(sys.argv[1]) / float(sys.argv[2]) - 30))" "$capped" "$train_alone")
 
+# Weights: two best-effort trainers, weights 30 and 70, each in its own
+# allocation, both saturating: the weight-30 one's part of their steps in
+# each 10 s window (the same workload: steps are GPU time), against 30.
+hooked "$W30d" "$PY" "$W" be train --seconds 45 >"$work/w30.be" 2>"$work/w30.be.err" &
+wa=$!
+hooked "$W70d" "$PY" "$W" be train --seconds 45 >"$work/w70.be" 2>"$work/w70.be.err" &
+wb=$!
+wait "$wa" "$wb"
+gone "$W30d"; gone "$W70d"
+weight_err=$("$PY" - "$work/w30.be" "$work/w70.be" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+b = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+t0 = max(a[0]["t"], b[0]["t"]) + 5
+def at(pts, t):  # steps done by time t (the last line at or before it)
+    return max([p["done"] for p in pts if p["t"] <= t] or [0])
+errs, parts = [], []
+for k in range(3):
+    lo, hi = t0 + 10 * k, t0 + 10 * (k + 1)
+    da, db = at(a, hi) - at(a, lo), at(b, hi) - at(b, lo)
+    if da + db:
+        parts.append(100.0 * da / (da + db))
+        errs.append(abs(parts[-1] - 30))
+print("%.1f" % max(errs) if errs else -1, file=sys.stdout)
+print("weights 30:70: the weight-30 trainer's part of the steps per 10 s window: %s" % ["%.1f" % p for p in parts],
+      file=sys.stderr)
+EOF
+)
+
 echo "RESULT qos_hp_p99_ratio=$(ratio "$q99" "$hp_alone") qos_be_throughput_ratio=$(ratio "$qbe" "$train_alone")" \
      "qos_hp_p99_ratio_native=$(ratio "$n99" "$hp_alone") qos_gemm_hp_p99_ratio=$(ratio "$gq99" "$hp_alone")" \
      "qos_gemm_hp_p99_ratio_native=$(ratio "$gn99" "$hp_alone") qos_gemm_be_throughput_ratio=$(ratio "$gqbe" "$gemm_alone")" \
-     "qos_cap_error_pts=$cap_err qos_idle_ramp_ms=$ramp qos_be_idle_ratio=$idle qos_overhead_ratio=$overhead"
+     "qos_cap_error_pts=$cap_err qos_idle_ramp_ms=$ramp qos_be_idle_ratio=$idle qos_overhead_ratio=$overhead qos_weight_error_pts=$weight_err"

@@ -15,22 +15,8 @@ IMG=ghcr.io/gshare/gshare:0.1.0
 ts() { date +%T.%3N; }
 rm -rf $D; mkdir -p $D && cp $ROOT/$B/test/fakecuda/libcuda.so.1 $ROOT/$B/test/e2e/e2e_cuda $D/
 kubectl delete pod a1 a2 a3 --ignore-not-found --wait=true >/dev/null 2>&1
-/usr/bin/python3 $ROOT/test/k8s/fakegpu.py $ROOT/manifests/gshare.yaml $D 8Gi > $D/gs.yaml
-/usr/bin/python3 - "$D/gs.yaml" "$IP" <<'PY'
-import sys, yaml
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-for d in docs:
-    if d["kind"] == "ConfigMap":
-        cfg = yaml.safe_load(d["data"]["config.yaml"])
-        cfg.update(apiServer="https://%s:6443" % sys.argv[2], burstMax="3Gi", reconcileInterval="2s")
-        d["data"]["config.yaml"] = yaml.safe_dump(cfg)
-yaml.safe_dump_all(docs, open(sys.argv[1], "w"))
-PY
-kubectl label node --all nvidia.com/gpu.present=true --overwrite >/dev/null
-kubectl apply -f $D/gs.yaml >/dev/null 2>&1
-kubectl -n kube-system rollout restart ds/gshare >/dev/null 2>&1
-kubectl -n kube-system rollout status ds/gshare >/dev/null
-for _ in $(seq 100); do [[ $(kubectl get node -o jsonpath='{.items[0].status.allocatable.gshare\.io/gpumem}') -gt 0 ]] 2>/dev/null && break; sleep 0.3; done
+. "$(dirname "$0")/fakedeploy.sh"
+fake_deploy $ROOT $D $IP gshare.yaml burstMax=3Gi reconcileInterval=2s
 echo "$(ts) gshare ready, allocatable $(kubectl get node -o jsonpath='{.items[0].status.allocatable.gshare\.io/gpumem}')"
 GS() { kubectl -n kube-system get pod -l app.kubernetes.io/name=gshare -o name; }
 # Give the reconciler (every 2 s) time to see the pod before filling.

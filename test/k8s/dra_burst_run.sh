@@ -16,19 +16,8 @@ ts() { date +%T.%3N; }
 rm -rf $D; mkdir -p $D && cp $ROOT/$B/test/fakecuda/libcuda.so.1 $ROOT/$B/test/e2e/e2e_cuda $D/
 kubectl delete pod b1 p1 b2 --ignore-not-found --wait=true >/dev/null 2>&1
 kubectl delete resourceclaimtemplate b1-gpu p1-gpu b2-gpu --ignore-not-found >/dev/null 2>&1
-/usr/bin/python3 $ROOT/test/k8s/fakegpu.py $ROOT/manifests/gshare-dra.yaml $D 8Gi > $D/gs.yaml
-/usr/bin/python3 - "$D/gs.yaml" "$IP" <<'PY'
-import sys, yaml
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-for d in docs:
-    if d["kind"] == "ConfigMap":
-        d["data"]["config.yaml"] += "apiServer: https://%s:6443\nburstMax: 4Gi\n" % sys.argv[2]
-yaml.safe_dump_all(docs, open(sys.argv[1], "w"))
-PY
-kubectl label node --all nvidia.com/gpu.present=true --overwrite >/dev/null
-kubectl apply -f $D/gs.yaml >/dev/null
-kubectl -n kube-system rollout restart ds/gshare >/dev/null 2>&1
-kubectl -n kube-system rollout status ds/gshare >/dev/null
+. "$(dirname "$0")/fakedeploy.sh"
+fake_deploy $ROOT $D $IP gshare-dra.yaml burstMax=4Gi
 kubectl -n kube-system wait pod -l app.kubernetes.io/name=gshare --for=condition=Ready --timeout=90s >/dev/null
 echo "$(ts) gshare pod Ready"
 GS() { kubectl -n kube-system get pod -l app.kubernetes.io/name=gshare -o name; }
