@@ -140,6 +140,8 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
  * back nor moving out, the take-back is logged in one line and begins
  * anew. */
 void gs_gpu_move_timed(struct gs_gpu *g, enum gs_move_dir dir, const uint64_t ns[GS_PHASE_N], uint32_t moved);
+/* Host memory made ahead past what is owed, while anything is (spares). */
+#define GS_PREP_MARGIN (2u * GS_MOVE_MAX)
 /* Under g->lock: chunks whose data sits in host memory now. */
 uint32_t gs_gpu_spilled(struct gs_gpu *g);
 /* Under g->lock: spares whose host memory is made (ready, or in a move). */

@@ -144,6 +144,11 @@ def prepared(ag, b, n, what):
                                                             gpu(ag)["chunks_owed"]))
 
 
+def moved_out(ag):
+    """Chunks moved to host memory (the batches' log lines)."""
+    return sum(int(m.group(1)) for m in re.finditer(r"moved (\d+) of \d+ chunks to host memory", ag.logtext()))
+
+
 def moved_prepared(ag):
     """Chunks moved to host memory that was prepared ahead (the batches'
     log lines)."""
@@ -195,7 +200,10 @@ def moves(tmp):
         check(g["units_lent"] == 8, "lend: 8 units lent out of free units (15 chunks), not A's (%d)"
               % g["units_lent"])
         check(b.say("check")[:2] == ["check", "ok"], "lend: B's checksums")
-        prepared(ag, b, 8, "lend")
+        # What is owed and a margin (GS_PREP_MARGIN, 64 chunks: more than
+        # owed is taken back when A's context needs room), within spillMax
+        # (512Mi: 16 chunks).
+        prepared(ag, b, 16, "lend")
 
         # ---- reclaim: A's process wants its memory
         a = Prog(ag, A, "own", 224, 32)
@@ -211,8 +219,10 @@ def moves(tmp):
               "reclaim: %d chunks spilled, %d owed, %d moving" % (g["chunks_spilled"], g["chunks_owed"],
                                                                  g["chunks_moving"]))
         check(b.p.poll() is None, "reclaim: B runs on")
-        check(moved_prepared(ag) == 8, "reclaim: the 8 chunks moved to host memory prepared ahead in B (%d)"
-              % moved_prepared(ag))
+        # A's 8 chunks at least (with its context's room, more), every one
+        # prepared ahead.
+        check(moved_prepared(ag) == moved_out(ag) >= 8, "reclaim: the chunks moved to host memory prepared ahead "
+              "in B (%d of %d)" % (moved_prepared(ag), moved_out(ag)))
         reclaim_phases(ag)
 
         # ---- back: A frees and exits; B's data comes back to the GPU
@@ -342,6 +352,8 @@ def prep_unneeded(tmp):
         check(b.line()[0] == "ready", what + ": B fills its burst")
         owed = gpu(ag)["chunks_owed"]
         check(owed > 0, what + ": A is owed chunks (%d)" % owed)
+        # What is owed and the margin, within spillMax (16 chunks).
+        owed = min(owed + 64, 16)
         prepared(ag, b, owed, what)
         # B frees everything: its hook gives its chunks back (borrowed
         # first), nothing is owed, B borrows nothing.
