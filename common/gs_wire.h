@@ -54,7 +54,12 @@
  *    come back to).  The mover closes the launch gate (hook/gs_hook_gate.h),
  *    synchronizes the GPU, copies each slot's data into the new memory,
  *    maps the new memory at the same address, opens the gate, and says
- *    how many slots it moved with GS_OP_SPILL_DONE.
+ *    how many slots it moved with GS_OP_SPILL_DONE.  With
+ *    GS_FEAT_SPILL_PREP the mover first asks GS_OP_SPILL_PREP: host
+ *    memory sent ahead of need, which it imports and maps at scratch
+ *    addresses of its own and keeps until a move names it
+ *    (GS_SOCK_MOVE_PREP: that memory for that slot, no fd) or the agent
+ *    says it is not needed any more.
  * 9. Notification (GS_FEAT_NOTIFY).  So that a process that makes no call
  *    answers at once, the hook's thread asks GS_OP_NOTIFY once per
  *    connection for an eventfd of the agent's, and blocks in poll() on it
@@ -109,18 +114,21 @@ enum gs_sock_type {
         GS_SOCK_MOVE = 9,         /* agent -> hook, with one fd: struct gs_sock_grant */
         GS_SOCK_NOTIFY = 10,      /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_NOTIFY) */
         GS_SOCK_QOS = 11,         /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_QOS) */
+        GS_SOCK_PREP = 12,        /* agent -> hook, with one fd: struct gs_sock_grant (GS_OP_SPILL_PREP) */
+        GS_SOCK_MOVE_PREP = 13,   /* agent -> hook, no fd: struct gs_sock_grant (GS_OP_SPILL) */
 };
 
 /* gs_sock_hello.flags */
 #define GS_HELLO_RECLAIM 1u /* the process held memory from an earlier agent */
 /* WELCOME's h.reserved: what this agent supports. */
 #define GS_FEAT_RECLAIM 1u
-#define GS_FEAT_GIVEBACK 2u    /* GS_OP_GIVE_BACK and gs_shm.give_back */
-#define GS_FEAT_SPILL 4u       /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
-#define GS_FEAT_IPC_KEEP 8u    /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
-#define GS_FEAT_NOTIFY 16u     /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
-#define GS_FEAT_HOST_SLOTS 32u /* GS_RECLAIM_HOST */
-#define GS_FEAT_QOS 64u        /* GS_OP_QOS, gs_shm.qos and the compute board (item 10) */
+#define GS_FEAT_GIVEBACK 2u     /* GS_OP_GIVE_BACK and gs_shm.give_back */
+#define GS_FEAT_SPILL 4u        /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
+#define GS_FEAT_IPC_KEEP 8u     /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
+#define GS_FEAT_NOTIFY 16u      /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
+#define GS_FEAT_HOST_SLOTS 32u  /* GS_RECLAIM_HOST */
+#define GS_FEAT_QOS 64u         /* GS_OP_QOS, gs_shm.qos and the compute board (item 10) */
+#define GS_FEAT_SPILL_PREP 128u /* GS_OP_SPILL_PREP, GS_SOCK_MOVE_PREP (item 8) */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -314,7 +322,12 @@ enum gs_op {
         GS_OP_SPILL = 14,
         /* arg0 = moved: the first `moved` slots of the last GS_OP_SPILL
          * reply map their new memory (data copied); the others kept what
-         * they mapped.  arg1 = the direction, as in that reply. */
+         * they mapped.  arg1 = the direction, as in that reply.  arg2,
+         * arg3: where the batch's time went in the process, in
+         * microseconds, two fields of 32 bits each (GS_MOVE_US_PACK):
+         * arg2 = sync, prepare; arg3 = copy, remap (0 from a hook that
+         * does not say; statistics only: the agent bounds them by the
+         * time it saw). */
         GS_OP_SPILL_DONE = 15,
         /* GS_FEAT_NOTIFY (item 9): before the reply (status 0), one
          * GS_SOCK_NOTIFY message (struct gs_sock_grant: seq, the rest 0)
@@ -330,6 +343,18 @@ enum gs_op {
          * gs_sock_grant: seq, gpu, slot = ret2, chunk_bytes = ret3) with
          * the board's fd. */
         GS_OP_QOS = 17,
+        /* GS_FEAT_SPILL_PREP (item 8), asked by the mover before
+         * GS_OP_SPILL.  ret0 = k (at most GS_MOVE_MAX): before the reply, k
+         * GS_SOCK_PREP messages (struct gs_sock_grant: seq, gpu, slot = the
+         * host memory's id (< GS_PREP_ID_MAX), chunk_bytes), each with the
+         * fd of host memory made for a move to come: the mover imports it,
+         * maps it at a scratch chunk and keeps it until a GS_OP_SPILL
+         * reply names it (GS_SOCK_MOVE_PREP: slot, chunk_bytes = the id;
+         * no fd) or the connection ends; at most GS_PREP_MAX per GPU.
+         * ret1 = 1: the memory prepared so far is not needed: the mover
+         * releases all of it (the agent charges it to the process until it
+         * exits all the same). */
+        GS_OP_SPILL_PREP = 18,
 };
 
 /* Compute classes (docs/compute.md), in the order of their rank: a
@@ -380,6 +405,18 @@ _Static_assert(sizeof(struct gs_qos_board) == 64 + 64 * GS_QOS_SLOTS, "gs_qos_bo
  * trying again for up to GS_MOVE_PATIENCE_MS. */
 #define GS_OTHERS_MOVING 0x80000000u
 #define GS_MOVE_PATIENCE_MS 10000u
+/* GS_OP_SPILL_DONE's arg2 and arg3: two times in microseconds (each
+ * capped at 32 bits), lo in the low half. */
+#define GS_MOVE_US_PACK(lo, hi) \
+        ((uint64_t)((lo) > UINT32_MAX ? UINT32_MAX : (lo)) | (uint64_t)((hi) > UINT32_MAX ? UINT32_MAX : (hi)) << 32)
+#define GS_MOVE_US_LO(v) ((uint32_t)(v))
+#define GS_MOVE_US_HI(v) ((uint32_t)((v) >> 32))
+
+/* Most host memories prepared ahead in a process per GPU
+ * (GS_OP_SPILL_PREP), and the bound of their ids. */
+#define GS_PREP_MAX 256u
+#define GS_PREP_ID_MAX (1u << 24)
+
 /* Most slots one GS_OP_SPILL reply may name. */
 #define GS_MOVE_MAX 32u
 enum gs_move_dir {

@@ -696,7 +696,8 @@ static int gs_conn_call_lost(uint32_t op, const char *why, struct gs_ring_msg *r
         return -ECONNRESET;
 }
 
-int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret)
+int gs_conn_call_during(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
+                        struct gs_ring_msg *ret, void (*during)(void *), void *data)
 {
         struct gs_ring_msg m = { 0 };
         uint64_t start, now;
@@ -709,6 +710,8 @@ again:
         m.gpu = gpu;
         m.arg[0] = a0;
         m.arg[1] = a1;
+        m.arg[2] = a2;
+        m.arg[3] = a3;
         r = gs_ring_push(&gs_conn.shm->req, &gs_conn.req_head, &m);
         if (r < 0) {
                 /* One request outstanding: a full ring means a broken peer. */
@@ -716,6 +719,9 @@ again:
                 return -EPROTO;
         }
         gs_doorbell_ring_fd(&gs_conn.shm->agent_wake, &gs_conn.shm->agent_sleeping, gs_conn.wake);
+        if (during)
+                during(data);
+        during = NULL; /* once, not again after a reconnection */
         for (;;) {
                 r = gs_ring_pop(&gs_conn.shm->rep, &gs_conn.rep_tail, ret);
                 if (r < 0) {

@@ -82,7 +82,16 @@ const struct gs_cu *gs_conn_ready(void);
 /* Sends one request and waits for its reply.  0 with *ret filled
  * (ret->status is the agent's verdict), or a negative errno after which
  * the connection is gone. */
-int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret) GS_WUR;
+/* With all four arguments, and during(data) called once while the agent
+ * serves it (after the request is sent, before its reply is waited for;
+ * during may be NULL). */
+int gs_conn_call_during(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
+                        struct gs_ring_msg *ret, void (*during)(void *), void *data) GS_WUR;
+/* The same with arg2 and arg3 0 and nothing during. */
+GS_WUR static inline int gs_conn_call(uint32_t op, uint32_t gpu, uint64_t a0, uint64_t a1, struct gs_ring_msg *ret)
+{
+        return gs_conn_call_during(op, gpu, a0, a1, 0, 0, ret, NULL, NULL);
+}
 /* For a reclaim, a module's list of the live VMM allocations on gpu (up to
  * max_pairs (id, size) pairs from table index from on, *ret_next where to
  * go on; how many): gs_hook_vmm sets it at its first allocation, so this

@@ -335,8 +335,9 @@ bool gs_space_wait_for_others(uint32_t *waited_ms, uint32_t others_asked)
 
         if (*waited_ms >= patience)
                 return false;
-        if (step > GS_WAIT_STEP_MAX_MS)
-                step = GS_WAIT_STEP_MAX_MS;
+        uint32_t most = others_asked & GS_OTHERS_MOVING ? GS_WAIT_STEP_MOVING_MS : GS_WAIT_STEP_MAX_MS;
+        if (step > most)
+                step = most;
         if (step > patience - *waited_ms)
                 step = patience - *waited_ms;
         ts.tv_sec = 0;

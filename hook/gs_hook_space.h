@@ -17,8 +17,12 @@
 #define GS_GIVE_BACK_PATIENCE_MS 1000u
 /* Or, while chunks it is owed are moved off their borrowers (the reply's
  * others_asked has GS_OTHERS_MOVING), GS_MOVE_PATIENCE_MS (gs_wire.h);
- * it looks again at least this often. */
+ * it looks again at least this often, and while chunks are moved for it
+ * this often (each batch frees up to GS_MOVE_MAX of them: the request
+ * completes soon after the batch that frees the last it needs, not at the
+ * end of the take-back). */
 #define GS_WAIT_STEP_MAX_MS 10u
+#define GS_WAIT_STEP_MOVING_MS 2u
 
 /* The gs_conn.gpus index of device dev, or -ENODEV (not in the allocation). */
 int gs_space_dev_gpu(const struct gs_cu *cu, CUdevice dev);

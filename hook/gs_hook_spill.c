@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -13,6 +14,7 @@
 #include "gs_hook_gate.h"
 #include "gs_hook_space.h"
 #include "gs_hook_spill.h"
+#include "gs_hook_spillprep.h"
 #include "gs_ring.h"
 
 /* The spill word when last looked at, and for which connection
@@ -33,6 +35,7 @@ static void gs_spill_child(void)
         g_gen = UINT64_MAX;
         memset(g_scratch, 0, sizeof(g_scratch));
         memset(g_scratch_size, 0, sizeof(g_scratch_size));
+        gs_spill_prep_child();
 }
 
 static void gs_spill_fork_register(void)
@@ -50,6 +53,13 @@ static int gs_spill_usable(const struct gs_cu *cu)
                cu->memcpy_dtod_async_v2 && cu->stream_create && cu->stream_destroy_v2 && cu->stream_synchronize &&
                cu->ctx_synchronize && cu->ctx_push_current_v2 && cu->ctx_pop_current_v2 && cu->device_get_count &&
                cu->device_primary_ctx_get_state && cu->device_primary_ctx_retain && cu->device_primary_ctx_release_v2;
+}
+
+/* Whether the driver has the events a batch's groups are waited for with
+ * (without them: its whole stream). */
+static bool gs_spill_usable_events(const struct gs_cu *cu)
+{
+        return cu->event_create && cu->event_record && cu->event_synchronize && cu->event_destroy_v2;
 }
 
 /* pre: gs_conn.mu held.  The device of GPU gi, or -1. */
@@ -86,17 +96,45 @@ static CUdeviceptr gs_spill_scratch(const struct gs_cu *cu, uint32_t gi)
 }
 
 /* A batch in progress: slot i's new memory (hn[i], mapped at scratch
- * chunk i) and, once retained, its old (ho[i]). */
+ * chunk i) and, once retained, its old (ho[i]).  Its slots go in groups
+ * of GS_SPILL_GROUP: a group's copies are issued as soon as its new
+ * memory is mapped (the next group is prepared while they run) and its
+ * slots are remapped as soon as its copies are done (ev[group]), while
+ * the later groups' copies run. */
+#define GS_SPILL_GROUP 4u
+
+/* What a batch leaves to let go once it is over: the new memories mapped
+ * at the scratch (unmapped, released: a moved slot's own mapping keeps
+ * its memory) and the prepared ones it named (gs_spill_prep_forget).  No
+ * copy writes them any more; nothing of the process's slots is touched,
+ * so it is done while the agent settles the batch (gs_spill_tidy). */
+struct gs_spill_left {
+        uint32_t gi, n, nprep;
+        size_t chunk;
+        CUdeviceptr at[GS_MOVE_MAX];
+        CUmemGenericAllocationHandle h[GS_MOVE_MAX];
+        uint32_t prep[GS_MOVE_MAX];
+};
+#define GS_SPILL_GROUPS ((GS_MOVE_MAX + GS_SPILL_GROUP - 1) / GS_SPILL_GROUP)
 struct gs_spill_batch {
         const struct gs_cu *cu;
         struct gs_hook_gpu *g;
         CUdevice dev;
         CUdeviceptr scratch;
+        uint32_t gi;
         const uint32_t *slots;
+        int *fds;
+        const uint32_t *prep; /* prep[i]: slot i's prepared memory's id, or UINT32_MAX; NULL: none */
+        uint32_t k;
         CUmemGenericAllocationHandle hn[GS_MOVE_MAX], ho[GS_MOVE_MAX];
-        uint32_t nmap; /* new memories imported and mapped at the scratch */
-        uint32_t nold; /* old memories retained */
-        uint32_t n;    /* slots that may move: [0, n) */
+        CUdeviceptr tmp[GS_MOVE_MAX]; /* where slot i's new memory is mapped while its data is copied */
+        CUevent ev[GS_SPILL_GROUPS];  /* NULL: none (waited for with the stream) */
+        uint32_t nmap;                /* new memories imported and mapped at the scratch */
+        uint32_t nold;                /* old memories retained */
+        uint32_t n;                   /* slots that may move: [0, n) */
+        uint32_t ncopy;               /* copies issued: [0, ncopy) */
+        struct gs_spill_times *t;
+        struct gs_spill_left *left;
 };
 
 static CUdeviceptr gs_spill_at(const struct gs_spill_batch *b, uint32_t i)
@@ -106,26 +144,63 @@ static CUdeviceptr gs_spill_at(const struct gs_spill_batch *b, uint32_t i)
 
 static CUdeviceptr gs_spill_tmp(const struct gs_spill_batch *b, uint32_t i)
 {
-        return b->scratch + (CUdeviceptr)i * b->g->chunk;
+        return b->tmp[i];
 }
 
-/* Imports fds[0..k) (each closed) and maps slot i's new memory at scratch
- * chunk i, stopping at the first slot that is not mapped or whose memory
- * cannot be; then access to the scratch, in one call (its mappings are
- * consecutive).  Sets nmap and n. */
-static void gs_spill_prepare(struct gs_spill_batch *b, int *fds, uint32_t k)
+static bool gs_spill_prepared(const struct gs_spill_batch *b, uint32_t i)
+{
+        return b->prep && b->prep[i] != UINT32_MAX;
+}
+
+/* Access to the scratch chunks of slots [a, e) that were not prepared
+ * ahead (theirs has it), run by run of consecutive ones: 0, or -EIO at
+ * the first slot of a run that failed (*ret_at). */
+static int gs_spill_scratch_access(struct gs_spill_batch *b, uint32_t a, uint32_t e, uint32_t *ret_at)
+{
+        for (uint32_t i = a; i < e;) {
+                uint32_t j = i;
+
+                if (gs_spill_prepared(b, i)) {
+                        i++;
+                        continue;
+                }
+                while (j < e && !gs_spill_prepared(b, j))
+                        j++;
+                if (gs_space_access(b->cu, gs_spill_tmp(b, i), (size_t)(j - i) * b->g->chunk, b->dev) < 0) {
+                        *ret_at = i;
+                        return -EIO;
+                }
+                i = j;
+        }
+        return 0;
+}
+
+/* Slots [nmap, e): a prepared one's memory is found (mapped at its own
+ * scratch, with access), the others' fds imported (each closed) and
+ * mapped at scratch chunk i; stopping at the first slot that is not
+ * mapped or whose memory cannot be; then access to those scratch chunks
+ * (gs_spill_scratch_access).  Advances nmap; n = the slots ready for
+ * their copy. */
+static void gs_spill_prepare(struct gs_spill_batch *b, uint32_t e)
 {
         const struct gs_cu *cu = b->cu;
+        uint32_t a = b->nmap, bad;
 
-        for (b->nmap = 0; b->nmap < k; b->nmap++) {
+        for (; b->nmap < e; b->nmap++) {
                 uint32_t i = b->nmap, slot = b->slots[i];
                 CUresult r;
 
                 if (slot >= b->g->max_slots || !b->g->mapped[slot])
                         break;
-                r = cu->mem_import_from_shareable_handle(&b->hn[i], (void *)(intptr_t)fds[i],
+                if (gs_spill_prepared(b, i)) {
+                        if (gs_spill_prep_find(b->gi, b->prep[i], &b->hn[i], &b->tmp[i]) < 0)
+                                break;
+                        continue;
+                }
+                b->tmp[i] = b->scratch + (CUdeviceptr)i * b->g->chunk;
+                r = cu->mem_import_from_shareable_handle(&b->hn[i], (void *)(intptr_t)b->fds[i],
                                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-                gs_closep(&fds[i]);
+                gs_closep(&b->fds[i]);
                 if (r != CUDA_SUCCESS)
                         break;
                 if (cu->mem_map(gs_spill_tmp(b, i), b->g->chunk, 0, b->hn[i], 0) != CUDA_SUCCESS) {
@@ -134,30 +209,14 @@ static void gs_spill_prepare(struct gs_spill_batch *b, int *fds, uint32_t k)
                 }
         }
         b->n = b->nmap;
-        if (b->n && gs_space_access(cu, b->scratch, (size_t)b->n * b->g->chunk, b->dev) < 0)
-                b->n = 0;
+        if (b->nmap > a && gs_spill_scratch_access(b, a, b->nmap, &bad) < 0)
+                b->n = bad;
 }
 
-/* Every slot's data copied to its scratch chunk: all copies issued on st,
- * then one synchronize.  A copy that cannot be issued ends the batch
- * before its slot (the earlier ones are waited for); a failed synchronize
- * leaves nothing known good: n = 0.  Nothing is unmapped yet. */
-static void gs_spill_copy(struct gs_spill_batch *b, CUstream st)
-{
-        const struct gs_cu *cu = b->cu;
-        uint32_t i;
-
-        for (i = 0; i < b->n; i++)
-                if (cu->memcpy_dtod_async_v2(gs_spill_tmp(b, i), gs_spill_at(b, i), b->g->chunk, st) != CUDA_SUCCESS)
-                        break;
-        b->n = i;
-        if (i > 0 && cu->stream_synchronize(st) != CUDA_SUCCESS)
-                b->n = 0;
-}
-
-/* Slots [a, end) of a run had the old memory unmapped; [a, mapped) map the
- * new (no access yet).  Each gets the old memory back, with access: 0, or
- * -EIO if one could not (that slot is unmapped now). */
+/* Slots [a, mapped) of a run had the old memory unmapped and map the new
+ * (no access yet); [mapped, end) map nothing.  Each gets the old memory
+ * back, with access: 0, or -EIO if one could not (that slot is unmapped
+ * now). */
 static int gs_spill_back(struct gs_spill_batch *b, uint32_t a, uint32_t mapped, uint32_t end)
 {
         const struct gs_cu *cu = b->cu;
@@ -211,56 +270,140 @@ static int gs_spill_run(struct gs_spill_batch *b, uint32_t a, uint32_t e, uint32
         return gs_spill_back(b, a, i, end) < 0 ? -EIO : -EAGAIN;
 }
 
-/* pre: a context of b->dev current.  The batch: prepared, copied, then
- * each slot's old memory retained (to map it back if need be) and the
- * slots remapped run by run (consecutive slots), stopping at the first
- * slot that fails.  Returns how many moved (a prefix); *r = -EIO if a slot
- * could not get its old memory back. */
-static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *fds, uint32_t k, int *r)
+/* Every group's new memory prepared and its copies issued on st, one
+ * event recorded after each group's (none if it cannot be: then the
+ * stream is waited for whole).  A slot whose import or mapping fails, or
+ * whose copy cannot be issued, ends the batch before it (n, ncopy). */
+static void gs_spill_issue(struct gs_spill_batch *b, CUstream st)
 {
         const struct gs_cu *cu = b->cu;
-        uint64_t t0 = gs_mono_ns(), t1, t2;
+
+        for (uint32_t gr = 0; gr * GS_SPILL_GROUP < b->k && b->ncopy == b->nmap; gr++) {
+                uint32_t e = (gr + 1) * GS_SPILL_GROUP < b->k ? (gr + 1) * GS_SPILL_GROUP : b->k;
+                uint64_t t0 = gs_mono_ns();
+                CUevent ev;
+
+                gs_spill_prepare(b, e);
+                b->t->prepare_ns += gs_mono_ns() - t0;
+                t0 = gs_mono_ns();
+                while (b->ncopy < b->n && cu->memcpy_dtod_async_v2(gs_spill_tmp(b, b->ncopy), gs_spill_at(b, b->ncopy),
+                                                                   b->g->chunk, st) == CUDA_SUCCESS)
+                        b->ncopy++;
+                b->n = b->ncopy;
+                if (b->ncopy > gr * GS_SPILL_GROUP && gs_spill_usable_events(cu) &&
+                    cu->event_create(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+                        if (cu->event_record(ev, st) == CUDA_SUCCESS)
+                                b->ev[gr] = ev;
+                        else
+                                (void)cu->event_destroy_v2(ev);
+                }
+                b->t->copy_ns += gs_mono_ns() - t0;
+                if (b->n < e)
+                        break;
+        }
+}
+
+/* Whether group gr's copies are done (its event, else the whole stream):
+ * a failure leaves nothing of it or after it known good. */
+static bool gs_spill_copied(struct gs_spill_batch *b, uint32_t gr, CUstream st)
+{
+        const struct gs_cu *cu = b->cu;
+        uint64_t t0 = gs_mono_ns();
+        bool ok = b->ev[gr] ? cu->event_synchronize(b->ev[gr]) == CUDA_SUCCESS
+                            : cu->stream_synchronize(st) == CUDA_SUCCESS;
+
+        b->t->copy_ns += gs_mono_ns() - t0;
+        return ok;
+}
+
+/* pre: a context of b->dev current.  The batch: prepared and copied group
+ * by group (gs_spill_issue), then, group by group as its copies are done,
+ * each slot's old memory retained (to map it back if need be) and the
+ * slots remapped run by run (consecutive slots), stopping at the first
+ * slot that fails.  Nothing is unmapped at a slot before its copy is
+ * known done.  Returns how many moved (a prefix); *r = -EIO if a slot
+ * could not get its old memory back. */
+static uint32_t gs_spill_batch_move(struct gs_spill_batch *b, int *r)
+{
+        const struct gs_cu *cu = b->cu;
         uint32_t moved = 0;
         CUstream st = NULL;
 
-        gs_spill_prepare(b, fds, k);
-        t1 = gs_mono_ns();
         /* The stream is the batch's (made and destroyed around its copies,
          * a few microseconds): one kept per GPU could outlive its context
          * (a primary context released to nothing, an application context
          * destroyed), and a context's handle may come back the same. */
-        if (b->n && cu->stream_create(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        if (cu->stream_create(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
                 st = NULL; /* the legacy default stream: nothing else runs now */
-        gs_spill_copy(b, st);
+        gs_spill_issue(b, st);
+        for (uint32_t gr = 0; moved < b->n && *r == 0; gr++) {
+                uint32_t e = (gr + 1) * GS_SPILL_GROUP < b->n ? (gr + 1) * GS_SPILL_GROUP : b->n;
+                uint64_t t0;
+
+                if (!gs_spill_copied(b, gr, st)) {
+                        b->n = moved;
+                        break;
+                }
+                t0 = gs_mono_ns();
+                while (b->nold < e && cu->mem_retain_allocation_handle(&b->ho[b->nold],
+                                                                       (void *)gs_spill_at(b, b->nold)) == CUDA_SUCCESS)
+                        b->nold++;
+                if (b->nold < e)
+                        b->n = e = b->nold;
+                while (moved < e && *r == 0) {
+                        uint32_t end = moved + 1;
+
+                        while (end < e && b->slots[end] == b->slots[end - 1] + 1)
+                                end++;
+                        *r = gs_spill_run(b, moved, end, &moved);
+                }
+                b->t->remap_ns += gs_mono_ns() - t0;
+        }
+        /* The scratch is unmapped below: no copy may still write it. */
+        if (b->ncopy)
+                (void)cu->stream_synchronize(st);
         if (st)
                 (void)cu->stream_destroy_v2(st);
-        t2 = gs_mono_ns();
-        for (b->nold = 0; b->nold < b->n; b->nold++)
-                if (cu->mem_retain_allocation_handle(&b->ho[b->nold], (void *)gs_spill_at(b, b->nold)) != CUDA_SUCCESS)
-                        break;
-        b->n = b->nold;
-        while (moved < b->n && *r == 0) {
-                uint32_t e = moved + 1;
-
-                while (e < b->n && b->slots[e] == b->slots[e - 1] + 1)
-                        e++;
-                *r = gs_spill_run(b, moved, e, &moved);
-        }
+        uint64_t t0 = gs_mono_ns();
+        for (uint32_t gr = 0; gr < GS_SPILL_GROUPS; gr++)
+                if (b->ev[gr])
+                        (void)cu->event_destroy_v2(b->ev[gr]);
         for (uint32_t i = 0; i < b->nold; i++)
                 (void)cu->mem_release(b->ho[i]);
-        for (uint32_t i = 0; i < b->nmap; i++) {
-                (void)cu->mem_unmap(gs_spill_tmp(b, i), b->g->chunk);
-                /* A moved slot's mapping keeps its new memory. */
-                (void)cu->mem_release(b->hn[i]);
-        }
-        gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", k, moved,
-                      (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, (double)(gs_mono_ns() - t2) / 1e6);
+        for (uint32_t i = 0; i < b->nmap; i++)
+                if (!gs_spill_prepared(b, i)) {
+                        b->left->at[b->left->n] = gs_spill_tmp(b, i);
+                        b->left->h[b->left->n++] = b->hn[i];
+                }
+        b->t->remap_ns += gs_mono_ns() - t0;
+        gs_hook_debug("batch of %u chunk(s): %u moved; import and map %.2f ms, copy %.2f ms, remap %.2f ms", b->k,
+                      moved, (double)b->t->prepare_ns / 1e6, (double)b->t->copy_ns / 1e6, (double)b->t->remap_ns / 1e6);
         return moved;
 }
 
-uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k)
+/* pre: gs_conn.mu held.  What the batch left let go (data: the struct
+ * gs_spill_left). */
+static void gs_spill_tidy(void *data)
+{
+        struct gs_spill_left *left = data;
+        const struct gs_cu *cu = gs_cu_get();
+
+        for (uint32_t i = 0; cu && i < left->n; i++) {
+                (void)cu->mem_unmap(left->at[i], left->chunk);
+                (void)cu->mem_release(left->h[i]);
+        }
+        for (uint32_t i = 0; cu && i < left->nprep; i++)
+                gs_spill_prep_forget(cu, left->gi, left->prep[i]);
+        left->n = left->nprep = 0;
+}
+
+/* gs_spill_move, what it lets go left in *left for gs_spill_tidy. */
+static uint32_t gs_spill_move_left(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds,
+                                   const uint32_t *prep, uint32_t k, struct gs_spill_times *ret_t,
+                                   struct gs_spill_left *left)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        struct gs_spill_times t = { 0 };
         struct gs_spill_batch b;
         struct gs_ctx_set s;
         CUcontext popped;
@@ -270,7 +413,16 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         memset(&b, 0, sizeof(b));
         b.cu = cu;
         b.g = g;
+        b.gi = gi;
         b.slots = slots;
+        b.fds = fds;
+        b.prep = prep;
+        b.k = k;
+        b.t = &t;
+        b.left = left;
+        memset(left, 0, sizeof(*left));
+        left->gi = gi;
+        left->chunk = g->chunk;
         if (k > GS_MOVE_MAX || !gs_spill_usable(cu) || gi >= gs_conn.ngpus || !g->va_base ||
             (b.dev = gs_spill_dev(cu, gi)) < 0 || (b.scratch = gs_spill_scratch(cu, gi)) == 0)
                 goto out;
@@ -278,11 +430,14 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         /* Every context that may run work on the allocation's devices (the
          * peers of b.dev too: they have access). */
         if (gs_ctx_collect(cu, gs_space_devices(cu), b.dev, &s) == 0) {
+                uint64_t t0 = gs_mono_ns();
+
                 gs_gate_close();
                 /* Work launched before the close may still run. */
                 gs_ctx_set_sync(cu, &s);
+                t.sync_ns = gs_mono_ns() - t0;
                 if (cu->ctx_push_current_v2(s.copy) == CUDA_SUCCESS) {
-                        moved = gs_spill_batch_move(&b, fds, k, &r);
+                        moved = gs_spill_batch_move(&b, &r);
                         (void)cu->ctx_pop_current_v2(&popped);
                 }
                 gs_gate_open();
@@ -296,8 +451,25 @@ uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slot
         for (uint32_t i = 0; i < moved; i++)
                 gs_hook_ipc_moved(gi, slots[i]);
 out:
-        for (uint32_t i = 0; i < k; i++)
+        for (uint32_t i = 0; i < k; i++) {
                 gs_closep(&fds[i]);
+                /* Named: moved (its slot maps it) or not (the agent
+                 * counts it as this process's until it exits). */
+                if (prep && prep[i] != UINT32_MAX && k <= GS_MOVE_MAX)
+                        left->prep[left->nprep++] = prep[i];
+        }
+        if (ret_t)
+                *ret_t = t;
+        return moved;
+}
+
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, const uint32_t *prep,
+                       uint32_t k, struct gs_spill_times *ret_t)
+{
+        struct gs_spill_left left;
+        uint32_t moved = gs_spill_move_left(cu, gi, slots, fds, prep, k, ret_t, &left);
+
+        gs_spill_tidy(&left);
         return moved;
 }
 
@@ -306,26 +478,38 @@ out:
 /* pre: gs_conn.mu held.  Reads the k GS_SOCK_MOVE messages that preceded
  * the reply to request seq on GPU gi.  0, or -EPROTO with why and every
  * fd received closed. */
-static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t *slots, int *fds, uint32_t k, const char **why)
+static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t dir, uint32_t *slots, int *fds, uint32_t *prep, uint32_t k,
+                         const char **why)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
         int r = 0;
 
-        for (uint32_t i = 0; i < k; i++)
+        for (uint32_t i = 0; i < k; i++) {
                 fds[i] = -1;
+                prep[i] = UINT32_MAX;
+        }
         for (uint32_t i = 0; i < k && r == 0; i++) {
                 struct gs_sock_grant m;
                 ssize_t n = gs_conn_recv_fd(&m, sizeof(m), &fds[i]);
+                bool pre;
 
                 if (n < 0) {
                         *why = "a promised move did not arrive";
                         r = -EPROTO;
                         break;
                 }
-                if (!gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 || m.seq != seq || m.gpu != gi ||
-                    m.chunk_bytes != g->chunk || m.slot >= g->max_slots || !g->mapped[m.slot]) {
+                /* Prepared ahead (GS_SOCK_MOVE_PREP): no fd, the memory's
+                 * id in chunk_bytes, to host memory only. */
+                pre = (size_t)n >= sizeof(m.h) && m.h.type == GS_SOCK_MOVE_PREP;
+                if ((pre ? !gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE_PREP, sizeof(m), n) || fds[i] >= 0 ||
+                                     m.chunk_bytes >= GS_PREP_ID_MAX || dir != GS_MOVE_TO_HOST
+                         : !gs_msg_hdr_ok(&m.h, GS_SOCK_MOVE, sizeof(m), n) || fds[i] < 0 ||
+                                     m.chunk_bytes != g->chunk) ||
+                    m.seq != seq || m.gpu != gi || m.slot >= g->max_slots || !g->mapped[m.slot]) {
                         *why = "malformed move";
                         r = -EPROTO;
+                } else if (pre) {
+                        prep[i] = (uint32_t)m.chunk_bytes;
                 }
                 for (uint32_t j = 0; j < i && r == 0; j++)
                         if (slots[j] == m.slot) {
@@ -340,14 +524,39 @@ static int gs_spill_take(uint32_t gi, uint64_t seq, uint32_t *slots, int *fds, u
         return r;
 }
 
-/* pre: gs_conn.mu held.  GPU gi's rounds: what the agent names is moved,
- * until it names nothing, a move fails, or GS_SPILL_ROUNDS rounds. */
+/* pre: gs_conn.mu held.  GPU gi's host memory sent ahead prepared
+ * (gs_hook_spillprep.h), in a context of its device (none: not now). */
+static void gs_spill_prep_gpu(const struct gs_cu *cu, uint32_t gi)
+{
+        struct gs_ctx_set s;
+        CUcontext popped;
+        CUdevice dev;
+
+        if (!(gs_conn.features & GS_FEAT_SPILL_PREP) || !gs_spill_usable(cu) || !gs_conn.gpus[gi].va_base ||
+            (dev = gs_spill_dev(cu, gi)) < 0)
+                return;
+        gs_ctx_lock();
+        if (gs_ctx_collect(cu, gs_space_devices(cu), dev, &s) == 0 && cu->ctx_push_current_v2(s.copy) == CUDA_SUCCESS) {
+                gs_spill_prep_serve(cu, gi, dev);
+                (void)cu->ctx_pop_current_v2(&popped);
+        }
+        gs_ctx_set_release(cu, &s);
+        gs_ctx_unlock();
+}
+
+/* pre: gs_conn.mu held.  GPU gi's rounds: host memory prepared ahead if
+ * the agent sends some, then what the agent names is moved, until it
+ * names nothing, a move fails, or GS_SPILL_ROUNDS rounds. */
 static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
 
+        gs_spill_prep_gpu(cu, gi);
         for (int round = 0; round < GS_SPILL_ROUNDS; round++) {
-                uint32_t slots[GS_MOVE_MAX], k, moved;
+                uint32_t slots[GS_MOVE_MAX], prep[GS_MOVE_MAX], k, moved;
+                struct gs_spill_left left;
+                struct gs_spill_times t;
+                int r;
                 int fds[GS_MOVE_MAX];
                 struct gs_ring_msg rep, done;
                 const char *why = NULL;
@@ -367,18 +576,25 @@ static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
                         return;
                 }
                 k = (uint32_t)rep.arg[0];
-                if (gs_spill_take(gi, rep.seq, slots, fds, k, &why) < 0) {
+                if (gs_spill_take(gi, rep.seq, (uint32_t)rep.arg[1], slots, fds, prep, k, &why) < 0) {
                         gs_conn_lost(why);
                         return;
                 }
-                moved = gs_spill_move(cu, gi, slots, fds, k);
+                moved = gs_spill_move_left(cu, gi, slots, fds, prep, k, &t, &left);
                 for (uint32_t i = 0; i < moved; i++)
                         g->mapped[slots[i]] = rep.arg[1] == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
                 gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
                               rep.arg[1] == GS_MOVE_TO_HOST ? "host" : "device");
-                if (gs_conn.state != GS_CONN_UP)
+                if (gs_conn.state != GS_CONN_UP) {
+                        gs_spill_tidy(&left);
                         return; /* the move failed closed */
-                if (gs_conn_call(GS_OP_SPILL_DONE, gi, moved, rep.arg[1], &done) < 0)
+                }
+                /* The batch's leftovers let go while the agent settles it. */
+                r = gs_conn_call_during(
+                        GS_OP_SPILL_DONE, gi, moved, rep.arg[1], GS_MOVE_US_PACK(t.sync_ns / 1000, t.prepare_ns / 1000),
+                        GS_MOVE_US_PACK(t.copy_ns / 1000, t.remap_ns / 1000), &done, gs_spill_tidy, &left);
+                gs_spill_tidy(&left); /* if it was not called */
+                if (r < 0)
                         return;
                 if (done.status != 0)
                         gs_hook_debug("the agent refused GS_OP_SPILL_DONE on GPU %u: %d", gi, done.status);
@@ -391,13 +607,18 @@ void gs_spill_serve(const struct gs_cu *cu)
 {
         uint32_t v;
 
-        if (gs_conn.state != GS_CONN_UP || !gs_conn.shm || !(gs_conn.features & GS_FEAT_SPILL))
+        if (gs_conn.state != GS_CONN_UP || !gs_conn.shm)
                 return;
         if (gs_conn.reconnects != g_gen) {
-                /* A new agent's segment: its word starts anew. */
+                /* A new agent's segment: its word starts anew; what the
+                 * last connection sent ahead is let go (the agent charges
+                 * it to this process until it exits all the same). */
                 g_gen = gs_conn.reconnects;
                 g_seen = 0;
+                gs_spill_prep_drop_all(cu);
         }
+        if (!(gs_conn.features & GS_FEAT_SPILL))
+                return;
         v = __atomic_load_n(&gs_conn.shm->spill, __ATOMIC_ACQUIRE);
         if (v == g_seen)
                 return;

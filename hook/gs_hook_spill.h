@@ -11,16 +11,21 @@
  * every context that may run work on the allocation's GPUs synchronized
  * (the active primary contexts, asked of the driver, never created; the
  * application's own, gs_hook_ctx.c), then, in a context of the chunks'
- * GPU: every new memory imported and mapped at its own chunk of a scratch
- * range (GS_MOVE_MAX chunks of VA per GPU, reserved on first use), access
- * to that range in one call; every slot's copy issued on one stream of
- * the mover's (made for the batch), one synchronize; then per slot its
- * old memory retained, unmapped, the new mapped at the slot's address,
- * access set once per run of consecutive slots, as before; then the
- * scratch unmapped and the gate opened.  Nothing is unmapped at a slot
- * before every copy is known done: a slot whose import, scratch mapping
- * or copy fails ends the batch before it (a failed synchronize: nothing
- * moves).  A slot that fails after its old memory was unmapped gets it
+ * GPU, in groups of GS_SPILL_GROUP slots (a pipeline: the driver's
+ * bookkeeping beside the copies, not after them): a group's new memory
+ * imported and mapped at its own chunks of a scratch range (GS_MOVE_MAX
+ * chunks of VA per GPU, reserved on first use), access to them in one
+ * call, the group's copies issued on one stream of the mover's (made for
+ * the batch) and an event recorded after them; the next group is
+ * prepared while they run.  Then, group by group once its event is
+ * done, per slot its old memory retained, unmapped, the new mapped at the
+ * slot's address, access set once per run of consecutive slots, while
+ * the later groups' copies run; then the stream synchronized and the gate
+ * opened; the scratch is unmapped once the batch is answered
+ * (GS_OP_SPILL_DONE sent: while the agent settles it).  Nothing is unmapped at a
+ * slot before its copy is known done: a slot whose import, scratch
+ * mapping or copy fails ends the batch before it (a failed wait for a
+ * group: nothing of it or after it moves).  A slot that fails after its old memory was unmapped gets it
  * mapped back (if even that fails the connection is dropped:
  * gs_conn_lost); the slots before it in its run stay moved if their
  * access can be set, else get theirs back too.  What moved is a prefix.
@@ -63,11 +68,24 @@ void gs_spill_start(void);
  * gs_shm.spill since the last look: the rounds, for every GPU. */
 void gs_spill_serve(const struct gs_cu *cu);
 
+/* Where a batch's time went in the mover (GS_OP_SPILL_DONE's arg2, arg3),
+ * each a span of its own: the gate closed and the contexts synchronized;
+ * new memory imported, mapped at the scratch, access set; copies issued
+ * and waited for (what the preparing and remapping beside them did not
+ * hide); old memory retained, slots remapped, the scratch let go. */
+struct gs_spill_times {
+        uint64_t sync_ns, prepare_ns, copy_ns, remap_ns;
+};
+
 /* pre: gs_conn.mu held, GPU gi's range reserved, slots[0..k) mapped,
  * distinct, k <= GS_MOVE_MAX.  Moves slot i's data into the memory of
- * fds[i] (a POSIX fd export) and maps that at the slot instead, stopping
- * at the first failure.  Every fd is closed.  Returns how many moved (a
- * prefix).  With the gate closed around the whole batch, on this thread. */
-uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, uint32_t k);
+ * fds[i] (a POSIX fd export; or, prep not NULL and prep[i] not
+ * UINT32_MAX, the memory prepared ahead with that id, gs_hook_spillprep.h,
+ * let go after) and maps that at the slot instead, stopping at the first
+ * failure.  Every fd is closed.  Returns how many moved (a
+ * prefix); *ret_t (if not NULL): where the time went.  With the gate
+ * closed around the whole batch, on this thread. */
+uint32_t gs_spill_move(const struct gs_cu *cu, uint32_t gi, const uint32_t *slots, int *fds, const uint32_t *prep,
+                       uint32_t k, struct gs_spill_times *ret_t);
 
 #endif

@@ -22,6 +22,7 @@
 #include "gs_check.h"
 #include "gs_check_gpu.h"
 #include "gs_gpu.h"
+#include "gs_allocs.h"
 #include "gs_gpu_int.h"
 #include "gs_log.h"
 
@@ -39,6 +40,9 @@ static struct gs_node ag;
 static struct gs_gpu *g;
 static struct gs_palloc *pa, *pb;
 static struct gs_pproc *ppa, *ppb;
+/* B as the agent knows it: its chunks' owner, charged for what a process
+ * of it may still hold. */
+static struct gs_allocation balloc;
 static char state[64];
 static uint32_t pokes; /* the main thread told that what is lent changed */
 static int fds_at_start;
@@ -75,6 +79,8 @@ static void open_gpu(uint32_t owed, uint32_t quiet_ms)
         ck_assert_int_eq(gs_palloc_new(g->pool, QUOTA_B, FREE_SYS + owed, &pb), 0);
         ck_assert_int_eq(gs_pproc_new(pa, 64, &ppa), 0);
         ck_assert_int_eq(gs_pproc_new(pb, 64, &ppb), 0);
+        balloc = (struct gs_allocation){ .nparts = 1 };
+        balloc.parts[0] = (struct gs_part){ .gpu = g->index, .pa = pb };
         for (uint32_t i = 0; i < QUOTA_B + FREE_SYS + owed; i++) {
                 struct gs_grant gr[4];
                 uint64_t off;
@@ -82,7 +88,7 @@ static void open_gpu(uint32_t owed, uint32_t quiet_ms)
                 int fd;
                 ck_assert_int_eq(gs_pproc_malloc(ppb, CHUNK, &off, gr, 4, &n), 0);
                 ck_assert_uint_eq(n, 1);
-                ck_assert_int_eq(gs_gpu_chunks_hand_out(g, gr, 1, NULL, PROC_B, &fd, err, sizeof(err)), 0);
+                ck_assert_int_eq(gs_gpu_chunks_hand_out(g, gr, 1, &balloc, PROC_B, &fd, err, sizeof(err)), 0);
                 ck_assert_int_ge(fd, 0);
         }
         gs_gpu_check_lending(g);
@@ -183,18 +189,49 @@ static int plan_out(struct gs_move_ent *e, char *err, size_t errlen)
 }
 
 /* Settles a batch; the lending check after it: the main thread is told
- * (poked) exactly when what is lent changed. */
-static void end(enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved, uint64_t proc)
+ * (poked) exactly when what is lent changed.  The device chunks a spill
+ * frees are pending at once, charged to B (a process of it may have kept
+ * their fds), until the scrubber makes them anew (gs_gpu_recycle_some,
+ * run here as the scrubber would): kept of them stay pending. */
+static void end_kept(enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved, uint64_t proc,
+                     uint32_t kept)
 {
         struct gs_pool_stats ps;
 
+        if (moved > n)
+                moved = n; /* as gs_gpu_move_end counts it */
         gs_gpu_lock(g);
+        uint32_t pending0 = g->chunks_pending, debt0 = palloc_stats(pb).chunks_debt;
         uint32_t lent = g->last_borrowed, pokes0 = pokes;
         gs_gpu_move_end(g, dir, e, n, moved, NULL, proc);
         gs_pool_stats(g->pool, &ps);
         ck_assert_uint_eq(g->last_borrowed, ps.chunks_borrowed);
         ck_assert_uint_eq(pokes, pokes0 + (ps.chunks_borrowed != lent));
+        if (dir == GS_MOVE_TO_HOST) {
+                ck_assert_uint_eq(g->chunks_pending, pending0 + moved);
+                ck_assert_uint_eq(palloc_stats(pb).chunks_debt, debt0 + moved);
+                for (uint32_t i = 0; i < moved; i++) {
+                        ck_assert_int_eq(g->chunks[e[i].from].state, GS_CHUNK_PENDING);
+                        ck_assert(!gs_pool_chunk_in_sys(g->pool, e[i].from));
+                }
+                ck_assert(g->moves.recycle_due == (moved != 0));
+                lent = g->last_borrowed;
+                pokes0 = pokes;
+                while (gs_gpu_recycle_some(g))
+                        ;
+                ck_assert(!g->moves.recycle_due);
+                ck_assert_uint_eq(g->chunks_pending, pending0 + kept);
+                ck_assert_uint_eq(palloc_stats(pb).chunks_debt, debt0 + kept);
+                gs_pool_stats(g->pool, &ps);
+                ck_assert_uint_eq(g->last_borrowed, ps.chunks_borrowed);
+                ck_assert_uint_eq(pokes, pokes0 + (ps.chunks_borrowed != lent));
+        }
         gs_gpu_unlock(g);
+}
+
+static void end(enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved, uint64_t proc)
+{
+        end_kept(dir, e, n, moved, proc, 0);
 }
 
 /* The owner wants want_n (0: what it wanted stands); a batch out of n
@@ -273,6 +310,47 @@ START_TEST(test_out_all)
         ck_assert_uint_eq(gs_gpu_spare_record_free(g), UINT32_MAX);
         gs_gpu_unlock(g);
         ck_assert_int_eq(plan_out(e, err, sizeof(err)), 0);
+}
+END_TEST
+
+/* B's process kept the fd of a chunk it moved out (a hostile hook): the
+ * driver has no room to make that chunk anew while the memory lives, so it
+ * stays pending and charged to B from the settling on (never handed to A
+ * with B still able to reach it, never free for B to take again); the
+ * other is made anew and repays A.  The fd closed: made, charged to
+ * nobody, A repaid. */
+START_TEST(test_out_kept_fd)
+{
+        struct gs_move_ent e[GS_MOVE_MAX];
+        char err[256];
+
+        want(2);
+        ck_assert_int_eq(plan_out(e, err, sizeof(err)), 2);
+        gs_gpu_lock(g);
+        int kept = dup(g->chunks[e[0].from].fd);
+        gs_gpu_unlock(g);
+        ck_assert_int_ge(kept, 0);
+        end_kept(GS_MOVE_TO_HOST, e, 2, 2, PROC_B, 1);
+        gs_gpu_lock(g);
+        /* One of the two records is pending, without memory (the driver
+         * had room for one: which record gets it does not matter). */
+        ck_assert_uint_eq(
+                (g->chunks[e[0].from].state == GS_CHUNK_PENDING) + (g->chunks[e[1].from].state == GS_CHUNK_PENDING), 1);
+        ck_assert_uint_eq((g->chunks[e[0].from].fd < 0) + (g->chunks[e[1].from].fd < 0), 1);
+        ck_assert_uint_eq(gs_palloc_owed(pa), 1);
+        /* Still held: the usage scan's retry finds no room either. */
+        gs_gpu_retry_pending(g);
+        ck_assert_uint_eq(g->chunks_pending, 1);
+        ck_assert_uint_eq(palloc_stats(pb).chunks_debt, 1);
+        gs_gpu_unlock(g);
+        ck_assert_int_eq(close(kept), 0);
+        gs_gpu_lock(g);
+        gs_gpu_retry_pending(g);
+        ck_assert_uint_eq(g->chunks_pending, 0);
+        ck_assert_uint_eq(palloc_stats(pb).chunks_debt, 0);
+        ck_assert_uint_eq(gs_palloc_owed(pa), 0);
+        check_books(0);
+        gs_gpu_unlock(g);
 }
 END_TEST
 
@@ -551,6 +629,85 @@ START_TEST(test_prepare_ahead)
 }
 END_TEST
 
+/* Host memory made ahead and prepared in B's mover (GS_OP_SPILL_PREP):
+ * as many as are made (spillMax: 2), never for a reclaim in progress;
+ * B's move takes its prepared spares first, without an fd to send; what
+ * is left is B's alone; not needed (B borrows nothing), it is held by B
+ * and the agent keeps none of it; B gone, nothing is left. */
+START_TEST(test_prepared_in_process)
+{
+        struct gs_move_ent e[GS_MOVE_MAX];
+        struct gs_pproc *ppc;
+        struct gs_spill_job j;
+        uint32_t ids[GS_MOVE_MAX];
+        int fds[GS_MOVE_MAX];
+        bool release;
+
+        gs_gpu_lock(g);
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppb, PROC_B, ids, fds, GS_MOVE_MAX, &release), 0);
+        while (gs_gpu_spill_prepare_pick(g, &j)) {
+                gs_gpu_spill_prepare_work(g, &j);
+                ck_assert(gs_gpu_spill_prepare_end(g, &j));
+        }
+        ck_assert(gs_gpu_spill_prep_due(g, ppb, PROC_B));
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppb, PROC_B, ids, fds, GS_MOVE_MAX, &release), NSPARE);
+        ck_assert(!release);
+        for (uint32_t i = 0; i < NSPARE; i++) {
+                ck_assert_int_ge(fds[i], 0);
+                ck_assert_int_ne(fds[i], g->moves.spares[ids[i]].fd); /* a copy to send */
+                close(fds[i]);
+        }
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), NSPARE);
+        ck_assert(!gs_gpu_spill_prep_due(g, ppb, PROC_B));
+        ck_assert(!gs_gpu_spill_prepare_pick(g, &j)); /* prepared counts as made */
+        ck_assert_uint_eq(gs_gpu_spare_record_free(g), UINT32_MAX);
+        gs_gpu_unlock(g);
+        spill_out(e, 1, 1, 1, PROC_B);
+        ck_assert(e[0].prep);
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), 1);
+        /* B borrows nothing any more (a record of B's that holds nothing
+         * stands for it): the prepared one is held by B, no memory kept. */
+        ck_assert_int_eq(gs_pproc_new(pb, 64, &ppc), 0);
+        ck_assert(gs_gpu_spill_prep_due(g, ppc, PROC_B));
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppc, PROC_B, ids, fds, GS_MOVE_MAX, &release), 0);
+        ck_assert(release);
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), 0);
+        ck_assert_uint_eq(gs_gpu_spill_held(g), 1);
+        ck_assert_uint_eq(gs_gpu_spill_ready(g), 0);
+        ck_assert(!gs_gpu_spill_prep_due(g, ppc, PROC_B));
+        gs_pproc_del(ppc);
+        /* B gone: nothing held. */
+        ck_assert_uint_eq(gs_gpu_spill_release_holder(g, PROC_B), 1);
+        ck_assert_uint_eq(gs_gpu_spill_held(g), 0);
+        check_books(0);
+        gs_gpu_unlock(g);
+}
+END_TEST
+
+/* Prepared in a process that exits: ready again for anyone. */
+START_TEST(test_prepared_gone)
+{
+        struct gs_spill_job j;
+        uint32_t ids[GS_MOVE_MAX];
+        int fds[GS_MOVE_MAX];
+        bool release;
+
+        gs_gpu_lock(g);
+        while (gs_gpu_spill_prepare_pick(g, &j)) {
+                gs_gpu_spill_prepare_work(g, &j);
+                ck_assert(gs_gpu_spill_prepare_end(g, &j));
+        }
+        ck_assert_uint_eq(gs_gpu_spill_prep_plan(g, ppb, PROC_B, ids, fds, 1, &release), 1);
+        close(fds[0]);
+        ck_assert_uint_eq(gs_gpu_spill_release_holder(g, PROC_B), 0);
+        ck_assert_uint_eq(gs_gpu_spill_prepared(g), 0);
+        ck_assert_uint_eq(gs_gpu_spill_ready(g), NSPARE);
+        ck_assert_int_ge(g->moves.spares[ids[0]].fd, 0);
+        check_books(0);
+        gs_gpu_unlock(g);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("movespill");
@@ -563,7 +720,9 @@ int main(void)
                   setup_owed2,
                   { test_nothing_wanted, test_out_all, test_out_some, test_out_none, test_out_gone,
                     test_out_more_than_planned, test_back_all, test_back_none, test_prepare_ahead,
-                    test_back_from_system } },
+                    test_back_from_system, test_prepared_in_process } },
+                { "kept", setup_owed2, { test_out_kept_fd } },
+                { "owed2b", setup_owed2, { test_prepared_gone } },
                 { "owed3", setup_owed3, { test_spill_max } },
                 { "quiet", setup_quiet, { test_back_waits } },
         };

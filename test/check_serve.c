@@ -50,7 +50,7 @@ START_TEST(test_gpu_out_of_range)
         static const uint32_t ops[] = { GS_OP_ALLOC,    GS_OP_FREE,       GS_OP_MEMINFO,     GS_OP_RANGE,
                                         GS_OP_RELEASE,  GS_OP_VMM_CREATE, GS_OP_VMM_RELEASE, GS_OP_IPC_EXPORT,
                                         GS_OP_IPC_OPEN, GS_OP_CTX,        GS_OP_CTX_DONE,    GS_OP_GIVE_BACK,
-                                        GS_OP_SPILL,    GS_OP_SPILL_DONE, GS_OP_NOTIFY };
+                                        GS_OP_SPILL,    GS_OP_SPILL_DONE, GS_OP_NOTIFY,      GS_OP_SPILL_PREP };
         static const uint32_t gpus[] = { 1, GS_MAX_GPUS_PER_ALLOC, UINT32_MAX };
         uint64_t off = alloc_ok(MiB, 1);
 
@@ -176,9 +176,9 @@ END_TEST
 
 START_TEST(test_unknown_op)
 {
-        static const uint32_t ops[] = { 0, GS_OP_QOS + 1, 100, UINT32_MAX,
+        static const uint32_t ops[] = { 0, GS_OP_SPILL_PREP + 1, 100, UINT32_MAX,
                                         /* known, not announced to this process */
-                                        GS_OP_SPILL, GS_OP_SPILL_DONE,
+                                        GS_OP_SPILL, GS_OP_SPILL_DONE, GS_OP_SPILL_PREP,
                                         /* no notification eventfd to send */
                                         GS_OP_NOTIFY };
         uint64_t off = alloc_ok(MiB, 1);

@@ -219,6 +219,7 @@ void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret)
         ret->chunks_borrowable = gs_gsm_alloc_obtainable(&a->g) - a->g.own.count;
         ret->nprocs = a->g.nprocs;
         ret->chunks_owed = a->g.owed;
+        ret->chunks_debt = a->g.debt;
         ret->chunks_spilled = a->g.spilled;
         ret->nblocks = a->nblocks;
         ret->bytes_requested = a->bytes_requested;

@@ -74,6 +74,7 @@ struct gs_palloc_stats {
         uint32_t chunks_borrowable; /* more it may borrow now (cap and system list) */
         uint32_t chunks_spilled;    /* of chunks_borrowed, spares: data in host memory */
         uint32_t chunks_owed;       /* lent out of its quota (gs_gsm_alloc.owed) */
+        uint32_t chunks_debt;       /* charged for memory a process may still hold (gs_palloc_debt) */
         uint32_t nprocs;
         uint64_t nblocks;         /* live blocks of all its processes */
         uint64_t bytes_requested; /* sum of sizes asked for by its processes */

@@ -32,6 +32,14 @@ struct gs_spare {
          * until that process is gone (gs_gpu_spill_release_holder); 0:
          * none.  The agent itself keeps no handle of it then. */
         uint64_t holder;
+        /* The id of a live process whose mover has this host memory
+         * prepared (GS_OP_SPILL_PREP: imported, mapped at its scratch) for
+         * a move of its own to come; the agent keeps its handle and fd
+         * too.  Used in that process's moves only; once its process is
+         * gone it is ready again (the process's import went with it), once
+         * not needed or the process reconnected it is held by the
+         * process (holder).  0: none. */
+        uint64_t prep;
 };
 
 /* One slot's move: the record at the slot (from) gives way to to, whose
@@ -39,16 +47,49 @@ struct gs_spare {
 struct gs_move_ent {
         uint32_t slot, from, to;
         int fd;
+        bool prep; /* to's host memory is prepared in the process: no fd sent */
+};
+
+/* Where a batch's time goes, in order (docs/burst.md "Giving it back"):
+ * the agent plans (host memory made, if it was not ready ahead); in the
+ * process, as its mover says (GS_OP_SPILL_DONE): the launch gate closed
+ * and the GPU synchronized, host memory imported and mapped at scratch
+ * addresses (what of it the copy did not hide), the copy, the slots
+ * remapped (what of it the copy did not hide); the rest of the time the
+ * agent saw in the process is the wire (fds sent, calls answered); then
+ * the agent settles (records exchanged, chunks made anew). */
+enum gs_move_phase {
+        GS_PHASE_PLAN,
+        GS_PHASE_SYNC,
+        GS_PHASE_PREPARE,
+        GS_PHASE_COPY,
+        GS_PHASE_REMAP,
+        GS_PHASE_WIRE,
+        GS_PHASE_SETTLE,
+        GS_PHASE_N
+};
+/* "plan", "sync", ...: the metric's label and the log's words. */
+extern const char *const gs_move_phase_names[GS_PHASE_N];
+
+/* A take-back's spilling: the batches to host memory from the first after
+ * nothing was wanted back to the one after which nothing is (logged then,
+ * once). */
+struct gs_gpu_takeback {
+        uint64_t ns[GS_PHASE_N];
+        uint64_t start_ns; /* the first batch planned (0: none yet) */
+        uint32_t batches;
+        uint32_t chunks;
 };
 
 /* Moves since the GPU was opened (gs_gpu_move_*). */
 struct gs_gpu_move_stats {
-        uint64_t chunks_out;     /* moved to host memory */
-        uint64_t chunks_back;    /* moved back to the GPU */
-        uint64_t refused;        /* spills that found no host memory (spillMax) */
-        uint64_t moves;          /* batches, both ways */
-        uint64_t move_ns;        /* their time in all, as the agent saw it */
-        uint64_t take_back_asks; /* owners' requests that made the agent ask for moves */
+        uint64_t chunks_out;           /* moved to host memory */
+        uint64_t chunks_back;          /* moved back to the GPU */
+        uint64_t refused;              /* spills that found no host memory (spillMax) */
+        uint64_t moves;                /* batches, both ways */
+        uint64_t move_ns;              /* their time in all, as the agent saw it */
+        uint64_t take_back_asks;       /* owners' requests that made the agent ask for moves */
+        uint64_t spill_ns[GS_PHASE_N]; /* batches to host memory, by phase */
 };
 
 /* The part: the pool's records [nchunks, nchunks + nspare) are spares
@@ -65,6 +106,12 @@ struct gs_gpu_moves {
         int64_t last_want_ms;       /* the last owner's request for lent memory */
         int64_t move_back_quiet_ms; /* config moveBackQuiet; set at open */
         struct gs_gpu_move_stats st;
+        struct gs_gpu_takeback tb;
+        /* A batch to host memory is being settled: the device chunks it
+         * frees are pending (charged to the borrower) and made anew later,
+         * and recycle_due
+         * says the scrubber has such chunks to make (gs_gpu_recycle_some). */
+        bool settling, recycle_due;
 };
 
 /* Before the pool is made: spillMax / chunk spare records (at most the
@@ -87,17 +134,45 @@ int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir
  * did not map stays held by proc (struct gs_spare's holder). */
 void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_move_ent *e, uint32_t n, uint32_t moved,
                      struct gs_allocation *owner, uint64_t proc);
+/* Under g->lock, after gs_gpu_move_end: the batch's time by phase
+ * (ns[GS_PHASE_N]; moved of n chunks).  A move to host memory adds to the
+ * totals (st.spill_ns) and to the take-back's; once nothing is wanted
+ * back nor moving out, the take-back is logged in one line and begins
+ * anew. */
+void gs_gpu_move_timed(struct gs_gpu *g, enum gs_move_dir dir, const uint64_t ns[GS_PHASE_N], uint32_t moved);
+/* Host memory made ahead past what is owed, while anything is (spares). */
+#define GS_PREP_MARGIN (2u * GS_MOVE_MAX)
 /* Under g->lock: chunks whose data sits in host memory now. */
 uint32_t gs_gpu_spilled(struct gs_gpu *g);
 /* Under g->lock: spares whose host memory is made (ready, or in a move). */
 uint32_t gs_gpu_spill_ready(const struct gs_gpu *g);
+/* Under g->lock: the mover of process proc (pp its chunks on g) asks for
+ * host memory ahead of its moves (GS_OP_SPILL_PREP).  While it borrows
+ * chunks with device memory and something is owed on g: up to max spares
+ * whose host memory is made and that nobody uses (never more than its
+ * borrowed chunks, nor GS_PREP_MAX prepared and held by it in all) are
+ * prepared for it: their ids (spare indices) and fds (copies: the caller
+ * sends and closes them) in ids, fds; how many.  When
+ * it borrows nothing any more (device or host memory), what it has
+ * prepared is not needed: *ret_release, and those spares are held by
+ * it until it exits (it may keep the memory). */
+uint32_t gs_gpu_spill_prep_plan(struct gs_gpu *g, struct gs_pproc *pp, uint64_t proc, uint32_t *ids, int *fds,
+                                uint32_t max, bool *ret_release);
+/* Under g->lock: whether proc's mover has preparing to do: what
+ * gs_gpu_spill_prep_plan would give it, or release. */
+bool gs_gpu_spill_prep_due(struct gs_gpu *g, struct gs_pproc *pp, uint64_t proc);
+/* Under g->lock: spares prepared in processes (prep). */
+uint32_t gs_gpu_spill_prepared(const struct gs_gpu *g);
 /* Under g->lock: spares held by processes that kept their fd (holder). */
 uint32_t gs_gpu_spill_held(const struct gs_gpu *g);
 /* Under g->lock: process proc is gone: the spares it held are free again
- * (their host memory went with it).  How many. */
+ * (their host memory went with it), those prepared in it ready again.
+ * How many were held. */
 uint32_t gs_gpu_spill_release_holder(struct gs_gpu *g, uint64_t proc);
 /* Under g->lock: the spares proc held are held by to (the same process's
- * new record: it reconnected, gs_proc_take_over_closed).  How many. */
+ * new record: it reconnected, gs_proc_take_over_closed), and so are
+ * those prepared in it (its mover lets them go on a new connection, but
+ * may keep them).  How many were held. */
 uint32_t gs_gpu_spill_pass_holder(struct gs_gpu *g, uint64_t proc, uint64_t to);
 /* Under g->lock, restoring after a restart: a spare held by process proc
  * (tag, slot: the spill record's entry, GS_LEDGER_HELD) as before it.

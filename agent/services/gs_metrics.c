@@ -30,7 +30,7 @@ struct gs_metrics {
 struct gpu_snap {
         struct gs_pool_stats st;
         uint32_t units_allocated, units_lent, units_draining, units_restoring;
-        uint32_t spilled, owed, spill_ready, spill_held;
+        uint32_t spilled, owed, spill_ready, spill_held, spill_prep;
         struct gs_gpu_move_stats mv;
 };
 
@@ -246,6 +246,7 @@ static int snap_gpus(struct gs_agent *ag, struct snap *sn)
                         s->owed = gs_pool_owed(g->pool);
                         s->spill_ready = gs_gpu_spill_ready(g);
                         s->spill_held = gs_gpu_spill_held(g);
+                        s->spill_prep = gs_gpu_spill_prepared(g);
                         s->mv = g->moves.st;
                         gs_gpu_unlock(g);
                         s->units_lent = gs_gpu_units_lent(g);
@@ -340,13 +341,10 @@ static void render_gpus(struct gs_mx_buf *b, struct gs_agent *ag, const struct s
         GPU_FAMILY("chunks_spilled", "Chunks whose data borrowers hold in host memory now (docs/burst.md).",
                    s->spilled);
         GPU_FAMILY("chunks_owed", "Chunks lent out of allocations' quotas, owed back to them.", s->owed);
-        GPU_FAMILY("chunks_spill_held",
-                   "Spare host memory a live process was sent in a move it did not do, "
-                   "charged to spillMax until it exits (docs/burst.md).",
+        GPU_FAMILY("chunks_spill_held", "Spare host memory a live process may keep, charged until it exits.",
                    s->spill_held);
-        GPU_FAMILY("spill_host_bytes",
-                   "Host memory for spilled data: spilled chunks, host memory made ahead "
-                   "for owed ones and kept by processes that did not move (at most spillMax).",
+        GPU_FAMILY("chunks_spill_prepared", "Spare host memory prepared ahead in borrowers' movers.", s->spill_prep);
+        GPU_FAMILY("spill_host_bytes", "Host memory for spills: spilled, made ahead, held (at most spillMax).",
                    (uint64_t)(s->spilled + s->spill_ready + s->spill_held) * g->chunk_bytes);
         GPU_FAMILY_T("counter", "chunks_moved_out_total", "Chunks moved to host memory.", "%llu",
                      (unsigned long long)s->mv.chunks_out);
@@ -356,6 +354,17 @@ static void render_gpus(struct gs_mx_buf *b, struct gs_agent *ag, const struct s
                      (unsigned long long)s->mv.moves);
         GPU_FAMILY_T("counter", "move_seconds_total", "Time the batches of moves took, from planning to settling.",
                      "%.6f", (double)s->mv.move_ns / 1e9);
+        gs_mx_family(b, "gshare_gpu_spill_phase_seconds_total", "counter",
+                     "Time of the batches of moves to host memory, by phase (docs/burst.md \"Giving it back\").");
+        for (uint32_t i = 0; i < ag->node.ngpus; i++)
+                for (int ph = 0; ph < GS_PHASE_N; ph++) {
+                        gs_mx_put(b, "gshare_gpu_spill_phase_seconds_total{");
+                        gs_mx_label(b, "gpu", ag->node.gpus[i].uuid, true);
+                        gs_mx_label(b, "phase", gs_move_phase_names[ph], false);
+                        if (node)
+                                gs_mx_label(b, "node", node, false);
+                        gs_mx_put(b, "} %.6f\n", (double)sn->gs[i].mv.spill_ns[ph] / 1e9);
+                }
         GPU_FAMILY_T("counter", "spills_refused_total", "Spills that found no host memory left (spillMax).", "%llu",
                      (unsigned long long)s->mv.refused);
         GPU_FAMILY("units", "Units of the resource the GPU offers.", g->units_total);

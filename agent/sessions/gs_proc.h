@@ -123,6 +123,9 @@ struct gs_proc {
         uint32_t nexports;     /* atomic: live IPC exports (gs_ipc.h) */
         bool over_killed;      /* main: killed by the over-quota policy (gs_usage.h) */
         bool move_feature;     /* GS_FEAT_SPILL announced to it */
+        /* Its mover asked GS_OP_SPILL_PREP once (a hook that knows it);
+         * woken once to find out (main thread). */
+        bool prep_asked, prep_rung;
         /* Compute QoS (gs_proc_qos.h), its worker's: its slot + 1 on
          * GPU qos_gpu's board (0: none). */
         uint32_t qos_slot1, qos_gpu;

@@ -395,6 +395,10 @@ int gs_serve_one(struct gs_proc *p, const struct gs_ring_msg *req, struct gs_rin
                 if (!p->move_feature)
                         break;
                 return gs_serve_spill_done(p, pg, req, rep);
+        case GS_OP_SPILL_PREP:
+                if (!p->move_feature)
+                        break;
+                return gs_serve_spill_prep(p, pg, req, rep);
         case GS_OP_NOTIFY:
                 /* The fd lives with the record; sending passes a reference. */
                 if (p->notify_fd < 0)

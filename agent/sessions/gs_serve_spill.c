@@ -67,8 +67,12 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
                 log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index,
                              p->pid, p->comm, err);
         for (int i = 0; i < n; i++) {
-                int r = gs_sockmsg_send_grant(p->sock, GS_SOCK_MOVE, req, pg->move[i].slot, g->chunk_bytes,
-                                              pg->move[i].fd, &p->stop);
+                /* Prepared ahead: the process has the memory, named by id. */
+                const struct gs_move_ent *m = &pg->move[i];
+                int r = m->prep ? gs_sockmsg_send_grant(p->sock, GS_SOCK_MOVE_PREP, req, m->slot, m->to - g->nchunks,
+                                                        -1, &p->stop)
+                                : gs_sockmsg_send_grant(p->sock, GS_SOCK_MOVE, req, m->slot, g->chunk_bytes, m->fd,
+                                                        &p->stop);
                 if (r < 0)
                         return r; /* the connection ends; the moves are undone with the process */
         }
@@ -77,19 +81,49 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
         return 0;
 }
 
+/* The batch's phases (gs_gpu_spill.h): the agent's plan, the process's
+ * own four as it says (a hostile one's words are all dropped if they sum
+ * past the time the agent saw in the process), the rest of that time the
+ * wire's. */
+static void batch_phases(const struct gs_proc_gpu *pg, const struct gs_ring_msg *req, uint64_t in_ns,
+                         uint64_t ns[GS_PHASE_N])
+{
+        uint64_t said = 0;
+
+        ns[GS_PHASE_PLAN] = pg->move_plan_ns;
+        ns[GS_PHASE_SYNC] = GS_MOVE_US_LO(req->arg[2]) * 1000ull;
+        ns[GS_PHASE_PREPARE] = GS_MOVE_US_HI(req->arg[2]) * 1000ull;
+        ns[GS_PHASE_COPY] = GS_MOVE_US_LO(req->arg[3]) * 1000ull;
+        ns[GS_PHASE_REMAP] = GS_MOVE_US_HI(req->arg[3]) * 1000ull;
+        for (int i = GS_PHASE_SYNC; i <= GS_PHASE_REMAP; i++)
+                said += ns[i];
+        if (said > in_ns) {
+                for (int i = GS_PHASE_SYNC; i <= GS_PHASE_REMAP; i++)
+                        ns[i] = 0;
+                said = 0;
+        }
+        ns[GS_PHASE_WIRE] = in_ns - said;
+        ns[GS_PHASE_SETTLE] = 0;
+}
+
 int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                         struct gs_ring_msg *rep)
 {
         struct gs_gpu *g = pg->g;
-        uint64_t moved = req->arg[0];
+        uint64_t moved = req->arg[0], ns[GS_PHASE_N];
 
         if (!pg->nmove || req->arg[1] != pg->move_dir || moved > pg->nmove) {
                 rep->status = -EPROTO;
                 return 0;
         }
-        uint64_t t1 = gs_mono_ns(), n = pg->nmove;
+        uint64_t t1 = gs_mono_ns(), n = pg->nmove, prep = 0;
+        for (uint32_t i = 0; i < pg->nmove; i++)
+                prep += pg->move[i].prep;
+        batch_phases(pg, req, t1 - pg->move_start_ns, ns);
         gs_gpu_lock(g);
         gs_gpu_move_end(g, (enum gs_move_dir)pg->move_dir, pg->move, pg->nmove, (uint32_t)moved, p->alloc, p->id);
+        ns[GS_PHASE_SETTLE] = gs_mono_ns() - t1;
+        gs_gpu_move_timed(g, (enum gs_move_dir)pg->move_dir, ns, (uint32_t)moved);
         g->moves.st.moves++;
         g->moves.st.move_ns += t1 - pg->move_start_ns + pg->move_plan_ns;
         pg->nmove = 0;
@@ -101,11 +135,48 @@ int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct 
                              "chunks to the host memory it was sent: it keeps it, charged to spillMax until it exits "
                              "(%u of %u spares held so)",
                              g->index, p->pid, p->comm, (unsigned long long)(n - moved), held, g->moves.nspare);
-        log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s: %.1f ms to prepare, %.1f ms in the process, "
-                 "%.1f ms to settle",
+        log_info("GPU %u: process %d (%s) moved %llu of %llu chunks %s (%llu prepared ahead): %.1f ms to plan, %.1f ms "
+                 "in the process (sync %.1f, prepare %.1f, copy %.1f, remap %.1f, wire %.1f), %.1f ms to settle",
                  g->index, p->pid, p->comm, (unsigned long long)moved, (unsigned long long)n,
-                 pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU", pg->move_plan_ns / 1e6,
-                 (t1 - pg->move_start_ns) / 1e6, (gs_mono_ns() - t1) / 1e6);
+                 pg->move_dir == GS_MOVE_TO_HOST ? "to host memory" : "back to the GPU", (unsigned long long)prep,
+                 pg->move_plan_ns / 1e6, (t1 - pg->move_start_ns) / 1e6, ns[GS_PHASE_SYNC] / 1e6,
+                 ns[GS_PHASE_PREPARE] / 1e6, ns[GS_PHASE_COPY] / 1e6, ns[GS_PHASE_REMAP] / 1e6, ns[GS_PHASE_WIRE] / 1e6,
+                 ns[GS_PHASE_SETTLE] / 1e6);
         gs_agent_poke(p->agent);
+        return 0;
+}
+
+/* Host memories sent ahead per GS_OP_SPILL_PREP: an owner that asks while
+ * a mover imports them waits for at most this many imports (the next round
+ * gets none while memory is wanted back). */
+#define GS_PREP_ROUND 8u
+
+int gs_serve_spill_prep(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                        struct gs_ring_msg *rep)
+{
+        struct gs_gpu *g = pg->g;
+        uint32_t ids[GS_MOVE_MAX], n, prepared;
+        int fds[GS_MOVE_MAX], r = 0;
+        bool release;
+
+        __atomic_store_n(&p->prep_asked, true, __ATOMIC_RELAXED);
+        gs_gpu_lock(g);
+        n = gs_ipc_count(p) ? 0 : gs_gpu_spill_prep_plan(g, pg->pp, p->id, ids, fds, GS_PREP_ROUND, &release);
+        prepared = gs_gpu_spill_prepared(g);
+        gs_gpu_unlock(g);
+        for (uint32_t i = 0; i < n; i++) {
+                if (r == 0)
+                        r = gs_sockmsg_send_grant(p->sock, GS_SOCK_PREP, req, ids[i], g->chunk_bytes, fds[i], &p->stop);
+                close(fds[i]);
+        }
+        if (r < 0)
+                return r; /* the connection ends; what was prepared goes with the process */
+        if (n || release)
+                log_debug("GPU %u: process %d (%s): %s (%u prepared in processes in all)", g->index, p->pid, p->comm,
+                          release ? "its host memory prepared ahead is not needed any more"
+                                  : "host memory prepared ahead",
+                          prepared);
+        rep->arg[0] = n;
+        rep->arg[1] = release;
         return 0;
 }

@@ -13,5 +13,9 @@ bool gs_spill_feature(const struct gs_agent *ag, const struct gs_allocation *a);
 int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, struct gs_ring_msg *rep);
 int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                         struct gs_ring_msg *rep);
+/* GS_OP_SPILL_PREP (a worker, the process's turn): host memory ahead of
+ * the process's moves, or word that what it prepared is not needed. */
+int gs_serve_spill_prep(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
+                        struct gs_ring_msg *rep);
 
 #endif

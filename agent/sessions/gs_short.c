@@ -221,7 +221,7 @@ static void take_back(struct gs_agent *ag)
 {
         for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
                 struct gs_gpu *g = &ag->node.gpus[gi];
-                bool out, back;
+                bool out, back, prep;
 
                 if (!g->moves.nspare || !g->pool)
                         continue;
@@ -229,6 +229,8 @@ static void take_back(struct gs_agent *ag)
                 out = g->moves.spill_want > g->moves.moving_out;
                 back = !g->moves.spill_want && gs_mono_ms() - g->moves.last_want_ms >= g->moves.move_back_quiet_ms &&
                        gs_gpu_spilled(g) && gs_pool_lendable(g->pool);
+                /* Host memory to prepare in borrowers, or prepared to let go. */
+                prep = gs_gpu_spill_ready(g) != 0;
                 if (g->moves.spill_want && !gs_pool_owed(g->pool))
                         g->moves.spill_want = 0; /* repaid meanwhile (given back, exits) */
                 if (!g->moves.spill_want)
@@ -240,7 +242,7 @@ static void take_back(struct gs_agent *ag)
                 gs_gpu_unlock(g);
                 if (kill)
                         kill_borrower(ag, gi);
-                if (!out && !back)
+                if (!out && !back && !prep)
                         continue;
                 for (struct gs_allocation *a = ag->node.allocs; a; a = a->next)
                         for (uint32_t i = 0; i < a->nparts; i++) {
@@ -252,7 +254,16 @@ static void take_back(struct gs_agent *ag)
                                                 continue;
                                         gs_gpu_lock(g);
                                         uint32_t slot;
-                                        bool has = gs_pproc_move_slots(p->gpus[i].pp, back && !out, &slot, 1) != 0;
+                                        bool has = (out || back) &&
+                                                   gs_pproc_move_slots(p->gpus[i].pp, back && !out, &slot, 1) != 0;
+                                        /* A hook that never asked is woken
+                                         * once to find out whether it can. */
+                                        if (!has && prep &&
+                                            (__atomic_load_n(&p->prep_asked, __ATOMIC_RELAXED) || !p->prep_rung) &&
+                                            gs_gpu_spill_prep_due(g, p->gpus[i].pp, p->id)) {
+                                                has = true;
+                                                p->prep_rung = true;
+                                        }
                                         gs_gpu_unlock(g);
                                         if (has)
                                                 ring_mover(p);

@@ -5,14 +5,18 @@
  *   e2e_spill borrow MIB BLOCK_MIB
  *       allocate BLOCK_MIB blocks up to MIB or out of memory, each filled
  *       with its own 32-bit pattern; print "ready N" (MiB obtained); then:
- *         check     read every block back: "check ok host H" (H: bytes of
- *                   host memory this process maps, fakecuda_host_bytes) or
- *                   "check bad block I"
+ *         check     read every block back: "check ok host H all T" (H:
+ *                   bytes of host memory under its blocks, its data moved
+ *                   there; T: all the host memory this process maps,
+ *                   fakecuda_host_bytes, prepared ahead by its mover too)
+ *                   or "check bad block I"
  *         hold      hold the fake driver's work queue, launch the fake
  *                   kernel writing 0x5EED0001 over block 0 (queued, not
  *                   run: a move's synchronization waits for it): "held"
  *         release   let the queue go, synchronize: block 0's pattern is
  *                   the kernel's from now on: "released"
+ *         free      free every block: "freed all T"
+ *         host      "host H all T" (as check, without reading the blocks)
  *         quit
  *   e2e_spill own MIB BLOCK_MIB
  *       allocate BLOCK_MIB blocks up to MIB: "own got N ms T" (T: the
@@ -82,6 +86,19 @@ static uint64_t host_bytes(void)
         return f ? f() : UINT64_MAX;
 }
 
+/* Of it, the bytes under this process's blocks (its data in host memory;
+ * the rest is host memory its mover prepared ahead). */
+static uint64_t data_host_bytes(void)
+{
+        uint64_t (*f)(CUdeviceptr, size_t) =
+                (uint64_t(*)(CUdeviceptr, size_t))dlsym(RTLD_DEFAULT, "fakecuda_host_bytes_in");
+        uint64_t n = 0;
+
+        for (size_t i = 0; f && i < nblk; i++)
+                n += f(blk[i], bsize);
+        return f ? n : UINT64_MAX;
+}
+
 static size_t alloc_upto(uint64_t mib)
 {
         size_t n = 0;
@@ -113,7 +130,8 @@ static int borrow(uint64_t mib)
                                 if (!block_ok(i, i == 0 && kernel0))
                                         bad = i;
                         if (bad == SIZE_MAX)
-                                printf("check ok host %llu\n", (unsigned long long)host_bytes());
+                                printf("check ok host %llu all %llu\n", (unsigned long long)data_host_bytes(),
+                                       (unsigned long long)host_bytes());
                         else
                                 printf("check bad block %zu\n", bad);
                 } else if (strncmp(line, "hold", 4) == 0 && hold && kern && nblk) {
@@ -133,6 +151,15 @@ static int borrow(uint64_t mib)
                         if (r != CUDA_SUCCESS)
                                 die("cuCtxSynchronize", r);
                         printf("released\n");
+                } else if (strncmp(line, "free", 4) == 0) {
+                        for (size_t i = 0; i < nblk; i++)
+                                if (cuMemFree(blk[i]) != CUDA_SUCCESS)
+                                        die("cuMemFree", CUDA_ERROR_UNKNOWN);
+                        nblk = 0;
+                        printf("freed all %llu\n", (unsigned long long)host_bytes());
+                } else if (strncmp(line, "host", 4) == 0) {
+                        printf("host %llu all %llu\n", (unsigned long long)data_host_bytes(),
+                               (unsigned long long)host_bytes());
                 } else if (strncmp(line, "quit", 4) == 0) {
                         return 0;
                 } else {

@@ -7,12 +7,15 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
   lend      A (4 units, 8 chunks) is idle; B (2 units, burst 864 MiB: the
             pool, contexts charged a chunk each as on a GPU) fills 832 MiB
             with checksummed blocks: the 15 free chunks and A's 8 idle ones
-            (A is owed them)
+            (A is owed them); host memory for them is made ahead and
+            prepared in B's mover (imported, mapped at its scratch)
   reclaim   A's process makes its context and allocates 224 MiB: it gets
             them (waiting while
             B's mover copies 8 chunks to host memory and remaps them at the
-            same addresses); B's checksums hold, B maps 256 MiB of host
-            memory, gsharectl shows 8 chunks spilled and nothing owed
+            same addresses) into the host memory prepared ahead; B's
+            checksums hold, B maps 256 MiB of host memory under its data,
+            gsharectl shows 8 chunks spilled and nothing owed; the
+            take-back logged with its time by phase and counted
   back      A frees and exits: B's data comes back to the GPU (host memory
             0, nothing spilled), checksums intact
   during    B's fake kernel is queued and held when A asks again: B's
@@ -28,8 +31,14 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
   last      a second agent with spillMax 64Mi (2 chunks of host memory):
             A's request gets 2 chunks moved and no more; without
             reclaimKillAfter it fails with out of memory after its
-            patience (a catchable error), B untouched; with
+            patience (a catchable error), B untouched; spillMax reached
+            while preparing too: 2 chunks prepared in B, the 2 moved; with
             reclaimKillAfter 1s B is killed and A gets its memory
+  prep_unneeded
+            host memory prepared ahead in B (as much as is owed), then
+            B frees all it borrowed: it lets that memory go
+            (charged to it until it exits), and once it exits nothing is
+            held, prepared or made
   hostile_keep
             spillMax 64Mi again; the borrower is a raw-wire process
             (e2e_keptfd spill) whose mover keeps every host memory fd it
@@ -43,10 +52,12 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
 
 Environment: B (build dir), SANITIZE (see test_e2e.py)."""
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_e2e as e  # noqa: E402
@@ -101,7 +112,7 @@ def owner_and_borrower(ag):
 
 def main():
     cases = {"moves": moves, "last_nokill": lambda tmp: last(tmp, False), "last_kill": lambda tmp: last(tmp, True),
-             "hostile_keep": hostile_keep}
+             "hostile_keep": hostile_keep, "prep_unneeded": prep_unneeded}
     chosen = e.chosen_cases(list(cases))
     e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL, NVML, e.KEPTFD)
     tmp = tempfile.mkdtemp(prefix="gshare-spill-")
@@ -111,14 +122,65 @@ def main():
     e.report(ag, tmp)
 
 
+def metric(ag, name, label=""):
+    """The sum of a metric's samples on the agent's /metrics (with label,
+    e.g. 'phase="copy"', those that have it)."""
+    port = open(ag.metrics_conf).read().split("127.0.0.1:")[1].split()[0]
+    text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if (line.startswith(name + " ") or line.startswith(name + "{")) and label in line)
+
+
+def prepared(ag, b, n, what):
+    """n chunks of host memory prepared ahead in B's mover (the agent's
+    gauge, and B maps that much host memory beside its data)."""
+    def done():
+        r = b.say("host")
+        return (metric(ag, "gshare_gpu_chunks_spill_prepared") == n and len(r) == 4 and
+                int(r[3]) - int(r[1]) == n * 32 * MiB)
+    check(e.wait_for(done, 30, step=0.1) is not None, "%s: %d chunks of host memory prepared ahead in B (%d; "
+          "B %s; host memory made %d MiB, %d chunks owed)" % (what, n, metric(ag, "gshare_gpu_chunks_spill_prepared"),
+                                                            b.say("host"), metric(ag, "gshare_gpu_spill_host_bytes") / MiB,
+                                                            gpu(ag)["chunks_owed"]))
+
+
+def moved_out(ag):
+    """Chunks moved to host memory (the batches' log lines)."""
+    return sum(int(m.group(1)) for m in re.finditer(r"moved (\d+) of \d+ chunks to host memory", ag.logtext()))
+
+
+def moved_prepared(ag):
+    """Chunks moved to host memory that was prepared ahead (the batches'
+    log lines)."""
+    return sum(int(m.group(1)) for m in re.finditer(r"chunks to host memory \((\d+) prepared ahead\)", ag.logtext()))
+
+
+def reclaim_phases(ag):
+    """Where the take-back's time went: one line per take-back in the log, by
+    phase, and the phases' counters; the mover's own (prepare, copy,
+    remap) said, as the agent's (plan, settle)."""
+    def line():
+        return re.search(r"taken back: (\d+) chunks moved to host memory in (\d+) batches, ([\d.]+) ms .*"
+                         r"\(ms\): plan [\d.]+, sync [\d.]+, prepare ([\d.]+), copy ([\d.]+), "
+                         r"remap ([\d.]+), wire [\d.]+, settle [\d.]+", ag.logtext())
+    e.wait_for(line, 30, step=0.1)
+    m = line()
+    check(m is not None and int(m.group(1)) >= 1, "phases: the take-back logged with its time by phase")
+    # prepare may be 0 ms: the host memory was prepared ahead.
+    for ph in ("copy", "remap", "settle"):
+        v = metric(ag, "gshare_gpu_spill_phase_seconds_total", 'phase="%s"' % ph)
+        check(v > 0, "phases: gshare_gpu_spill_phase_seconds_total{phase=\"%s\"} %s > 0" % (ph, v))
+
+
 def moves(tmp):
     """Lend, reclaim, back, a move during a held kernel, a borrower killed
     mid-move."""
     # The fake NVML: the usage scan, which says what was spilled.
     conf = os.path.join(tmp, "config.yaml")
     with open(conf, "w") as f:
-        f.write("nvmlLibrary: %s\nusageInterval: 200ms\n" % NVML)
+        f.write("nvmlLibrary: %s\nusageInterval: 200ms\nmetricsAddress: 127.0.0.1:%d\n" % (NVML, e.free_port()))
     ag = e.Agent(tmp, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi"])
+    ag.metrics_conf = conf
     # Contexts charged as on a GPU (one chunk each): the owner's charge is
     # taken back too, and its allocation keeps a set of chunks for it.
     ag.env["GSHARE_FAKECUDA_CTX_BYTES"] = str(32 * MiB)
@@ -138,6 +200,10 @@ def moves(tmp):
         check(g["units_lent"] == 8, "lend: 8 units lent out of free units (15 chunks), not A's (%d)"
               % g["units_lent"])
         check(b.say("check")[:2] == ["check", "ok"], "lend: B's checksums")
+        # What is owed and a margin (GS_PREP_MARGIN, 64 chunks: more than
+        # owed is taken back when A's context needs room), within spillMax
+        # (512Mi: 16 chunks).
+        prepared(ag, b, 16, "lend")
 
         # ---- reclaim: A's process wants its memory
         a = Prog(ag, A, "own", 224, 32)
@@ -146,13 +212,18 @@ def moves(tmp):
         if len(got) == 5:
             print("info reclaim: 224 MiB (7 chunks, after the context's) in %s ms on the fake driver" % got[4])
         r = b.say("check")
-        check(r[:2] == ["check", "ok"] and len(r) == 4 and int(r[3]) >= 256 * MiB,
-              "reclaim: B's checksums hold, its data in %s bytes of host memory" % (r[3] if len(r) == 4 else r))
+        check(r[:2] == ["check", "ok"] and len(r) == 6 and int(r[3]) >= 256 * MiB,
+              "reclaim: B's checksums hold, its data in %s bytes of host memory" % (r[3] if len(r) == 6 else r))
         g = gpu(ag)
         check(g["chunks_spilled"] >= 8 and g["chunks_owed"] == 0 and g["chunks_moving"] == 0,
               "reclaim: %d chunks spilled, %d owed, %d moving" % (g["chunks_spilled"], g["chunks_owed"],
                                                                  g["chunks_moving"]))
         check(b.p.poll() is None, "reclaim: B runs on")
+        # A's 8 chunks at least (with its context's room, more), every one
+        # prepared ahead.
+        check(moved_prepared(ag) == moved_out(ag) >= 8, "reclaim: the chunks moved to host memory prepared ahead "
+              "in B (%d of %d)" % (moved_prepared(ag), moved_out(ag)))
+        reclaim_phases(ag)
 
         # ---- back: A frees and exits; B's data comes back to the GPU
         check(a.say("free") == ["freed"], "back: A frees")
@@ -226,13 +297,19 @@ def last(tmp, kill):
     what = "last (kill)" if kill else "last (no kill)"
     sub = os.path.join(tmp, "kill" if kill else "nokill")
     os.makedirs(sub)
-    ag = e.Agent(sub, ["--burst-max", "768Mi", "--spill-max", "64Mi"] +
+    conf = os.path.join(sub, "config.yaml")
+    with open(conf, "w") as f:
+        f.write("usageInterval: 200ms\nmetricsAddress: 127.0.0.1:%d\n" % e.free_port())
+    ag = e.Agent(sub, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "64Mi"] +
                  (["--reclaim-kill-after", "1s"] if kill else []))
+    ag.metrics_conf = conf
     ag.start()
     try:
         A, B = owner_and_borrower(ag)
         b = Prog(ag, B, "borrow", 896, 32)
         check(b.line() == ["ready", "864"], what + ": B fills its burst, 864 MiB")
+        # spillMax reached while preparing: 2 of the 8 owed chunks.
+        prepared(ag, b, 2, what)
         a = Prog(ag, A, "own", 256, 32)
         got = a.line()
         if kill:
@@ -246,8 +323,59 @@ def last(tmp, kill):
                   % gpu(ag)["chunks_spilled"])
             check(b.say("check")[:2] == ["check", "ok"] and b.p.poll() is None, what + ": B runs on, data intact")
             check("spillMax reached" in ag.logtext(), what + ": the agent says spillMax was reached")
+            check(moved_prepared(ag) == 2, what + ": the 2 moved to the host memory prepared ahead (%d)"
+                  % moved_prepared(ag))
         a.quit()
         b.quit()
+        check(ag.alive(), what + ": the agent runs on")
+    finally:
+        ag.stop()
+    return ag
+
+
+def prep_unneeded(tmp):
+    """Host memory prepared ahead in a borrower that then borrows nothing
+    any more: it lets it go (the agent charges it until it exits), and once
+    it exits nothing of it is left."""
+    what = "prep_unneeded"
+    sub = os.path.join(tmp, "unneeded")
+    os.makedirs(sub)
+    conf = os.path.join(sub, "config.yaml")
+    with open(conf, "w") as f:
+        f.write("usageInterval: 200ms\nmetricsAddress: 127.0.0.1:%d\n" % e.free_port())
+    ag = e.Agent(sub, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi"])
+    ag.metrics_conf = conf
+    ag.start()
+    try:
+        A, B = owner_and_borrower(ag)
+        b = Prog(ag, B, "borrow", 896, 32)
+        check(b.line()[0] == "ready", what + ": B fills its burst")
+        owed = gpu(ag)["chunks_owed"]
+        check(owed > 0, what + ": A is owed chunks (%d)" % owed)
+        # What is owed and the margin, within spillMax (16 chunks).
+        owed = min(owed + 64, 16)
+        prepared(ag, b, owed, what)
+        # B frees everything: its hook gives its chunks back (borrowed
+        # first), nothing is owed, B borrows nothing.
+        check(b.say("free")[0] == "freed", what + ": B frees its blocks")
+        check(e.wait_for(lambda: gpu(ag)["chunks_owed"] == 0, 30, step=0.1) is not None,
+              what + ": nothing owed once B freed (%d)" % gpu(ag)["chunks_owed"])
+
+        def released():
+            r = b.say("host")
+            return (len(r) == 4 and r[3] == "0" and metric(ag, "gshare_gpu_chunks_spill_prepared") == 0 and
+                    metric(ag, "gshare_gpu_chunks_spill_held") == owed)
+        check(e.wait_for(released, 30, step=0.1) is not None, what + ": B let its prepared chunks go, held "
+              "(charged) until it exits (B %s, prepared %d, held %d)" % (b.say("host"), metric(
+                  ag, "gshare_gpu_chunks_spill_prepared"), metric(ag, "gshare_gpu_chunks_spill_held")))
+        check(b.quit() == 0, what + ": B exits")
+
+        def nothing_left():
+            return (metric(ag, "gshare_gpu_chunks_spill_held") == 0 and
+                    metric(ag, "gshare_gpu_chunks_spill_prepared") == 0 and
+                    metric(ag, "gshare_gpu_spill_host_bytes") == 0)
+        check(e.wait_for(nothing_left, 30, step=0.1) is not None, what + ": nothing held, prepared or made once B "
+              "exited (host bytes %d)" % metric(ag, "gshare_gpu_spill_host_bytes"))
         check(ag.alive(), what + ": the agent runs on")
     finally:
         ag.stop()

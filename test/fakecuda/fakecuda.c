@@ -33,7 +33,8 @@
  * imported as a POSIX fd, mapped at a device address (cuMemMap,
  * cuMemSetAccess) and read and written there like device memory.  It is
  * charged to no device (cuMemGetInfo, NVML's per-process memory);
- * fakecuda_host_bytes() says how much of it this process holds.
+ * fakecuda_host_bytes() says how much of it this process holds,
+ * fakecuda_host_bytes_in(base, size) how much is mapped in a range.
  * fakecuda_fail_maps(mask) makes cuMemMap calls fail on purpose: bit i
  * set, the i-th call from now (0 the next) returns
  * CUDA_ERROR_OUT_OF_MEMORY and maps nothing (for tests of failure paths).
@@ -2113,6 +2114,24 @@ uint64_t fakecuda_host_bytes(void);
 uint64_t fakecuda_host_bytes(void)
 {
         return __atomic_load_n(&g_host_bytes, __ATOMIC_SEQ_CST);
+}
+
+/* Of that, the bytes mapped within [base, base + size) of this process's
+ * addresses (what of a range is in host memory now). */
+uint64_t fakecuda_host_bytes_in(CUdeviceptr base, size_t size);
+uint64_t fakecuda_host_bytes_in(CUdeviceptr base, size_t size)
+{
+        uint64_t n = 0;
+
+        pthread_mutex_lock(&g_lock);
+        for (struct fc_map *m = g_maps; m; m = m->next) {
+                uintptr_t lo = m->addr > base ? m->addr : base;
+                uintptr_t hi = m->addr + m->size < base + size ? m->addr + m->size : base + size;
+                if (lo < hi && g_handles[m->hidx].host)
+                        n += hi - lo;
+        }
+        pthread_mutex_unlock(&g_lock);
+        return n;
 }
 
 /* The longest delay_us a fake kernel may ask for. */

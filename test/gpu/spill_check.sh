@@ -34,6 +34,27 @@ ok() { echo "ok   $*"; }
 # FAIL, not a SIGPIPE that ends this script before its RESULT line.
 to() { local fd=$1; shift; (echo "$*" >&"$fd") 2>/dev/null || bad "could not send '$*' on fd $fd: its reader is gone"; }
 gpu() { ctl --json gpus | js "d['gpus'][0]['$1']"; }
+# The agent's take-back lines (docs/burst.md "Giving it back": one per
+# take-back, its time by phase); phases N0 SUFFIX: those logged after the
+# first N0 (once the moves are over), summed, as RESULT keys reclaim_*.
+ntakebacks() { grep -c 'taken back: .* batches' "$work/agent.log"; }
+# After the owner's context (its take-back over: A settles 3 s before its 8 GiB).
+settled() { for _ in $(seq 25); do [[ $(gpu chunks_moving) == 0 ]] && break; sleep 0.1; done; ntakebacks; }
+phases() {
+  for _ in $(seq 100); do [[ $(gpu chunks_moving) == 0 && $(ntakebacks) -gt $1 ]] && break; sleep 0.1; done
+  grep 'taken back: .* batches' "$work/agent.log" | tail -n +"$(($1 + 1))" | "$PY" -c '
+import re, sys
+keys = ["plan", "sync", "prepare", "copy", "remap", "wire", "settle"]
+tot = dict.fromkeys(keys + ["batches", "chunks", "wall"], 0.0)
+for l in sys.stdin:
+    m = re.search(r"taken back: (\d+) chunks moved to host memory in (\d+) batches, ([\d.]+) ms", l)
+    tot["chunks"] += int(m.group(1)); tot["batches"] += int(m.group(2)); tot["wall"] += float(m.group(3))
+    for k in keys:
+        tot[k] += float(re.search(r"\b%s ([\d.]+)" % k, l.split("(ms):")[1]).group(1))
+sfx = sys.argv[1]
+print(" ".join("reclaim_%s_ms%s=%s" % (k, sfx, round(tot[k], 1)) for k in ["wall"] + keys) +
+      " reclaim_batches%s=%d reclaim_chunks%s=%d" % (sfx, tot["batches"], sfx, tot["chunks"]))' "$2"
+}
 
 # The platform's host <-> device bandwidth, for reading the figures.
 "$PY" -c '
@@ -91,8 +112,13 @@ mkfifo "$work/ina"
 GSHARE_OWN_GIB=8 GSHARE_OWN_SETTLE_S=3 hooked "$A" "$PY" "$here/spill_owner.py" <"$work/ina" >"$work/a.out" 2>"$work/a.err" &
 ap=$!
 exec 8>"$work/ina"
-for _ in $(seq 1200); do [[ $(wc -l <"$work/a.out") -ge 2 ]] && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
-alloc_ms=$(head -n 1 "$work/a.out" | js 'd["alloc_ms"]')
+# The take-backs the agent logged before A's 8 GiB (its context's first).
+for _ in $(seq 1200); do grep -q ctx_ms "$work/a.out" && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
+n0=$(settled)
+for _ in $(seq 1200); do grep -q '"steps"' "$work/a.out" && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
+alloc_ms=$(grep alloc_ms "$work/a.out" | js 'd["alloc_ms"]')
+phases_1=$(phases "$n0" "")
+echo "A's reclaim by phase: $phases_1"
 a_spilled=$(tail -n 1 "$work/a.out" | js 'sorted(d["steps"])[len(d["steps"]) // 2]')
 [[ $(tail -n 1 "$work/a.out" | js 'd["ok"]') == True ]] && ok "A's 8 GiB hold their values" || bad "A's data"
 spilled=$(gpu chunks_spilled)
@@ -119,8 +145,12 @@ bad_steps=$(grep -c '"ok": false' "$work/b.out")
 # Again, now that the borrower has mapped host memory once (the first
 # batch in a process costs more, see docs/burst.md).
 to 7 pause; sleep 1
+# Its context's reclaim is over 3 s before its 8 GiB (GSHARE_OWN_SETTLE_S).
+(for _ in $(seq 1200); do grep -q ctx_ms "$work/a2.out" 2>/dev/null && break; sleep 0.1; done; settled) >"$work/n2" &
 GSHARE_OWN_GIB=8 GSHARE_OWN_SETTLE_S=3 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" </dev/null >"$work/a2.out" 2>"$work/a2.err"
-alloc2_ms=$(head -n 1 "$work/a2.out" | js 'd["alloc_ms"]')
+wait $!; n2=$(cat "$work/n2")
+alloc2_ms=$(grep alloc_ms "$work/a2.out" | js 'd["alloc_ms"]')
+phases_2=$(phases "$n2" _again)
 echo "A again: 8 GiB in ${alloc2_ms} ms"
 for _ in $(seq 600); do [[ $(gpu chunks_spilled) == 0 ]] && break; sleep 0.1; done
 to 7 go
@@ -135,7 +165,7 @@ mkfifo "$work/ina3"
 GSHARE_OWN_GIB=8 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" <"$work/ina3" >"$work/a3.out" 2>"$work/a3.err" &
 ap=$!
 exec 8>"$work/ina3"
-for _ in $(seq 1200); do [[ $(wc -l <"$work/a3.out") -ge 2 ]] && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 1200); do grep -q '"steps"' "$work/a3.out" && break; kill -0 $ap 2>/dev/null || break; sleep 0.1; done
 spilled_k=$(gpu chunks_spilled); owed_k=$(gpu chunks_owed)
 [[ $spilled_k -ge 100 ]] && ok "before the kill: $spilled_k chunks spilled" || bad "before the kill: $spilled_k spilled"
 kill -9 $agent; wait $agent 2>/dev/null
@@ -177,7 +207,7 @@ done
 wait $agent 2>/dev/null
 start_agent
 wait $ap
-a4=$(head -n 1 "$work/a4.out")
+a4=$(grep alloc_ms "$work/a4.out")
 if [[ $a4 != *alloc_ms* ]]; then
   # Its request met the agent's death: the owner asks again.
   GSHARE_OWN_GIB=8 GSHARE_STEPS=1 hooked "$A" "$PY" "$here/spill_owner.py" </dev/null >"$work/a4.out" 2>"$work/a4.err"
@@ -200,5 +230,5 @@ lost=$(( chunks0 - $(gpu chunks_total) ))
 echo "B step: ${b_base} ms on the GPU, ${b_spilled} ms spilled, ${b_after} ms back"
 echo "moved out $(gpu chunks_moved_out), back $(gpu chunks_moved_back)"
 R() { "$PY" -c "print(round($1, 4))"; }
-echo "RESULT reclaim_ms_8GiB=$alloc_ms reclaim_ms_8GiB_again=$alloc2_ms spill_GBps=$(R "8 * 1.073741824 / ($alloc_ms / 1000)") borrower_step_ratio_spilled=$(R "$b_spilled / $b_base") owner_step_ratio=$(R "$a_spilled / $a_alone") back_s=$back_s kill_spilled_chunks=$spilled_k restart_s=$restart_s midmove_hit=$midmove chunks_lost=$lost failures=$fail"
+echo "RESULT reclaim_ms_8GiB=$alloc_ms reclaim_ms_8GiB_again=$alloc2_ms $phases_1 $phases_2 spill_GBps=$(R "8 * 1.073741824 / ($alloc_ms / 1000)") borrower_step_ratio_spilled=$(R "$b_spilled / $b_base") owner_step_ratio=$(R "$a_spilled / $a_alone") back_s=$back_s kill_spilled_chunks=$spilled_k restart_s=$restart_s midmove_hit=$midmove chunks_lost=$lost failures=$fail"
 exit $((fail > 0))

@@ -1,5 +1,5 @@
-"""The owner of test/gpu/spill_check.sh: creates its context, then
-allocates GSHARE_OWN_GIB GiB in one tensor and says how long that took
+"""The owner of test/gpu/spill_check.sh: creates its context
+({"ctx_ms": ms}), then allocates GSHARE_OWN_GIB GiB in one tensor and says how long that took
 ({"alloc_ms": ms}: the reclaim, when its memory was lent), then runs
 GSHARE_STEPS steps of a 4096 x 4096 fp16 matmul chain ({"steps": [ms...]}),
 then waits for "quit" on stdin (holding its memory)."""
@@ -10,8 +10,10 @@ import time
 import torch
 
 GiB = 1 << 30
+t0 = time.monotonic()
 torch.zeros(1, device="cuda")
 torch.cuda.synchronize()
+print(json.dumps({"ctx_ms": round((time.monotonic() - t0) * 1e3, 1)}), flush=True)
 # The context was charged first (memory taken back for it too, while the
 # driver made it): the allocation below is timed on its own.
 time.sleep(float(os.environ.get("GSHARE_OWN_SETTLE_S", "0")))

@@ -219,7 +219,7 @@ static uint32_t move(const uint32_t *slots, int *fds, uint32_t k)
         uint32_t moved;
 
         pthread_mutex_lock(&gs_conn.mu);
-        moved = gs_spill_move(cu, 0, slots, fds, k);
+        moved = gs_spill_move(cu, 0, slots, fds, NULL, k, NULL);
         pthread_mutex_unlock(&gs_conn.mu);
         return moved;
 }
@@ -580,49 +580,52 @@ START_TEST(test_map_back)
 }
 END_TEST
 
-/* A batch of four slots (0-3, mapped and filled) to host memory, with a
- * failure at the third slot: its memory is no CUDA export, its copy is
- * refused when issued or faults when it runs, or its new memory cannot
- * be mapped at the slot (cuMemMap calls 0-3 map the scratch, 4-6 the
- * slots).  The batch moves want slots (a prefix): those hold host memory,
- * the others their device memory, every slot its data, every fd is
- * closed, nothing else is held. */
+/* A batch of n slots (mapped, filled; 4: one group of the pipeline, 12:
+ * three) to host memory, failing at slot at: its memory is no CUDA export,
+ * its copy is refused or faults when it runs, or its memory cannot be
+ * mapped at the slot (cuMemMap calls 0..n-1 map the scratch, n.. the
+ * slots).  A prefix of lo..hi slots moves (whole groups if lo < hi), the
+ * rest keep their device memory, all their data; every fd is closed. */
 enum fault { BAD_IMPORT, COPY_REFUSED, COPY_FAULT, MAP_FAILS };
 
-static void four_with(enum fault f, uint32_t want)
+static void batch_with(enum fault f, uint32_t n, uint32_t at, uint32_t lo, uint32_t hi)
 {
-        uint32_t slots[4] = { 0, 1, 2, 3 };
-        int fds[4], devs;
-        ino_t ino[4];
+        uint32_t slots[GS_MOVE_MAX], want;
+        int fds[GS_MOVE_MAX], devs;
+        ino_t ino[GS_MOVE_MAX];
         uint64_t host0;
 
-        setup();
-        for (uint32_t s = 0; s < 4; s++) {
+        setup_n(n <= SLOTS ? SLOTS : BIG_SLOTS);
+        for (uint32_t s = 0; s < n; s++) {
                 map_slot(s, NULL);
                 fill(s);
+                slots[s] = s;
         }
         host0 = fakecuda_host_bytes();
         devs = held("gshare-fake-dev0");
-        for (int i = 0; i < 4; i++)
+        for (uint32_t i = 0; i < n; i++)
                 fds[i] = chunk_fd(1, NULL);
         if (f == BAD_IMPORT) {
-                close(fds[2]);
-                fds[2] = memfd_create("not-cuda", MFD_CLOEXEC);
-                ck_assert_int_ge(fds[2], 0);
-                ck_assert_int_eq(ftruncate(fds[2], CHUNK), 0);
+                close(fds[at]);
+                fds[at] = memfd_create("not-cuda", MFD_CLOEXEC);
+                ck_assert_int_ge(fds[at], 0);
+                ck_assert_int_eq(ftruncate(fds[at], CHUNK), 0);
         }
-        for (int i = 0; i < 4; i++)
+        for (uint32_t i = 0; i < n; i++)
                 ino[i] = fd_ino(fds[i]);
         if (f == COPY_REFUSED || f == COPY_FAULT)
-                fakecuda_fail_copies(1u << 2, f == COPY_FAULT);
+                fakecuda_fail_copies(1ull << at, f == COPY_FAULT);
         if (f == MAP_FAILS)
-                fakecuda_fail_maps(1u << 6);
+                fakecuda_fail_maps(1ull << (n + at));
 
-        ck_assert_uint_eq(move(slots, fds, 4), want);
-        for (int i = 0; i < 4; i++) {
+        want = move(slots, fds, n);
+        ck_assert_uint_ge(want, lo);
+        ck_assert_uint_le(want, hi);
+        ck_assert(lo == hi || want % 4 == 0);
+        for (uint32_t i = 0; i < n; i++) {
                 ck_assert(fd_gone(fds[i], ino[i]));
                 ck_assert(g->mapped[i]);
-                ck_assert(intact((uint32_t)i));
+                ck_assert(intact(i));
         }
         ck_assert_uint_eq(fakecuda_host_bytes(), host0 + want * CHUNK);
         ck_assert_int_eq(held("gshare-fake-host0") == 0, want == 0);
@@ -633,33 +636,51 @@ static void four_with(enum fault f, uint32_t want)
         teardown();
 }
 
-/* The first two move. */
-START_TEST(test_mid_batch_bad_import)
+/* Three groups, the third slot of the third failing: the two groups
+ * before it move (remapped while the third copied), and its first two. */
+START_TEST(test_later_group_refused)
 {
-        four_with(BAD_IMPORT, 2);
+        batch_with(COPY_REFUSED, 12, 10, 10, 10);
+}
+END_TEST
+
+START_TEST(test_later_group_map_fails)
+{
+        batch_with(MAP_FAILS, 12, 10, 10, 10);
+}
+END_TEST
+
+/* A copy fault is seen at a wait after it: none of its group on moves. */
+START_TEST(test_later_group_copy_fault)
+{
+        batch_with(COPY_FAULT, 12, 10, 0, 8);
+}
+END_TEST
+
+START_TEST(test_mid_batch_bad_import) /* the first two move */
+{
+        batch_with(BAD_IMPORT, 4, 2, 2, 2);
 }
 END_TEST
 
 /* The two copies issued before are waited for: their slots move. */
 START_TEST(test_mid_batch_copy_refused)
 {
-        four_with(COPY_REFUSED, 2);
+        batch_with(COPY_REFUSED, 4, 2, 2, 2);
 }
 END_TEST
 
-/* No copy is known good (the one synchronize fails): nothing was
- * unmapped, nothing moves. */
+/* The one wait fails: no copy is known good, nothing moves. */
 START_TEST(test_mid_batch_copy_fault)
 {
-        four_with(COPY_FAULT, 0);
+        batch_with(COPY_FAULT, 4, 2, 0, 0);
 }
 END_TEST
 
-/* In a run of four consecutive slots: the two before stay moved, the
- * third gets its old memory back, the fourth is not touched. */
+/* In a run of four: the two before stay moved, the third gets its old. */
 START_TEST(test_mid_run_map_fails)
 {
-        four_with(MAP_FAILS, 2);
+        batch_with(MAP_FAILS, 4, 2, 2, 2);
 }
 END_TEST
 
@@ -769,6 +790,9 @@ int main(void)
         tcase_add_test(tc, test_mid_batch_copy_refused);
         tcase_add_test(tc, test_mid_batch_copy_fault);
         tcase_add_test(tc, test_mid_run_map_fails);
+        tcase_add_test(tc, test_later_group_refused);
+        tcase_add_test(tc, test_later_group_map_fails);
+        tcase_add_test(tc, test_later_group_copy_fault);
         tcase_add_test(tc, test_contexts);
         tcase_add_test(tc, test_app_context_only);
         suite_add_tcase(s, tc);
