@@ -89,7 +89,12 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx;
 static CUevent g_ring[GS_QOS_RING], g_start, g_end;
 static uint64_t g_next;    /* launches recorded in the ring */
-static uint64_t g_kern_ns; /* a launch's GPU time, averaged (0: not measured yet) */
+static uint64_t g_kern_ns; /* a launch's GPU time, the least samples (0: not measured yet) */
+static uint64_t g_mean_ns; /* a launch's GPU time, the samples' moving mean (0: none yet) */
+static uint64_t g_est[GS_QOS_RING]; /* launch i's GPU time as expected when admitted */
+static uint64_t g_done;    /* launches before it are complete */
+static uint64_t g_cur_est; /* the launch being admitted's (between before and after) */
+static CUfunction g_sample_f; /* launch g_sample's function */
 static CUevent g_pre;      /* before launch g_sample */
 static uint64_t g_sample = UINT64_MAX;
 static int g_ring_ok = -1; /* -1: not made yet */
@@ -180,6 +185,41 @@ static void cap_wait(const struct gs_cu *c, uint32_t cap)
         }
 }
 
+/* Per function, cached (direct-mapped: a function evicted is looked up
+ * again): whether it is one of NCCL's kernels, and its GPU time as the
+ * samples measured it (0: none yet). */
+#define GS_QOS_FN_CACHE 256
+static struct {
+        CUfunction f;
+        int nccl;
+        uint64_t ns;
+} g_fn[GS_QOS_FN_CACHE]; /* g_mu */
+
+/* pre: g_mu. */
+static int is_nccl(const struct gs_cu *c, CUfunction f)
+{
+        size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+        const char *name = NULL;
+
+        if (!f || !c->func_get_name)
+                return 0;
+        if (g_fn[h].f == f)
+                return g_fn[h].nccl;
+        g_fn[h].f = f;
+        g_fn[h].ns = 0;
+        g_fn[h].nccl = c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
+        return g_fn[h].nccl;
+}
+
+/* pre: g_mu.  f's GPU time as measured (a graph, f NULL, or a function
+ * not measured yet: the mean of all samples). */
+static uint64_t fn_ns(CUfunction f)
+{
+        size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+
+        return f && g_fn[h].f == f && g_fn[h].ns ? g_fn[h].ns : g_mean_ns;
+}
+
 /* pre: g_mu.  How many launches may be in flight: the one running and
  * as many queued behind it as fill queue_us of GPU time at the measured
  * time per launch. */
@@ -206,25 +246,66 @@ static void sample(const struct gs_cu *c)
         if (g_next - g_sample < GS_QOS_RING &&
             c->event_elapsed_time(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
                 uint64_t d = (uint64_t)(ms * 1e6), up = g_kern_ns + g_kern_ns / 16 + 1;
+                size_t h = ((uintptr_t)g_sample_f >> 4) % GS_QOS_FN_CACHE;
 
                 g_kern_ns = !g_kern_ns || d < up ? d : up;
+                g_mean_ns = g_mean_ns ? (7 * g_mean_ns + d) / 8 : d;
+                /* Per function, as g_kern_ns: another context's turn
+                 * between g_pre and the event only lengthens a sample. */
+                if (g_sample_f && g_fn[h].f == g_sample_f) {
+                        uint64_t fup = g_fn[h].ns + g_fn[h].ns / 16 + 1;
+                        g_fn[h].ns = !g_fn[h].ns || d < fup ? d : fup;
+                }
         }
         g_sample = UINT64_MAX;
 }
 
-/* pre: g_mu.  At most inflight_max(queue_us) launches in flight; beside
- * a latency-critical process (b), none new while its flag is up
- * (bounded). */
-static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us)
+/* pre: g_mu.  Launches before g_done known complete: as many more as
+ * are now (the oldest first). */
+static void ring_done(const struct gs_cu *c)
+{
+        if (g_next - g_done >= GS_QOS_RING)
+                g_done = g_next - (GS_QOS_RING - 1);
+        while (g_done < g_next && c->event_query(g_ring[g_done % GS_QOS_RING]) != CUDA_ERROR_NOT_READY)
+                g_done++;
+}
+
+/* pre: g_mu.  GPU time expected of the launches queued behind the
+ * oldest in flight (running, or the next to). */
+static uint64_t ring_queued_ns(void)
+{
+        uint64_t ns = 0;
+
+        for (uint64_t i = g_done + 1; i < g_next; i++)
+                ns += g_est[i % GS_QOS_RING];
+        return ns;
+}
+
+/* pre: g_mu.  Beside a latency-critical process (b): the launch running
+ * and, queued behind it, what fills queue_us of GPU time with this launch
+ * (est ns), by each launch's measured time (its function's: the GEMMs of
+ * a training step take a hundred times its elementwise kernels, so a
+ * count of launches bounds nothing); none new while its flag is up
+ * (bounded).  Without one (a duty): at most inflight_max(queue_us)
+ * launches. */
+static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
-        uint64_t k = inflight_max(queue_us);
         int held = 0;
 
-        if (g_next >= k) {
-                uint64_t i = g_next - k;
-
-                wait_event(c, g_ring[i % GS_QOS_RING], deadline);
+        if (!b) {
+                uint64_t k = inflight_max(queue_us);
+                if (g_next >= k)
+                        wait_event(c, g_ring[(g_next - k) % GS_QOS_RING], deadline);
+        } else {
+                for (;;) {
+                        ring_done(c);
+                        if (g_done == g_next || (g_next - g_done < GS_QOS_RING - 1 &&
+                                                 ring_queued_ns() + est <= queue_us * 1000) ||
+                            gs_mono_ns() >= deadline)
+                                break;
+                        wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
+                }
         }
         sample(c);
         while (b && lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
@@ -264,29 +345,6 @@ static void duty_wait(uint32_t duty)
         nanosleep(&ts, NULL);
         __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&g_held_ns, (unsigned long long)wait, __ATOMIC_RELAXED);
-}
-
-/* Whether f is one of NCCL's kernels, cached per function (direct-mapped:
- * a function evicted is looked up again). */
-#define GS_QOS_FN_CACHE 256
-static struct {
-        CUfunction f;
-        int nccl;
-} g_fn[GS_QOS_FN_CACHE]; /* g_mu */
-
-/* pre: g_mu. */
-static int is_nccl(const struct gs_cu *c, CUfunction f)
-{
-        size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
-        const char *name = NULL;
-
-        if (!f || !c->func_get_name)
-                return 0;
-        if (g_fn[h].f == f)
-                return g_fn[h].nccl;
-        g_fn[h].f = f;
-        g_fn[h].nccl = c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
-        return g_fn[h].nccl;
 }
 
 /* Cookies: what after has to do. */
@@ -352,10 +410,13 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
         if (ring) {
                 /* Beside latency-critical work: GS_QOS_QUEUE_US queued;
                  * for a duty only, enough for the driver's turns. */
-                lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty));
+                g_cur_est = fn_ns(f);
+                lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty), g_cur_est);
                 ck |= QC_RING;
-                if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 && c->event_record(g_pre, s) == CUDA_SUCCESS)
+                if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 && c->event_record(g_pre, s) == CUDA_SUCCESS) {
                         g_sample = g_next;
+                        g_sample_f = f;
+                }
         }
         if (c->thread_exchange_stream_capture_mode)
                 (void)c->thread_exchange_stream_capture_mode(&mode);
@@ -378,8 +439,10 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
         c = qos_cu();
         if (c->thread_exchange_stream_capture_mode)
                 (void)c->thread_exchange_stream_capture_mode(&mode);
-        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS) {
+                g_est[g_next % GS_QOS_RING] = g_cur_est;
                 g_next++;
+        }
         if (r == CUDA_SUCCESS && (ck & QC_CAP))
                 g_end_pending = c->event_record(g_end, s) == CUDA_SUCCESS;
         if (c->thread_exchange_stream_capture_mode)
