@@ -381,7 +381,7 @@ uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
 }
 
 /* Charged to the allocation whose process may hold c's old memory and
- * retired until made anew (gs_gpu_retry_pending, gs_gpu_recycle_some). */
+ * retired until made anew (gs_gpu_retry_pending). */
 static void pend(struct gs_gpu *g, uint32_t chunk)
 {
         struct gs_chunk *c = &g->chunks[chunk];
@@ -410,15 +410,6 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
          * retired until it can be re-created (gs_gpu_retry_pending), and
          * charged to the allocation whose process may hold it. */
         gs_chunk_drop(g, c);
-        /* A spill settling (its mover waits for the answer): pending and
-         * charged at once, as if the driver had no room, and made anew by
-         * the scrubber while the mover goes on (gs_gpu_recycle_some):
-         * charged until the driver has room for it, as any other. */
-        if (g->moves.settling) {
-                pend(g, chunk);
-                g->moves.recycle_due = true;
-                return -EAGAIN;
-        }
         if (gs_chunk_make(g, c, err, sizeof(err)) < 0) {
                 pend(g, chunk);
                 log_info("GPU %u: chunk %u not re-created yet, retried later: %s", g->index, chunk, err);
@@ -427,22 +418,6 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
         c->owner = NULL;
         log_debug("GPU %u: chunk %u recycled", g->index, chunk);
         return 0;
-}
-
-bool gs_gpu_recycle_some(struct gs_gpu *g)
-{
-        gs_gpu_assert_locked(g);
-
-        if (!g->moves.recycle_due || !g->pool)
-                return false;
-        if (make_pending(g, GS_GPU_REMAKE_PER_SCAN)) {
-                gs_gpu_check_lending(g); /* back in the pool: repaid, maybe */
-                return true;
-        }
-        /* None could be made: a process holds their memory (the usage
-         * scans try again), or none is left. */
-        g->moves.recycle_due = false;
-        return false;
 }
 
 int gs_gpu_chunks_hand_out(struct gs_gpu *g, const struct gs_grant *gr, uint32_t n, struct gs_allocation *owner,

@@ -52,9 +52,8 @@ struct gs_allocation;
  * OURS; INHERITED becomes RECYCLE when the processes are adopted
  * (gs_gpu_inherit_settle); OURS becomes KEPT when a set takes it or gives
  * it back without memory (gs_chunkset); OURS or KEPT become PENDING when
- * recycling finds no room or a spill's settling takes it off its borrower
- * (gs_gpu_chunk_recycle: made anew later, by the scrubber, charged to the
- * borrower till then) or a restart holds
+ * recycling finds no room (gs_gpu_chunk_recycle, a spill's settling too:
+ * charged to the borrower from then on) or a restart holds
  * chunks back (gs_proc_adopt), PENDING becomes OURS once re-created and
  * back in the pool (gs_gpu_retry_pending).  The records trade memory
  * (gs_gpu_chunk_swap, _fill): the state goes with it.
@@ -114,10 +113,6 @@ bool gs_gpu_chunk_fill(struct gs_gpu *g, uint32_t chunk);
  * it has memory).  Both under g->lock with g->ctx current. */
 void gs_gpu_chunk_drop(struct gs_gpu *g, uint32_t chunk);
 int gs_gpu_chunk_remake(struct gs_gpu *g, uint32_t chunk, char *err, size_t errlen) GS_WUR;
-/* Under g->lock: after a spill's settling, up to GS_GPU_REMAKE_PER_SCAN
- * pending chunks made anew (the scrubber's, between its other work):
- * whether it made any. */
-bool gs_gpu_recycle_some(struct gs_gpu *g);
 /* Re-creates pending chunks (recycled while their old memory was still
  * held) where the driver has room now, and puts them back in the pool.
  * Under g->lock. */

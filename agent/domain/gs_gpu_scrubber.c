@@ -118,19 +118,10 @@ static void *scrubber(void *arg)
                 g->scrub.kicked = false;
                 int64_t scrub_t0 = gs_mono_ns(); /* /metrics: gshare_scrub_duration_seconds */
                 if (batch_fill(g) == 0) {
-                        /* Nothing to zero: chunks a spill freed made anew
-                         * (a few, the lock let go between), then host
-                         * memory for spills, made or dropped without the
-                         * lock. */
+                        /* Nothing to zero: host memory for spills,
+                         * made or dropped without the lock. */
                         struct gs_spill_job j;
                         bool done = false;
-                        if (gs_gpu_recycle_some(g)) {
-                                g->scrub.kicked = true;
-                                gs_gpu_unlock(g);
-                                sched_yield();
-                                gs_gpu_lock(g);
-                                continue;
-                        }
                         if (gs_gpu_spill_prepare_pick(g, &j)) {
                                 gs_gpu_unlock(g);
                                 gs_gpu_spill_prepare_work(g, &j);

@@ -261,8 +261,6 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
         if (moved > n)
                 moved = n; /* a count from a process: never more than planned */
         gs_gpu_spillrec_moved(g, dir, e, n, moved, proc != 0);
-        /* The chunks a spill frees are made anew while the mover goes on. */
-        g->moves.settling = dir == GS_MOVE_TO_HOST;
         for (uint32_t i = 0; i < n; i++) {
                 if (dir == GS_MOVE_TO_HOST) {
                         struct gs_spare *s = &g->moves.spares[e[i].to - g->nchunks];
@@ -292,9 +290,6 @@ void gs_gpu_move_end(struct gs_gpu *g, enum gs_move_dir dir, const struct gs_mov
                                 log_error("GPU %u: chunk %u lost from the system list", g->index, e[i].to);
                 }
         }
-        g->moves.settling = false;
-        if (g->moves.recycle_due && g->scrub.started)
-                gs_gpu_scrub_kick(g);
         if (dir == GS_MOVE_TO_HOST) {
                 g->moves.moving_out -= n;
                 g->moves.st.chunks_out += moved;

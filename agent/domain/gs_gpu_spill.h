@@ -107,11 +107,6 @@ struct gs_gpu_moves {
         int64_t move_back_quiet_ms; /* config moveBackQuiet; set at open */
         struct gs_gpu_move_stats st;
         struct gs_gpu_takeback tb;
-        /* A batch to host memory is being settled: the device chunks it
-         * frees are pending (charged to the borrower) and made anew later,
-         * and recycle_due
-         * says the scrubber has such chunks to make (gs_gpu_recycle_some). */
-        bool settling, recycle_due;
 };
 
 /* Before the pool is made: spillMax / chunk spare records (at most the
