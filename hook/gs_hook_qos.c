@@ -88,14 +88,14 @@ static int lc_busy(const struct gs_qos_board *b, uint64_t now)
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx;
 static CUevent g_ring[GS_QOS_RING], g_start, g_end;
-static uint64_t g_next;    /* launches recorded in the ring */
-static uint64_t g_kern_ns; /* a launch's GPU time, the least samples (0: not measured yet) */
-static uint64_t g_mean_ns; /* a launch's GPU time, the samples' moving mean (0: none yet) */
+static uint64_t g_next;             /* launches recorded in the ring */
+static uint64_t g_kern_ns;          /* a launch's GPU time, the least samples (0: not measured yet) */
+static uint64_t g_mean_ns;          /* a launch's GPU time, the samples' moving mean (0: none yet) */
 static uint64_t g_est[GS_QOS_RING]; /* launch i's GPU time as expected when admitted */
-static uint64_t g_done;    /* launches before it are complete */
-static uint64_t g_cur_est; /* the launch being admitted's (between before and after) */
-static CUfunction g_sample_f; /* launch g_sample's function */
-static CUevent g_pre;      /* before launch g_sample */
+static uint64_t g_done;             /* launches before it are complete */
+static uint64_t g_cur_est;          /* the launch being admitted's (between before and after) */
+static CUfunction g_sample_f;       /* launch g_sample's function */
+static CUevent g_pre;               /* before launch g_sample */
 static uint64_t g_sample = UINT64_MAX;
 static int g_ring_ok = -1; /* -1: not made yet */
 static int g_end_pending;  /* g_start/g_end around the last capped launch */
@@ -300,8 +300,8 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
         } else {
                 for (;;) {
                         ring_done(c);
-                        if (g_done == g_next || (g_next - g_done < GS_QOS_RING - 1 &&
-                                                 ring_queued_ns() + est <= queue_us * 1000) ||
+                        if (g_done == g_next ||
+                            (g_next - g_done < GS_QOS_RING - 1 && ring_queued_ns() + est <= queue_us * 1000) ||
                             gs_mono_ns() >= deadline)
                                 break;
                         wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
@@ -413,7 +413,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 g_cur_est = fn_ns(f);
                 lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty), g_cur_est);
                 ck |= QC_RING;
-                if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 && c->event_record(g_pre, s) == CUDA_SUCCESS) {
+                if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 &&
+                    c->event_record(g_pre, s) == CUDA_SUCCESS) {
                         g_sample = g_next;
                         g_sample_f = f;
                 }
