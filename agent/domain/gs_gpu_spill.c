@@ -133,6 +133,7 @@ bool gs_gpu_spill_prepare_pick(struct gs_gpu *g, struct gs_spill_job *j)
          * 11 ms (measured on an H200), the workers serve on meanwhile. */
         *j = (struct gs_spill_job){ .spare = i, .drop = ready > target };
         g->moves.spares[i].busy = true;
+        g->moves.spares[i].working = true;
         return true;
 }
 
@@ -150,6 +151,7 @@ bool gs_gpu_spill_prepare_end(struct gs_gpu *g, const struct gs_spill_job *j)
 {
         gs_gpu_assert_locked(g);
         g->moves.spares[j->spare].busy = false;
+        g->moves.spares[j->spare].working = false;
         if (j->r < 0) {
                 log_warn("GPU %u: host memory for spills not made ahead: %s", g->index, j->err);
                 return false;
@@ -428,7 +430,9 @@ static uint32_t spares_that(const struct gs_gpu *g, enum spare_is is)
 
         for (uint32_t i = 0; i < g->moves.nspare; i++) {
                 const struct gs_spare *s = &g->moves.spares[i];
-                n += is == SPARE_MADE ? s->fd >= 0 : is == SPARE_HELD ? s->holder != 0 : s->prep != 0;
+                /* One the scrubber works on is not made yet (its fd is
+                 * the scrubber's to write without the lock). */
+                n += is == SPARE_MADE ? !s->working && s->fd >= 0 : is == SPARE_HELD ? s->holder != 0 : s->prep != 0;
         }
         return n;
 }

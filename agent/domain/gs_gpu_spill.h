@@ -25,7 +25,11 @@ struct gs_allocation;
 struct gs_spare {
         CUmemGenericAllocationHandle h;
         int fd;    /* -1: none */
-        bool busy; /* in a move now */
+        bool busy; /* in a move now, or being made or dropped (working) */
+        /* Made or dropped by the scrubber without the lock
+         * (gs_gpu_spill_prepare_work): h and fd are its until
+         * gs_gpu_spill_prepare_end; nobody else reads them meanwhile. */
+        bool working;
         /* The id of a live process that was sent this host memory's fd
          * and did not map it (a move it said it did not do): it may keep
          * the memory, so the record stays charged (spillMax) and unused
