@@ -187,6 +187,8 @@ def main():
 
     r = run(log, "pods", "-A", "-o", "json")
     check(r.returncode == 0, "pods -A -o json exits 0", r.stderr)
+    check("node gpu-node-3: the agent's metrics could not be read" in r.stderr,
+          "pods: the agent whose metrics could not be read is named on stderr", r.stderr)
     rows = json.loads(r.stdout or "[]")
     by = {(x["namespace"], x["pod"], x["container"] or x["claim"]): x for x in rows}
     check(sorted(by) == [("team", "infer-0", "infer-claim"), ("team", "queued-0", "main"),
