@@ -269,33 +269,6 @@ static void owner_debt(struct gs_gpu *g, struct gs_chunk *c, int delta)
                 gs_palloc_debt(part->pa, delta);
 }
 
-/* Pending chunks made anew where the driver has room now, back in the
- * pool and no longer charged to their owner; at most max (0: no bound).
- * How many were made. */
-static uint32_t make_pending(struct gs_gpu *g, uint32_t max)
-{
-        char err[256];
-        uint32_t made = 0;
-
-        for (uint32_t i = 0; i < g->nchunks && g->chunks_pending && (!max || made < max); i++) {
-                struct gs_chunk *c = &g->chunks[i];
-
-                if (c->state != GS_CHUNK_PENDING || gs_chunk_make(g, c, err, sizeof(err)) < 0)
-                        continue;
-                if (gs_pool_unretire_chunk(g->pool, i) < 0) {
-                        log_error("GPU %u: pending chunk %u not back in the pool", g->index, i);
-                        continue;
-                }
-                owner_debt(g, c, -1);
-                c->owner = NULL;
-                c->state = GS_CHUNK_OURS;
-                g->chunks_pending--;
-                made++;
-                log_debug("GPU %u: chunk %u re-created, back in the pool", g->index, i);
-        }
-        return made;
-}
-
 void gs_gpu_retry_pending(struct gs_gpu *g)
 {
         gs_gpu_assert_locked(g);
@@ -319,13 +292,22 @@ void gs_gpu_retry_pending(struct gs_gpu *g)
                         break;
                 }
         }
-        if (g->chunks_pending) {
-                uint32_t before = g->chunks_pending, made = make_pending(g, 0);
-                if (made) {
-                        log_info("GPU %u: %u of %u pending chunks re-created, back in the pool", g->index, made,
-                                 before);
-                        gs_gpu_check_lending(g);
+        if (!g->chunks_pending)
+                return;
+        for (uint32_t i = 0; i < g->nchunks && g->chunks_pending; i++) {
+                struct gs_chunk *c = &g->chunks[i];
+
+                if (c->state != GS_CHUNK_PENDING || gs_chunk_make(g, c, err, sizeof(err)) < 0)
+                        continue;
+                if (gs_pool_unretire_chunk(g->pool, i) < 0) {
+                        log_error("GPU %u: pending chunk %u not back in the pool", g->index, i);
+                        continue;
                 }
+                owner_debt(g, c, -1);
+                c->owner = NULL;
+                c->state = GS_CHUNK_OURS;
+                g->chunks_pending--;
+                log_info("GPU %u: chunk %u re-created, back in the pool", g->index, i);
         }
 }
 
@@ -380,26 +362,14 @@ uint32_t gs_gpu_orphans_of(struct gs_gpu *g, const struct gs_pproc *p)
         return p ? gs_pproc_count_held(p, no_memory, g) : 0;
 }
 
-/* Charged to the allocation whose process may hold c's old memory and
- * retired until made anew (gs_gpu_retry_pending). */
-static void pend(struct gs_gpu *g, uint32_t chunk)
-{
-        struct gs_chunk *c = &g->chunks[chunk];
-
-        c->fd = -1;
-        c->state = GS_CHUNK_PENDING;
-        g->chunks_pending++;
-        owner_debt(g, c, 1);
-}
-
-/* gs_pool_return_fn; runs under g->lock, inside an allocator call.  0, or
- * -EAGAIN with the chunk pending (the allocator retires it). */
+/* gs_pool_return_fn; runs under g->lock, inside an allocator call. */
 int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
 {
         struct gs_gpu *g = ctx;
         gs_gpu_assert_locked(g);
         struct gs_chunk *c;
         char err[256];
+        int r;
 
         if (chunk >= g->nchunks)
                 return -EINVAL;
@@ -410,8 +380,12 @@ int gs_gpu_chunk_recycle(void *ctx, uint32_t chunk)
          * retired until it can be re-created (gs_gpu_retry_pending), and
          * charged to the allocation whose process may hold it. */
         gs_chunk_drop(g, c);
-        if (gs_chunk_make(g, c, err, sizeof(err)) < 0) {
-                pend(g, chunk);
+        r = gs_chunk_make(g, c, err, sizeof(err));
+        if (r < 0) {
+                c->fd = -1;
+                c->state = GS_CHUNK_PENDING;
+                g->chunks_pending++;
+                owner_debt(g, c, 1);
                 log_info("GPU %u: chunk %u not re-created yet, retried later: %s", g->index, chunk, err);
                 return -EAGAIN;
         }
