@@ -195,10 +195,15 @@ static struct {
         uint64_t ns;
 } g_fn[GS_QOS_FN_CACHE]; /* g_mu */
 
+static size_t fn_slot(CUfunction f)
+{
+        return ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+}
+
 /* pre: g_mu. */
 static int is_nccl(const struct gs_cu *c, CUfunction f)
 {
-        size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+        size_t h = fn_slot(f);
         const char *name = NULL;
 
         if (!f || !c->func_get_name)
@@ -215,7 +220,7 @@ static int is_nccl(const struct gs_cu *c, CUfunction f)
  * not measured yet: the mean of all samples). */
 static uint64_t fn_ns(CUfunction f)
 {
-        size_t h = ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+        size_t h = fn_slot(f);
 
         return f && g_fn[h].f == f && g_fn[h].ns ? g_fn[h].ns : g_mean_ns;
 }
@@ -228,6 +233,15 @@ static uint64_t inflight_max(uint64_t queue_us)
         uint64_t k = g_kern_ns ? 1 + (queue_us * 1000 + g_kern_ns / 2) / g_kern_ns : 1;
 
         return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
+}
+
+/* A sample d taken into an estimate that follows the least of them: it
+ * falls to a shorter one at once and rises by a sixteenth a sample. */
+static uint64_t least_follow(uint64_t cur, uint64_t d)
+{
+        uint64_t up = cur + cur / 16 + 1;
+
+        return !cur || d < up ? d : up;
 }
 
 /* pre: g_mu.  A launch's GPU time, sampled: every GS_QOS_SAMPLE-th
@@ -245,17 +259,15 @@ static void sample(const struct gs_cu *c)
                 return;
         if (g_next - g_sample < GS_QOS_RING &&
             c->event_elapsed_time(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
-                uint64_t d = (uint64_t)(ms * 1e6), up = g_kern_ns + g_kern_ns / 16 + 1;
-                size_t h = ((uintptr_t)g_sample_f >> 4) % GS_QOS_FN_CACHE;
+                uint64_t d = (uint64_t)(ms * 1e6);
+                size_t h = fn_slot(g_sample_f);
 
-                g_kern_ns = !g_kern_ns || d < up ? d : up;
+                g_kern_ns = least_follow(g_kern_ns, d);
                 g_mean_ns = g_mean_ns ? (7 * g_mean_ns + d) / 8 : d;
-                /* Per function, as g_kern_ns: another context's turn
-                 * between g_pre and the event only lengthens a sample. */
-                if (g_sample_f && g_fn[h].f == g_sample_f) {
-                        uint64_t fup = g_fn[h].ns + g_fn[h].ns / 16 + 1;
-                        g_fn[h].ns = !g_fn[h].ns || d < fup ? d : fup;
-                }
+                /* Per function likewise: another context's turn between
+                 * g_pre and the event only lengthens a sample. */
+                if (g_sample_f && g_fn[h].f == g_sample_f)
+                        g_fn[h].ns = least_follow(g_fn[h].ns, d);
         }
         g_sample = UINT64_MAX;
 }
