@@ -636,51 +636,30 @@ static void batch_with(enum fault f, uint32_t n, uint32_t at, uint32_t lo, uint3
         teardown();
 }
 
-/* Three groups, the third slot of the third failing: the two groups
- * before it move (remapped while the third copied), and its first two. */
-START_TEST(test_later_group_refused)
-{
-        batch_with(COPY_REFUSED, 12, 10, 10, 10);
-}
-END_TEST
+/* batch_with's cases: fault f at slot `at` of a batch of n; a prefix of
+ * lo..hi slots moves. */
+static const struct {
+        enum fault f;
+        uint32_t n, at, lo, hi;
+} batch_cases[] = {
+        /* In a batch of four (one group): */
+        { BAD_IMPORT, 4, 2, 2, 2 },   /* the first two move */
+        { COPY_REFUSED, 4, 2, 2, 2 }, /* the two copies issued before are waited for: their slots move */
+        { COPY_FAULT, 4, 2, 0, 0 },   /* the one wait fails: no copy is known good, nothing moves */
+        { MAP_FAILS, 4, 2, 2, 2 },    /* in a run of four: the two before stay moved, the third gets its old */
+        /* Three groups, the third slot of the third failing: the two groups
+         * before it move (remapped while the third copied), and its first
+         * two; a copy fault is seen at a wait after it: none of its group. */
+        { COPY_REFUSED, 12, 10, 10, 10 },
+        { MAP_FAILS, 12, 10, 10, 10 },
+        { COPY_FAULT, 12, 10, 0, 8 },
+};
 
-START_TEST(test_later_group_map_fails)
+/* One case per run (fork mode: a setup's slot flags never leak into the
+ * next case's). */
+START_TEST(test_batch_fault)
 {
-        batch_with(MAP_FAILS, 12, 10, 10, 10);
-}
-END_TEST
-
-/* A copy fault is seen at a wait after it: none of its group on moves. */
-START_TEST(test_later_group_copy_fault)
-{
-        batch_with(COPY_FAULT, 12, 10, 0, 8);
-}
-END_TEST
-
-START_TEST(test_mid_batch_bad_import) /* the first two move */
-{
-        batch_with(BAD_IMPORT, 4, 2, 2, 2);
-}
-END_TEST
-
-/* The two copies issued before are waited for: their slots move. */
-START_TEST(test_mid_batch_copy_refused)
-{
-        batch_with(COPY_REFUSED, 4, 2, 2, 2);
-}
-END_TEST
-
-/* The one wait fails: no copy is known good, nothing moves. */
-START_TEST(test_mid_batch_copy_fault)
-{
-        batch_with(COPY_FAULT, 4, 2, 0, 0);
-}
-END_TEST
-
-/* In a run of four: the two before stay moved, the third gets its old. */
-START_TEST(test_mid_run_map_fails)
-{
-        batch_with(MAP_FAILS, 4, 2, 2, 2);
+        batch_with(batch_cases[_i].f, batch_cases[_i].n, batch_cases[_i].at, batch_cases[_i].lo, batch_cases[_i].hi);
 }
 END_TEST
 
@@ -786,13 +765,7 @@ int main(void)
         tcase_add_test(tc, test_bad_fd);
         tcase_add_test(tc, test_syncs_first);
         tcase_add_test(tc, test_map_back);
-        tcase_add_test(tc, test_mid_batch_bad_import);
-        tcase_add_test(tc, test_mid_batch_copy_refused);
-        tcase_add_test(tc, test_mid_batch_copy_fault);
-        tcase_add_test(tc, test_mid_run_map_fails);
-        tcase_add_test(tc, test_later_group_refused);
-        tcase_add_test(tc, test_later_group_map_fails);
-        tcase_add_test(tc, test_later_group_copy_fault);
+        tcase_add_loop_test(tc, test_batch_fault, 0, (int)(sizeof(batch_cases) / sizeof(batch_cases[0])));
         tcase_add_test(tc, test_contexts);
         tcase_add_test(tc, test_app_context_only);
         suite_add_tcase(s, tc);
