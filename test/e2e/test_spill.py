@@ -362,9 +362,9 @@ def chain(tmp):
         n = len(re.findall(r"chunks to host memory .* to settle while the next batch moved", ag.logtext()))
         check(moved_out(ag) >= 56 and n >= 1, "chain: %d chunks moved, %d batches settled while the next one moved"
               % (moved_out(ag), n))
-        g = gpu(ag)
-        check(g["chunks_owed"] == 0 and g["chunks_moving"] == 0, "chain: nothing owed (%d) nor moving (%d)"
-              % (g["chunks_owed"], g["chunks_moving"]))
+        # What A still does not use of its guarantee may stay lent to B.
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0, 30, step=0.1) is not None,
+              "chain: nothing moving once A has its memory")
         a.quit()
         b.quit()
         check(e.wait_for(lambda: gpu(ag)["chunks_spilled"] == 0 and gpu(ag)["chunks_owed"] == 0, 30, step=0.1)
