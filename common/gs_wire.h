@@ -59,7 +59,11 @@
  *    memory sent ahead of need, which it imports and maps at scratch
  *    addresses of its own and keeps until a move names it
  *    (GS_SOCK_MOVE_PREP: that memory for that slot, no fd) or the agent
- *    says it is not needed any more.
+ *    says it is not needed any more.  With GS_FEAT_SPILL_CHAIN the mover
+ *    that moved a whole batch to host memory asks for the next one in its
+ *    GS_OP_SPILL_DONE (GS_MOVE_CHAIN): the agent plans and sends it
+ *    before it settles the batch just moved, so that the settling (chunks
+ *    made anew) runs while the process copies.
  * 9. Notification (GS_FEAT_NOTIFY).  So that a process that makes no call
  *    answers at once, the hook's thread asks GS_OP_NOTIFY once per
  *    connection for an eventfd of the agent's, and blocks in poll() on it
@@ -122,13 +126,14 @@ enum gs_sock_type {
 #define GS_HELLO_RECLAIM 1u /* the process held memory from an earlier agent */
 /* WELCOME's h.reserved: what this agent supports. */
 #define GS_FEAT_RECLAIM 1u
-#define GS_FEAT_GIVEBACK 2u     /* GS_OP_GIVE_BACK and gs_shm.give_back */
-#define GS_FEAT_SPILL 4u        /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
-#define GS_FEAT_IPC_KEEP 8u     /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
-#define GS_FEAT_NOTIFY 16u      /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
-#define GS_FEAT_HOST_SLOTS 32u  /* GS_RECLAIM_HOST */
-#define GS_FEAT_QOS 64u         /* GS_OP_QOS, gs_shm.qos and the compute board (item 10) */
-#define GS_FEAT_SPILL_PREP 128u /* GS_OP_SPILL_PREP, GS_SOCK_MOVE_PREP (item 8) */
+#define GS_FEAT_GIVEBACK 2u      /* GS_OP_GIVE_BACK and gs_shm.give_back */
+#define GS_FEAT_SPILL 4u         /* GS_OP_SPILL, GS_OP_SPILL_DONE and gs_shm.spill */
+#define GS_FEAT_IPC_KEEP 8u      /* GS_OP_IPC_EXPORT's GS_IPC_EXPORT_KEEP, GS_RECLAIM_IPC(_FD) */
+#define GS_FEAT_NOTIFY 16u       /* GS_OP_NOTIFY: an eventfd written with each ask (item 9) */
+#define GS_FEAT_HOST_SLOTS 32u   /* GS_RECLAIM_HOST */
+#define GS_FEAT_QOS 64u          /* GS_OP_QOS, gs_shm.qos and the compute board (item 10) */
+#define GS_FEAT_SPILL_PREP 128u  /* GS_OP_SPILL_PREP, GS_SOCK_MOVE_PREP (item 8) */
+#define GS_FEAT_SPILL_CHAIN 256u /* GS_OP_SPILL_DONE's GS_MOVE_CHAIN (item 8) */
 
 struct gs_sock_hdr {
         uint32_t magic;    /* GS_WIRE_MAGIC */
@@ -327,7 +332,13 @@ enum gs_op {
          * microseconds, two fields of 32 bits each (GS_MOVE_US_PACK):
          * arg2 = sync, prepare; arg3 = copy, remap (0 from a hook that
          * does not say; statistics only: the agent bounds them by the
-         * time it saw). */
+         * time it saw).  GS_FEAT_SPILL_CHAIN: arg1 may carry GS_MOVE_CHAIN
+         * (all of a batch to host memory moved): the reply is then
+         * GS_OP_SPILL's for the next batch, planned before this one is
+         * settled (ret0 = k, ret1 = the direction; its k GS_SOCK_MOVE or
+         * GS_SOCK_MOVE_PREP messages first), and this one is settled
+         * while the process moves that one.  k = 0: nothing chained (ask
+         * GS_OP_SPILL). */
         GS_OP_SPILL_DONE = 15,
         /* GS_FEAT_NOTIFY (item 9): before the reply (status 0), one
          * GS_SOCK_NOTIFY message (struct gs_sock_grant: seq, the rest 0)
@@ -423,6 +434,8 @@ enum gs_move_dir {
         GS_MOVE_TO_HOST = 1,   /* spill: host memory in, device memory out */
         GS_MOVE_TO_DEVICE = 2, /* back: device memory in, host memory out */
 };
+/* In GS_OP_SPILL_DONE's arg1, beside the direction (GS_FEAT_SPILL_CHAIN). */
+#define GS_MOVE_CHAIN 0x100u
 
 /* The CUipcMemHandle (64 bytes) the hook gives the application for gshare
  * memory.  Only the agent can resolve the token, and only for a process of

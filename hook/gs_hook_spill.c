@@ -544,63 +544,120 @@ static void gs_spill_prep_gpu(const struct gs_cu *cu, uint32_t gi)
         gs_ctx_unlock();
 }
 
+/* Prepared host memories of moved slots whose scratch mappings are let
+ * go once a chain of batches is over (gs_spill_gpu), not between its
+ * batches: the next batch waits for none of it. */
+struct gs_spill_later {
+        uint32_t n;
+        uint32_t id[GS_PREP_MAX];
+};
+
+/* pre: gs_conn.mu held.  What left names of prepared memory goes to
+ * later (let go at the chain's end), as far as later has room. */
+static void gs_spill_defer(struct gs_spill_left *left, struct gs_spill_later *later)
+{
+        uint32_t keep = 0;
+
+        for (uint32_t i = 0; i < left->nprep; i++)
+                if (later->n < GS_PREP_MAX)
+                        later->id[later->n++] = left->prep[i];
+                else
+                        left->prep[keep++] = left->prep[i];
+        left->nprep = keep;
+}
+
+/* pre: gs_conn.mu held.  Whether the reply rep (to GS_OP_SPILL, or to a
+ * chained GS_OP_SPILL_DONE) names a batch that can be moved: 0 nothing,
+ * 1 yes (k, dir), -1 the connection was lost (malformed). */
+static int gs_spill_named(const struct gs_ring_msg *rep, uint32_t *k, uint32_t *dir)
+{
+        if (rep->arg[0] == 0)
+                return 0;
+        if (rep->arg[0] > GS_MOVE_MAX || (rep->arg[1] != GS_MOVE_TO_HOST && rep->arg[1] != GS_MOVE_TO_DEVICE)) {
+                gs_conn_lost("malformed reply to GS_OP_SPILL");
+                return -1;
+        }
+        *k = (uint32_t)rep->arg[0];
+        *dir = (uint32_t)rep->arg[1];
+        return 1;
+}
+
 /* pre: gs_conn.mu held.  GPU gi's rounds: host memory prepared ahead if
  * the agent sends some, then what the agent names is moved, until it
- * names nothing, a move fails, or GS_SPILL_ROUNDS rounds. */
+ * names nothing, a move fails, or GS_SPILL_ROUNDS rounds.  A batch moved
+ * whole to host memory asks for the next in its GS_OP_SPILL_DONE
+ * (GS_FEAT_SPILL_CHAIN): the agent settles it while this one moves. */
 static void gs_spill_gpu(const struct gs_cu *cu, uint32_t gi)
 {
         struct gs_hook_gpu *g = &gs_conn.gpus[gi];
+        static struct gs_spill_later later; /* gs_conn.mu */
+        struct gs_ring_msg rep;
+        bool have = false; /* rep names a batch chained to the last */
 
+        later.n = 0;
         gs_spill_prep_gpu(cu, gi);
         for (int round = 0; round < GS_SPILL_ROUNDS; round++) {
-                uint32_t slots[GS_MOVE_MAX], prep[GS_MOVE_MAX], k, moved;
+                uint32_t slots[GS_MOVE_MAX], prep[GS_MOVE_MAX], k = 0, dir = 0, moved;
                 struct gs_spill_left left;
                 struct gs_spill_times t;
                 int r;
                 int fds[GS_MOVE_MAX];
-                struct gs_ring_msg rep, done;
+                struct gs_ring_msg done;
                 const char *why = NULL;
+                bool chain;
 
                 if (gs_conn.state != GS_CONN_UP || !g->va_base)
-                        return;
-                if (gs_conn_call(GS_OP_SPILL, gi, 0, 0, &rep) < 0)
-                        return;
+                        break;
+                if (!have && gs_conn_call(GS_OP_SPILL, gi, 0, 0, &rep) < 0)
+                        break;
                 if (rep.status != 0) {
                         gs_hook_debug("the agent refused GS_OP_SPILL on GPU %u: %d", gi, rep.status);
-                        return;
+                        break;
                 }
-                if (rep.arg[0] == 0)
-                        return;
-                if (rep.arg[0] > GS_MOVE_MAX || (rep.arg[1] != GS_MOVE_TO_HOST && rep.arg[1] != GS_MOVE_TO_DEVICE)) {
-                        gs_conn_lost("malformed reply to GS_OP_SPILL");
-                        return;
-                }
-                k = (uint32_t)rep.arg[0];
-                if (gs_spill_take(gi, rep.seq, (uint32_t)rep.arg[1], slots, fds, prep, k, &why) < 0) {
+                have = false;
+                if (gs_spill_named(&rep, &k, &dir) <= 0)
+                        break;
+                if (gs_spill_take(gi, rep.seq, dir, slots, fds, prep, k, &why) < 0) {
                         gs_conn_lost(why);
-                        return;
+                        break;
                 }
                 moved = gs_spill_move_left(cu, gi, slots, fds, prep, k, &t, &left);
                 for (uint32_t i = 0; i < moved; i++)
-                        g->mapped[slots[i]] = rep.arg[1] == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
+                        g->mapped[slots[i]] = dir == GS_MOVE_TO_HOST ? GS_MAPPED_HOST : GS_MAPPED_DEVICE;
                 gs_hook_debug("moved %u of %u chunk(s) of GPU %u to %s memory", moved, k, gi,
-                              rep.arg[1] == GS_MOVE_TO_HOST ? "host" : "device");
+                              dir == GS_MOVE_TO_HOST ? "host" : "device");
                 if (gs_conn.state != GS_CONN_UP) {
                         gs_spill_tidy(&left);
-                        return; /* the move failed closed */
+                        break; /* the move failed closed */
                 }
+                /* The next batch asked for with this one's answer (not in
+                 * the last round: every batch named is answered). */
+                chain = (gs_conn.features & GS_FEAT_SPILL_CHAIN) && dir == GS_MOVE_TO_HOST && moved == k &&
+                        round + 1 < GS_SPILL_ROUNDS;
+                if (chain)
+                        gs_spill_defer(&left, &later);
                 /* The batch's leftovers let go while the agent settles it. */
-                r = gs_conn_call_during(
-                        GS_OP_SPILL_DONE, gi, moved, rep.arg[1], GS_MOVE_US_PACK(t.sync_ns / 1000, t.prepare_ns / 1000),
-                        GS_MOVE_US_PACK(t.copy_ns / 1000, t.remap_ns / 1000), &done, gs_spill_tidy, &left);
+                r = gs_conn_call_during(GS_OP_SPILL_DONE, gi, moved, dir | (chain ? GS_MOVE_CHAIN : 0),
+                                        GS_MOVE_US_PACK(t.sync_ns / 1000, t.prepare_ns / 1000),
+                                        GS_MOVE_US_PACK(t.copy_ns / 1000, t.remap_ns / 1000), &done, gs_spill_tidy,
+                                        &left);
                 gs_spill_tidy(&left); /* if it was not called */
                 if (r < 0)
-                        return;
-                if (done.status != 0)
+                        break;
+                if (done.status != 0) {
                         gs_hook_debug("the agent refused GS_OP_SPILL_DONE on GPU %u: %d", gi, done.status);
+                        break;
+                }
                 if (moved < k)
-                        return; /* asked again at the next wake-up */
+                        break; /* asked again at the next wake-up */
+                if (chain && done.arg[0] > 0) {
+                        rep = done;
+                        have = true;
+                }
         }
+        for (uint32_t i = 0; i < later.n; i++)
+                gs_spill_prep_forget(cu, gi, later.id[i]);
+        later.n = 0;
 }
 
 void gs_spill_serve(const struct gs_cu *cu)

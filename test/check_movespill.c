@@ -55,11 +55,14 @@ static void on_poke(struct gs_node *n)
 
 /* The GPU, A and B; B holds all it may: its quota, the free chunks and
  * owed of A's. */
+static int64_t open_ms; /* when the GPU was opened */
+
 static void open_gpu(uint32_t owed, uint32_t quiet_ms)
 {
         char err[512];
 
         fds_at_start = gs_check_count_fds();
+        open_ms = gs_mono_ms();
         gs_check_fakecuda_env(state, sizeof(state), "movespill", "1Gi");
         gs_log_init("check_movespill", GS_LOG_ERROR);
         gs_config_defaults(&ag.cfg);
@@ -579,6 +582,16 @@ START_TEST(test_back_waits)
 }
 END_TEST
 
+/* An agent that opens the GPU (a restart: spilled data adopted) counts
+ * moveBackQuiet from then, as if an owner had just asked: it does not
+ * know when one last did. */
+START_TEST(test_back_quiet_from_open)
+{
+        ck_assert_int_ge(g->moves.last_want_ms, open_ms);
+        ck_assert_int_le(g->moves.last_want_ms, gs_mono_ms());
+}
+END_TEST
+
 /* Host memory made ahead for what is owed (the scrubber's steps), and
  * dropped once nothing is owed. */
 START_TEST(test_prepare_ahead)
@@ -710,7 +723,7 @@ int main(void)
                 { "kept", setup_owed2, { test_out_kept_fd } },
                 { "owed2b", setup_owed2, { test_prepared_gone } },
                 { "owed3", setup_owed3, { test_spill_max } },
-                { "quiet", setup_quiet, { test_back_waits } },
+                { "quiet", setup_quiet, { test_back_waits, test_back_quiet_from_open } },
         };
 
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

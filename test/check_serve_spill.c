@@ -11,6 +11,7 @@
 #include "gs_check_serve.h"
 
 #include "gs_gpu_int.h"
+#include "gs_serve_spill.h"
 
 #define NSPARE 2u
 #define BORROW 4u
@@ -218,6 +219,77 @@ START_TEST(test_spill_none_moved)
 }
 END_TEST
 
+/* A batch answered with GS_MOVE_CHAIN: the reply names the next batch,
+ * planned before the first is settled and never one of its slots; the
+ * first is settled once gs_serve_spill_settle runs (after the reply, in
+ * the worker's turn), and the chain ends when nothing more is wanted.  A
+ * chained answer for a batch not all moved settles it as before. */
+START_TEST(test_spill_chain)
+{
+        uint64_t offs[QUOTA + BORROW];
+        uint32_t s0, s1;
+
+        fill(offs);
+        want(1);
+        struct gs_ring_msg rep = serve(GS_OP_SPILL, 0, 0, 0);
+        ck_assert_uint_eq(rep.arg[0], 1);
+        take_sent(peer, GS_SOCK_MOVE, 1, CHUNK, &s0);
+        /* Another chunk wanted while the batch moves. */
+        want(2);
+        gs_gpu_lock(g);
+        g->moves.moving_out = 1; /* want() does not know of the batch */
+        gs_gpu_unlock(g);
+        rep = serve(GS_OP_SPILL_DONE, 0, 1, GS_MOVE_TO_HOST | GS_MOVE_CHAIN);
+        ck_assert_int_eq(rep.status, 0);
+        ck_assert_uint_eq(rep.arg[0], 1);
+        ck_assert_uint_eq(rep.arg[1], GS_MOVE_TO_HOST);
+        take_sent(peer, GS_SOCK_MOVE, 1, CHUNK, &s1);
+        ck_assert_uint_ne(s0, s1);
+        /* Not settled yet: nothing spilled, both batches moving. */
+        ck_assert_uint_eq(p.gpus[0].nsettle, 1);
+        ck_assert_uint_eq(p.gpus[0].nmove, 1);
+        gs_gpu_lock(g);
+        ck_assert_uint_eq(gs_gpu_spilled(g), 0);
+        ck_assert_uint_eq(g->moves.moving_out, 2);
+        gs_gpu_unlock(g);
+        /* A SPILL while the next batch is out: refused. */
+        ck_assert_int_eq(serve(GS_OP_SPILL, 0, 0, 0).status, -EPROTO);
+        gs_serve_spill_settle(&p);
+        ck_assert_uint_eq(p.gpus[0].nsettle, 0);
+        spill_books(QUOTA + BORROW, 1, 1, 1);
+        /* The last batch: nothing more wanted, nothing chained. */
+        rep = serve(GS_OP_SPILL_DONE, 0, 1, GS_MOVE_TO_HOST | GS_MOVE_CHAIN);
+        ck_assert_int_eq(rep.status, 0);
+        ck_assert_uint_eq(rep.arg[0], 0);
+        nothing_sent(peer);
+        gs_serve_spill_settle(&p);
+        spill_books(QUOTA + BORROW, 2, 0, 0);
+        gs_gpu_lock(g);
+        ck_assert_uint_eq(g->chunks_pending, 0);
+        gs_gpu_unlock(g);
+}
+END_TEST
+
+/* GS_MOVE_CHAIN on an answer that moved less than its batch: settled at
+ * once, nothing chained. */
+START_TEST(test_spill_chain_partial)
+{
+        uint64_t offs[QUOTA + BORROW];
+
+        fill(offs);
+        want(2);
+        struct gs_ring_msg rep = serve(GS_OP_SPILL, 0, 0, 0);
+        ck_assert_uint_eq(rep.arg[0], NSPARE);
+        take_sent(peer, GS_SOCK_MOVE, NSPARE, CHUNK, NULL);
+        rep = serve(GS_OP_SPILL_DONE, 0, 1, GS_MOVE_TO_HOST | GS_MOVE_CHAIN);
+        ck_assert_int_eq(rep.status, 0);
+        ck_assert_uint_eq(rep.arg[0], 0);
+        nothing_sent(peer);
+        ck_assert_uint_eq(p.gpus[0].nsettle, 0);
+        spill_books(QUOTA + BORROW, 1, 0, 1);
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("serve_spill");
@@ -228,6 +300,8 @@ int main(void)
         tcase_add_test(t, test_spill_nothing);
         tcase_add_test(t, test_spill_batch);
         tcase_add_test(t, test_spill_none_moved);
+        tcase_add_test(t, test_spill_chain);
+        tcase_add_test(t, test_spill_chain_partial);
         suite_add_tcase(s, t);
         return gs_check_run(s);
 }

@@ -203,6 +203,10 @@ static int open_pool(struct gs_gpu *g, const struct gs_config *cfg, const struct
         }
 pool:
         g->moves.move_back_quiet_ms = cfg->move_back_quiet_ms;
+        /* A restarted agent cannot know when an owner last asked: as if
+         * just now, so that spilled data does not move back at once onto
+         * what an owner was taking back (docs/burst.md "Agent restarts"). */
+        g->moves.last_want_ms = gs_mono_ms();
         r = gs_gpu_spill_init(g, cfg->spill_max_bytes, err, errlen);
         if (r < 0)
                 return r;

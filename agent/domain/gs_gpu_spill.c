@@ -161,52 +161,86 @@ bool gs_gpu_spill_prepare_end(struct gs_gpu *g, const struct gs_spill_job *j)
         return true;
 }
 
+/* Whether slot is one of the n moves of e. */
+static bool in_moves(const struct gs_move_ent *e, uint32_t n, uint32_t slot)
+{
+        for (uint32_t i = 0; i < n; i++)
+                if (e[i].slot == slot)
+                        return true;
+        return false;
+}
+
+/* gs_gpu_move_plan to host memory, passing over the slots of the nbusy
+ * moves busy (a batch in flight, not settled yet). */
+static int plan_out(struct gs_gpu *g, struct gs_pproc *pp, const struct gs_move_ent *busy, uint32_t nbusy,
+                    struct gs_move_ent *e, uint32_t max, uint64_t proc, char *err, size_t errlen)
+{
+        uint32_t slots[2 * GS_MOVE_MAX], n = 0, k = 0, want;
+
+        want = g->moves.spill_want > g->moves.moving_out ? g->moves.spill_want - g->moves.moving_out : 0;
+        if (want > max)
+                want = max;
+        if (want) {
+                uint32_t got = gs_pproc_move_slots(pp, false, slots, want + nbusy);
+                for (uint32_t i = 0; i < got && k < want; i++)
+                        if (!in_moves(busy, nbusy, slots[i]))
+                                slots[k++] = slots[i];
+        }
+        for (uint32_t i = 0; i < k; i++) {
+                int s = prepared_spare(g, proc);
+                if (s < 0)
+                        s = free_spare(g);
+                if (s < 0) {
+                        /* Said at 1, 2, 4, ... refusals. */
+                        uint64_t nref = ++g->moves.st.refused;
+                        if (!(nref & (nref - 1)))
+                                snprintf(err, errlen,
+                                         "spillMax reached: no host memory left for spilled "
+                                         "chunks (%llu spills refused)",
+                                         (unsigned long long)g->moves.st.refused);
+                        break;
+                }
+                int r = g->moves.spares[s].fd >= 0 ? 0 : host_make(g, &g->moves.spares[s], err, errlen);
+                if (r < 0) {
+                        g->moves.st.refused++;
+                        break;
+                }
+                g->moves.spares[s].busy = true;
+                e[n] = (struct gs_move_ent){ .slot = slots[i],
+                                             .from = gs_pproc_slot_chunk(pp, slots[i]),
+                                             .to = g->nchunks + (uint32_t)s,
+                                             .fd = g->moves.spares[s].fd,
+                                             .prep = g->moves.spares[s].prep != 0 };
+                n++;
+        }
+        g->moves.moving_out += n;
+        if (n && !g->moves.tb.start_ns)
+                g->moves.tb.start_ns = gs_mono_ns();
+        gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), GS_MOVE_TO_HOST, e, n);
+        return (int)n;
+}
+
+int gs_gpu_move_plan_next(struct gs_gpu *g, struct gs_pproc *pp, const struct gs_move_ent *busy, uint32_t nbusy,
+                          struct gs_move_ent *e, uint32_t max, uint64_t proc, char *err, size_t errlen)
+{
+        gs_gpu_assert_locked(g);
+        if (!g->moves.nspare || !pp || nbusy > GS_MOVE_MAX)
+                return 0;
+        return plan_out(g, pp, busy, nbusy, e, max < GS_MOVE_MAX ? max : GS_MOVE_MAX, proc, err, errlen);
+}
+
 int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e, uint32_t max,
                      struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen)
 {
         gs_gpu_assert_locked(g);
-        uint32_t slots[GS_MOVE_MAX], n = 0, want;
+        uint32_t slots[GS_MOVE_MAX], n = 0;
 
         if (!g->moves.nspare || !pp)
                 return 0;
         if (max > GS_MOVE_MAX)
                 max = GS_MOVE_MAX;
-        if (dir == GS_MOVE_TO_HOST) {
-                want = g->moves.spill_want > g->moves.moving_out ? g->moves.spill_want - g->moves.moving_out : 0;
-                uint32_t k = gs_pproc_move_slots(pp, false, slots, want < max ? want : max);
-                for (uint32_t i = 0; i < k; i++) {
-                        int s = prepared_spare(g, proc);
-                        if (s < 0)
-                                s = free_spare(g);
-                        if (s < 0) {
-                                /* Said at 1, 2, 4, ... refusals. */
-                                uint64_t nref = ++g->moves.st.refused;
-                                if (!(nref & (nref - 1)))
-                                        snprintf(err, errlen,
-                                                 "spillMax reached: no host memory left for spilled "
-                                                 "chunks (%llu spills refused)",
-                                                 (unsigned long long)g->moves.st.refused);
-                                break;
-                        }
-                        int r = g->moves.spares[s].fd >= 0 ? 0 : host_make(g, &g->moves.spares[s], err, errlen);
-                        if (r < 0) {
-                                g->moves.st.refused++;
-                                break;
-                        }
-                        g->moves.spares[s].busy = true;
-                        e[n] = (struct gs_move_ent){ .slot = slots[i],
-                                                     .from = gs_pproc_slot_chunk(pp, slots[i]),
-                                                     .to = g->nchunks + (uint32_t)s,
-                                                     .fd = g->moves.spares[s].fd,
-                                                     .prep = g->moves.spares[s].prep != 0 };
-                        n++;
-                }
-                g->moves.moving_out += n;
-                if (n && !g->moves.tb.start_ns)
-                        g->moves.tb.start_ns = gs_mono_ns();
-                gs_gpu_spillrec_moving(g, gs_pproc_tag(pp), dir, e, n);
-                return (int)n;
-        }
+        if (dir == GS_MOVE_TO_HOST)
+                return plan_out(g, pp, NULL, 0, e, max, proc, err, errlen);
         /* Back only while nobody wants a chunk back, nor did a moment ago. */
         if (g->moves.spill_want || gs_mono_ms() - g->moves.last_want_ms < g->moves.move_back_quiet_ms)
                 return 0;

@@ -125,6 +125,12 @@ void gs_gpu_spill_fini(struct gs_gpu *g);
  * why when spares ran out). */
 int gs_gpu_move_plan(struct gs_gpu *g, struct gs_pproc *pp, enum gs_move_dir dir, struct gs_move_ent *e, uint32_t max,
                      struct gs_allocation *owner, uint64_t proc, char *err, size_t errlen);
+/* Under g->lock: gs_gpu_move_plan to host memory while the nbusy moves
+ * of busy (the process's last batch, all moved) are not settled yet: the
+ * next batch, planned before the last is settled so that the process
+ * moves it meanwhile (GS_MOVE_CHAIN), their slots passed over. */
+int gs_gpu_move_plan_next(struct gs_gpu *g, struct gs_pproc *pp, const struct gs_move_ent *busy, uint32_t nbusy,
+                          struct gs_move_ent *e, uint32_t max, uint64_t proc, char *err, size_t errlen);
 /* Under g->lock: the first moved of the n planned moves were done (the
  * records exchange: a spilled chunk goes to whom it is owed, made anew),
  * the others are undone (moved past n counts as n: it is the process's

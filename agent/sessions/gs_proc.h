@@ -78,6 +78,13 @@ struct gs_proc_gpu {
         uint32_t move_dir;
         uint64_t move_start_ns;
         uint64_t move_plan_ns;
+        /* A batch answered with the next one planned (GS_MOVE_CHAIN): the
+         * process moves that one while this one is settled, once the reply
+         * is out, in the same worker's turn (gs_serve_spill_settle); its
+         * time by phase, settle excepted.  nsettle 0: none. */
+        struct gs_move_ent settle[GS_MOVE_MAX];
+        uint32_t nsettle;
+        uint64_t settle_ns[GS_PHASE_N];
         bool ctx_refused_said; /* "no room for a CUDA context" logged */
 };
 

@@ -127,7 +127,7 @@ int gs_proc_on_hello(struct gs_agent *ag, struct gs_proc *p, char *err, size_t e
                        GS_FEAT_QOS;
         p->move_feature = gs_spill_feature(ag, a);
         if (p->move_feature)
-                w.h.reserved |= GS_FEAT_SPILL | GS_FEAT_SPILL_PREP;
+                w.h.reserved |= GS_FEAT_SPILL | GS_FEAT_SPILL_PREP | GS_FEAT_SPILL_CHAIN;
         w.ngpus = a->nparts;
         w.shm_bytes = sizeof(struct gs_shm);
         w.proc_id = p->id;

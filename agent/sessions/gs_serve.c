@@ -470,6 +470,10 @@ int gs_serve_some(struct gs_proc *p, uint32_t budget, uint32_t *ret_served)
                 r = gs_serve_one(p, &req, &rep);
                 if (r == 0)
                         r = push_reply(p, &rep);
+                /* A batch answered with the next one is settled now, while
+                 * the process moves that one. */
+                if (req.op == GS_OP_SPILL_DONE)
+                        gs_serve_spill_settle(p);
                 t1 = gs_mono_ns();
                 gs_hist_observe(&p->agent->node.hists.request[req.op < GS_HIST_OPS ? req.op : 0], &gs_hist_seconds,
                                 (uint64_t)(t1 > t0 ? t1 - t0 : 0));

@@ -13,6 +13,10 @@ bool gs_spill_feature(const struct gs_agent *ag, const struct gs_allocation *a);
 int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, struct gs_ring_msg *rep);
 int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
                         struct gs_ring_msg *rep);
+/* After the reply to a GS_OP_SPILL_DONE that chained the next batch
+ * (GS_MOVE_CHAIN) is out, or failed to go: the batch it answered settled
+ * (the same worker's turn, before the process may be torn down). */
+void gs_serve_spill_settle(struct gs_proc *p);
 /* GS_OP_SPILL_PREP (a worker, the process's turn): host memory ahead of
  * the process's moves, or word that what it prepared is not needed. */
 int gs_serve_spill_prep(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,

@@ -39,6 +39,9 @@ models host-located VMM memory (one GPU: 28 chunks of 32 MiB, units of
             B frees all it borrowed: it lets that memory go
             (charged to it until it exits), and once it exits nothing is
             held, prepared or made
+  chain     chunks of 4 MiB: A's 224 MiB take two batches back or more;
+            each batch moved whole is settled while B moves the next one
+            (GS_MOVE_CHAIN: the agent's log says so)
   hostile_keep
             spillMax 64Mi again; the borrower is a raw-wire process
             (e2e_keptfd spill) whose mover keeps every host memory fd it
@@ -112,7 +115,7 @@ def owner_and_borrower(ag):
 
 def main():
     cases = {"moves": moves, "last_nokill": lambda tmp: last(tmp, False), "last_kill": lambda tmp: last(tmp, True),
-             "hostile_keep": hostile_keep, "prep_unneeded": prep_unneeded}
+             "hostile_keep": hostile_keep, "prep_unneeded": prep_unneeded, "chain": chain}
     chosen = e.chosen_cases(list(cases))
     e.need(e.AGENT, e.CTL, e.FAKE, e.HOOK, SPILL, NVML, e.KEPTFD)
     tmp = tempfile.mkdtemp(prefix="gshare-spill-")
@@ -328,6 +331,45 @@ def last(tmp, kill):
         a.quit()
         b.quit()
         check(ag.alive(), what + ": the agent runs on")
+    finally:
+        ag.stop()
+    return ag
+
+
+def chain(tmp):
+    """Chunks of 4 MiB: A's 224 MiB take more than one batch of 32 chunks
+    back; each batch moved whole asks for the next in its answer, and is
+    settled while B moves that one."""
+    sub = os.path.join(tmp, "chain")
+    os.makedirs(sub)
+    conf = os.path.join(sub, "config.yaml")
+    with open(conf, "w") as f:
+        f.write("usageInterval: 200ms\nmetricsAddress: 127.0.0.1:%d\n" % e.free_port())
+    ag = e.Agent(sub, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi", "--chunk-size", "4Mi"])
+    ag.metrics_conf = conf
+    ag.start()
+    try:
+        A, B = owner_and_borrower(ag)
+        b = Prog(ag, B, "borrow", 896, 32)
+        got = b.line()
+        check(got[:1] == ["ready"] and gpu(ag)["chunks_owed"] >= 40,
+              "chain: B fills %s MiB, A is owed more than a batch of chunks (%d)" % (got[1:], gpu(ag)["chunks_owed"]))
+        # One block: one request, all of it wanted back at once.
+        a = Prog(ag, A, "own", 224, 224)
+        got = a.line()
+        check(got[:3] == ["own", "got", "224"], "chain: A's process gets its 224 MiB (%s)" % got)
+        check(b.say("check")[:2] == ["check", "ok"], "chain: B's checksums hold")
+        n = len(re.findall(r"chunks to host memory .* to settle while the next batch moved", ag.logtext()))
+        check(moved_out(ag) >= 56 and n >= 1, "chain: %d chunks moved, %d batches settled while the next one moved"
+              % (moved_out(ag), n))
+        # What A still does not use of its guarantee may stay lent to B.
+        check(e.wait_for(lambda: gpu(ag)["chunks_moving"] == 0, 30, step=0.1) is not None,
+              "chain: nothing moving once A has its memory")
+        a.quit()
+        b.quit()
+        check(e.wait_for(lambda: gpu(ag)["chunks_spilled"] == 0 and gpu(ag)["chunks_owed"] == 0, 30, step=0.1)
+              is not None, "chain: all gone, nothing spilled nor owed")
+        check(ag.alive(), "chain: the agent runs on")
     finally:
         ag.stop()
     return ag
