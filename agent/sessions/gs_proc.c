@@ -96,14 +96,11 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 gs_gpu_unlock(g);
         }
         if (p->shm) {
-                /* What its hook said QoS held stays in the allocation's
-                 * sums (metrics only). */
-                uint64_t h = __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED);
-                uint64_t hns = __atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED);
-                if (__builtin_add_overflow(a->qos_held_gone, h, &a->qos_held_gone))
-                        a->qos_held_gone = UINT64_MAX;
-                if (__builtin_add_overflow(a->qos_held_ns_gone, hns, &a->qos_held_ns_gone))
-                        a->qos_held_ns_gone = UINT64_MAX;
+                /* What its hook said QoS held and timed stays in the
+                 * allocation's sums (metrics only). */
+                gs_add_sat(&a->qos_held_gone, __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED));
+                gs_add_sat(&a->qos_held_ns_gone, __atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED));
+                gs_add_sat(&a->qos_gpu_ns_gone, __atomic_load_n(&p->shm->qos_gpu_ns, __ATOMIC_RELAXED));
                 munmap(p->shm, sizeof(*p->shm));
         }
         gs_closep(&p->shmfd);
