@@ -4,28 +4,8 @@
 
 #include <stdint.h>
 
-#include "gs_proc.h"
+#include "gs_proc_qos.h"
 #include "gs_qos.h"
-
-/* What the allocation's processes' hooks said of compute QoS: launches
- * held, the ns they waited, the GPU time it timed (enum q): those gone
- * (kept by gs_proc_destroy) and the registered ones, as each hook last
- * said (on its first GPU); saturating. */
-enum q { Q_HELD, Q_HELD_NS, Q_GPU_NS };
-static uint64_t qos_sum(const struct gs_allocation *a, enum q q)
-{
-        uint64_t sum = q == Q_HELD ? a->qos_held_gone : q == Q_HELD_NS ? a->qos_held_ns_gone : a->qos_gpu_ns_gone;
-
-        for (const struct gs_proc *p = a->procs; p; p = p->next) {
-                const uint64_t *w;
-
-                if (p->state == GS_PROC_HELLO || !p->shm)
-                        continue;
-                w = q == Q_HELD ? &p->shm->qos_held : q == Q_HELD_NS ? &p->shm->qos_held_ns : &p->shm->qos_gpu_ns;
-                gs_add_sat(&sum, __atomic_load_n(w, __ATOMIC_RELAXED));
-        }
-        return sum;
-}
 
 #define ALLOC_FAMILY(name, type, help, fmt, expr)                       \
         do {                                                            \
@@ -60,14 +40,14 @@ void gs_metrics_qos_allocations(struct gs_mx_buf *b, const struct gs_mx_alloc *a
         ALLOC_FAMILY("compute_held_launches_total", "counter",
                      "Launches of the allocation's processes its compute QoS held, summed over its processes, "
                      "those gone included (as their hooks report; docs/compute.md).",
-                     "%llu", (unsigned long long)qos_sum(a, Q_HELD));
+                     "%llu", (unsigned long long)gs_proc_qos_report(a, GS_QR_HELD));
         ALLOC_FAMILY("compute_held_seconds_total", "counter",
                      "Seconds the allocation's held launches waited, summed over its processes (as their hooks "
                      "report).",
-                     "%.9f", (double)qos_sum(a, Q_HELD_NS) / 1e9);
+                     "%.9f", (double)gs_proc_qos_report(a, GS_QR_HELD_NS) / 1e9);
         ALLOC_FAMILY("compute_gpu_seconds_total", "counter",
                      "GPU time of the allocation's launches its compute QoS timed, in seconds, summed over its "
                      "processes, those gone included (as their hooks report: an estimate from sampled events, "
                      "launches QoS let through untimed not counted; docs/compute.md \"GPU time\").",
-                     "%.9f", (double)qos_sum(a, Q_GPU_NS) / 1e9);
+                     "%.9f", (double)gs_proc_qos_report(a, GS_QR_GPU_NS) / 1e9);
 }

@@ -6,6 +6,7 @@
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
  * previous agent's processes: gs_proc_adopt.c. */
 #include "gs_proc_int.h"
+#include "gs_proc_qos.h"
 #include "gs_qos.h"
 
 #include <stdio.h>
@@ -96,11 +97,9 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 gs_gpu_unlock(g);
         }
         if (p->shm) {
-                /* What its hook said QoS held and timed stays in the
-                 * allocation's sums (metrics only). */
-                gs_add_sat(&a->qos_held_gone, __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED));
-                gs_add_sat(&a->qos_held_ns_gone, __atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED));
-                gs_add_sat(&a->qos_gpu_ns_gone, __atomic_load_n(&p->shm->qos_gpu_ns, __ATOMIC_RELAXED));
+                /* What its hook said of QoS stays in the allocation's
+                 * sums (metrics only). */
+                gs_proc_qos_keep(a, p);
                 munmap(p->shm, sizeof(*p->shm));
         }
         gs_closep(&p->shmfd);

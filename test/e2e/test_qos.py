@@ -41,7 +41,8 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     0 before anything ran; the held trainer's K kernels of 0.2 ms count
     between K x 0.1 ms and the wall time it ran; the capped process's
     300 kernels of 1 ms between 0.15 s and its span; both kept once the
-    process is gone;
+    process is gone; gsharectl allocations shows the same (GPU TIME,
+    compute_gpu_seconds and the held launches in --json);
   - the checkpoint keeps the policies (weights too); the agent killed (-9) mid-run: the
     hooked processes go on (fail open) and end normally; a new agent, with
     the API server down, restores the policies from the checkpoint.
@@ -435,6 +436,14 @@ def main():
         check(gpu is not None and 0.15 <= gpu <= span + 0.5,
               "capped: 300 kernels of 1 ms, its GPU time as its hook measured it %s s (0.15 to its span %.2f s), "
               "kept once it is gone" % (gpu, span))
+        a = ag.allocs()[cid]
+        r = subprocess.run([e.CTL, "--socket", ag.sock, "allocations"], capture_output=True, text=True,
+                           timeout=e.HANG)
+        check(gpu is not None and abs(a.get("compute_gpu_seconds", -1) - gpu) < 1e-6 and
+              a.get("compute_held_launches", 0) > 0 and a.get("compute_held_seconds", 0) > 0 and
+              re.search(r"^%s .* standard,cap=30%% +%.1fs " % (cid, gpu), r.stdout, re.M) is not None,
+              "gsharectl allocations: its GPU time (GPU TIME; compute_gpu_seconds, and the held launches, in "
+              "--json): %s\n%s" % ({k: v for k, v in a.items() if k.startswith("compute_")}, r.stdout))
 
         ckpt = open(os.path.join(tmp, "state", "allocations")).read()
         for n, want in (("server", "qos=latency-critical"), ("trainer", "qos=best-effort,weight=30"),
