@@ -143,6 +143,8 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
         printf(",\"compute_class\":");
         jstr(al->compute_class);
         printf(",\"compute_cap\":%u,\"compute_weight\":%u", al->compute_cap, al->compute_weight);
+        printf(",\"compute_held_launches\":%" PRIu64 ",\"compute_held_seconds\":%.9f,\"compute_gpu_seconds\":%.9f",
+               al->compute_held_launches, (double)al->compute_held_ns / 1e9, (double)al->compute_gpu_ns / 1e9);
         printf(",\"created_unix\":%" PRIu64 ",\"device_ids\":[", al->created_unix);
         for (size_t j = 0; j < al->n_device_ids; j++) {
                 if (j)
@@ -188,9 +190,9 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 printf("]\n");
                 return;
         }
-        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-6s %-6s %-5s %-16s %-40s %s\n", "ID", "GPU",
+        printf("%-16s %-4s %-6s %-12s %-12s %-12s %-12s %-12s %-6s %-6s %-6s %-5s %-16s %-9s %-40s %s\n", "ID", "GPU",
                "UNITS", "QUOTA", "BURST", "REQUESTED", "IN CHUNKS", "OUTSIDE", "BORROW", "SPILL", "OWED", "PROCS",
-               "COMPUTE", "SOCKET DIR", "POD/CONTAINER OR CLAIM");
+               "COMPUTE", "GPU TIME", "SOCKET DIR", "POD/CONTAINER OR CLAIM");
         for (size_t i = 0; i < n; i++) {
                 const Gshare__Ctl__V1__Allocation *al = v[i];
                 for (size_t j = 0; j < al->n_parts; j++) {
@@ -215,12 +217,16 @@ static void print_allocs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                                 snprintf(capw + strlen(capw), sizeof(capw) - strlen(capw), ",weight=%u",
                                          al->compute_weight);
                         snprintf(cls, sizeof(cls), "%s%s", al->compute_class[0] ? al->compute_class : "-", capw);
-                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-16s %-40s %s\n",
+                        /* The GPU time its compute QoS timed (docs/compute.md). */
+                        char gpu[32] = "-";
+                        if (al->compute_gpu_ns)
+                                snprintf(gpu, sizeof(gpu), "%.1fs", (double)al->compute_gpu_ns / 1e9);
+                        printf("%-16s %-4u %-6u %-12s %-12s %-12s %-12s %-12s %-6u %-6u %-6u %-5zu %-16s %-9s %-40s %s\n",
                                al->id, p->gpu_index, p->units, sz(p->quota_bytes, a, sizeof(a)),
                                p->burst_bytes > p->quota_bytes ? sz(p->burst_bytes, e, sizeof(e)) : "-",
                                sz(p->bytes_requested, b, sizeof(b)), sz(p->bytes_in_chunks, c, sizeof(c)),
                                sz(p->outside_bytes, d, sizeof(d)), p->chunks_borrowed, p->chunks_spilled,
-                               p->chunks_owed, np, cls, al->socket_dir, who);
+                               p->chunks_owed, np, cls, gpu, al->socket_dir, who);
                 }
         }
 }

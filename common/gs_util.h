@@ -32,6 +32,12 @@ static inline int gs_is_pow2(uint64_t x)
 {
         return x && !(x & (x - 1));
 }
+/* *sum += x, saturating at UINT64_MAX (counters a hostile peer feeds). */
+static inline void gs_add_sat(uint64_t *sum, uint64_t x)
+{
+        if (__builtin_add_overflow(*sum, x, sum))
+                *sum = UINT64_MAX;
+}
 
 /* Closes *fd if open and marks it closed; safe to call twice. */
 static inline void gs_closep(int *fd)

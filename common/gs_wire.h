@@ -96,6 +96,7 @@
 #ifndef GS_WIRE_H
 #define GS_WIRE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define GS_WIRE_MAGIC 0x52485347u /* "GSHR" little-endian */
@@ -532,10 +533,21 @@ struct gs_shm {
          * sees from it who competes (a process that lies only changes its
          * own share). */
         uint64_t qos_launches;
+        /* GS_FEAT_QOS: the GPU time, in ns, of the launches the hook's
+         * compute QoS timed (docs/compute.md "GPU time": a capped launch
+         * at its own events' measure, one admitted beside latency-critical
+         * work or under a duty at its function's estimate from sampled
+         * events; launches QoS lets through untimed count nothing),
+         * published with qos_launches.  For the agent's metrics only (a
+         * hostile hook can write anything here).  Same line, same
+         * compatibility as qos_held. */
+        uint64_t qos_gpu_ns;
         struct gs_ring req; /* hook -> agent */
         struct gs_ring rep; /* agent -> hook */
 };
 _Static_assert(sizeof(struct gs_ring) == 128 + 64 * GS_RING_SLOTS, "gs_ring layout");
 _Static_assert(sizeof(struct gs_shm) % 64 == 0, "gs_shm layout");
+_Static_assert(offsetof(struct gs_shm, req) == offsetof(struct gs_shm, hook_wake) + 64,
+               "gs_shm: the hook_wake line's fields stay in its padding");
 
 #endif

@@ -1,5 +1,6 @@
 /* gs_hook_qos.c — see gs_hook_qos.h. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,6 +30,10 @@ static unsigned long long g_launches_told;   /* gs_conn.mu: the last count publi
 static int g_pub_busy;                       /* gs_conn.mu: the last publish saw new launches */
 static int g_pub_sleeping;                   /* atomic: the thread sleeps until woken (no launches) */
 static void (*g_wake_fn)(void);              /* wakes the hook's thread (gs_qos_set_wake_fn) */
+
+/* GPU time of the launches QoS timed (gs_shm.qos_gpu_ns): written under
+ * g_mu (a load and a store), read by the hook's thread. */
+static unsigned long long g_gpu_ns; /* atomic */
 
 void gs_qos_set_wake_fn(void (*fn)(void))
 {
@@ -122,6 +127,19 @@ static void nap_us(long us)
 static void qos_child(void)
 {
         pthread_mutex_init(&g_mu, NULL);
+        /* What the parent counted is the parent's (the child reports its
+         * own, once it registers). */
+        __atomic_store_n(&g_held, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g_held_ns, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g_gpu_ns, 0, __ATOMIC_RELAXED);
+}
+
+/* pre: g_mu.  ns more of GPU time counted (saturating). */
+static void gpu_add(uint64_t ns)
+{
+        unsigned long long t = __atomic_load_n(&g_gpu_ns, __ATOMIC_RELAXED);
+
+        __atomic_store_n(&g_gpu_ns, t + ns < t ? ULLONG_MAX : t + ns, __ATOMIC_RELAXED);
 }
 
 /* pre: g_mu.  The events, made in the current context at first use. */
@@ -162,8 +180,10 @@ static void cap_wait(const struct gs_cu *c, uint32_t cap)
                 /* Its measure needs it complete; a launch that never ends is
                  * not waited for past a second (fail open). */
                 wait_event(c, g_end, now + 1000000000);
-                if (c->event_elapsed_time(&ms, g_start, g_end) == CUDA_SUCCESS && ms > 0)
+                if (c->event_elapsed_time(&ms, g_start, g_end) == CUDA_SUCCESS && ms > 0) {
                         g_tokens_ns -= (int64_t)(ms * 1e6);
+                        gpu_add((uint64_t)(ms * 1e6));
+                }
                 g_end_pending = 0;
                 now = gs_mono_ns();
         }
@@ -455,6 +475,9 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
         if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS) {
                 g_est[g_next % GS_QOS_RING] = g_cur_est;
                 g_next++;
+                /* A capped launch's own measure is counted by cap_wait. */
+                if (!(ck & QC_CAP))
+                        gpu_add(g_cur_est);
         }
         if (r == CUDA_SUCCESS && (ck & QC_CAP))
                 g_end_pending = c->event_record(g_end, s) == CUDA_SUCCESS;
@@ -621,6 +644,8 @@ void gs_qos_publish(void)
         __atomic_store_n(&gs_conn.shm->qos_held, (uint64_t)__atomic_load_n(&g_held, __ATOMIC_RELAXED),
                          __ATOMIC_RELAXED);
         __atomic_store_n(&gs_conn.shm->qos_held_ns, (uint64_t)__atomic_load_n(&g_held_ns, __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&gs_conn.shm->qos_gpu_ns, (uint64_t)__atomic_load_n(&g_gpu_ns, __ATOMIC_RELAXED),
                          __ATOMIC_RELAXED);
 }
 

@@ -61,9 +61,12 @@ static inline void gs_qos_after(int cookie, CUstream s, CUresult r)
  * the connection is new or gs_shm.qos changed, and maps the board. */
 void gs_qos_serve(void);
 
-/* The hook's thread, gs_conn.mu held: the counts of held launches into
- * the segment, for the agent's metrics (while launches may be held, the
- * thread looks every GS_QOS_PUBLISH_MS). */
+/* The hook's thread, gs_conn.mu held: the counts of launches and held
+ * launches, and the GPU time QoS timed (a capped launch at its own
+ * events' measure, one admitted through the ring at its function's
+ * estimate: docs/compute.md "GPU time"), into the segment, for the
+ * agent's metrics (while launches may be held, the thread looks every
+ * GS_QOS_PUBLISH_MS). */
 #define GS_QOS_PUBLISH_MS 1000
 void gs_qos_publish(void);
 /* The hook's thread, gs_conn.mu held: how long it may sleep before

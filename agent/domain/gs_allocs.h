@@ -106,8 +106,10 @@ struct gs_allocation {
         /* The launches its gone processes' hooks said their QoS held, and
          * the ns they waited (their last gs_shm.qos_held, _ns; saturating):
          * the metrics' sums go on past a process's exit.  Shown, never
-         * used (a hostile hook can say anything).  Main thread. */
-        uint64_t qos_held_gone, qos_held_ns_gone;
+         * used (a hostile hook can say anything).  Main thread.
+         * qos_gpu_ns_gone likewise: the GPU time their QoS timed (their
+         * last gs_shm.qos_gpu_ns). */
+        uint64_t qos_held_gone, qos_held_ns_gone, qos_gpu_ns_gone;
         struct gs_unit *units; /* what it holds (claims: ascending) */
         size_t nunits;
         uint64_t created_unix;

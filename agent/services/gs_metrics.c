@@ -433,6 +433,10 @@ static void render_allocations(struct gs_mx_buf *b, struct gs_agent *ag, const s
                     i == 0 && p->shm ? __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED) : 0);
         PROC_FAMILY("compute_held_seconds", "Seconds its held launches waited (as its hook reports).",
                     i == 0 && p->shm ? (double)__atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED) / 1e9 : 0);
+        PROC_FAMILY("compute_gpu_seconds",
+                    "GPU time of the process's launches its compute QoS timed, in seconds (as its hook reports: an "
+                    "estimate from sampled events; docs/compute.md).",
+                    i == 0 && p->shm ? (double)__atomic_load_n(&p->shm->qos_gpu_ns, __ATOMIC_RELAXED) / 1e9 : 0);
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes",

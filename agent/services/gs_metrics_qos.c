@@ -4,26 +4,8 @@
 
 #include <stdint.h>
 
-#include "gs_proc.h"
+#include "gs_proc_qos.h"
 #include "gs_qos.h"
-
-/* The launches the allocation's processes' hooks held (ns: the ns they
- * waited): those gone (kept by gs_proc_destroy) and the registered ones,
- * as each hook last said (on its first GPU); saturating. */
-static uint64_t held_sum(const struct gs_allocation *a, bool ns)
-{
-        uint64_t sum = ns ? a->qos_held_ns_gone : a->qos_held_gone;
-
-        for (const struct gs_proc *p = a->procs; p; p = p->next) {
-                if (p->state == GS_PROC_HELLO || !p->shm)
-                        continue;
-                if (__builtin_add_overflow(
-                            sum, __atomic_load_n(ns ? &p->shm->qos_held_ns : &p->shm->qos_held, __ATOMIC_RELAXED),
-                            &sum))
-                        sum = UINT64_MAX;
-        }
-        return sum;
-}
 
 #define ALLOC_FAMILY(name, type, help, fmt, expr)                       \
         do {                                                            \
@@ -58,9 +40,14 @@ void gs_metrics_qos_allocations(struct gs_mx_buf *b, const struct gs_mx_alloc *a
         ALLOC_FAMILY("compute_held_launches_total", "counter",
                      "Launches of the allocation's processes its compute QoS held, summed over its processes, "
                      "those gone included (as their hooks report; docs/compute.md).",
-                     "%llu", (unsigned long long)held_sum(a, false));
+                     "%llu", (unsigned long long)gs_proc_qos_report(a, GS_QR_HELD));
         ALLOC_FAMILY("compute_held_seconds_total", "counter",
                      "Seconds the allocation's held launches waited, summed over its processes (as their hooks "
                      "report).",
-                     "%.9f", (double)held_sum(a, true) / 1e9);
+                     "%.9f", (double)gs_proc_qos_report(a, GS_QR_HELD_NS) / 1e9);
+        ALLOC_FAMILY("compute_gpu_seconds_total", "counter",
+                     "GPU time of the allocation's launches its compute QoS timed, in seconds, summed over its "
+                     "processes, those gone included (as their hooks report: an estimate from sampled events, "
+                     "launches QoS let through untimed not counted; docs/compute.md \"GPU time\").",
+                     "%.9f", (double)gs_proc_qos_report(a, GS_QR_GPU_NS) / 1e9);
 }

@@ -19,6 +19,7 @@
 #include "gs_pending.h"
 #include "gs_restore.h"
 #include "gs_proc.h"
+#include "gs_proc_qos.h"
 #include "gs_sock.h"
 #include "gs_short.h"
 #include "gs_stream.h"
@@ -219,6 +220,9 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct gs_arena *ar, struct gs_all
         m->compute_class = gs_arena_str(ar, gs_qos_class_name(a->qos.cls));
         m->compute_cap = a->qos.cap;
         m->compute_weight = gs_qos_weight_of(&a->qos);
+        m->compute_held_launches = gs_proc_qos_report(a, GS_QR_HELD);
+        m->compute_held_ns = gs_proc_qos_report(a, GS_QR_HELD_NS);
+        m->compute_gpu_ns = gs_proc_qos_report(a, GS_QR_GPU_NS);
         if (!alloc_msg_claim(ar, a, m))
                 return NULL;
         return m;

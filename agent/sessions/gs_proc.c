@@ -6,6 +6,7 @@
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
  * previous agent's processes: gs_proc_adopt.c. */
 #include "gs_proc_int.h"
+#include "gs_proc_qos.h"
 #include "gs_qos.h"
 
 #include <stdio.h>
@@ -96,14 +97,9 @@ void gs_proc_destroy(struct gs_agent *ag, struct gs_proc *p, const char *why)
                 gs_gpu_unlock(g);
         }
         if (p->shm) {
-                /* What its hook said QoS held stays in the allocation's
+                /* What its hook said of QoS stays in the allocation's
                  * sums (metrics only). */
-                uint64_t h = __atomic_load_n(&p->shm->qos_held, __ATOMIC_RELAXED);
-                uint64_t hns = __atomic_load_n(&p->shm->qos_held_ns, __ATOMIC_RELAXED);
-                if (__builtin_add_overflow(a->qos_held_gone, h, &a->qos_held_gone))
-                        a->qos_held_gone = UINT64_MAX;
-                if (__builtin_add_overflow(a->qos_held_ns_gone, hns, &a->qos_held_ns_gone))
-                        a->qos_held_ns_gone = UINT64_MAX;
+                gs_proc_qos_keep(a, p);
                 munmap(p->shm, sizeof(*p->shm));
         }
         gs_closep(&p->shmfd);

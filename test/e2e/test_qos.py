@@ -37,6 +37,12 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
   - held launches per allocation: gshare_allocation_compute_held_*_total
     sum its processes' (gshare_process_compute_held_*) while they run,
     and keep them once they are gone;
+  - GPU time per allocation (gshare_allocation_compute_gpu_seconds_total):
+    0 before anything ran; the held trainer's K kernels of 0.2 ms count
+    between K x 0.1 ms and the wall time it ran; the capped process's
+    300 kernels of 1 ms between 0.15 s and its span; both kept once the
+    process is gone; gsharectl allocations shows the same (GPU TIME,
+    compute_gpu_seconds and the held launches in --json);
   - the checkpoint keeps the policies (weights too); the agent killed (-9) mid-run: the
     hooked processes go on (fail open) and end normally; a new agent, with
     the API server down, restores the policies from the checkpoint.
@@ -48,6 +54,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -215,14 +222,28 @@ def held_sums(port, aid):
     return (total[0] if total else None), sum(procs), len(procs)
 
 
+def gpu_seconds(port, aid):
+    """The allocation's gshare_allocation_compute_gpu_seconds_total (None:
+    no such series)."""
+    m, _ = scrape(port)
+    v = [v for (n, lab), v in m.items() if n == "gshare_allocation_compute_gpu_seconds_total" and
+         ("allocation", aid) in lab]
+    return v[0] if v else None
+
+
 def held_per_pod(ag, tmp, al, port):
     """The trainer held beside the latency-critical server: its allocation's
     sum follows its process's count while it runs, and keeps it once the
-    process is gone."""
+    process is gone.  Its GPU time as its hook timed it (each launch at
+    its kernel's estimate from sampled events): K kernels of 0.2 ms count
+    at least half of K x 0.2 ms and no more than the wall time it ran (in
+    seconds of GPU time, one engine), and stay counted once it is gone."""
     aid = al["trainer"]["id"]
     before = held_sums(port, aid)[0]
+    gpu0 = gpu_seconds(port, aid)
     sv = Proc(ag, tmp, al["server"], ["serve", "400", "5000", "500"], "server-held")
     tr = Proc(ag, tmp, al["trainer"], ["train", "200"], "trainer-held")
+    t0 = time.monotonic()
     tr.go()
     sv.go()
     # The hook reports each second (GS_QOS_PUBLISH_MS) while it may hold.
@@ -232,11 +253,19 @@ def held_per_pod(ag, tmp, al, port):
           % (seen, before))
     sv.line()
     sv.end()
-    tr.end()
+    out = tr.end()
+    wall = time.monotonic() - t0
     after = until(lambda: (lambda t: t if t[2] == 0 else None)(held_sums(port, aid)))
     check(after is not None and seen is not None and after[0] >= before + seen[1] > before,
           "once the process is gone, its held launches stay in the allocation's sum (%s, seen %s)"
           % (after, seen))
+    gpu = (gpu_seconds(port, aid) or 0) - (gpu0 or 0)
+    nd = int(out[1]) * 200e-6 if out[:1] == ["trained"] else 0
+    print("the trainer beside the server: %s kernels of 0.2 ms (%.3f s), its GPU time as its hook timed it "
+          "%.3f s, in %.1f s of wall time" % (out[1:2], nd, gpu, wall))
+    check(gpu0 is not None and nd > 0 and 0.5 * nd <= gpu <= wall + 0.5,
+          "its GPU time (gshare_allocation_compute_gpu_seconds_total, kept once it is gone) %.3f s: at least "
+          "half of its kernels' %.3f s, at most the %.1f s it ran" % (gpu, nd, wall))
     m, _ = scrape(port)
     secs = [v for (n, lab), v in m.items()
             if n == "gshare_allocation_compute_held_seconds_total" and ("allocation", aid) in lab]
@@ -339,8 +368,9 @@ def main():
             lab = frozenset(dict(allocation=al[n]["id"], namespace="team", pod=n, container="main").items())
             check(m.get(("gshare_allocation_compute_weight", lab)) == CLASS[n][2] and
                   m.get(("gshare_allocation_compute_cap_percent", lab)) == CLASS[n][1] and
-                  m.get(("gshare_allocation_compute_held_launches_total", lab)) == 0,
-                  "metrics of %s: weight %s, cap %s, nothing held yet" % (n, CLASS[n][2], CLASS[n][1]))
+                  m.get(("gshare_allocation_compute_held_launches_total", lab)) == 0 and
+                  m.get(("gshare_allocation_compute_gpu_seconds_total", lab)) == 0,
+                  "metrics of %s: weight %s, cap %s, nothing held, no GPU time yet" % (n, CLASS[n][2], CLASS[n][1]))
 
         alone = Proc(ag, tmp, al["server"], ["serve", "20", "2000", "500"], "alone")
         alone.go()
@@ -396,9 +426,24 @@ def main():
         cp.go()
         out = cp.line()
         cp.end()
-        share = 300e6 / (int(out[2]) - int(out[1]))
+        span = (int(out[2]) - int(out[1])) / 1e9
+        share = 0.3 / span
         print("capped at 30 %%: %.1f %% of the model's time over its span" % (share * 100))
         check(0.25 <= share <= 0.35, "a 30 %% cap holds: %.1f %% of GPU time" % (share * 100))
+        # Each capped launch is timed by its own events: 300 kernels of 1 ms.
+        cid = al["capped"]["id"]
+        gpu = until(lambda: gpu_seconds(port, cid) if held_sums(port, cid)[2] == 0 else None)
+        check(gpu is not None and 0.15 <= gpu <= span + 0.5,
+              "capped: 300 kernels of 1 ms, its GPU time as its hook measured it %s s (0.15 to its span %.2f s), "
+              "kept once it is gone" % (gpu, span))
+        a = ag.allocs()[cid]
+        r = subprocess.run([e.CTL, "--socket", ag.sock, "allocations"], capture_output=True, text=True,
+                           timeout=e.HANG)
+        check(gpu is not None and abs(a.get("compute_gpu_seconds", -1) - gpu) < 1e-6 and
+              a.get("compute_held_launches", 0) > 0 and a.get("compute_held_seconds", 0) > 0 and
+              re.search(r"^%s .* standard,cap=30%% +%.1fs " % (cid, gpu), r.stdout, re.M) is not None,
+              "gsharectl allocations: its GPU time (GPU TIME; compute_gpu_seconds, and the held launches, in "
+              "--json): %s\n%s" % ({k: v for k, v in a.items() if k.startswith("compute_")}, r.stdout))
 
         ckpt = open(os.path.join(tmp, "state", "allocations")).read()
         for n, want in (("server", "qos=latency-critical"), ("trainer", "qos=best-effort,weight=30"),

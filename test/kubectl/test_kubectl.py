@@ -115,8 +115,8 @@ def burst(log, tmp):
 def compute(log, tmp):
     """The same answers from an agent with compute QoS (docs/compute.md):
     trainer-0 best-effort, capped at 30 %, weight 20, 41 launches held for
-    1.5 s; infer-0's claim latency-critical with the default weight.  Its
-    families carry no gpu label (per allocation)."""
+    1.5 s, 12.34 s of GPU time; infer-0's claim latency-critical with the
+    default weight.  Its families carry no gpu label (per allocation)."""
     import shutil
     fx = os.path.join(tmp, "fixtures-compute")
     shutil.copytree(os.path.join(HERE, "fixtures"), fx)
@@ -137,23 +137,28 @@ def compute(log, tmp):
                 "# TYPE gshare_allocation_compute_held_seconds_total counter\n"
                 "gshare_allocation_compute_held_seconds_total%s} 1.5\n"
                 "gshare_allocation_compute_held_seconds_total%s} 0\n"
-                % (tr, inf, tr, inf, tr, inf, tr, inf, tr, inf))
+                "# TYPE gshare_allocation_compute_gpu_seconds_total counter\n"
+                "gshare_allocation_compute_gpu_seconds_total%s} 12.34\n"
+                "gshare_allocation_compute_gpu_seconds_total%s} 0\n"
+                % (tr, inf, tr, inf, tr, inf, tr, inf, tr, inf, tr, inf))
     r = run(log, "pods", "-A", "-o", "json", fixtures=fx)
     rows = {x["pod"]: x for x in json.loads(r.stdout or "[]")}
     got = {p: tuple(rows.get(p, {}).get(k) for k in ("compute_class", "compute_cap", "compute_weight",
-                                                    "compute_held_launches", "compute_held_seconds"))
+                                                    "compute_held_launches", "compute_held_seconds",
+                                                    "compute_gpu_seconds"))
            for p in ("trainer-0", "infer-0", "queued-0")}
-    check(got == {"trainer-0": ("best-effort", 30, 20, 41, 1.5), "infer-0": ("latency-critical", 0, 10, 0, 0.0),
-                  "queued-0": (None, None, None, None, None)},
-          "compute: class, cap, weight and held launches per pod in the JSON", got)
+    check(got == {"trainer-0": ("best-effort", 30, 20, 41, 1.5, 12.34),
+                  "infer-0": ("latency-critical", 0, 10, 0, 0.0, 0.0),
+                  "queued-0": (None, None, None, None, None, None)},
+          "compute: class, cap, weight, held launches and GPU time per pod in the JSON", got)
     t = run(log, "pods", "-A", fixtures=fx)
     lines = [l.split() for l in t.stdout.splitlines()]
-    check(t.returncode == 0 and lines[0][-2:] == ["COMPUTE", "HELD"] and
+    check(t.returncode == 0 and lines[0][-4:] == ["COMPUTE", "HELD", "GPU", "TIME"] and
           ["team", "trainer-0", "main", "gpu-node-1", GPU, "2", "128Mi", "64Mi", "0", "1",
-           "best-effort,cap=30%,weight=20", "41/1.5s"] in lines and
-          any(l[:2] == ["team", "infer-0"] and l[-2:] == ["latency-critical", "-"] for l in lines) and
-          any(l[:2] == ["team", "queued-0"] and l[-2:] == ["-", "-"] for l in lines),
-          "compute: COMPUTE (class, cap, weight) and HELD columns", t.stdout)
+           "best-effort,cap=30%,weight=20", "41/1.5s", "12.3s"] in lines and
+          any(l[:2] == ["team", "infer-0"] and l[-3:] == ["latency-critical", "-", "-"] for l in lines) and
+          any(l[:2] == ["team", "queued-0"] and l[-3:] == ["-", "-", "-"] for l in lines),
+          "compute: COMPUTE (class, cap, weight), HELD and GPU TIME columns", t.stdout)
     t = run(log, "pods", "-A")
     check(t.returncode == 0 and "COMPUTE" not in t.stdout.splitlines()[0],
           "agents without compute QoS: no COMPUTE column", t.stdout)

@@ -118,7 +118,7 @@ def dashboard_layout():
     exprs = " ".join(t["expr"] for p in d["panels"] for t in p.get("targets", []))
     for m in ("gshare_allocation_compute_class", "gshare_allocation_compute_cap_percent",
               "gshare_allocation_compute_weight", "gshare_allocation_compute_held_launches_total",
-              "gshare_allocation_compute_held_seconds_total"):
+              "gshare_allocation_compute_held_seconds_total", "gshare_allocation_compute_gpu_seconds_total"):
         check(m in exprs, "dashboard: a panel shows %s" % m)
 
 
@@ -344,8 +344,10 @@ def body(ag, port, kubelet, tmp, holders):
                dict(k).get("allocation") == aid and dict(k).get("class", "standard") == "standard"}
         check(got == {"gshare_allocation_compute_class": 1, "gshare_allocation_compute_cap_percent": 0,
                       "gshare_allocation_compute_weight": 10, "gshare_allocation_compute_held_launches_total": 0,
-                      "gshare_allocation_compute_held_seconds_total": 0},
-              "allocation %s: compute class standard, no cap, weight 10, nothing held (%s)" % (aid, got))
+                      "gshare_allocation_compute_held_seconds_total": 0,
+                      "gshare_allocation_compute_gpu_seconds_total": 0},
+              "allocation %s: compute class standard, no cap, weight 10, nothing held, no GPU time (%s)"
+              % (aid, got))
 
     # Every metric and label the dashboard and the alerts use.
     dashboard_layout()
