@@ -347,6 +347,7 @@ def chain(tmp):
         f.write("usageInterval: 200ms\nmetricsAddress: 127.0.0.1:%d\n" % e.free_port())
     ag = e.Agent(sub, ["--config", conf, "--burst-max", "768Mi", "--spill-max", "512Mi", "--chunk-size", "4Mi"])
     ag.metrics_conf = conf
+    ag.env["GSHARE_HOOK_DEBUG"] = "1"  # the hooks' word on stderr, shown if A falls short
     ag.start()
     try:
         A, B = owner_and_borrower(ag)
@@ -358,6 +359,9 @@ def chain(tmp):
         a = Prog(ag, A, "own", 224, 224)
         got = a.line()
         check(got[:3] == ["own", "got", "224"], "chain: A's process gets its 224 MiB (%s)" % got)
+        if got[:3] != ["own", "got", "224"]:
+            a.quit()
+            print("A's stderr:\n" + a.p.stderr.read())
         check(b.say("check")[:2] == ["check", "ok"], "chain: B's checksums hold")
         n = len(re.findall(r"chunks to host memory .* to settle while the next batch moved", ag.logtext()))
         check(moved_out(ag) >= 56 and n >= 1, "chain: %d chunks moved, %d batches settled while the next one moved"
