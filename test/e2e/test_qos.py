@@ -19,6 +19,12 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
   - native: plain's server beside the trainer waits for what is left of
     the trainer's time slice (p50 >= 1 ms), within 20 % of the same two
     programs without the hook at all;
+  - the latency-critical server alone (nobody its flag would hold has
+    launched for a second): once its hook says it stopped tracking, a
+    round of requests makes no event record and no query beyond its own
+    (fakecuda_event_calls); then the best-effort trainer starts, and once
+    the server's hook tracks again (the agent's next tick) it records an
+    event after each launch;
   - the latency-critical server beside the best-effort trainer: p50 and
     p90 within alone + the hook's queue bound (GS_QOS_QUEUE_US behind one
     running kernel), p50 at least 1.5x better than native; the trainer
@@ -28,7 +34,8 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     comes down when its poller sees the work done);
   - sneaky's server gets no better than native (within 20 %);
   - a latency-critical process captures a CUDA graph in global mode while
-    its other work runs (the hook's poller must not break the capture);
+    its other work runs, beside the trainer so that it tracks (the hook's
+    poller must not break the capture);
   - capped, alone: its GPU time over its span in the model within 25-35 %;
   - an administrator's gsharectl create --compute-class/--compute-cap/
     --compute-weight, and a bad weight refused;
