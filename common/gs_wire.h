@@ -398,8 +398,9 @@ _Static_assert(sizeof(struct gs_qos_slot) == 64, "gs_qos_slot layout");
  * from.  The agent writes it each GS_PROC_SHARE_MS while that holds (now
  * + GS_QOS_IDLE_LEASE_MS) and 0 at the first tick that sees such a process
  * launch; the hooks read it at each launch.  0, a time past (an agent gone
- * or late: tracking resumes within the lease), or one more than the lease
- * ahead (another clock: a time namespace): track, as before the field.
+ * or late: tracking resumes within the lease), or one more than twice the
+ * lease ahead (another clock: a time namespace): track, as before the
+ * field.
  * Written only by the agent; the board is writable to every
  * latency-critical process of the GPU, which can write it as it can write
  * any other slot's flag (docs/compute.md "Against a hostile tenant"). */
