@@ -398,16 +398,36 @@ struct gs_qos_slot {
 _Static_assert(sizeof(struct gs_qos_slot) == 64, "gs_qos_slot layout");
 /* The board of one node GPU, a sealed memfd the agent made: nlc is the
  * latency-critical processes registered on the GPU (written by the agent;
- * while it is 0, no launch waits anywhere). */
+ * while it is 0, no launch waits anywhere).
+ *
+ * idle_until_ns (CLOCK_MONOTONIC; in what was reserved: an older agent
+ * leaves it 0): until then, no process that a latency-critical flag would
+ * hold (standard or best-effort, on this GPU's board) has launched within
+ * the agent's window (GS_PROC_SHARE_HOLDABLE_MS, docs/compute.md), so a
+ * latency-critical process's hook need not track its work: it records no
+ * events and never raises its flag, as there is nobody to protect it
+ * from.  The agent writes it each GS_PROC_SHARE_MS while that holds (now
+ * + GS_QOS_IDLE_LEASE_MS) and 0 at the first tick that sees such a process
+ * launch; the hooks read it at each launch.  0, a time past (an agent gone
+ * or late: tracking resumes within the lease), or one more than twice the
+ * lease ahead (another clock: a time namespace): track, as before the
+ * field.
+ * Written only by the agent; the board is writable to every
+ * latency-critical process of the GPU, which can write it as it can write
+ * any other slot's flag (docs/compute.md "Against a hostile tenant"). */
 struct gs_qos_board {
         uint32_t magic;  /* GS_QOS_MAGIC */
         uint32_t nslots; /* GS_QOS_SLOTS */
         uint32_t nlc;
-        uint32_t reserved[13];
+        uint32_t reserved0;
+        uint64_t idle_until_ns;
+        uint32_t reserved[10];
         struct gs_qos_slot slot[GS_QOS_SLOTS];
 };
 _Static_assert(sizeof(struct gs_qos_board) == 64 + 64 * GS_QOS_SLOTS, "gs_qos_board layout");
+_Static_assert(offsetof(struct gs_qos_board, idle_until_ns) == 16, "gs_qos_board layout");
 #define GS_QOS_STALE_MS 4u
+#define GS_QOS_IDLE_LEASE_MS 500u
 /* A launching process's hook publishes gs_shm.qos_launches (and takes
  * gs_shm.qos_share) this often. */
 #define GS_QOS_LAUNCH_PUBLISH_MS 50

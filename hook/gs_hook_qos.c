@@ -400,6 +400,9 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
         if (duty >= 100)
                 duty = 0;
         if (gs_qos_lc_is()) {
+                /* Nobody to protect it from: nothing to track. */
+                if (!gs_qos_lc_tracking())
+                        return QC_NONE;
                 c = qos_cu();
                 /* Work captured into a graph does not run now. */
                 if (c->stream_is_capturing && c->stream_is_capturing(s, &st) == CUDA_SUCCESS &&

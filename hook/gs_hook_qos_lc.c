@@ -92,6 +92,27 @@ uint32_t gs_qos_lc_slot(void)
         return __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
 }
 
+static int g_tracking = 1; /* atomic: the last answer of gs_qos_lc_tracking, for its log */
+
+int gs_qos_lc_tracking(void)
+{
+        struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+        uint64_t until = b ? __atomic_load_n(&b->idle_until_ns, __ATOMIC_ACQUIRE) : 0, now;
+        int track = 1;
+
+        if (until) {
+                /* A time past (the agent gone or late) or too far ahead
+                 * (another clock): tracked, as without the field. */
+                now = (uint64_t)gs_mono_ns();
+                track = !(now < until && until - now <= 2ull * GS_QOS_IDLE_LEASE_MS * 1000000u);
+        }
+        if (__atomic_load_n(&g_tracking, __ATOMIC_RELAXED) != track &&
+            __atomic_exchange_n(&g_tracking, track, __ATOMIC_RELAXED) != track)
+                gs_hook_debug(track ? "compute: a process to hold launches on our GPU: tracking our work"
+                                    : "compute: no process to hold launched on our GPU lately: our work untracked");
+        return track;
+}
+
 /* pre: g_mu.  Looks at the pending events: lowers the flag when all is
  * done, stamps it again while work is left.  The number still pending.
  * own: on the poller's thread, which makes each event's context current
@@ -270,9 +291,20 @@ void gs_qos_lc_launched(CUstream s, CUresult r)
         pthread_mutex_unlock(&g_mu);
 }
 
+/* Whether our flag is up (a relaxed load). */
+static int flag_up(void)
+{
+        struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+        uint32_t s = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+
+        return b && s < GS_QOS_SLOTS && __atomic_load_n(&b->slot[s].up, __ATOMIC_RELAXED);
+}
+
 void gs_qos_lc_synced(void)
 {
-        if (!gs_qos_lc_is())
+        /* A flag down has nothing to lower (work pending or not marked
+         * keeps it up): no lock, no driver call (as while untracked). */
+        if (!gs_qos_lc_is() || !flag_up())
                 return;
 
         pthread_mutex_lock(&g_mu);

@@ -34,6 +34,14 @@ int gs_qos_lc_is(void);
 /* Our slot, for the others' scan of the board (GS_QOS_NO_SLOT: none). */
 uint32_t gs_qos_lc_slot(void);
 
+/* Whether our launches are to be tracked now: not while the board's
+ * idle_until_ns says that no process our flag would hold has launched on
+ * the GPU lately (gs_wire.h): then a launch records no event, starts no
+ * poller and leaves the flag down.  One load, and a clock read while
+ * untracked; the first launch after the agent says otherwise is tracked.
+ * Any thread. */
+int gs_qos_lc_tracking(void);
+
 /* Around one launch on stream s of a latency-critical process: the flag
  * up before; after, the stream's event recorded (r: the launch's result). */
 void gs_qos_lc_launching(void);

@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "gs_log.h"
+
 static const char *const gs_qos_names[] = {
         [GS_QOS_STANDARD] = "standard",
         [GS_QOS_LATENCY] = "latency-critical",
@@ -156,6 +158,7 @@ struct board {
         int ro_fd; /* the same file, opened read-only */
         struct gs_qos_board *map;
         uint32_t used; /* slots taken: bit i */
+        bool quiet;    /* idle_until_ns set at the last tick */
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -279,6 +282,28 @@ uint32_t gs_qos_board_nlc(uint32_t gpu)
                 n = (uint32_t)__builtin_popcount(g_boards[gpu].used);
         pthread_mutex_unlock(&g_mu);
         return n;
+}
+
+void gs_qos_board_holdable(uint32_t gpu, bool launched)
+{
+        struct board *b;
+        uint64_t until = launched ? 0 : (uint64_t)gs_mono_ns() + (uint64_t)GS_QOS_IDLE_LEASE_MS * 1000000u;
+
+        if (gpu >= GS_QOS_MAX_GPUS)
+                return;
+        pthread_mutex_lock(&g_mu);
+        b = &g_boards[gpu];
+        if (g_init && b->map) {
+                __atomic_store_n(&b->map->idle_until_ns, until, __ATOMIC_RELEASE);
+                if (b->quiet != !launched && b->used)
+                        log_debug("GPU %u: %s", gpu,
+                                  launched ? "a standard or best-effort process launches: latency-critical processes "
+                                             "track their work"
+                                           : "no standard or best-effort process launched lately: latency-critical "
+                                             "processes do not track their work");
+                b->quiet = !launched;
+        }
+        pthread_mutex_unlock(&g_mu);
 }
 
 void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret)

@@ -121,5 +121,10 @@ int gs_qos_board_open(uint32_t gpu, bool lc, uint32_t pid, int *ret_fd, uint32_t
 void gs_qos_board_release(uint32_t gpu, uint32_t slot);
 /* Latency-critical processes registered on GPU gpu's board. */
 uint32_t gs_qos_board_nlc(uint32_t gpu);
+/* Whether a process that GPU gpu's latency-critical flags would hold has
+ * launched lately (gs_qos_board.idle_until_ns): if not, the board says
+ * so until GS_QOS_IDLE_LEASE_MS from now; if so, it says 0 (track).  A
+ * GPU without a board yet: nothing. */
+void gs_qos_board_holdable(uint32_t gpu, bool launched);
 
 #endif

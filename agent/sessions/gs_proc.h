@@ -138,9 +138,10 @@ struct gs_proc {
         uint32_t qos_slot1, qos_gpu;
         bool qos_full_said;
         /* Weights (gs_proc_share.h), main's: the launch count last seen,
-         * until when it competes (ms), the cap it was told (0: none). */
+         * when it last moved (ms; 0: never), the cap it was told (0:
+         * none). */
         uint64_t share_launches;
-        int64_t share_until_ms;
+        int64_t share_moved_ms;
         uint8_t share_told;
 };
 

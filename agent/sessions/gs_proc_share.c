@@ -8,16 +8,16 @@
 #include "gs_proc.h"
 #include "gs_qos.h"
 
-/* Whether p launched lately (its count moved), as of now (ms). */
-static bool competing(struct gs_proc *p, int64_t now)
+/* Whether p's launch count moved within the last ms, as of now (ms). */
+static bool launched_within(struct gs_proc *p, int64_t now, int64_t ms)
 {
         uint64_t n = __atomic_load_n(&p->shm->qos_launches, __ATOMIC_RELAXED);
 
         if (n != p->share_launches) {
                 p->share_launches = n;
-                p->share_until_ms = now + GS_PROC_SHARE_ACTIVE_MS;
+                p->share_moved_ms = now;
         }
-        return now < p->share_until_ms;
+        return p->share_moved_ms && now - p->share_moved_ms < ms;
 }
 
 /* p's duty is now duty (0: none): told if it changed. */
@@ -40,9 +40,11 @@ static bool on_gpu(const struct gs_proc *p, uint32_t gpu)
 
 /* The processes of class cls on GPU gpu that compete now, into ps[] (at
  * most GS_QOS_SHARE_MAX), with their weights; the others of the class
- * told none.  How many processes of the GPU there are, in *nprocs. */
+ * told none.  How many processes of the GPU there are, added to *nprocs;
+ * *holdable set if one of class cls that a latency-critical flag would
+ * hold launched within GS_PROC_SHARE_HOLDABLE_MS. */
 static uint32_t gather(struct gs_agent *ag, uint32_t gpu, unsigned cls, int64_t now, struct gs_proc **ps, uint64_t *w,
-                       uint32_t *nprocs)
+                       uint32_t *nprocs, bool *holdable)
 {
         uint32_t n = 0;
 
@@ -57,7 +59,10 @@ static uint32_t gather(struct gs_agent *ag, uint32_t gpu, unsigned cls, int64_t 
                         (*nprocs)++;
                         if (pol.cls != cls)
                                 continue;
-                        if (cls == GS_QOS_LATENCY || !competing(p, now) || n == GS_QOS_SHARE_MAX) {
+                        if (cls != GS_QOS_LATENCY && launched_within(p, now, GS_PROC_SHARE_HOLDABLE_MS))
+                                *holdable = true;
+                        if (cls == GS_QOS_LATENCY || !launched_within(p, now, GS_PROC_SHARE_ACTIVE_MS) ||
+                            n == GS_QOS_SHARE_MAX) {
                                 tell(p, 0);
                                 continue;
                         }
@@ -79,13 +84,18 @@ int64_t gs_proc_share_tick(void *data, int64_t now)
         uint8_t duty[GS_QOS_SHARE_MAX];
         uint32_t nprocs = 0;
 
-        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++)
+        for (uint32_t gi = 0; gi < ag->node.ngpus; gi++) {
+                uint32_t gpu = ag->node.gpus[gi].index;
+                bool holdable = false;
+
                 for (unsigned cls = GS_QOS_STANDARD; cls <= GS_QOS_BEST_EFFORT; cls++) {
-                        uint32_t n = gather(ag, ag->node.gpus[gi].index, cls, now, ps, w, &nprocs);
+                        uint32_t n = gather(ag, gpu, cls, now, ps, w, &nprocs, &holdable);
 
                         gs_qos_duties(n, w, duty);
                         for (uint32_t i = 0; i < n; i++)
                                 tell(ps[i], duty[i]);
                 }
+                gs_qos_board_holdable(gpu, holdable);
+        }
         return now + (nprocs ? GS_PROC_SHARE_MS : GS_PROC_SHARE_IDLE_MS);
 }

@@ -5,10 +5,13 @@
  * compute policy, which GSHARE_HOOK_DEBUG=1 shows on stderr: "compute:
  * class ..."), prints "ready", and waits for a line on stdin.
  *
- *   e2e_qos serve N GAP_US KERNEL_US
+ *   e2e_qos serve N GAP_US KERNEL_US [poll]
  *       N requests, GAP_US apart: an event, a spin kernel of KERNEL_US, an
- *       event, cuEventSynchronize; prints "lat P50 P90 MAX" (model µs,
- *       cuEventElapsedTime) and exits
+ *       event, cuEventSynchronize (poll: cuEventQuery until done); prints
+ *       "lat P50 P90 MAX RECORDS QUERIES" (model µs, cuEventElapsedTime;
+ *       the event records and queries the process made meanwhile beyond
+ *       its own: the hook's, fakecuda_event_calls), then serves N more at
+ *       each further line on stdin, and exits when stdin closes
  *   e2e_qos train KERNEL_US
  *       launches spin kernels of KERNEL_US until stdin closes; prints
  *       "trained K" (kernels launched)
@@ -72,13 +75,19 @@ static void nap_us(long us)
         nanosleep(&ts, NULL);
 }
 
-static void ready(void)
+/* Whether a line came on stdin (0: it closed). */
+static int next_line(void)
 {
         char line[64];
 
+        return fgets(line, sizeof(line), stdin) != NULL;
+}
+
+static void ready(void)
+{
         printf("ready\n");
         fflush(stdout);
-        if (!fgets(line, sizeof(line), stdin))
+        if (!next_line())
                 exit(0);
 }
 
@@ -92,39 +101,50 @@ static int cmp_f(const void *a, const void *b)
 /* A request's end: cuEventSynchronize (a wrapper the hook sees), or with
  * poll, cuEventQuery until done, as an application whose synchronize goes
  * by a path the hook does not see (PyTorch's). */
-static CUresult finish(CUevent e, int poll)
+static CUresult finish(CUevent e, int poll, uint64_t *queries)
 {
         CUresult r;
 
         if (!poll)
                 return cuEventSynchronize(e);
-        while ((r = cuEventQuery(e)) == CUDA_ERROR_NOT_READY)
+        while (++*queries, (r = cuEventQuery(e)) == CUDA_ERROR_NOT_READY)
                 nap_us(20);
         return r;
 }
 
 static void serve(int n, long gap_us, uint32_t kern_us, int poll)
 {
+        void (*calls)(uint64_t *, uint64_t *) =
+                (void (*)(uint64_t *, uint64_t *))dlsym(RTLD_DEFAULT, "fakecuda_event_calls");
         float *lat = calloc((size_t)n, sizeof(*lat));
         CUevent a, b;
         CUresult r;
 
+        if (!calls)
+                die("no fakecuda_event_calls", CUDA_ERROR_NOT_FOUND);
         if (!lat || cuEventCreate(&a, 0) != CUDA_SUCCESS || cuEventCreate(&b, 0) != CUDA_SUCCESS)
                 die("events", CUDA_ERROR_OUT_OF_MEMORY);
         ready();
-        for (int i = 0; i < n; i++) {
-                cuEventRecord(a, NULL);
-                if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
-                        die("launch", r);
-                cuEventRecord(b, NULL);
-                if ((r = finish(b, poll)) != CUDA_SUCCESS)
-                        die("sync", r);
-                cuEventElapsedTime(&lat[i], a, b);
-                nap_us(gap_us);
-        }
-        qsort(lat, (size_t)n, sizeof(*lat), cmp_f);
-        printf("lat %.0f %.0f %.0f\n", lat[n / 2] * 1000, lat[n * 9 / 10] * 1000, lat[n - 1] * 1000);
-        fflush(stdout);
+        do {
+                uint64_t r0, q0, r1, q1, own = 0;
+
+                calls(&r0, &q0);
+                for (int i = 0; i < n; i++) {
+                        cuEventRecord(a, NULL);
+                        if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
+                                die("launch", r);
+                        cuEventRecord(b, NULL);
+                        if ((r = finish(b, poll, &own)) != CUDA_SUCCESS)
+                                die("sync", r);
+                        cuEventElapsedTime(&lat[i], a, b);
+                        nap_us(gap_us);
+                }
+                calls(&r1, &q1);
+                qsort(lat, (size_t)n, sizeof(*lat), cmp_f);
+                printf("lat %.0f %.0f %.0f %llu %llu\n", lat[n / 2] * 1000, lat[n * 9 / 10] * 1000, lat[n - 1] * 1000,
+                       (unsigned long long)(r1 - r0 - 2 * (uint64_t)n), (unsigned long long)(q1 - q0 - own));
+                fflush(stdout);
+        } while (next_line());
 }
 
 static atomic_int g_stop;
@@ -186,18 +206,36 @@ static void capped(uint32_t kern_us, int n)
 /* Work in flight on one stream (20 kernels of kern_us) while a graph is
  * captured on another in the default, global mode, as PyTorch captures:
  * nothing another thread of the process does (the hook's poller of a
- * latency-critical process) may break the capture. */
+ * latency-critical process) may break the capture.  Launches a 100 µs
+ * kernel at a time first until the hook tracks them. */
 static void capture(uint32_t kern_us)
 {
+        void (*calls)(uint64_t *, uint64_t *) =
+                (void (*)(uint64_t *, uint64_t *))dlsym(RTLD_DEFAULT, "fakecuda_event_calls");
+        uint64_t r0, r1, q;
         CUstream busy, cap;
         CUgraph g;
         CUgraphExec x;
         CUresult r;
 
+        if (!calls)
+                die("no fakecuda_event_calls", CUDA_ERROR_NOT_FOUND);
         if (cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
             cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
                 die("streams", CUDA_ERROR_OUT_OF_MEMORY);
         ready();
+        /* Until the hook tracks our launches (an event recorded after
+         * one: a latency-critical process beside a process its flag
+         * holds), so that its poller runs during the capture. */
+        for (;;) {
+                calls(&r0, &q);
+                if ((r = spin(busy, 100)) != CUDA_SUCCESS || (r = cuStreamSynchronize(busy)) != CUDA_SUCCESS)
+                        die("launch", r);
+                calls(&r1, &q);
+                if (r1 != r0)
+                        break;
+                nap_us(1000);
+        }
         for (int i = 0; i < 20; i++)
                 if ((r = spin(busy, kern_us)) != CUDA_SUCCESS)
                         die("launch", r);

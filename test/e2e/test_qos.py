@@ -19,6 +19,12 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
   - native: plain's server beside the trainer waits for what is left of
     the trainer's time slice (p50 >= 1 ms), within 20 % of the same two
     programs without the hook at all;
+  - the latency-critical server alone (nobody its flag would hold has
+    launched for a second): once its hook says it stopped tracking, a
+    round of requests makes no event record and no query beyond its own
+    (fakecuda_event_calls); then the best-effort trainer starts, and once
+    the server's hook tracks again (the agent's next tick) it records an
+    event after each launch;
   - the latency-critical server beside the best-effort trainer: p50 and
     p90 within alone + the hook's queue bound (GS_QOS_QUEUE_US behind one
     running kernel), p50 at least 1.5x better than native; the trainer
@@ -28,7 +34,8 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     comes down when its poller sees the work done);
   - sneaky's server gets no better than native (within 20 %);
   - a latency-critical process captures a CUDA graph in global mode while
-    its other work runs (the hook's poller must not break the capture);
+    its other work runs, beside the trainer so that it tracks (the hook's
+    poller must not break the capture);
   - capped, alone: its GPU time over its span in the model within 25-35 %;
   - an administrator's gsharectl create --compute-class/--compute-cap/
     --compute-weight, and a bad weight refused;
@@ -123,6 +130,7 @@ class Proc:
     def __init__(self, ag, tmp, alloc, args, name):
         env = e.hook_env(ag, alloc) if alloc else dict(ag.env)
         env["GSHARE_HOOK_DEBUG"] = "1"
+        self.name = name
         self.errpath = os.path.join(tmp, "%s.err" % name)
         self.err = open(self.errpath, "w")
         self.p = subprocess.Popen([QOS] + args, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -162,23 +170,64 @@ def engine(ag):
     return stat
 
 
+UNTRACKED = "compute: no process to hold launched on our GPU lately: our work untracked"
+TRACKING = "compute: a process to hold launches on our GPU: tracking our work"
+
+
+def rounds_until(sv, tracking):
+    """sv's rounds of requests until its hook's log says that it tracks
+    its work (tracking) or not (the state it starts in is tracking, not
+    logged); the last round's line."""
+    def state():
+        t = open(sv.errpath).read()
+        return t.rfind(UNTRACKED) < t.rfind(TRACKING) if UNTRACKED in t else True
+
+    def one():
+        sv.go()
+        got = sv.line()
+        return got if state() == tracking else None
+    got = until(one)
+    check(got is not None, "%s: its hook says it %s" % (sv.name, "tracks its work" if tracking else
+                                                          "does not track its work"))
+    return got
+
+
 def beside_trainer(ag, tmp, al, stat, who, n=60, poll=False):
     """who's server beside trainer's trainer: (p50, p90) in µs of model time,
     and the trainer's share of the engine while the server ran.  poll: the
     server waits for each request by cuEventQuery, never a synchronize
-    wrapper of the hook's (as PyTorch's synchronize)."""
+    wrapper of the hook's (as PyTorch's synchronize).  A latency-critical
+    server first serves alone until its hook stops tracking its work
+    (nobody to hold launched lately: no event recorded after a launch, no
+    poll); the trainer then starts, and the server is measured once its
+    hook tracks again."""
     # The server registers first: a latency-critical one is on the board
     # before the trainer queues anything (a queue made before cannot be
     # taken back: docs/compute.md).
     sv = Proc(ag, tmp, al.get(who), ["serve", str(n), "5000", "500"] + (["poll"] if poll else []),
               who + ("-poll" if poll else ""))
+    lc = who == "server"
+    if lc:
+        rounds_until(sv, False)
+        sv.go()
+        alone = sv.line()
+        # With a synchronize wrapper each request's event is seen done at
+        # once: the round after the change has none left to look at.
+        check(alone[4] == "0" and (poll or alone[5] == "0"),
+              "%s alone: its hook records no event (%s more) and queries none (%s more) beyond its own"
+              % (sv.name, alone[4], alone[5]))
     tr = Proc(ag, tmp, al.get("trainer") if who in al else None, ["train", "200"], "trainer-" + who)
     tr.go()
     check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
+    if lc:
+        rounds_until(sv, True)
     s0 = stat(tr.p.pid)
     sv.go()
     lat = sv.line()
     s1 = stat(tr.p.pid)
+    if lc:
+        check(int(lat[4]) >= n, "%s beside the trainer: its hook records an event after each launch (%s)"
+              % (sv.name, lat[4]))
     sv.end()
     share = (s1.gpu_ns - s0.gpu_ns) / max(1, s1.now - s0.now)
     k0 = stat(tr.p.pid).kernels
@@ -414,9 +463,15 @@ def main():
 
         # The latency-critical hook's poller queries its events while the
         # application captures a graph in global mode: never "unsafe".
+        # It tracks its work (the poller runs) only beside a process that
+        # its flag would hold: a trainer.
+        tr = Proc(ag, tmp, al["trainer"], ["train", "200"], "trainer-capture")
+        tr.go()
+        check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
         cap = Proc(ag, tmp, al["server"], ["capture", "5000"], "server-capture")
         cap.go()
         out = cap.end()
+        tr.end()
         check(out == ["captured"] and cap.p.returncode == 0,
               "a latency-critical process captures a graph (global mode) with its work in flight: %s" % out)
         held_per_pod(ag, tmp, al, port)

@@ -67,7 +67,8 @@
  * after the work queued before it (cuEventQuery: CUDA_ERROR_NOT_READY
  * until then; cuEventSynchronize waits), at the model's time, so
  * cuEventElapsedTime(_v2) measures modelled GPU time; cuStreamQuery says
- * whether a stream's work is done.  Stream capture records the kernels
+ * whether a stream's work is done.  fakecuda_event_calls() counts the
+ * process's event records and queries (the hook's too).  Stream capture records the kernels
  * launched into it in a graph (fc_graph.h) that cuGraphInstantiate and
  * cuGraphLaunch(_ptsz) replay, each spin kernel charged its duration.
  *
@@ -2285,6 +2286,18 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return CUDA_SUCCESS;
 }
 
+/* Calls of cuEventRecord and cuEventQuery with a valid event, in this
+ * process (whoever made them: the application or the hook): a test sees
+ * from them what work a hook does per launch. */
+static uint64_t g_ev_records, g_ev_queries; /* atomic */
+
+void fakecuda_event_calls(uint64_t *records, uint64_t *queries);
+void fakecuda_event_calls(uint64_t *records, uint64_t *queries)
+{
+        *records = __atomic_load_n(&g_ev_records, __ATOMIC_RELAXED);
+        *queries = __atomic_load_n(&g_ev_queries, __ATOMIC_RELAXED);
+}
+
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
         struct fc_event *e = (struct fc_event *)hEvent;
@@ -2297,6 +2310,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
                 r = fc_stream_check(hStream);
         if (r != CUDA_SUCCESS)
                 return r;
+        __atomic_add_fetch(&g_ev_records, 1, __ATOMIC_RELAXED);
         pthread_mutex_lock(&g_wlock);
         target = s ? s->last : g_wqueued;
         e->recorded = 1;
@@ -2333,6 +2347,8 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
         CUresult r = fc_event_check(hEvent);
 
+        if (r == CUDA_SUCCESS)
+                __atomic_add_fetch(&g_ev_queries, 1, __ATOMIC_RELAXED);
         if (r == CUDA_SUCCESS)
                 r = fc_unsafe_call();
         if (r != CUDA_SUCCESS)

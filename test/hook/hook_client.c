@@ -331,6 +331,39 @@ static void t_stay(void)
         EXPECT(g_failed || cuMemFree_v2(p) == CUDA_SUCCESS);
 }
 
+/* A latency-critical process's launches (docs/compute.md "Nobody to
+ * hold"): at each line on stdin, 20 spin kernels of the fake driver and a
+ * synchronize; prints "records N", the event records the process made
+ * meanwhile (the hook's: fakecuda_event_calls). */
+static void t_lclaunch(void)
+{
+        void (*calls)(uint64_t *, uint64_t *) =
+                (void (*)(uint64_t *, uint64_t *))dlsym(RTLD_DEFAULT, "fakecuda_event_calls");
+        CUfunction (*spin_fn)(void) = (CUfunction(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_spin_kernel");
+        char line[64];
+        CUdeviceptr p;
+
+        init_ctx();
+        EXPECT(calls && spin_fn);
+        EXPECT(cuMemAlloc_v2(&p, MiB) == CUDA_SUCCESS);
+        printf("ready\n");
+        fflush(stdout);
+        while (calls && spin_fn && fgets(line, sizeof(line), stdin)) {
+                uint64_t r0, r1, q;
+                uint32_t us = 10;
+                void *params[] = { &us };
+
+                calls(&r0, &q);
+                for (int i = 0; i < 20; i++)
+                        EXPECT(cuLaunchKernel(spin_fn(), 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) == CUDA_SUCCESS);
+                EXPECT(cuCtxSynchronize() == CUDA_SUCCESS);
+                calls(&r1, &q);
+                printf("records %llu\n", (unsigned long long)(r1 - r0));
+                fflush(stdout);
+        }
+        EXPECT(g_failed || cuMemFree_v2(p) == CUDA_SUCCESS);
+}
+
 int main(int argc, char **argv)
 {
         static const struct {
@@ -342,6 +375,7 @@ int main(int argc, char **argv)
                 { "release", t_release },       { "fork", t_fork },
                 { "threads", t_threads },       { "unsupported", t_unsupported },
                 { "spill", t_spill },           { "stay", t_stay },
+                { "lclaunch", t_lclaunch },
         };
 
         if (argc != 2)

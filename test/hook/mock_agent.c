@@ -12,9 +12,13 @@
  *
  * With "qos=W" it announces GS_FEAT_QOS (issue 30) and answers GS_OP_QOS:
  * standard, no cap, a read-only board, and W (any number, however bad) as
- * the weight (ret4): the hook must keep its weight within 1..100.
+ * the weight (ret4): the hook must keep its weight within 1..100.  With
+ * "lc=old" or "lc=idle" it answers latency-critical, slot 0 of a writable
+ * board: "old" never writes the board's idle_until_ns (as an agent of an
+ * earlier release), "idle" renews it each millisecond (nobody to hold:
+ * docs/compute.md "Nobody to hold").
  *
- *   mock_agent <socket path> <nchunks> [max_slots [spill|qos=W]]      (chunk = 2 MiB) */
+ *   mock_agent <socket path> <nchunks> [max_slots [spill|qos=W|lc=old|lc=idle]]      (chunk = 2 MiB) */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -59,6 +63,8 @@ struct client {
 };
 
 static int g_nchunks, g_max_slots = 64, g_spill, g_qos, g_qos_board = -1;
+static int g_qos_lc; /* 1: lc=old, 2: lc=idle */
+static struct gs_qos_board *g_qos_map;
 static uint64_t g_qos_weight;
 static volatile sig_atomic_t g_spill_sig; /* enum gs_move_dir a signal asked for */
 static int *g_chunk_fd, *g_chunk_free;
@@ -353,16 +359,17 @@ static void op_qos(struct client *c, const struct gs_ring_msg *m, struct gs_ring
                         die("qos board");
                 b->magic = GS_QOS_MAGIC;
                 b->nslots = GS_QOS_SLOTS;
+                g_qos_map = b;
         }
         hdr(&g.h, GS_SOCK_QOS, sizeof(g));
         g.seq = m->seq;
-        g.slot = GS_QOS_NO_SLOT;
+        g.slot = g_qos_lc ? 0 : GS_QOS_NO_SLOT;
         g.chunk_bytes = sizeof(struct gs_qos_board);
         if (send_fd(c->sock, &g, sizeof(g), g_qos_board) < 0)
                 die("qos");
-        r->arg[0] = GS_QOS_STANDARD;
+        r->arg[0] = g_qos_lc ? GS_QOS_LATENCY : GS_QOS_STANDARD;
         r->arg[1] = 0;
-        r->arg[2] = GS_QOS_NO_SLOT;
+        r->arg[2] = g.slot;
         r->arg[3] = sizeof(struct gs_qos_board);
         r->ret4 = g_qos_weight;
 }
@@ -428,15 +435,16 @@ int main(int argc, char **argv)
         int lsock;
 
         if (argc < 3 || strlen(argv[1]) >= sizeof(sa.sun_path)) {
-                fprintf(stderr, "usage: mock_agent <socket> <nchunks> [max_slots [spill|qos=W]]\n");
+                fprintf(stderr, "usage: mock_agent <socket> <nchunks> [max_slots [spill|qos=W|lc=old|lc=idle]]\n");
                 return 2;
         }
         g_nchunks = atoi(argv[2]);
         if (argc > 3)
                 g_max_slots = atoi(argv[3]);
         g_spill = argc > 4 && !strcmp(argv[4], "spill");
-        g_qos = argc > 4 && !strncmp(argv[4], "qos=", 4);
-        if (g_qos)
+        g_qos_lc = argc > 4 && !strcmp(argv[4], "lc=old") ? 1 : argc > 4 && !strcmp(argv[4], "lc=idle") ? 2 : 0;
+        g_qos = g_qos_lc || (argc > 4 && !strncmp(argv[4], "qos=", 4));
+        if (g_qos && !g_qos_lc)
                 g_qos_weight = strtoull(argv[4] + 4, NULL, 0);
         signal(SIGUSR1, on_signal);
         signal(SIGUSR2, on_signal);
@@ -471,6 +479,9 @@ int main(int argc, char **argv)
                         pfd[n++] = (struct pollfd){ .fd = g_clients[i] ? g_clients[i]->sock : -1, .events = POLLRDHUP };
                 if (poll(pfd, (nfds_t)n, 1) < 0)
                         continue; /* a signal */
+                if (g_qos_lc == 2 && g_qos_map)
+                        __atomic_store_n(&g_qos_map->idle_until_ns,
+                                         (uint64_t)gs_mono_ns() + GS_QOS_IDLE_LEASE_MS * 1000000ull, __ATOMIC_RELEASE);
                 if (g_spill_sig) {
                         for (int i = 0; i < MAX_CLIENTS; i++)
                                 if (g_clients[i]) {

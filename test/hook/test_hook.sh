@@ -148,6 +148,36 @@ for pair in 30:30 1:1 100:100 0:10 1000:10 0xffffffffffffffff:10; do
     bad "weight $send from the agent (rc $rc, waited ${waited} s)"; cat "$tmp/out" "$tmp/err"
   fi
 done
+
+# 9. A latency-critical process's tracking (docs/compute.md "Nobody to
+# hold"): with an agent that never writes the board's idle_until_ns (an
+# older one), each launch is tracked (an event recorded after it), as
+# before the field; with one that renews it, none is (the rounds go on
+# until one shows it: the first launch after the hook maps the board).
+for mode in old idle; do
+  start_mock 3 "lc=$mode" || continue
+  rm -f "$tmp/in" "$tmp/err" "$tmp/out"; mkfifo "$tmp/in"
+  GSHARE_HOOK_DEBUG=1 LD_PRELOAD="$PRELOAD" timeout 150 "$CLIENT" lclaunch <"$tmp/in" >"$tmp/out" 2>"$tmp/err" &
+  cpid=$!
+  exec 4>"$tmp/in"
+  for _ in $(seq 2400); do grep -q 'compute: class 1' "$tmp/err" 2>/dev/null && break; sleep 0.05; done
+  last=
+  for round in $(seq 50); do
+    echo go >&4
+    for _ in $(seq 2400); do [[ $(grep -c '^records' "$tmp/out" 2>/dev/null) -ge $round ]] && break; sleep 0.05; done
+    last=$(grep '^records' "$tmp/out" | tail -n 1)
+    [[ $mode == old || $last == "records 0" ]] && break
+  done
+  exec 4>&-
+  wait "$cpid"
+  rc=$?
+  if [[ $mode == old ]]; then want="records 20"; else want="records 0"; fi
+  if [[ $rc == 0 && $last == "$want" ]]; then
+    ok "latency-critical, agent lc=$mode: $last in a round of 20 launches"
+  else
+    bad "latency-critical, agent lc=$mode: '$last' (rc $rc), want '$want'"; cat "$tmp/out" "$tmp/err"
+  fi
+done
 kill "$mock_pid"; wait "$mock_pid" 2>/dev/null; mock_pid=
 
 exit $fail
