@@ -85,6 +85,29 @@ static int lc_busy(const struct gs_qos_board *b, uint64_t now)
         return 0;
 }
 
+/* Whether a latency-critical process other than us launched (or had work
+ * in flight) within GS_QOS_LC_RECENT_MS: while one did, our queue is kept
+ * short for its next request; once none did, nothing bounds it (a server
+ * gone idle costs its neighbours nothing).  The switch is logged. */
+static int lc_recent(const struct gs_qos_board *b, uint64_t now)
+{
+        static int was = -1; /* atomic: the last answer, for its log */
+        uint32_t mine = gs_qos_lc_slot();
+        int recent = 0;
+
+        for (uint32_t i = 0; i < GS_QOS_SLOTS && !recent; i++) {
+                uint64_t at = __atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED);
+
+                recent = i != mine && at && at <= now + 1000000u &&
+                         (at > now || now - at < (uint64_t)GS_QOS_LC_RECENT_MS * 1000000u);
+        }
+        if (__atomic_load_n(&was, __ATOMIC_RELAXED) != recent &&
+            __atomic_exchange_n(&was, recent, __ATOMIC_RELAXED) != recent)
+                gs_hook_debug(recent ? "compute: latency-critical work on our GPU: our queue kept short"
+                                     : "compute: no latency-critical work on our GPU lately: our queue unbounded");
+        return recent;
+}
+
 /* ---- a throttled process's launches in flight ---- */
 
 /* One context's events: ring[i % GS_QOS_RING] recorded after launch i;
@@ -412,7 +435,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
                 return QC_LC;
         }
         lc = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
-             __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY;
+             __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY && lc_recent(b, (uint64_t)gs_mono_ns());
         ring = lc || duty;
         if (!ring && !cap)
                 return QC_NONE;

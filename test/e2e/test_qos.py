@@ -28,7 +28,8 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
   - the latency-critical server beside the best-effort trainer: p50 and
     p90 within alone + the hook's queue bound (GS_QOS_QUEUE_US behind one
     running kernel), p50 at least 1.5x better than native; the trainer
-    keeps running;
+    keeps running; its hook keeps its queue short while the server works
+    and leaves it unbounded once the server idles (GS_QOS_LC_RECENT_MS);
   - the same server waiting by cuEventQuery (never a synchronize wrapper,
     as PyTorch): the trainer still gets >= 50 % of the engine (its flag
     comes down when its poller sees the work done);
@@ -228,6 +229,15 @@ def beside_trainer(ag, tmp, al, stat, who, n=60, poll=False):
     if lc:
         check(int(lat[4]) >= n, "%s beside the trainer: its hook records an event after each launch (%s)"
               % (sv.name, lat[4]))
+        # The server idle (alive, between rounds): the trainer's queue is
+        # no longer kept short once the server has not launched for
+        # GS_QOS_LC_RECENT_MS, and kept short again at its next request.
+        check("our queue kept short" in open(tr.errpath).read(),
+              "the trainer's hook keeps its queue short beside the busy server")
+        check(e.wait_for(lambda: "our queue unbounded" in open(tr.errpath).read()) is not None,
+              "the trainer's hook leaves its queue unbounded once the server is idle")
+        k0 = stat(tr.p.pid).kernels
+        check(e.wait_for(lambda: stat(tr.p.pid).kernels > k0 + 4) is not None, "the trainer runs on, unbounded")
     sv.end()
     share = (s1.gpu_ns - s0.gpu_ns) / max(1, s1.now - s0.now)
     k0 = stat(tr.p.pid).kernels

@@ -20,7 +20,8 @@
 # (issue 30's targets: R <= 1.5 with T >= 0.8; G <= 4.5; C within 5;
 # M <= 200; O <= 1.01; E <= 5.)  I: training beside an idle latency-critical
 # process, against alone.
-# Env: B, GSHARE_LIBDIR (as run.sh), PYTHON_GPU.  The GPU must be idle.
+# Env: B, GSHARE_LIBDIR (as run.sh), PYTHON_GPU; QOS_PARTS (default all: some of
+# native gemm cap overhead ramp weights; the others print -).  The GPU must be idle.
 set -u
 # shellcheck source=qos_lib.sh
 source "$(cd "$(dirname "$0")" && pwd)/qos_lib.sh"
@@ -31,27 +32,44 @@ CAPd=$(mk 24 --compute-class best-effort --compute-cap 30)
 W30d=$(mk 32 --compute-class best-effort --compute-weight 30)
 W70d=$(mk 40 --compute-class best-effort --compute-weight 70)
 ctl allocations
+# QOS_PARTS: which parts run besides HP and the trainer alone and their
+# latency-critical pair (default all): native gemm cap overhead ramp weights.
+want() { [[ " ${QOS_PARTS:-all} " == *" all "* || " ${QOS_PARTS:-all} " == *" $1 "* ]]; }
+n99=- gq99=- gn99=- gqbe=- gemm_alone=- cap_err=- ramp=- idle=- overhead=- weight_err=-
 hooked "$HPd" "$PY" "$W" hp >"$work/alone.hp" 2>"$work/alone.hp.err"
 hp_alone=$(tail -n 1 "$work/alone.hp" | js 'd["p99_ms"]')
 echo "HP alone: $(tail -n 1 "$work/alone.hp")"
 train_alone=$(be_alone "$BEd" train train-alone); echo "training alone: $train_alone steps/s"
+if want gemm; then
 gemm_alone=$(be_alone "$BEd" gemm gemm-alone); echo "GEMMs alone: $gemm_alone /s"
+fi
 
+if want native; then
 read -r n50 n99 nbe < <(pair "$STd" train "$BEd" native-train)
 echo "native, beside training: HP p50 $n50 ms p99 $n99 ms, training $nbe steps/s"
+fi
 read -r q50 q99 qbe < <(pair "$HPd" train "$BEd" qos-train)
 echo "qos, beside training: HP p50 $q50 ms p99 $q99 ms, training $qbe steps/s"
+if want native && want gemm; then
 read -r gn50 gn99 gnbe < <(pair "$STd" gemm "$BEd" native-gemm)
 echo "native, beside GEMMs: HP p50 $gn50 ms p99 $gn99 ms, $gnbe GEMMs/s"
+fi
+if want gemm; then
 read -r gq50 gq99 gqbe < <(pair "$HPd" gemm "$BEd" qos-gemm)
 echo "qos, beside GEMMs: HP p50 $gq50 ms p99 $gq99 ms, $gqbe GEMMs/s"
+fi
+if want cap; then
 capped=$(be_alone "$CAPd" train train-capped); echo "training capped at 30 %: $capped steps/s"
+fi
 
+if want overhead; then
 # Overhead: HP alone, latency-critical, against HP alone in a standard
 # allocation (hooked, no policy): what the flag and its poller cost.
 hooked "$STd" "$PY" "$W" hp >"$work/alone-std.hp" 2>"$work/alone-std.hp.err"
 overhead=$(ratio "$(tail -n 1 "$work/alone.hp" | js 'd["p50_ms"]')" "$(tail -n 1 "$work/alone-std.hp" | js 'd["p50_ms"]')")
 echo "HP alone in a standard allocation: $(tail -n 1 "$work/alone-std.hp"); latency-critical/standard p50 $overhead"
+fi
+if want ramp; then
 # Idle ramp: HP stops its requests and stays alive, idle, 3 s; training
 # steps, each timed (a line per step), from HP's last request: the first
 # 200 ms window at >= 95 % of alone, and the rate over the idle 3 s.
@@ -80,8 +98,12 @@ print("%.0f %.3f" % (ramp, rate / alone))
 EOF
 )
 echo "idle ramp: training at >= 95 % of alone ${ramp} ms after HP's last request (-1: never); beside the idle HP $idle of alone"
+fi
+if want cap; then
 cap_err=$("$PY" -c "import sys; print('%.1f' % abs(100 * float(sys.argv[1]) / float(sys.argv[2]) - 30))" "$capped" "$train_alone")
+fi
 
+if want weights; then
 # Weights: two best-effort trainers, weights 30 and 70, each in its own
 # allocation, both saturating: the weight-30 one's part of their steps in
 # each 10 s window (the same workload: steps are GPU time), against 30.
@@ -111,6 +133,7 @@ print("weights 30:70: the weight-30 trainer's part of the steps per 10 s window:
 EOF
 )
 
+fi
 echo "RESULT qos_hp_p99_ratio=$(ratio "$q99" "$hp_alone") qos_be_throughput_ratio=$(ratio "$qbe" "$train_alone")" \
      "qos_hp_p99_ratio_native=$(ratio "$n99" "$hp_alone") qos_gemm_hp_p99_ratio=$(ratio "$gq99" "$hp_alone")" \
      "qos_gemm_hp_p99_ratio_native=$(ratio "$gn99" "$hp_alone") qos_gemm_be_throughput_ratio=$(ratio "$gqbe" "$gemm_alone")" \

@@ -68,5 +68,5 @@ pair() {
   t0=$(echo "$h" | js 'd["t0"]'); t1=$(echo "$h" | js 'd["t1"]')
   echo "$(echo "$h" | js 'd["p50_ms"]') $(echo "$h" | js 'd["p99_ms"]') $(rate "$work/$tag.be" "$t0" "$t1")"
 }
-ratio() { "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('%.3f' % (a / b if b else 0))" "$1" "$2"; }
+ratio() { [[ $1 == - || $2 == - ]] && { echo -; return; }; "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('%.3f' % (a / b if b else 0))" "$1" "$2"; }
 
