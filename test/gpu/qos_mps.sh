@@ -16,7 +16,8 @@
 #          mps_qos_gemm_hp_p99_ratio=QG mps_qos_gemm_be_throughput_ratio=QGT
 # (ratios against alone under MPS; issue 30's targets for the QoS rows:
 # QR <= 1.5 with QT >= 0.8, QG <= 4.5.)
-# Env: as qos_check.sh; MPS_CONTROL (nvidia-cuda-mps-control).  The GPU must
+# Env: as qos_check.sh (QOS_PARTS: "train" leaves the GEMM loop out);
+# MPS_CONTROL (nvidia-cuda-mps-control).  The GPU must
 # be idle and no other MPS daemon may serve it.
 set -u
 # shellcheck disable=SC2034,SC2154  # QOS_WORK, BE_ENV and work: qos_lib.sh's
@@ -39,16 +40,20 @@ hp_alone=$(tail -n 1 "$work/alone.hp" | js 'd["p99_ms"]')
 echo "HP alone under MPS: $(tail -n 1 "$work/alone.hp")"
 echo "MPS server: $(echo get_server_list | "$MPS" | head -n 1)"
 train_alone=$(be_alone "$BEd" train train-alone); echo "training alone under MPS: $train_alone steps/s"
-gemm_alone=$(be_alone "$BEd" gemm gemm-alone); echo "GEMMs alone under MPS: $gemm_alone /s"
+gemm_alone=- g99=- gbe=- gq99=- gqbe=-
+[[ ${QOS_PARTS:-all} == *gemm* || ${QOS_PARTS:-all} == all ]] && gemm=1 || gemm=0
+((gemm)) && { gemm_alone=$(be_alone "$BEd" gemm gemm-alone); echo "GEMMs alone under MPS: $gemm_alone /s"; }
 
 read -r m50 m99 mbe < <(pair "$STd" train "$BEd" mps-train)
 echo "MPS priority, beside training: HP p50 $m50 ms p99 $m99 ms, training $mbe steps/s"
 read -r q50 q99 qbe < <(pair "$HPd" train "$BEd" mpsqos-train)
 echo "MPS priority + QoS, beside training: HP p50 $q50 ms p99 $q99 ms, training $qbe steps/s"
+if ((gemm)); then
 read -r g50 g99 gbe < <(pair "$STd" gemm "$BEd" mps-gemm)
 echo "MPS priority, beside GEMMs: HP p50 $g50 ms p99 $g99 ms, $gbe GEMMs/s"
 read -r gq50 gq99 gqbe < <(pair "$HPd" gemm "$BEd" mpsqos-gemm)
 echo "MPS priority + QoS, beside GEMMs: HP p50 $gq50 ms p99 $gq99 ms, $gqbe GEMMs/s"
+fi
 
 echo "RESULT mps_hp_p99_ratio=$(ratio "$m99" "$hp_alone") mps_be_throughput_ratio=$(ratio "$mbe" "$train_alone")" \
      "mps_qos_hp_p99_ratio=$(ratio "$q99" "$hp_alone") mps_qos_be_throughput_ratio=$(ratio "$qbe" "$train_alone")" \
