@@ -192,10 +192,8 @@ START_TEST(test_spill_batch)
 }
 END_TEST
 
-/* A mover that moves nothing it was sent keeps the spares' host memory,
- * charged to spillMax: the next SPILL has no spare left to offer, and o
- * stays owed. */
-START_TEST(test_spill_none_moved)
+/* p full, o wants 2: a batch of both spares sent (read off the socket). */
+static void both_sent(void)
 {
         uint64_t offs[QUOTA + BORROW];
 
@@ -204,6 +202,16 @@ START_TEST(test_spill_none_moved)
         struct gs_ring_msg rep = serve(GS_OP_SPILL, 0, 0, 0);
         ck_assert_uint_eq(rep.arg[0], NSPARE);
         take_sent(peer, GS_SOCK_MOVE, NSPARE, CHUNK, NULL);
+}
+
+/* A mover that moves nothing it was sent keeps the spares' host memory,
+ * charged to spillMax: the next SPILL has no spare left to offer, and o
+ * stays owed. */
+START_TEST(test_spill_none_moved)
+{
+        struct gs_ring_msg rep;
+
+        both_sent();
         ck_assert_int_eq(serve(GS_OP_SPILL_DONE, 0, 0, GS_MOVE_TO_HOST).status, 0);
         spill_books(QUOTA + BORROW, 0, 0, 2);
         gs_gpu_lock(g);
@@ -274,13 +282,9 @@ END_TEST
  * once, nothing chained. */
 START_TEST(test_spill_chain_partial)
 {
-        uint64_t offs[QUOTA + BORROW];
+        struct gs_ring_msg rep;
 
-        fill(offs);
-        want(2);
-        struct gs_ring_msg rep = serve(GS_OP_SPILL, 0, 0, 0);
-        ck_assert_uint_eq(rep.arg[0], NSPARE);
-        take_sent(peer, GS_SOCK_MOVE, NSPARE, CHUNK, NULL);
+        both_sent();
         rep = serve(GS_OP_SPILL_DONE, 0, 1, GS_MOVE_TO_HOST | GS_MOVE_CHAIN);
         ck_assert_int_eq(rep.status, 0);
         ck_assert_uint_eq(rep.arg[0], 0);

@@ -50,6 +50,31 @@ static int send_moves(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs
         return 0;
 }
 
+/* pre: g->lock held, n moves just planned into pg->move (direction dir,
+ * the plan begun at t0; err its complaint, or empty).  They are the
+ * process's batch; the lock let go, err logged and the moves sent before
+ * the reply to req: n, or a negative errno (the connection must end; the
+ * batch is undone with the process). */
+static int batch_out(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, int n, uint32_t dir,
+                     uint64_t t0, const char *err)
+{
+        struct gs_gpu *g = pg->g;
+
+        if (n > 0) {
+                pg->nmove = (uint32_t)n;
+                pg->move_dir = dir;
+                pg->move_plan_ns = gs_mono_ns() - t0;
+                pg->move_start_ns = gs_mono_ns();
+        }
+        gs_gpu_unlock(g);
+        if (err[0])
+                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index,
+                             p->pid, p->comm, err);
+        if (n > 0 && send_moves(p, pg, req, n) < 0)
+                return -EPIPE;
+        return n;
+}
+
 int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req, struct gs_ring_msg *rep)
 {
         struct gs_gpu *g = pg->g;
@@ -75,18 +100,9 @@ int gs_serve_spill(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ri
                 n = gs_gpu_move_plan(g, pg->pp, GS_MOVE_TO_DEVICE, pg->move, GS_MOVE_MAX, p->alloc, p->id, err,
                                      sizeof(err));
         }
-        if (n > 0) {
-                pg->nmove = (uint32_t)n;
-                pg->move_dir = dir;
-                pg->move_plan_ns = gs_mono_ns() - t0;
-                pg->move_start_ns = gs_mono_ns();
-        }
-        gs_gpu_unlock(g);
-        if (err[0])
-                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index,
-                             p->pid, p->comm, err);
-        if (send_moves(p, pg, req, n) < 0)
-                return -EPIPE; /* the connection ends; the moves are undone with the process */
+        n = batch_out(p, pg, req, n, dir, t0, err);
+        if (n < 0)
+                return n;
         rep->arg[0] = (uint64_t)n;
         rep->arg[1] = dir;
         return 0;
@@ -174,19 +190,7 @@ static int chain(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring
         n = gs_ipc_count(p) ? 0
                             : gs_gpu_move_plan_next(g, pg->pp, pg->settle, pg->nsettle, pg->move, GS_MOVE_MAX, p->id,
                                                     err, sizeof(err));
-        if (n > 0) {
-                pg->nmove = (uint32_t)n;
-                pg->move_dir = GS_MOVE_TO_HOST;
-                pg->move_plan_ns = gs_mono_ns() - t0;
-                pg->move_start_ns = gs_mono_ns();
-        }
-        gs_gpu_unlock(g);
-        if (err[0])
-                log_warn_rep((uint64_t)g->index << 32 | (uint32_t)p->pid, "GPU %u: process %d (%s): %s", g->index,
-                             p->pid, p->comm, err);
-        if (n > 0 && send_moves(p, pg, req, n) < 0)
-                return -EPIPE; /* the next batch is undone with the process */
-        return n;
+        return batch_out(p, pg, req, n, GS_MOVE_TO_HOST, t0, err);
 }
 
 int gs_serve_spill_done(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring_msg *req,
