@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "gs_proc_qos.h"
+#include "gs_proc_qosrep.h"
 #include "gs_qos.h"
 
 #define ALLOC_FAMILY(name, type, help, fmt, expr)                       \

@@ -19,7 +19,7 @@
 #include "gs_pending.h"
 #include "gs_restore.h"
 #include "gs_proc.h"
-#include "gs_proc_qos.h"
+#include "gs_proc_qosrep.h"
 #include "gs_sock.h"
 #include "gs_short.h"
 #include "gs_stream.h"

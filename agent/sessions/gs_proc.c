@@ -6,7 +6,7 @@
  * gs_proc_hello.c; reclaim after a restart: gs_proc_reclaim.c; the
  * previous agent's processes: gs_proc_adopt.c. */
 #include "gs_proc_int.h"
-#include "gs_proc_qos.h"
+#include "gs_proc_qosrep.h"
 #include "gs_qos.h"
 
 #include <stdio.h>

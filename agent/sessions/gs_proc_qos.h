@@ -17,16 +17,4 @@ int gs_serve_qos(struct gs_proc *p, struct gs_proc_gpu *pg, const struct gs_ring
 /* The process record is going: its board slot, if any, is freed. */
 void gs_proc_qos_gone(struct gs_proc *p);
 
-/* What an allocation's processes' hooks report of compute QoS (gs_shm):
- * launches held, the ns they waited, the ns of GPU time QoS timed
- * (docs/compute.md "GPU time").  Summed over its registered processes, as
- * each last said (on its first GPU), and those gone (gs_proc_qos_keep);
- * saturating.  Shown, never used: a hostile hook can report anything.
- * Main thread. */
-enum gs_qos_report { GS_QR_HELD, GS_QR_HELD_NS, GS_QR_GPU_NS };
-uint64_t gs_proc_qos_report(const struct gs_allocation *a, enum gs_qos_report r);
-/* p's record is going, its segment still mapped: what its hook reported
- * stays in its allocation a's sums.  Main thread. */
-void gs_proc_qos_keep(struct gs_allocation *a, const struct gs_proc *p);
-
 #endif
