@@ -31,7 +31,7 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     keeps running; its hook keeps its queue short while the server works
     and leaves it unbounded once the server idles (GS_QOS_LC_RECENT_MS);
   - the same server waiting by cuEventQuery (never a synchronize wrapper,
-    as PyTorch): the trainer still gets >= 50 % of the engine (its flag
+    as PyTorch): the trainer still gets >= 40 % of the engine (its flag
     comes down when its poller sees the work done);
   - sneaky's server gets no better than native (within 20 %);
   - a latency-critical process captures a CUDA graph in global mode while
@@ -462,10 +462,13 @@ def main():
               % (qos[2] * 100, native[2] * 100))
         # A server that never calls a synchronize wrapper: its flag comes
         # down when its poller sees its work done, not GS_QOS_STALE_MS (4 ms
-        # of each 5.5 ms) after its last launch.
+        # of each 5.5 ms) after its last launch: held by the age alone the
+        # trainer would have about 1.5 ms of each 5.5 (27 %); with the
+        # poller it had 56-73 % in quiet runs, 44-47 % in two of many runs
+        # of a loaded make test (ASan, TSan): 40 % tells the two apart.
         qpoll = beside_trainer(ag, tmp, al, stat, "server", poll=True)
         check(qpoll[0] <= bound, "latency-critical, never synchronizing: p50 %d µs within the bound" % qpoll[0])
-        check(qpoll[2] >= 0.5, "... and the trainer beside it is held only while its work runs: %.0f %% of the "
+        check(qpoll[2] >= 0.4, "... and the trainer beside it is held only while its work runs: %.0f %% of the "
               "engine (native %.0f %%)" % (qpoll[2] * 100, native[2] * 100))
         sneaky = beside_trainer(ag, tmp, al, stat, "sneaky")
         check(sneaky[0] >= 1000 and abs(sneaky[0] - native[0]) * 5 <= native[0],
