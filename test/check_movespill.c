@@ -271,7 +271,8 @@ START_TEST(test_nothing_wanted)
 }
 END_TEST
 
-/* All moved: the chunks go to A (repaid), B's slots hold spares. */
+/* All moved: the chunks go to A (repaid, counted as come back to it), B's
+ * slots hold spares. */
 START_TEST(test_out_all)
 {
         struct gs_move_ent e[GS_MOVE_MAX];
@@ -281,13 +282,16 @@ START_TEST(test_out_all)
         int n = plan_out(e, err, sizeof(err));
         ck_assert_int_eq(n, 2);
         ck_assert_str_eq(err, "");
-        uint32_t a_free = palloc_stats(pa).chunks_free;
+        uint32_t a_free = palloc_stats(pa).chunks_free, a_returned = gs_palloc_returned(pa);
         end(GS_MOVE_TO_HOST, e, 2, 2, PROC_B);
         gs_gpu_lock(g);
         check_books(0);
         ck_assert_uint_eq(gs_gpu_spilled(g), 2);
         ck_assert_uint_eq(gs_palloc_owed(pa), 0);
         ck_assert_uint_eq(palloc_stats(pa).chunks_free, a_free + 2);
+        /* Memory came back to A: a request of its that failed just
+         * before is told to try again (gs_short_request). */
+        ck_assert_uint_eq(gs_palloc_returned(pa), a_returned + 2);
         ck_assert_uint_eq(palloc_stats(pb).chunks_held, QUOTA_B + FREE_SYS + 2);
         for (int i = 0; i < n; i++)
                 ck_assert_uint_eq(gs_pproc_slot_chunk(ppb, e[i].slot), e[i].to);

@@ -129,6 +129,9 @@ static void repay(struct gs_gsm *g, struct gs_gsm_alloc *a)
         g->owed--;
         if (a->wants)
                 a->wants--;
+        /* Memory came back to it: a request that failed a moment ago may
+         * succeed now (gs_palloc_returned). */
+        __atomic_add_fetch(&a->returned, 1, __ATOMIC_RELEASE);
 }
 
 static void repay_owed(struct gs_gsm *g)

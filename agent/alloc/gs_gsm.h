@@ -127,8 +127,9 @@ struct gs_gsm_alloc {
         /* Borrowed past the cap by gs_gsm_take_at (chunks a restarted
          * agent found held): the cap is exceeded by at most this. */
         uint32_t over;
-        /* Chunks its processes gave back, ever (wraps; gs_gsm_put writes
-         * it atomically, so it may be read without the pool's lock). */
+        /* Chunks its processes gave back or that were repaid to it (what
+         * it was owed), ever (wraps; written atomically, so it may be
+         * read without the pool's lock). */
         uint32_t returned;
         /* Quota chunks it did not get when it was made because they were
          * lent (borrowed by other allocations): every chunk that reaches

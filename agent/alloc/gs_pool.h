@@ -135,9 +135,10 @@ int gs_palloc_del(struct gs_palloc *a) GS_WUR;
 void gs_palloc_stats(const struct gs_palloc *a, struct gs_palloc_stats *ret);
 /* The most it may borrow, raised to cap chunks (a lower cap is ignored). */
 void gs_palloc_raise_cap(struct gs_palloc *a, uint32_t cap);
-/* How many chunks its processes gave back, ever (wraps): a request that
- * failed for want of memory compares it before and after, to know whether
- * memory came back meanwhile.  Any thread, without the pool's lock. */
+/* How many chunks its processes gave back or were repaid to it (lent
+ * chunks it was owed, taken back), ever (wraps): a request that failed for
+ * want of memory compares it before and after, to know whether memory came
+ * back meanwhile.  Any thread, without the pool's lock. */
 uint32_t gs_palloc_returned(const struct gs_palloc *a);
 /* Chunks the allocation gave back whose memory may still be held by its
  * processes: they count against its balloon cap until re-created (delta
