@@ -65,6 +65,14 @@ static const struct gs_cu *qos_cu(void)
 
 /* ---- the board ---- */
 
+/* Whether a board stamp at is within ms before now.  A stamp in the
+ * future (past a millisecond: it may have been stamped since we read the
+ * clock) is not, nor is 0 (never stamped). */
+static int stamp_within(uint64_t at, uint64_t now, uint32_t ms)
+{
+        return at && at <= now + 1000000u && (at > now || now - at < (uint64_t)ms * 1000000u);
+}
+
 /* Whether a latency-critical process other than us has work in flight. */
 static int lc_busy(const struct gs_qos_board *b, uint64_t now)
 {
@@ -77,9 +85,7 @@ static int lc_busy(const struct gs_qos_board *b, uint64_t now)
                 if (i == mine || !__atomic_load_n(&s->up, __ATOMIC_ACQUIRE))
                         continue;
                 at = __atomic_load_n(&s->stamp_ns, __ATOMIC_RELAXED);
-                /* Stale, or stamped in the future (past a millisecond: it
-                 * may have been stamped since we read the clock): ignored. */
-                if (at <= now + 1000000u && (at > now || now - at < (uint64_t)GS_QOS_STALE_MS * 1000000u))
+                if (stamp_within(at, now, GS_QOS_STALE_MS)) /* else stale: ignored */
                         return 1;
         }
         return 0;
@@ -95,12 +101,9 @@ static int lc_recent(const struct gs_qos_board *b, uint64_t now)
         uint32_t mine = gs_qos_lc_slot();
         int recent = 0;
 
-        for (uint32_t i = 0; i < GS_QOS_SLOTS && !recent; i++) {
-                uint64_t at = __atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED);
-
-                recent = i != mine && at && at <= now + 1000000u &&
-                         (at > now || now - at < (uint64_t)GS_QOS_LC_RECENT_MS * 1000000u);
-        }
+        for (uint32_t i = 0; i < GS_QOS_SLOTS && !recent; i++)
+                recent = i != mine && stamp_within(__atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED), now,
+                                                   GS_QOS_LC_RECENT_MS);
         if (__atomic_load_n(&was, __ATOMIC_RELAXED) != recent &&
             __atomic_exchange_n(&was, recent, __ATOMIC_RELAXED) != recent)
                 gs_hook_debug(recent ? "compute: latency-critical work on our GPU: our queue kept short"
