@@ -393,9 +393,19 @@ struct gs_qos_slot {
         uint32_t up;
         uint32_t pid; /* informational */
         uint64_t stamp_ns;
-        uint64_t reserved[6];
+        /* Its next request foreseen (hook/gs_hook_qos_foresee.h): when it
+         * is expected, the period learnt and the lead the others make way
+         * by; 0 while its requests come at irregular times (and from a
+         * hook of an earlier release, in what was reserved).  Each word
+         * read on its own: a torn set is what a hostile writer could
+         * write, and readers bound it. */
+        uint64_t fs_next_ns;
+        uint32_t fs_period_us;
+        uint32_t fs_lead_us;
+        uint64_t reserved[4];
 };
 _Static_assert(sizeof(struct gs_qos_slot) == 64, "gs_qos_slot layout");
+_Static_assert(offsetof(struct gs_qos_slot, fs_next_ns) == 16, "gs_qos_slot layout");
 /* The board of one node GPU, a sealed memfd the agent made: nlc is the
  * latency-critical processes registered on the GPU (written by the agent;
  * while it is 0, no launch waits anywhere).

@@ -12,6 +12,7 @@
 #include "gs_hook.h"
 #include "gs_hook_conn.h"
 #include "gs_hook_qos.h"
+#include "gs_hook_qos_foresee.h"
 #include "gs_hook_qos_lc.h"
 
 int gs_qos_active;
@@ -91,19 +92,34 @@ static int lc_busy(const struct gs_qos_board *b, uint64_t now)
         return 0;
 }
 
+/* What slot s foresees (gs_hook_qos_foresee.h), each word on its own. */
+static void slot_foreseen(const struct gs_qos_slot *s, struct gs_foresee_next *ret)
+{
+        ret->next_ns = __atomic_load_n(&s->fs_next_ns, __ATOMIC_ACQUIRE);
+        ret->period_us = __atomic_load_n(&s->fs_period_us, __ATOMIC_RELAXED);
+        ret->lead_us = __atomic_load_n(&s->fs_lead_us, __ATOMIC_RELAXED);
+}
+
 /* Whether a latency-critical process other than us launched (or had work
- * in flight) within GS_QOS_LC_RECENT_MS: while one did, our queue is kept
- * short for its next request; once none did, nothing bounds it (a server
- * gone idle costs its neighbours nothing).  The switch is logged. */
+ * in flight) within GS_QOS_LC_RECENT_MS, or foresees a request within as
+ * long: while one did, our queue is kept short for its next request; once
+ * none did, nothing bounds it (a server gone idle costs its neighbours
+ * nothing).  The switch is logged. */
 static int lc_recent(const struct gs_qos_board *b, uint64_t now)
 {
         static int was = -1; /* atomic: the last answer, for its log */
         uint32_t mine = gs_qos_lc_slot();
+        struct gs_foresee_next pub;
         int recent = 0;
 
-        for (uint32_t i = 0; i < GS_QOS_SLOTS && !recent; i++)
-                recent = i != mine && stamp_within(__atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED), now,
-                                                   GS_QOS_LC_RECENT_MS);
+        for (uint32_t i = 0; i < GS_QOS_SLOTS && !recent; i++) {
+                if (i == mine)
+                        continue;
+                slot_foreseen(&b->slot[i], &pub);
+                recent = stamp_within(__atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED), now,
+                                      GS_QOS_LC_RECENT_MS) ||
+                         gs_foresee_soon(&pub, now, (uint64_t)GS_QOS_LC_RECENT_MS * 1000000);
+        }
         if (__atomic_load_n(&was, __ATOMIC_RELAXED) != recent &&
             __atomic_exchange_n(&was, recent, __ATOMIC_RELAXED) != recent)
                 gs_hook_debug(recent ? "compute: latency-critical work on our GPU: our queue kept short"
@@ -339,6 +355,47 @@ static uint64_t ring_queued_ns(void)
         return ns;
 }
 
+/* pre: g_mu.  GPU time expected of our launches in flight, the oldest
+ * (running, or the next to) whole. */
+static uint64_t ring_inflight_ns(void)
+{
+        return g_done < g_next ? g_est[g_done % GS_QOS_RING] + ring_queued_ns() : 0;
+}
+
+/* What the latency-critical processes other than us foresee for a launch
+ * of est ns with inflight ns of ours on the GPU (gs_foresee_decide):
+ * HOLD or DRAIN if any says so; ADMIT if every one that launched lately
+ * says so (one whose requests come at irregular times needs the plain
+ * bound); else NONE.  The first hold is logged. */
+static enum gs_foresee_do foresee(const struct gs_qos_board *b, uint64_t now, uint64_t inflight, uint64_t est)
+{
+        static int logged; /* atomic */
+        enum gs_foresee_do worst = GS_FORESEE_NONE;
+        uint32_t mine = gs_qos_lc_slot();
+        struct gs_foresee_next pub;
+        int all = 1;
+
+        for (uint32_t i = 0; i < GS_QOS_SLOTS; i++) {
+                enum gs_foresee_do d;
+
+                if (i == mine)
+                        continue;
+                slot_foreseen(&b->slot[i], &pub);
+                d = gs_foresee_decide(&pub, now, inflight, est);
+                if (d == GS_FORESEE_NONE)
+                        all = all && !stamp_within(__atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED), now,
+                                                   GS_QOS_LC_RECENT_MS);
+                else if (d > worst)
+                        worst = d;
+        }
+        if (worst == GS_FORESEE_ADMIT && !all)
+                return GS_FORESEE_NONE;
+        if (worst == GS_FORESEE_HOLD && !__atomic_load_n(&logged, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+                gs_hook_debug("compute: a latency-critical request foreseen: our launches make way before it");
+        return worst;
+}
+
 /* pre: g_mu.  Beside a latency-critical process (b): the launch running
  * and, queued behind it, what fills queue_us of GPU time with this launch
  * (est ns), by each launch's measured time (its function's: the GEMMs of
@@ -357,10 +414,27 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                         wait_event(c, g_ring[(g_next - k) % GS_QOS_RING], deadline);
         } else {
                 for (;;) {
+                        uint64_t now;
+                        enum gs_foresee_do d;
+
                         ring_done(c);
-                        if (g_done == g_next ||
-                            (g_next - g_done < GS_QOS_RING - 1 && ring_queued_ns() + est <= queue_us * 1000) ||
-                            gs_mono_ns() >= deadline)
+                        now = (uint64_t)gs_mono_ns();
+                        if ((int64_t)now >= deadline)
+                                break;
+                        /* A request foreseen: what ends before it goes,
+                         * even past the plain bound; nothing that would
+                         * not. */
+                        d = g_next - g_done < GS_QOS_RING - 1 ? foresee(b, now, ring_inflight_ns(), est)
+                                                              : GS_FORESEE_DRAIN;
+                        if (d == GS_FORESEE_ADMIT)
+                                break;
+                        if (d == GS_FORESEE_HOLD) {
+                                held = 1;
+                                nap_us(GS_QOS_POLL_US);
+                                continue;
+                        }
+                        if (d == GS_FORESEE_NONE && (g_done == g_next || (g_next - g_done < GS_QOS_RING - 1 &&
+                                                                          ring_queued_ns() + est <= queue_us * 1000)))
                                 break;
                         wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
                 }

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "gs_hook.h"
+#include "gs_hook_qos_foresee.h"
 #include "gs_hook_qos_lc.h"
 #include "gs_util.h"
 
@@ -30,6 +31,10 @@ static unsigned g_launching; /* launches between launching() and launched() */
 static int g_untracked;      /* a launch whose end no event marks: lowered only by a synchronize */
 static int g_thread;         /* 0 not started, 1 running, -1 cannot start */
 static CUcontext g_poll_ctx; /* the poller's current context */
+static int g_busy;           /* work of ours since the flag was last lowered */
+static uint64_t g_down_ns;   /* when it was (0: never) */
+static struct gs_foresee g_fs;
+static int g_fs_on; /* the last arrival published a next one (for the log) */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void lc_child(void)
@@ -43,6 +48,10 @@ static void lc_child(void)
         g_untracked = 0;
         g_thread = 0;
         g_poll_ctx = NULL;
+        g_busy = 0;
+        g_down_ns = 0;
+        memset(&g_fs, 0, sizeof(g_fs));
+        g_fs_on = 0;
 }
 
 static void lc_fork_register(void)
@@ -131,10 +140,15 @@ static unsigned lc_look(int own)
                         g_npending--;
                 }
         }
-        if (g_npending || g_launching)
+        if (g_npending || g_launching) {
                 flag(1);
-        else if (!g_untracked)
+        } else if (!g_untracked) {
                 flag(0);
+                if (g_busy) {
+                        g_busy = 0;
+                        g_down_ns = (uint64_t)gs_mono_ns();
+                }
+        }
         return g_npending;
 }
 
@@ -243,11 +257,44 @@ static struct lc_stream *lc_entry(CUcontext ctx, CUstream s)
         return idle;
 }
 
+/* pre: g_mu.  Work starts after a pause (GS_FORESEE_GAP_US with nothing
+ * of ours on the GPU): a request's arrival, learnt; the next one foreseen
+ * published in our slot (0: irregular), for the others to make way. */
+static void lc_arrival(void)
+{
+        struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
+        uint32_t s = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
+        uint64_t now = (uint64_t)gs_mono_ns();
+        struct gs_foresee_next nx;
+
+        if (g_busy || g_launching || g_npending || g_untracked ||
+            (g_down_ns && now - g_down_ns < GS_FORESEE_GAP_US * 1000ull))
+                return;
+        gs_foresee_arrival(&g_fs, now, &nx);
+        if (!b || s >= GS_QOS_SLOTS)
+                return;
+        /* The period and lead before the time: a reader that sees the new
+         * time sees them (or, torn, a set it bounds anyway). */
+        __atomic_store_n(&b->slot[s].fs_period_us, nx.period_us, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->slot[s].fs_lead_us, nx.lead_us, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->slot[s].fs_next_ns, nx.next_ns, __ATOMIC_RELEASE);
+        if (!!nx.next_ns != g_fs_on) {
+                g_fs_on = !!nx.next_ns;
+                if (g_fs_on)
+                        gs_hook_debug("compute: our requests come every %u us: the next foreseen, %u us lead",
+                                      (unsigned)nx.period_us, (unsigned)nx.lead_us);
+                else
+                        gs_hook_debug("compute: our requests come at irregular times: nothing foreseen");
+        }
+}
+
 void gs_qos_lc_launching(void)
 {
         (void)lc_cu();
 
         pthread_mutex_lock(&g_mu);
+        lc_arrival();
+        g_busy = 1;
         g_launching++;
         flag(1);
         pthread_mutex_unlock(&g_mu);

@@ -209,6 +209,8 @@ static uint32_t slot_take(struct board *b, uint32_t pid)
                         b->used |= 1u << s;
                         __atomic_store_n(&b->map->slot[s].up, 0, __ATOMIC_RELEASE);
                         __atomic_store_n(&b->map->slot[s].pid, pid, __ATOMIC_RELAXED);
+                        /* Nothing foreseen of a process gone. */
+                        __atomic_store_n(&b->map->slot[s].fs_next_ns, 0, __ATOMIC_RELAXED);
                         __atomic_store_n(&b->map->nlc, (uint32_t)__builtin_popcount(b->used), __ATOMIC_RELEASE);
                         return s;
                 }
@@ -266,6 +268,7 @@ void gs_qos_board_release(uint32_t gpu, uint32_t slot)
                 b->used &= ~(1u << slot);
                 __atomic_store_n(&b->map->slot[slot].up, 0, __ATOMIC_RELEASE);
                 __atomic_store_n(&b->map->slot[slot].pid, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&b->map->slot[slot].fs_next_ns, 0, __ATOMIC_RELAXED);
                 __atomic_store_n(&b->map->nlc, (uint32_t)__builtin_popcount(b->used), __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&g_mu);

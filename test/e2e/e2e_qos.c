@@ -5,9 +5,11 @@
  * compute policy, which GSHARE_HOOK_DEBUG=1 shows on stderr: "compute:
  * class ..."), prints "ready", and waits for a line on stdin.
  *
- *   e2e_qos serve N GAP_US KERNEL_US [poll]
- *       N requests, GAP_US apart: an event, a spin kernel of KERNEL_US, an
- *       event, cuEventSynchronize (poll: cuEventQuery until done); prints
+ *   e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady]
+ *       N requests, GAP_US apart (jitter: a fifth to 1.8 times GAP_US,
+ *       at random; steady: one every GAP_US + KERNEL_US, open loop): an
+ *       event, a spin kernel of KERNEL_US, an event,
+ *       cuEventSynchronize (poll: cuEventQuery until done); prints
  *       "lat P50 P90 MAX RECORDS QUERIES" (model µs, cuEventElapsedTime;
  *       the event records and queries the process made meanwhile beyond
  *       its own: the hook's, fakecuda_event_calls), then serves N more at
@@ -112,8 +114,9 @@ static CUresult finish(CUevent e, int poll, uint64_t *queries)
         return r;
 }
 
-static void serve(int n, long gap_us, uint32_t kern_us, int poll)
+static void serve(int n, long gap_us, uint32_t kern_us, int poll, int jitter, int steady)
 {
+        unsigned seed = 30;
         void (*calls)(uint64_t *, uint64_t *) =
                 (void (*)(uint64_t *, uint64_t *))dlsym(RTLD_DEFAULT, "fakecuda_event_calls");
         float *lat = calloc((size_t)n, sizeof(*lat));
@@ -128,7 +131,10 @@ static void serve(int n, long gap_us, uint32_t kern_us, int poll)
         do {
                 uint64_t r0, q0, r1, q1, own = 0;
 
+                struct timespec at;
+
                 calls(&r0, &q0);
+                clock_gettime(CLOCK_MONOTONIC, &at);
                 for (int i = 0; i < n; i++) {
                         cuEventRecord(a, NULL);
                         if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
@@ -137,7 +143,19 @@ static void serve(int n, long gap_us, uint32_t kern_us, int poll)
                         if ((r = finish(b, poll, &own)) != CUDA_SUCCESS)
                                 die("sync", r);
                         cuEventElapsedTime(&lat[i], a, b);
-                        nap_us(gap_us);
+                        /* steady: a request every GAP_US + KERNEL_US (a
+                         * server fed at a steady rate), whatever this one
+                         * took.  jitter: after each, a gap anywhere from a
+                         * fifth of GAP_US to 1.8 times it (fed at random). */
+                        if (!steady) {
+                                nap_us(jitter ? gap_us / 5 + (long)(rand_r(&seed) % (unsigned)(gap_us * 8 / 5 + 1))
+                                              : gap_us);
+                                continue;
+                        }
+                        at.tv_nsec += (gap_us + (long)kern_us) * 1000;
+                        at.tv_sec += at.tv_nsec / 1000000000;
+                        at.tv_nsec %= 1000000000;
+                        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
                 }
                 calls(&r1, &q1);
                 qsort(lat, (size_t)n, sizeof(*lat), cmp_f);
@@ -282,9 +300,12 @@ int main(int argc, char **argv)
         setvbuf(stdout, NULL, _IOLBF, 0);
         if (argc == 3 && strcmp(argv[1], "stat") == 0)
                 return stat_of(atoi(argv[2]));
-        if ((argc == 5 || (argc == 6 && strcmp(argv[5], "poll") == 0)) && strcmp(argv[1], "serve") == 0) {
+        if ((argc == 5 || (argc == 6 && (strcmp(argv[5], "poll") == 0 || strcmp(argv[5], "jitter") == 0 ||
+                                         strcmp(argv[5], "steady") == 0))) &&
+            strcmp(argv[1], "serve") == 0) {
                 setup();
-                serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]), argc == 6);
+                serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]), argc == 6 && argv[5][0] == 'p',
+                      argc == 6 && argv[5][0] == 'j', argc == 6 && argv[5][0] == 's');
         } else if (argc == 3 && strcmp(argv[1], "train") == 0) {
                 setup();
                 train((uint32_t)atoi(argv[2]));
@@ -296,7 +317,7 @@ int main(int argc, char **argv)
                 capped((uint32_t)atoi(argv[2]), atoi(argv[3]));
         } else {
                 fprintf(stderr,
-                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll] | train KERNEL_US | capped KERNEL_US N | capture KERNEL_US\n");
+                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady] | train KERNEL_US | capped KERNEL_US N | capture KERNEL_US\n");
                 return 2;
         }
         return 0;

@@ -16,12 +16,13 @@
 #   RESULT qos_hp_p99_ratio=R qos_be_throughput_ratio=T qos_hp_p99_ratio_native=N
 #          qos_gemm_hp_p99_ratio=G qos_gemm_hp_p99_ratio_native=GN qos_gemm_be_throughput_ratio=GT
 #          qos_cap_error_pts=C qos_idle_ramp_ms=M qos_be_idle_ratio=I qos_overhead_ratio=O
-#          qos_weight_error_pts=E
+#          qos_weight_error_pts=E qos_poisson_hp_p99_ratio=P qos_poisson_be_throughput_ratio=PT
 # (issue 30's targets: R <= 1.5 with T >= 0.8; G <= 4.5; C within 5;
 # M <= 200; O <= 1.01; E <= 5.)  I: training beside an idle latency-critical
-# process, against alone.
+# process, against alone.  P, PT: as R and T with HP fed at random
+# (exponential gaps of mean 10 ms), which nothing can foresee.
 # Env: B, GSHARE_LIBDIR (as run.sh), PYTHON_GPU; QOS_PARTS (default all: some of
-# native gemm cap overhead ramp weights; the others print -).  The GPU must be idle.
+# native gemm cap overhead ramp weights poisson; the others print -).  The GPU must be idle.
 set -u
 # shellcheck source=qos_lib.sh
 source "$(cd "$(dirname "$0")" && pwd)/qos_lib.sh"
@@ -33,9 +34,10 @@ W30d=$(mk 32 --compute-class best-effort --compute-weight 30)
 W70d=$(mk 40 --compute-class best-effort --compute-weight 70)
 ctl allocations
 # QOS_PARTS: which parts run besides HP and the trainer alone and their
-# latency-critical pair (default all): native gemm cap overhead ramp weights.
+# latency-critical pair (default all): native gemm cap overhead ramp weights
+# poisson.
 want() { [[ " ${QOS_PARTS:-all} " == *" all "* || " ${QOS_PARTS:-all} " == *" $1 "* ]]; }
-n99=- gq99=- gn99=- gqbe=- gemm_alone=- cap_err=- ramp=- idle=- overhead=- weight_err=-
+n99=- gq99=- gn99=- gqbe=- pq99=- pqbe=- gemm_alone=- cap_err=- ramp=- idle=- overhead=- weight_err=-
 hooked "$HPd" "$PY" "$W" hp >"$work/alone.hp" 2>"$work/alone.hp.err"
 hp_alone=$(tail -n 1 "$work/alone.hp" | js 'd["p99_ms"]')
 echo "HP alone: $(tail -n 1 "$work/alone.hp")"
@@ -50,6 +52,12 @@ echo "native, beside training: HP p50 $n50 ms p99 $n99 ms, training $nbe steps/s
 fi
 read -r q50 q99 qbe < <(pair "$HPd" train "$BEd" qos-train)
 echo "qos, beside training: HP p50 $q50 ms p99 $q99 ms, training $qbe steps/s"
+if want poisson; then
+# The same server fed at random (exponential gaps, mean 10 ms): nothing
+# to foresee, admission alone (docs/compute.md "Foresight").
+read -r pq50 pq99 pqbe < <(HP_ARGS="--arrivals poisson" pair "$HPd" train "$BEd" qos-poisson)
+echo "qos, beside training, Poisson arrivals: HP p50 $pq50 ms p99 $pq99 ms, training $pqbe steps/s"
+fi
 if want native && want gemm; then
 read -r gn50 gn99 gnbe < <(pair "$STd" gemm "$BEd" native-gemm)
 echo "native, beside GEMMs: HP p50 $gn50 ms p99 $gn99 ms, $gnbe GEMMs/s"
@@ -137,4 +145,5 @@ fi
 echo "RESULT qos_hp_p99_ratio=$(ratio "$q99" "$hp_alone") qos_be_throughput_ratio=$(ratio "$qbe" "$train_alone")" \
      "qos_hp_p99_ratio_native=$(ratio "$n99" "$hp_alone") qos_gemm_hp_p99_ratio=$(ratio "$gq99" "$hp_alone")" \
      "qos_gemm_hp_p99_ratio_native=$(ratio "$gn99" "$hp_alone") qos_gemm_be_throughput_ratio=$(ratio "$gqbe" "$gemm_alone")" \
-     "qos_cap_error_pts=$cap_err qos_idle_ramp_ms=$ramp qos_be_idle_ratio=$idle qos_overhead_ratio=$overhead qos_weight_error_pts=$weight_err"
+     "qos_cap_error_pts=$cap_err qos_idle_ramp_ms=$ramp qos_be_idle_ratio=$idle qos_overhead_ratio=$overhead qos_weight_error_pts=$weight_err" \
+     "qos_poisson_hp_p99_ratio=$(ratio "$pq99" "$hp_alone") qos_poisson_be_throughput_ratio=$(ratio "$pqbe" "$train_alone")"

@@ -54,13 +54,14 @@ EOF
 be_alone() { hooked "$1" env ${BE_ENV:-} "$PY" "$W" be "$2" --seconds 15 >"$work/$3.out" 2>"$work/$3.err"
   gone "$1"; rate "$work/$3.out" 0 1e18; }
 # HP (in allocation $1) beside BE $2 (in allocation $3): prints "p50 p99 be_rate".
-# HP_ENV, BE_ENV: NAME=VALUE words added to HP's and BE's environment.
+# HP_ENV, BE_ENV: NAME=VALUE words added to HP's and BE's environment;
+# HP_ARGS: words added to HP's command line.
 pair() {
   local tag=$4
   hooked "$3" env ${BE_ENV:-} "$PY" "$W" be "$2" --seconds 40 >"$work/$tag.be" 2>"$work/$tag.be.err" &
   local bp=$!
   for _ in $(seq 1200); do grep -q warm "$work/$tag.be" && break; sleep 0.1; done
-  hooked "$1" env ${HP_ENV:-} "$PY" "$W" hp >"$work/$tag.hp" 2>"$work/$tag.hp.err"
+  hooked "$1" env ${HP_ENV:-} "$PY" "$W" hp ${HP_ARGS:-} >"$work/$tag.hp" 2>"$work/$tag.hp.err"
   kill "$bp" 2>/dev/null; wait "$bp" 2>/dev/null
   gone "$3"
   local h t0 t1

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The workloads of test/gpu/qos_check.sh (issue 30, docs/compute.md).
 
-  qos_workload.py hp [--requests N] [--period-ms P]
+  qos_workload.py hp [--requests N] [--period-ms P] [--arrivals steady|poisson]
       a latency-critical server: a 4-layer bf16 TransformerEncoder (d=1024,
       16 heads, ff 4096), batch 8 x 256 tokens, its forward captured once in
-      a CUDA graph and replayed every P ms (open loop); latency = replay +
+      a CUDA graph and replayed every P ms (open loop; poisson: at
+      exponential gaps of mean P, seeded); latency = replay +
       synchronize, wall clock.  Prints {"t0":..,"t1":..,"p50_ms":..,
       "p99_ms":..} (t0, t1: time.monotonic() of the first and last request).
   qos_workload.py be {train,gemm} [--seconds S]
@@ -15,6 +16,7 @@
 """
 import argparse
 import json
+import random
 import sys
 import time
 
@@ -43,11 +45,14 @@ def hp(a):
     lat = []
     t0 = time.monotonic()
     nxt = t0
+    rng = random.Random(30)
     for _ in range(a.requests):
         now = time.monotonic()
         if nxt > now:
             time.sleep(nxt - now)
-        nxt += a.period_ms / 1000
+        # steady: one request every period; poisson: exponential gaps of
+        # that mean (a server fed at random: nothing to foresee).
+        nxt += (a.period_ms if a.arrivals == "steady" else rng.expovariate(1 / a.period_ms)) / 1000
         t = time.perf_counter()
         g.replay()
         torch.cuda.synchronize()
@@ -102,6 +107,7 @@ def main():
     h = sub.add_parser("hp")
     h.add_argument("--requests", type=int, default=1000)
     h.add_argument("--period-ms", type=float, default=10)
+    h.add_argument("--arrivals", choices=("steady", "poisson"), default="steady")
     h.add_argument("--linger", type=float, default=0, help="seconds to stay alive, idle, after the requests")
     b = sub.add_parser("be")
     b.add_argument("kind", choices=("train", "gemm"))
