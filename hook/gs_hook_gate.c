@@ -203,6 +203,13 @@ GS_GATED_OTHER(GS_GATE_WRAP)
 #define GS_F_cuLaunchCooperativeKernel f
 #define GS_F_cuLaunchGridAsync f
 #define GS_F_cuGraphLaunch ((CUfunction)NULL)
+/* What tells its launches apart (gs_qos_before): a kernel's grid, a
+ * graph's exec. */
+#define GS_K_cuLaunchKernel GS_QOS_SHAPE(gridDimX, gridDimY, gridDimZ)
+#define GS_K_cuLaunchKernelEx (config ? GS_QOS_SHAPE(config->gridDimX, config->gridDimY, config->gridDimZ) : 0)
+#define GS_K_cuLaunchCooperativeKernel GS_QOS_SHAPE(gridDimX, gridDimY, gridDimZ)
+#define GS_K_cuLaunchGridAsync GS_QOS_SHAPE((unsigned)grid_width, (unsigned)grid_height, 1u)
+#define GS_K_cuGraphLaunch ((uint64_t)(uintptr_t)hGraphExec)
 
 /* A launch: compute QoS admits it (gs_hook_qos.h) before the gate, so a
  * launch waiting for its turn never holds a mover's close. */
@@ -218,7 +225,7 @@ GS_GATED_OTHER(GS_GATE_WRAP)
                                                                                        \
                 if (!real)                                                             \
                         return CUDA_ERROR_NOT_SUPPORTED;                               \
-                qc = gs_qos_before(GS_S_##b, GS_F_##b);                                \
+                qc = gs_qos_before(GS_S_##b, GS_F_##b, GS_K_##b);                      \
                 if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED)) {                    \
                         r = real GS_P_##b(GS_GATE_ARGS);                               \
                 } else {                                                               \

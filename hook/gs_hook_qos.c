@@ -141,8 +141,10 @@ static uint64_t g_mean_ns;          /* a launch's GPU time, the samples' moving 
 static uint64_t g_est[GS_QOS_RING]; /* launch i's GPU time as expected when admitted */
 static uint64_t g_done;             /* launches before it are complete */
 static uint64_t g_cur_est;          /* the launch being admitted's (between before and after) */
-static CUfunction g_sample_f;       /* launch g_sample's function */
-static CUevent g_pre;               /* before launch g_sample */
+static size_t g_sample_h;           /* launch g_sample's kind (g_fn) */
+static uint64_t g_sample_key;       /* ... as it was then (its entry may be taken over) */
+static CUfunction g_sample_f;
+static CUevent g_pre; /* before launch g_sample */
 static uint64_t g_sample = UINT64_MAX;
 static int g_ring_ok = -1; /* -1: not made yet */
 static int g_end_pending;  /* g_start/g_end around the last capped launch */
@@ -247,44 +249,48 @@ static void cap_wait(const struct gs_cu *c, uint32_t cap)
         }
 }
 
-/* Per function, cached (direct-mapped: a function evicted is looked up
- * again): whether it is one of NCCL's kernels, and its GPU time as the
- * samples measured it (0: none yet). */
-#define GS_QOS_FN_CACHE 256
+/* Per launch kind (a function and its launch's shape, or a graph's
+ * exec: gs_qos_before), cached (direct-mapped: a kind evicted is
+ * measured again): whether it is one of NCCL's kernels, and its GPU time
+ * as the samples measured it (0: none yet). */
+#define GS_QOS_FN_CACHE 1024
 static struct {
         CUfunction f;
-        int nccl;
+        uint64_t shape;
         uint64_t ns;
+        int nccl;
+        int used;
 } g_fn[GS_QOS_FN_CACHE]; /* g_mu */
 
-static size_t fn_slot(CUfunction f)
+static size_t fn_slot(CUfunction f, uint64_t shape)
 {
-        return ((uintptr_t)f >> 4) % GS_QOS_FN_CACHE;
+        uint64_t k = ((uint64_t)(uintptr_t)f >> 4) ^ shape * 0x9e3779b97f4a7c15ull;
+
+        return (size_t)((k ^ k >> 29) % GS_QOS_FN_CACHE);
 }
 
-/* pre: g_mu. */
-static int is_nccl(const struct gs_cu *c, CUfunction f)
+/* pre: g_mu.  The entry of (f, shape), taken over if another kind had it. */
+static size_t fn_entry(const struct gs_cu *c, CUfunction f, uint64_t shape)
 {
-        size_t h = fn_slot(f);
+        size_t h = fn_slot(f, shape);
         const char *name = NULL;
 
-        if (!f || !c->func_get_name)
-                return 0;
-        if (g_fn[h].f == f)
-                return g_fn[h].nccl;
+        if (g_fn[h].used && g_fn[h].f == f && g_fn[h].shape == shape)
+                return h;
+        g_fn[h].used = 1;
         g_fn[h].f = f;
+        g_fn[h].shape = shape;
         g_fn[h].ns = 0;
-        g_fn[h].nccl = c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
-        return g_fn[h].nccl;
+        g_fn[h].nccl =
+                f && c->func_get_name && c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
+        return h;
 }
 
-/* pre: g_mu.  f's GPU time as measured (a graph, f NULL, or a function
- * not measured yet: the mean of all samples). */
-static uint64_t fn_ns(CUfunction f)
+/* pre: g_mu.  The GPU time of entry h as measured (not yet: the mean of
+ * all samples). */
+static uint64_t fn_ns(size_t h)
 {
-        size_t h = fn_slot(f);
-
-        return f && g_fn[h].f == f && g_fn[h].ns ? g_fn[h].ns : g_mean_ns;
+        return g_fn[h].ns ? g_fn[h].ns : g_mean_ns;
 }
 
 /* pre: g_mu.  How many launches may be in flight: the one running and
@@ -306,8 +312,24 @@ static uint64_t least_follow(uint64_t cur, uint64_t d)
         return !cur || d < up ? d : up;
 }
 
-/* pre: g_mu.  A launch's GPU time, sampled: every GS_QOS_SAMPLE-th
- * launch has g_pre recorded before it, and the time between g_pre and its
+/* pre: g_mu.  Whether to time the launch about to be made, of kind h
+ * (no sample pending): a kind not measured yet, and one launch in
+ * GS_QOS_SAMPLE at random.  Every GS_QOS_SAMPLE-th launch would alias with
+ * a loop's sequence: of a step that alternates a GEMM and a short kernel,
+ * only the short one was ever timed, and the GEMM was expected to take
+ * what the short one took. */
+static int sample_this(size_t h)
+{
+        static uint32_t x = 0x9e3779b9u; /* g_mu: xorshift32 */
+
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        return !g_fn[h].ns || x % GS_QOS_SAMPLE == 0;
+}
+
+/* pre: g_mu.  A launch's GPU time, sampled: one launch in GS_QOS_SAMPLE
+ * (sample_this) has g_pre recorded before it, and the time between g_pre and its
  * ring event is its own, or more when the engine ran another context's
  * turn in between.  So g_kern_ns follows the least of the samples: it
  * falls to a shorter one at once, and rises by a sixteenth a sample
@@ -322,13 +344,13 @@ static void sample(const struct gs_cu *c)
         if (g_next - g_sample < GS_QOS_RING &&
             c->event_elapsed_time(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
                 uint64_t d = (uint64_t)(ms * 1e6);
-                size_t h = fn_slot(g_sample_f);
+                size_t h = g_sample_h;
 
                 g_kern_ns = least_follow(g_kern_ns, d);
                 g_mean_ns = g_mean_ns ? (7 * g_mean_ns + d) / 8 : d;
-                /* Per function likewise: another context's turn between
+                /* Per kind likewise: another context's turn between
                  * g_pre and the event only lengthens a sample. */
-                if (g_sample_f && g_fn[h].f == g_sample_f)
+                if (g_fn[h].used && g_fn[h].f == g_sample_f && g_fn[h].shape == g_sample_key)
                         g_fn[h].ns = least_follow(g_fn[h].ns, d);
         }
         g_sample = UINT64_MAX;
@@ -482,7 +504,7 @@ static void duty_wait(uint32_t duty)
 /* Cookies: what after has to do. */
 enum { QC_NONE = 0, QC_LC = 1, QC_RING = 2, QC_CAP = 4 };
 
-int gs_qos_before_slow(CUstream s, CUfunction f)
+int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
 {
         const struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
         uint32_t cap = __atomic_load_n(&g_cap, __ATOMIC_RELAXED), duty = __atomic_load_n(&g_duty, __ATOMIC_RELAXED);
@@ -490,6 +512,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
         CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         int ck = 0, ring = 0, lc;
+        size_t h;
 
         __atomic_add_fetch(&g_launches, 1, __ATOMIC_RELAXED);
         /* The first launch after a quiet spell wakes the thread, which
@@ -522,7 +545,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
             st != CU_STREAM_CAPTURE_STATUS_NONE)
                 return QC_NONE;
         pthread_mutex_lock(&g_mu);
-        if (is_nccl(c, f)) {
+        h = fn_entry(c, f, shape);
+        if (g_fn[h].nccl) {
                 pthread_mutex_unlock(&g_mu);
                 return QC_NONE;
         }
@@ -545,13 +569,14 @@ int gs_qos_before_slow(CUstream s, CUfunction f)
         if (ring) {
                 /* Beside latency-critical work: GS_QOS_QUEUE_US queued;
                  * for a duty only, enough for the driver's turns. */
-                g_cur_est = fn_ns(f);
+                g_cur_est = fn_ns(h);
                 lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty), g_cur_est);
                 ck |= QC_RING;
-                if (g_sample == UINT64_MAX && g_next % GS_QOS_SAMPLE == 0 &&
-                    c->event_record(g_pre, s) == CUDA_SUCCESS) {
+                if (g_sample == UINT64_MAX && sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {
                         g_sample = g_next;
+                        g_sample_h = h;
                         g_sample_f = f;
+                        g_sample_key = shape;
                 }
         }
         if (c->thread_exchange_stream_capture_mode)

@@ -31,7 +31,7 @@
 #define GS_QOS_RING 32            /* events after launches: at most 31 in flight beside an LC process */
 #define GS_QOS_QUEUE_US 200       /* GPU time queued beside an LC process */
 #define GS_QOS_LC_RECENT_MS 100   /* ... that launched this recently (else nothing bounds the queue) */
-#define GS_QOS_SAMPLE 8           /* one launch in this many is timed */
+#define GS_QOS_SAMPLE 8           /* one launch in this many is timed (at random) */
 #define GS_QOS_DUTY_PERIOD_MS 20  /* a weight's duty cycle (gs_shm.qos_share) */
 #define GS_QOS_DUTY_QUEUE_US 2000 /* GPU time queued while on duty (the driver's turns are ~2 ms) */
 #define GS_QOS_MAX_WAIT_MS 20     /* the most one launch waits for LC work */
@@ -43,14 +43,19 @@ extern int gs_qos_active;
 
 /* Around one launch of kernel f (NULL: a graph) on stream s (the gate's
  * launch wrappers): before may wait; its result goes to after, with the
- * launch's.  NCCL's kernels (their names, from cuFuncGetName where the
- * driver has it) are never held nor counted: a rank held mid-collective
- * would hold its peers. */
-int gs_qos_before_slow(CUstream s, CUfunction f);
+ * launch's.  shape tells launches of f apart whose GPU time differs (its
+ * grid, GS_QOS_SHAPE; a graph's exec): the expected time of a launch is
+ * that of (f, shape) as sampled (cuBLAS runs GEMMs of every size with a
+ * few kernels: by function alone, a large one was expected to take what
+ * the smallest took).  NCCL's kernels (their names, from cuFuncGetName
+ * where the driver has it) are never held nor counted: a rank held
+ * mid-collective would hold its peers. */
+#define GS_QOS_SHAPE(x, y, z) ((uint64_t)(x) ^ (uint64_t)(y) << 31 ^ (uint64_t)(z) << 47)
+int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape);
 void gs_qos_after_slow(int cookie, CUstream s, CUresult r);
-static inline int gs_qos_before(CUstream s, CUfunction f)
+static inline int gs_qos_before(CUstream s, CUfunction f, uint64_t shape)
 {
-        return __atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED) ? gs_qos_before_slow(s, f) : 0;
+        return __atomic_load_n(&gs_qos_active, __ATOMIC_RELAXED) ? gs_qos_before_slow(s, f, shape) : 0;
 }
 static inline void gs_qos_after(int cookie, CUstream s, CUresult r)
 {

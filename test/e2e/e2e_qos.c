@@ -14,9 +14,10 @@
  *       the event records and queries the process made meanwhile beyond
  *       its own: the hook's, fakecuda_event_calls), then serves N more at
  *       each further line on stdin, and exits when stdin closes
- *   e2e_qos train KERNEL_US
- *       launches spin kernels of KERNEL_US until stdin closes; prints
- *       "trained K" (kernels launched)
+ *   e2e_qos train KERNEL_US [SHORT_US]
+ *       launches spin kernels of KERNEL_US (grid 2) until stdin closes,
+ *       each followed by one of SHORT_US (grid 1) if given; prints
+ *       "trained K" (kernels of KERNEL_US launched)
  *   e2e_qos capped KERNEL_US N
  *       N spin kernels of KERNEL_US one after another, then a
  *       synchronize; prints "capped FIRST LAST" (model ns: the start of
@@ -44,11 +45,18 @@ static void die(const char *what, CUresult r)
         exit(1);
 }
 
-static CUresult spin(CUstream s, uint32_t us)
+/* A spin kernel of us (the fake driver's model ignores the grid, which
+ * the hook's estimates tell apart: gx). */
+static CUresult spin_grid(CUstream s, uint32_t us, unsigned gx)
 {
         void *params[] = { &us };
 
-        return cuLaunchKernel(spin_fn(), 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+        return cuLaunchKernel(spin_fn(), gx, 1, 1, 1, 1, 1, 0, s, params, NULL);
+}
+
+static CUresult spin(CUstream s, uint32_t us)
+{
+        return spin_grid(s, us, 1);
 }
 
 static void setup(void)
@@ -178,7 +186,7 @@ static void *stdin_watch(void *arg)
         return NULL;
 }
 
-static void train(uint32_t kern_us)
+static void train(uint32_t kern_us, uint32_t short_us)
 {
         unsigned long long k = 0;
         pthread_t t;
@@ -188,9 +196,14 @@ static void train(uint32_t kern_us)
         if (pthread_create(&t, NULL, stdin_watch, NULL) != 0)
                 die("thread", CUDA_ERROR_OUT_OF_MEMORY);
         while (!atomic_load(&g_stop)) {
-                if ((r = spin(NULL, kern_us)) != CUDA_SUCCESS)
+                if ((r = spin_grid(NULL, kern_us, 2)) != CUDA_SUCCESS)
                         die("launch", r);
                 k++;
+                /* With SHORT_US: each kernel followed by a short one of
+                 * the same function, another grid (as cuBLAS runs GEMMs
+                 * of every size with one kernel). */
+                if (short_us && (r = spin(NULL, short_us)) != CUDA_SUCCESS)
+                        die("launch", r);
         }
         pthread_join(t, NULL);
         printf("trained %llu\n", k);
@@ -306,9 +319,9 @@ int main(int argc, char **argv)
                 setup();
                 serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]), argc == 6 && argv[5][0] == 'p',
                       argc == 6 && argv[5][0] == 'j', argc == 6 && argv[5][0] == 's');
-        } else if (argc == 3 && strcmp(argv[1], "train") == 0) {
+        } else if ((argc == 3 || argc == 4) && strcmp(argv[1], "train") == 0) {
                 setup();
-                train((uint32_t)atoi(argv[2]));
+                train((uint32_t)atoi(argv[2]), argc == 4 ? (uint32_t)atoi(argv[3]) : 0);
         } else if (argc == 3 && strcmp(argv[1], "capture") == 0) {
                 setup();
                 capture((uint32_t)atoi(argv[2]));
@@ -317,7 +330,7 @@ int main(int argc, char **argv)
                 capped((uint32_t)atoi(argv[2]), atoi(argv[3]));
         } else {
                 fprintf(stderr,
-                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady] | train KERNEL_US | capped KERNEL_US N | capture KERNEL_US\n");
+                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady] | train KERNEL_US [SHORT_US] | capped KERNEL_US N | capture KERNEL_US\n");
                 return 2;
         }
         return 0;

@@ -35,7 +35,7 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     comes down when its poller sees the work done);
   - sneaky's server gets no better than native (within 20 %);
   - a server whose requests come every 5.5 ms beside a trainer of 1 ms
-    kernels: its next request foreseen, the trainer makes way before it
+    kernels (and 50 µs ones of the same function, another grid): its next request foreseen, the trainer makes way before it
     (p90 within alone + 400 µs, below the same server fed at random
     gaps, which its hook does not foresee);
   - a latency-critical process captures a CUDA graph in global mode while
@@ -256,7 +256,10 @@ def beside_trainer(ag, tmp, al, stat, who, n=60, poll=False):
 def foreseen(ag, tmp, al, stat, alone):
     """The latency-critical server beside a best-effort trainer of 1 ms
     kernels (each longer than the queue bound: one always running, which
-    admission cannot take back), its requests 5.5 ms apart (open loop), then at random
+    admission cannot take back), each followed by a 50 µs kernel of the same
+    function on another grid (by function alone the trainer's hook would
+    expect 50 µs of each, and launch a 1 ms one just before the request),
+    its requests 5.5 ms apart (open loop), then at random
     gaps (a fifth to 1.8 times 5 ms).  Regular: its hook learns the rhythm
     and publishes the next request, and the trainer's hook launches only
     what ends before it: the server's p90 within alone + 400 µs and below
@@ -265,7 +268,7 @@ def foreseen(ag, tmp, al, stat, alone):
     for mode in ("regular", "jitter"):
         sv = Proc(ag, tmp, al["server"], ["serve", "80", "5000", "500", "steady" if mode == "regular" else "jitter"],
                   "server-" + mode)
-        tr = Proc(ag, tmp, al["trainer"], ["train", "1000"], "trainer-1ms-" + mode)
+        tr = Proc(ag, tmp, al["trainer"], ["train", "1000", "50"], "trainer-1ms-" + mode)
         tr.go()
         check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
         # What the trainer queued before the server's flag was on the
