@@ -3,8 +3,16 @@
 
 #define US 1000ull
 
+/* How long after its time a request is still waited for. */
+static uint64_t late_ns(uint64_t lead_ns, uint64_t period_ns)
+{
+        return lead_ns + period_ns / GS_FORESEE_LATE_DIV;
+}
+
 void gs_foresee_arrival(struct gs_foresee *f, uint64_t now, struct gs_foresee_next *ret)
 {
+        uint64_t base = now;
+
         *ret = (struct gs_foresee_next){ 0 };
         if (f->last_ns && now > f->last_ns) {
                 uint64_t x = now - f->last_ns;
@@ -31,23 +39,27 @@ void gs_foresee_arrival(struct gs_foresee *f, uint64_t now, struct gs_foresee_ne
         }
         f->last_ns = now;
         if (f->n >= GS_FORESEE_MIN_INTERVALS && f->dev_ns * 8 <= f->period_ns) {
-                ret->next_ns = now + f->period_ns;
                 ret->period_us = (uint32_t)(f->period_ns / US);
                 ret->lead_us = (uint32_t)(2 * f->dev_ns / US + GS_FORESEE_SLACK_US);
+                if (f->next_ns && now > f->next_ns &&
+                    now - f->next_ns <= late_ns((uint64_t)ret->lead_us * US, f->period_ns))
+                        base = f->next_ns;
+                ret->next_ns = base + f->period_ns;
         }
+        f->next_ns = ret->next_ns;
 }
 
 /* Whether what a process published is usable at now: a period learnt,
  * a lead it could have computed, and an arrival neither past by more than
- * the lead (the request late, the process gone) nor further ahead than a
- * period and its lead.  Anything else (another clock, a hostile writer) is
+ * the late window (the request late, the process gone) nor further ahead
+ * than a period and its lead.  Anything else (another clock, a hostile writer) is
  * ignored: no foresight, the plain bound. */
 static int usable(const struct gs_foresee_next *p, uint64_t now)
 {
         uint64_t lead = (uint64_t)p->lead_us * US, per = (uint64_t)p->period_us * US;
 
         return p->next_ns && p->period_us >= GS_FORESEE_MIN_PERIOD_US && p->period_us <= GS_FORESEE_MAX_PERIOD_US &&
-               p->lead_us <= p->period_us / 4 + GS_FORESEE_SLACK_US && p->next_ns + lead > now &&
+               p->lead_us <= p->period_us / 4 + GS_FORESEE_SLACK_US && p->next_ns + late_ns(lead, per) > now &&
                p->next_ns <= now + per + lead;
 }
 

@@ -33,6 +33,12 @@
 #define GS_FORESEE_MIN_INTERVALS 6
 /* The lead: twice the mean deviation plus this (wake-up jitter). */
 #define GS_FORESEE_SLACK_US 100
+/* A request late by more than the lead is still waited for until this
+ * part of the period more: holding costs the others only while the
+ * request is late (it ends when the request comes), and one woken late
+ * (a server's sleep overshoots now and then) would otherwise find a long
+ * kernel just launched. */
+#define GS_FORESEE_LATE_DIV 8
 /* Most GPU time the others may have in flight before a launch while the
  * next request is far (GS_QOS_QUEUE_US queued otherwise): what they queue
  * must end before it. */
@@ -41,6 +47,7 @@
 /* The learner of a latency-critical process (its hook's, under its lock). */
 struct gs_foresee {
         uint64_t last_ns;   /* the last arrival (0: none yet) */
+        uint64_t next_ns;   /* the next one published (0: none) */
         uint64_t period_ns; /* the intervals' moving mean (0: none yet) */
         uint64_t dev_ns;    /* their moving mean deviation from it */
         uint32_t n;         /* intervals taken since the last reset */
@@ -55,7 +62,10 @@ struct gs_foresee_next {
 };
 
 /* A request arrived at now: the learner updated; *ret the next one
- * expected.  An interval outside the periods learnt starts over. */
+ * expected: a period after this one, or, if this one came late (within
+ * the lead and the late window), a period after when it was expected (a
+ * server fed on a schedule keeps it: one woken late does not delay the
+ * next).  An interval outside the periods learnt starts over. */
 void gs_foresee_arrival(struct gs_foresee *f, uint64_t now, struct gs_foresee_next *ret);
 
 /* What a process beside a latency-critical one does with a launch of
@@ -65,7 +75,8 @@ enum gs_foresee_do {
         GS_FORESEE_NONE = 0, /* no foresight (none published, stale, the request late, est too long) */
         GS_FORESEE_ADMIT,    /* all of it ends before the lead: launch */
         GS_FORESEE_DRAIN,    /* it would, with less queued: wait for a launch in flight to end */
-        GS_FORESEE_HOLD,     /* it would not end before the request: wait for the request */
+        GS_FORESEE_HOLD,     /* it would not end before the request: wait for it (until late by the lead
+                              * and a GS_FORESEE_LATE_DIV-th of the period) */
 };
 enum gs_foresee_do gs_foresee_decide(const struct gs_foresee_next *pub, uint64_t now, uint64_t inflight, uint64_t est);
 

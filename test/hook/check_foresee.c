@@ -73,6 +73,38 @@ START_TEST(test_jitter)
 }
 END_TEST
 
+START_TEST(test_schedule)
+{
+        struct gs_foresee f = { 0 };
+        struct gs_foresee_next nx;
+        uint64_t t = 1000 * MS;
+
+        nx = arrive(&f, &t, 10 * MS, 100, NULL, 0);
+        ck_assert_uint_eq(nx.next_ns, t + 10 * MS);
+        /* Woken 600 µs late: the next is still expected on the schedule,
+         * not 600 µs later. */
+        t += 10 * MS;
+        gs_foresee_arrival(&f, t + 600 * US, &nx);
+        ck_assert_uint_eq(nx.next_ns, t + f.period_ns);
+        ck_assert_uint_le(f.period_ns, 10 * MS + 600 * US / 8);
+        /* On time again (the period estimate within what the late one
+         * moved it). */
+        t += 10 * MS;
+        gs_foresee_arrival(&f, t, &nx);
+        ck_assert_uint_ge(nx.next_ns, t + 10 * MS - 100 * US);
+        ck_assert_uint_le(nx.next_ns, t + 10 * MS + 100 * US);
+        /* Early: from the arrival. */
+        t += 10 * MS;
+        gs_foresee_arrival(&f, t - 300 * US, &nx);
+        ck_assert_uint_eq(nx.next_ns, t - 300 * US + f.period_ns);
+        /* Later than the late window (the rhythm moved: a server that
+         * waits for its last answer): from the arrival. */
+        t = nx.next_ns + 3 * MS;
+        gs_foresee_arrival(&f, t, &nx);
+        ck_assert(nx.next_ns == 0 || nx.next_ns == t + f.period_ns);
+}
+END_TEST
+
 START_TEST(test_out_of_range)
 {
         struct gs_foresee f = { 0 };
@@ -113,11 +145,11 @@ START_TEST(test_decide)
         ck_assert_int_eq(gs_foresee_decide(&PUB, h - 699 * US, 0, 700 * US), GS_FORESEE_HOLD);
         ck_assert_int_eq(gs_foresee_decide(&PUB, h - 699 * US, 100 * US, 600 * US), GS_FORESEE_DRAIN);
         /* Inside the lead, before the request and until it is late by
-         * the lead: hold, whatever the launch. */
+         * the lead and an eighth of the period: hold, whatever the launch. */
         ck_assert_int_eq(gs_foresee_decide(&PUB, h, 0, 1 * US), GS_FORESEE_HOLD);
-        ck_assert_int_eq(gs_foresee_decide(&PUB, PUB.next_ns + 199 * US, 0, 1 * US), GS_FORESEE_HOLD);
-        /* The request late past the lead: no foresight (the plain bound). */
-        ck_assert_int_eq(gs_foresee_decide(&PUB, PUB.next_ns + 200 * US, 0, 1 * US), GS_FORESEE_NONE);
+        ck_assert_int_eq(gs_foresee_decide(&PUB, PUB.next_ns + 1449 * US, 0, 1 * US), GS_FORESEE_HOLD);
+        /* The request later than that: no foresight (the plain bound). */
+        ck_assert_int_eq(gs_foresee_decide(&PUB, PUB.next_ns + 1450 * US, 0, 1 * US), GS_FORESEE_NONE);
         /* A launch longer than a quarter of the period runs as without. */
         ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 0, 2501 * US), GS_FORESEE_NONE);
         ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 0, 2500 * US), GS_FORESEE_ADMIT);
@@ -166,8 +198,9 @@ START_TEST(test_soon)
          * window; a period's worth ahead is not. */
         ck_assert(!gs_foresee_soon(&p, 450 * MS, 100 * MS));
         ck_assert(gs_foresee_soon(&p, 505 * MS, 100 * MS));
-        /* A request gone past its lead is not soon. */
-        ck_assert(!gs_foresee_soon(&p, p.next_ns + 200 * US, 100 * MS));
+        /* A request gone past its late window is not soon. */
+        ck_assert(gs_foresee_soon(&p, p.next_ns + 200 * US, 100 * MS));
+        ck_assert(!gs_foresee_soon(&p, p.next_ns + 200 * US + 500 * MS / 8, 100 * MS));
         /* Within a period of 10 ms, the next is always within 100 ms. */
         ck_assert(gs_foresee_soon(&PUB, 92 * MS, 100 * MS));
 }
@@ -180,6 +213,7 @@ int main(void)
 
         tcase_add_test(tc, test_regular);
         tcase_add_test(tc, test_jitter);
+        tcase_add_test(tc, test_schedule);
         tcase_add_test(tc, test_out_of_range);
         tcase_add_test(tc, test_decide);
         tcase_add_test(tc, test_hostile);
