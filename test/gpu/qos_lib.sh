@@ -53,7 +53,8 @@ EOF
 # BE alone at full rate: over its whole run.
 be_alone() { hooked "$1" env ${BE_ENV:-} "$PY" "$W" be "$2" --seconds 15 >"$work/$3.out" 2>"$work/$3.err"
   gone "$1"; rate "$work/$3.out" 0 1e18; }
-# HP (in allocation $1) beside BE $2 (in allocation $3): prints "p50 p99 be_rate".
+# HP (in allocation $1) beside BE $2 (in allocation $3): prints "p50 p99
+# be_rate p99_steady" (p99_steady: after HP's first 2 s, qos_workload.py).
 # HP_ENV, BE_ENV: NAME=VALUE words added to HP's and BE's environment;
 # HP_ARGS: words added to HP's command line.
 pair() {
@@ -67,7 +68,8 @@ pair() {
   local h t0 t1
   h=$(tail -n 1 "$work/$tag.hp")
   t0=$(echo "$h" | js 'd["t0"]'); t1=$(echo "$h" | js 'd["t1"]')
-  echo "$(echo "$h" | js 'd["p50_ms"]') $(echo "$h" | js 'd["p99_ms"]') $(rate "$work/$tag.be" "$t0" "$t1")"
+  echo "$(echo "$h" | js 'd["p50_ms"]') $(echo "$h" | js 'd["p99_ms"]') $(rate "$work/$tag.be" "$t0" "$t1")" \
+       "$(echo "$h" | js 'd["p99_steady_ms"]')"
 }
 ratio() { [[ $1 == - || $2 == - ]] && { echo -; return; }; "$PY" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('%.3f' % (a / b if b else 0))" "$1" "$2"; }
 
