@@ -385,17 +385,15 @@ static uint64_t ring_inflight_ns(void)
 }
 
 /* What the latency-critical processes other than us foresee for a launch
- * of est ns with inflight ns of ours on the GPU (gs_foresee_decide):
- * HOLD or DRAIN if any says so; ADMIT if every one that launched lately
- * says so (one whose requests come at irregular times needs the plain
- * bound); else NONE.  The first hold is logged. */
+ * of est ns with inflight ns of ours on the GPU (gs_foresee_decide): the
+ * most any says (HOLD over DRAIN over ADMIT over NONE; ADMIT and NONE
+ * both leave the plain bound).  The first hold is logged. */
 static enum gs_foresee_do foresee(const struct gs_qos_board *b, uint64_t now, uint64_t inflight, uint64_t est)
 {
         static int logged; /* atomic */
         enum gs_foresee_do worst = GS_FORESEE_NONE;
         uint32_t mine = gs_qos_lc_slot();
         struct gs_foresee_next pub;
-        int all = 1;
 
         for (uint32_t i = 0; i < GS_QOS_SLOTS; i++) {
                 enum gs_foresee_do d;
@@ -404,14 +402,9 @@ static enum gs_foresee_do foresee(const struct gs_qos_board *b, uint64_t now, ui
                         continue;
                 slot_foreseen(&b->slot[i], &pub);
                 d = gs_foresee_decide(&pub, now, inflight, est);
-                if (d == GS_FORESEE_NONE)
-                        all = all && !stamp_within(__atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED), now,
-                                                   GS_QOS_LC_RECENT_MS);
-                else if (d > worst)
+                if (d > worst)
                         worst = d;
         }
-        if (worst == GS_FORESEE_ADMIT && !all)
-                return GS_FORESEE_NONE;
         if (worst == GS_FORESEE_HOLD && !__atomic_load_n(&logged, __ATOMIC_RELAXED) &&
             !__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
                 gs_hook_debug("compute: a latency-critical request foreseen: our launches make way before it");
@@ -443,20 +436,17 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                         now = (uint64_t)gs_mono_ns();
                         if ((int64_t)now >= deadline)
                                 break;
-                        /* A request foreseen: what ends before it goes,
-                         * even past the plain bound; nothing that would
-                         * not. */
+                        /* A request foreseen: nothing that would not end
+                         * before it; what would, within the plain bound. */
                         d = g_next - g_done < GS_QOS_RING - 1 ? foresee(b, now, ring_inflight_ns(), est)
                                                               : GS_FORESEE_DRAIN;
-                        if (d == GS_FORESEE_ADMIT)
-                                break;
                         if (d == GS_FORESEE_HOLD) {
                                 held = 1;
                                 nap_us(GS_QOS_POLL_US);
                                 continue;
                         }
-                        if (d == GS_FORESEE_NONE && (g_done == g_next || (g_next - g_done < GS_QOS_RING - 1 &&
-                                                                          ring_queued_ns() + est <= queue_us * 1000)))
+                        if (d != GS_FORESEE_DRAIN && (g_done == g_next || (g_next - g_done < GS_QOS_RING - 1 &&
+                                                                           ring_queued_ns() + est <= queue_us * 1000)))
                                 break;
                         wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
                 }

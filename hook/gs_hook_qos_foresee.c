@@ -17,7 +17,10 @@ void gs_foresee_arrival(struct gs_foresee *f, uint64_t now, struct gs_foresee_ne
         if (f->last_ns && now > f->last_ns) {
                 uint64_t x = now - f->last_ns;
 
-                if (x < GS_FORESEE_MIN_PERIOD_US * US || x > GS_FORESEE_MAX_PERIOD_US * US) {
+                if (f->period_ns && x > 2 * f->period_ns && x <= GS_FORESEE_MAX_PERIOD_US * US) {
+                        /* A pause of a few periods (requests that did not
+                         * come): the rhythm kept, not learnt from it. */
+                } else if (x < GS_FORESEE_MIN_PERIOD_US * US || x > GS_FORESEE_MAX_PERIOD_US * US) {
                         /* A pause or a burst: another rhythm, if any. */
                         f->period_ns = f->dev_ns = 0;
                         f->n = 0;
@@ -41,9 +44,19 @@ void gs_foresee_arrival(struct gs_foresee *f, uint64_t now, struct gs_foresee_ne
         if (f->n >= GS_FORESEE_MIN_INTERVALS && f->dev_ns * 8 <= f->period_ns) {
                 ret->period_us = (uint32_t)(f->period_ns / US);
                 ret->lead_us = (uint32_t)(2 * f->dev_ns / US + GS_FORESEE_SLACK_US);
-                if (f->next_ns && now > f->next_ns &&
-                    now - f->next_ns <= late_ns((uint64_t)ret->lead_us * US, f->period_ns))
+                uint64_t lead = (uint64_t)ret->lead_us * US;
+
+                /* Late past the lead (within the late window), once: the
+                 * schedule kept.  Within the lead, or late twice running
+                 * (a server that waits for its last answer before the
+                 * next: its rhythm moved), from the arrival. */
+                if (f->next_ns && now > f->next_ns + lead && now - f->next_ns <= late_ns(lead, f->period_ns) &&
+                    !f->kept) {
                         base = f->next_ns;
+                        f->kept = 1;
+                } else {
+                        f->kept = 0;
+                }
                 ret->next_ns = base + f->period_ns;
         }
         f->next_ns = ret->next_ns;
@@ -77,7 +90,7 @@ enum gs_foresee_do gs_foresee_decide(const struct gs_foresee_next *pub, uint64_t
                 return GS_FORESEE_NONE;
         h = pub->next_ns > lead ? pub->next_ns - lead : 0;
         if (now + inflight + est <= h)
-                return inflight <= GS_FORESEE_QUEUE_US * US ? GS_FORESEE_ADMIT : GS_FORESEE_DRAIN;
+                return GS_FORESEE_ADMIT;
         return inflight ? GS_FORESEE_DRAIN : GS_FORESEE_HOLD;
 }
 

@@ -10,8 +10,9 @@
  * starts after a pause, and publishes the next start it expects in its
  * board slot (gs_qos_slot.fs_*).  The others' hooks then launch only what
  * they expect to have finished before it (a lead ahead), hold from then
- * until the request comes (or is late by the lead), and may queue more
- * than the usual bound while the next request is far.  A process whose
+ * until the request comes (or is late), within the usual bound of what
+ * they keep queued (more, on an H200, let the trainer's estimates that
+ * were short of a kernel's time add up: HP's p99 rose).  A process whose
  * requests come at irregular times publishes nothing and is protected as
  * before.
  *
@@ -39,10 +40,6 @@
  * (a server's sleep overshoots now and then) would otherwise find a long
  * kernel just launched. */
 #define GS_FORESEE_LATE_DIV 8
-/* Most GPU time the others may have in flight before a launch while the
- * next request is far (GS_QOS_QUEUE_US queued otherwise): what they queue
- * must end before it. */
-#define GS_FORESEE_QUEUE_US 2000
 
 /* The learner of a latency-critical process (its hook's, under its lock). */
 struct gs_foresee {
@@ -51,6 +48,7 @@ struct gs_foresee {
         uint64_t period_ns; /* the intervals' moving mean (0: none yet) */
         uint64_t dev_ns;    /* their moving mean deviation from it */
         uint32_t n;         /* intervals taken since the last reset */
+        uint32_t kept;      /* the last arrival was late: the next kept to the schedule */
 };
 
 /* What to publish: the next arrival expected, the period and the lead
@@ -62,10 +60,11 @@ struct gs_foresee_next {
 };
 
 /* A request arrived at now: the learner updated; *ret the next one
- * expected: a period after this one, or, if this one came late (within
- * the lead and the late window), a period after when it was expected (a
- * server fed on a schedule keeps it: one woken late does not delay the
- * next).  An interval outside the periods learnt starts over. */
+ * expected: a period after this one, or, if this one came later than the
+ * lead (within the late window) after one that did not, a period after
+ * when it was expected (a server fed on a schedule keeps it: one woken
+ * late does not delay the next).  An interval outside the periods learnt
+ * starts over. */
 void gs_foresee_arrival(struct gs_foresee *f, uint64_t now, struct gs_foresee_next *ret);
 
 /* What a process beside a latency-critical one does with a launch of
@@ -73,8 +72,8 @@ void gs_foresee_arrival(struct gs_foresee *f, uint64_t now, struct gs_foresee_ne
  * estimates), given that process's published next arrival. */
 enum gs_foresee_do {
         GS_FORESEE_NONE = 0, /* no foresight (none published, stale, the request late, est too long) */
-        GS_FORESEE_ADMIT,    /* all of it ends before the lead: launch */
-        GS_FORESEE_DRAIN,    /* it would, with less queued: wait for a launch in flight to end */
+        GS_FORESEE_ADMIT,    /* all of it ends before the lead: launch (within the plain bound) */
+        GS_FORESEE_DRAIN,    /* it would not, with this in flight: wait for a launch in flight to end */
         GS_FORESEE_HOLD,     /* it would not end before the request: wait for it (until late by the lead
                               * and a GS_FORESEE_LATE_DIV-th of the period) */
 };

@@ -97,8 +97,20 @@ START_TEST(test_schedule)
         t += 10 * MS;
         gs_foresee_arrival(&f, t - 300 * US, &nx);
         ck_assert_uint_eq(nx.next_ns, t - 300 * US + f.period_ns);
-        /* Later than the late window (the rhythm moved: a server that
-         * waits for its last answer): from the arrival. */
+        /* Late twice running (a server that waits for its last answer
+         * before the next: its rhythm moved): the second from the arrival. */
+        t = nx.next_ns;
+        gs_foresee_arrival(&f, t + 700 * US, &nx);
+        ck_assert_uint_eq(nx.next_ns, t + f.period_ns);
+        t = nx.next_ns;
+        gs_foresee_arrival(&f, t + 700 * US, &nx);
+        ck_assert_uint_eq(nx.next_ns, t + 700 * US + f.period_ns);
+        /* Late within the lead: from the arrival (the jitter the lead
+         * covers). */
+        t = nx.next_ns;
+        gs_foresee_arrival(&f, t + 10 * US, &nx);
+        ck_assert_uint_eq(nx.next_ns, t + 10 * US + f.period_ns);
+        /* Later than the late window (the rhythm moved): from the arrival. */
         t = nx.next_ns + 3 * MS;
         gs_foresee_arrival(&f, t, &nx);
         ck_assert(nx.next_ns == 0 || nx.next_ns == t + f.period_ns);
@@ -113,6 +125,12 @@ START_TEST(test_out_of_range)
 
         nx = arrive(&f, &t, 5 * MS, 50, NULL, 0);
         ck_assert_uint_ne(nx.next_ns, 0);
+        /* A pause of a few periods (requests that did not come) keeps
+         * the rhythm: foreseen again from the next arrival. */
+        t += 23 * MS;
+        gs_foresee_arrival(&f, t, &nx);
+        ck_assert_uint_eq(nx.next_ns, t + 5 * MS);
+        ck_assert_uint_eq(f.period_ns, 5 * MS);
         /* A pause longer than the longest period starts over. */
         t += 5 * 1000 * MS;
         gs_foresee_arrival(&f, t, &nx);
@@ -134,11 +152,12 @@ START_TEST(test_decide)
 {
         uint64_t h = PUB.next_ns - 200 * US;
 
-        /* Far ahead: what ends before the lead goes, even past the plain
-         * bound, up to GS_FORESEE_QUEUE_US in flight before it. */
+        /* Far ahead: what ends before the lead goes (the caller's plain
+         * bound still applies). */
         ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 0, 700 * US), GS_FORESEE_ADMIT);
         ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 2000 * US, 700 * US), GS_FORESEE_ADMIT);
-        ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 2001 * US, 700 * US), GS_FORESEE_DRAIN);
+        ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 7099 * US, 700 * US), GS_FORESEE_ADMIT);
+        ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 7101 * US, 700 * US), GS_FORESEE_DRAIN);
         ck_assert_int_eq(gs_foresee_decide(&PUB, 92 * MS, 0, 2400 * US), GS_FORESEE_ADMIT);
         /* Just fits, just does not. */
         ck_assert_int_eq(gs_foresee_decide(&PUB, h - 700 * US, 0, 700 * US), GS_FORESEE_ADMIT);
