@@ -139,10 +139,12 @@ static uint64_t g_next;             /* launches recorded in the ring */
 static uint64_t g_kern_ns;          /* a launch's GPU time, the least samples (0: not measured yet) */
 static uint64_t g_mean_ns;          /* a launch's GPU time, the samples' moving mean (0: none yet) */
 static uint64_t g_est[GS_QOS_RING]; /* launch i's GPU time as expected when admitted */
+static uint64_t g_hi[GS_QOS_RING];  /* ... at most (its kind's high estimate: fn_hi) */
 static uint64_t g_done;             /* launches before it are complete */
 static uint64_t g_cur_est;          /* the launch being admitted's (between before and after) */
-static size_t g_sample_h;           /* launch g_sample's kind (g_fn) */
-static uint64_t g_sample_key;       /* ... as it was then (its entry may be taken over) */
+static uint64_t g_cur_hi;
+static size_t g_sample_h;     /* launch g_sample's kind (g_fn) */
+static uint64_t g_sample_key; /* ... as it was then (its entry may be taken over) */
 static CUfunction g_sample_f;
 static CUevent g_pre; /* before launch g_sample */
 static uint64_t g_sample = UINT64_MAX;
@@ -257,7 +259,8 @@ static void cap_wait(const struct gs_cu *c, uint32_t cap)
 static struct {
         CUfunction f;
         uint64_t shape;
-        uint64_t ns;
+        uint64_t ns; /* the least of its samples, rising slowly */
+        uint64_t hi; /* the most of its samples, falling slowly */
         int nccl;
         int used;
 } g_fn[GS_QOS_FN_CACHE]; /* g_mu */
@@ -280,7 +283,7 @@ static size_t fn_entry(const struct gs_cu *c, CUfunction f, uint64_t shape)
         g_fn[h].used = 1;
         g_fn[h].f = f;
         g_fn[h].shape = shape;
-        g_fn[h].ns = 0;
+        g_fn[h].ns = g_fn[h].hi = 0;
         g_fn[h].nccl =
                 f && c->func_get_name && c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
         return h;
@@ -291,6 +294,16 @@ static size_t fn_entry(const struct gs_cu *c, CUfunction f, uint64_t shape)
 static uint64_t fn_ns(size_t h)
 {
         return g_fn[h].ns ? g_fn[h].ns : g_mean_ns;
+}
+
+/* pre: g_mu.  The most entry h's launches took lately: what foresight's
+ * "would it end before the request" takes (launches of one kind can take
+ * different times: a GEMM kernel of one grid and different K, whose
+ * least sample is short of the longer ones; expecting more only holds
+ * sooner). */
+static uint64_t fn_hi(size_t h)
+{
+        return g_fn[h].hi ? g_fn[h].hi : fn_ns(h);
 }
 
 /* pre: g_mu.  How many launches may be in flight: the one running and
@@ -350,8 +363,12 @@ static void sample(const struct gs_cu *c)
                 g_mean_ns = g_mean_ns ? (7 * g_mean_ns + d) / 8 : d;
                 /* Per kind likewise: another context's turn between
                  * g_pre and the event only lengthens a sample. */
-                if (g_fn[h].used && g_fn[h].f == g_sample_f && g_fn[h].shape == g_sample_key)
+                if (g_fn[h].used && g_fn[h].f == g_sample_f && g_fn[h].shape == g_sample_key) {
                         g_fn[h].ns = least_follow(g_fn[h].ns, d);
+                        /* And the most: up at once, down by an eighth of
+                         * the difference a sample. */
+                        g_fn[h].hi = !g_fn[h].hi || d > g_fn[h].hi ? d : g_fn[h].hi - (g_fn[h].hi - d) / 8;
+                }
         }
         g_sample = UINT64_MAX;
 }
@@ -377,11 +394,15 @@ static uint64_t ring_queued_ns(void)
         return ns;
 }
 
-/* pre: g_mu.  GPU time expected of our launches in flight, the oldest
- * (running, or the next to) whole. */
-static uint64_t ring_inflight_ns(void)
+/* pre: g_mu.  GPU time our launches in flight may take, by their kinds'
+ * high estimates, the oldest (running, or the next to) whole. */
+static uint64_t ring_inflight_hi(void)
 {
-        return g_done < g_next ? g_est[g_done % GS_QOS_RING] + ring_queued_ns() : 0;
+        uint64_t ns = 0;
+
+        for (uint64_t i = g_done; i < g_next; i++)
+                ns += g_hi[i % GS_QOS_RING];
+        return ns;
 }
 
 /* What the latency-critical processes other than us foresee for a launch
@@ -413,12 +434,13 @@ static enum gs_foresee_do foresee(const struct gs_qos_board *b, uint64_t now, ui
 
 /* pre: g_mu.  Beside a latency-critical process (b): the launch running
  * and, queued behind it, what fills queue_us of GPU time with this launch
- * (est ns), by each launch's measured time (its function's: the GEMMs of
- * a training step take a hundred times its elementwise kernels, so a
- * count of launches bounds nothing); none new while its flag is up
- * (bounded).  Without one (a duty): at most inflight_max(queue_us)
- * launches. */
-static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est)
+ * (est ns), by each launch's measured time (its kind's: the GEMMs of a
+ * training step take a hundred times its elementwise kernels, so a count
+ * of launches bounds nothing); nothing that may still run (hi ns, the
+ * high estimates) when its next request is foreseen; none new while its
+ * flag is up (bounded).  Without one (a duty): at most
+ * inflight_max(queue_us) launches. */
+static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est, uint64_t hi)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
         int held = 0;
@@ -438,7 +460,7 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                                 break;
                         /* A request foreseen: nothing that would not end
                          * before it; what would, within the plain bound. */
-                        d = g_next - g_done < GS_QOS_RING - 1 ? foresee(b, now, ring_inflight_ns(), est)
+                        d = g_next - g_done < GS_QOS_RING - 1 ? foresee(b, now, ring_inflight_hi(), hi)
                                                               : GS_FORESEE_DRAIN;
                         if (d == GS_FORESEE_HOLD) {
                                 held = 1;
@@ -560,7 +582,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
                 /* Beside latency-critical work: GS_QOS_QUEUE_US queued;
                  * for a duty only, enough for the driver's turns. */
                 g_cur_est = fn_ns(h);
-                lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty), g_cur_est);
+                g_cur_hi = fn_hi(h);
+                lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty), g_cur_est, g_cur_hi);
                 ck |= QC_RING;
                 if (g_sample == UINT64_MAX && sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {
                         g_sample = g_next;
@@ -592,6 +615,7 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
                 (void)c->thread_exchange_stream_capture_mode(&mode);
         if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS) {
                 g_est[g_next % GS_QOS_RING] = g_cur_est;
+                g_hi[g_next % GS_QOS_RING] = g_cur_hi;
                 g_next++;
                 /* A capped launch's own measure is counted by cap_wait. */
                 if (!(ck & QC_CAP))

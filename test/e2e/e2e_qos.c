@@ -14,9 +14,10 @@
  *       the event records and queries the process made meanwhile beyond
  *       its own: the hook's, fakecuda_event_calls), then serves N more at
  *       each further line on stdin, and exits when stdin closes
- *   e2e_qos train KERNEL_US [SHORT_US]
+ *   e2e_qos train KERNEL_US [SHORT_US [same]]
  *       launches spin kernels of KERNEL_US (grid 2) until stdin closes,
- *       each followed by one of SHORT_US (grid 1) if given; prints
+ *       each followed by one of SHORT_US (grid 1; same: grid 2, as a GEMM
+ *       kernel of one grid and another K) if given; prints
  *       "trained K" (kernels of KERNEL_US launched)
  *   e2e_qos capped KERNEL_US N
  *       N spin kernels of KERNEL_US one after another, then a
@@ -186,7 +187,7 @@ static void *stdin_watch(void *arg)
         return NULL;
 }
 
-static void train(uint32_t kern_us, uint32_t short_us)
+static void train(uint32_t kern_us, uint32_t short_us, unsigned short_grid)
 {
         unsigned long long k = 0;
         pthread_t t;
@@ -202,7 +203,7 @@ static void train(uint32_t kern_us, uint32_t short_us)
                 /* With SHORT_US: each kernel followed by a short one of
                  * the same function, another grid (as cuBLAS runs GEMMs
                  * of every size with one kernel). */
-                if (short_us && (r = spin(NULL, short_us)) != CUDA_SUCCESS)
+                if (short_us && (r = spin_grid(NULL, short_us, short_grid)) != CUDA_SUCCESS)
                         die("launch", r);
         }
         pthread_join(t, NULL);
@@ -319,9 +320,10 @@ int main(int argc, char **argv)
                 setup();
                 serve(atoi(argv[2]), atol(argv[3]), (uint32_t)atoi(argv[4]), argc == 6 && argv[5][0] == 'p',
                       argc == 6 && argv[5][0] == 'j', argc == 6 && argv[5][0] == 's');
-        } else if ((argc == 3 || argc == 4) && strcmp(argv[1], "train") == 0) {
+        } else if ((argc == 3 || argc == 4 || (argc == 5 && strcmp(argv[4], "same") == 0)) &&
+                   strcmp(argv[1], "train") == 0) {
                 setup();
-                train((uint32_t)atoi(argv[2]), argc == 4 ? (uint32_t)atoi(argv[3]) : 0);
+                train((uint32_t)atoi(argv[2]), argc >= 4 ? (uint32_t)atoi(argv[3]) : 0, argc == 5 ? 2 : 1);
         } else if (argc == 3 && strcmp(argv[1], "capture") == 0) {
                 setup();
                 capture((uint32_t)atoi(argv[2]));
@@ -330,7 +332,7 @@ int main(int argc, char **argv)
                 capped((uint32_t)atoi(argv[2]), atoi(argv[3]));
         } else {
                 fprintf(stderr,
-                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady] | train KERNEL_US [SHORT_US] | capped KERNEL_US N | capture KERNEL_US\n");
+                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady] | train KERNEL_US [SHORT_US [same]] | capped KERNEL_US N | capture KERNEL_US\n");
                 return 2;
         }
         return 0;

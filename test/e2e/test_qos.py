@@ -35,7 +35,8 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     comes down when its poller sees the work done);
   - sneaky's server gets no better than native (within 20 %);
   - a server whose requests come every 5.5 ms beside a trainer of 1 ms
-    kernels (and 50 µs ones of the same function, another grid): its next request foreseen, the trainer makes way before it
+    kernels (and 50 µs ones of the same function, another grid, then the
+    same grid): its next request foreseen, the trainer makes way before it
     (p90 within alone + 400 µs, below the same server fed at random
     gaps, which its hook does not foresee);
   - a latency-critical process captures a CUDA graph in global mode while
@@ -267,16 +268,19 @@ def foreseen(ag, tmp, al, stat, alone):
     admission cannot take back), each followed by a 50 µs kernel of the same
     function on another grid (by function alone the trainer's hook would
     expect 50 µs of each, and launch a 1 ms one just before the request),
-    its requests 5.5 ms apart (open loop), then at random
+    its requests 5.5 ms apart (open loop); the same with the 50 µs kernels
+    on the 1 ms ones' grid (one kind of two durations: foresight takes the
+    most its samples took); then at random
     gaps (a fifth to 1.8 times 5 ms).  Regular: its hook learns the rhythm
     and publishes the next request, and the trainer's hook launches only
     what ends before it: the server's p90 within alone + 400 µs and below
     the irregular server's.  Irregular: nothing foreseen (the plain bound)."""
     got = {}
-    for mode in ("regular", "jitter"):
-        sv = Proc(ag, tmp, al["server"], ["serve", "80", "5000", "500", "steady" if mode == "regular" else "jitter"],
+    for mode in ("regular", "same", "jitter"):
+        sv = Proc(ag, tmp, al["server"], ["serve", "80", "5000", "500", "jitter" if mode == "jitter" else "steady"],
                   "server-" + mode)
-        tr = Proc(ag, tmp, al["trainer"], ["train", "1000", "50"], "trainer-1ms-" + mode)
+        tr = Proc(ag, tmp, al["trainer"], ["train", "1000", "50"] + (["same"] if mode == "same" else []),
+                  "trainer-1ms-" + mode)
         tr.go()
         check(e.wait_for(lambda: stat(tr.p.pid).kernels > 4) is not None, "the trainer runs")
         # What the trainer queued before the server's flag was on the
@@ -305,6 +309,13 @@ def foreseen(ag, tmp, al, stat, alone):
           "foreseen: the server's p90 %d µs within alone (%d µs) + 400 µs and below the irregular server's %d µs "
           "(which waits for the trainer's running kernel)" % (p90, alone, got["jitter"][1]))
     check(share >= 0.3, "the trainer keeps working beside the foreseen server: %.0f %% of the engine" % (share * 100))
+    # The 50 µs kernels on the same grid as the 1 ms ones: one kind, whose
+    # least sample is 50 µs; the most (fn_hi) is what foresight takes.
+    p50, p90, share, svlog, trlog = got["same"]
+    check(p90 <= alone + 400 and "request foreseen" in trlog,
+          "foreseen, the trainer's kernels of one kind taking 1 ms and 50 µs: the server's p90 %d µs within alone "
+          "(%d µs) + 400 µs" % (p90, alone))
+    check(share >= 0.3, "... and the trainer keeps %.0f %% of the engine" % (share * 100))
     check("compute: our requests come every" not in got["jitter"][3] and
           "request foreseen" not in got["jitter"][4], "the irregular server's requests are not foreseen")
 
