@@ -257,19 +257,25 @@ static struct lc_stream *lc_entry(CUcontext ctx, CUstream s)
         return idle;
 }
 
-/* pre: g_mu.  Work starts after a pause (GS_FORESEE_GAP_US with nothing
- * of ours on the GPU): a request's arrival, learnt; the next one foreseen
- * published in our slot (0: irregular), for the others to make way. */
-static void lc_arrival(void)
+/* pre: g_mu, before a launch.  Whether it starts work after a pause
+ * (GS_FORESEE_GAP_US with nothing of ours on the GPU): a request's
+ * arrival. */
+static int lc_is_arrival(uint64_t now)
+{
+        return !g_busy && !g_launching && !g_npending && !g_untracked &&
+               (!g_down_ns || now - g_down_ns >= GS_FORESEE_GAP_US * 1000ull);
+}
+
+/* pre: g_mu, our flag raised (a reader that sees the next request moved
+ * on sees the flag of this one).  A request's arrival at now, learnt; the
+ * next one foreseen published in our slot (0: irregular), for the others
+ * to make way. */
+static void lc_arrival(uint64_t now)
 {
         struct gs_qos_board *b = __atomic_load_n(&g_board, __ATOMIC_ACQUIRE);
         uint32_t s = __atomic_load_n(&g_slot, __ATOMIC_RELAXED);
-        uint64_t now = (uint64_t)gs_mono_ns();
         struct gs_foresee_next nx;
 
-        if (g_busy || g_launching || g_npending || g_untracked ||
-            (g_down_ns && now - g_down_ns < GS_FORESEE_GAP_US * 1000ull))
-                return;
         gs_foresee_arrival(&g_fs, now, &nx);
         if (!b || s >= GS_QOS_SLOTS)
                 return;
@@ -290,13 +296,18 @@ static void lc_arrival(void)
 
 void gs_qos_lc_launching(void)
 {
-        (void)lc_cu();
+        uint64_t now;
+        int arrival;
 
+        (void)lc_cu();
         pthread_mutex_lock(&g_mu);
-        lc_arrival();
+        now = (uint64_t)gs_mono_ns();
+        arrival = lc_is_arrival(now);
         g_busy = 1;
         g_launching++;
         flag(1);
+        if (arrival)
+                lc_arrival(now);
         pthread_mutex_unlock(&g_mu);
 }
 
