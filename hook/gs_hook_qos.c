@@ -12,6 +12,7 @@
 #include "gs_hook.h"
 #include "gs_hook_conn.h"
 #include "gs_hook_qos.h"
+#include "gs_hook_qos_est.h"
 #include "gs_hook_qos_foresee.h"
 #include "gs_hook_qos_lc.h"
 
@@ -136,14 +137,12 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx;
 static CUevent g_ring[GS_QOS_RING], g_start, g_end;
 static uint64_t g_next;             /* launches recorded in the ring */
-static uint64_t g_kern_ns;          /* a launch's GPU time, the least samples (0: not measured yet) */
-static uint64_t g_mean_ns;          /* a launch's GPU time, the samples' moving mean (0: none yet) */
 static uint64_t g_est[GS_QOS_RING]; /* launch i's GPU time as expected when admitted */
-static uint64_t g_hi[GS_QOS_RING];  /* ... at most (its kind's high estimate: fn_hi) */
+static uint64_t g_hi[GS_QOS_RING];  /* ... at most (its kind's high estimate) */
 static uint64_t g_done;             /* launches before it are complete */
 static uint64_t g_cur_est;          /* the launch being admitted's (between before and after) */
 static uint64_t g_cur_hi;
-static size_t g_sample_h;     /* launch g_sample's kind (g_fn) */
+static size_t g_sample_h;     /* launch g_sample's kind (gs_qos_est_kind) */
 static uint64_t g_sample_key; /* ... as it was then (its entry may be taken over) */
 static CUfunction g_sample_f;
 static CUevent g_pre; /* before launch g_sample */
@@ -251,102 +250,21 @@ static void cap_wait(const struct gs_cu *c, uint32_t cap)
         }
 }
 
-/* Per launch kind (a function and its launch's shape, or a graph's
- * exec: gs_qos_before), cached (direct-mapped: a kind evicted is
- * measured again): whether it is one of NCCL's kernels, and its GPU time
- * as the samples measured it (0: none yet). */
-#define GS_QOS_FN_CACHE 1024
-static struct {
-        CUfunction f;
-        uint64_t shape;
-        uint64_t ns; /* the least of its samples, rising slowly */
-        uint64_t hi; /* the most of its samples, falling slowly */
-        int nccl;
-        int used;
-} g_fn[GS_QOS_FN_CACHE]; /* g_mu */
-
-static size_t fn_slot(CUfunction f, uint64_t shape)
-{
-        uint64_t k = ((uint64_t)(uintptr_t)f >> 4) ^ shape * 0x9e3779b97f4a7c15ull;
-
-        return (size_t)((k ^ k >> 29) % GS_QOS_FN_CACHE);
-}
-
-/* pre: g_mu.  The entry of (f, shape), taken over if another kind had it. */
-static size_t fn_entry(const struct gs_cu *c, CUfunction f, uint64_t shape)
-{
-        size_t h = fn_slot(f, shape);
-        const char *name = NULL;
-
-        if (g_fn[h].used && g_fn[h].f == f && g_fn[h].shape == shape)
-                return h;
-        g_fn[h].used = 1;
-        g_fn[h].f = f;
-        g_fn[h].shape = shape;
-        g_fn[h].ns = g_fn[h].hi = 0;
-        g_fn[h].nccl =
-                f && c->func_get_name && c->func_get_name(&name, f) == CUDA_SUCCESS && name && strstr(name, "nccl");
-        return h;
-}
-
-/* pre: g_mu.  The GPU time of entry h as measured (not yet: the mean of
- * all samples). */
-static uint64_t fn_ns(size_t h)
-{
-        return g_fn[h].ns ? g_fn[h].ns : g_mean_ns;
-}
-
-/* pre: g_mu.  The most entry h's launches took lately: what foresight's
- * "would it end before the request" takes (launches of one kind can take
- * different times: a GEMM kernel of one grid and different K, whose
- * least sample is short of the longer ones; expecting more only holds
- * sooner). */
-static uint64_t fn_hi(size_t h)
-{
-        return g_fn[h].hi ? g_fn[h].hi : fn_ns(h);
-}
-
 /* pre: g_mu.  How many launches may be in flight: the one running and
  * as many queued behind it as fill queue_us of GPU time at the measured
  * time per launch. */
 static uint64_t inflight_max(uint64_t queue_us)
 {
-        uint64_t k = g_kern_ns ? 1 + (queue_us * 1000 + g_kern_ns / 2) / g_kern_ns : 1;
+        uint64_t least = gs_qos_est_least();
+        uint64_t k = least ? 1 + (queue_us * 1000 + least / 2) / least : 1;
 
         return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
 }
 
-/* A sample d taken into an estimate that follows the least of them: it
- * falls to a shorter one at once and rises by a sixteenth a sample. */
-static uint64_t least_follow(uint64_t cur, uint64_t d)
-{
-        uint64_t up = cur + cur / 16 + 1;
-
-        return !cur || d < up ? d : up;
-}
-
-/* pre: g_mu.  Whether to time the launch about to be made, of kind h
- * (no sample pending): a kind not measured yet, and one launch in
- * GS_QOS_SAMPLE at random.  Every GS_QOS_SAMPLE-th launch would alias with
- * a loop's sequence: of a step that alternates a GEMM and a short kernel,
- * only the short one was ever timed, and the GEMM was expected to take
- * what the short one took. */
-static int sample_this(size_t h)
-{
-        static uint32_t x = 0x9e3779b9u; /* g_mu: xorshift32 */
-
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        return !g_fn[h].ns || x % GS_QOS_SAMPLE == 0;
-}
-
-/* pre: g_mu.  A launch's GPU time, sampled: one launch in GS_QOS_SAMPLE
- * (sample_this) has g_pre recorded before it, and the time between g_pre and its
- * ring event is its own, or more when the engine ran another context's
- * turn in between.  So g_kern_ns follows the least of the samples: it
- * falls to a shorter one at once, and rises by a sixteenth a sample
- * towards longer ones. */
+/* pre: g_mu.  A launch's GPU time, sampled (gs_qos_est_sample_this):
+ * g_pre recorded before it, and the time between g_pre and its ring event
+ * is its own, or more when the engine ran another context's turn in
+ * between (gs_qos_est_take). */
 static void sample(const struct gs_cu *c)
 {
         float ms = 0;
@@ -356,19 +274,7 @@ static void sample(const struct gs_cu *c)
                 return;
         if (g_next - g_sample < GS_QOS_RING &&
             c->event_elapsed_time(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
-                uint64_t d = (uint64_t)(ms * 1e6);
-                size_t h = g_sample_h;
-
-                g_kern_ns = least_follow(g_kern_ns, d);
-                g_mean_ns = g_mean_ns ? (7 * g_mean_ns + d) / 8 : d;
-                /* Per kind likewise: another context's turn between
-                 * g_pre and the event only lengthens a sample. */
-                if (g_fn[h].used && g_fn[h].f == g_sample_f && g_fn[h].shape == g_sample_key) {
-                        g_fn[h].ns = least_follow(g_fn[h].ns, d);
-                        /* And the most: up at once, down by an eighth of
-                         * the difference a sample. */
-                        g_fn[h].hi = !g_fn[h].hi || d > g_fn[h].hi ? d : g_fn[h].hi - (g_fn[h].hi - d) / 8;
-                }
+                gs_qos_est_take(g_sample_h, g_sample_f, g_sample_key, (uint64_t)(ms * 1e6));
         }
         g_sample = UINT64_MAX;
 }
@@ -557,8 +463,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
             st != CU_STREAM_CAPTURE_STATUS_NONE)
                 return QC_NONE;
         pthread_mutex_lock(&g_mu);
-        h = fn_entry(c, f, shape);
-        if (g_fn[h].nccl) {
+        h = gs_qos_est_kind(c, f, shape);
+        if (gs_qos_est_nccl(h)) {
                 pthread_mutex_unlock(&g_mu);
                 return QC_NONE;
         }
@@ -581,11 +487,11 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
         if (ring) {
                 /* Beside latency-critical work: GS_QOS_QUEUE_US queued;
                  * for a duty only, enough for the driver's turns. */
-                g_cur_est = fn_ns(h);
-                g_cur_hi = fn_hi(h);
+                g_cur_est = gs_qos_est_ns(h);
+                g_cur_hi = gs_qos_est_hi(h);
                 lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty), g_cur_est, g_cur_hi);
                 ck |= QC_RING;
-                if (g_sample == UINT64_MAX && sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {
+                if (g_sample == UINT64_MAX && gs_qos_est_sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {
                         g_sample = g_next;
                         g_sample_h = h;
                         g_sample_f = f;
