@@ -116,10 +116,12 @@ static int lc_recent(const struct gs_qos_board *b, uint64_t now)
         for (uint32_t i = 0; i < GS_QOS_SLOTS && !recent; i++) {
                 if (i == mine)
                         continue;
-                slot_foreseen(&b->slot[i], &pub);
-                recent = stamp_within(__atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED), now,
-                                      GS_QOS_LC_RECENT_MS) ||
-                         gs_foresee_soon(&pub, now, (uint64_t)GS_QOS_LC_RECENT_MS * 1000000);
+                recent =
+                        stamp_within(__atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED), now, GS_QOS_LC_RECENT_MS);
+                if (!recent) { /* the stamp first: the foresight words only for a slot that is not */
+                        slot_foreseen(&b->slot[i], &pub);
+                        recent = gs_foresee_soon(&pub, now, (uint64_t)GS_QOS_LC_RECENT_MS * 1000000);
+                }
         }
         if (__atomic_load_n(&was, __ATOMIC_RELAXED) != recent &&
             __atomic_exchange_n(&was, recent, __ATOMIC_RELAXED) != recent)
@@ -359,22 +361,22 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                 for (;;) {
                         uint64_t now;
                         enum gs_foresee_do d;
+                        int full;
 
                         ring_done(c);
                         now = (uint64_t)gs_mono_ns();
                         if ((int64_t)now >= deadline)
                                 break;
+                        full = g_next - g_done >= GS_QOS_RING - 1;
                         /* A request foreseen: nothing that would not end
                          * before it; what would, within the plain bound. */
-                        d = g_next - g_done < GS_QOS_RING - 1 ? foresee(b, now, ring_inflight_hi(), hi)
-                                                              : GS_FORESEE_DRAIN;
+                        d = full ? GS_FORESEE_DRAIN : foresee(b, now, ring_inflight_hi(), hi);
                         if (d == GS_FORESEE_HOLD) {
                                 held = 1;
                                 nap_us(GS_QOS_POLL_US);
                                 continue;
                         }
-                        if (d != GS_FORESEE_DRAIN && (g_done == g_next || (g_next - g_done < GS_QOS_RING - 1 &&
-                                                                           ring_queued_ns() + est <= queue_us * 1000)))
+                        if (d != GS_FORESEE_DRAIN && (g_done == g_next || ring_queued_ns() + est <= queue_us * 1000))
                                 break;
                         wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
                 }

@@ -259,11 +259,11 @@ static struct lc_stream *lc_entry(CUcontext ctx, CUstream s)
 
 /* pre: g_mu, before a launch.  Whether it starts work after a pause
  * (GS_FORESEE_GAP_US with nothing of ours on the GPU): a request's
- * arrival. */
+ * arrival.  g_busy is set at each launch and cleared only where the flag
+ * is lowered, with nothing launching, pending or untracked. */
 static int lc_is_arrival(uint64_t now)
 {
-        return !g_busy && !g_launching && !g_npending && !g_untracked &&
-               (!g_down_ns || now - g_down_ns >= GS_FORESEE_GAP_US * 1000ull);
+        return !g_busy && (!g_down_ns || now - g_down_ns >= GS_FORESEE_GAP_US * 1000ull);
 }
 
 /* pre: g_mu, our flag raised (a reader that sees the next request moved
