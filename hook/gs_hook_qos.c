@@ -141,13 +141,16 @@ static CUevent g_ring[GS_QOS_RING], g_start, g_end;
 static uint64_t g_next;             /* launches recorded in the ring */
 static uint64_t g_est[GS_QOS_RING]; /* launch i's GPU time as expected when admitted */
 static uint64_t g_hi[GS_QOS_RING];  /* ... at most (its kind's high estimate) */
+static uint64_t g_at[GS_QOS_RING];  /* ... when it was launched (CLOCK_MONOTONIC ns) */
 static uint64_t g_done;             /* launches before it are complete */
+static uint64_t g_done_at;          /* when g_done was last seen to advance */
 static uint64_t g_cur_est;          /* the launch being admitted's (between before and after) */
 static uint64_t g_cur_hi;
 static size_t g_sample_h;     /* launch g_sample's kind (gs_qos_est_kind) */
 static uint64_t g_sample_key; /* ... as it was then (its entry may be taken over) */
 static CUfunction g_sample_f;
-static CUevent g_pre; /* before launch g_sample */
+static CUevent g_pre;        /* before launch g_sample */
+static uint64_t g_sample_at; /* ... when it was launched */
 static uint64_t g_sample = UINT64_MAX;
 static int g_ring_ok = -1; /* -1: not made yet */
 static int g_end_pending;  /* g_start/g_end around the last capped launch */
@@ -263,11 +266,31 @@ static uint64_t inflight_max(uint64_t queue_us)
         return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
 }
 
+/* Whether a latency-critical process other than us (on board b) had its
+ * flag up at any time since t (ns): its stamp is at or after t, or it is
+ * up now. */
+static int lc_since(const struct gs_qos_board *b, uint64_t t)
+{
+        uint32_t mine = gs_qos_lc_slot();
+
+        for (uint32_t i = 0; b && i < GS_QOS_SLOTS; i++) {
+                if (i == mine)
+                        continue;
+                if (__atomic_load_n(&b->slot[i].up, __ATOMIC_ACQUIRE) ||
+                    __atomic_load_n(&b->slot[i].stamp_ns, __ATOMIC_RELAXED) >= t)
+                        return 1;
+        }
+        return 0;
+}
+
 /* pre: g_mu.  A launch's GPU time, sampled (gs_qos_est_sample_this):
  * g_pre recorded before it, and the time between g_pre and its ring event
  * is its own, or more when the engine ran another context's turn in
- * between (gs_qos_est_take). */
-static void sample(const struct gs_cu *c)
+ * between (gs_qos_est_take).  A latency-critical request's turn is one we
+ * know of: a sample it may have lengthened does not raise the kind's high
+ * estimate (one such sample held us about as long again before each
+ * request foreseen). */
+static void sample(const struct gs_cu *c, const struct gs_qos_board *b)
 {
         float ms = 0;
 
@@ -276,7 +299,7 @@ static void sample(const struct gs_cu *c)
                 return;
         if (g_next - g_sample < GS_QOS_RING &&
             c->event_elapsed_time(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
-                gs_qos_est_take(g_sample_h, g_sample_f, g_sample_key, (uint64_t)(ms * 1e6));
+                gs_qos_est_take(g_sample_h, g_sample_f, g_sample_key, (uint64_t)(ms * 1e6), !lc_since(b, g_sample_at));
         }
         g_sample = UINT64_MAX;
 }
@@ -287,8 +310,12 @@ static void ring_done(const struct gs_cu *c)
 {
         if (g_next - g_done >= GS_QOS_RING)
                 g_done = g_next - (GS_QOS_RING - 1);
+        uint64_t was = g_done;
+
         while (g_done < g_next && c->event_query(g_ring[g_done % GS_QOS_RING]) != CUDA_ERROR_NOT_READY)
                 g_done++;
+        if (g_done != was)
+                g_done_at = (uint64_t)gs_mono_ns();
 }
 
 /* pre: g_mu.  GPU time expected of the launches queued behind the
@@ -302,15 +329,23 @@ static uint64_t ring_queued_ns(void)
         return ns;
 }
 
-/* pre: g_mu.  GPU time our launches in flight may take, by their kinds'
- * high estimates, the oldest (running, or the next to) whole. */
-static uint64_t ring_inflight_hi(void)
+/* pre: g_mu.  GPU time our launches in flight may still take at now, by
+ * their kinds' high estimates.  The oldest (running, or the next to)
+ * started at the latest when it was launched or when the one before it
+ * was seen to end, whichever came later: what it ran since is off its
+ * estimate. */
+static uint64_t ring_inflight_hi(uint64_t now)
 {
-        uint64_t ns = 0;
+        uint64_t ns = 0, began;
 
-        for (uint64_t i = g_done; i < g_next; i++)
+        if (g_done == g_next)
+                return 0;
+        for (uint64_t i = g_done + 1; i < g_next; i++)
                 ns += g_hi[i % GS_QOS_RING];
-        return ns;
+        began = g_at[g_done % GS_QOS_RING] > g_done_at ? g_at[g_done % GS_QOS_RING] : g_done_at;
+        if (now > began)
+                return ns + (g_hi[g_done % GS_QOS_RING] > now - began ? g_hi[g_done % GS_QOS_RING] - (now - began) : 0);
+        return ns + g_hi[g_done % GS_QOS_RING];
 }
 
 /* What the latency-critical processes other than us foresee for a launch
@@ -370,7 +405,7 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                         full = g_next - g_done >= GS_QOS_RING - 1;
                         /* A request foreseen: nothing that would not end
                          * before it; what would, within the plain bound. */
-                        d = full ? GS_FORESEE_DRAIN : foresee(b, now, ring_inflight_hi(), hi);
+                        d = full ? GS_FORESEE_DRAIN : foresee(b, now, ring_inflight_hi(now), hi);
                         if (d == GS_FORESEE_HOLD) {
                                 held = 1;
                                 nap_us(GS_QOS_POLL_US);
@@ -381,7 +416,7 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                         wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
                 }
         }
-        sample(c);
+        sample(c, b);
         while (b && lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
                 held = 1;
                 nap_us(GS_QOS_POLL_US);
@@ -495,6 +530,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
                 ck |= QC_RING;
                 if (g_sample == UINT64_MAX && gs_qos_est_sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {
                         g_sample = g_next;
+                        g_sample_at = (uint64_t)gs_mono_ns();
                         g_sample_h = h;
                         g_sample_f = f;
                         g_sample_key = shape;
@@ -524,6 +560,7 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
         if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS) {
                 g_est[g_next % GS_QOS_RING] = g_cur_est;
                 g_hi[g_next % GS_QOS_RING] = g_cur_hi;
+                g_at[g_next % GS_QOS_RING] = (uint64_t)gs_mono_ns();
                 g_next++;
                 /* A capped launch's own measure is counted by cap_wait. */
                 if (!(ck & QC_CAP))
