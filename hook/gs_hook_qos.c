@@ -125,8 +125,9 @@ static int lc_recent(const struct gs_qos_board *b, uint64_t now)
         }
         if (__atomic_load_n(&was, __ATOMIC_RELAXED) != recent &&
             __atomic_exchange_n(&was, recent, __ATOMIC_RELAXED) != recent)
-                gs_hook_debug(recent ? "compute: latency-critical work on our GPU: our queue kept short"
-                                     : "compute: no latency-critical work on our GPU lately: our queue unbounded");
+                gs_hook_debug(
+                        recent ? "compute: latency-critical work on our GPU: our queue kept short"
+                               : "compute: no latency-critical work on our GPU lately: our queue no longer kept short");
         return recent;
 }
 
@@ -381,14 +382,15 @@ static enum gs_foresee_do foresee(const struct gs_qos_board *b, uint64_t now, ui
  * training step take a hundred times its elementwise kernels, so a count
  * of launches bounds nothing); nothing that may still run (hi ns, the
  * high estimates) when its next request is foreseen; none new while its
- * flag is up (bounded).  Without one (a duty): at most
- * inflight_max(queue_us) launches. */
-static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est, uint64_t hi)
+ * flag is up (bounded).  Without one: the same by time (by_time: the
+ * backlog bound), or at most inflight_max(queue_us) launches (a duty). */
+static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est, uint64_t hi,
+                    int by_time)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
         int held = 0;
 
-        if (!b) {
+        if (!b && !by_time) {
                 uint64_t k = inflight_max(queue_us);
                 if (g_next >= k)
                         wait_event(c, g_ring[(g_next - k) % GS_QOS_RING], deadline);
@@ -405,7 +407,7 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                         full = g_next - g_done >= GS_QOS_RING - 1;
                         /* A request foreseen: nothing that would not end
                          * before it; what would, within the plain bound. */
-                        d = full ? GS_FORESEE_DRAIN : foresee(b, now, ring_inflight_hi(now), hi);
+                        d = full ? GS_FORESEE_DRAIN : b ? foresee(b, now, ring_inflight_hi(now), hi) : GS_FORESEE_NONE;
                         if (d == GS_FORESEE_HOLD) {
                                 held = 1;
                                 nap_us(GS_QOS_POLL_US);
@@ -466,7 +468,8 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
         const struct gs_cu *c;
         CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        int ck = 0, ring = 0, lc;
+        int ck = 0, ring = 0, lc, reg, backlog;
+        uint32_t cls;
         size_t h;
 
         __atomic_add_fetch(&g_launches, 1, __ATOMIC_RELAXED);
@@ -489,9 +492,16 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
                 gs_qos_lc_launching();
                 return QC_LC;
         }
-        lc = b && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0 &&
-             __atomic_load_n(&g_cls, __ATOMIC_RELAXED) != GS_QOS_LATENCY && lc_recent(b, (uint64_t)gs_mono_ns());
-        ring = lc || duty;
+        cls = __atomic_load_n(&g_cls, __ATOMIC_RELAXED);
+        /* The backlog: a best-effort process, and any a latency-critical
+         * one may hold while one is registered, keep what they queue
+         * within GS_QOS_BACKLOG_US, as what is queued when a latency-critical
+         * request comes cannot be taken back (docs/compute.md "The
+         * backlog"); beside one that launched lately, GS_QOS_QUEUE_US. */
+        reg = b && cls != GS_QOS_LATENCY && __atomic_load_n(&b->nlc, __ATOMIC_ACQUIRE) > 0;
+        backlog = reg || cls == GS_QOS_BEST_EFFORT;
+        lc = reg && lc_recent(b, (uint64_t)gs_mono_ns());
+        ring = lc || duty || backlog;
         if (!ring && !cap)
                 return QC_NONE;
         c = qos_cu();
@@ -526,7 +536,11 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
                  * for a duty only, enough for the driver's turns. */
                 g_cur_est = gs_qos_est_ns(h);
                 g_cur_hi = gs_qos_est_hi(h);
-                lc_wait(c, lc ? b : NULL, lc ? GS_QOS_QUEUE_US : duty_queue_us(duty), g_cur_est, g_cur_hi);
+                lc_wait(c, lc ? b : NULL,
+                        lc     ? GS_QOS_QUEUE_US
+                        : duty ? duty_queue_us(duty)
+                               : GS_QOS_BACKLOG_US,
+                        g_cur_est, g_cur_hi, !lc && !duty);
                 ck |= QC_RING;
                 if (g_sample == UINT64_MAX && gs_qos_est_sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {
                         g_sample = g_next;

@@ -304,8 +304,8 @@ static int stat_of(int pid)
 
         if (!fn || !now || fn(0, pid, &st) < 0)
                 return 1;
-        printf("kernels %llu gpu_ns %llu now %llu\n", (unsigned long long)st.kernels, (unsigned long long)st.gpu_ns,
-               (unsigned long long)now());
+        printf("kernels %llu gpu_ns %llu now %llu queued %llu\n", (unsigned long long)st.kernels,
+               (unsigned long long)st.gpu_ns, (unsigned long long)now(), (unsigned long long)st.queued);
         return 0;
 }
 
