@@ -30,7 +30,7 @@
 
 #define GS_QOS_RING 64            /* events after launches: at most 63 in flight while bounded */
 #define GS_QOS_QUEUE_US 200       /* GPU time queued beside an LC process */
-#define GS_QOS_LC_RECENT_MS 100   /* ... that launched this recently (else nothing bounds the queue) */
+#define GS_QOS_LC_RECENT_MS 100   /* ... that launched this recently (else the backlog bound) */
 #define GS_QOS_SAMPLE 8           /* one launch in this many is timed (at random) */
 #define GS_QOS_DUTY_PERIOD_MS 20  /* a weight's duty cycle (gs_shm.qos_share) */
 #define GS_QOS_DUTY_QUEUE_US 2000 /* GPU time queued while on duty (the driver's turns are ~2 ms) */

@@ -77,7 +77,7 @@ static uint64_t least_follow(uint64_t cur, uint64_t d)
         return !cur || d < up ? d : up;
 }
 
-void gs_qos_est_take(size_t h, CUfunction f, uint64_t shape, uint64_t d, int hi_ok)
+void gs_qos_est_take(size_t h, CUfunction f, uint64_t shape, uint64_t d)
 {
         g_least_ns = least_follow(g_least_ns, d);
         g_mean_ns = g_mean_ns ? (7 * g_mean_ns + d) / 8 : d;
@@ -85,9 +85,6 @@ void gs_qos_est_take(size_t h, CUfunction f, uint64_t shape, uint64_t d, int hi_
                 return;
         g_fn[h].ns = least_follow(g_fn[h].ns, d);
         /* And the most: up at once, down by an eighth of the difference a
-         * sample; a sample that another turn may have lengthened only
-         * lowers it. */
-        if (!hi_ok && g_fn[h].hi && d > g_fn[h].hi)
-                return;
+         * sample. */
         g_fn[h].hi = !g_fn[h].hi || d > g_fn[h].hi ? d : g_fn[h].hi - (g_fn[h].hi - d) / 8;
 }

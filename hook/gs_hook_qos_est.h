@@ -40,10 +40,7 @@ uint64_t gs_qos_est_least(void);
  * ever timed). */
 int gs_qos_est_sample_this(size_t h);
 /* A sample of d ns taken of a launch of entry h, kind (f, shape) when it
- * was made (an entry taken over since keeps its own); hi_ok 0: another
- * context's turn may have lengthened it (a latency-critical request ran
- * meanwhile): it may lower the high estimate, not raise it (but it is the
- * first one when there is none yet). */
-void gs_qos_est_take(size_t h, CUfunction f, uint64_t shape, uint64_t d, int hi_ok);
+ * was made (an entry taken over since keeps its own). */
+void gs_qos_est_take(size_t h, CUfunction f, uint64_t shape, uint64_t d);
 
 #endif

@@ -430,7 +430,11 @@ def held_per_pod(ag, tmp, al, port, stat):
           "the trainer's hook keeps its queue short beside the server")
     ka = stat(tr.p.pid).kernels
     # The hook reports each second (GS_QOS_PUBLISH_MS) while it may hold.
-    seen = until(lambda: (lambda t: t if t[2] and t[1] > 0 else None)(held_sums(port, aid)))
+    # One scrape reads the process's word for the allocation's sum before
+    # its own series: a report between the two (a TSan run saw the sum 6
+    # short) is seen at the next scrape.
+    seen = until(lambda: (lambda t: t if t[2] and t[1] > 0 and t[0] >= before + t[1] else None)(
+        held_sums(port, aid)))
     check(seen is not None and seen[0] >= before + seen[1],
           "while it runs, the trainer's allocation sums its process's held launches (%s; before %s)"
           % (seen, before))

@@ -1,6 +1,6 @@
 /* check_est.c — hook/gs_hook_qos_est.c: the least and the most of a
- * kind's samples, and a sample that a latency-critical request may have
- * lengthened (hi_ok 0), which never raises the most.  Times in ns. */
+ * kind's samples (one kind of two durations), and a sample of a kind
+ * whose entry was taken over.  Times in ns. */
 #include <check.h>
 
 #include "../gs_check.h"
@@ -23,42 +23,40 @@ START_TEST(test_least_and_most)
         size_t h = kind(0x1000, 1, &f);
 
         ck_assert(gs_qos_est_sample_this(h)); /* not measured yet: timed */
-        gs_qos_est_take(h, f, 1, 500000, 1);
+        gs_qos_est_take(h, f, 1, 500000);
         ck_assert_uint_eq(gs_qos_est_ns(h), 500000);
         ck_assert_uint_eq(gs_qos_est_hi(h), 500000);
         /* A longer one of the same kind (a GEMM of another K): the most
          * rises at once, the least by a sixteenth. */
-        gs_qos_est_take(h, f, 1, 900000, 1);
+        gs_qos_est_take(h, f, 1, 900000);
         ck_assert_uint_eq(gs_qos_est_hi(h), 900000);
         ck_assert_uint_eq(gs_qos_est_ns(h), 500000 + 500000 / 16 + 1);
         /* A shorter one: the least falls at once, the most by an eighth
          * of the difference. */
-        gs_qos_est_take(h, f, 1, 100000, 1);
+        gs_qos_est_take(h, f, 1, 100000);
         ck_assert_uint_eq(gs_qos_est_ns(h), 100000);
         ck_assert_uint_eq(gs_qos_est_hi(h), 900000 - 800000 / 8);
 }
 END_TEST
 
-START_TEST(test_lengthened)
+START_TEST(test_two_durations)
 {
         CUfunction f;
         size_t h = kind(0x2000, 2, &f);
 
-        /* The first sample is taken whatever ran meanwhile: there is no
-         * other to go by. */
-        gs_qos_est_take(h, f, 2, 300000, 0);
-        ck_assert_uint_eq(gs_qos_est_hi(h), 300000);
-        /* One that a latency-critical request may have lengthened does
-         * not raise the most ... */
-        gs_qos_est_take(h, f, 2, 3000000, 0);
-        ck_assert_uint_eq(gs_qos_est_hi(h), 300000);
-        /* ... a clean one does ... */
-        gs_qos_est_take(h, f, 2, 400000, 1);
-        ck_assert_uint_eq(gs_qos_est_hi(h), 400000);
-        /* ... and a shorter one lowers it either way. */
-        gs_qos_est_take(h, f, 2, 200000, 0);
-        ck_assert_uint_eq(gs_qos_est_hi(h), 400000 - 200000 / 8);
-        ck_assert_uint_eq(gs_qos_est_ns(h), 200000);
+        /* One kind of two durations (a GEMM kernel of one grid, two K):
+         * the least follows the short ones, the most the long ones, and
+         * falls back only as short samples come: after 4 of them it is
+         * still above half of the long one's. */
+        gs_qos_est_take(h, f, 2, 1000000);
+        for (int i = 0; i < 4; i++)
+                gs_qos_est_take(h, f, 2, 50000);
+        ck_assert_uint_eq(gs_qos_est_ns(h), 50000);
+        ck_assert_uint_gt(gs_qos_est_hi(h), 500000);
+        ck_assert_uint_lt(gs_qos_est_hi(h), 1000000);
+        /* A long one again: the most is back at once. */
+        gs_qos_est_take(h, f, 2, 1000000);
+        ck_assert_uint_eq(gs_qos_est_hi(h), 1000000);
 }
 END_TEST
 
@@ -67,11 +65,11 @@ START_TEST(test_taken_over)
         CUfunction f;
         size_t h = kind(0x3000, 3, &f);
 
-        gs_qos_est_take(h, f, 3, 700000, 1);
+        gs_qos_est_take(h, f, 3, 700000);
         ck_assert_uint_eq(gs_qos_est_kind(&none, f, 3), h); /* the same kind: the same entry */
         /* A sample made when the entry held another kind (f on another
          * grid) is dropped: this kind is not measured by its launch. */
-        gs_qos_est_take(h, f, 4, 5000000, 1);
+        gs_qos_est_take(h, f, 4, 5000000);
         ck_assert_uint_eq(gs_qos_est_hi(h), 700000);
         ck_assert_uint_eq(gs_qos_est_ns(h), 700000);
         ck_assert(!gs_qos_est_nccl(h));
@@ -84,7 +82,7 @@ int main(void)
         TCase *tc = tcase_create("est");
 
         tcase_add_test(tc, test_least_and_most);
-        tcase_add_test(tc, test_lengthened);
+        tcase_add_test(tc, test_two_durations);
         tcase_add_test(tc, test_taken_over);
         suite_add_tcase(s, tc);
         return gs_check_run(s);
