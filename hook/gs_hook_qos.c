@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include "gs_hook_qos_est.h"
 #include "gs_hook_qos_foresee.h"
 #include "gs_hook_qos_lc.h"
+#include "gs_hook_qos_ring.h"
 
 int gs_qos_active;
 
@@ -131,46 +131,16 @@ static int lc_recent(const struct gs_qos_board *b, uint64_t now)
         return recent;
 }
 
-/* ---- a throttled process's launches in flight ---- */
+/* ---- admission: a bounded process's waits (its launches in flight:
+ * gs_hook_qos_ring.h) ---- */
 
-/* One context's events: ring[i % GS_QOS_RING] recorded after launch i;
- * start/end around one (caps).  Launches in another context are not held
- * (fail open). */
+/* g_mu: one launch admitted at a time (its events, gs_hook_qos_ring.h,
+ * recorded in launch order). */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static CUcontext g_ctx;
-static CUevent g_ring[GS_QOS_RING], g_start, g_end;
-static uint64_t g_next;             /* launches recorded in the ring */
-static uint64_t g_est[GS_QOS_RING]; /* launch i's GPU time as expected when admitted */
-static uint64_t g_hi[GS_QOS_RING];  /* ... at most (its kind's high estimate) */
-static uint64_t g_at[GS_QOS_RING];  /* ... when it was launched (CLOCK_MONOTONIC ns) */
-static uint64_t g_done;             /* launches before it are complete */
-static uint64_t g_done_at;          /* when g_done was last seen to advance */
-static uint64_t g_cur_est;          /* the launch being admitted's (between before and after) */
+static uint64_t g_cur_est; /* the launch being admitted's (between before and after) */
 static uint64_t g_cur_hi;
-static size_t g_sample_h;     /* launch g_sample's kind (gs_qos_est_kind) */
-static uint64_t g_sample_key; /* ... as it was then (its entry may be taken over) */
-static CUfunction g_sample_f;
-static CUevent g_pre; /* before launch g_sample */
-static uint64_t g_sample = UINT64_MAX;
-static int g_ring_ok = -1; /* -1: not made yet */
-static int g_end_pending;  /* g_start/g_end around the last capped launch */
+static int g_end_pending; /* the cap's events around the last capped launch */
 static int64_t g_tokens_ns, g_refill_ns;
-
-/* A nap of us microseconds.  The kernel rounds a thread's sleeps up by
- * its timer slack (50 µs by default), more than the waits here are: the
- * waiting thread's slack is made 1 µs for the nap and put back after
- * (PR_GET_TIMERSLACK is the thread's own value, never an error). */
-static void nap_us(long us)
-{
-        struct timespec ts = { 0, us * 1000 };
-        int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-
-        if (slack > 1000)
-                (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-        nanosleep(&ts, NULL);
-        if (slack > 1000)
-                (void)prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
-}
 
 /* Only the forking thread lives on in the child: a launch another thread
  * was admitting held g_mu. */
@@ -192,33 +162,6 @@ static void gpu_add(uint64_t ns)
         __atomic_store_n(&g_gpu_ns, t + ns < t ? ULLONG_MAX : t + ns, __ATOMIC_RELAXED);
 }
 
-/* pre: g_mu.  The events, made in the current context at first use. */
-static int ring_ready(const struct gs_cu *c)
-{
-        CUcontext cur = NULL;
-
-        if (!c->ctx_get_current || c->ctx_get_current(&cur) != CUDA_SUCCESS || !cur)
-                return 0;
-        if (g_ring_ok < 0) {
-                g_ring_ok = c->event_create && c->event_record && c->event_query && c->event_elapsed_time;
-                for (unsigned i = 0; i < GS_QOS_RING && g_ring_ok; i++)
-                        g_ring_ok = c->event_create(&g_ring[i], 0) == CUDA_SUCCESS;
-                g_ring_ok = g_ring_ok && c->event_create(&g_start, 0) == CUDA_SUCCESS &&
-                            c->event_create(&g_pre, 0) == CUDA_SUCCESS && c->event_create(&g_end, 0) == CUDA_SUCCESS;
-                g_ctx = cur;
-        }
-        return g_ring_ok && cur == g_ctx;
-}
-
-/* pre: g_mu.  Waits until e is complete or deadline (ns) passes. */
-static void wait_event(const struct gs_cu *c, CUevent e, int64_t deadline)
-{
-        /* From a few µs up: a short kernel's end is seen at once. */
-        for (long us = 5; c->event_query(e) == CUDA_ERROR_NOT_READY && gs_mono_ns() < deadline;
-             us = us * 2 < GS_QOS_POLL_US ? us * 2 : GS_QOS_POLL_US)
-                nap_us(us);
-}
-
 /* pre: g_mu.  The cap: the last launch's GPU time charged, then a wait
  * until the bucket is not in debt. */
 static void cap_wait(const struct gs_cu *c, uint32_t cap)
@@ -229,8 +172,9 @@ static void cap_wait(const struct gs_cu *c, uint32_t cap)
         if (g_end_pending) {
                 /* Its measure needs it complete; a launch that never ends is
                  * not waited for past a second (fail open). */
-                wait_event(c, g_end, now + 1000000000);
-                if (c->event_elapsed_time(&ms, g_start, g_end) == CUDA_SUCCESS && ms > 0) {
+                gs_qos_wait_event(c, gs_qos_ring_cap_end(), now + 1000000000);
+                if (c->event_elapsed_time(&ms, gs_qos_ring_cap_start(), gs_qos_ring_cap_end()) == CUDA_SUCCESS &&
+                    ms > 0) {
                         g_tokens_ns -= (int64_t)(ms * 1e6);
                         gpu_add((uint64_t)(ms * 1e6));
                 }
@@ -253,84 +197,6 @@ static void cap_wait(const struct gs_cu *c, uint32_t cap)
                 g_tokens_ns += (now - g_refill_ns) * cap / 100;
                 g_refill_ns = now;
         }
-}
-
-/* pre: g_mu.  How many launches may be in flight: the one running and
- * as many queued behind it as fill queue_us of GPU time at the measured
- * time per launch. */
-static uint64_t inflight_max(uint64_t queue_us)
-{
-        uint64_t least = gs_qos_est_least();
-        uint64_t k = least ? 1 + (queue_us * 1000 + least / 2) / least : 1;
-
-        return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
-}
-
-/* pre: g_mu.  A launch's GPU time, sampled (gs_qos_est_sample_this):
- * g_pre recorded before it, and the time between g_pre and its ring event
- * is its own, or more when the engine ran another context's turn in
- * between (gs_qos_est_take).  A sample that a latency-critical request
- * lengthened still counts for the high estimate: the samples that overlap
- * a request foreseen are those of the launches whose estimate was short
- * (kept from it, a short estimate was never corrected: on the fake
- * driver the server's p90 went from 0.5 ms to 1.6-2.4 ms in 2 of 5 runs). */
-static void sample(const struct gs_cu *c)
-{
-        float ms = 0;
-
-        if (g_sample == UINT64_MAX || g_sample >= g_next ||
-            c->event_query(g_ring[g_sample % GS_QOS_RING]) == CUDA_ERROR_NOT_READY)
-                return;
-        if (g_next - g_sample < GS_QOS_RING &&
-            c->event_elapsed_time(&ms, g_pre, g_ring[g_sample % GS_QOS_RING]) == CUDA_SUCCESS && ms > 0) {
-                gs_qos_est_take(g_sample_h, g_sample_f, g_sample_key, (uint64_t)(ms * 1e6));
-        }
-        g_sample = UINT64_MAX;
-}
-
-/* pre: g_mu.  Launches before g_done known complete: as many more as
- * are now (the oldest first). */
-static void ring_done(const struct gs_cu *c)
-{
-        uint64_t was;
-
-        if (g_next - g_done >= GS_QOS_RING)
-                g_done = g_next - (GS_QOS_RING - 1);
-        was = g_done;
-        while (g_done < g_next && c->event_query(g_ring[g_done % GS_QOS_RING]) != CUDA_ERROR_NOT_READY)
-                g_done++;
-        if (g_done != was)
-                g_done_at = (uint64_t)gs_mono_ns();
-}
-
-/* pre: g_mu.  GPU time expected of the launches queued behind the
- * oldest in flight (running, or the next to). */
-static uint64_t ring_queued_ns(void)
-{
-        uint64_t ns = 0;
-
-        for (uint64_t i = g_done + 1; i < g_next; i++)
-                ns += g_est[i % GS_QOS_RING];
-        return ns;
-}
-
-/* pre: g_mu.  GPU time our launches in flight may still take at now, by
- * their kinds' high estimates.  The oldest (running, or the next to)
- * started at the latest when it was launched or when the one before it
- * was seen to end, whichever came later: what it ran since is off its
- * estimate. */
-static uint64_t ring_inflight_hi(uint64_t now)
-{
-        uint64_t ns = 0, began;
-
-        if (g_done == g_next)
-                return 0;
-        for (uint64_t i = g_done + 1; i < g_next; i++)
-                ns += g_hi[i % GS_QOS_RING];
-        began = g_at[g_done % GS_QOS_RING] > g_done_at ? g_at[g_done % GS_QOS_RING] : g_done_at;
-        if (now > began)
-                return ns + (g_hi[g_done % GS_QOS_RING] > now - began ? g_hi[g_done % GS_QOS_RING] - (now - began) : 0);
-        return ns + g_hi[g_done % GS_QOS_RING];
 }
 
 /* What the latency-critical processes other than us foresee for a launch
@@ -367,7 +233,8 @@ static enum gs_foresee_do foresee(const struct gs_qos_board *b, uint64_t now, ui
  * of launches bounds nothing); nothing that may still run (hi ns, the
  * high estimates) when its next request is foreseen; none new while its
  * flag is up (bounded).  Without one: the same by time (by_time: the
- * backlog bound), or at most inflight_max(queue_us) launches (a duty). */
+ * backlog bound), or at most gs_qos_ring_count_for(queue_us) launches (a
+ * duty). */
 static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est, uint64_t hi,
                     int by_time)
 {
@@ -375,41 +242,42 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
         int held = 0;
 
         if (!b && !by_time) {
-                uint64_t k = inflight_max(queue_us);
-                if (g_next >= k)
-                        wait_event(c, g_ring[(g_next - k) % GS_QOS_RING], deadline);
+                gs_qos_ring_wait_below(c, gs_qos_ring_count_for(queue_us), deadline);
         } else {
                 for (;;) {
                         uint64_t now;
                         enum gs_foresee_do d;
                         int full;
 
-                        ring_done(c);
+                        gs_qos_ring_done(c);
                         /* A sample as soon as its launch is seen done (not
                          * after a request we then held for). */
-                        sample(c);
+                        gs_qos_ring_sample(c);
                         now = (uint64_t)gs_mono_ns();
                         if ((int64_t)now >= deadline)
                                 break;
-                        full = g_next - g_done >= GS_QOS_RING - 1;
+                        full = gs_qos_ring_full();
                         /* A request foreseen: nothing that would not end
                          * before it; what would, within the plain bound. */
-                        d = full ? GS_FORESEE_DRAIN : b ? foresee(b, now, ring_inflight_hi(now), hi) : GS_FORESEE_NONE;
+                        d = full ? GS_FORESEE_DRAIN
+                            : b  ? foresee(b, now, gs_qos_ring_inflight_hi(now), hi)
+                                 : GS_FORESEE_NONE;
                         if (d == GS_FORESEE_HOLD) {
                                 held = 1;
-                                nap_us(GS_QOS_POLL_US);
+                                gs_qos_nap_us(GS_QOS_POLL_US);
                                 continue;
                         }
-                        if (d != GS_FORESEE_DRAIN && (g_done == g_next || ring_queued_ns() + est <= queue_us * 1000))
+                        if (d != GS_FORESEE_DRAIN &&
+                            (gs_qos_ring_idle() || gs_qos_ring_queued_ns() + est <= queue_us * 1000))
                                 break;
-                        wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
+                        gs_qos_ring_wait_oldest(c, deadline);
                 }
         }
-        sample(c);
+        gs_qos_ring_sample(c);
         while (b && lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
                 held = 1;
-                nap_us(GS_QOS_POLL_US);
-                sample(c);
+                gs_qos_nap_us(GS_QOS_POLL_US);
+                gs_qos_ring_sample(c);
         }
         if (held) {
                 __atomic_add_fetch(&g_held, 1, __ATOMIC_RELAXED);
@@ -506,7 +374,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
         /* Our event calls must not break another thread's global capture. */
         if (c->thread_exchange_stream_capture_mode)
                 (void)c->thread_exchange_stream_capture_mode(&mode);
-        if (!ring_ready(c)) {
+        if (!gs_qos_ring_ready(c)) {
                 if (c->thread_exchange_stream_capture_mode)
                         (void)c->thread_exchange_stream_capture_mode(&mode);
                 pthread_mutex_unlock(&g_mu);
@@ -514,7 +382,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
         }
         if (cap) {
                 cap_wait(c, cap);
-                if (c->event_record(g_start, s) == CUDA_SUCCESS)
+                if (c->event_record(gs_qos_ring_cap_start(), s) == CUDA_SUCCESS)
                         ck |= QC_CAP;
         }
         if (duty)
@@ -530,12 +398,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
                                : GS_QOS_BACKLOG_US,
                         g_cur_est, g_cur_hi, !lc && !duty);
                 ck |= QC_RING;
-                if (g_sample == UINT64_MAX && gs_qos_est_sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {
-                        g_sample = g_next;
-                        g_sample_h = h;
-                        g_sample_f = f;
-                        g_sample_key = shape;
-                }
+                gs_qos_ring_sample_before(c, s, h, f, shape);
         }
         if (c->thread_exchange_stream_capture_mode)
                 (void)c->thread_exchange_stream_capture_mode(&mode);
@@ -558,17 +421,13 @@ void gs_qos_after_slow(int ck, CUstream s, CUresult r)
         c = qos_cu();
         if (c->thread_exchange_stream_capture_mode)
                 (void)c->thread_exchange_stream_capture_mode(&mode);
-        if (r == CUDA_SUCCESS && (ck & QC_RING) && c->event_record(g_ring[g_next % GS_QOS_RING], s) == CUDA_SUCCESS) {
-                g_est[g_next % GS_QOS_RING] = g_cur_est;
-                g_hi[g_next % GS_QOS_RING] = g_cur_hi;
-                g_at[g_next % GS_QOS_RING] = (uint64_t)gs_mono_ns();
-                g_next++;
+        if (r == CUDA_SUCCESS && (ck & QC_RING) && gs_qos_ring_record(c, s, g_cur_est, g_cur_hi)) {
                 /* A capped launch's own measure is counted by cap_wait. */
                 if (!(ck & QC_CAP))
                         gpu_add(g_cur_est);
         }
         if (r == CUDA_SUCCESS && (ck & QC_CAP))
-                g_end_pending = c->event_record(g_end, s) == CUDA_SUCCESS;
+                g_end_pending = c->event_record(gs_qos_ring_cap_end(), s) == CUDA_SUCCESS;
         if (c->thread_exchange_stream_capture_mode)
                 (void)c->thread_exchange_stream_capture_mode(&mode);
         pthread_mutex_unlock(&g_mu);

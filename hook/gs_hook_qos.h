@@ -5,12 +5,17 @@
  * latency-critical (LC) process maps it writable and keeps its slot's flag
  * up while its work is on the GPU (gs_hook_qos_lc.h: raised at each
  * launch, lowered when the events recorded after its launches are done).
- * The others map it read-only.  While the board names an LC process, a
- * standard or best-effort process keeps at most GS_QOS_QUEUE_US of its
- * work in flight (an event recorded after each launch; the count from
- * the time its launches took, averaged, 1 to GS_QOS_RING - 1), and while
- * a fresh LC flag is up it launches nothing new: the LC's work then finds
- * at most that much of its work ahead.
+ * The others map it read-only.  While the board names an LC process that
+ * launched lately, a standard or best-effort process keeps at most
+ * GS_QOS_QUEUE_US of its work queued behind its running launch (an event
+ * recorded after each launch, each counted at its kind's measured time:
+ * gs_hook_qos_ring.h, gs_hook_qos_est.h), launches before an LC request
+ * foreseen only what ends before it (gs_hook_qos_foresee.h), and while a
+ * fresh LC flag is up launches nothing new: the LC's work then finds at
+ * most that much of its work ahead.  A best-effort process always, and
+ * any other while an LC process is registered, keeps at most
+ * GS_QOS_BACKLOG_US queued (what is queued when a request comes cannot
+ * be taken back).
  *
  * Nothing waits without bound: a flag older than GS_QOS_STALE_MS (its
  * process died or hangs) or stamped in the future is ignored, and one

@@ -5,7 +5,8 @@
 HOOK_SRC := hook/gs_hook_api.c hook/gs_hook_conn.c hook/gs_hook_space.c hook/gs_hook_mem.c \
 	hook/gs_hook_vmm.c hook/gs_hook_ipc.c hook/gs_hook_cuda.c hook/gs_hook_nvml.c hook/gs_hook_blocks.c \
 	hook/gs_hook_gate.c hook/gs_hook_spill.c hook/gs_hook_spillprep.c hook/gs_hook_ctx.c hook/gs_hook_thread.c hook/gs_hook_msg.c \
-	hook/gs_hook_qos.c hook/gs_hook_qos_lc.c hook/gs_hook_qos_foresee.c hook/gs_hook_qos_est.c
+	hook/gs_hook_qos.c hook/gs_hook_qos_lc.c hook/gs_hook_qos_foresee.c hook/gs_hook_qos_est.c \
+	hook/gs_hook_qos_ring.c
 HOOK_O   := $(patsubst %.c,$(B)/%.o,$(HOOK_SRC))
 # common/gs_devid.c (UUID strings; libc only) for the NVML wrappers; the
 # version script keeps its symbols local.

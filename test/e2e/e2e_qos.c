@@ -25,7 +25,8 @@
  *       the first, the end of the last)
  *   e2e_qos stat PID
  *       the model's accounting of process PID on device 0 (no CUDA call,
- *       no hook needed): "kernels K gpu_ns G now T" (T: the model's clock) */
+ *       no hook needed): "kernels K gpu_ns G now T queued Q" (T: the
+ *       model's clock; Q: its kernels queued now, the running one included) */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
