@@ -243,6 +243,7 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
 
         if (!b && !by_time) {
                 gs_qos_ring_wait_below(c, gs_qos_ring_count_for(queue_us), deadline);
+                gs_qos_ring_sample(c);
         } else {
                 for (;;) {
                         uint64_t now;
@@ -273,7 +274,6 @@ static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_
                         gs_qos_ring_wait_oldest(c, deadline);
                 }
         }
-        gs_qos_ring_sample(c);
         while (b && lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
                 held = 1;
                 gs_qos_nap_us(GS_QOS_POLL_US);

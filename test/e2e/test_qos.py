@@ -29,7 +29,10 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     p90 within alone + the hook's queue bound (GS_QOS_QUEUE_US behind one
     running kernel), p50 at least 1.5x better than native; the trainer
     keeps running; its hook keeps its queue short while the server works
-    and leaves it unbounded once the server idles (GS_QOS_LC_RECENT_MS);
+    and no longer once the server idles (GS_QOS_LC_RECENT_MS);
+  - the backlog (GS_QOS_BACKLOG_US): a best-effort trainer alone keeps at
+    most 20 ms queued; a standard one queues as without gshare until a
+    latency-critical process registers, then keeps the same bound;
   - the same server waiting by cuEventQuery (never a synchronize wrapper,
     as PyTorch): the trainer still gets >= 40 % of the engine (its flag
     comes down when its poller sees the work done);
@@ -358,7 +361,8 @@ def foreseen(ag, tmp, al, stat, alone):
           "(which waits for the trainer's running kernel)" % (p90, alone, got["jitter"][1]))
     check(share >= 0.3, "the trainer keeps working beside the foreseen server: %.0f %% of the engine" % (share * 100))
     # The 50 µs kernels on the same grid as the 1 ms ones: one kind, whose
-    # least sample is 50 µs; the most (fn_hi) is what foresight takes.
+    # least sample is 50 µs; the most (gs_qos_est_hi) is what foresight
+    # takes.
     p50, p90, share, svlog, trlog = got["same"]
     check(p90 <= alone + 400 and "request foreseen" in trlog,
           "foreseen, the trainer's kernels of one kind taking 1 ms and 50 µs: the server's p90 %d µs within alone "
@@ -414,8 +418,8 @@ def held_per_pod(ag, tmp, al, port, stat):
     sum follows its process's count while it runs, and keeps it once the
     process is gone.  Its GPU time as its hook timed it (each launch at
     its kernel's estimate from sampled events): the K kernels of 0.2 ms it
-    ran while its hook bounded its queue (from its log's "kept short" to
-    the server's last request: the ones QoS times) count at least half of
+    ran while its hook kept its queue short (from its log's "kept short"
+    to the server's last request: all of them timed) count at least half of
     K x 0.2 ms, all of them no more than the wall time it ran (in seconds
     of GPU time, one engine), and stay counted once it is gone."""
     aid = al["trainer"]["id"]
