@@ -232,47 +232,40 @@ static enum gs_foresee_do foresee(const struct gs_qos_board *b, uint64_t now, ui
  * training step take a hundred times its elementwise kernels, so a count
  * of launches bounds nothing); nothing that may still run (hi ns, the
  * high estimates) when its next request is foreseen; none new while its
- * flag is up (bounded).  Without one: the same by time (by_time: the
- * backlog bound), or at most gs_qos_ring_count_for(queue_us) launches (a
- * duty). */
-static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est, uint64_t hi,
-                    int by_time)
+ * flag is up (bounded).  Without one (a duty, the backlog bound): the
+ * same by time, as a count of launches bounds nothing either (a duty's
+ * queue of 63 launches at the least time any took held a training step's
+ * GEMMs for about 10 ms: it drained past the duty's window and the
+ * weight-30 trainer of two had 46 % on an H200). */
+static void lc_wait(const struct gs_cu *c, const struct gs_qos_board *b, uint64_t queue_us, uint64_t est, uint64_t hi)
 {
         int64_t t0 = gs_mono_ns(), deadline = t0 + (int64_t)GS_QOS_MAX_WAIT_MS * 1000000;
         int held = 0;
 
-        if (!b && !by_time) {
-                gs_qos_ring_wait_below(c, gs_qos_ring_count_for(queue_us), deadline);
-                gs_qos_ring_sample(c);
-        } else {
-                for (;;) {
-                        uint64_t now;
-                        enum gs_foresee_do d;
-                        int full;
+        for (;;) {
+                uint64_t now;
+                enum gs_foresee_do d;
+                int full;
 
-                        gs_qos_ring_done(c);
-                        /* A sample as soon as its launch is seen done (not
-                         * after a request we then held for). */
-                        gs_qos_ring_sample(c);
-                        now = (uint64_t)gs_mono_ns();
-                        if ((int64_t)now >= deadline)
-                                break;
-                        full = gs_qos_ring_full();
-                        /* A request foreseen: nothing that would not end
-                         * before it; what would, within the plain bound. */
-                        d = full ? GS_FORESEE_DRAIN
-                            : b  ? foresee(b, now, gs_qos_ring_inflight_hi(now), hi)
-                                 : GS_FORESEE_NONE;
-                        if (d == GS_FORESEE_HOLD) {
-                                held = 1;
-                                gs_qos_nap_us(GS_QOS_POLL_US);
-                                continue;
-                        }
-                        if (d != GS_FORESEE_DRAIN &&
-                            (gs_qos_ring_idle() || gs_qos_ring_queued_ns() + est <= queue_us * 1000))
-                                break;
-                        gs_qos_ring_wait_oldest(c, deadline);
+                gs_qos_ring_done(c);
+                /* A sample as soon as its launch is seen done (not
+                 * after a request we then held for). */
+                gs_qos_ring_sample(c);
+                now = (uint64_t)gs_mono_ns();
+                if ((int64_t)now >= deadline)
+                        break;
+                full = gs_qos_ring_full();
+                /* A request foreseen: nothing that would not end
+                 * before it; what would, within the plain bound. */
+                d = full ? GS_FORESEE_DRAIN : b ? foresee(b, now, gs_qos_ring_inflight_hi(now), hi) : GS_FORESEE_NONE;
+                if (d == GS_FORESEE_HOLD) {
+                        held = 1;
+                        gs_qos_nap_us(GS_QOS_POLL_US);
+                        continue;
                 }
+                if (d != GS_FORESEE_DRAIN && (gs_qos_ring_idle() || gs_qos_ring_queued_ns() + est <= queue_us * 1000))
+                        break;
+                gs_qos_ring_wait_oldest(c, deadline);
         }
         while (b && lc_busy(b, (uint64_t)gs_mono_ns()) && gs_mono_ns() < deadline) {
                 held = 1;
@@ -396,7 +389,7 @@ int gs_qos_before_slow(CUstream s, CUfunction f, uint64_t shape)
                         lc     ? GS_QOS_QUEUE_US
                         : duty ? duty_queue_us(duty)
                                : GS_QOS_BACKLOG_US,
-                        g_cur_est, g_cur_hi, !lc && !duty);
+                        g_cur_est, g_cur_hi);
                 ck |= QC_RING;
                 gs_qos_ring_sample_before(c, s, h, f, shape);
         }

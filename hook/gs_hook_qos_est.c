@@ -12,8 +12,7 @@ static struct {
         int nccl;
         int used;
 } g_fn[GS_QOS_EST_KINDS];
-static uint64_t g_least_ns; /* any kind's, the least samples (0: none yet) */
-static uint64_t g_mean_ns;  /* all samples' moving mean (0: none yet) */
+static uint64_t g_mean_ns; /* all samples' moving mean (0: none yet) */
 
 static size_t kind_slot(CUfunction f, uint64_t shape)
 {
@@ -53,11 +52,6 @@ uint64_t gs_qos_est_hi(size_t h)
         return g_fn[h].hi ? g_fn[h].hi : gs_qos_est_ns(h);
 }
 
-uint64_t gs_qos_est_least(void)
-{
-        return g_least_ns;
-}
-
 int gs_qos_est_sample_this(size_t h)
 {
         static uint32_t x = 0x9e3779b9u; /* xorshift32 */
@@ -79,7 +73,6 @@ static uint64_t least_follow(uint64_t cur, uint64_t d)
 
 void gs_qos_est_take(size_t h, CUfunction f, uint64_t shape, uint64_t d)
 {
-        g_least_ns = least_follow(g_least_ns, d);
         g_mean_ns = g_mean_ns ? (7 * g_mean_ns + d) / 8 : d;
         if (h >= GS_QOS_EST_KINDS || !g_fn[h].used || g_fn[h].f != f || g_fn[h].shape != shape)
                 return;

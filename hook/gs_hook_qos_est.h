@@ -31,8 +31,6 @@ int gs_qos_est_nccl(size_t h);
  * mean of all samples), and the most of them lately. */
 uint64_t gs_qos_est_ns(size_t h);
 uint64_t gs_qos_est_hi(size_t h);
-/* The least sample of any kind (0: none yet). */
-uint64_t gs_qos_est_least(void);
 /* Whether to time the launch of entry h about to be made: a kind not
  * measured yet, and one launch in GS_QOS_SAMPLE at random (every
  * GS_QOS_SAMPLE-th launch aliased with a loop's fixed sequence: of a

@@ -124,20 +124,6 @@ void gs_qos_ring_wait_oldest(const struct gs_cu *c, int64_t deadline)
         gs_qos_wait_event(c, g_ring[g_done % GS_QOS_RING], deadline);
 }
 
-void gs_qos_ring_wait_below(const struct gs_cu *c, uint64_t k, int64_t deadline)
-{
-        if (k && g_next >= k)
-                gs_qos_wait_event(c, g_ring[(g_next - k) % GS_QOS_RING], deadline);
-}
-
-uint64_t gs_qos_ring_count_for(uint64_t queue_us)
-{
-        uint64_t least = gs_qos_est_least();
-        uint64_t k = least ? 1 + (queue_us * 1000 + least / 2) / least : 1;
-
-        return k < 1 ? 1 : k > GS_QOS_RING - 1 ? GS_QOS_RING - 1 : k;
-}
-
 void gs_qos_ring_sample_before(const struct gs_cu *c, CUstream s, size_t h, CUfunction f, uint64_t shape)
 {
         if (g_sample == UINT64_MAX && gs_qos_est_sample_this(h) && c->event_record(g_pre, s) == CUDA_SUCCESS) {

@@ -47,12 +47,6 @@ uint64_t gs_qos_ring_queued_ns(void);
 uint64_t gs_qos_ring_inflight_hi(uint64_t now);
 /* Waits for the oldest in flight to end (or deadline). */
 void gs_qos_ring_wait_oldest(const struct gs_cu *c, int64_t deadline);
-/* Waits until fewer than k launches are in flight (or deadline). */
-void gs_qos_ring_wait_below(const struct gs_cu *c, uint64_t k, int64_t deadline);
-/* Launches that may be in flight for queue_us queued: the one running
- * and as many as fill it at the least time any launch took (1 to
- * GS_QOS_RING - 1). */
-uint64_t gs_qos_ring_count_for(uint64_t queue_us);
 
 /* Before a launch of kind h (f, shape) on stream s: an event recorded
  * before it if this one is to be timed (none is being, and

@@ -470,8 +470,8 @@ def weighted(ag, tmp, al, stat):
     """trainer (weight 30) and heavy (weight 70), both best-effort, both
     saturating the engine: their shares of what they get, per second of
     model time, once the agent's caps hold (gs_proc_share.h)."""
-    a = Proc(ag, tmp, al["trainer"], ["train", "200"], "w30")
-    b = Proc(ag, tmp, al["heavy"], ["train", "200"], "w70")
+    a = Proc(ag, tmp, al["trainer"], ["train", "200", "5"], "w30")
+    b = Proc(ag, tmp, al["heavy"], ["train", "200", "5"], "w70")
     a.go()
     b.go()
 
