@@ -19,10 +19,11 @@
  *       each followed by one of SHORT_US (grid 1; same: grid 2, as a GEMM
  *       kernel of one grid and another K) if given; prints
  *       "trained K" (kernels of KERNEL_US launched)
- *   e2e_qos capped KERNEL_US N
+ *   e2e_qos capped KERNEL_US N [nccl]
  *       N spin kernels of KERNEL_US one after another, then a
  *       synchronize; prints "capped FIRST LAST" (model ns: the start of
- *       the first, the end of the last)
+ *       the first, the end of the last); nccl: the kernel named as one of
+ *       NCCL's (fakecuda_nccl_kernel)
  *   e2e_qos stat PID
  *       the model's accounting of process PID on device 0 (no CUDA call,
  *       no hook needed): "kernels K gpu_ns G now T queued Q" (T: the
@@ -328,12 +329,14 @@ int main(int argc, char **argv)
         } else if (argc == 3 && strcmp(argv[1], "capture") == 0) {
                 setup();
                 capture((uint32_t)atoi(argv[2]));
-        } else if (argc == 4 && strcmp(argv[1], "capped") == 0) {
+        } else if ((argc == 4 || (argc == 5 && strcmp(argv[4], "nccl") == 0)) && strcmp(argv[1], "capped") == 0) {
                 setup();
+                if (argc == 5 && !(spin_fn = (CUfunction(*)(void))dlsym(RTLD_DEFAULT, "fakecuda_nccl_kernel")))
+                        die("no fakecuda_nccl_kernel", CUDA_ERROR_NOT_FOUND);
                 capped((uint32_t)atoi(argv[2]), atoi(argv[3]));
         } else {
                 fprintf(stderr,
-                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady] | train KERNEL_US [SHORT_US [same]] | capped KERNEL_US N | capture KERNEL_US\n");
+                        "usage: e2e_qos serve N GAP_US KERNEL_US [poll|jitter|steady] | train KERNEL_US [SHORT_US [same]] | capped KERNEL_US N [nccl] | capture KERNEL_US\n");
                 return 2;
         }
         return 0;

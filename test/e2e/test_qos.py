@@ -46,6 +46,9 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     its other work runs, beside the trainer so that it tracks (the hook's
     poller must not break the capture);
   - capped, alone: its GPU time over its span in the model within 25-35 %;
+  - NCCL's kernels (by name): capped's run at full speed, uncapped, none
+    held or counted as GPU time; the best-effort trainer's beside the
+    latency-critical server are never held;
   - an administrator's gsharectl create --compute-class/--compute-cap/
     --compute-weight, and a bad weight refused;
   - the weight reaches the hook (GS_OP_QOS's ret4) and the metrics
@@ -466,6 +469,44 @@ def held_per_pod(ag, tmp, al, port, stat):
     check(secs and secs[0] > 0, "... and the seconds they waited (%s)" % secs)
 
 
+def collective(ag, tmp, al, port, stat):
+    """NCCL's kernels (known by name, cuFuncGetName) are never capped, held
+    nor counted: a rank is never stopped mid-collective by its class or
+    cap.  capped (cap 30 %) runs 300 of them of 1 ms alone: at full speed,
+    not 30 %; the best-effort trainer runs 500 of 0.2 ms beside the
+    latency-critical server's requests: none held."""
+    cid, tid = al["capped"]["id"], al["trainer"]["id"]
+    gpu0 = gpu_seconds(port, cid)
+    cp = Proc(ag, tmp, al["capped"], ["capped", "1000", "300", "nccl"], "capped-nccl")
+    cp.go()
+    out = cp.line()
+    cp.end()
+    span = (int(out[2]) - int(out[1])) / 1e9 if out[:1] == ["capped"] else 1e9
+    print("capped at 30 %%, NCCL's kernels: %.1f %% of the model's time over their span" % (30 / span))
+    check(span <= 0.3 / 0.8, "capped at 30 %%: 300 of NCCL's kernels of 1 ms run at full speed, uncapped "
+          "(%.3f s: %.0f %% of the engine)" % (span, 30 / span))
+    gone = until(lambda: (lambda t: t if t[2] == 0 else None)(held_sums(port, cid)))
+    check(gone is not None and gone[0] == 0 and gpu_seconds(port, cid) == gpu0,
+          "... none of them held, none counted as its GPU time (%s; %s s, before %s s)"
+          % (gone, gpu_seconds(port, cid), gpu0))
+    before, tgpu0 = held_sums(port, tid)[0], gpu_seconds(port, tid)
+    sv = Proc(ag, tmp, al["server"], ["serve", "1000", "2000", "500"], "server-nccl")
+    sv.go()
+    check(e.wait_for(lambda: stat(sv.p.pid).kernels > 20) is not None, "the server runs")
+    tr = Proc(ag, tmp, al["trainer"], ["capped", "200", "500", "nccl"], "trainer-nccl")
+    tr.go()
+    out = tr.line()
+    k = stat(sv.p.pid).kernels
+    tr.end()
+    sv.end()
+    after = until(lambda: (lambda t: t if t[2] == 0 else None)(held_sums(port, tid)))
+    tgpu = gpu_seconds(port, tid)
+    check(out[:1] == ["capped"] and k > 20 and after is not None and after[0] == before and tgpu == tgpu0,
+          "the best-effort trainer's 500 NCCL kernels beside the latency-critical server (%d requests "
+          "in): none held (%s, before %s), none admitted as its GPU time (%s s, before %s s; %s)"
+          % (k, after, before, tgpu, tgpu0, out))
+
+
 def weighted(ag, tmp, al, stat):
     """trainer (weight 30) and heavy (weight 70), both best-effort, both
     saturating the engine: their shares of what they get, per second of
@@ -626,6 +667,7 @@ def main():
         check(out == ["captured"] and cap.p.returncode == 0,
               "a latency-critical process captures a graph (global mode) with its work in flight: %s" % out)
         held_per_pod(ag, tmp, al, port, stat)
+        collective(ag, tmp, al, port, stat)
         weighted(ag, tmp, al, stat)
 
         cp = Proc(ag, tmp, al["capped"], ["capped", "1000", "300"], "capped")

@@ -40,7 +40,9 @@
  * CUDA_ERROR_OUT_OF_MEMORY and maps nothing (for tests of failure paths).
  *
  * The fake kernels.  There are no modules; the CUfunctions are
- * fakecuda_fill_kernel() and fakecuda_spin_kernel().  cuLaunchKernel(_ptsz)
+ * fakecuda_fill_kernel(), fakecuda_spin_kernel() and fakecuda_nccl_kernel()
+ * (the spin kernel under an NCCL kernel's name; cuFuncGetName names each).
+ * cuLaunchKernel(_ptsz)
  * of the fill kernel takes any grid and
  * block (no dimension 0), extra == NULL, and kernelParams pointing to
  *   CUdeviceptr dst, size_t bytes, uint32_t value, uint32_t delay_us
@@ -2077,6 +2079,31 @@ CUfunction fakecuda_spin_kernel(void)
 {
         return (CUfunction)(uintptr_t)&fc_spin_kernel_obj;
 }
+/* The spin kernel under the name of one of NCCL's (cuFuncGetName): what a
+ * hook must recognize as a rank's part of a collective. */
+static const char fc_nccl_kernel_obj = 'n';
+CUfunction fakecuda_nccl_kernel(void);
+CUfunction fakecuda_nccl_kernel(void)
+{
+        return (CUfunction)(uintptr_t)&fc_nccl_kernel_obj;
+}
+
+/* As the driver's (CUDA 12.3 and later): the function's name, a string
+ * that lives as long as the library. */
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+        if (!name || !hfunc)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (hfunc == fakecuda_spin_kernel())
+                *name = "fakecuda_spin";
+        else if (hfunc == fakecuda_fill_kernel())
+                *name = "fakecuda_fill";
+        else if (hfunc == fakecuda_nccl_kernel())
+                *name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL";
+        else
+                return CUDA_ERROR_INVALID_HANDLE;
+        return CUDA_SUCCESS;
+}
 
 void fakecuda_hold_work(int hold);
 void fakecuda_hold_work(int hold)
@@ -2143,7 +2170,7 @@ static CUresult fc_kernel_read(CUfunction f, unsigned gx, unsigned gy, unsigned 
                                unsigned bz, void **kernelParams, void **extra, struct fc_kernel *k)
 {
         memset(k, 0, sizeof(*k));
-        k->spin = f == fakecuda_spin_kernel();
+        k->spin = f == fakecuda_spin_kernel() || f == fakecuda_nccl_kernel();
         if (!k->spin && f != fakecuda_fill_kernel())
                 return CUDA_ERROR_INVALID_HANDLE;
         if (!gx || !gy || !gz || !bx || !by || !bz || !kernelParams || extra)
@@ -3417,6 +3444,7 @@ static const struct {
         FC_SYM(cuGraphLaunch),
         FC_SYM(cuGraphLaunch_ptsz),
         FC_SYM(cuGraphDestroy),
+        FC_SYM(cuFuncGetName),
         FC_SYM(cuGraphExecDestroy),
         FC_SYM(cuMemsetD32Async),
         FC_SYM(cuLaunchHostFunc),

@@ -1,6 +1,6 @@
 /* check_est.c — hook/gs_hook_qos_est.c: the least and the most of a
- * kind's samples (one kind of two durations), and a sample of a kind
- * whose entry was taken over.  Times in ns. */
+ * kind's samples (one kind of two durations), a sample of a kind whose
+ * entry was taken over, and NCCL's kernels known by name.  Times in ns. */
 #include <check.h>
 
 #include "../gs_check.h"
@@ -76,12 +76,49 @@ START_TEST(test_taken_over)
 }
 END_TEST
 
+/* A driver that names functions 0x5000 and 0x5001 as NCCL's and a GEMM,
+ * and knows no other. */
+static CUresult named(const char **name, CUfunction f)
+{
+        if ((uintptr_t)f == 0x5000)
+                *name = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+        else if ((uintptr_t)f == 0x5001)
+                *name = "sm90_xmma_gemm_bf16bf16_bf16f32";
+        else
+                return CUDA_ERROR_INVALID_HANDLE;
+        return CUDA_SUCCESS;
+}
+
+/* NCCL's kernels are known by name, asked once per kind: a collective's
+ * rank is never held (docs/compute.md "Limits"). */
+START_TEST(test_nccl_by_name)
+{
+        struct gs_cu drv = { .func_get_name = named };
+        size_t h;
+
+        h = gs_qos_est_kind(&drv, (CUfunction)0x5000, 1);
+        ck_assert(gs_qos_est_nccl(h));
+        h = gs_qos_est_kind(&drv, (CUfunction)0x5001, 1);
+        ck_assert(!gs_qos_est_nccl(h));
+        /* A function the driver cannot name: not NCCL's. */
+        h = gs_qos_est_kind(&drv, (CUfunction)0x5002, 1);
+        ck_assert(!gs_qos_est_nccl(h));
+        /* A graph (no function): never asked. */
+        h = gs_qos_est_kind(&drv, NULL, 0x77);
+        ck_assert(!gs_qos_est_nccl(h));
+        /* A driver older than CUDA 12.3 (no cuFuncGetName): nothing known. */
+        h = gs_qos_est_kind(&none, (CUfunction)0x5000, 2);
+        ck_assert(!gs_qos_est_nccl(h));
+}
+END_TEST
+
 int main(void)
 {
         Suite *s = suite_create("est");
         TCase *tc = tcase_create("est");
 
         tcase_add_test(tc, test_least_and_most);
+        tcase_add_test(tc, test_nccl_by_name);
         tcase_add_test(tc, test_two_durations);
         tcase_add_test(tc, test_taken_over);
         suite_add_tcase(s, tc);
