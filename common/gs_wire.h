@@ -441,6 +441,12 @@ _Static_assert(offsetof(struct gs_qos_board, idle_until_ns) == 16, "gs_qos_board
 /* A launching process's hook publishes gs_shm.qos_launches (and takes
  * gs_shm.qos_share) this often. */
 #define GS_QOS_LAUNCH_PUBLISH_MS 50
+/* A weight's duty (gs_shm.qos_share) d: the hook launches in the first
+ * d % of each period less twice what it keeps queued, at most
+ * GS_QOS_DUTY_QUEUE_US (the driver's turns are ~2 ms) and a quarter of its
+ * d % (the agent tells each duty from this: gs_qos_duties). */
+#define GS_QOS_DUTY_PERIOD_MS 20
+#define GS_QOS_DUTY_QUEUE_US 2000
 
 /* In a reply's others_asked (GS_FEAT_SPILL): chunks this allocation is
  * owed are being moved off their borrowers for it: the request is worth

@@ -33,16 +33,14 @@
 
 #include "gs_cudadecl.h"
 
-#define GS_QOS_RING 64            /* events after launches: at most 63 in flight while bounded */
-#define GS_QOS_QUEUE_US 200       /* GPU time queued beside an LC process */
-#define GS_QOS_LC_RECENT_MS 100   /* ... that launched this recently (else the backlog bound) */
-#define GS_QOS_SAMPLE 8           /* one launch in this many is timed (at random) */
-#define GS_QOS_DUTY_PERIOD_MS 20  /* a weight's duty cycle (gs_shm.qos_share) */
-#define GS_QOS_DUTY_QUEUE_US 2000 /* GPU time queued while on duty (the driver's turns are ~2 ms) */
-#define GS_QOS_BACKLOG_US 20000   /* ... by a best-effort process, or while an LC one is registered */
-#define GS_QOS_MAX_WAIT_MS 20     /* the most one launch waits for LC work */
-#define GS_QOS_POLL_US 20         /* how often a waiting launch looks again */
-#define GS_QOS_CAP_WINDOW_MS 100  /* a capped process's bucket: this much of its share */
+#define GS_QOS_RING 64           /* events after launches: at most 63 in flight while bounded */
+#define GS_QOS_QUEUE_US 200      /* GPU time queued beside an LC process */
+#define GS_QOS_LC_RECENT_MS 100  /* ... that launched this recently (else the backlog bound) */
+#define GS_QOS_SAMPLE 8          /* one launch in this many is timed (at random) */
+#define GS_QOS_BACKLOG_US 20000  /* ... by a best-effort process, or while an LC one is registered */
+#define GS_QOS_MAX_WAIT_MS 20    /* the most one launch waits for LC work */
+#define GS_QOS_POLL_US 20        /* how often a waiting launch looks again */
+#define GS_QOS_CAP_WINDOW_MS 100 /* a capped process's bucket: this much of its share */
 
 /* Set once the process has a board or a cap (relaxed loads). */
 extern int gs_qos_active;

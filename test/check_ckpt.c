@@ -299,9 +299,9 @@ END_TEST
 
 /* An agent of today's main: a v2 checkpoint (and a v1 line), a claims
  * file.  Every allocation and every claim is kept, as v3 lines. */
-/* Weights into duties (gs_qos_duties): the lightest held for their share
- * times n of the time, the rest free; nobody held alone or at equal
- * weights. */
+/* Weights into duties (gs_qos_duties): the lightest held until they had
+ * their share in equal turns with those still on, the rest free; nobody
+ * held alone or at equal weights. */
 START_TEST(test_qos_duties)
 {
         static const struct {
@@ -313,9 +313,16 @@ START_TEST(test_qos_duties)
                 { 2, { 30, 70 }, { 60, 0 } },
                 { 2, { 70, 30 }, { 0, 60 } },
                 { 2, { 50, 50 }, { 0, 0 } },
-                { 3, { 20, 30, 50 }, { 60, 90, 0 } },
-                { 3, { 10, 45, 45 }, { 30, 0, 0 } },
-                { 3, { 1, 1, 98 }, { 3, 3, 0 } },
+                /* On for 60 % (3 sharing: 20) and 80 % (+ 20 / 2 = 30); the
+                 * first told 50: it launches until 30 %, its 10 % queued
+                 * drains at a third. */
+                { 3, { 20, 30, 50 }, { 50, 80, 0 } },
+                { 3, { 10, 30, 70 }, { 22, 64, 0 } },         /* on 27.3 % and 63.6 % */
+                { 4, { 10, 20, 30, 40 }, { 27, 60, 90, 0 } }, /* on 40, 70, 90 % */
+                { 4, { 40, 10, 30, 20 }, { 0, 27, 90, 60 } },
+                { 3, { 10, 45, 45 }, { 24, 0, 0 } },
+                { 3, { 1, 1, 98 }, { 2, 2, 0 } }, /* equal weights close together */
+                { 4, { 5, 5, 20, 70 }, { 13, 13, 50, 0 } },
                 { 4, { 10, 10, 10, 10 }, { 0, 0, 0, 0 } },
                 { 2, { 1, 1000 }, { 1, 0 } }, /* 0.2 % rounds up to 1 */
                 { 2, { 0, 10 }, { 18, 0 } },  /* a 0 counts as 1 */

@@ -309,10 +309,26 @@ void gs_qos_board_holdable(uint32_t gpu, bool launched)
         pthread_mutex_unlock(&g_mu);
 }
 
+/* The duty (thousandths of a percent) to tell a hook whose work is to be
+ * on the GPU for on of each period (same unit) while m processes
+ * (itself included) have work as its window ends.  The hook launches
+ * until d less twice its queue q(d) = min(GS_QOS_DUTY_QUEUE_US, d / 4),
+ * and its queue then drains at 1/m of the GPU: its work is on for
+ * d + (m - 2) q(d) (d itself for m = 2). */
+static uint64_t duty_for(uint64_t on, uint32_t m)
+{
+        uint64_t qmax = (uint64_t)GS_QOS_DUTY_QUEUE_US * 100000 / ((uint64_t)GS_QOS_DUTY_PERIOD_MS * 1000);
+        uint64_t d = 4 * on / (m + 2); /* q(d) = d / 4 */
+
+        if (d / 4 > qmax) /* q(d) = qmax */
+                d = on - (m - 2) * qmax;
+        return d;
+}
+
 void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret)
 {
         uint32_t order[GS_QOS_SHARE_MAX];
-        uint64_t total = 0, left;
+        uint64_t total = 0, done = 0, got = 0, d_pct;
 
         if (n > GS_QOS_SHARE_MAX)
                 n = GS_QOS_SHARE_MAX;
@@ -330,18 +346,30 @@ void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret)
                         order[j] = order[j - 1];
                         order[j - 1] = t;
                 }
-        /* In parts of total: what is left, split among m uncapped. */
-        left = total;
-        for (uint32_t k = 0, m = n; k < n && m > 1; k++, m--) {
+        /* The held ones' windows all open at the period's start, so
+         * during its first d[0] all n processes have work, then n - 1 until
+         * d[1], and so on: each process with work has an equal turn.  The
+         * k-th lightest has had what every process still on has had,
+         * s[k-1] (in thousandths of a percent); it needs s[k] - s[k-1]
+         * more, with n - k sharing, so its window closes at
+         * d[k] = d[k-1] + (n - k) * (s[k] - s[k-1]).  Where that reaches
+         * the whole period, it and the heavier ones are free.  What it
+         * is told allows for its queue draining after its window
+         * (duty_for). */
+        for (uint32_t k = 0, m = n, on = n; k < n && m > 1; k++, m--) {
                 uint64_t wi = w[order[k]] ? w[order[k]] : 1;
-                uint64_t pct;
+                uint64_t share = (wi * 100000 + total / 2) / total;
+                uint64_t d = done + m * (share - got);
 
-                /* Its share w/total against an equal split left/m. */
-                if (wi * m >= left)
+                if (d >= 100000)
                         break;
-                /* Its share, in the equal turns of n: that much of the time. */
-                pct = (wi * n * 100 + total / 2) / total;
-                ret[order[k]] = (uint8_t)(pct < 1 ? 1 : pct > 99 ? 99 : pct);
-                left -= wi;
+                /* Processes of equal weight close together: on as the
+                 * first of them closes. */
+                if (!k || d > done)
+                        on = m;
+                d_pct = (duty_for(d, on) + 500) / 1000;
+                ret[order[k]] = (uint8_t)(d_pct < 1 ? 1 : d_pct > 99 ? 99 : d_pct);
+                done = d;
+                got = share;
         }
 }

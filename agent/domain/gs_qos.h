@@ -100,12 +100,13 @@ void gs_qos_format(const struct gs_qos_policy *p, char *buf, size_t cap);
  * launch in, 1..99) that keeps process i near its weighted share
  * w[i] / sum(w), or 0 where none is needed.  The driver gives contexts
  * with work equal turns, so the lightest are held part of the time and
- * the rest split what they leave: water-filling from the lightest, a
- * process is held while its share is below an equal split of what is left
- * (work-conserving: nobody is held alone, or at equal weights), for
- * share * n of the time (exact for two processes whose others always have
- * work; with more, the held ones get more than 1/n while on, and so more
- * than their share).  n <= GS_QOS_SHARE_MAX. */
+ * the rest split what they leave: water-filling from the lightest, each
+ * held one's window (all open at the period's start) closing once it has
+ * had its share in equal turns with those still on, and a process free
+ * where that takes the whole period (work-conserving: nobody is held
+ * alone, or at equal weights).  Exact while every process always has work
+ * (weights 10:20:30:40: duties 40, 70, 90 and none).  n <=
+ * GS_QOS_SHARE_MAX. */
 void gs_qos_duties(uint32_t n, const uint64_t *w, uint8_t *ret);
 
 /* ---- the boards (any thread; their own lock) ---- */
