@@ -22,7 +22,9 @@ failed call, the longest call and every byte read back wrong.
             as the agent lists them (less one; checked before the kill too,
             as a baseline); once the clients exit the pool's chunks are all
             back, the allocation idle, and after its release the fake GPU's
-            use is what it was at the first start.
+            use is what it was at the first start.  A second allocation,
+            best-effort with cap 40 and weight 20 (gsharectl create), has
+            the same compute policy under the new agent.
   term      the same across SIGTERM (exit 0) and a new start (a container
             restart).
   upgrade   the same across an upgrade as the chart makes it (maxSurge): a
@@ -502,6 +504,11 @@ def restart(how):
     try:
         if not s.ok:
             return
+        # An allocation with a compute policy set by an administrator: the
+        # new agent has it (docs/compute.md: restarts and upgrades keep
+        # the last policy).
+        Q = s.ag.create_args(["--compute-class", "best-effort", "--compute-cap", "40", "--compute-weight", "20",
+                              "%s-u%d" % (s.gpu0["uuid"], UNITS)])["allocation"]
         cs = start_clients(s)
         for c in cs:
             c.ticks(2)
@@ -531,6 +538,11 @@ def restart(how):
         for c in cs:
             check(c.ticks(3) and c.p.poll() is None, "%s: %s still runs after the new agent started"
                   % (what, c.name))
+        q = s.ag.alloc(Q["id"]) or {}
+        check((q.get("compute_class"), q.get("compute_cap"), q.get("compute_weight")) == ("best-effort", 40, 20),
+              "%s: the new agent keeps the allocation's compute policy (best-effort, cap 40, weight 20: %s)"
+              % (what, {k: v for k, v in q.items() if k.startswith("compute_")}))
+        s.ag.ctl("release", Q["id"])
         units_same(s, what + ": after")
         reg = registered(s, cs, what + ": after")
         reconnected(s, cs, what + ": after")
@@ -744,6 +756,11 @@ def storm():
               "storm: units advertised after each of 5 kill -9: %s (were %d)" % (units, s.gpu0["units_total"]))
         for c in cs:
             check(c.ticks(2) and c.p.poll() is None, "storm: %s still runs" % c.name)
+        q = s.ag.alloc(Q["id"]) or {}
+        check((q.get("compute_class"), q.get("compute_cap"), q.get("compute_weight")) == ("best-effort", 40, 20),
+              "%s: the new agent keeps the allocation's compute policy (best-effort, cap 40, weight 20: %s)"
+              % (what, {k: v for k, v in q.items() if k.startswith("compute_")}))
+        s.ag.ctl("release", Q["id"])
         units_same(s, what + ": after")
         reg = registered(s, cs, what + ": after")
         reconnected(s, cs, what + ": after")
