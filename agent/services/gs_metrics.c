@@ -437,6 +437,11 @@ static void render_allocations(struct gs_mx_buf *b, struct gs_agent *ag, const s
                     "GPU time of the process's launches its compute QoS timed, in seconds (as its hook reports: an "
                     "estimate from sampled events; docs/compute.md).",
                     i == 0 && p->shm ? (double)__atomic_load_n(&p->shm->qos_gpu_ns, __ATOMIC_RELAXED) / 1e9 : 0);
+        /* The agent's own word (gs_proc_share.c), not the hook's. */
+        PROC_FAMILY("compute_duty_percent",
+                    "The duty the agent gives the process for its weight: the percent of each 20 ms period it may "
+                    "launch in (0: none, not held by its weight; on its first GPU; docs/compute.md \"Weights\").",
+                    i == 0 ? p->share_told : 0);
         PROC_FAMILY("granted_bytes", "Bytes in chunks the process holds from the pool (chunks held x chunk size).",
                     (uint64_t)st.chunks_held * pg->g->chunk_bytes);
         PROC_FAMILY("outside_bytes",

@@ -46,6 +46,7 @@ trainer saturating the engine with 0.2 ms spin kernels.  Checks:
     its other work runs, beside the trainer so that it tracks (the hook's
     poller must not break the capture);
   - capped, alone: its GPU time over its span in the model within 25-35 %;
+  - the duties in gshare_process_compute_duty_percent (60 and 0 for 30:70);
   - weights 10:30:70 among three best-effort trainers: each within 5
     points of its share in each second of model time;
   - NCCL's kernels (by name): capped's run at full speed, uncapped, none
@@ -510,7 +511,18 @@ def collective(ag, tmp, al, port, stat):
           % (k, after, before, tgpu, tgpu0, out))
 
 
-def weighted(ag, tmp, al, stat):
+def duties(port, pids):
+    """{pid: gshare_process_compute_duty_percent} for pids."""
+    m, _ = scrape(port)
+    out = {}
+    for (n, lab), v in m.items():
+        d = dict(lab)
+        if n == "gshare_process_compute_duty_percent" and d.get("pid") in {str(p) for p in pids}:
+            out[int(d["pid"])] = v
+    return out
+
+
+def weighted(ag, tmp, al, stat, port):
     """trainer (weight 30) and heavy (weight 70), both best-effort, both
     saturating the engine: their shares of what they get, per second of
     model time, once the agent's caps hold (gs_proc_share.h)."""
@@ -537,6 +549,12 @@ def weighted(ag, tmp, al, stat):
     check(e.wait_for(settled) is not None, "weights 30:70: the lighter pod's share comes to 30 %% +- 5 (%s)"
           % ["%.1f" % w[0] for w in got])
     first = got[-1]
+    # The agent's word, as its metrics show it: the weight-30 process on a
+    # duty of 60 %, the weight-70 one on none.
+    want = {a.p.pid: 60, b.p.pid: 0}
+    d = until(lambda: (lambda x: x if x == want else None)(duties(port, want)))
+    check(d == want, "gshare_process_compute_duty_percent: 60 for the weight-30 process, 0 for the weight-70 "
+          "one (%s)" % duties(port, want))
     wins = [window() for _ in range(3)]
     a.end()
     b.end()
@@ -709,7 +727,7 @@ def main():
               "a latency-critical process captures a graph (global mode) with its work in flight: %s" % out)
         held_per_pod(ag, tmp, al, port, stat)
         collective(ag, tmp, al, port, stat)
-        weighted(ag, tmp, al, stat)
+        weighted(ag, tmp, al, stat, port)
         weighted3(ag, tmp, al, stat)
 
         cp = Proc(ag, tmp, al["capped"], ["capped", "1000", "300"], "capped")

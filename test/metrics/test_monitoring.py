@@ -118,7 +118,8 @@ def dashboard_layout():
     exprs = " ".join(t["expr"] for p in d["panels"] for t in p.get("targets", []))
     for m in ("gshare_allocation_compute_class", "gshare_allocation_compute_cap_percent",
               "gshare_allocation_compute_weight", "gshare_allocation_compute_held_launches_total",
-              "gshare_allocation_compute_held_seconds_total", "gshare_allocation_compute_gpu_seconds_total"):
+              "gshare_allocation_compute_held_seconds_total", "gshare_allocation_compute_gpu_seconds_total",
+              "gshare_process_compute_duty_percent"):
         check(m in exprs, "dashboard: a panel shows %s" % m)
 
 
