@@ -7,8 +7,9 @@
 #
 #   make deps            install build and test dependencies (Debian 12)
 #   make / make all      build everything
-#   make test            build and run every test (plus the ASan+UBSan pass and format-check)
+#   make test            build and run every test (plus the ASan+UBSan pass, format-check and py-check)
 #   make format-check    the files of scripts/format-files.txt as clang-format writes them
+#   make py-check        pyflakes over every Python file (part of make test)
 #   make format          rewrite those files as clang-format writes them
 #   make test-unit       run the tests of one build only (SANITIZE=... selects it)
 #   make asan | tsan     the tests under ASan+UBSan / ThreadSanitizer
@@ -88,7 +89,7 @@ BENCHES :=   # benchmark executables and scripts, run by make bench
 TEST_DEPS :=  # anything else the tests need built (fake driver, test programs)
 
 .PHONY: all test test-unit asan tsan valgrind bench deps clean cuda-check install image manifest cross-arm64 \
-	format-check format
+	format-check format py-check
 .DEFAULT_GOAL := all
 
 # cuda.h is the only header not from a Debian package; say so plainly.
@@ -123,6 +124,7 @@ all: $(BINS) $(LIBS) | cuda-check
 
 test:
 	$(MAKE) format-check
+	$(MAKE) py-check
 	$(MAKE) test-unit
 	$(MAKE) asan
 	$(MAKE) cross-arm64
@@ -134,6 +136,13 @@ format-check:
 
 format:
 	@scripts/format-check.sh --fix
+
+# Undefined names, unused imports and the like in every Python file of the
+# tree (tests, benches, tools): a test's typo otherwise shows only when the
+# path it is on runs.
+py-check:
+	@$(PYTHON) -m pyflakes $$(git ls-files '*.py' 2>/dev/null || find . -name '*.py' -not -path './build*') && \
+	  echo "py-check: pyflakes found nothing"
 
 test-unit: $(BINS) $(LIBS) $(TEST_FILES) $(TEST_DEPS)
 	@test/check-list.sh

@@ -11,6 +11,7 @@ pkgs=(
   # text-format parser; test/metrics/test_monitoring.py runs Prometheus
   # (and promtool) on the dashboard's and the alerts' queries
   python3-prometheus-client prometheus
+  python3-pyflakes   # make py-check (in make test): undefined names in the Python tests
   mmdebstrap   # make image / the install tests: the image's Debian root filesystem
   gcc-aarch64-linux-gnu   # make cross-arm64 (in make test): the agent and hook for arm64
   clang-format   # make format-check (in make test): .clang-format, version 14 (Debian 12's)

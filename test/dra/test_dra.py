@@ -29,7 +29,6 @@ unhealthy leaves the slice, and comes back when healthy.
 import http.server
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess

@@ -19,10 +19,7 @@ part's name as argument to run only that part.  A part that cannot run here
 exits 77 (test/run-tests.sh counts it as skipped).
 """
 import ctypes
-import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile

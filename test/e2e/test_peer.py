@@ -9,7 +9,6 @@ GPU of the allocation access to its memory (peer access).
 Environment: B (build dir), SANITIZE.
 """
 import os
-import subprocess
 import sys
 import tempfile
 

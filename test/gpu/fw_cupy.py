@@ -1,7 +1,7 @@
 """CuPy: its memory pool allocates and frees under the quota; an oversize
 request fails with CuPy's out-of-memory error."""
 import cupy
-from fw_common import MiB, GiB, check, quota
+from fw_common import check, quota
 
 q = quota()
 free, total = cupy.cuda.runtime.memGetInfo()

@@ -2,7 +2,7 @@
 """What the driver does with memory whose creator died (issue 18), with
 NVML's per-process figures: A creates and exports 1 GiB (POSIX fd), B
 imports and maps it, A is killed.  Prints JSON lines."""
-import ctypes as C, json, os, socket, signal, sys, time
+import ctypes as C, json, os, socket, signal, time
 
 cu = C.CDLL("libcuda.so.1")
 nv = C.CDLL("libnvidia-ml.so.1")

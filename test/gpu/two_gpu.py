@@ -11,6 +11,7 @@ processes of the allocation, and natively for comparison).
   python3 two_gpu.py size            vLLM-style: size from mem_get_info of each
                                      GPU, take 90 % of it, use it
 Prints PASS/FAIL lines (and BW lines); exits 1 on a failure."""
+import importlib
 import os
 import sys
 import time
@@ -129,7 +130,7 @@ def bench(rank, path):
 
 def hf():
     try:
-        import accelerate  # noqa: F401
+        importlib.import_module("accelerate")  # device_map needs it
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError as e:
         print("SKIP %s" % e)

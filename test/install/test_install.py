@@ -23,7 +23,6 @@ layout of old (the host directory mounted over the image's hook directory)
 fails with a message that says so.
 """
 import hashlib
-import json
 import os
 import shutil
 import signal

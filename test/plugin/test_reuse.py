@@ -14,7 +14,6 @@ PodResources stand-in, and checks through the plugin's API that:
 - a gone pod's allocation that never had a process is taken over at once;
 - an Allocate of exactly an existing allocation's IDs still returns it.
 """
-import json
 import os
 import signal
 import subprocess
