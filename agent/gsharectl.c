@@ -170,8 +170,9 @@ static void print_alloc_json(const Gshare__Ctl__V1__Allocation *al)
                 printf("%s{\"id\":%" PRIu64 ",\"pid\":%d,\"comm\":", j ? "," : "", p->id, p->pid);
                 jstr(p->comm);
                 printf(",\"gpu_index\":%u,\"bytes_requested\":%" PRIu64 ",\"bytes_in_blocks\":%" PRIu64
-                       ",\"chunks_held\":%u,\"outside_bytes\":%" PRIu64 "}",
-                       p->gpu_index, p->bytes_requested, p->bytes_in_blocks, p->chunks_held, p->outside_bytes);
+                       ",\"chunks_held\":%u,\"outside_bytes\":%" PRIu64 ",\"compute_duty_percent\":%u}",
+                       p->gpu_index, p->bytes_requested, p->bytes_in_blocks, p->chunks_held, p->outside_bytes,
+                       p->compute_duty_percent);
         }
         printf("]}");
 }
@@ -239,15 +240,19 @@ static void print_procs(Gshare__Ctl__V1__Allocation *const *v, size_t n)
                 print_allocs(v, n);
                 return;
         }
-        printf("%-16s %-8s %-16s %-4s %-8s %-12s %-12s %-12s %s\n", "ALLOCATION", "PID", "COMM", "GPU", "PROC ID",
-               "REQUESTED", "IN BLOCKS", "OUTSIDE", "CHUNKS");
+        printf("%-16s %-8s %-16s %-4s %-8s %-12s %-12s %-12s %-6s %s\n", "ALLOCATION", "PID", "COMM", "GPU", "PROC ID",
+               "REQUESTED", "IN BLOCKS", "OUTSIDE", "CHUNKS", "DUTY");
         for (size_t i = 0; i < n; i++)
                 for (size_t k = 0; k < v[i]->n_processes; k++) {
                         const Gshare__Ctl__V1__Process *p = v[i]->processes[k];
-                        printf("%-16s %-8d %-16s %-4u %-8" PRIu64 " %-12s %-12s %-12s %u\n", v[i]->id, p->pid, p->comm,
-                               p->gpu_index, p->id, sz(p->bytes_requested, a, sizeof(a)),
-                               sz(p->bytes_in_blocks, b, sizeof(b)), sz(p->outside_bytes, c, sizeof(c)),
-                               p->chunks_held);
+                        /* Its weight's duty (docs/compute.md "Weights"). */
+                        char duty[16] = "-";
+                        if (p->compute_duty_percent)
+                                snprintf(duty, sizeof(duty), "%u%%", p->compute_duty_percent);
+                        printf("%-16s %-8d %-16s %-4u %-8" PRIu64 " %-12s %-12s %-12s %-6u %s\n", v[i]->id, p->pid,
+                               p->comm, p->gpu_index, p->id, sz(p->bytes_requested, a, sizeof(a)),
+                               sz(p->bytes_in_blocks, b, sizeof(b)), sz(p->outside_bytes, c, sizeof(c)), p->chunks_held,
+                               duty);
                 }
 }
 

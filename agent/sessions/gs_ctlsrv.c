@@ -206,6 +206,7 @@ static Gshare__Ctl__V1__Allocation *alloc_msg(struct gs_arena *ar, struct gs_all
                         pm->bytes_requested = st.bytes_requested;
                         pm->bytes_in_blocks = st.bytes_in_blocks;
                         pm->chunks_held = st.chunks_held;
+                        pm->compute_duty_percent = i == 0 ? p->share_told : 0;
                         m->processes[nproc++] = pm;
                 }
         }

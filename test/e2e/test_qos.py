@@ -555,6 +555,13 @@ def weighted(ag, tmp, al, stat, port):
     d = until(lambda: (lambda x: x if x == want else None)(duties(port, want)))
     check(d == want, "gshare_process_compute_duty_percent: 60 for the weight-30 process, 0 for the weight-70 "
           "one (%s)" % duties(port, want))
+    procs = {p["pid"]: p.get("compute_duty_percent") for x in ag.allocs().values() for p in x["processes"]}
+    r = subprocess.run([e.CTL, "--socket", ag.sock, "processes"], capture_output=True, text=True, timeout=e.HANG)
+    check(procs.get(a.p.pid) == 60 and procs.get(b.p.pid) == 0 and
+          re.search(r"^\S+ +%d .* 60%%$" % a.p.pid, r.stdout, re.M) is not None and
+          re.search(r"^\S+ +%d .* -$" % b.p.pid, r.stdout, re.M) is not None,
+          "gsharectl processes: DUTY 60%% and - (compute_duty_percent in --json: %s)\n%s"
+          % ({k: v for k, v in procs.items() if k in want}, r.stdout))
     wins = [window() for _ in range(3)]
     a.end()
     b.end()
