@@ -19,13 +19,8 @@ ctl() { "$B/gsharectl" --socket "$sock" "$@"; }
 js() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 W=$here/qos_workload.py
 
-# The GPU must be idle (what the workloads measure is theirs alone); a
-# process still exiting gets 30 s.
-for _ in $(seq 300); do
-  busy=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null)
-  [[ -z $busy ]] && break; sleep 0.1
-done
-[[ -z $busy ]] || { echo "the GPU is not idle; its processes (pid, memory): $busy" >&2; exit 1; }
+# shellcheck source=gpu_idle.sh
+source "$here/gpu_idle.sh"
 free=$("$PY" -c 'import torch; print(torch.cuda.mem_get_info()[0])')
 # A pool of 56 GiB: 6 allocations of 8 units of 1 GiB.
 reserve=$(( (free - (56 << 30)) >> 20 ))

@@ -32,15 +32,8 @@ ok() { echo "PASS $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 jq_py() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
-# The GPU must be idle: a leftover process's memory shrinks the agent's
-# pool, and one that lets it go after the agent sized its pool left bypass
-# 20 GiB free past the pool (a check killed by its timeout, H200).  A
-# process still exiting gets 30 s.
-for _ in $(seq 300); do
-  busy=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null)
-  [[ -z $busy ]] && break; sleep 0.1
-done
-[[ -z $busy ]] || { echo "FAIL the GPU is not idle; its processes (pid, memory): $busy"; exit 1; }
+# shellcheck source=gpu_idle.sh
+source "$here/gpu_idle.sh"
 "$B/gshare-agent" --socket "$sock" --socket-root "$work/alloc" --state-dir "$work/state" \
   --reserve "$reserve" --devices 0 --burst-max 16Gi >"$work/agent.log" 2>&1 &
 agent=$!
